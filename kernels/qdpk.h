@@ -1,0 +1,106 @@
+/* qdpk.h — the encode kernels: pure functions of their inputs, one CPU twin per CUDA launcher.
+ *
+ * A launch writes `rows` samples and, in each, the amplitude index range [first, first + count) of a
+ * 2^qubits state (DESIGN.md §4: qubit k is bit k of the index; samples are row-major [rows][count]).
+ * Input rows start `in_stride` elements apart. Output is interleaved complex: COMPLEX64 (float re, im)
+ * or COMPLEX128 (double re, im), and every value is computed in the output's precision (float for
+ * COMPLEX64, double for COMPLEX128): inputs are converted on load, never in a separate pass.
+ *
+ * Exactness contract, shared with kernels/*.cu so that CPU and GPU agree bit for bit where noted:
+ *  - sumsq is the pairwise tree over an aligned power-of-two block (T(a,b) = T(a,m) + T(m,b), leaves
+ *    x_i * x_i, zero past `len`), with no fused multiply-add: the same for any sharding of the block,
+ *    and identical between CPU and GPU.
+ *  - wht applies its butterflies in ascending bit order, each stage (a, b) <- (a + b, a - b); the
+ *    global-bit stages between shards (butterfly) continue that order, so any even sharding gives the
+ *    bits of the one-device transform.
+ *  - every other value depends only on its own global index and the sample's parameters.
+ * Kernels never validate what the runtime already checked (finite parameters, basis indices in
+ * range); the check functions below are those checks. Nothing here allocates, logs or synchronizes.
+ * Any thread; the CPU twins are reentrant.
+ */
+#ifndef QDPK_H
+#define QDPK_H
+
+#include <stdint.h>
+
+#include "qdp_defs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qdpk_span {
+  uint32_t qubits; /* n: each sample is a state of 2^n amplitudes, 1 <= n <= 63 */
+  uint64_t first;  /* first amplitude index written in each sample */
+  uint64_t count;  /* amplitudes written per sample, >= 1, first + count <= 2^n */
+  uint64_t rows;   /* samples written, >= 1 */
+  qdp_dtype out;   /* QDP_DTYPE_COMPLEX64 or QDP_DTYPE_COMPLEX128; out is [rows][count] */
+};
+
+/* Values each sample of `e` takes on input for n qubits: amplitude 2^n at most (any L >= 1 up to
+ * that), angle/phase/iqp-z n, iqp n + n(n-1)/2, basis 1. Returns 0 for an unknown encoding. */
+uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits);
+
+/* Amplitude, pass 1. For each row r: the pairwise sum of squares over the aligned block
+ * [0, block) of x + r * in_stride, where values at index >= len count as zero (len <= block,
+ * block a power of two). Computed in the precision of `out`; stored in ret_sums[r] as double
+ * (exact for float sums). */
+void qdpk_cpu_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t len, uint64_t block,
+                    uint64_t rows, qdp_dtype out, double *ret_sums);
+
+/* Amplitude, pass 2: out[r][j] = v * inv_r, v = x[r * in_stride + j] for j < len, else 0, and
+ * inv_r = 1 / sqrt(sumsq[r]), both in the precision of s->out. x points at the value of global
+ * index s->first in row 0; len (<= s->count) values are present from there. */
+void qdpk_cpu_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                        uint64_t len, const double *sumsq, void *out);
+
+/* x: [rows][in_stride], the first n values of each row are the angles x_k.
+ * psi_b = prod_k (b_k ? sin x_k : cos x_k) (x, not x/2). */
+void qdpk_cpu_angle(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                    void *out);
+
+/* psi_b = 2^(-n/2) e^{i sum_k x_k b_k}. */
+void qdpk_cpu_phase(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                    void *out);
+
+/* One index per row (float32, float64 or int64, already checked by qdpk_cpu_check_basis):
+ * psi = 1 at that index, 0 elsewhere in the span. */
+void qdpk_cpu_basis(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                    void *out);
+
+/* IQP, step 1: out = 2^-n e^{i theta(b)}, theta(b) = sum_i d_i b_i + (pairs ? sum_{i<j} d_{p(i,j)}
+ * b_i b_j : 0), pair coefficients after the n singles in the order (0,1),(0,2)..(0,n-1),(1,2)...
+ * Step 2 is the unnormalized Walsh-Hadamard transform over all n bits (wht, then butterfly for the
+ * bits that select the shard), which gives psi_b = 2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}. */
+void qdpk_cpu_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                         int pairs, void *out);
+
+/* In place over each of `rows` rows of `count` (a power of two) complex values of type `out`:
+ * the unnormalized Walsh-Hadamard transform over the low log2(count) bits, ascending bit order. */
+void qdpk_cpu_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows);
+
+/* One global-bit stage between two shards of equal size: (a, b) <- (a + b, a - b), elementwise over
+ * `count` complex values; `a` holds the indices whose global bit is 0. */
+void qdpk_cpu_butterfly(void *a, void *b, qdp_dtype out, uint64_t count);
+
+/* Checks. Each returns 1 and the offending position when it finds a problem, else 0. */
+
+/* First value (in [0, count)) that is NaN or +-Inf. */
+int qdpk_cpu_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, uint64_t *ret_index);
+
+enum qdpk_basis_fault {
+  QDPK_BASIS_OK = 0,
+  QDPK_BASIS_NOT_FINITE = 1,
+  QDPK_BASIS_NOT_INTEGER = 2,
+  QDPK_BASIS_NEGATIVE = 3,
+  QDPK_BASIS_TOO_LARGE = 4 /* >= 2^qubits */
+};
+
+/* First row whose index (x[r * in_stride]) is not a valid basis index for `qubits` qubits. */
+enum qdpk_basis_fault qdpk_cpu_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
+                                           uint64_t rows, uint32_t qubits, uint64_t *ret_row);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QDPK_H */

@@ -1,0 +1,64 @@
+/* qdpk_cuda.h — CUDA launchers of the encode kernels (kernels/*.cu). Same arguments and meaning as
+ * their CPU twins in qdpk.h, with device pointers, plus the stream to launch on.
+ *
+ * A launcher never synchronizes and never allocates: it checks cudaGetLastError() right after its
+ * launches and returns QDP_ERR_CUDA on failure (the CUDA error itself is left for the caller to read
+ * with cudaGetLastError/cudaPeekAtLastError, which names it). 64-bit indexing throughout; grids are
+ * sized so that no launch exceeds the grid limits, whatever the number of rows or amplitudes.
+ * Any host thread, with the stream's device current.
+ */
+#ifndef QDPK_CUDA_H
+#define QDPK_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "qdpk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Workspace bytes qdpk_sumsq needs for `rows` rows of an aligned block of `block` values. */
+size_t qdpk_sumsq_workspace_bytes(uint64_t block, uint64_t rows);
+
+/* ret_sums: device array of `rows` doubles (see qdpk_cpu_sumsq; bit-identical to it). */
+qdp_status qdpk_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t len, uint64_t block,
+                      uint64_t rows, qdp_dtype out, void *workspace, size_t workspace_bytes,
+                      double *ret_sums, cudaStream_t stream);
+
+/* sumsq: device array of `rows` doubles. */
+qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                          uint64_t len, const double *sumsq, void *out, cudaStream_t stream);
+
+qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                      void *out, cudaStream_t stream);
+
+qdp_status qdpk_phase(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                      void *out, cudaStream_t stream);
+
+qdp_status qdpk_basis(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                      void *out, cudaStream_t stream);
+
+qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in,
+                           uint64_t in_stride, int pairs, void *out, cudaStream_t stream);
+
+qdp_status qdpk_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows, cudaStream_t stream);
+
+qdp_status qdpk_butterfly(void *a, void *b, qdp_dtype out, uint64_t count, cudaStream_t stream);
+
+/* Device-side checks: write into *ret_found (device int) 1 and *ret_index (device uint64) the
+ * first offending position, or 0. For inputs that already live on the GPU. */
+qdp_status qdpk_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, int *ret_found,
+                               uint64_t *ret_index, cudaStream_t stream);
+
+/* Writes the fault (enum qdpk_basis_fault) of the first bad row and that row, or QDPK_BASIS_OK. */
+qdp_status qdpk_check_basis(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t rows,
+                            uint32_t qubits, int *ret_fault, uint64_t *ret_row, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QDPK_CUDA_H */
