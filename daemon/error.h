@@ -20,7 +20,7 @@ struct qdp_error {
   int rank, device, cause;  /* -1 if n/a; cause = cudaError_t, ncclResult_t or errno */
   uint64_t need_bytes, free_bytes;
   char field[48]; /* request field, e.g. "input.values" */
-  char msg[512];  /* one line, a complete sentence */
+  char msg[1024];  /* one line, a complete sentence */
 };
 
 #define QDP_ERROR_INIT {sizeof(struct qdp_error), QDP_OK, -1, -1, -1, 0, 0, {0}, {0}}
