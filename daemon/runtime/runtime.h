@@ -1,0 +1,98 @@
+/* runtime.h — the DeviceMesh a daemon owns, and the execution of a plan on it.
+ *
+ * A mesh is the set of devices of this node the daemon was told to use: host-memory devices of the
+ * CPU backend ("cpu:N") or GPUs of the CUDA backend. runtime_encode runs one job end to end on the
+ * mesh: it reserves the bytes of each local shard on its device (refusing with the numbers when a
+ * device filled up since planning), checks the input values (non-finite parameters, basis indices,
+ * zero/NaN/Inf norm per sample), allocates the shards, ingests each shard's own slice of the input,
+ * reduces the amplitude norm over shards in a fixed order (bit-identical for any even sharding),
+ * encodes every shard concurrently (one thread per device), and returns a runtime_state. Any
+ * failure frees everything it took.
+ *
+ * Threads: runtime_mesh_create/destroy on the main thread; everything else from any thread
+ * (a mesh serializes what must be serialized; encodes of different jobs may run concurrently).
+ * A runtime_state is immutable after runtime_encode returns; reads may run concurrently, and
+ * runtime_state_destroy must not race with them (the state store pins states while in use).
+ */
+#ifndef QDP_RUNTIME_H
+#define QDP_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "plan/plan.h"
+
+enum runtime_device_kind { RUNTIME_DEVICE_CPU = 0, RUNTIME_DEVICE_CUDA = 1 };
+
+struct runtime_device_info {
+  char name[32]; /* "cpu:0", "cuda:1" */
+  enum runtime_device_kind kind;
+  int ordinal;
+  char uuid[40];  /* "GPU-…" for CUDA devices, "" for cpu */
+  char model[64]; /* "NVIDIA H200", "host memory" */
+  uint64_t total_bytes;  /* device memory (cpu: the configured size) */
+  uint64_t free_bytes;   /* free now as the device reports it */
+  uint64_t budget_bytes; /* what qdp may hold on it in all */
+  uint64_t used_bytes;   /* held now by qdp shards and reservations */
+  int cc_major, cc_minor;
+};
+
+struct runtime_mesh_config {
+  /* "cpu:N" (N host-memory devices), "auto" (all GPUs, else cpu:1), or GPU ordinals "0,1" /
+   * "cuda:0,cuda:1". */
+  const char *devices;
+  uint64_t device_budget_bytes; /* per device; 0 = mem_fraction of free memory at start */
+  double mem_fraction;          /* (0, 1]; default 0.9 */
+  uint64_t staging_bytes;       /* per device for host input staging; 0 = backend default */
+};
+
+struct runtime_mesh;
+
+qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg, struct runtime_mesh **ret_mesh,
+                               struct qdp_error *reterr);
+void runtime_mesh_destroy(struct runtime_mesh *m); /* NULL-safe; all states must be gone */
+
+/* "cpu" or "cuda". */
+const char *runtime_mesh_backend(const struct runtime_mesh *m);
+size_t runtime_mesh_count(const struct runtime_mesh *m);
+/* Fills *ret with device i's description, free and used bytes read now. */
+void runtime_mesh_device_info(struct runtime_mesh *m, size_t i, struct runtime_device_info *ret);
+/* The planner's view of this mesh for a world of one rank: one plan_device per device, budget =
+ * budget_bytes - used_bytes. devs must have runtime_mesh_count(m) entries. */
+void runtime_mesh_plan_devices(struct runtime_mesh *m, int rank, struct plan_device *devs);
+/* Staging bytes per device the planner must count for a job reading host input. */
+uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
+
+/* Input values resident in host memory (inline bytes, a mapped .npy file or shared-memory region,
+ * an assembled upload), row-major [rows][cols] of dtype. Only read, never kept after the call. */
+struct runtime_input {
+  const void *data;
+  qdp_dtype dtype;
+  uint64_t rows, cols;
+};
+
+struct runtime_state;
+
+/* Runs plan p (which must be feasible and come from this mesh's devices, rank 0) on input `in`.
+ * INVALID_ARGUMENT for bad values (field "input", the sample and position in the message),
+ * RESOURCE_EXHAUSTED when a device cannot hold its shard, QDP_ERR_CUDA/SYSTEM for device faults. */
+qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
+                          const struct runtime_input *in, struct runtime_state **ret_state,
+                          struct qdp_error *reterr);
+void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every shard */
+
+const struct plan *runtime_state_plan(const struct runtime_state *s);
+/* How the norm was reduced: "none" (no norm needed or one shard), "host" (in-process, fixed order). */
+const char *runtime_state_collective(const struct runtime_state *s);
+/* Bytes of device memory the state holds. */
+uint64_t runtime_state_bytes(const struct runtime_state *s);
+/* Milliseconds runtime_encode spent on this state. */
+double runtime_state_encode_ms(const struct runtime_state *s);
+
+/* Copies amplitudes [offset, offset + count) of the flattened [batch][2^n] array, in the state's
+ * dtype, to host memory dst (count * dtype size bytes). OUT_OF_RANGE past the end. */
+qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,
+                              struct qdp_error *reterr);
+
+#endif /* QDP_RUNTIME_H */

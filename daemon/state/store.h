@@ -1,0 +1,88 @@
+/* store.h — the state store: every state the daemon holds, by handle, with its capability token,
+ * owner, TTL, byte accounting and admission.
+ *
+ * Admission reserves bytes against the global budget and the owner's budget before anything is
+ * allocated (state_store_admit); a reservation becomes a state (state_store_commit) or is given back
+ * (state_reservation_cancel). A handle is an opaque id; its token is 128 random bits, compared in
+ * constant time; an unknown handle and a wrong token give the same NOT_FOUND. Lookups pin the
+ * state's payload (state_store_get / state_store_put): Release and expiry unlink a state at once
+ * (its bytes are no longer listed) but the payload is destroyed only when the last pin is put, so
+ * a Fetch in flight never reads freed memory.
+ *
+ * Thread-safe: every function may be called from any thread (one internal mutex; payload destroy
+ * callbacks run outside it). The store owns payloads once committed and destroys them through the
+ * callback given at commit.
+ */
+#ifndef QDP_STATE_STORE_H
+#define QDP_STATE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define STATE_HANDLE_LEN 24 /* "s" + hex digits, NUL included */
+#define STATE_TOKEN_LEN 33  /* 32 hex digits + NUL */
+
+struct state_store_limits {
+  uint64_t budget_bytes;        /* all states together; 0 = unlimited */
+  uint64_t client_budget_bytes; /* per owner; 0 = unlimited */
+  uint32_t max_states;          /* 0 = unlimited */
+  uint32_t max_client_states;   /* 0 = unlimited */
+  uint64_t default_ttl_ms;      /* used when a request asks for 0; 0 = no expiry */
+  uint64_t max_ttl_ms;          /* cap on any TTL; 0 = no cap */
+};
+
+/* What the store keeps beside the payload; returned by get and list. */
+struct state_meta {
+  char handle[STATE_HANDLE_LEN];
+  char owner[64];
+  char label[128];
+  uint64_t bytes;
+  int64_t created_unix_ms;
+  int64_t expires_unix_ms; /* 0 = never */
+};
+
+struct state_store;
+struct state_reservation;
+
+qdp_status state_store_create(const struct state_store_limits *lim, struct state_store **ret_store,
+                              struct qdp_error *reterr);
+/* Destroys every state (waits for nothing: no pin may be held). NULL-safe. */
+void state_store_destroy(struct state_store *s);
+
+/* RESOURCE_EXHAUSTED naming the budget, bytes in use, bytes asked and the owner when a limit would
+ * be passed. */
+qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
+                             struct state_reservation **ret_res, struct qdp_error *reterr);
+void state_reservation_cancel(struct state_reservation *r); /* NULL-safe */
+
+/* Turns the reservation into a state holding `payload` (destroyed through payload_destroy when the
+ * state goes). ttl_ms 0 = the default TTL; capped at max_ttl_ms. Consumes r in every case; on
+ * failure payload is not taken. ret_handle/ret_token: STATE_HANDLE_LEN / STATE_TOKEN_LEN bytes. */
+qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
+                              void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
+                              char *ret_handle, char *ret_token, struct qdp_error *reterr);
+
+/* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token. */
+qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
+                           void **ret_payload, struct state_meta *ret_meta, struct qdp_error *reterr);
+/* Unpins a payload returned by state_store_get. */
+void state_store_put(struct state_store *s, void *payload);
+
+/* Unlinks the state now (bytes returned to the budgets); the payload goes with its last pin. */
+qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
+                               uint64_t *ret_freed_bytes, struct qdp_error *reterr);
+
+/* Calls fn for every live state (under the store's lock: fn must not call the store). */
+void state_store_foreach(struct state_store *s,
+                         void (*fn)(const struct state_meta *meta, void *payload, void *arg),
+                         void *arg);
+
+/* Releases every state whose expiry is <= now_unix_ms; returns how many. */
+size_t state_store_expire(struct state_store *s, int64_t now_unix_ms);
+
+/* Bytes held (committed + reserved) and live states. */
+void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states);
+
+#endif /* QDP_STATE_STORE_H */
