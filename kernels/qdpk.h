@@ -6,7 +6,8 @@
  * or COMPLEX128 (double re, im), and every value is computed in the output's precision (float for
  * COMPLEX64, double for COMPLEX128): inputs are converted on load, never in a separate pass.
  *
- * Exactness contract, shared with kernels/*.cu so that CPU and GPU agree bit for bit where noted:
+ * Exactness contract, shared with the CUDA kernels (the .cu files beside this header) so that CPU
+ * and GPU agree bit for bit where noted:
  *  - sumsq is the pairwise tree over an aligned power-of-two block (T(a,b) = T(a,m) + T(m,b), leaves
  *    x_i * x_i, zero past `len`), with no fused multiply-add: the same for any sharding of the block,
  *    and identical between CPU and GPU.
