@@ -1,0 +1,671 @@
+/* store.c — the state store: three chained hash tables under one mutex.
+ *
+ *   by_handle   live states, keyed by handle (what clients name)
+ *   by_payload  every state whose payload is not yet destroyed, live or unlinked-but-pinned, keyed
+ *               by payload pointer (what state_store_put names)
+ *   owners      per-owner bytes and slots (reservations + states), dropped when both reach zero
+ *
+ * Buckets double when the load passes 1, so every lookup stays O(1) at 10k states and beyond; a
+ * failed grow keeps the old table (longer chains, still correct). Payload destroy callbacks always
+ * run after the mutex is dropped, because they may free device memory and take their own locks.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "state/store.h"
+
+#define OWNER_MAX (sizeof(((struct state_meta *)0)->owner))
+#define LABEL_MAX (sizeof(((struct state_meta *)0)->label))
+#define TOKEN_BYTES 16 /* 128 bits */
+#define HANDLE_BYTES 8 /* 16 hex digits */
+/* The first table size: small enough to cost nothing for an idle daemon, and doubling reaches 16k
+ * buckets in 6 steps. */
+#define HT_INITIAL 64
+
+struct hnode {
+  struct hnode *next;
+  uint64_t hash;
+};
+
+struct htable {
+  struct hnode **buckets;
+  size_t nbuckets; /* a power of two */
+  size_t count;
+};
+
+struct owner {
+  struct hnode node; /* in store->owners */
+  char name[OWNER_MAX];
+  uint64_t bytes;  /* committed + reserved */
+  uint32_t slots;  /* committed states + outstanding reservations */
+};
+
+struct entry {
+  struct hnode by_handle; /* in store->by_handle while linked */
+  struct hnode by_payload;
+  struct state_meta meta;
+  char token[STATE_TOKEN_LEN];
+  struct owner *owner; /* NULL once unlinked */
+  void *payload;
+  void (*payload_destroy)(void *);
+  uint32_t pins;
+  bool linked;
+  struct entry *dead_next; /* on a to-destroy list built under the lock */
+};
+
+struct state_reservation {
+  struct state_store *store;
+  struct owner *owner;
+  uint64_t bytes;
+};
+
+struct state_store {
+  pthread_mutex_t mu;
+  struct state_store_limits lim;
+  struct htable by_handle, by_payload, owners;
+  uint64_t bytes; /* committed + reserved */
+  uint32_t slots; /* committed + reserved */
+  uint32_t states; /* committed and linked */
+};
+
+/* ---- hashing ---------------------------------------------------------------------------------- */
+
+static uint64_t hash_str(const char *s) {
+  /* FNV-1a 64: handles are random, but owners and handles in requests are client-chosen text;
+   * FNV spreads short ASCII keys well enough for chaining. */
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+static uint64_t hash_ptr(const void *p) {
+  /* splitmix64 finalizer: pointers share their low (alignment) and high bits. */
+  uint64_t z = (uint64_t)(uintptr_t)p + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static int ht_init(struct htable *t) {
+  t->buckets = calloc(HT_INITIAL, sizeof *t->buckets);
+  t->nbuckets = HT_INITIAL;
+  t->count = 0;
+  return t->buckets ? 0 : -1;
+}
+
+static void ht_grow(struct htable *t) {
+  size_t n = t->nbuckets * 2;
+  struct hnode **nb = calloc(n, sizeof *nb);
+  if (!nb) {
+    return; /* keep the old buckets: slower, still correct */
+  }
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    struct hnode *e = t->buckets[i];
+    while (e) {
+      struct hnode *next = e->next;
+      size_t j = e->hash & (n - 1);
+      e->next = nb[j];
+      nb[j] = e;
+      e = next;
+    }
+  }
+  free(t->buckets);
+  t->buckets = nb;
+  t->nbuckets = n;
+}
+
+static void ht_insert(struct htable *t, struct hnode *n, uint64_t hash) {
+  if (t->count >= t->nbuckets) {
+    ht_grow(t);
+  }
+  n->hash = hash;
+  size_t i = hash & (t->nbuckets - 1);
+  n->next = t->buckets[i];
+  t->buckets[i] = n;
+  t->count++;
+}
+
+static void ht_remove(struct htable *t, struct hnode *n) {
+  struct hnode **pp = &t->buckets[n->hash & (t->nbuckets - 1)];
+  while (*pp && *pp != n) {
+    pp = &(*pp)->next;
+  }
+  if (*pp) {
+    *pp = n->next;
+    t->count--;
+  }
+}
+
+#define CONTAINER(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+static struct entry *find_handle(struct state_store *s, const char *handle) {
+  uint64_t h = hash_str(handle);
+  for (struct hnode *n = s->by_handle.buckets[h & (s->by_handle.nbuckets - 1)]; n; n = n->next) {
+    struct entry *e = CONTAINER(n, struct entry, by_handle);
+    if (n->hash == h && strcmp(e->meta.handle, handle) == 0) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
+static struct entry *find_payload(struct state_store *s, const void *payload) {
+  uint64_t h = hash_ptr(payload);
+  for (struct hnode *n = s->by_payload.buckets[h & (s->by_payload.nbuckets - 1)]; n; n = n->next) {
+    struct entry *e = CONTAINER(n, struct entry, by_payload);
+    if (e->payload == payload) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
+static struct owner *find_owner(struct state_store *s, const char *name) {
+  uint64_t h = hash_str(name);
+  for (struct hnode *n = s->owners.buckets[h & (s->owners.nbuckets - 1)]; n; n = n->next) {
+    struct owner *o = CONTAINER(n, struct owner, node);
+    if (n->hash == h && strcmp(o->name, name) == 0) {
+      return o;
+    }
+  }
+  return NULL;
+}
+
+/* ---- randomness, tokens, time ----------------------------------------------------------------- */
+
+static qdp_status fill_random(void *buf, size_t len, struct qdp_error *reterr) {
+  unsigned char *p = buf;
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = getrandom(p + got, len - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      int err = errno;
+      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
+                              "getrandom(%zu B) failed: %s; no handle or token could be made", len,
+                              strerror(err));
+    }
+    got += (size_t)n;
+  }
+  return QDP_OK;
+}
+
+static void to_hex(const unsigned char *in, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[in[i] >> 4];
+    out[2 * i + 1] = digits[in[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+/* Equal iff `given` is exactly the 32 characters of `want`. The time taken depends only on the
+ * given token's length (public), never on where the first differing character is. */
+static bool token_equal(const char *want, const char *given) {
+  if (!given || strnlen(given, STATE_TOKEN_LEN) != STATE_TOKEN_LEN - 1) {
+    return false;
+  }
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < STATE_TOKEN_LEN - 1; i++) {
+    diff |= (unsigned char)(want[i] ^ given[i]);
+  }
+  return diff == 0;
+}
+
+static int64_t now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------- */
+
+qdp_status state_store_create(const struct state_store_limits *lim, struct state_store **ret_store,
+                              struct qdp_error *reterr) {
+  struct state_store *s = calloc(1, sizeof *s);
+  if (!s) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "the state store could not allocate its %zu B record", sizeof *s);
+  }
+  if (lim) {
+    s->lim = *lim;
+  }
+  if (ht_init(&s->by_handle) || ht_init(&s->by_payload) || ht_init(&s->owners)) {
+    free(s->by_handle.buckets);
+    free(s->by_payload.buckets);
+    free(s->owners.buckets);
+    free(s);
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "the state store could not allocate its hash tables (3 x %zu B)",
+                         HT_INITIAL * sizeof(struct hnode *));
+  }
+  int err = pthread_mutex_init(&s->mu, NULL);
+  if (err) {
+    free(s->by_handle.buckets);
+    free(s->by_payload.buckets);
+    free(s->owners.buckets);
+    free(s);
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
+                            "the state store could not create its mutex: %s", strerror(err));
+  }
+  *ret_store = s;
+  return QDP_OK;
+}
+
+static void destroy_list(struct entry *dead) {
+  while (dead) {
+    struct entry *next = dead->dead_next;
+    if (dead->payload_destroy) {
+      dead->payload_destroy(dead->payload);
+    }
+    free(dead);
+    dead = next;
+  }
+}
+
+void state_store_destroy(struct state_store *s) {
+  if (!s) {
+    return;
+  }
+  /* Every entry with a payload is in by_payload (linked or pinned-and-unlinked). */
+  struct entry *dead = NULL;
+  for (size_t i = 0; i < s->by_payload.nbuckets; i++) {
+    for (struct hnode *n = s->by_payload.buckets[i]; n; n = n->next) {
+      struct entry *e = CONTAINER(n, struct entry, by_payload);
+      e->dead_next = dead;
+      dead = e;
+    }
+  }
+  for (size_t i = 0; i < s->owners.nbuckets; i++) {
+    struct hnode *n = s->owners.buckets[i];
+    while (n) {
+      struct hnode *next = n->next;
+      free(CONTAINER(n, struct owner, node));
+      n = next;
+    }
+  }
+  free(s->by_handle.buckets);
+  free(s->by_payload.buckets);
+  free(s->owners.buckets);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  destroy_list(dead);
+}
+
+/* ---- admission ------------------------------------------------------------------------------- */
+
+static void owner_drop_if_idle(struct state_store *s, struct owner *o) {
+  if (o->bytes == 0 && o->slots == 0) {
+    ht_remove(&s->owners, &o->node);
+    free(o);
+  }
+}
+
+/* Gives back what a reservation or a state held. Under the lock. */
+static void unaccount(struct state_store *s, struct owner *o, uint64_t bytes) {
+  s->bytes -= bytes;
+  s->slots--;
+  o->bytes -= bytes;
+  o->slots--;
+  owner_drop_if_idle(s, o);
+}
+
+qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
+                             struct state_reservation **ret_res, struct qdp_error *reterr) {
+  if (!owner) {
+    owner = "";
+  }
+  size_t olen = strlen(owner);
+  if (olen >= OWNER_MAX) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
+                         "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
+  }
+  struct state_reservation *r = malloc(sizeof *r);
+  struct owner *fresh = NULL;
+  if (!r) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B reservation record", sizeof *r);
+  }
+  qdp_status rc = QDP_OK;
+  const struct state_store_limits *lim = &s->lim;
+  pthread_mutex_lock(&s->mu);
+  struct owner *o = find_owner(s, owner);
+  uint64_t obytes = o ? o->bytes : 0;
+  uint32_t oslots = o ? o->slots : 0;
+
+  if (bytes > UINT64_MAX - s->bytes ||
+      (lim->budget_bytes && bytes > lim->budget_bytes - s->bytes)) {
+    uint64_t budget = lim->budget_bytes ? lim->budget_bytes : UINT64_MAX;
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state of %" PRIu64 " B refused: the store holds %" PRIu64
+                       " B of its %" PRIu64 " B budget (budget_bytes); release states or raise it",
+                       bytes, s->bytes, budget);
+    if (reterr) {
+      reterr->need_bytes = bytes;
+      reterr->free_bytes = budget - s->bytes;
+    }
+    goto out;
+  }
+  if (bytes > UINT64_MAX - obytes ||
+      (lim->client_budget_bytes && bytes > lim->client_budget_bytes - obytes)) {
+    uint64_t budget = lim->client_budget_bytes ? lim->client_budget_bytes : UINT64_MAX;
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state of %" PRIu64 " B refused: client '%s' holds %" PRIu64
+                       " B of its %" PRIu64 " B budget (client_budget_bytes)",
+                       bytes, owner, obytes, budget);
+    if (reterr) {
+      reterr->need_bytes = bytes;
+      reterr->free_bytes = budget - obytes;
+    }
+    goto out;
+  }
+  if (lim->max_states && s->slots >= lim->max_states) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state of %" PRIu64 " B refused: the store holds %" PRIu32
+                       " states and reservations, its limit (max_states %" PRIu32 ")",
+                       bytes, s->slots, lim->max_states);
+    goto out;
+  }
+  if (lim->max_client_states && oslots >= lim->max_client_states) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state of %" PRIu64 " B refused: client '%s' holds %" PRIu32
+                       " states and reservations, its limit (max_client_states %" PRIu32 ")",
+                       bytes, owner, oslots, lim->max_client_states);
+    goto out;
+  }
+  if (!o) {
+    fresh = calloc(1, sizeof *fresh);
+    if (!fresh) {
+      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B owner record", sizeof *fresh);
+      goto out;
+    }
+    memcpy(fresh->name, owner, olen + 1);
+    ht_insert(&s->owners, &fresh->node, hash_str(fresh->name));
+    o = fresh;
+    fresh = NULL;
+  }
+  o->bytes += bytes;
+  o->slots++;
+  s->bytes += bytes;
+  s->slots++;
+  r->store = s;
+  r->owner = o;
+  r->bytes = bytes;
+  *ret_res = r;
+  r = NULL;
+out:
+  pthread_mutex_unlock(&s->mu);
+  free(r);
+  return rc;
+}
+
+void state_reservation_cancel(struct state_reservation *r) {
+  if (!r) {
+    return;
+  }
+  struct state_store *s = r->store;
+  pthread_mutex_lock(&s->mu);
+  unaccount(s, r->owner, r->bytes);
+  pthread_mutex_unlock(&s->mu);
+  free(r);
+}
+
+/* ---- commit ---------------------------------------------------------------------------------- */
+
+qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
+                              void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
+                              char *ret_handle, char *ret_token, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  struct entry *e = NULL;
+  bool locked = false;
+  if (!r || r->store != s) {
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                       "commit given %s reservation", r ? "another store's" : "no");
+    if (r && r->store != s) {
+      state_reservation_cancel(r);
+      r = NULL;
+    }
+    goto out;
+  }
+  if (!payload) {
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                       "commit of a %" PRIu64 " B state given a NULL payload", r->bytes);
+    goto out;
+  }
+  if (!label) {
+    label = "";
+  }
+  size_t llen = strlen(label);
+  if (llen >= LABEL_MAX) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "label",
+                       "label of %zu B is too long; at most %zu B", llen, LABEL_MAX - 1);
+    goto out;
+  }
+  e = calloc(1, sizeof *e);
+  if (!e) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "no host memory for a %zu B state record", sizeof *e);
+    goto out;
+  }
+  unsigned char tok[TOKEN_BYTES];
+  QDP_TRY(rc, fill_random(tok, sizeof tok, reterr));
+  to_hex(tok, sizeof tok, e->token);
+  memcpy(e->meta.label, label, llen + 1);
+  e->meta.bytes = r->bytes;
+  e->meta.created_unix_ms = now_unix_ms();
+  uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
+  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
+  if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
+    ttl = s->lim.max_ttl_ms;
+  }
+  if (ttl) {
+    /* Clamp far futures instead of overflowing the signed millisecond clock. */
+    int64_t room = INT64_MAX - e->meta.created_unix_ms;
+    e->meta.expires_unix_ms =
+        ttl > (uint64_t)room ? INT64_MAX : e->meta.created_unix_ms + (int64_t)ttl;
+  }
+  e->payload = payload;
+  e->payload_destroy = payload_destroy;
+
+  pthread_mutex_lock(&s->mu);
+  locked = true;
+  if (find_payload(s, payload)) {
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                       "commit given a payload the store already holds (%" PRIu64 " B state)",
+                       r->bytes);
+    goto out;
+  }
+  /* 64 random bits: a collision with a live handle is astronomically rare, but a handle must never
+   * name two states, so draw again rather than assume. */
+  for (;;) {
+    unsigned char hb[HANDLE_BYTES];
+    QDP_TRY(rc, fill_random(hb, sizeof hb, reterr));
+    e->meta.handle[0] = 's';
+    to_hex(hb, sizeof hb, e->meta.handle + 1);
+    if (!find_handle(s, e->meta.handle)) {
+      break;
+    }
+  }
+  snprintf(e->meta.owner, sizeof e->meta.owner, "%s", r->owner->name);
+  e->owner = r->owner; /* the reservation's bytes and slot become the state's */
+  e->linked = true;
+  ht_insert(&s->by_handle, &e->by_handle, hash_str(e->meta.handle));
+  ht_insert(&s->by_payload, &e->by_payload, hash_ptr(payload));
+  s->states++;
+  memcpy(ret_handle, e->meta.handle, STATE_HANDLE_LEN);
+  memcpy(ret_token, e->token, STATE_TOKEN_LEN);
+  e = NULL;
+  free(r);
+  r = NULL;
+out:
+  if (locked) {
+    pthread_mutex_unlock(&s->mu);
+  }
+  free(e);
+  state_reservation_cancel(r);
+  return rc;
+}
+
+/* ---- lookups --------------------------------------------------------------------------------- */
+
+static qdp_status not_found(const char *handle, struct qdp_error *reterr) {
+  return qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "handle",
+                       "state '%.*s' not found: unknown handle or wrong token", 64,
+                       handle ? handle : "");
+}
+
+/* The entry for (handle, token), or NULL; under the lock. Expired states are not found even
+ * before the sweeper unlinks them, so a TTL is exact for the client. */
+static struct entry *lookup(struct state_store *s, const char *handle, const char *token,
+                            int64_t now) {
+  if (!handle) {
+    return NULL;
+  }
+  struct entry *e = find_handle(s, handle);
+  /* Compare a token even for an unknown handle, so both refusals cost the same. */
+  static const char dummy[STATE_TOKEN_LEN] = "00000000000000000000000000000000";
+  bool ok = token_equal(e ? e->token : dummy, token);
+  if (!e || !ok) {
+    return NULL;
+  }
+  if (e->meta.expires_unix_ms && e->meta.expires_unix_ms <= now) {
+    return NULL;
+  }
+  return e;
+}
+
+qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
+                           void **ret_payload, struct state_meta *ret_meta,
+                           struct qdp_error *reterr) {
+  int64_t now = now_unix_ms();
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = lookup(s, handle, token, now);
+  if (!e) {
+    pthread_mutex_unlock(&s->mu);
+    return not_found(handle, reterr);
+  }
+  e->pins++;
+  *ret_payload = e->payload;
+  if (ret_meta) {
+    *ret_meta = e->meta;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return QDP_OK;
+}
+
+/* Unlinks a live entry; returns it when it should be destroyed now (no pin). Under the lock. */
+static struct entry *unlink_entry(struct state_store *s, struct entry *e) {
+  ht_remove(&s->by_handle, &e->by_handle);
+  e->linked = false;
+  s->states--;
+  unaccount(s, e->owner, e->meta.bytes);
+  e->owner = NULL;
+  if (e->pins) {
+    return NULL;
+  }
+  ht_remove(&s->by_payload, &e->by_payload);
+  return e;
+}
+
+void state_store_put(struct state_store *s, void *payload) {
+  if (!s || !payload) {
+    return;
+  }
+  struct entry *dead = NULL;
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = find_payload(s, payload);
+  if (e && e->pins) {
+    e->pins--;
+    if (!e->pins && !e->linked) {
+      ht_remove(&s->by_payload, &e->by_payload);
+      dead = e;
+      dead->dead_next = NULL;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+}
+
+qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
+                               uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
+  pthread_mutex_lock(&s->mu);
+  /* An expired state not yet swept can still be released: the client is tidying up. */
+  struct entry *e = lookup(s, handle, token, INT64_MIN);
+  if (!e) {
+    pthread_mutex_unlock(&s->mu);
+    return not_found(handle, reterr);
+  }
+  uint64_t bytes = e->meta.bytes;
+  struct entry *dead = unlink_entry(s, e);
+  if (dead) {
+    dead->dead_next = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+  if (ret_freed_bytes) {
+    *ret_freed_bytes = bytes;
+  }
+  return QDP_OK;
+}
+
+void state_store_foreach(struct state_store *s,
+                         void (*fn)(const struct state_meta *meta, void *payload, void *arg),
+                         void *arg) {
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->by_handle.nbuckets; i++) {
+    for (struct hnode *n = s->by_handle.buckets[i]; n; n = n->next) {
+      struct entry *e = CONTAINER(n, struct entry, by_handle);
+      fn(&e->meta, e->payload, arg);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+size_t state_store_expire(struct state_store *s, int64_t now) {
+  struct entry *dead = NULL;
+  size_t count = 0;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->by_handle.nbuckets; i++) {
+    struct hnode *n = s->by_handle.buckets[i];
+    while (n) {
+      struct hnode *next = n->next; /* n may leave the chain below */
+      struct entry *e = CONTAINER(n, struct entry, by_handle);
+      if (e->meta.expires_unix_ms && e->meta.expires_unix_ms <= now) {
+        struct entry *d = unlink_entry(s, e);
+        if (d) {
+          d->dead_next = dead;
+          dead = d;
+        }
+        count++;
+      }
+      n = next;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+  return count;
+}
+
+void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states) {
+  pthread_mutex_lock(&s->mu);
+  if (ret_bytes) {
+    *ret_bytes = s->bytes;
+  }
+  if (ret_states) {
+    *ret_states = s->states;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
