@@ -1,0 +1,167 @@
+/* The CPU backend: host-memory devices ("cpu:N") running the reference kernels of kernels/qdpk.h.
+ * It is both the oracle the GPU is tested against and a real backend for machines with no GPU.
+ * Memory is plain host memory, so amp_load needs no copy and a butterfly between two cpu devices
+ * works on both buffers in place. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qdpk.h"
+#include "runtime/device.h"
+
+/* 64-byte alignment: a cache line, and what vector loads of complex128 pairs want. */
+#define CPU_ALIGN 64
+
+static void cpu_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
+  uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
+  *ret_total = d->info.total_bytes;
+  *ret_free = used < d->info.total_bytes ? d->info.total_bytes - used : 0;
+}
+
+static qdp_status cpu_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
+                            struct qdp_error *reterr) {
+  void *p = NULL;
+  int err = bytes > SIZE_MAX ? ENOMEM : posix_memalign(&p, CPU_ALIGN, bytes ? (size_t)bytes : 1);
+  if (err != 0) {
+    if (reterr) {
+      reterr->need_bytes = bytes;
+    }
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, err,
+                            "%s: cannot allocate %llu B of host memory: %s", d->info.name,
+                            (unsigned long long)bytes, strerror(err));
+  }
+  *ret_ptr = p;
+  return QDP_OK;
+}
+
+static void cpu_free(struct runtime_device *d, void *ptr) {
+  (void)d;
+  free(ptr);
+}
+
+static qdp_status cpu_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
+                           struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  memcpy(dst, src, bytes);
+  return QDP_OK;
+}
+
+static qdp_status cpu_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
+                               struct qdp_error *reterr) {
+  /* The input already is in host memory, and stays valid for the whole job. */
+  (void)d;
+  (void)w;
+  (void)reterr;
+  return QDP_OK;
+}
+
+static qdp_status cpu_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
+                                uint64_t offset, uint64_t len, uint64_t block, double *ret_sums,
+                                struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
+  qdpk_cpu_sumsq(x, w->in, w->in_stride, len, block, w->shard->rows, w->plan->out_dtype, ret_sums);
+  return QDP_OK;
+}
+
+static struct qdpk_span span_of(const struct runtime_shard_work *w) {
+  return (struct qdpk_span){.qubits = w->plan->qubits,
+                            .first = w->shard->first,
+                            .count = w->shard->count,
+                            .rows = w->shard->rows,
+                            .out = w->plan->out_dtype};
+}
+
+static qdp_status cpu_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                                const double *sumsq, struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  struct qdpk_span s = span_of(w);
+  qdpk_cpu_amplitude(&s, w->x, w->in, w->in_stride, w->len, sumsq, w->out);
+  return QDP_OK;
+}
+
+static qdp_status cpu_encode(struct runtime_device *d, struct runtime_shard_work *w,
+                             struct qdp_error *reterr) {
+  struct qdpk_span s = span_of(w);
+  switch (w->plan->encoding) {
+  case QDP_ENCODING_ANGLE:
+    qdpk_cpu_angle(&s, w->x, w->in, w->in_stride, w->out);
+    return QDP_OK;
+  case QDP_ENCODING_PHASE:
+    qdpk_cpu_phase(&s, w->x, w->in, w->in_stride, w->out);
+    return QDP_OK;
+  case QDP_ENCODING_BASIS:
+    qdpk_cpu_basis(&s, w->x, w->in, w->in_stride, w->out);
+    return QDP_OK;
+  case QDP_ENCODING_IQP:
+  case QDP_ENCODING_IQP_Z:
+    qdpk_cpu_iqp_phases(&s, w->x, w->in, w->in_stride, w->plan->encoding == QDP_ENCODING_IQP,
+                        w->out);
+    qdpk_cpu_wht(w->out, w->plan->out_dtype, w->shard->count, w->shard->rows);
+    return QDP_OK;
+  default:
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: encoding %d has no direct kernel", d->info.name,
+                            (int)w->plan->encoding);
+  }
+}
+
+static qdp_status cpu_butterfly(struct runtime_device *da, void *a, struct runtime_device *db,
+                                void *b, qdp_dtype out, uint64_t count, struct qdp_error *reterr) {
+  (void)da;
+  (void)db;
+  (void)reterr;
+  qdpk_cpu_butterfly(a, b, out, count);
+  return QDP_OK;
+}
+
+static void cpu_work_done(struct runtime_device *d, struct runtime_shard_work *w) {
+  (void)d;
+  (void)w;
+}
+
+static const struct runtime_device_ops cpu_ops = {
+    .backend = "cpu",
+    .query = cpu_query,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .read = cpu_read,
+    .amp_load = cpu_amp_load,
+    .amp_sumsq = cpu_amp_sumsq,
+    .amp_scale = cpu_amp_scale,
+    .encode = cpu_encode,
+    .butterfly = cpu_butterfly,
+    .work_done = cpu_work_done,
+};
+
+qdp_status runtime_cpu_devices_create(unsigned count, uint64_t bytes_each,
+                                      struct runtime_device **ret_devs, struct qdp_error *reterr) {
+  for (unsigned i = 0; i < count; i++) {
+    struct runtime_device *d = calloc(1, sizeof *d);
+    if (!d) {
+      for (unsigned j = 0; j < i; j++) {
+        runtime_cpu_device_destroy(ret_devs[j]);
+        ret_devs[j] = NULL;
+      }
+      return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                           "cannot allocate the description of cpu:%u", i);
+    }
+    d->ops = &cpu_ops;
+    snprintf(d->info.name, sizeof d->info.name, "cpu:%u", i);
+    d->info.kind = RUNTIME_DEVICE_CPU;
+    d->info.ordinal = (int)i;
+    snprintf(d->info.model, sizeof d->info.model, "host memory");
+    d->info.total_bytes = bytes_each;
+    d->info.budget_bytes = bytes_each;
+    ret_devs[i] = d;
+  }
+  return QDP_OK;
+}
+
+void runtime_cpu_device_destroy(struct runtime_device *d) {
+  free(d);
+}

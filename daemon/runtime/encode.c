@@ -1,0 +1,521 @@
+/* The executor: one encode job on the mesh (runtime.h), in the order of DESIGN.md §3 — check the
+ * values, reserve and allocate every local shard, ingest, reduce the norm along its fixed tree,
+ * encode, run the global-bit Walsh-Hadamard stages between shard pairs — and reading states back.
+ * Shards of one job run concurrently, one thread per shard; a job with one shard runs on the
+ * caller's thread (no thread start on the small-job path). */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qdpk.h"
+#include "runtime/mesh.h"
+#include "runtime/norm.h"
+
+struct runtime_state {
+  struct runtime_mesh *mesh;
+  struct plan plan; /* a private copy: shards and needs arrays owned here */
+  void **bufs;      /* per shard of plan.shards; NULL for shards of other ranks */
+  uint64_t bytes;
+  const char *collective;
+  double encode_ms;
+};
+
+/* One shard of the job in flight. */
+struct shard_task {
+  struct runtime_state *st;
+  size_t index;
+  struct runtime_device *dev;
+  struct runtime_shard_work work;
+  struct norm_block *blocks; /* amplitude: [rows][nblocks] */
+  size_t nblocks;
+  const double *sumsq; /* amplitude: the shard's rows' totals */
+  int loaded;
+  struct qdp_error err;
+  qdp_status rc;
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int plan_copy(const struct plan *src, struct plan *dst) {
+  *dst = *src;
+  dst->shards = malloc(src->nshards * sizeof *dst->shards);
+  dst->needs = malloc((src->nneeds ? src->nneeds : 1) * sizeof *dst->needs);
+  if (!dst->shards || !dst->needs) {
+    free(dst->shards);
+    free(dst->needs);
+    return -1;
+  }
+  memcpy(dst->shards, src->shards, src->nshards * sizeof *dst->shards);
+  memcpy(dst->needs, src->needs, src->nneeds * sizeof *dst->needs);
+  return 0;
+}
+
+/* Runs fn over n items of `size` bytes at base, one thread each beyond the first, which runs here;
+ * waits for all. */
+static void run_all(void *base, size_t n, size_t size, void *(*fn)(void *)) {
+  char *item = base;
+  pthread_t *tids = n > 1 ? calloc(n, sizeof *tids) : NULL;
+  int *started = n > 1 ? calloc(n, sizeof *started) : NULL;
+  for (size_t i = 1; i < n; i++) {
+    /* Without threads (allocation failed) the shards still run, one after another. */
+    started[i] = tids && started && pthread_create(&tids[i], NULL, fn, item + i * size) == 0;
+    if (!started[i]) {
+      fn(item + i * size);
+    }
+  }
+  if (n > 0) {
+    fn(item);
+  }
+  for (size_t i = 1; i < n; i++) {
+    if (started[i]) {
+      pthread_join(tids[i], NULL);
+    }
+  }
+  free(started);
+  free(tids);
+}
+
+/* The first failure among tasks, copied to reterr. */
+static qdp_status first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr) {
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].rc != QDP_OK) {
+      if (reterr) {
+        *reterr = t[i].err;
+      }
+      return t[i].rc;
+    }
+  }
+  return QDP_OK;
+}
+
+static void *task_sumsq(void *arg) {
+  struct shard_task *t = arg;
+  struct runtime_shard_work *w = &t->work;
+  t->rc = t->dev->ops->amp_load(t->dev, w, &t->err);
+  t->loaded = t->rc == QDP_OK;
+  uint64_t rows = w->shard->rows;
+  double *sums = t->rc == QDP_OK ? malloc(rows * sizeof *sums) : NULL;
+  if (t->rc == QDP_OK && !sums) {
+    t->rc = qdp_error_set(&t->err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                          "cannot allocate %" PRIu64 " row sums", rows);
+  }
+  for (size_t b = 0; t->rc == QDP_OK && b < t->nblocks; b++) {
+    struct norm_block *blk = &t->blocks[b];
+    uint64_t offset = blk->first - w->shard->first;
+    uint64_t size = UINT64_C(1) << blk->log2;
+    uint64_t len = offset >= w->len ? 0 : (w->len - offset < size ? w->len - offset : size);
+    if (len == 0) {
+      for (uint64_t r = 0; r < rows; r++) {
+        t->blocks[r * t->nblocks + b].sum = 0.0; /* past the input: zeros */
+      }
+      continue;
+    }
+    t->rc = t->dev->ops->amp_sumsq(t->dev, w, offset, len, size, sums, &t->err);
+    for (uint64_t r = 0; t->rc == QDP_OK && r < rows; r++) {
+      t->blocks[r * t->nblocks + b] = *blk;
+      t->blocks[r * t->nblocks + b].sum = sums[r];
+    }
+  }
+  free(sums);
+  return NULL;
+}
+
+static void *task_scale(void *arg) {
+  struct shard_task *t = arg;
+  t->rc = t->dev->ops->amp_scale(t->dev, &t->work, t->sumsq, &t->err);
+  return NULL;
+}
+
+static void *task_encode(void *arg) {
+  struct shard_task *t = arg;
+  t->rc = t->dev->ops->encode(t->dev, &t->work, &t->err);
+  return NULL;
+}
+
+/* One exchange of a global-bit stage: the shards whose indices differ only in that bit. */
+struct pair_task {
+  struct shard_task *lo, *hi;
+  qdp_dtype out;
+  qdp_status rc;
+  struct qdp_error err;
+};
+
+static void *task_butterfly(void *arg) {
+  struct pair_task *p = arg;
+  p->rc = p->lo->dev->ops->butterfly(p->lo->dev, p->lo->work.out, p->hi->dev, p->hi->work.out,
+                                     p->out, p->lo->work.shard->count, &p->err);
+  return NULL;
+}
+
+/* Describes the first non-finite value of sample `row` for an error message. */
+static qdp_status bad_value(struct qdp_error *reterr, const char *what, const struct runtime_input *in,
+                            uint64_t index) {
+  uint64_t row = index / in->cols, col = index % in->cols;
+  double v = in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index]
+                                            : ((const double *)in->data)[index];
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                       "input sample %" PRIu64 " value %" PRIu64 " is %g: %s must be finite", row,
+                       col, v, what);
+}
+
+static qdp_status check_values(const struct plan *p, const struct runtime_input *in,
+                               struct qdp_error *reterr) {
+  uint64_t index = 0;
+  switch (p->encoding) {
+  case QDP_ENCODING_ANGLE:
+  case QDP_ENCODING_PHASE:
+  case QDP_ENCODING_IQP:
+  case QDP_ENCODING_IQP_Z:
+    if (qdpk_cpu_find_nonfinite(in->data, in->dtype, in->rows * in->cols, &index)) {
+      return bad_value(reterr,
+                       p->encoding == QDP_ENCODING_ANGLE   ? "angles"
+                       : p->encoding == QDP_ENCODING_PHASE ? "phases"
+                                                           : "coefficients",
+                       in, index);
+    }
+    return QDP_OK;
+  case QDP_ENCODING_BASIS: {
+    enum qdpk_basis_fault f =
+        qdpk_cpu_check_basis(in->data, in->dtype, in->cols, in->rows, p->qubits, &index);
+    if (f == QDPK_BASIS_OK) {
+      return QDP_OK;
+    }
+    double v = in->dtype == QDP_DTYPE_INT64    ? (double)((const int64_t *)in->data)[index * in->cols]
+               : in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index * in->cols]
+                                                : ((const double *)in->data)[index * in->cols];
+    static const char *const why[] = {
+        [QDPK_BASIS_NOT_FINITE] = "is not finite",
+        [QDPK_BASIS_NOT_INTEGER] = "is not an integer",
+        [QDPK_BASIS_NEGATIVE] = "is negative",
+        [QDPK_BASIS_TOO_LARGE] = "is not below 2^qubits",
+    };
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "basis index %.17g of sample %" PRIu64 " %s (qubits %u: valid indices are "
+                         "0..%" PRIu64 ")",
+                         v, index, why[f], p->qubits, (UINT64_C(1) << p->qubits) - 1);
+  }
+  default:
+    return QDP_OK;
+  }
+}
+
+static qdp_status check_input_shape(const struct plan *p, const struct runtime_input *in,
+                                    struct qdp_error *reterr) {
+  if (in->rows != p->batch || in->dtype != p->in_dtype || in->cols == 0 ||
+      (p->encoding == QDP_ENCODING_AMPLITUDE ? in->cols > p->amplitudes
+                                              : in->cols != qdpk_params_per_sample(
+                                                                 p->encoding, p->qubits))) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input of %" PRIu64 " x %" PRIu64 " %s values does not match the plan "
+                         "(%" PRIu64 " samples of %u qubits, %s input)",
+                         in->rows, in->cols, qdp_dtype_name(in->dtype) ? qdp_dtype_name(in->dtype) : "?",
+                         p->batch, p->qubits,
+                         qdp_dtype_name(p->in_dtype) ? qdp_dtype_name(p->in_dtype) : "?");
+  }
+  return QDP_OK;
+}
+
+/* Reduces each sample's blocks along the tree, checks the totals, and points tasks at them. */
+static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, size_t n,
+                               const struct runtime_input *in, double *sumsq,
+                               struct qdp_error *reterr) {
+  const struct plan *p = &st->plan;
+  int single = p->out_dtype == QDP_DTYPE_COMPLEX64;
+  struct norm_block *all = malloc(n * NORM_BLOCKS_MAX * sizeof *all);
+  if (!all) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
+  }
+  qdp_status rc = QDP_OK;
+  for (uint64_t row = 0; row < p->batch && rc == QDP_OK; row++) {
+    size_t nb = 0;
+    for (size_t i = 0; i < n; i++) {
+      const struct plan_shard *sh = t[i].work.shard;
+      if (row >= sh->row_first && row - sh->row_first < sh->rows) {
+        memcpy(&all[nb], &t[i].blocks[(row - sh->row_first) * t[i].nblocks],
+               t[i].nblocks * sizeof *all);
+        nb += t[i].nblocks;
+      }
+    }
+    /* Shards are ordered by first within a row, so the blocks are ascending. */
+    double s = norm_combine(all, nb, p->qubits, single);
+    sumsq[row] = s;
+    if (s == 0.0) {
+      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input sample %" PRIu64 " has zero norm: amplitude encoding needs at "
+                         "least one non-zero value",
+                         row);
+    } else if (!isfinite(s)) {
+      uint64_t index = 0;
+      if (qdpk_cpu_find_nonfinite((const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype),
+                                  in->dtype, in->cols, &index)) {
+        rc = bad_value(reterr, "amplitudes", in, row * in->cols + index);
+      } else {
+        rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                           "input sample %" PRIu64 " has a norm that overflows %s: scale the "
+                           "values down",
+                           row, single ? "float32" : "float64");
+      }
+    }
+  }
+  free(all);
+  for (size_t i = 0; rc == QDP_OK && i < n; i++) {
+    t[i].sumsq = sumsq + t[i].work.shard->row_first;
+  }
+  return rc;
+}
+
+static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
+                                const struct runtime_input *in, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  double *sumsq = malloc(st->plan.batch * sizeof *sumsq);
+  if (!sumsq) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate %" PRIu64
+                         " norms", st->plan.batch);
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct plan_shard *sh = t[i].work.shard;
+    struct norm_block split[NORM_BLOCKS_MAX];
+    t[i].nblocks = norm_split(sh->first, sh->first + sh->count, split);
+    t[i].blocks = malloc(sh->rows * t[i].nblocks * sizeof *t[i].blocks);
+    if (!t[i].blocks) {
+      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
+      goto out;
+    }
+    for (uint64_t r = 0; r < sh->rows; r++) {
+      memcpy(&t[i].blocks[r * t[i].nblocks], split, t[i].nblocks * sizeof *split);
+    }
+  }
+  run_all(t, n, sizeof *t, task_sumsq);
+  QDP_TRY(rc, first_failure(t, n, reterr));
+  QDP_TRY(rc, reduce_norms(st, t, n, in, sumsq, reterr));
+  run_all(t, n, sizeof *t, task_scale);
+  QDP_TRY(rc, first_failure(t, n, reterr));
+  st->collective = n > 1 ? "host" : "none";
+out:
+  for (size_t i = 0; i < n; i++) {
+    free(t[i].blocks);
+    t[i].blocks = NULL;
+  }
+  free(sumsq);
+  return rc;
+}
+
+/* The global-bit stages of the Walsh-Hadamard transform of a sharded iqp state: for each global
+ * bit, ascending, every shard pair differing in that bit exchanges and combines. Shards of an even
+ * plan are in index order, so shard i holds global index bits i. */
+static qdp_status run_global_stages(struct runtime_state *st, struct shard_task *t, size_t n,
+                                    struct qdp_error *reterr) {
+  size_t npairs = n / 2;
+  struct pair_task *pairs = calloc(npairs, sizeof *pairs);
+  qdp_status rc = QDP_OK;
+  if (!pairs) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate exchange pairs");
+    goto out;
+  }
+  for (uint32_t bit = 0; bit < st->plan.global_bits; bit++) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (!(i & ((size_t)1 << bit))) {
+        pairs[k] = (struct pair_task){.lo = &t[i], .hi = &t[i | ((size_t)1 << bit)],
+                                      .out = st->plan.out_dtype, .err = QDP_ERROR_INIT};
+        k++;
+      }
+    }
+    run_all(pairs, k, sizeof *pairs, task_butterfly);
+    for (size_t i = 0; i < k; i++) {
+      if (pairs[i].rc != QDP_OK) {
+        rc = pairs[i].rc;
+        if (reterr) {
+          *reterr = pairs[i].err;
+        }
+        goto out;
+      }
+    }
+  }
+out:
+  free(pairs);
+  return rc;
+}
+
+static void state_free_buffers(struct runtime_state *st) {
+  for (size_t i = 0; st->bufs && i < st->plan.nshards; i++) {
+    if (st->bufs[i]) {
+      struct runtime_device *d = st->mesh->devs[st->plan.shards[i].device];
+      d->ops->free(d, st->bufs[i]);
+      runtime_device_unreserve(d, st->plan.shards[i].bytes);
+    }
+  }
+  free(st->bufs);
+  st->bufs = NULL;
+}
+
+void runtime_state_destroy(struct runtime_state *s) {
+  if (!s) {
+    return;
+  }
+  state_free_buffers(s);
+  free(s->plan.shards);
+  free(s->plan.needs);
+  free(s);
+}
+
+qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
+                          const struct runtime_input *in, struct runtime_state **ret_state,
+                          struct qdp_error *reterr) {
+  double t0 = now_ms();
+  qdp_status rc = QDP_OK;
+  struct runtime_state *st = NULL;
+  struct shard_task *t = NULL;
+  size_t n = 0;
+
+  if (!p->feasible || p->nshards == 0) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
+                         "the plan is not feasible; nothing was encoded");
+  }
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (p->shards[i].rank == 0 && p->shards[i].device >= m->count) {
+      return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                           "shard %zu names device %zu but the mesh has %zu", i,
+                           p->shards[i].device, m->count);
+    }
+  }
+  QDP_TRY(rc, check_input_shape(p, in, reterr));
+  QDP_TRY(rc, check_values(p, in, reterr));
+
+  st = calloc(1, sizeof *st);
+  if (!st || plan_copy(p, &st->plan) != 0) {
+    free(st);
+    st = NULL;
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate the state");
+    goto out;
+  }
+  st->mesh = m;
+  st->collective = "none";
+  st->bufs = calloc(p->nshards, sizeof *st->bufs);
+  t = calloc(p->nshards, sizeof *t);
+  if (!st->bufs || !t) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate the shard table");
+    goto out;
+  }
+
+  /* Reserve and allocate every local shard before any work starts. */
+  unsigned esize = qdp_dtype_size(in->dtype);
+  for (size_t i = 0; i < st->plan.nshards; i++) {
+    const struct plan_shard *sh = &st->plan.shards[i];
+    if (sh->rank != 0) {
+      continue;
+    }
+    struct runtime_device *d = m->devs[sh->device];
+    QDP_TRY(rc, runtime_device_reserve(d, sh->bytes, reterr));
+    rc = d->ops->alloc(d, sh->bytes, &st->bufs[i], reterr);
+    if (rc != QDP_OK) {
+      runtime_device_unreserve(d, sh->bytes);
+      goto out;
+    }
+    st->bytes += sh->bytes;
+    struct shard_task *k = &t[n++];
+    k->st = st;
+    k->index = i;
+    k->dev = d;
+    k->err = (struct qdp_error)QDP_ERROR_INIT;
+    k->work = (struct runtime_shard_work){.plan = &st->plan, .shard = sh, .out = st->bufs[i],
+                                          .in = in->dtype, .in_stride = in->cols};
+    const char *row0 = (const char *)in->data + sh->row_first * in->cols * esize;
+    if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
+      uint64_t present = in->cols > sh->first ? in->cols - sh->first : 0;
+      k->work.len = present < sh->count ? present : sh->count;
+      k->work.x = row0 + (present ? sh->first * esize : 0);
+    } else {
+      k->work.x = row0;
+    }
+  }
+
+  if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
+    rc = run_amplitude(st, t, n, in, reterr);
+  } else {
+    run_all(t, n, sizeof *t, task_encode);
+    rc = first_failure(t, n, reterr);
+    if (rc == QDP_OK && st->plan.global_bits > 0 &&
+        (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z)) {
+      rc = run_global_stages(st, t, n, reterr);
+      st->collective = "host";
+    }
+  }
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  st->encode_ms = now_ms() - t0;
+  *ret_state = st;
+  st = NULL;
+out:
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].loaded || t[i].work.scratch) {
+      t[i].dev->ops->work_done(t[i].dev, &t[i].work);
+    }
+  }
+  free(t);
+  runtime_state_destroy(st);
+  return rc;
+}
+
+const struct plan *runtime_state_plan(const struct runtime_state *s) {
+  return &s->plan;
+}
+
+const char *runtime_state_collective(const struct runtime_state *s) {
+  return s->collective;
+}
+
+uint64_t runtime_state_bytes(const struct runtime_state *s) {
+  return s->bytes;
+}
+
+double runtime_state_encode_ms(const struct runtime_state *s) {
+  return s->encode_ms;
+}
+
+qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,
+                              struct qdp_error *reterr) {
+  const struct plan *p = &s->plan;
+  uint64_t total = p->batch * p->amplitudes; /* the planner proved this does not overflow */
+  if (offset > total || count > total - offset) {
+    return qdp_error_set(reterr, QDP_ERR_OUT_OF_RANGE, "offset",
+                         "amplitudes [%" PRIu64 ", %" PRIu64 ") are outside the state's %" PRIu64,
+                         offset, offset + count, total);
+  }
+  unsigned esize = qdp_dtype_size(p->out_dtype);
+  char *out = dst;
+  while (count > 0) {
+    uint64_t row = offset >> p->qubits, idx = offset & (p->amplitudes - 1);
+    size_t i = 0;
+    while (i < p->nshards &&
+           !(row >= p->shards[i].row_first && row - p->shards[i].row_first < p->shards[i].rows &&
+             idx >= p->shards[i].first && idx - p->shards[i].first < p->shards[i].count)) {
+      i++;
+    }
+    if (i == p->nshards || !s->bufs[i]) {
+      return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                           "amplitude %" PRIu64 " is in no local shard", offset);
+    }
+    const struct plan_shard *sh = &p->shards[i];
+    uint64_t run = sh->first + sh->count - idx;
+    run = run < count ? run : count;
+    uint64_t at = ((row - sh->row_first) * sh->count + (idx - sh->first)) * esize;
+    struct runtime_device *d = s->mesh->devs[sh->device];
+    qdp_status rc = d->ops->read(d, (const char *)s->bufs[i] + at, run * esize, out, reterr);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    out += run * esize;
+    offset += run;
+    count -= run;
+  }
+  return QDP_OK;
+}

@@ -1,0 +1,179 @@
+/* The DeviceMesh: parsing the device specification, creating the backend's devices, reporting
+ * capacity, and per-device byte reservations. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/device.h"
+#include "runtime/mesh.h"
+
+/* A host "device" is a share of host memory; more than this many is a typo, not a machine. */
+#define CPU_DEVICES_MAX 64
+#define DEFAULT_MEM_FRACTION 0.9
+
+/* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */
+static uint64_t host_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "re");
+  if (!f) {
+    return 0;
+  }
+  char line[256];
+  uint64_t kib = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kib) == 1) {
+      break;
+    }
+  }
+  fclose(f);
+  return kib * 1024;
+}
+
+/* Parses "cpu:N" into N (1..CPU_DEVICES_MAX); returns 0 when spec is not of that form. */
+static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
+  if (strncmp(spec, "cpu:", 4) != 0) {
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  unsigned long n = strtoul(spec + 4, &end, 10);
+  if (errno || end == spec + 4 || *end != '\0' || n < 1 || n > CPU_DEVICES_MAX) {
+    return -1;
+  }
+  *ret_n = (unsigned)n;
+  return 1;
+}
+
+qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg, struct runtime_mesh **ret_mesh,
+                               struct qdp_error *reterr) {
+  const char *spec = cfg->devices && cfg->devices[0] ? cfg->devices : "auto";
+  double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : DEFAULT_MEM_FRACTION;
+  if (fraction > 1.0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "mem_fraction",
+                         "mem_fraction %g is outside (0, 1]", fraction);
+  }
+  unsigned ncpu = 0;
+  int cpu = parse_cpu_spec(spec, &ncpu);
+  if (cpu < 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                         "devices '%s': expected cpu:N with 1 <= N <= %d", spec, CPU_DEVICES_MAX);
+  }
+  if (cpu == 0 && strcmp(spec, "auto") == 0) {
+    if (runtime_cuda_device_count() > 0) {
+      return runtime_cuda_mesh_create(cfg, NULL, ret_mesh, reterr);
+    }
+    ncpu = 1; /* no GPU: the CPU backend */
+  } else if (cpu == 0) {
+    return runtime_cuda_mesh_create(cfg, spec, ret_mesh, reterr);
+  }
+
+  uint64_t each = cfg->device_budget_bytes;
+  if (each == 0) {
+    uint64_t avail = host_available_bytes();
+    if (avail == 0) {
+      return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "device_budget",
+                           "cannot read MemAvailable from /proc/meminfo; set device_budget");
+    }
+    each = (uint64_t)((double)avail * fraction) / ncpu;
+  }
+  struct runtime_mesh *m = calloc(1, sizeof *m);
+  struct runtime_device **devs = calloc(ncpu, sizeof *devs);
+  qdp_status rc = QDP_OK;
+  if (!m || !devs) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate the mesh");
+    goto out;
+  }
+  QDP_TRY(rc, runtime_cpu_devices_create(ncpu, each, devs, reterr));
+  m->devs = devs;
+  m->count = ncpu;
+  m->backend = "cpu";
+  m->staging_bytes = 0; /* host input is read in place */
+  *ret_mesh = m;
+  m = NULL;
+  devs = NULL;
+out:
+  free(devs);
+  free(m);
+  return rc;
+}
+
+void runtime_mesh_destroy(struct runtime_mesh *m) {
+  if (!m) {
+    return;
+  }
+  for (size_t i = 0; i < m->count; i++) {
+    if (m->destroy_device) {
+      m->destroy_device(m->devs[i]);
+    } else {
+      runtime_cpu_device_destroy(m->devs[i]);
+    }
+  }
+  free(m->devs);
+  if (m->backend_fini) {
+    m->backend_fini(m);
+  }
+  free(m);
+}
+
+const char *runtime_mesh_backend(const struct runtime_mesh *m) {
+  return m->backend;
+}
+
+size_t runtime_mesh_count(const struct runtime_mesh *m) {
+  return m->count;
+}
+
+uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
+  return m->staging_bytes;
+}
+
+void runtime_mesh_device_info(struct runtime_mesh *m, size_t i, struct runtime_device_info *ret) {
+  struct runtime_device *d = m->devs[i];
+  *ret = d->info;
+  d->ops->query(d, &ret->total_bytes, &ret->free_bytes);
+  ret->used_bytes = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
+}
+
+void runtime_mesh_plan_devices(struct runtime_mesh *m, int rank, struct plan_device *devs) {
+  for (size_t i = 0; i < m->count; i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(m, i, &info);
+    memset(&devs[i], 0, sizeof devs[i]);
+    devs[i].rank = rank;
+    devs[i].ordinal = info.ordinal;
+    snprintf(devs[i].name, sizeof devs[i].name, "%s", info.name);
+    uint64_t room = info.budget_bytes > info.used_bytes ? info.budget_bytes - info.used_bytes : 0;
+    /* A GPU shared with other processes may have less free than qdp's budget says. */
+    devs[i].budget_bytes = room < info.free_bytes ? room : info.free_bytes;
+  }
+}
+
+qdp_status runtime_device_reserve(struct runtime_device *d, uint64_t bytes,
+                                  struct qdp_error *reterr) {
+  uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
+  for (;;) {
+    if (used > d->info.budget_bytes || bytes > d->info.budget_bytes - used) {
+      if (reterr) {
+        reterr->need_bytes = bytes;
+        reterr->free_bytes = used < d->info.budget_bytes ? d->info.budget_bytes - used : 0;
+      }
+      return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
+                              "%s needs %llu B for its shard but only %llu B of its %llu B budget "
+                              "are left (%llu B in use)",
+                              d->info.name, (unsigned long long)bytes,
+                              (unsigned long long)(used < d->info.budget_bytes
+                                                       ? d->info.budget_bytes - used
+                                                       : 0),
+                              (unsigned long long)d->info.budget_bytes, (unsigned long long)used);
+    }
+    if (__atomic_compare_exchange_n(&d->used_bytes, &used, used + bytes, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      return QDP_OK;
+    }
+  }
+}
+
+void runtime_device_unreserve(struct runtime_device *d, uint64_t bytes) {
+  __atomic_sub_fetch(&d->used_bytes, bytes, __ATOMIC_RELAXED);
+}

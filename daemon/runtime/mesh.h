@@ -1,0 +1,29 @@
+/* mesh.h — the mesh's insides, shared by the executor and the backends. Internal to runtime/. */
+#ifndef QDP_RUNTIME_MESH_H
+#define QDP_RUNTIME_MESH_H
+
+#include "runtime/device.h"
+
+struct runtime_mesh {
+  size_t count;
+  struct runtime_device **devs;
+  const char *backend;
+  uint64_t staging_bytes;
+  void (*destroy_device)(struct runtime_device *d); /* NULL: the CPU backend's */
+  void (*backend_fini)(struct runtime_mesh *m);     /* backend-wide teardown, may be NULL */
+  void *backend_data;
+};
+
+/* Reserves bytes of device d's budget (atomic); RESOURCE_EXHAUSTED with the numbers. */
+qdp_status runtime_device_reserve(struct runtime_device *d, uint64_t bytes,
+                                  struct qdp_error *reterr);
+void runtime_device_unreserve(struct runtime_device *d, uint64_t bytes);
+
+/* The CUDA backend (runtime/cuda_*.c where built, else a stub that says it is absent):
+ * how many GPUs the driver reports (0 without a driver), and a mesh of the GPUs named in spec
+ * ("0,1", "cuda:0,cuda:1"; NULL = all). */
+int runtime_cuda_device_count(void);
+qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
+                                    struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
+
+#endif /* QDP_RUNTIME_MESH_H */

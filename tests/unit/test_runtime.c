@@ -1,0 +1,412 @@
+/* The runtime on the CPU backend: meshes, the executor's sharding (every encoding built from 1, 2,
+ * 4, 8 and uneven shards gives the one-device bits), the norm tree, value checks with their
+ * messages, reservations, and reading states back across shard boundaries. */
+#include <check.h>
+#include <complex.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "runtime/norm.h"
+#include "runtime/runtime.h"
+
+#define GIB (UINT64_C(1) << 30)
+
+static struct runtime_mesh *mesh_of(const char *spec, uint64_t budget) {
+  struct runtime_mesh_config cfg = {.devices = spec, .device_budget_bytes = budget};
+  struct runtime_mesh *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "%s", e.msg);
+  return m;
+}
+
+/* Plans a job over the first `ndev` devices of m with `policy`. */
+static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
+                            qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
+                            qdp_dtype in, qdp_dtype out) {
+  struct plan_device devs[16];
+  runtime_mesh_plan_devices(m, 0, devs);
+  size_t subset[16];
+  for (size_t i = 0; i < ndev; i++) {
+    subset[i] = i;
+  }
+  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
+  struct plan_request req = {.encoding = enc, .qubits = n, .batch = batch,
+                             .values_per_sample = cols, .in_dtype = in, .out_dtype = out,
+                             .policy = policy, .device_subset = subset,
+                             .device_subset_count = ndev};
+  struct plan *p = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
+  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
+  return p;
+}
+
+/* Encodes and reads the whole state back; returns a malloc'd buffer. */
+static void *encode_all(struct runtime_mesh *m, const struct plan *p, const struct runtime_input *in) {
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(runtime_encode(m, p, in, &s, &e) == QDP_OK, "%s", e.msg);
+  uint64_t n = p->batch * p->amplitudes;
+  void *buf = malloc(n * qdp_dtype_size(p->out_dtype));
+  memset(buf, 0xA5, n * qdp_dtype_size(p->out_dtype)); /* poison: every value must be written */
+  ck_assert_msg(runtime_state_read(s, 0, n, buf, &e) == QDP_OK, "%s", e.msg);
+  runtime_state_destroy(s);
+  return buf;
+}
+
+static double *random_values(uint64_t count, unsigned seed) {
+  double *x = malloc(count * sizeof *x);
+  srand(seed);
+  for (uint64_t i = 0; i < count; i++) {
+    x[i] = (double)rand() / RAND_MAX * 4.0 - 2.0;
+  }
+  return x;
+}
+
+static void assert_mesh_idle(struct runtime_mesh *m) {
+  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(m, i, &info);
+    ck_assert_uint_eq(info.used_bytes, 0);
+  }
+}
+
+START_TEST(test_mesh_cpu_spec_gives_named_devices) {
+  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  ck_assert_str_eq(runtime_mesh_backend(m), "cpu");
+  ck_assert_uint_eq(runtime_mesh_count(m), 3);
+  struct runtime_device_info info;
+  runtime_mesh_device_info(m, 2, &info);
+  ck_assert_str_eq(info.name, "cpu:2");
+  ck_assert_uint_eq(info.budget_bytes, GIB);
+  ck_assert_uint_eq(info.free_bytes, GIB);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_mesh_refuses_bad_specs) {
+  const char *bad[] = {"cpu:0", "cpu:x", "cpu:65", "cpu:"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct runtime_mesh_config cfg = {.devices = bad[i], .device_budget_bytes = GIB};
+    struct runtime_mesh *m = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_int_eq(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.field, "devices");
+    ck_assert_ptr_null(m);
+  }
+}
+END_TEST
+
+START_TEST(test_norm_split_covers_range_with_aligned_blocks) {
+  struct norm_block b[NORM_BLOCKS_MAX];
+  /* [0, 2863311531): the first shard of 34 qubits over 6 devices. */
+  uint64_t lo = 5, hi = 2863311531;
+  size_t n = norm_split(lo, hi, b);
+  uint64_t at = lo;
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_uint_eq(b[i].first, at);
+    ck_assert_uint_eq(b[i].first % (UINT64_C(1) << b[i].log2), 0);
+    at += UINT64_C(1) << b[i].log2;
+  }
+  ck_assert_uint_eq(at, hi);
+  ck_assert_uint_eq(norm_split(0, UINT64_C(1) << 40, b), 1);
+  ck_assert_uint_eq(b[0].log2, 40);
+}
+END_TEST
+
+START_TEST(test_norm_combine_follows_the_pairwise_tree) {
+  /* Leaves 1, 2, 3, 4 of [0, 4) as four blocks, as two, and as one give ((1+2)+(3+4)). */
+  struct norm_block four[4] = {{0, 0, 1e16}, {1, 0, 1.0}, {2, 0, -1e16}, {3, 0, 1.0}};
+  /* Pairwise: (1e16 + 1) + (-1e16 + 1) = 1e16 + -1e16 = 0 in double; a running sum gives 1. */
+  ck_assert(norm_combine(four, 4, 2, 0) == 0.0);
+  struct norm_block gap[1] = {{2, 1, 5.0}}; /* only [2, 4) given: the rest is zero */
+  ck_assert(norm_combine(gap, 1, 3, 0) == 5.0);
+}
+END_TEST
+
+START_TEST(test_amplitude_hand_computed) {
+  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  double x[3] = {3.0, 0.0, 4.0}; /* 2 qubits, padded to 4 */
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, 1, 3, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 3};
+  double complex *psi = encode_all(m, p, &in);
+  ck_assert_double_eq_tol(creal(psi[0]), 0.6, 1e-15);
+  ck_assert_double_eq(creal(psi[1]), 0.0);
+  ck_assert_double_eq_tol(creal(psi[2]), 0.8, 1e-15);
+  ck_assert_double_eq(creal(psi[3]), 0.0);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_double_eq(cimag(psi[i]), 0.0);
+  }
+  free(psi);
+  plan_destroy(p);
+  assert_mesh_idle(m);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* One encoding on one device, then over 2, 4 and 8 even shards and 3 and 6 uneven ones: the same
+ * bits. */
+static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64_t cols,
+                                            qdp_dtype in, qdp_dtype out) {
+  struct runtime_mesh *m = mesh_of("cpu:8", GIB);
+  double *x64 = random_values(cols, 7 + (unsigned)enc);
+  float *x32 = malloc(cols * sizeof *x32);
+  for (uint64_t i = 0; i < cols; i++) {
+    x32[i] = (float)x64[i];
+  }
+  struct runtime_input input = {.data = in == QDP_DTYPE_FLOAT32 ? (void *)x32 : (void *)x64,
+                                .dtype = in, .rows = 1, .cols = cols};
+  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, enc, n, 1, cols, in, out);
+  void *ref = encode_all(m, p1, &input);
+  size_t bytes = (size_t)p1->total_bytes;
+  plan_destroy(p1);
+  struct {
+    size_t ndev;
+    enum plan_policy policy;
+  } cases[] = {{2, PLAN_EVEN}, {4, PLAN_EVEN}, {8, PLAN_EVEN}, {3, PLAN_UNEVEN}, {6, PLAN_UNEVEN}};
+  int iqp = enc == QDP_ENCODING_IQP || enc == QDP_ENCODING_IQP_Z;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    if (iqp && cases[c].policy != PLAN_EVEN) {
+      continue; /* iqp's global-bit stages need 2^g equal shards */
+    }
+    struct plan *p = plan_on(m, cases[c].ndev, cases[c].policy, enc, n, 1, cols, in, out);
+    ck_assert_uint_eq(p->nshards, cases[c].ndev);
+    void *got = encode_all(m, p, &input);
+    ck_assert_msg(memcmp(ref, got, bytes) == 0, "%s over %zu %s shards differs from one device",
+                  qdp_encoding_name(enc), cases[c].ndev, plan_policy_name(cases[c].policy));
+    free(got);
+    plan_destroy(p);
+  }
+  assert_mesh_idle(m);
+  free(ref);
+  free(x32);
+  free(x64);
+  runtime_mesh_destroy(m);
+}
+
+START_TEST(test_amplitude_sharded_bits_equal_one_device) {
+  /* L not a power of two and not a multiple of any shard size: zero padding inside shards. */
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 12, 4096 - 777, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128);
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 11, 2048, QDP_DTYPE_FLOAT32,
+                                  QDP_DTYPE_COMPLEX64);
+}
+END_TEST
+
+START_TEST(test_param_encodings_sharded_bits_equal_one_device) {
+  check_sharding_is_bit_identical(QDP_ENCODING_ANGLE, 10, 10, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128);
+  check_sharding_is_bit_identical(QDP_ENCODING_PHASE, 9, 9, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+  check_sharding_is_bit_identical(QDP_ENCODING_IQP_Z, 8, 8, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128);
+  check_sharding_is_bit_identical(QDP_ENCODING_IQP, 7, 7 + 21, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128);
+  check_sharding_is_bit_identical(QDP_ENCODING_IQP, 6, 6 + 15, QDP_DTYPE_FLOAT32,
+                                  QDP_DTYPE_COMPLEX64);
+}
+END_TEST
+
+START_TEST(test_iqp_sharded_matches_direct_sum) {
+  /* psi_b = 2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, summed directly. */
+  enum { N = 5, P = N + N * (N - 1) / 2 };
+  struct runtime_mesh *m = mesh_of("cpu:4", GIB);
+  double *d = random_values(P, 99);
+  struct runtime_input in = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = P};
+  struct plan *p = plan_on(m, 4, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  double complex *psi = encode_all(m, p, &in);
+  for (unsigned b = 0; b < (1u << N); b++) {
+    double complex sum = 0;
+    for (unsigned z = 0; z < (1u << N); z++) {
+      double theta = 0;
+      int k = N;
+      for (int i = 0; i < N; i++) {
+        theta += ((z >> i) & 1) * d[i];
+      }
+      for (int i = 0; i < N; i++) {
+        for (int j = i + 1; j < N; j++, k++) {
+          theta += ((z >> i) & (z >> j) & 1) * d[k];
+        }
+      }
+      sum += (__builtin_popcount(z & b) & 1 ? -1.0 : 1.0) * cexp(I * theta);
+    }
+    sum /= (double)(1u << N);
+    ck_assert_double_eq_tol(creal(psi[b]), creal(sum), 1e-12);
+    ck_assert_double_eq_tol(cimag(psi[b]), cimag(sum), 1e-12);
+  }
+  free(psi);
+  free(d);
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_batch_over_devices_matches_per_sample) {
+  /* 5 samples over 3 devices by sample: each equals the sample encoded alone. */
+  enum { N = 6, B = 5, L = 50 };
+  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  double *x = random_values(B * L, 3);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
+  struct plan *p = plan_on(m, 3, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  ck_assert_uint_eq(p->nshards, 3);
+  double complex *all = encode_all(m, p, &in);
+  for (int r = 0; r < B; r++) {
+    struct runtime_input one = {.data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
+    struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
+                              QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    double complex *single = encode_all(m, p1, &one);
+    ck_assert(memcmp(single, all + r * (1 << N), sizeof(double complex) << N) == 0);
+    double norm = 0;
+    for (int i = 0; i < (1 << N); i++) {
+      norm += creal(single[i]) * creal(single[i]);
+    }
+    ck_assert_double_eq_tol(norm, 1.0, 1e-14);
+    free(single);
+    plan_destroy(p1);
+  }
+  free(all);
+  free(x);
+  plan_destroy(p);
+  assert_mesh_idle(m);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* Runs a job expected to fail; checks status, field and a message fragment, and that nothing stays
+ * allocated. */
+static void expect_refusal(struct runtime_mesh *m, const struct plan *p,
+                           const struct runtime_input *in, qdp_status want, const char *fragment) {
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(m, p, in, &s, &e), want);
+  ck_assert_ptr_null(s);
+  ck_assert_msg(strstr(e.msg, fragment) != NULL, "message '%s' lacks '%s'", e.msg, fragment);
+  assert_mesh_idle(m);
+}
+
+START_TEST(test_zero_norm_sample_in_batch_is_refused_not_zeroed) {
+  enum { N = 4, B = 4, L = 16 };
+  struct runtime_mesh *m = mesh_of("cpu:2", GIB);
+  double *x = random_values(B * L, 5);
+  memset(x + 2 * L, 0, L * sizeof *x); /* sample 2 is all zeros */
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
+  struct plan *p = plan_on(m, 2, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 2 has zero norm");
+  x[2 * L] = 1.0;
+  x[3 * L + 5] = NAN;
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 3 value 5 is nan");
+  x[3 * L + 5] = 1e200; /* finite, but its square overflows */
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "overflows");
+  free(x);
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_bad_parameters_are_refused_with_position) {
+  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  double angles[2][3] = {{0.1, 0.2, 0.3}, {0.4, INFINITY, 0.6}};
+  struct runtime_input in = {.data = angles, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 3};
+  struct plan *p = plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_ANGLE, 3, 2, 3, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 1 value 1 is inf");
+  plan_destroy(p);
+
+  double idx[3] = {1.0, 2.5, 3.0};
+  struct runtime_input bin = {.data = idx, .dtype = QDP_DTYPE_FLOAT64, .rows = 3, .cols = 1};
+  p = plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_BASIS, 2, 3, 1, QDP_DTYPE_FLOAT64,
+              QDP_DTYPE_COMPLEX64);
+  expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "2.5 of sample 1 is not an integer");
+  idx[1] = 4.0;
+  expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "is not below 2^qubits");
+  idx[1] = -1.0;
+  expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "is negative");
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_device_that_filled_up_since_planning_refuses_with_numbers) {
+  struct runtime_mesh *m = mesh_of("cpu:1", 4096);
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 8, 1, 8, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128); /* 4096 B: exactly the budget */
+  double x[8] = {0};
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 8};
+  struct runtime_state *first = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &first, &e), QDP_OK);
+  struct runtime_state *second = NULL;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_null(second);
+  ck_assert_msg(strstr(e.msg, "cpu:0 needs 4096 B") && strstr(e.msg, "only 0 B of its 4096 B"),
+                "%s", e.msg);
+  runtime_state_destroy(first);
+  assert_mesh_idle(m);
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_read_spans_shards_and_refuses_past_end) {
+  enum { N = 5 };
+  struct runtime_mesh *m = mesh_of("cpu:4", GIB);
+  double x[N] = {0.3, 1.1, -0.7, 2.0, 0.25};
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N};
+  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
+                            QDP_DTYPE_COMPLEX128);
+  double complex *ref = encode_all(m, p1, &in);
+  struct plan *p = plan_on(m, 3, PLAN_UNEVEN, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &s, &e), QDP_OK);
+  double complex part[20];
+  ck_assert_int_eq(runtime_state_read(s, 7, 20, part, &e), QDP_OK); /* crosses both boundaries */
+  ck_assert(memcmp(part, ref + 7, sizeof part) == 0);
+  ck_assert_int_eq(runtime_state_read(s, 30, 3, part, &e), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_ptr_nonnull(strstr(e.msg, "outside the state's 32"));
+  runtime_state_destroy(s);
+  free(ref);
+  plan_destroy(p);
+  plan_destroy(p1);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+static Suite *runtime_suite(void) {
+  Suite *s = suite_create("runtime");
+  TCase *tc = tcase_create("mesh");
+  tcase_add_test(tc, test_mesh_cpu_spec_gives_named_devices);
+  tcase_add_test(tc, test_mesh_refuses_bad_specs);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("norm");
+  tcase_add_test(tc, test_norm_split_covers_range_with_aligned_blocks);
+  tcase_add_test(tc, test_norm_combine_follows_the_pairwise_tree);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("encode");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_amplitude_hand_computed);
+  tcase_add_test(tc, test_amplitude_sharded_bits_equal_one_device);
+  tcase_add_test(tc, test_param_encodings_sharded_bits_equal_one_device);
+  tcase_add_test(tc, test_iqp_sharded_matches_direct_sum);
+  tcase_add_test(tc, test_batch_over_devices_matches_per_sample);
+  tcase_add_test(tc, test_zero_norm_sample_in_batch_is_refused_not_zeroed);
+  tcase_add_test(tc, test_bad_parameters_are_refused_with_position);
+  tcase_add_test(tc, test_device_that_filled_up_since_planning_refuses_with_numbers);
+  tcase_add_test(tc, test_read_spans_shards_and_refuses_past_end);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(runtime_suite());
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
