@@ -1,0 +1,99 @@
+/* checks.c — the input checks the runtime runs before a launch, and the per-sample parameter
+ * counts (CPU twins of checks.cu). They scan in index order and stop at the first problem, so the
+ * position reported is the first one, as the user would look for it.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu_internal.h"
+#include "qdpk.h"
+
+uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits) {
+  /* Outside 1..63 no state exists (2^n amplitudes must fit uint64), so no count does either. */
+  if (qubits < 1 || qubits > 63) {
+    return 0;
+  }
+  uint64_t n = qubits;
+  switch (e) {
+  case QDP_ENCODING_AMPLITUDE:
+    return (uint64_t)1 << n;
+  case QDP_ENCODING_ANGLE:
+  case QDP_ENCODING_PHASE:
+  case QDP_ENCODING_IQP_Z:
+    return n;
+  case QDP_ENCODING_IQP:
+    return n + n * (n - 1) / 2;
+  case QDP_ENCODING_BASIS:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int qdpk_cpu_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, uint64_t *ret_index) {
+  if (in == QDP_DTYPE_FLOAT32) {
+    const float *v = x;
+    for (uint64_t i = 0; i < count; i++) {
+      if (!isfinite(v[i])) {
+        *ret_index = i;
+        return 1;
+      }
+    }
+  } else if (in == QDP_DTYPE_FLOAT64) {
+    const double *v = x;
+    for (uint64_t i = 0; i < count; i++) {
+      if (!isfinite(v[i])) {
+        *ret_index = i;
+        return 1;
+      }
+    }
+  }
+  /* int64 values are always finite. */
+  return 0;
+}
+
+/* The fault of one floating-point index, checked in the order of the enum: a value that is both
+ * fractional and negative (-1.5) is reported as not an integer. -0.0 is the index 0. */
+static enum qdpk_basis_fault basis_fault_real(double v, uint32_t qubits) {
+  if (!isfinite(v)) {
+    return QDPK_BASIS_NOT_FINITE;
+  }
+  if (v != trunc(v)) {
+    return QDPK_BASIS_NOT_INTEGER;
+  }
+  if (v < 0) {
+    return QDPK_BASIS_NEGATIVE;
+  }
+  if (qubits < 64 && v >= ldexp(1.0, (int)qubits)) {
+    return QDPK_BASIS_TOO_LARGE;
+  }
+  return QDPK_BASIS_OK;
+}
+
+static enum qdpk_basis_fault basis_fault_int(int64_t v, uint32_t qubits) {
+  if (v < 0) {
+    return QDPK_BASIS_NEGATIVE;
+  }
+  /* For 63 qubits and more every non-negative int64 is in range. */
+  if (qubits < 63 && (uint64_t)v >= ((uint64_t)1 << qubits)) {
+    return QDPK_BASIS_TOO_LARGE;
+  }
+  return QDPK_BASIS_OK;
+}
+
+enum qdpk_basis_fault qdpk_cpu_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
+                                           uint64_t rows, uint32_t qubits, uint64_t *ret_row) {
+  for (uint64_t r = 0; r < rows; r++) {
+    enum qdpk_basis_fault f;
+    if (in == QDP_DTYPE_INT64) {
+      f = basis_fault_int(((const int64_t *)x)[r * in_stride], qubits);
+    } else {
+      f = basis_fault_real(cpu_load(x, in, r * in_stride), qubits);
+    }
+    if (f != QDPK_BASIS_OK) {
+      *ret_row = r;
+      return f;
+    }
+  }
+  return QDPK_BASIS_OK;
+}

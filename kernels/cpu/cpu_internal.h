@@ -1,0 +1,40 @@
+/* cpu_internal.h — helpers shared by the CPU twins of the encode kernels (the .c files here).
+ *
+ * Everything here is static inline: the twins stay self-contained translation units and nothing
+ * beyond the qdpk_cpu_* functions of qdpk.h is exported. Any thread.
+ */
+#ifndef QDPK_CPU_INTERNAL_H
+#define QDPK_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qdpk.h"
+
+/* Bits of the amplitude index that angle and phase resolve through a per-sample table: 2^10
+ * complex doubles are 16 KiB of stack, small enough for any thread, and large enough that the
+ * product over the remaining high bits is recomputed only once every 1024 amplitudes. The split
+ * depends on the qubit count alone, never on the span, so each amplitude is the same function of
+ * its global index however the state is sharded. */
+#define CPU_LO_BITS 10u
+
+/* One input value as double: float32 widens exactly and float64 is returned as is, so converting
+ * the result to float rounds once, like a direct float64 -> float load. Unknown types read 0. */
+static inline double cpu_load(const void *x, qdp_dtype in, uint64_t i) {
+  switch (in) {
+  case QDP_DTYPE_FLOAT32:
+    return (double)((const float *)x)[i];
+  case QDP_DTYPE_FLOAT64:
+    return ((const double *)x)[i];
+  case QDP_DTYPE_INT64:
+    return (double)((const int64_t *)x)[i];
+  default:
+    return 0.0;
+  }
+}
+
+static inline uint64_t cpu_min_u64(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
+
+#endif /* QDPK_CPU_INTERNAL_H */
