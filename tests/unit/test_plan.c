@@ -35,7 +35,7 @@ static void world1(struct world_buf *wb, const char *kind, size_t n, const uint6
 }
 
 static void world_same(struct world_buf *wb, size_t n, uint64_t budget) {
-  uint64_t b[64];
+  uint64_t b[64] = {0};
   for (size_t i = 0; i < n; i++) {
     b[i] = budget;
   }
