@@ -54,7 +54,15 @@ void qdp_error_prefix(struct qdp_error *e, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
-  char old[sizeof e->msg];
-  memcpy(old, e->msg, sizeof old);
-  snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+  /* Shift the old message right and put the prefix in front; the tail is cut if it must be. */
+  size_t plen = strlen(prefix), mlen = strnlen(e->msg, sizeof e->msg - 1);
+  if (plen + 2 >= sizeof e->msg) {
+    plen = sizeof e->msg - 3;
+  }
+  size_t keep = mlen < sizeof e->msg - plen - 3 ? mlen : sizeof e->msg - plen - 3;
+  memmove(e->msg + plen + 2, e->msg, keep);
+  e->msg[plen + 2 + keep] = '\0';
+  memcpy(e->msg, prefix, plen);
+  e->msg[plen] = ':';
+  e->msg[plen + 1] = ' ';
 }
