@@ -1,0 +1,1194 @@
+/* The RPCs of proto/qdp.proto as libqdp calls: request building from the public structs, the
+ * streaming calls (EncodeUpload, Fetch) and the conversion of replies into libqdp-owned structs.
+ * Any thread: every call works on its own stack and its own gRPC call object. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+
+#include "libqdp_int.h"
+#include "qdp.pb-c.h"
+
+#define M_ENCODE "/qdp.Qdp/Encode"
+#define M_PLAN "/qdp.Qdp/Plan"
+#define M_UPLOAD "/qdp.Qdp/EncodeUpload"
+#define M_DESCRIBE "/qdp.Qdp/Describe"
+#define M_LIST "/qdp.Qdp/List"
+#define M_RELEASE "/qdp.Qdp/Release"
+#define M_FETCH "/qdp.Qdp/Fetch"
+#define M_EXPORT "/qdp.Qdp/Export"
+#define M_STATUS "/qdp.Qdp/Status"
+#define M_HEALTH "/qdp.Qdp/Health"
+
+/* 1 MiB per streamed message: large enough that per-message overhead is noise, small enough to
+ * stay far below any message limit and to give a progress bar frequent updates. */
+#define DEFAULT_CHUNK ((size_t)1 << 20)
+/* gRPC frames cap one message at 4 GiB; the daemon's own limit is lower still. */
+#define MAX_CHUNK ((size_t)1 << 30)
+
+/* ---- replies: protobuf-c -> libqdp structs ---- */
+
+void qdp_free(void *p) {
+  free(p);
+}
+
+static char *dup0(const char *s) {
+  return strdup(s ? s : "");
+}
+
+static void shard_free(struct qdp_shard *s) {
+  if (!s) {
+    return;
+  }
+  free(s->device);
+  free(s->uuid);
+  free(s->host);
+  free(s);
+}
+
+static struct qdp_shard *shard_from_pb(const Qdp__Shard *p) {
+  /* The IPC handle's bytes live in the same allocation, so one free releases both. */
+  struct qdp_shard *s = calloc(1, sizeof *s + p->ipc_handle.len);
+  if (!s) {
+    return NULL;
+  }
+  s->struct_size = sizeof *s;
+  s->rank = p->rank;
+  s->ordinal = p->ordinal;
+  s->first = p->first;
+  s->count = p->count;
+  s->row_first = p->row_first;
+  s->rows = p->rows;
+  s->bytes = p->bytes;
+  if (p->ipc_handle.len) {
+    memcpy(s + 1, p->ipc_handle.data, p->ipc_handle.len);
+    s->ipc_handle = s + 1;
+    s->ipc_handle_bytes = p->ipc_handle.len;
+  }
+  s->device = dup0(p->device);
+  s->uuid = dup0(p->uuid);
+  s->host = dup0(p->host);
+  if (!s->device || !s->uuid || !s->host) {
+    shard_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+static void shards_free(struct qdp_shard **v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) {
+    shard_free(v[i]);
+  }
+  free(v);
+}
+
+static int shards_from_pb(Qdp__Shard *const *p, size_t n, struct qdp_shard ***ret) {
+  *ret = NULL;
+  if (!n) {
+    return 1;
+  }
+  struct qdp_shard **v = calloc(n, sizeof *v);
+  if (!v) {
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    v[i] = shard_from_pb(p[i]);
+    if (!v[i]) {
+      shards_free(v, n);
+      return 0;
+    }
+  }
+  *ret = v;
+  return 1;
+}
+
+void qdp_state_info_free(struct qdp_state_info *s) {
+  if (!s) {
+    return;
+  }
+  free(s->handle);
+  free(s->token);
+  free(s->policy);
+  free(s->collective);
+  free(s->label);
+  free(s->owner);
+  shards_free(s->shards, s->nshards);
+  free(s);
+}
+
+static struct qdp_state_info *state_from_pb(const Qdp__StateInfo *p) {
+  struct qdp_state_info *s = calloc(1, sizeof *s);
+  if (!s) {
+    return NULL;
+  }
+  s->struct_size = sizeof *s;
+  s->encoding = (qdp_encoding)p->encoding;
+  s->qubits = p->qubits;
+  s->batch = p->batch;
+  s->dtype = (qdp_dtype)p->dtype;
+  s->bytes = p->bytes;
+  s->global_bits = p->global_bits;
+  s->created_unix_ms = p->created_unix_ms;
+  s->expires_unix_ms = p->expires_unix_ms;
+  s->encode_ms = p->encode_ms;
+  s->handle = dup0(p->handle);
+  s->token = dup0(p->token);
+  s->policy = dup0(p->policy);
+  s->collective = dup0(p->collective);
+  s->label = dup0(p->label);
+  s->owner = dup0(p->owner);
+  int ok = s->handle && s->token && s->policy && s->collective && s->label && s->owner;
+  if (ok && shards_from_pb(p->shards, p->n_shards, &s->shards)) {
+    s->nshards = p->n_shards;
+    return s;
+  }
+  qdp_state_info_free(s);
+  return NULL;
+}
+
+void qdp_plan_info_free(struct qdp_plan_info *p) {
+  if (!p) {
+    return;
+  }
+  free(p->policy);
+  free(p->message);
+  shards_free(p->shards, p->nshards);
+  for (size_t i = 0; p->needs && i < p->nneeds; i++) {
+    if (p->needs[i]) {
+      free(p->needs[i]->device);
+      free(p->needs[i]);
+    }
+  }
+  free(p->needs);
+  free(p);
+}
+
+static struct qdp_plan_info *plan_from_pb(const Qdp__PlanReply *r) {
+  struct qdp_plan_info *p = calloc(1, sizeof *p);
+  if (!p) {
+    return NULL;
+  }
+  p->struct_size = sizeof *p;
+  p->feasible = r->feasible;
+  p->global_bits = r->global_bits;
+  p->total_bytes = r->total_bytes;
+  p->policy = dup0(r->policy);
+  p->message = dup0(r->message);
+  if (!p->policy || !p->message || !shards_from_pb(r->shards, r->n_shards, &p->shards)) {
+    qdp_plan_info_free(p);
+    return NULL;
+  }
+  p->nshards = r->n_shards;
+  if (r->n_needs) {
+    p->needs = calloc(r->n_needs, sizeof *p->needs);
+    if (!p->needs) {
+      qdp_plan_info_free(p);
+      return NULL;
+    }
+    p->nneeds = r->n_needs;
+    for (size_t i = 0; i < r->n_needs; i++) {
+      const Qdp__DeviceNeed *n = r->needs[i];
+      struct qdp_device_need *d = calloc(1, sizeof *d);
+      if (!d) {
+        qdp_plan_info_free(p);
+        return NULL;
+      }
+      p->needs[i] = d;
+      d->struct_size = sizeof *d;
+      d->rank = n->rank;
+      d->shard_bytes = n->shard_bytes;
+      d->staging_bytes = n->staging_bytes;
+      d->workspace_bytes = n->workspace_bytes;
+      d->need_bytes = n->need_bytes;
+      d->budget_bytes = n->budget_bytes;
+      d->fits = n->fits;
+      d->device = dup0(n->device);
+      if (!d->device) {
+        qdp_plan_info_free(p);
+        return NULL;
+      }
+    }
+  }
+  return p;
+}
+
+void qdp_state_list_free(struct qdp_state_list *l) {
+  if (!l) {
+    return;
+  }
+  for (size_t i = 0; l->states && i < l->count; i++) {
+    qdp_state_info_free(l->states[i]);
+  }
+  free(l->states);
+  free(l);
+}
+
+static void device_free(struct qdp_device_info *d) {
+  if (!d) {
+    return;
+  }
+  free(d->name);
+  free(d->kind);
+  free(d->uuid);
+  free(d->model);
+  free(d->host);
+  free(d);
+}
+
+void qdp_server_status_free(struct qdp_server_status *s) {
+  if (!s) {
+    return;
+  }
+  free(s->version);
+  free(s->backend);
+  for (size_t i = 0; s->devices && i < s->ndevices; i++) {
+    device_free(s->devices[i]);
+  }
+  free(s->devices);
+  free(s);
+}
+
+static struct qdp_server_status *status_from_pb(const Qdp__StatusReply *r) {
+  struct qdp_server_status *s = calloc(1, sizeof *s);
+  if (!s) {
+    return NULL;
+  }
+  s->struct_size = sizeof *s;
+  s->uptime_ms = r->uptime_ms;
+  s->ranks = r->ranks;
+  s->budget_bytes = r->budget_bytes;
+  s->used_bytes = r->used_bytes;
+  s->states = r->states;
+  s->jobs_total = r->jobs_total;
+  s->jobs_failed = r->jobs_failed;
+  s->max_qubits = r->max_qubits;
+  s->version = dup0(r->version);
+  s->backend = dup0(r->backend);
+  if (!s->version || !s->backend) {
+    qdp_server_status_free(s);
+    return NULL;
+  }
+  if (r->n_devices) {
+    s->devices = calloc(r->n_devices, sizeof *s->devices);
+    if (!s->devices) {
+      qdp_server_status_free(s);
+      return NULL;
+    }
+    s->ndevices = r->n_devices;
+  }
+  for (size_t i = 0; i < r->n_devices; i++) {
+    const Qdp__Device *p = r->devices[i];
+    struct qdp_device_info *d = calloc(1, sizeof *d);
+    if (!d) {
+      qdp_server_status_free(s);
+      return NULL;
+    }
+    s->devices[i] = d;
+    d->struct_size = sizeof *d;
+    d->rank = p->rank;
+    d->ordinal = p->ordinal;
+    d->total_bytes = p->total_bytes;
+    d->free_bytes = p->free_bytes;
+    d->budget_bytes = p->budget_bytes;
+    d->used_bytes = p->used_bytes;
+    d->cc_major = p->cc_major;
+    d->cc_minor = p->cc_minor;
+    d->name = dup0(p->name);
+    d->kind = dup0(p->kind);
+    d->uuid = dup0(p->uuid);
+    d->model = dup0(p->model);
+    d->host = dup0(p->host);
+    if (!d->name || !d->kind || !d->uuid || !d->model || !d->host) {
+      qdp_server_status_free(s);
+      return NULL;
+    }
+  }
+  return s;
+}
+
+/* ---- requests ---- */
+
+static qdp_status check_client(const qdp_client *c) {
+  if (!c) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "client", "The client is NULL.");
+  }
+  return QDP_OK;
+}
+
+static qdp_status check_ref(const char *handle, const char *token) {
+  if (!handle || !*handle) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "state.handle", "The handle is empty.");
+  }
+  if (!token) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "state.token", "The token is NULL.");
+  }
+  return QDP_OK;
+}
+
+/* The protobuf request for opts + in, pointing into the caller's storage (nothing allocated).
+ * Inputs that travel by upload are described by shape only. */
+struct request {
+  Qdp__EncodeRequest req;
+  Qdp__Input input;
+  Qdp__Placement placement;
+  Qdp__SharedMemory shm;
+};
+
+static qdp_status build_request(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                                struct request *r) {
+  if (!opts || opts->struct_size < offsetof(struct qdp_encode_opts, ipc)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "opts",
+                          "The encode options are %s; initialise them with QDP_ENCODE_OPTS_INIT.",
+                          opts ? "too short" : "NULL");
+  }
+  if (!in || in->struct_size < offsetof(struct qdp_input, chunk_bytes)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input",
+                          "The input is %s; initialise it with QDP_INPUT_INIT.",
+                          in ? "too short" : "NULL");
+  }
+  if (opts->ndevices && !opts->devices) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "placement.devices",
+                          "ndevices is %zu but devices is NULL.", opts->ndevices);
+  }
+  r->req = (Qdp__EncodeRequest)QDP__ENCODE_REQUEST__INIT;
+  qdp__input__init(&r->input); /* the macro's union initializer draws -Wmissing-braces */
+  r->placement = (Qdp__Placement)QDP__PLACEMENT__INIT;
+  r->shm = (Qdp__SharedMemory)QDP__SHARED_MEMORY__INIT;
+  r->req.encoding = (Qdp__Encoding)opts->encoding;
+  r->req.qubits = opts->qubits;
+  r->req.output_dtype = (Qdp__DType)opts->dtype;
+  r->req.ttl_seconds = opts->ttl_seconds;
+  r->req.ipc = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
+  if (opts->label) {
+    r->req.label = (char *)opts->label;
+  }
+  r->placement.policy = (Qdp__Policy)opts->policy;
+  r->placement.n_devices = opts->ndevices;
+  r->placement.devices = (char **)opts->devices;
+  r->req.placement = &r->placement;
+  r->req.input = &r->input;
+  r->input.dtype = (Qdp__DType)in->dtype;
+  r->input.rows = in->rows;
+  r->input.cols = in->cols;
+  switch (in->kind) {
+  case QDP_INPUT_NONE:
+  case QDP_INPUT_UPLOAD:
+  case QDP_INPUT_LOCAL_FILE:
+    break;
+  case QDP_INPUT_INLINE:
+    if (!in->data && in->data_bytes) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
+                            "data_bytes is %zu but data is NULL.", in->data_bytes);
+    }
+    r->input.source_case = QDP__INPUT__SOURCE_DATA;
+    r->input.data.data = (uint8_t *)in->data;
+    r->input.data.len = in->data_bytes;
+    break;
+  case QDP_INPUT_SERVER_FILE:
+    if (!in->path || !*in->path) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
+                            "A server-file input needs a path.");
+    }
+    r->input.source_case = QDP__INPUT__SOURCE_PATH;
+    r->input.path = (char *)in->path;
+    break;
+  case QDP_INPUT_SHM:
+    if ((!in->shm_name || !*in->shm_name) && (in->shm_pid < 0 || in->shm_fd < 0)) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.shm",
+                            "A shared-memory input needs a name, or a pid and an fd.");
+    }
+    if (in->shm_name && *in->shm_name) {
+      r->shm.name = (char *)in->shm_name;
+    } else {
+      r->shm.pid = in->shm_pid;
+      r->shm.fd = in->shm_fd;
+    }
+    r->shm.offset = in->offset;
+    r->shm.length = in->length;
+    r->input.source_case = QDP__INPUT__SOURCE_SHM;
+    r->input.shm = &r->shm;
+    break;
+  default:
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.kind",
+                          "The input kind %d is not one of qdp_input_kind.", (int)in->kind);
+  }
+  return QDP_OK;
+}
+
+static qdp_status reply_state(Qdp__EncodeReply *rep, struct qdp_state_info **ret) {
+  if (!rep->state) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "qdpd's encode reply carries no state.");
+  }
+  *ret = state_from_pb(rep->state);
+  return *ret ? QDP_OK : qdp__err_nomem("copying the encode reply");
+}
+
+/* Sends one upload message of n data bytes taken from buf or read from fd at off. The message is
+ * an UploadChunk with only field 2 (data) set, written by hand so the bytes go from the file or
+ * the caller's buffer straight into the gRPC slice, with no protobuf-c copy in between. */
+static qdp_status send_data(struct qdp__call *k, const unsigned char *buf, int fd, uint64_t off,
+                            size_t n, const char *path, int *ret_ok) {
+  unsigned char hdr[11];
+  size_t h = 0;
+  hdr[h++] = 0x12; /* field 2, wire type 2 (length-delimited) */
+  uint64_t v = n;
+  do {
+    hdr[h++] = (unsigned char)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  grpc_slice s = grpc_slice_malloc(h + n);
+  unsigned char *p = GRPC_SLICE_START_PTR(s);
+  memcpy(p, hdr, h);
+  if (buf) {
+    memcpy(p + h, buf, n);
+  } else {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = pread(fd, p + h + done, n - done, (off_t)(off + done));
+      if (r < 0 && errno == EINTR) {
+        continue;
+      }
+      if (r <= 0) {
+        int err = r < 0 ? errno : 0;
+        grpc_slice_unref(s);
+        return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path",
+                              "Reading '%s' at byte %" PRIu64 " failed: %s.", path, off + done,
+                              r < 0 ? strerror(err) : "the file became shorter during the upload");
+      }
+      done += (size_t)r;
+    }
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = bb;
+  *ret_ok = qdp__call_batch(k, &op, 1);
+  grpc_byte_buffer_destroy(bb);
+  return QDP_OK;
+}
+
+/* EncodeUpload: the request first, then the data in chunks, from buf or from fd at off. */
+static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned char *buf, int fd,
+                         uint64_t off, uint64_t total, const char *path,
+                         const struct qdp_input *in, struct qdp_state_info **ret) {
+  size_t chunk = in->chunk_bytes ? in->chunk_bytes : DEFAULT_CHUNK;
+  if (chunk > MAX_CHUNK) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.chunk_bytes",
+                          "chunk_bytes %zu is above the limit of %zu.", chunk, MAX_CHUNK);
+  }
+  struct qdp__call k;
+  qdp_status rc = qdp__call_begin(c, M_UPLOAD, 1, &k);
+  if (rc != QDP_OK) {
+    return qdp__call_end(&k, rc);
+  }
+  Qdp__UploadChunk first = QDP__UPLOAD_CHUNK__INIT;
+  first.request = req;
+  grpc_byte_buffer *bb = qdp__pack(&first.base);
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  ops[0] = qdp__op_send_initial(&k);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = bb;
+  int ok = qdp__call_batch(&k, ops, 2);
+  grpc_byte_buffer_destroy(bb);
+  uint64_t done = 0;
+  while (ok && done < total) {
+    size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
+    rc = send_data(&k, buf ? buf + done : NULL, fd, off + done, n, path, &ok);
+    if (rc != QDP_OK) {
+      qdp__call_cancel(&k);
+      return qdp__call_end(&k, rc);
+    }
+    if (!ok) {
+      break; /* the daemon ended the call early; its status says why */
+    }
+    done += n;
+    if (in->progress && in->progress(in->progress_arg, done, total) != 0) {
+      qdp__call_cancel(&k);
+      rc = qdp__err_local(QDP_ERR_CANCELLED, -1, NULL,
+                          "The upload was cancelled by its progress callback after %" PRIu64
+                          " of %" PRIu64 " bytes.",
+                          done, total);
+      return qdp__call_end(&k, rc);
+    }
+  }
+  grpc_byte_buffer *recv = NULL;
+  memset(ops, 0, sizeof ops);
+  size_t nops = 0;
+  if (ok) {
+    ops[nops++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  }
+  ops[nops].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[nops++].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
+  ops[nops].op = GRPC_OP_RECV_MESSAGE;
+  ops[nops++].data.recv_message.recv_message = &recv;
+  qdp__call_batch(&k, ops, nops);
+  rc = qdp__call_end(&k, QDP_OK);
+  if (rc == QDP_OK) {
+    Qdp__EncodeReply *rep =
+        recv ? (Qdp__EncodeReply *)qdp__unpack(recv, &qdp__encode_reply__descriptor) : NULL;
+    if (!rep) {
+      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd answered EncodeUpload with no valid EncodeReply.");
+    } else {
+      rc = reply_state(rep, ret);
+      qdp__encode_reply__free_unpacked(rep, NULL);
+    }
+  }
+  if (recv) {
+    grpc_byte_buffer_destroy(recv);
+  }
+  return rc;
+}
+
+/* A basis input of one .npy vector holds one index per sample, not one sample of many values. */
+static void basis_reshape(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                          struct qdp__npy *d) {
+  if (opts->encoding == QDP_ENCODING_BASIS && !in->rows && !in->cols && d->shape[0] == 1) {
+    d->shape[0] = d->shape[1];
+    d->shape[1] = 1;
+  }
+}
+
+/* Encode or Plan (plan != 0) for every input kind. */
+static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *opts,
+                                 const struct qdp_input *in, int plan,
+                                 struct qdp_state_info **ret_state,
+                                 struct qdp_plan_info **ret_plan) {
+  struct request r;
+  qdp_status rc = build_request(opts, in, &r);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  int fd = -1;
+  unsigned char *filebuf = NULL;
+  uint64_t total = 0, data_off = 0;
+  int stream = 0;
+  const char *path = in->path;
+  if (in->kind == QDP_INPUT_UPLOAD) {
+    if (!in->data && in->data_bytes) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
+                            "data_bytes is %zu but data is NULL.", in->data_bytes);
+    }
+    total = in->data_bytes;
+    stream = 1;
+    if (plan && total <= in->inline_max) {
+      r.input.source_case = QDP__INPUT__SOURCE_DATA;
+      r.input.data.data = (uint8_t *)in->data;
+      r.input.data.len = in->data_bytes;
+    }
+  } else if (in->kind == QDP_INPUT_LOCAL_FILE) {
+    if (!path || !*path) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
+                            "A local-file input needs a path.");
+    }
+    struct qdp__npy d;
+    rc = qdp__input_file_open(path, in->dtype, in->rows, in->cols, in->offset, &fd, &d);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    basis_reshape(opts, in, &d);
+    r.input.dtype = (Qdp__DType)d.dtype;
+    r.input.rows = d.shape[0];
+    r.input.cols = d.shape[1];
+    total = d.count * qdp_dtype_size(d.dtype);
+    data_off = d.data_offset;
+    if (total <= in->inline_max) {
+      /* Small: one message is cheaper than a stream. */
+      filebuf = malloc(total ? total : 1);
+      if (!filebuf) {
+        close(fd);
+        return qdp__err_nomem("reading a small input file");
+      }
+      size_t got = 0;
+      while (got < total) {
+        ssize_t n = pread(fd, filebuf + got, (size_t)(total - got), (off_t)(data_off + got));
+        if (n < 0 && errno == EINTR) {
+          continue;
+        }
+        if (n <= 0) {
+          int err = n < 0 ? errno : 0;
+          free(filebuf);
+          close(fd);
+          return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.",
+                                path, n < 0 ? strerror(err) : "it became shorter");
+        }
+        got += (size_t)n;
+      }
+      r.input.source_case = QDP__INPUT__SOURCE_DATA;
+      r.input.data.data = filebuf;
+      r.input.data.len = total;
+    } else {
+      stream = 1;
+    }
+  }
+
+  if (plan) {
+    /* A dry run never uploads: a streamed input is described by its shape. */
+    Qdp__PlanReply *rep = NULL;
+    rc = qdp__unary(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor,
+                    (ProtobufCMessage **)&rep);
+    if (rc == QDP_OK) {
+      *ret_plan = plan_from_pb(rep);
+      if (!*ret_plan) {
+        rc = qdp__err_nomem("copying the plan reply");
+      }
+    }
+    if (rep) {
+      qdp__plan_reply__free_unpacked(rep, NULL);
+    }
+  } else if (stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    rc = upload(c, &r.req, in->kind == QDP_INPUT_UPLOAD ? in->data : NULL, fd, data_off, total,
+                path ? path : "", in, ret_state);
+  } else {
+    Qdp__EncodeReply *rep = NULL;
+    rc = qdp__unary(c, M_ENCODE, &r.req.base, &qdp__encode_reply__descriptor,
+                    (ProtobufCMessage **)&rep);
+    if (rc == QDP_OK) {
+      rc = reply_state(rep, ret_state);
+    }
+    if (rep) {
+      qdp__encode_reply__free_unpacked(rep, NULL);
+    }
+    if (rc == QDP_OK && in->progress && (in->kind == QDP_INPUT_LOCAL_FILE)) {
+      (void)in->progress(in->progress_arg, total, total);
+    }
+  }
+  free(filebuf);
+  if (fd >= 0) {
+    close(fd);
+  }
+  return rc;
+}
+
+qdp_status qdp_encode(qdp_client *c, const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                      struct qdp_state_info **ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (!ret) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  *ret = NULL;
+  return encode_or_plan(c, opts, in, 0, ret, NULL);
+}
+
+qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                    struct qdp_plan_info **ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (!ret) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  *ret = NULL;
+  return encode_or_plan(c, opts, in, 1, NULL, ret);
+}
+
+qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
+                        struct qdp_state_info **ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK) {
+    rc = check_ref(handle, token);
+  }
+  if (rc == QDP_OK && !ret) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  *ret = NULL;
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__StateInfo *rep = NULL;
+  rc = qdp__unary(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK) {
+    *ret = state_from_pb(rep);
+    if (!*ret) {
+      rc = qdp__err_nomem("copying the describe reply");
+    }
+  }
+  if (rep) {
+    qdp__state_info__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK && !ret) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  *ret = NULL;
+  Qdp__ListRequest req = QDP__LIST_REQUEST__INIT;
+  Qdp__ListReply *rep = NULL;
+  rc = qdp__unary(c, M_LIST, &req.base, &qdp__list_reply__descriptor, (ProtobufCMessage **)&rep);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  struct qdp_state_list *l = calloc(1, sizeof *l);
+  if (l) {
+    l->struct_size = sizeof *l;
+    if (rep->n_states) {
+      l->states = calloc(rep->n_states, sizeof *l->states);
+    }
+    if (rep->n_states && !l->states) {
+      free(l);
+      l = NULL;
+    }
+  }
+  for (size_t i = 0; l && i < rep->n_states; i++) {
+    l->states[i] = state_from_pb(rep->states[i]);
+    l->count = i + 1;
+    if (!l->states[i]) {
+      qdp_state_list_free(l);
+      l = NULL;
+    }
+  }
+  qdp__list_reply__free_unpacked(rep, NULL);
+  if (!l) {
+    return qdp__err_nomem("copying the list reply");
+  }
+  *ret = l;
+  return QDP_OK;
+}
+
+qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
+                       uint64_t *ret_freed_bytes) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK) {
+    rc = check_ref(handle, token);
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__ReleaseReply *rep = NULL;
+  rc = qdp__unary(c, M_RELEASE, &ref.base, &qdp__release_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK && ret_freed_bytes) {
+    *ret_freed_bytes = rep->freed_bytes;
+  }
+  if (rep) {
+    qdp__release_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+/* ---- Fetch ---- */
+
+/* Where fetched chunks go: the caller's buffer or a file descriptor (after a header). */
+struct sink {
+  unsigned char *dst;
+  size_t dst_bytes;
+  int fd;
+  uint64_t fd_base;
+  const char *path;
+  qdp_dtype want_dtype; /* UNSPECIFIED: take the first chunk's */
+  qdp_dtype dtype;
+  uint64_t offset;      /* of the request */
+  uint64_t total;       /* amplitudes, from the first chunk */
+  uint64_t expect;      /* amplitudes the caller expects; 0 = any */
+  uint64_t received;    /* bytes */
+};
+
+static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
+  if (s->dtype == QDP_DTYPE_UNSPECIFIED) {
+    s->dtype = (qdp_dtype)ch->dtype;
+    s->total = ch->total;
+    unsigned es = qdp_dtype_size(s->dtype);
+    if (!es) {
+      return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                            "qdpd's fetch stream has an unknown dtype %d.", (int)ch->dtype);
+    }
+    if (s->want_dtype != QDP_DTYPE_UNSPECIFIED && s->dtype != s->want_dtype) {
+      return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                            "qdpd streamed %s values for a %s state.", qdp_dtype_name(s->dtype),
+                            qdp_dtype_name(s->want_dtype));
+    }
+    if (s->expect && s->total != s->expect) {
+      return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                            "qdpd is streaming %" PRIu64 " amplitudes where %" PRIu64
+                            " were asked for.",
+                            s->total, s->expect);
+    }
+    if (s->dst && s->total > s->dst_bytes / es) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "dst_bytes",
+                            "The fetch returns %" PRIu64 " amplitudes (%" PRIu64
+                            " bytes) but the buffer holds %zu bytes.",
+                            s->total, s->total * es, s->dst_bytes);
+    }
+  }
+  unsigned es = qdp_dtype_size(s->dtype);
+  uint64_t len = ch->data.len;
+  if ((qdp_dtype)ch->dtype != s->dtype || ch->offset < s->offset || len % es != 0 ||
+      ch->offset - s->offset > s->total || len / es > s->total - (ch->offset - s->offset)) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd sent a chunk outside the fetch: offset %" PRIu64 ", %" PRIu64
+                          " bytes, for amplitudes [%" PRIu64 ", %" PRIu64 ").",
+                          ch->offset, len, s->offset, s->offset + s->total);
+  }
+  uint64_t at = (ch->offset - s->offset) * es;
+  if (s->dst) {
+    memcpy(s->dst + at, ch->data.data, len);
+  } else {
+    size_t done = 0;
+    while (done < len) {
+      ssize_t n = pwrite(s->fd, ch->data.data + done, len - done, (off_t)(s->fd_base + at + done));
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        int err = n < 0 ? errno : ENOSPC;
+        return qdp__err_local(QDP_ERR_SYSTEM, err, "path", "Writing '%s' failed: %s.", s->path,
+                              strerror(err));
+      }
+      done += (size_t)n;
+    }
+  }
+  s->received += len;
+  return QDP_OK;
+}
+
+static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *token,
+                               const struct qdp_fetch_opts *o, struct sink *s) {
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__FetchRequest req = QDP__FETCH_REQUEST__INIT;
+  req.state = &ref;
+  req.offset = o->offset;
+  req.count = o->count;
+  req.chunk_bytes = o->chunk_bytes;
+  s->offset = o->offset;
+  struct qdp__call k;
+  qdp_status rc = qdp__call_begin(c, M_FETCH, 1, &k);
+  if (rc != QDP_OK) {
+    return qdp__call_end(&k, rc);
+  }
+  grpc_byte_buffer *bb = qdp__pack(&req.base);
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  ops[0] = qdp__op_send_initial(&k);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
+  int ok = qdp__call_batch(&k, ops, 4);
+  grpc_byte_buffer_destroy(bb);
+  while (ok) {
+    grpc_byte_buffer *recv = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &recv;
+    ok = qdp__call_batch(&k, &op, 1);
+    if (!ok || !recv) {
+      break; /* end of stream: the status says whether it is complete */
+    }
+    Qdp__FetchChunk *ch = (Qdp__FetchChunk *)qdp__unpack(recv, &qdp__fetch_chunk__descriptor);
+    grpc_byte_buffer_destroy(recv);
+    if (!ch) {
+      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "qdpd sent a fetch chunk that is not a "
+                                                      "valid FetchChunk message.");
+    } else {
+      rc = sink_put(s, ch);
+      qdp__fetch_chunk__free_unpacked(ch, NULL);
+    }
+    if (rc == QDP_OK && o->progress &&
+        o->progress(o->progress_arg, s->received, s->total * qdp_dtype_size(s->dtype)) != 0) {
+      rc = qdp__err_local(QDP_ERR_CANCELLED, -1, NULL,
+                          "The fetch was cancelled by its progress callback after %" PRIu64
+                          " bytes.",
+                          s->received);
+    }
+    if (rc != QDP_OK) {
+      qdp__call_cancel(&k);
+      break;
+    }
+  }
+  rc = qdp__call_end(&k, rc);
+  if (rc == QDP_OK) {
+    uint64_t want = s->total * qdp_dtype_size(s->dtype);
+    if (s->dtype == QDP_DTYPE_UNSPECIFIED || s->received != want) {
+      rc = qdp__err_local(QDP_ERR_DATA_LOSS, -1, NULL,
+                          "The fetch stream ended after %" PRIu64 " of %" PRIu64 " bytes.",
+                          s->received, want);
+    }
+  }
+  return rc;
+}
+
+static qdp_status fetch_opts(const struct qdp_fetch_opts *opts, struct qdp_fetch_opts *o) {
+  *o = (struct qdp_fetch_opts)QDP_FETCH_OPTS_INIT;
+  if (opts) {
+    if (opts->struct_size < offsetof(struct qdp_fetch_opts, chunk_bytes)) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "opts",
+                            "The fetch options are too short; initialise them with "
+                            "QDP_FETCH_OPTS_INIT.");
+    }
+    memcpy(o, opts, opts->struct_size < sizeof *o ? opts->struct_size : sizeof *o);
+  }
+  return QDP_OK;
+}
+
+qdp_status qdp_fetch(qdp_client *c, const char *handle, const char *token,
+                     const struct qdp_fetch_opts *opts, void *dst, size_t dst_bytes,
+                     size_t *ret_bytes) {
+  qdp__err_reset();
+  struct qdp_fetch_opts o;
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK) {
+    rc = check_ref(handle, token);
+  }
+  if (rc == QDP_OK) {
+    rc = fetch_opts(opts, &o);
+  }
+  if (rc == QDP_OK && !dst) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "dst", "The destination buffer is NULL.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  struct sink s;
+  memset(&s, 0, sizeof s);
+  s.dst = dst;
+  s.dst_bytes = dst_bytes;
+  s.fd = -1;
+  s.expect = o.count;
+  rc = fetch_stream(c, handle, token, &o, &s);
+  if (ret_bytes) {
+    *ret_bytes = rc == QDP_OK ? (size_t)s.received : 0;
+  }
+  return rc;
+}
+
+/* A fresh name beside path for the partial file. */
+static int open_temp(const char *path, char *tmp, size_t size) {
+  static unsigned counter;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    unsigned n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    int w = snprintf(tmp, size, "%s.part-%ld-%u", path, (long)getpid(), n);
+    if (w < 0 || (size_t)w >= size) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) {
+      return fd;
+    }
+  }
+  return -1;
+}
+
+qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
+                         const struct qdp_fetch_opts *opts, const char *path, int overwrite) {
+  qdp__err_reset();
+  struct qdp_fetch_opts o;
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK) {
+    rc = check_ref(handle, token);
+  }
+  if (rc == QDP_OK) {
+    rc = fetch_opts(opts, &o);
+  }
+  if (rc == QDP_OK && (!path || !*path)) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "The output path is empty.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (!overwrite && access(path, F_OK) == 0) {
+    return qdp__err_local(QDP_ERR_ALREADY_EXISTS, EEXIST, "path",
+                          "'%s' exists; pass overwrite to replace it.", path);
+  }
+  /* The shape needs the state's layout, and the header must be written before the data. */
+  struct qdp_state_info *st = NULL;
+  rc = qdp_describe(c, handle, token, &st);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  uint64_t per = st->qubits < 64 ? (uint64_t)1 << st->qubits : 0;
+  uint64_t batch = st->batch ? st->batch : 1;
+  uint64_t all = per && batch <= UINT64_MAX / per ? per * batch : 0;
+  qdp_dtype dtype = st->dtype;
+  qdp_state_info_free(st);
+  if (!all || o.offset >= all || o.count > all - o.offset) {
+    return qdp__err_local(QDP_ERR_OUT_OF_RANGE, -1, "offset",
+                          "Amplitudes [%" PRIu64 ", %" PRIu64 ") are outside the state's %" PRIu64
+                          ".",
+                          o.offset, o.offset + (o.count ? o.count : all - o.offset), all);
+  }
+  uint64_t count = o.count ? o.count : all - o.offset;
+  uint64_t shape[2];
+  int ndim;
+  if (o.offset == 0 && count == all && batch > 1) {
+    shape[0] = batch;
+    shape[1] = per;
+    ndim = 2;
+  } else {
+    shape[0] = count;
+    ndim = 1;
+  }
+  char hdr[256];
+  size_t hlen = qdp__npy_header(hdr, sizeof hdr, dtype, ndim, shape);
+  if (!hlen) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The state's dtype %d has no .npy type.",
+                          (int)dtype);
+  }
+  char tmp[4096];
+  int fd = open_temp(path, tmp, sizeof tmp);
+  if (fd < 0) {
+    return qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Cannot create a file beside '%s': %s.",
+                          path, strerror(errno));
+  }
+  struct sink s;
+  memset(&s, 0, sizeof s);
+  s.fd = fd;
+  s.fd_base = hlen;
+  s.path = tmp;
+  s.want_dtype = dtype;
+  s.expect = count;
+  if (pwrite(fd, hdr, hlen, 0) != (ssize_t)hlen) {
+    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Writing '%s' failed: %s.", tmp,
+                        strerror(errno));
+  }
+  if (rc == QDP_OK) {
+    o.count = count;
+    rc = fetch_stream(c, handle, token, &o, &s);
+  }
+  if (rc == QDP_OK && fsync(fd) != 0) {
+    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Flushing '%s' failed: %s.", tmp,
+                        strerror(errno));
+  }
+  if (close(fd) != 0 && rc == QDP_OK) {
+    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Closing '%s' failed: %s.", tmp,
+                        strerror(errno));
+  }
+  if (rc == QDP_OK) {
+    /* link() refuses an existing name atomically; rename() replaces it. */
+    int r = overwrite ? rename(tmp, path) : link(tmp, path);
+    if (r != 0) {
+      rc = qdp__err_local(errno == EEXIST ? QDP_ERR_ALREADY_EXISTS : QDP_ERR_SYSTEM, errno, "path",
+                          "Cannot create '%s': %s.", path, strerror(errno));
+    }
+  }
+  if (rc != QDP_OK || !overwrite) {
+    (void)unlink(tmp);
+  }
+  return rc;
+}
+
+qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, const char *path,
+                      int overwrite, char **ret_path, uint64_t *ret_bytes) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK) {
+    rc = check_ref(handle, token);
+  }
+  if (rc == QDP_OK && (!path || !*path)) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "The export path is empty.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (ret_path) {
+    *ret_path = NULL;
+  }
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__ExportRequest req = QDP__EXPORT_REQUEST__INIT;
+  req.state = &ref;
+  req.path = (char *)path;
+  req.overwrite = overwrite != 0;
+  Qdp__ExportReply *rep = NULL;
+  rc = qdp__unary(c, M_EXPORT, &req.base, &qdp__export_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK) {
+    if (ret_bytes) {
+      *ret_bytes = rep->bytes;
+    }
+    if (ret_path) {
+      *ret_path = strdup(rep->path && *rep->path ? rep->path : path);
+      if (!*ret_path) {
+        rc = qdp__err_nomem("copying the export reply");
+      }
+    }
+  }
+  if (rep) {
+    qdp__export_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+qdp_status qdp_get_status(qdp_client *c, struct qdp_server_status **ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK && !ret) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  *ret = NULL;
+  Qdp__StatusRequest req = QDP__STATUS_REQUEST__INIT;
+  Qdp__StatusReply *rep = NULL;
+  rc = qdp__unary(c, M_STATUS, &req.base, &qdp__status_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK) {
+    *ret = status_from_pb(rep);
+    if (!*ret) {
+      rc = qdp__err_nomem("copying the status reply");
+    }
+  }
+  if (rep) {
+    qdp__status_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc == QDP_OK && !ret) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  Qdp__HealthRequest req = QDP__HEALTH_REQUEST__INIT;
+  Qdp__HealthReply *rep = NULL;
+  rc = qdp__unary(c, M_HEALTH, &req.base, &qdp__health_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  *ret = rc == QDP_OK ? (qdp_health)rep->status : QDP_HEALTH_UNKNOWN;
+  if (rep) {
+    qdp__health_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}

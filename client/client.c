@@ -1,0 +1,485 @@
+/* The client object and the gRPC call machinery every libqdp call goes through.
+ *
+ * One channel per client, shared by all threads: gRPC core channels are thread-safe, and each call
+ * gets its own pluck completion queue, owned by the calling thread for the call's duration, so
+ * concurrent calls never wait on one another's events. Metadata slices are made once in
+ * qdp_client_create and only read afterwards.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "libqdp_int.h"
+#include "qdp.pb-c.h"
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define VERSION_STRING \
+  STR(QDP_VERSION_MAJOR) "." STR(QDP_VERSION_MINOR) "." STR(QDP_VERSION_PATCH)
+
+unsigned qdp_version(void) {
+  return QDP_VERSION_HEX;
+}
+
+const char *qdp_version_string(void) {
+  return VERSION_STRING;
+}
+
+static const char *const policy_names[] = {"auto", "single", "even", "uneven", "capacity", "batch"};
+
+const char *qdp_policy_name(qdp_policy p) {
+  return (unsigned)p < sizeof policy_names / sizeof policy_names[0] ? policy_names[p] : NULL;
+}
+
+int qdp_policy_from_name(const char *name) {
+  for (unsigned i = 0; name && i < sizeof policy_names / sizeof policy_names[0]; i++) {
+    if (strcmp(name, policy_names[i]) == 0) {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
+/* ---- target and identity ---- */
+
+qdp_status qdp__default_target(char *buf, size_t size) {
+  const char *t = getenv("QDP_TARGET");
+  const char *sock = getenv("QDP_SOCKET");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  int n;
+  if (t && *t) {
+    n = snprintf(buf, size, "%s", t);
+  } else if (sock && *sock) {
+    n = snprintf(buf, size, "unix:%s", sock);
+  } else if (geteuid() == 0) {
+    n = snprintf(buf, size, "unix:/run/qdp/qdpd.sock");
+  } else if (xdg && *xdg) {
+    n = snprintf(buf, size, "unix:%s/qdp/qdpd.sock", xdg);
+  } else {
+    /* No runtime directory in the environment (a cron job, a bare container): systemd's
+     * per-user default, which is where XDG_RUNTIME_DIR would point. */
+    n = snprintf(buf, size, "unix:/run/user/%u/qdp/qdpd.sock", (unsigned)geteuid());
+  }
+  if (n < 0 || (size_t)n >= size) {
+    if (size > 0) {
+      buf[0] = '\0';
+    }
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "target",
+                          "The default target needs %d bytes but the buffer has %zu.", n + 1, size);
+  }
+  return QDP_OK;
+}
+
+qdp_status qdp_default_target(char *buf, size_t buf_size) {
+  qdp__err_reset();
+  if (!buf) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "buf", "The buffer is NULL.");
+  }
+  return qdp__default_target(buf, buf_size);
+}
+
+/* user@host:pid, the identity per-client budgets are counted against. */
+static void default_identity(char *buf, size_t size) {
+  char user[256] = "";
+  char host[256] = "";
+  struct passwd pw, *res = NULL;
+  char pwbuf[4096];
+  if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof pwbuf, &res) == 0 && res && res->pw_name) {
+    snprintf(user, sizeof user, "%s", res->pw_name);
+  } else {
+    snprintf(user, sizeof user, "%u", (unsigned)geteuid());
+  }
+  if (gethostname(host, sizeof host - 1) != 0) {
+    snprintf(host, sizeof host, "localhost");
+  }
+  snprintf(buf, size, "%s@%s:%ld", user, host, (long)getpid());
+}
+
+/* ---- client ---- */
+
+qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **ret) {
+  qdp__err_reset();
+  if (!ret) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  *ret = NULL;
+  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+  if (opts) {
+    if (opts->struct_size < offsetof(struct qdp_client_opts, target) + sizeof(opts->target)) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "struct_size",
+                            "qdp_client_opts.struct_size is %zu; initialise the struct with "
+                            "QDP_CLIENT_OPTS_INIT.",
+                            opts->struct_size);
+    }
+    /* An older caller's shorter struct: take the fields it has, defaults for the rest. */
+    memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
+    o.struct_size = sizeof o;
+  }
+  if (o.timeout_ms < 0 || o.stream_timeout_ms < 0) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "timeout_ms",
+                          "Timeouts must not be negative (timeout_ms %lld, stream_timeout_ms %lld).",
+                          (long long)o.timeout_ms, (long long)o.stream_timeout_ms);
+  }
+  char target[PATH_MAX + 16];
+  if (o.target && *o.target) {
+    if (strlen(o.target) >= sizeof target) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "target",
+                            "The target is %zu bytes long; the limit is %zu.", strlen(o.target),
+                            sizeof target - 1);
+    }
+    snprintf(target, sizeof target, "%s", o.target);
+  } else {
+    qdp_status rc = qdp__default_target(target, sizeof target);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  }
+  char ident[600];
+  if (o.client_name && *o.client_name) {
+    snprintf(ident, sizeof ident, "%s", o.client_name);
+  } else {
+    default_identity(ident, sizeof ident);
+  }
+  const char *token = o.token ? o.token : getenv("QDP_TOKEN");
+
+  qdp_client *c = calloc(1, sizeof *c);
+  if (!c) {
+    return qdp__err_nomem("creating a client");
+  }
+  c->target = strdup(target);
+  if (!c->target) {
+    free(c);
+    return qdp__err_nomem("creating a client");
+  }
+  c->timeout_ms = o.timeout_ms;
+  c->stream_timeout_ms = o.stream_timeout_ms;
+  c->wait_for_ready = o.wait_for_ready;
+  c->log = o.log;
+  c->log_arg = o.log_arg;
+
+  grpc_init();
+  c->md[0].key = grpc_slice_from_static_string("qdp-client");
+  c->md[0].value = grpc_slice_from_copied_string(ident);
+  c->nmd = 1;
+  if (token && *token) {
+    char auth[1024];
+    int n = snprintf(auth, sizeof auth, "Bearer %s", token);
+    if (n < 0 || (size_t)n >= sizeof auth) {
+      qdp_client_destroy(c);
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "token",
+                            "The token is %zu bytes long; the limit is %zu.", strlen(token),
+                            sizeof auth - 8);
+    }
+    c->md[1].key = grpc_slice_from_static_string("authorization");
+    c->md[1].value = grpc_slice_from_copied_string(auth);
+    c->nmd = 2;
+  }
+
+  /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
+   * 4 MiB default, and sends are bounded by the daemon's own limit, not ours. Retries stay off:
+   * a retried upload would make gRPC buffer the chunks it already sent. */
+  grpc_arg args[4];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = -1;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = -1;
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ENABLE_RETRIES;
+  args[2].value.integer = 0;
+  args[3].type = GRPC_ARG_STRING;
+  args[3].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
+  args[3].value.string = (char *)"libqdp/" VERSION_STRING;
+  grpc_channel_args ca = {4, args};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(c->target, creds, &ca);
+  grpc_channel_credentials_release(creds);
+  if (!c->channel) {
+    qdp_client_destroy(c);
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "target",
+                          "gRPC could not create a channel to '%s'.", target);
+  }
+  *ret = c;
+  return QDP_OK;
+}
+
+void qdp_client_destroy(qdp_client *c) {
+  if (!c) {
+    return;
+  }
+  if (c->channel) {
+    grpc_channel_destroy(c->channel);
+  }
+  for (size_t i = 0; i < c->nmd; i++) {
+    grpc_slice_unref(c->md[i].value);
+  }
+  free(c->target);
+  free(c);
+  grpc_shutdown();
+}
+
+const char *qdp_client_target(const qdp_client *c) {
+  return c ? c->target : "";
+}
+
+/* ---- protobuf-c <-> byte buffers ---- */
+
+grpc_byte_buffer *qdp__pack(const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  grpc_slice s = grpc_slice_malloc(n);
+  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) {
+    return NULL;
+  }
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  grpc_slice_unref(s);
+  return m;
+}
+
+/* ---- calls ---- */
+
+static gpr_timespec deadline_after(int64_t ms) {
+  if (ms <= 0) {
+    return gpr_inf_future(GPR_CLOCK_REALTIME);
+  }
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+qdp_status qdp__call_begin(qdp_client *c, const char *method, int streaming, struct qdp__call *k) {
+  memset(k, 0, sizeof *k);
+  k->c = c;
+  k->method = method;
+  k->details = grpc_empty_slice();
+  grpc_metadata_array_init(&k->initial_md);
+  grpc_metadata_array_init(&k->trailing_md);
+  clock_gettime(CLOCK_MONOTONIC, &k->t0);
+  k->cq = grpc_completion_queue_create_for_pluck(NULL);
+  if (!k->cq) {
+    return qdp__err_nomem("creating a completion queue");
+  }
+  gpr_timespec deadline = deadline_after(streaming ? c->stream_timeout_ms : c->timeout_ms);
+  k->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, k->cq,
+                                     grpc_slice_from_static_string(method), NULL, deadline, NULL);
+  if (!k->call) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "gRPC could not create a call of %s.",
+                          method);
+  }
+  return QDP_OK;
+}
+
+grpc_op qdp__op_send_initial(const struct qdp__call *k) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_INITIAL_METADATA;
+  op.data.send_initial_metadata.count = k->c->nmd;
+  op.data.send_initial_metadata.metadata = (grpc_metadata *)k->c->md;
+  if (k->c->wait_for_ready) {
+    op.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+               GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+  }
+  return op;
+}
+
+int qdp__call_batch(struct qdp__call *k, const grpc_op *ops, size_t nops) {
+  for (size_t i = 0; i < nops; i++) {
+    if (ops[i].op == GRPC_OP_RECV_STATUS_ON_CLIENT) {
+      k->have_status = 1;
+    }
+  }
+  grpc_call_error e = grpc_call_start_batch(k->call, ops, nops, k, NULL);
+  if (e != GRPC_CALL_OK) {
+    /* A misuse of the API (two sends outstanding, an op after close): report it as the call's
+     * status so that the caller's path to qdp__call_end stays the same. */
+    k->have_status = 1;
+    k->status = GRPC_STATUS_INTERNAL;
+    grpc_slice_unref(k->details);
+    k->details = grpc_slice_from_copied_string("libqdp could not start a gRPC batch");
+    return 0;
+  }
+  grpc_event ev = grpc_completion_queue_pluck(k->cq, k, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+void qdp__call_cancel(struct qdp__call *k) {
+  if (k->call) {
+    grpc_call_cancel(k->call, NULL);
+    k->cancelled_locally = 1;
+  }
+}
+
+/* The trailing "qdp-error-bin" ErrorDetail, when the daemon sent one (gRPC has already decoded
+ * the -bin value from base64). */
+static Qdp__ErrorDetail *find_detail(const grpc_metadata_array *md) {
+  for (size_t i = 0; i < md->count; i++) {
+    if (grpc_slice_str_cmp(md->metadata[i].key, "qdp-error-bin") == 0) {
+      grpc_slice v = md->metadata[i].value;
+      return qdp__error_detail__unpack(NULL, GRPC_SLICE_LENGTH(v), GRPC_SLICE_START_PTR(v));
+    }
+  }
+  return NULL;
+}
+
+static void record_remote(struct qdp__call *k) {
+  struct qdp_errinfo *e = qdp__err();
+  *e = (struct qdp_errinfo)QDP_ERRINFO_INIT;
+  e->remote = 1;
+  e->code = (k->status >= 1 && k->status <= 16) ? (qdp_status)k->status : QDP_ERR_UNKNOWN;
+  snprintf(e->code_name, sizeof e->code_name, "%s", qdp_status_name(e->code));
+  size_t dl = GRPC_SLICE_LENGTH(k->details);
+  char details[sizeof e->msg];
+  if (dl >= sizeof details) {
+    dl = sizeof details - 1;
+  }
+  memcpy(details, GRPC_SLICE_START_PTR(k->details), dl);
+  details[dl] = '\0';
+  Qdp__ErrorDetail *d = find_detail(&k->trailing_md);
+  if (d) {
+    if (d->code_name && *d->code_name) {
+      snprintf(e->code_name, sizeof e->code_name, "%s", d->code_name);
+    }
+    snprintf(e->field, sizeof e->field, "%s", d->field ? d->field : "");
+    e->rank = d->rank;
+    e->device = d->device;
+    e->cause = d->cause;
+    e->need_bytes = d->need_bytes;
+    e->free_bytes = d->free_bytes;
+    qdp__error_detail__free_unpacked(d, NULL);
+  }
+  if (k->status == GRPC_STATUS_UNAVAILABLE && !d) {
+    /* The transport's words ("failed to connect to all addresses") do not say where. */
+    snprintf(e->msg, sizeof e->msg, "cannot reach qdpd at '%.200s': %.780s", k->c->target,
+             dl ? details : "unavailable");
+  } else if (k->cancelled_locally) {
+    snprintf(e->msg, sizeof e->msg, "%s was cancelled by the caller.", k->method);
+  } else if (dl) {
+    snprintf(e->msg, sizeof e->msg, "%s", details);
+  } else {
+    snprintf(e->msg, sizeof e->msg, "%s failed: %s.", k->method, qdp_strerror(e->code));
+  }
+}
+
+static void log_call(const struct qdp__call *k, qdp_status rc) {
+  if (!k->c || !k->c->log) {
+    return;
+  }
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - k->t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - k->t0.tv_nsec) / 1e6;
+  char line[1200];
+  if (rc == QDP_OK) {
+    snprintf(line, sizeof line, "qdp: %s -> OK (%.3f ms)", k->method, ms);
+  } else {
+    snprintf(line, sizeof line, "qdp: %s -> %s (%.3f ms): %s", k->method, qdp_status_name(rc), ms,
+             qdp_last_error()->msg);
+  }
+  k->c->log(k->c->log_arg, line);
+}
+
+qdp_status qdp__call_end(struct qdp__call *k, qdp_status local) {
+  if (k->call && !k->have_status) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op.data.recv_status_on_client.trailing_metadata = &k->trailing_md;
+    op.data.recv_status_on_client.status = &k->status;
+    op.data.recv_status_on_client.status_details = &k->details;
+    op.data.recv_status_on_client.error_string = &k->error_string;
+    qdp__call_batch(k, &op, 1);
+  }
+  qdp_status rc = local;
+  if (rc == QDP_OK && k->call && k->status != GRPC_STATUS_OK) {
+    record_remote(k);
+    rc = qdp__err()->code;
+  }
+  if (rc == QDP_OK && k->cancelled_locally) {
+    rc = qdp__err_local(QDP_ERR_CANCELLED, -1, NULL, "%s was cancelled by the caller.", k->method);
+  }
+  log_call(k, rc);
+  if (k->call) {
+    grpc_call_unref(k->call);
+  }
+  if (k->cq) {
+    grpc_completion_queue_shutdown(k->cq);
+    while (grpc_completion_queue_pluck(k->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(k->cq);
+  }
+  grpc_metadata_array_destroy(&k->initial_md);
+  grpc_metadata_array_destroy(&k->trailing_md);
+  grpc_slice_unref(k->details);
+  if (k->error_string) {
+    gpr_free((void *)k->error_string);
+  }
+  memset(k, 0, sizeof *k);
+  return rc;
+}
+
+qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **ret) {
+  *ret = NULL;
+  struct qdp__call k;
+  qdp_status rc = qdp__call_begin(c, method, 0, &k);
+  if (rc != QDP_OK) {
+    return qdp__call_end(&k, rc);
+  }
+  grpc_byte_buffer *send = qdp__pack(req);
+  grpc_byte_buffer *recv = NULL;
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0] = qdp__op_send_initial(&k);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &k.trailing_md;
+  ops[5].data.recv_status_on_client.status = &k.status;
+  ops[5].data.recv_status_on_client.status_details = &k.details;
+  ops[5].data.recv_status_on_client.error_string = &k.error_string;
+  qdp__call_batch(&k, ops, 6);
+  grpc_byte_buffer_destroy(send);
+  if (k.status == GRPC_STATUS_OK) {
+    if (!recv) {
+      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd answered %s with status OK but no reply message.", method);
+    } else {
+      *ret = qdp__unpack(recv, rep_desc);
+      if (!*ret) {
+        rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                            "The reply to %s (%zu bytes) is not a valid %s message.", method,
+                            grpc_byte_buffer_length(recv), rep_desc->name);
+      }
+    }
+  }
+  if (recv) {
+    grpc_byte_buffer_destroy(recv);
+  }
+  return qdp__call_end(&k, rc);
+}

@@ -1,0 +1,359 @@
+/* qdp.h — libqdp, the C client library of qdpd, the qdp node daemon.
+ *
+ * Why it exists: qdpd turns classical data into quantum state vectors on the GPUs (or host-memory
+ * "cpu:N" devices) of a node, keeps them resident and serves them over gRPC. libqdp wraps that wire
+ * contract (proto/qdp.proto) in a small C API with no gRPC or protobuf types, so that a program
+ * can encode, inspect, fetch and release states with plain C structs and caller-owned buffers.
+ *
+ * Objects and lifetimes
+ *  - qdp_client is opaque: qdp_client_create() / qdp_client_destroy(). One client holds one gRPC
+ *    channel; create it once and share it between threads.
+ *  - Structs the caller fills start with `size_t struct_size` and are initialised with their
+ *    QDP_*_INIT macro, so that later versions can append fields without breaking old callers.
+ *  - Everything libqdp allocates and hands out has its own qdp_*_free(); never free() it.
+ *  - Buffers passed in (input data, fetch destinations) stay owned by the caller.
+ *
+ * Errors
+ *  Every fallible call returns a qdp_status (QDP_OK on success). gRPC status codes map 1:1 onto
+ *  qdp_status (numbers 1..16). The details of a failure — the daemon's message with its numbers,
+ *  the request field, the device and the byte counts of its ErrorDetail — are kept per thread:
+ *  qdp_last_error() returns the record of the calling thread's most recent libqdp call (as errno
+ *  and dlerror do), so concurrent calls from many threads never see each other's errors.
+ *
+ * Threads
+ *  All functions are thread-safe. Calls on one client from many threads run concurrently over the
+ *  shared channel. Callbacks (progress, log) run on the thread that made the call.
+ *
+ * Versioning
+ *  Same major version: ABI compatible; minor versions only add symbols (linker node QDP_0.<minor>)
+ *  and append struct fields.
+ */
+#ifndef QDP_H
+#define QDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qdp_defs.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(QDP_BUILDING_LIBRARY)
+#define QDP_EXPORT __attribute__((visibility("default")))
+#else
+#define QDP_EXPORT
+#endif
+
+#define QDP_VERSION_MAJOR 0
+#define QDP_VERSION_MINOR 1
+#define QDP_VERSION_PATCH 0
+#define QDP_VERSION_HEX \
+  ((QDP_VERSION_MAJOR << 16) | (QDP_VERSION_MINOR << 8) | (QDP_VERSION_PATCH))
+
+/* The library's run-time version as QDP_VERSION_HEX computes it, and as "0.1.0". */
+QDP_EXPORT unsigned qdp_version(void);
+QDP_EXPORT const char *qdp_version_string(void);
+
+/* ---- Errors ------------------------------------------------------------------------------- */
+
+struct qdp_errinfo {
+  size_t struct_size;
+  qdp_status code;       /* QDP_OK when the call succeeded */
+  int remote;            /* 1: the status came from the daemon or the gRPC transport; 0: local */
+  int rank, device;      /* from the daemon's ErrorDetail; -1 when not applicable */
+  int cause;             /* errno (local), or the daemon's cause (cudaError_t...); -1 if none */
+  uint64_t need_bytes;   /* RESOURCE_EXHAUSTED: bytes needed and bytes free or budgeted */
+  uint64_t free_bytes;
+  char code_name[48];    /* "QDP_ERR_INVALID_ARGUMENT" */
+  char field[64];        /* the request field at fault, e.g. "qubits"; "" if none */
+  char msg[1024];        /* one complete sentence with the numbers */
+};
+
+#define QDP_ERRINFO_INIT {sizeof(struct qdp_errinfo), QDP_OK, 0, -1, -1, -1, 0, 0, {0}, {0}, {0}}
+
+/* The calling thread's record of its most recent libqdp call that returns a qdp_status: every
+ * such call resets it on entry, so after a success its code is QDP_OK. Never NULL; valid for the
+ * thread's lifetime and overwritten by its next call. Any thread. */
+QDP_EXPORT const struct qdp_errinfo *qdp_last_error(void);
+
+/* ---- Client ------------------------------------------------------------------------------- */
+
+typedef struct qdp_client qdp_client;
+
+/* Debug lines (one per call: method, status, milliseconds). libqdp never writes to stderr. */
+typedef void (*qdp_log_fn)(void *arg, const char *line);
+
+/* Progress of an upload or a fetch, called after each chunk: bytes done and the total (0 while it
+ * is not known yet). Return nonzero to cancel the call (it then fails with QDP_ERR_CANCELLED). */
+typedef int (*qdp_progress_fn)(void *arg, uint64_t done_bytes, uint64_t total_bytes);
+
+struct qdp_client_opts {
+  size_t struct_size;
+  /* Any gRPC target ("unix:/path", "127.0.0.1:7777"). NULL: $QDP_TARGET, else unix:$QDP_SOCKET,
+   * else unix:/run/qdp/qdpd.sock for root and unix:$XDG_RUNTIME_DIR/qdp/qdpd.sock otherwise. */
+  const char *target;
+  /* Sent as "authorization: Bearer <token>" (TCP daemons ask for one). NULL: $QDP_TOKEN. */
+  const char *token;
+  /* The identity per-client budgets count against ("qdp-client" metadata). NULL: user@host:pid. */
+  const char *client_name;
+  /* Deadline of each unary call in milliseconds; 0 = none. */
+  int64_t timeout_ms;
+  /* Deadline of each streaming call (uploads, fetches); 0 = none. */
+  int64_t stream_timeout_ms;
+  /* 0: a call fails at once with QDP_ERR_UNAVAILABLE when the daemon cannot be reached;
+   * 1: it waits for the daemon (up to its deadline). */
+  int wait_for_ready;
+  qdp_log_fn log;
+  void *log_arg;
+};
+
+#define QDP_CLIENT_OPTS_INIT {sizeof(struct qdp_client_opts), NULL, NULL, NULL, 60000, 0, 0, NULL, NULL}
+
+/* Creates a client (opts may be NULL: all defaults). No connection is made yet: gRPC connects on
+ * the first call, and that call reports QDP_ERR_UNAVAILABLE if the daemon is not there. Fails
+ * with QDP_ERR_INVALID_ARGUMENT for a bad option. Any thread. */
+QDP_EXPORT qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **ret);
+
+/* Closes the channel and frees the client; NULL is allowed. No call on it may be in flight. */
+QDP_EXPORT void qdp_client_destroy(qdp_client *c);
+
+/* The gRPC target the client talks to (owned by the client). */
+QDP_EXPORT const char *qdp_client_target(const qdp_client *c);
+
+/* The default target as qdp_client_create resolves it without opts->target, into buf (always
+ * terminated). Returns QDP_ERR_INVALID_ARGUMENT when it does not fit. */
+QDP_EXPORT qdp_status qdp_default_target(char *buf, size_t buf_size);
+
+/* ---- Requests ----------------------------------------------------------------------------- */
+
+typedef enum qdp_policy {
+  QDP_POLICY_AUTO = 0,     /* single device when it fits, else even, else capacity-weighted */
+  QDP_POLICY_SINGLE = 1,   /* one device */
+  QDP_POLICY_EVEN = 2,     /* 2^g equal shards over a power-of-two device set */
+  QDP_POLICY_UNEVEN = 3,   /* contiguous near-equal shards over any number of devices */
+  QDP_POLICY_CAPACITY = 4, /* contiguous shards sized by each device's byte budget */
+  QDP_POLICY_BATCH = 5     /* whole samples per device (data parallel) */
+} qdp_policy;
+
+/* "auto", "single", "even", "uneven", "capacity", "batch"; NULL for anything else. */
+QDP_EXPORT const char *qdp_policy_name(qdp_policy p);
+/* Inverse of qdp_policy_name; returns -1 for an unknown name. */
+QDP_EXPORT int qdp_policy_from_name(const char *name);
+
+struct qdp_encode_opts {
+  size_t struct_size;
+  qdp_encoding encoding;
+  uint32_t qubits;
+  qdp_dtype dtype;             /* QDP_DTYPE_COMPLEX64 or _COMPLEX128; UNSPECIFIED = COMPLEX128 */
+  qdp_policy policy;
+  const char *const *devices;  /* ndevices names as status reports them ("cpu:0"); 0 = all */
+  size_t ndevices;
+  uint64_t ttl_seconds;        /* 0 = the daemon's default */
+  const char *label;           /* free text kept with the state; NULL = none */
+  int ipc;                     /* also ask for CUDA IPC handles per shard */
+};
+
+#define QDP_ENCODE_OPTS_INIT \
+  {sizeof(struct qdp_encode_opts), QDP_ENCODING_UNSPECIFIED, 0, QDP_DTYPE_UNSPECIFIED, \
+   QDP_POLICY_AUTO, NULL, 0, 0, NULL, 0}
+
+typedef enum qdp_input_kind {
+  QDP_INPUT_NONE = 0,        /* shape only (dtype, rows, cols): for qdp_plan */
+  QDP_INPUT_INLINE = 1,      /* data/data_bytes, sent in the request (one message) */
+  QDP_INPUT_SERVER_FILE = 2, /* path: a .npy (or raw, with dtype/rows/cols) on the daemon's node */
+  QDP_INPUT_SHM = 3,         /* shm_name, or shm_pid + shm_fd; offset and length in bytes */
+  QDP_INPUT_UPLOAD = 4,      /* data/data_bytes, streamed in chunk_bytes pieces */
+  QDP_INPUT_LOCAL_FILE = 5   /* path: a local .npy or raw file; inline up to inline_max bytes,
+                                streamed beyond */
+} qdp_input_kind;
+
+struct qdp_input {
+  size_t struct_size;
+  qdp_input_kind kind;
+  /* Element type and shape of raw values (FLOAT32 or FLOAT64, basis also INT64). rows 0 means 1,
+   * cols 0 means all values / rows. A .npy file says its own; nonzero values here then reshape
+   * it and must match its element count. */
+  qdp_dtype dtype;
+  uint64_t rows, cols;
+  const void *data;          /* INLINE, UPLOAD */
+  size_t data_bytes;
+  const char *path;          /* SERVER_FILE, LOCAL_FILE */
+  const char *shm_name;      /* SHM by name ("/my-input"), or NULL and shm_pid + shm_fd */
+  int shm_pid, shm_fd;
+  uint64_t offset;           /* SHM: bytes into the region; LOCAL_FILE (raw): bytes into the file */
+  uint64_t length;           /* SHM: bytes, must equal rows * cols * dtype size */
+  size_t chunk_bytes;        /* UPLOAD, LOCAL_FILE: bytes per message; 0 = 1 MiB */
+  size_t inline_max;         /* LOCAL_FILE: largest input sent inline */
+  qdp_progress_fn progress;  /* UPLOAD, LOCAL_FILE; NULL = none */
+  void *progress_arg;
+};
+
+#define QDP_INPUT_INIT \
+  {sizeof(struct qdp_input), QDP_INPUT_NONE, QDP_DTYPE_UNSPECIFIED, 0, 0, NULL, 0, NULL, NULL, \
+   -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL}
+
+/* ---- Replies (allocated by libqdp; free with their qdp_*_free) ------------------------------ */
+
+struct qdp_shard {
+  size_t struct_size;
+  int rank;
+  char *device;              /* "cpu:0", "cuda:1" */
+  int ordinal;
+  char *uuid;                /* GPU UUID; "" on the CPU backend */
+  char *host;
+  uint64_t first, count;     /* amplitude index range within each sample */
+  uint64_t row_first, rows;  /* sample range */
+  uint64_t bytes;
+  const void *ipc_handle;    /* cudaIpcMemHandle_t bytes when requested, else NULL */
+  size_t ipc_handle_bytes;
+};
+
+struct qdp_state_info {
+  size_t struct_size;
+  char *handle;
+  char *token;               /* only in qdp_encode's reply; "" elsewhere */
+  qdp_encoding encoding;
+  uint32_t qubits;
+  uint64_t batch;
+  qdp_dtype dtype;
+  uint64_t bytes;
+  char *policy;              /* the policy the plan resolved to */
+  uint32_t global_bits;
+  size_t nshards;
+  struct qdp_shard **shards;
+  char *collective;          /* how the norm was reduced: "none", "host", "nccl", "mpi" */
+  int64_t created_unix_ms;
+  int64_t expires_unix_ms;   /* 0 = no expiry */
+  char *label;
+  char *owner;
+  double encode_ms;
+};
+
+struct qdp_device_need {
+  size_t struct_size;
+  int rank;
+  char *device;
+  uint64_t shard_bytes, staging_bytes, workspace_bytes;
+  uint64_t need_bytes;       /* the sum of the three above */
+  uint64_t budget_bytes;
+  int fits;
+};
+
+struct qdp_plan_info {
+  size_t struct_size;
+  int feasible;
+  char *policy;
+  uint32_t global_bits;
+  uint64_t total_bytes;
+  size_t nshards;
+  struct qdp_shard **shards;
+  size_t nneeds;
+  struct qdp_device_need **needs;
+  char *message;             /* when not feasible: why, with the numbers */
+};
+
+struct qdp_state_list {
+  size_t struct_size;
+  size_t count;
+  struct qdp_state_info **states; /* tokens are never listed */
+};
+
+struct qdp_device_info {
+  size_t struct_size;
+  char *name;                /* "cpu:0", "cuda:1" */
+  char *kind;                /* "cpu" or "cuda" */
+  int rank, ordinal;
+  char *uuid, *model, *host;
+  uint64_t total_bytes, free_bytes, budget_bytes, used_bytes;
+  int cc_major, cc_minor;
+};
+
+struct qdp_server_status {
+  size_t struct_size;
+  char *version;
+  uint64_t uptime_ms;
+  char *backend;             /* "cpu" or "cuda" */
+  int ranks;
+  size_t ndevices;
+  struct qdp_device_info **devices;
+  uint64_t budget_bytes, used_bytes;
+  uint32_t states;
+  uint64_t jobs_total, jobs_failed;
+  uint32_t max_qubits;
+};
+
+typedef enum qdp_health {
+  QDP_HEALTH_UNKNOWN = 0,
+  QDP_HEALTH_SERVING = 1,
+  QDP_HEALTH_NOT_SERVING = 2
+} qdp_health;
+
+QDP_EXPORT void qdp_state_info_free(struct qdp_state_info *s);
+QDP_EXPORT void qdp_plan_info_free(struct qdp_plan_info *p);
+QDP_EXPORT void qdp_state_list_free(struct qdp_state_list *l);
+QDP_EXPORT void qdp_server_status_free(struct qdp_server_status *s);
+QDP_EXPORT void qdp_free(void *p); /* strings libqdp returns (e.g. qdp_export's path) */
+
+/* ---- Calls (any thread; each resets and, on failure, fills qdp_last_error()) --------------- */
+
+/* Encodes one job. For UPLOAD and LOCAL_FILE inputs above inline_max the input is streamed in
+ * chunks (EncodeUpload). On success *ret holds the state, its handle and token. */
+QDP_EXPORT qdp_status qdp_encode(qdp_client *c, const struct qdp_encode_opts *opts,
+                                 const struct qdp_input *in, struct qdp_state_info **ret);
+
+/* The same request as a dry run: the plan and per-device arithmetic; nothing is allocated on the
+ * daemon. An infeasible plan is a successful call with (*ret)->feasible == 0. Streamed inputs
+ * above inline_max are described by shape only. */
+QDP_EXPORT qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts,
+                               const struct qdp_input *in, struct qdp_plan_info **ret);
+
+QDP_EXPORT qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
+                                   struct qdp_state_info **ret);
+
+QDP_EXPORT qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret);
+
+/* Releases a state; ret_freed_bytes may be NULL. */
+QDP_EXPORT qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
+                                  uint64_t *ret_freed_bytes);
+
+struct qdp_fetch_opts {
+  size_t struct_size;
+  uint64_t offset;           /* first amplitude over the flattened [batch, 2^n] array */
+  uint64_t count;            /* amplitudes; 0 = to the end */
+  uint32_t chunk_bytes;      /* bytes per streamed message; 0 = the daemon's default (1 MiB) */
+  qdp_progress_fn progress;
+  void *progress_arg;
+};
+
+#define QDP_FETCH_OPTS_INIT {sizeof(struct qdp_fetch_opts), 0, 0, 0, NULL, NULL}
+
+/* Streams amplitudes [offset, offset + count) into dst, in the state's dtype (interleaved re, im).
+ * Fails with QDP_ERR_INVALID_ARGUMENT (field "dst_bytes") before anything is written past dst when
+ * the range does not fit. ret_bytes (may be NULL) receives the bytes written. opts may be NULL. */
+QDP_EXPORT qdp_status qdp_fetch(qdp_client *c, const char *handle, const char *token,
+                                const struct qdp_fetch_opts *opts, void *dst, size_t dst_bytes,
+                                size_t *ret_bytes);
+
+/* Streams the range into a local .npy file: shape (batch, 2^n) for a whole batch, (2^n,) for a
+ * whole single state, (count,) for a sub-range. The file appears complete or not at all; an
+ * existing file is refused unless overwrite. */
+QDP_EXPORT qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
+                                    const struct qdp_fetch_opts *opts, const char *path,
+                                    int overwrite);
+
+/* Has the daemon write the state as .npy at path (absolute, on its node). ret_path (may be NULL;
+ * free with qdp_free) gets the path written, ret_bytes (may be NULL) the file's size. */
+QDP_EXPORT qdp_status qdp_export(qdp_client *c, const char *handle, const char *token,
+                                 const char *path, int overwrite, char **ret_path,
+                                 uint64_t *ret_bytes);
+
+QDP_EXPORT qdp_status qdp_get_status(qdp_client *c, struct qdp_server_status **ret);
+
+QDP_EXPORT qdp_status qdp_get_health(qdp_client *c, qdp_health *ret);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QDP_H */
