@@ -891,10 +891,10 @@ static void wht_plain_f(float *v, uint64_t count) {
 }
 
 START_TEST(test_wht_bits_equal_plain_ascending_order) {
-  static const uint64_t counts[] = {1, 2, 64, 2048, 8192};
+  static const uint64_t counts[] = {1, 2, 4, 8, 64, 2048, 4096, 8192, 16384};
   uint64_t rows = 2;
   rng_seed(41);
-  for (size_t ci = 0; ci < 5; ci++) {
+  for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
     uint64_t count = counts[ci];
     double *d = xmalloc(rows * count * 2 * sizeof(double)), *dw = xmalloc(rows * count * 2 * 8);
     float *f = xmalloc(rows * count * 2 * sizeof(float)), *fw = xmalloc(rows * count * 2 * 4);
@@ -1154,20 +1154,83 @@ static void iqp_kernel(const struct qdpk_span *s, const void *x, qdp_dtype in, u
 }
 
 START_TEST(test_iqp_phases_uneven_spans_bit_identical) {
-  uint32_t n = 10;
-  uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
-  double *v = xmalloc(2 * stride * sizeof(double));
-  rng_seed(53);
-  for (uint64_t i = 0; i < 2 * stride; i++) {
-    v[i] = rng_uniform(-2, 2);
+  static const uint32_t qubits[] = {10, 12};
+  for (size_t qi = 0; qi < 2; qi++) {
+    uint32_t n = qubits[qi];
+    uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+    double *v = xmalloc(2 * stride * sizeof(double));
+    rng_seed(53);
+    for (uint64_t i = 0; i < 2 * stride; i++) {
+      v[i] = rng_uniform(-2, 2);
+    }
+    for (int oo = 0; oo < 2; oo++) {
+      check_spans_bit_identical(iqp_kernel, v, QDP_DTYPE_FLOAT64, stride, n, 2, OUT_TYPES[oo],
+                                "iqp phases");
+      check_spans_bit_identical(iqp_z_kernel, v, QDP_DTYPE_FLOAT64, stride, n, 2, OUT_TYPES[oo],
+                                "iqp-z phases");
+    }
+    free(v);
   }
-  for (int oo = 0; oo < 2; oo++) {
-    check_spans_bit_identical(iqp_kernel, v, QDP_DTYPE_FLOAT64, stride, n, 2, OUT_TYPES[oo],
-                              "iqp phases");
-    check_spans_bit_identical(iqp_z_kernel, v, QDP_DTYPE_FLOAT64, stride, n, 2, OUT_TYPES[oo],
-                              "iqp-z phases");
+}
+END_TEST
+
+/* Step 1 alone against theta written out term by term, for n past the 10 low bits that the
+ * kernel tabulates (so the terms across the split are exercised), on whole states and on windows
+ * that start and end inside a run of 1024 amplitudes. */
+START_TEST(test_iqp_phases_match_theta_definition) {
+  static const uint32_t qubits[] = {11, 13};
+  for (size_t qi = 0; qi < 2; qi++) {
+    uint32_t n = qubits[qi];
+    uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n), rows = 2;
+    double *v = xmalloc(rows * stride * sizeof(double));
+    rng_seed(54 + n);
+    for (uint64_t i = 0; i < rows * stride; i++) {
+      v[i] = rng_uniform(-1, 1);
+    }
+    uint64_t windows[3][2] = {
+        {0, UINT64_C(1) << n}, {1000, (UINT64_C(1) << n) - 1100}, {(UINT64_C(1) << n) - 5, 5}};
+    for (int pairs = 0; pairs <= 1; pairs++) {
+      for (int io = 0; io < 2; io++) {
+        void *x = make_input(IN_TYPES[io], v, rows * stride);
+        for (int oo = 0; oo < 2; oo++) {
+          qdp_dtype out = OUT_TYPES[oo];
+          for (int wi = 0; wi < 3; wi++) {
+            uint64_t first = windows[wi][0], count = windows[wi][1];
+            char *o = xmalloc(rows * count * cplx_size(out));
+            long double *re = xmalloc(count * sizeof(long double));
+            long double *im = xmalloc(count * sizeof(long double));
+            struct qdpk_span s = span_of(n, first, count, rows, out);
+            qdpk_cpu_iqp_phases(&s, x, IN_TYPES[io], stride, pairs, o);
+            for (uint64_t r = 0; r < rows; r++) {
+              for (uint64_t j = 0; j < count; j++) {
+                uint64_t z = first + j, p = n;
+                long double theta = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                  theta += ((z >> i) & 1) ? in_at(x, IN_TYPES[io], r * stride + i) : 0;
+                }
+                for (uint32_t i = 0; pairs && i < n; i++) {
+                  for (uint32_t k = i + 1; k < n; k++, p++) {
+                    if (((z >> i) & 1) && ((z >> k) & 1)) {
+                      theta += in_at(x, IN_TYPES[io], r * stride + p);
+                    }
+                  }
+                }
+                re[j] = ldexpl(cosl(theta), -(int)n);
+                im[j] = ldexpl(sinl(theta), -(int)n);
+              }
+              assert_state_close(o + r * count * cplx_size(out), out, re, im, count,
+                                 pairs ? "iqp phases" : "iqp-z phases");
+            }
+            free(re);
+            free(im);
+            free(o);
+          }
+        }
+        free(x);
+      }
+    }
+    free(v);
   }
-  free(v);
 }
 END_TEST
 
@@ -1342,6 +1405,7 @@ static Suite *kernels_cpu_suite(void) {
   tcase_add_test(tc, test_iqp_pair_term_hand_computed);
   tcase_add_test(tc, test_iqp_pair_coefficients_in_pair_order);
   tcase_add_test(tc, test_iqp_matches_direct_sum);
+  tcase_add_test(tc, test_iqp_phases_match_theta_definition);
   tcase_add_test(tc, test_iqp_sharded_wht_and_butterfly_bit_identical);
   tcase_add_test(tc, test_iqp_phases_uneven_spans_bit_identical);
   suite_add_tcase(s, tc);
