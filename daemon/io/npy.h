@@ -1,0 +1,76 @@
+/* npy.h — NumPy .npy files: parse a header, write one, map a file for reading, write a file
+ * atomically from a reader callback. Pure POSIX; no gRPC.
+ *
+ * Contract:
+ *  - Accepted on reading: format versions 1.0, 2.0 and 3.0; dtypes '<f4' (FLOAT32), '<f8'
+ *    (FLOAT64), '<i8' (INT64), '<c8' (COMPLEX64) and '<c16' (COMPLEX128); C order; 1-D (rows 1,
+ *    cols = shape[0]) or 2-D (rows, cols) shapes. Which dtype suits which use (encoder input,
+ *    basis indices, an exported state read back) is the caller's decision.
+ *  - Refused with INVALID_ARGUMENT, naming what is wrong: bad magic, another version, a truncated
+ *    or malformed header, a header over IO_NPY_HEADER_MAX, big-endian or any other dtype, object
+ *    and structured dtypes, fortran_order True, 0-D or 3-D and more, a shape whose byte count
+ *    overflows 64 bits, data shorter than the shape. Extra bytes after the data are ignored.
+ *  - Writing produces version 1.0 with the header padded to a multiple of 64 bytes (so the data of
+ *    a mapped file is aligned for any element type), exactly as numpy.save writes it.
+ *  - Any thread. Messages quote user input in single quotes; io_map_npy and io_write_npy start
+ *    theirs with the quoted path.
+ */
+#ifndef QDP_IO_NPY_H
+#define QDP_IO_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "io/map.h"
+
+/* The largest header text accepted: numpy itself refuses headers over 10000 bytes by default;
+ * a real 2-D header is under 128 bytes, so anything longer is malformed or hostile. */
+#define IO_NPY_HEADER_MAX 65536
+
+/* Buffer size that always holds a header written by io_npy_header. */
+#define IO_NPY_HEADER_CAP 256
+
+struct io_npy {
+  qdp_dtype dtype;
+  int ndim;             /* 1 or 2, as in the file */
+  uint64_t rows, cols;  /* a 1-D file has rows 1 */
+  uint64_t data_offset; /* bytes from the start of the file to the first element */
+  uint64_t data_bytes;  /* rows * cols * element size */
+};
+
+/* Parses the .npy file held in buf[0..len) (at least the header; the data is checked to be all
+ * there). */
+qdp_status io_npy_parse(const void *buf, size_t len, struct io_npy *ret, struct qdp_error *reterr);
+
+/* Writes a version 1.0 header for (dtype, ndim, rows, cols) into buf; *ret_len = its length, a
+ * multiple of 64. ndim 1 needs rows 1. INVALID_ARGUMENT for an unknown dtype, ndim other than 1
+ * or 2, or a byte count that overflows; cap below the length needed is INVALID_ARGUMENT too. */
+qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols, char *buf,
+                         size_t cap, size_t *ret_len, struct qdp_error *reterr);
+
+/* Maps the .npy file at absolute `path` read-only and parses it: ret->data / ret->bytes are the
+ * elements, *ret_hdr the header. NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT (not a regular
+ * file, or a header io_npy_parse refuses) or SYSTEM. */
+qdp_status io_map_npy(const char *path, struct io_mapping *ret, struct io_npy *ret_hdr,
+                      struct qdp_error *reterr);
+
+/* Pulls elements for io_write_npy: writes `n` elements starting at element `offset` (elements of
+ * the file's dtype, row-major) into dst. Returns QDP_OK or a status with reterr filled. */
+typedef qdp_status (*io_npy_reader)(void *arg, uint64_t offset, uint64_t n, void *dst,
+                                    struct qdp_error *reterr);
+
+/* Writes a .npy file of rows * cols elements to absolute `path`: the header, then the elements
+ * pulled through `read` in chunks of at most IO_WRITE_CHUNK_BYTES. The data goes to a temporary
+ * file in the same directory, is flushed to disk and then renamed over `path`, so a failure at
+ * any point (the reader's included) leaves no partial file and an overwritten file intact.
+ * An existing path is ALREADY_EXISTS unless `overwrite` (checked again atomically at the rename).
+ * The file gets mode 0644. A reader's failure is returned as the reader reported it. */
+qdp_status io_write_npy(const char *path, int overwrite, qdp_dtype dtype, int ndim, uint64_t rows,
+                        uint64_t cols, io_npy_reader read, void *arg, struct qdp_error *reterr);
+
+/* 4 MiB: large enough that the write(2) and reader overheads vanish, small enough to stay a
+ * modest host buffer whatever the state's size. */
+#define IO_WRITE_CHUNK_BYTES (4u << 20)
+
+#endif /* QDP_IO_NPY_H */
