@@ -43,8 +43,8 @@ struct htable {
 struct owner {
   struct hnode node; /* in store->owners */
   char name[OWNER_MAX];
-  uint64_t bytes;  /* committed + reserved */
-  uint32_t slots;  /* committed states + outstanding reservations */
+  uint64_t bytes; /* committed + reserved */
+  uint32_t slots; /* committed states + outstanding reservations */
 };
 
 struct entry {
@@ -70,12 +70,13 @@ struct state_store {
   pthread_mutex_t mu;
   struct state_store_limits lim;
   struct htable by_handle, by_payload, owners;
-  uint64_t bytes; /* committed + reserved */
-  uint32_t slots; /* committed + reserved */
+  uint64_t bytes;  /* committed + reserved */
+  uint32_t slots;  /* committed + reserved */
   uint32_t states; /* committed and linked */
 };
 
-/* ---- hashing ---------------------------------------------------------------------------------- */
+/* ---- hashing ----------------------------------------------------------------------------------
+ */
 
 static uint64_t hash_str(const char *s) {
   /* FNV-1a 64: handles are random, but owners and handles in requests are client-chosen text;
@@ -181,7 +182,8 @@ static struct owner *find_owner(struct state_store *s, const char *name) {
   return NULL;
 }
 
-/* ---- randomness, tokens, time ----------------------------------------------------------------- */
+/* ---- randomness, tokens, time -----------------------------------------------------------------
+ */
 
 static qdp_status fill_random(void *buf, size_t len, struct qdp_error *reterr) {
   unsigned char *p = buf;
@@ -432,8 +434,8 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
   struct entry *e = NULL;
   bool locked = false;
   if (!r || r->store != s) {
-    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
-                       "commit given %s reservation", r ? "another store's" : "no");
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL, "commit given %s reservation",
+                       r ? "another store's" : "no");
     if (r && r->store != s) {
       state_reservation_cancel(r);
       r = NULL;
