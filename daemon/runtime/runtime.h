@@ -29,7 +29,7 @@ struct runtime_device_info {
   char name[32]; /* "cpu:0", "cuda:1" */
   enum runtime_device_kind kind;
   int ordinal;
-  char uuid[40];  /* "GPU-…" for CUDA devices, "" for cpu */
+  char uuid[48];  /* "GPU-…" (40 characters) for CUDA devices, "" for cpu */
   char model[64]; /* "NVIDIA H200", "host memory" */
   uint64_t total_bytes;  /* device memory (cpu: the configured size) */
   uint64_t free_bytes;   /* free now as the device reports it */

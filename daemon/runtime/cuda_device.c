@@ -1,0 +1,973 @@
+/* The CUDA backend: GPUs ("cuda:N") running the launchers of kernels/qdpk_cuda.h behind the
+ * interface of runtime/device.h.
+ *
+ * Each device has one non-blocking stream, created once, and a fixed staging pair for host input:
+ * two pinned host buffers and two device buffers of `stage_bytes` each, with an event per slot
+ * that says when the GPU is done with it. Input from host memory is streamed through the pair in
+ * pieces: while the GPU uploads and computes on one slot, this thread packs the next piece into
+ * the other. So the input never needs to be whole on the GPU, and the device memory qdp takes for
+ * input is bounded by the staging, whatever the input's size.
+ *
+ * The executor calls the ops from its own threads (one per shard), and jobs may run concurrently,
+ * so every op makes its device current first (cudaSetDevice is per thread) and holds the device's
+ * staging lock while it uses the staging. Ops are blocking: each one synchronizes the stream before
+ * it returns, so the executor may hand the shard to the next op, or another device, at once.
+ *
+ * Amplitude's sum of squares must be the pairwise tree of kernels/qdpk.h over each aligned block
+ * the executor asks for. A block whose values do not fit one staging slot is cut into aligned
+ * power-of-two chunks (each a subtree of the block's tree), and the chunk sums are combined on the
+ * host along the same tree (norm_combine), so the result has the bits of one launch over the block.
+ *
+ * Errors: a failed cudaMalloc is RESOURCE_EXHAUSTED with the bytes asked and cudaMemGetInfo's free
+ * bytes; every other CUDA failure is QDP_ERR_CUDA naming the device, the call and the CUDA error,
+ * and clears the error state so the next call on this thread starts clean.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "qdpk.h"
+#include "qdpk_cuda.h"
+#include "runtime/device.h"
+#include "runtime/mesh.h"
+#include "runtime/norm.h"
+
+/* Ordinals are kept in small per-device tables; no node has more GPUs than this. */
+#define CUDA_DEVICES_MAX 64
+#define CUDA_MEM_FRACTION 0.9
+/* Each staging slot: 64 MiB by default. A piece that large takes ~1.2 ms to upload at the
+ * 55 GB/s pinned host-to-device rate measured on the target GPU, long enough that the per-piece
+ * launch and event overheads (a few microseconds) vanish, small enough that 2 x 64 MiB of device
+ * memory is negligible next to a GPU's state budget. */
+#define CUDA_STAGE_DEFAULT (UINT64_C(64) << 20)
+/* The smallest slot: it must hold one row of the widest parameter set (iqp with 60 qubits has
+ * 60 + 1770 values, 14640 B in float64) with room to spare. */
+#define CUDA_STAGE_MIN (UINT64_C(64) << 10)
+/* Reads up to this size go straight to the caller's memory (the driver stages them itself);
+ * larger ones through the pinned staging, two slots in flight. */
+#define CUDA_READ_DIRECT (UINT64_C(1) << 20)
+
+struct cuda_device {
+  struct runtime_device base; /* first: the executor sees only this */
+  cudaStream_t stream;
+  pthread_mutex_t stage_lock; /* the staging pair and its events */
+  int lock_ready;
+  uint64_t stage_bytes;      /* of each slot */
+  void *stage_host[2];       /* pinned */
+  void *stage_dev[2];
+  cudaEvent_t stage_free[2]; /* recorded after the last GPU use of the slot */
+  unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
+};
+
+/* Amplitude's per-job device memory, between amp_load and work_done. */
+struct cuda_scratch {
+  double *norms;     /* device: each row's total sum of squares, for pass 2 */
+  double *sums;      /* device: the sums pass 1 computes, one per launch row */
+  uint64_t sums_cap; /* doubles */
+  double *host_sums; /* their host copy */
+  uint64_t host_cap;
+  void *ws; /* qdpk_sumsq's workspace */
+  uint64_t ws_cap;
+};
+
+static struct cuda_device *cuda_of(struct runtime_device *d) {
+  return (struct cuda_device *)d;
+}
+
+/* Records a failed CUDA call and clears the thread's CUDA error state. */
+static qdp_status cuda_failed(const struct runtime_device *d, cudaError_t err, const char *call,
+                              struct qdp_error *reterr) {
+  (void)cudaGetLastError();
+  return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)err, "%s: %s failed: %s (%s)",
+                          d->info.name, call, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+/* A launcher reported failure: the CUDA error, if it left one, names the cause. */
+static qdp_status launch_failed(const struct runtime_device *d, qdp_status st, const char *kernel,
+                                struct qdp_error *reterr) {
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)err,
+                            "%s: kernel %s failed: %s (%s)", d->info.name, kernel,
+                            cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  /* Anything but a CUDA failure means the backend passed arguments the launcher refuses: a bug
+   * here, not a fault of the request. */
+  return qdp_error_set_at(reterr, st == QDP_ERR_CUDA ? QDP_ERR_CUDA : QDP_ERR_INTERNAL,
+                          d->info.ordinal, -1, "%s: kernel %s refused its arguments (%s)",
+                          d->info.name, kernel, qdp_status_name(st));
+}
+
+/* CU_TRY(rc, d, "cudaX", cudaX(...)): a failed CUDA call sets rc and jumps to `out:`. */
+#define CU_TRY(rc, d, name, call)                   \
+  do {                                              \
+    cudaError_t cu_err_ = (call);                   \
+    if (cu_err_ != cudaSuccess) {                   \
+      (rc) = cuda_failed((d), cu_err_, name, reterr); \
+      goto out;                                     \
+    }                                               \
+  } while (0)
+
+/* K_TRY(rc, d, "qdpk_x", qdpk_x(...)): a failed launch sets rc and jumps to `out:`. */
+#define K_TRY(rc, d, name, call)                       \
+  do {                                                 \
+    qdp_status k_st_ = (call);                         \
+    if (k_st_ != QDP_OK) {                             \
+      (rc) = launch_failed((d), k_st_, name, reterr);  \
+      goto out;                                        \
+    }                                                  \
+  } while (0)
+
+static qdp_status use_device(struct runtime_device *d, struct qdp_error *reterr) {
+  cudaError_t err = cudaSetDevice(d->info.ordinal);
+  return err == cudaSuccess ? QDP_OK : cuda_failed(d, err, "cudaSetDevice", reterr);
+}
+
+/* cudaMalloc on the current device; RESOURCE_EXHAUSTED with the numbers when memory is short. */
+static qdp_status dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
+                             struct qdp_error *reterr) {
+  void *p = NULL;
+  /* cudaMalloc(0) gives NULL, which the executor would take for "no buffer". */
+  uint64_t ask = bytes ? bytes : 1;
+  cudaError_t err = ask > SIZE_MAX ? cudaErrorMemoryAllocation : cudaMalloc(&p, (size_t)ask);
+  if (err == cudaSuccess) {
+    *ret_ptr = p;
+    return QDP_OK;
+  }
+  if (err != cudaErrorMemoryAllocation) {
+    return cuda_failed(d, err, "cudaMalloc", reterr);
+  }
+  (void)cudaGetLastError();
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free_b = 0;
+  }
+  if (reterr) {
+    reterr->need_bytes = bytes;
+    reterr->free_bytes = free_b;
+  }
+  return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, (int)err,
+                          "%s cannot allocate %llu B of device memory: cudaMalloc reports %s "
+                          "with %llu B free of %llu B",
+                          d->info.name, (unsigned long long)bytes, cudaGetErrorName(err),
+                          (unsigned long long)free_b, (unsigned long long)total_b);
+}
+
+/* Waits for everything queued on the device's stream; used on error paths so that no copy is
+ * still reading a staging slot or a buffer about to be freed. Errors here are the ones already
+ * being reported, so they are cleared, not returned. */
+static void drain(struct cuda_device *c) {
+  if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+}
+
+static qdp_status finish(struct cuda_device *c, struct qdp_error *reterr) {
+  cudaError_t err = cudaStreamSynchronize(c->stream);
+  return err == cudaSuccess ? QDP_OK : cuda_failed(&c->base, err, "cudaStreamSynchronize", reterr);
+}
+
+/* Staging. The caller holds stage_lock. A slot is used as: stage_put (wait until the GPU is done
+ * with it, pack rows into the pinned buffer, queue the upload), launches that read stage_dev[slot],
+ * stage_release (record the slot's event after them). */
+static qdp_status stage_put(struct cuda_device *c, int slot, const char *src, uint64_t src_stride,
+                            uint64_t row_bytes, uint64_t nrows, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  uint64_t bytes = row_bytes * nrows;
+  if (bytes > c->stage_bytes) {
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, c->base.info.ordinal, -1,
+                            "%s: a staging piece of %llu B exceeds the %llu B slot",
+                            c->base.info.name, (unsigned long long)bytes,
+                            (unsigned long long)c->stage_bytes);
+  }
+  CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
+  char *dst = c->stage_host[slot];
+  if (src_stride == row_bytes) {
+    memcpy(dst, src, (size_t)bytes);
+  } else {
+    for (uint64_t r = 0; r < nrows; r++) {
+      memcpy(dst + r * row_bytes, src + r * src_stride, (size_t)row_bytes);
+    }
+  }
+  CU_TRY(rc, &c->base, "cudaMemcpyAsync",
+         cudaMemcpyAsync(c->stage_dev[slot], dst, (size_t)bytes, cudaMemcpyHostToDevice,
+                         c->stream));
+out:
+  return rc;
+}
+
+static qdp_status stage_release(struct cuda_device *c, int slot, struct qdp_error *reterr) {
+  cudaError_t err = cudaEventRecord(c->stage_free[slot], c->stream);
+  return err == cudaSuccess ? QDP_OK : cuda_failed(&c->base, err, "cudaEventRecord", reterr);
+}
+
+/* Takes the staging lock and makes the device current. */
+static qdp_status stage_begin(struct cuda_device *c, struct qdp_error *reterr) {
+  pthread_mutex_lock(&c->stage_lock);
+  qdp_status rc = use_device(&c->base, reterr);
+  if (rc != QDP_OK) {
+    pthread_mutex_unlock(&c->stage_lock);
+  }
+  return rc;
+}
+
+/* Ends a staged op: on failure first waits out what is queued, so that nothing in flight still
+ * reads a slot the next holder will write. */
+static qdp_status stage_end(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr) {
+  if (rc == QDP_OK) {
+    rc = finish(c, reterr);
+  } else {
+    drain(c);
+  }
+  pthread_mutex_unlock(&c->stage_lock);
+  return rc;
+}
+
+static uint64_t pow2_floor(uint64_t v) {
+  return v ? UINT64_C(1) << (63 - __builtin_clzll(v)) : 0;
+}
+
+static uint64_t pow2_ceil(uint64_t v) {
+  return v <= 1 ? 1 : UINT64_C(1) << (64 - __builtin_clzll(v - 1));
+}
+
+static uint32_t log2_of(uint64_t pow2) {
+  return (uint32_t)__builtin_ctzll(pow2);
+}
+
+/* ---- the ops ---------------------------------------------------------------------------------- */
+
+static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess ||
+      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ret_total = d->info.total_bytes;
+    *ret_free = 0; /* a device that cannot answer has nothing to offer */
+    return;
+  }
+  *ret_total = total_b;
+  *ret_free = free_b;
+}
+
+static qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
+                             struct qdp_error *reterr) {
+  qdp_status rc = use_device(d, reterr);
+  return rc == QDP_OK ? dev_malloc(d, bytes, ret_ptr, reterr) : rc;
+}
+
+static void cuda_free(struct runtime_device *d, void *ptr) {
+  if (!ptr) {
+    return;
+  }
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
+    (void)cudaGetLastError(); /* nothing a caller freeing memory could do about it */
+  }
+}
+
+static qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
+                            struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  if (bytes == 0) {
+    return QDP_OK;
+  }
+  if (bytes <= CUDA_READ_DIRECT) {
+    QDP_TRY(rc, use_device(d, reterr));
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream));
+    QDP_TRY(rc, finish(c, reterr));
+    return QDP_OK;
+  }
+  /* Two slots in flight: the copy engine fills one pinned buffer while this thread empties the
+   * other into dst. */
+  QDP_TRY(rc, stage_begin(c, reterr));
+  {
+    uint64_t piece = c->stage_bytes;
+    uint64_t npieces = (bytes + piece - 1) / piece;
+    for (uint64_t k = 0; k <= npieces && rc == QDP_OK; k++) {
+      if (k < npieces) {
+        int slot = (int)(k & 1);
+        uint64_t at = k * piece;
+        uint64_t n = bytes - at < piece ? bytes - at : piece;
+        cudaError_t err = cudaMemcpyAsync(c->stage_host[slot], (const char *)src + at, (size_t)n,
+                                          cudaMemcpyDeviceToHost, c->stream);
+        if (err == cudaSuccess) {
+          err = cudaEventRecord(c->stage_free[slot], c->stream);
+        }
+        if (err != cudaSuccess) {
+          rc = cuda_failed(d, err, "cudaMemcpyAsync", reterr);
+          break;
+        }
+      }
+      if (k > 0) {
+        int slot = (int)((k - 1) & 1);
+        uint64_t at = (k - 1) * piece;
+        uint64_t n = bytes - at < piece ? bytes - at : piece;
+        cudaError_t err = cudaEventSynchronize(c->stage_free[slot]);
+        if (err != cudaSuccess) {
+          rc = cuda_failed(d, err, "cudaEventSynchronize", reterr);
+          break;
+        }
+        memcpy((char *)dst + at, c->stage_host[slot], (size_t)n);
+      }
+    }
+  }
+  rc = stage_end(c, rc, reterr);
+out:
+  return rc;
+}
+
+static void scratch_free(struct cuda_scratch *s) {
+  if (!s) {
+    return;
+  }
+  void *dev[] = {s->norms, s->sums, s->ws};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
+    if (dev[i] && cudaFree(dev[i]) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+  free(s->host_sums);
+  free(s);
+}
+
+/* Grows a device scratch buffer to at least `need` bytes. The stream may still use the old one,
+ * so it is drained first. */
+static qdp_status scratch_grow(struct cuda_device *c, void **buf, uint64_t *cap, uint64_t need,
+                               struct qdp_error *reterr) {
+  if (need <= *cap) {
+    return QDP_OK;
+  }
+  drain(c);
+  if (*buf && cudaFree(*buf) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  *buf = NULL;
+  *cap = 0;
+  qdp_status rc = dev_malloc(&c->base, need, buf, reterr);
+  if (rc == QDP_OK) {
+    *cap = need;
+  }
+  return rc;
+}
+
+static qdp_status host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, uint64_t n,
+                                 struct qdp_error *reterr) {
+  if (n <= s->host_cap) {
+    return QDP_OK;
+  }
+  double *p = n <= SIZE_MAX / sizeof *p ? realloc(s->host_sums, (size_t)n * sizeof *p) : NULL;
+  if (!p) {
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, c->base.info.ordinal, ENOMEM,
+                            "%s: cannot allocate %llu B of host memory for partial norms",
+                            c->base.info.name, (unsigned long long)(n * sizeof *p));
+  }
+  s->host_sums = p;
+  s->host_cap = n;
+  return QDP_OK;
+}
+
+static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
+                                struct qdp_error *reterr) {
+  /* Nothing is uploaded here: both passes stream the slice through the staging, so the input is
+   * never whole on the GPU. What the job needs for the whole shard is allocated once. */
+  qdp_status rc = QDP_OK;
+  struct cuda_scratch *s = calloc(1, sizeof *s);
+  if (!s) {
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, ENOMEM,
+                            "%s: cannot allocate the job's scratch description", d->info.name);
+  }
+  QDP_TRY(rc, use_device(d, reterr));
+  QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), (void **)&s->norms, reterr));
+  w->scratch = s;
+  s = NULL;
+out:
+  scratch_free(s);
+  return rc;
+}
+
+/* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
+ * values [0, len) at x (zero past len up to `block`). */
+static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
+                               uint64_t len, uint64_t block, double *ret_sums,
+                               struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  struct norm_block *chunks = NULL;
+  qdp_status rc = QDP_OK;
+  unsigned isize = qdp_dtype_size(w->in);
+  uint64_t rows = w->shard->rows;
+  qdp_dtype out = w->plan->out_dtype;
+  uint64_t stride = w->in_stride * isize;
+  /* The largest aligned power-of-two subtree that fits a slot. */
+  uint64_t chunk = pow2_floor(c->stage_bytes / isize);
+  int slot = 0;
+  if (len <= chunk) {
+    /* Whole rows per piece. A subtree wholly past len adds +0, which changes no bit, so the tree
+     * over the block is the tree over the smallest power of two holding len. */
+    uint64_t sub = pow2_ceil(len);
+    uint64_t per = c->stage_bytes / (len * isize);
+    per = per < rows ? per : rows;
+    QDP_TRY(rc, scratch_grow(c, (void **)&s->sums, &s->sums_cap, rows * sizeof(double), reterr));
+    QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
+    for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+      uint64_t nr = rows - r0 < per ? rows - r0 : per;
+      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
+      K_TRY(rc, d, "qdpk_sumsq",
+            qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, s->ws, (size_t)s->ws_cap,
+                       s->sums + r0, c->stream));
+      QDP_TRY(rc, stage_release(c, slot, reterr));
+      slot ^= 1;
+    }
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double),
+                           cudaMemcpyDeviceToHost, c->stream));
+    QDP_TRY(rc, finish(c, reterr));
+    goto out;
+  }
+  /* Rows longer than a slot: one sum per chunk, then the block's tree over the chunks. */
+  uint64_t nchunks = (len + chunk - 1) / chunk;
+  uint64_t nsums = rows * nchunks;
+  QDP_TRY(rc, scratch_grow(c, (void **)&s->sums, &s->sums_cap, nsums * sizeof(double), reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(chunk, 1), reterr));
+  QDP_TRY(rc, host_sums_grow(c, s, nsums, reterr));
+  chunks = nchunks <= SIZE_MAX / sizeof *chunks ? malloc((size_t)nchunks * sizeof *chunks) : NULL;
+  if (!chunks) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, ENOMEM,
+                          "%s: cannot allocate %llu chunk descriptions", d->info.name,
+                          (unsigned long long)nchunks);
+    goto out;
+  }
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t k = 0; k < nchunks; k++) {
+      uint64_t at = k * chunk;
+      uint64_t n = len - at < chunk ? len - at : chunk;
+      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1, reterr));
+      K_TRY(rc, d, "qdpk_sumsq",
+            qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out, s->ws,
+                       (size_t)s->ws_cap, s->sums + r * nchunks + k, c->stream));
+      QDP_TRY(rc, stage_release(c, slot, reterr));
+      slot ^= 1;
+    }
+  }
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(s->host_sums, s->sums, (size_t)nsums * sizeof(double),
+                         cudaMemcpyDeviceToHost, c->stream));
+  QDP_TRY(rc, finish(c, reterr));
+  /* Chunk k is the aligned subtree [k * chunk, (k + 1) * chunk) of the block's tree [0, block);
+   * the subtrees past len are absent, which norm_combine counts as zero, as the kernel would.
+   * Float states add in float, as the kernel does. */
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t k = 0; k < nchunks; k++) {
+      chunks[k] = (struct norm_block){
+          .first = k * chunk, .log2 = log2_of(chunk), .sum = s->host_sums[r * nchunks + k]};
+    }
+    ret_sums[r] =
+        norm_combine(chunks, (size_t)nchunks, log2_of(block), out == QDP_DTYPE_COMPLEX64);
+  }
+out:
+  free(chunks);
+  return rc;
+}
+
+static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
+                                 uint64_t offset, uint64_t len, uint64_t block, double *ret_sums,
+                                 struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  if (!w->scratch || len == 0 || len > block || (block & (block - 1)) != 0) {
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: sum of squares asked for %llu values in a block of %llu%s",
+                            d->info.name, (unsigned long long)len, (unsigned long long)block,
+                            w->scratch ? "" : " before the slice was loaded");
+  }
+  qdp_status rc = stage_begin(c, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
+  rc = sumsq_staged(c, w, x, len, block, ret_sums, reterr);
+  return stage_end(c, rc, reterr);
+}
+
+/* Pass 2 with the staging held: out = x / sqrt(sumsq) for each row's len values, zeros after. */
+static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                               const double *sumsq, struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  unsigned isize = qdp_dtype_size(w->in);
+  unsigned osize = qdp_dtype_size(w->plan->out_dtype);
+  uint64_t rows = w->shard->rows, count = w->shard->count, len = w->len;
+  uint64_t stride = w->in_stride * isize;
+  const char *x = w->x;
+  char *o = w->out;
+  struct qdpk_span span = {.qubits = w->plan->qubits, .first = w->shard->first, .count = count,
+                           .rows = rows, .out = w->plan->out_dtype};
+  int slot = 0;
+  if (len == 0) {
+    /* The shard lies wholly past the input: padding only. */
+    CU_TRY(rc, d, "cudaMemsetAsync",
+           cudaMemsetAsync(o, 0, (size_t)(rows * count * osize), c->stream));
+    goto out;
+  }
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
+                         c->stream));
+  uint64_t chunk = c->stage_bytes / isize;
+  if (len <= chunk) {
+    uint64_t per = c->stage_bytes / (len * isize);
+    per = per < rows ? per : rows;
+    for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+      uint64_t nr = rows - r0 < per ? rows - r0 : per;
+      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
+      span.rows = nr;
+      K_TRY(rc, d, "qdpk_amplitude",
+            qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, s->norms + r0,
+                           o + r0 * count * osize, c->stream));
+      QDP_TRY(rc, stage_release(c, slot, reterr));
+      slot ^= 1;
+    }
+    goto out;
+  }
+  /* Rows longer than a slot, piece by piece; the last piece also writes the row's padding. */
+  span.rows = 1;
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t at = 0; at < len; at += chunk) {
+      uint64_t n = len - at < chunk ? len - at : chunk;
+      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1, reterr));
+      span.first = w->shard->first + at;
+      span.count = at + n == len ? count - at : n;
+      K_TRY(rc, d, "qdpk_amplitude",
+            qdpk_amplitude(&span, c->stage_dev[slot], w->in, n, n, s->norms + r,
+                           o + (r * count + at) * osize, c->stream));
+      QDP_TRY(rc, stage_release(c, slot, reterr));
+      slot ^= 1;
+    }
+  }
+out:
+  return rc;
+}
+
+static qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                                 const double *sumsq, struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  if (!w->scratch) {
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: amplitudes asked before the slice was loaded", d->info.name);
+  }
+  qdp_status rc = stage_begin(c, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  rc = scale_staged(c, w, sumsq, reterr);
+  return stage_end(c, rc, reterr);
+}
+
+/* Angle, phase, basis, iqp and iqp-z with the staging held: the parameters go up in groups of
+ * whole rows, each group encoded as soon as it lands. */
+static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  qdp_status rc = QDP_OK;
+  const struct plan *p = w->plan;
+  unsigned isize = qdp_dtype_size(w->in);
+  unsigned osize = qdp_dtype_size(p->out_dtype);
+  uint64_t rows = w->shard->rows, count = w->shard->count;
+  uint64_t row_bytes = w->in_stride * isize;
+  uint64_t per = row_bytes ? c->stage_bytes / row_bytes : 0;
+  if (per == 0) {
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: a row of %llu parameter bytes does not fit the %llu B staging "
+                            "slot",
+                            d->info.name, (unsigned long long)row_bytes,
+                            (unsigned long long)c->stage_bytes);
+  }
+  per = per < rows ? per : rows;
+  struct qdpk_span span = {.qubits = p->qubits, .first = w->shard->first, .count = count,
+                           .rows = rows, .out = p->out_dtype};
+  int slot = 0;
+  for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+    uint64_t nr = rows - r0 < per ? rows - r0 : per;
+    const void *xs = NULL;
+    char *o = (char *)w->out + r0 * count * osize;
+    QDP_TRY(rc, stage_put(c, slot, (const char *)w->x + r0 * row_bytes, row_bytes, row_bytes, nr,
+                          reterr));
+    xs = c->stage_dev[slot];
+    span.rows = nr;
+    switch (p->encoding) {
+    case QDP_ENCODING_ANGLE:
+      K_TRY(rc, d, "qdpk_angle", qdpk_angle(&span, xs, w->in, w->in_stride, o, c->stream));
+      break;
+    case QDP_ENCODING_PHASE:
+      K_TRY(rc, d, "qdpk_phase", qdpk_phase(&span, xs, w->in, w->in_stride, o, c->stream));
+      break;
+    case QDP_ENCODING_BASIS:
+      K_TRY(rc, d, "qdpk_basis", qdpk_basis(&span, xs, w->in, w->in_stride, o, c->stream));
+      break;
+    case QDP_ENCODING_IQP:
+    case QDP_ENCODING_IQP_Z:
+      K_TRY(rc, d, "qdpk_iqp_phases",
+            qdpk_iqp_phases(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, o,
+                            c->stream));
+      /* The local bits of the transform; the executor runs the global ones between shards. */
+      K_TRY(rc, d, "qdpk_wht", qdpk_wht(o, p->out_dtype, count, nr, c->stream));
+      break;
+    default:
+      rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: encoding %d has no direct kernel", d->info.name,
+                            (int)p->encoding);
+      goto out;
+    }
+    QDP_TRY(rc, stage_release(c, slot, reterr));
+    slot ^= 1;
+  }
+out:
+  return rc;
+}
+
+static qdp_status cuda_encode(struct runtime_device *d, struct runtime_shard_work *w,
+                              struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = stage_begin(c, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  rc = encode_staged(c, w, reterr);
+  return stage_end(c, rc, reterr);
+}
+
+/* (a, b) <- (a + b, a - b) on da's stream: b read and written in place over peer access, else
+ * through a bounded buffer on da, one piece at a time. */
+static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_device *db,
+                                 void *b, qdp_dtype out, uint64_t count,
+                                 struct qdp_error *reterr) {
+  struct cuda_device *ca = cuda_of(da);
+  qdp_status rc = QDP_OK;
+  void *tmp = NULL;
+  unsigned esize = qdp_dtype_size(out);
+  QDP_TRY(rc, use_device(da, reterr));
+  if (da == db || ca->peer[db->info.ordinal]) {
+    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, count, ca->stream));
+    QDP_TRY(rc, finish(ca, reterr));
+    goto out;
+  }
+  /* No peer access: b's piece comes over into tmp, the kernel leaves a - b there, and it goes
+   * back. PLAN_EXCHANGE_CHUNK_BYTES is what the planner counted for this buffer. */
+  uint64_t piece = count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count
+                                                            : PLAN_EXCHANGE_CHUNK_BYTES / esize;
+  QDP_TRY(rc, dev_malloc(da, piece * esize, &tmp, reterr));
+  for (uint64_t at = 0; at < count; at += piece) {
+    uint64_t n = count - at < piece ? count - at : piece;
+    char *pa = (char *)a + at * esize, *pb = (char *)b + at * esize;
+    CU_TRY(rc, da, "cudaMemcpyPeerAsync",
+           cudaMemcpyPeerAsync(tmp, da->info.ordinal, pb, db->info.ordinal, (size_t)(n * esize),
+                               ca->stream));
+    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(pa, tmp, out, n, ca->stream));
+    CU_TRY(rc, da, "cudaMemcpyPeerAsync",
+           cudaMemcpyPeerAsync(pb, db->info.ordinal, tmp, da->info.ordinal, (size_t)(n * esize),
+                               ca->stream));
+  }
+  QDP_TRY(rc, finish(ca, reterr));
+out:
+  if (tmp) {
+    if (rc != QDP_OK) {
+      drain(ca);
+    }
+    cuda_free(da, tmp);
+  }
+  return rc;
+}
+
+static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *w) {
+  if (!w->scratch) {
+    return;
+  }
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  scratch_free(w->scratch);
+  w->scratch = NULL;
+}
+
+static const struct runtime_device_ops cuda_ops = {
+    .backend = "cuda",
+    .query = cuda_query,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .read = cuda_read,
+    .amp_load = cuda_amp_load,
+    .amp_sumsq = cuda_amp_sumsq,
+    .amp_scale = cuda_amp_scale,
+    .encode = cuda_encode,
+    .butterfly = cuda_butterfly,
+    .work_done = cuda_work_done,
+};
+
+/* ---- discovery and the mesh ------------------------------------------------------------------- */
+
+int runtime_cuda_device_count(void) {
+  int n = 0;
+  /* No driver (35), no GPU (100) or anything else: this node has no usable GPU. */
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n < 0 ? 0 : n;
+}
+
+static void cuda_device_destroy(struct runtime_device *d) {
+  if (!d) {
+    return;
+  }
+  struct cuda_device *c = cuda_of(d);
+  if (cudaSetDevice(d->info.ordinal) == cudaSuccess) {
+    if (c->stream) {
+      drain(c);
+    }
+    for (int i = 0; i < 2; i++) {
+      if (c->stage_free[i]) {
+        (void)cudaEventDestroy(c->stage_free[i]);
+      }
+      if (c->stage_host[i]) {
+        (void)cudaFreeHost(c->stage_host[i]);
+      }
+      if (c->stage_dev[i]) {
+        (void)cudaFree(c->stage_dev[i]);
+      }
+    }
+    if (c->stream) {
+      (void)cudaStreamDestroy(c->stream);
+    }
+  }
+  (void)cudaGetLastError();
+  if (c->lock_ready) {
+    pthread_mutex_destroy(&c->stage_lock);
+  }
+  free(c);
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it. */
+static void format_uuid(const cudaUUID_t *u, char *buf, size_t size) {
+  const unsigned char *b = (const unsigned char *)u->bytes;
+  snprintf(buf, size,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+           b[15]);
+}
+
+static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fraction,
+                                uint64_t stage_bytes, struct cuda_device **ret_dev,
+                                struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  struct cuda_device *c = calloc(1, sizeof *c);
+  if (!c) {
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, ordinal, ENOMEM,
+                            "cannot allocate the description of cuda:%d", ordinal);
+  }
+  struct runtime_device *d = &c->base;
+  d->ops = &cuda_ops;
+  snprintf(d->info.name, sizeof d->info.name, "cuda:%d", ordinal);
+  d->info.kind = RUNTIME_DEVICE_CUDA;
+  d->info.ordinal = ordinal;
+  c->stage_bytes = stage_bytes;
+  if (pthread_mutex_init(&c->stage_lock, NULL) != 0) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
+                          d->info.name);
+    goto out;
+  }
+  c->lock_ready = 1;
+  QDP_TRY(rc, use_device(d, reterr));
+
+  struct cudaDeviceProp prop;
+  CU_TRY(rc, d, "cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, ordinal));
+  snprintf(d->info.model, sizeof d->info.model, "%.63s", prop.name);
+  format_uuid(&prop.uuid, d->info.uuid, sizeof d->info.uuid);
+  d->info.cc_major = prop.major;
+  d->info.cc_minor = prop.minor;
+  size_t free_b = 0, total_b = 0;
+  CU_TRY(rc, d, "cudaMemGetInfo", cudaMemGetInfo(&free_b, &total_b));
+  d->info.total_bytes = total_b;
+  d->info.free_bytes = free_b;
+  /* The budget is taken from what was free before qdp's own staging: the staging lives inside
+   * it, and the planner counts it in every job's need. */
+  d->info.budget_bytes = budget_cfg ? budget_cfg : (uint64_t)((double)free_b * fraction);
+
+  CU_TRY(rc, d, "cudaStreamCreateWithFlags",
+         cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  for (int i = 0; i < 2; i++) {
+    cudaError_t err = cudaMallocHost(&c->stage_host[i], (size_t)stage_bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      c->stage_host[i] = NULL;
+      if (reterr) {
+        reterr->need_bytes = stage_bytes;
+      }
+      rc = qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, ordinal, (int)err,
+                            "%s cannot pin %llu B of host memory for its input staging; lower "
+                            "staging_bytes",
+                            d->info.name, (unsigned long long)stage_bytes);
+      goto out;
+    }
+    if (err != cudaSuccess) {
+      c->stage_host[i] = NULL;
+      rc = cuda_failed(d, err, "cudaMallocHost", reterr);
+      goto out;
+    }
+    QDP_TRY(rc, dev_malloc(d, stage_bytes, &c->stage_dev[i], reterr));
+    CU_TRY(rc, d, "cudaEventCreateWithFlags",
+           cudaEventCreateWithFlags(&c->stage_free[i], cudaEventDisableTiming));
+  }
+  *ret_dev = c;
+  c = NULL;
+out:
+  if (c) {
+    cuda_device_destroy(&c->base);
+  }
+  return rc;
+}
+
+/* Parses "0,1" / "cuda:0,cuda:1" (NULL: every GPU) into ordinals, refusing unknown and repeated
+ * ones. */
+static qdp_status parse_spec(const char *spec, int ngpu, int *ret_ords, size_t *ret_n,
+                             struct qdp_error *reterr) {
+  size_t n = 0;
+  if (!spec) {
+    for (int i = 0; i < ngpu && i < CUDA_DEVICES_MAX; i++) {
+      ret_ords[n++] = i;
+    }
+    *ret_n = n;
+    return QDP_OK;
+  }
+  const char *p = spec;
+  for (;;) {
+    const char *tok = p;
+    if (strncmp(p, "cuda:", 5) == 0) {
+      p += 5;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = (*p >= '0' && *p <= '9') ? strtoul(p, &end, 10) : 0;
+    if (!end || end == p || errno || (*end != ',' && *end != '\0')) {
+      size_t tl = strcspn(tok, ",");
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                           "devices '%s': '%.*s' is not a GPU (expected cpu:N, auto, or GPU "
+                           "ordinals such as 0,1 or cuda:0,cuda:1)",
+                           spec, (int)tl, tok);
+    }
+    if (v >= (unsigned long)ngpu) {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                           "devices '%s' names cuda:%lu, but this node has %d GPU%s (cuda:0.."
+                           "cuda:%d)",
+                           spec, v, ngpu, ngpu == 1 ? "" : "s", ngpu - 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (ret_ords[i] == (int)v) {
+        return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                             "devices '%s' names cuda:%lu twice", spec, v);
+      }
+    }
+    if (n == CUDA_DEVICES_MAX) {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                           "devices '%s' names more than %d GPUs", spec, CUDA_DEVICES_MAX);
+    }
+    ret_ords[n++] = (int)v;
+    if (*end == '\0') {
+      break;
+    }
+    p = end + 1;
+  }
+  *ret_n = n;
+  return QDP_OK;
+}
+
+/* Peer access for every ordered pair that supports it; where it is missing, the butterfly goes
+ * through a buffer instead (about 10x slower, but correct). Already-enabled access (another mesh
+ * of this process enabled it) counts as enabled. Never disabled again: peer access is process-wide
+ * and another mesh may rely on it. */
+static void enable_peers(struct runtime_device **devs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int oi = devs[i]->info.ordinal;
+    if (cudaSetDevice(oi) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    for (size_t j = 0; j < n; j++) {
+      int oj = devs[j]->info.ordinal, can = 0;
+      if (i == j) {
+        continue;
+      }
+      if (cudaDeviceCanAccessPeer(&can, oi, oj) != cudaSuccess) {
+        (void)cudaGetLastError();
+        can = 0;
+      }
+      if (can) {
+        cudaError_t err = cudaDeviceEnablePeerAccess(oj, 0);
+        can = err == cudaSuccess || err == cudaErrorPeerAccessAlreadyEnabled;
+        (void)cudaGetLastError();
+      }
+      cuda_of(devs[i])->peer[oj] = (unsigned char)can;
+    }
+  }
+}
+
+qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
+                                    struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  struct runtime_mesh *m = NULL;
+  struct runtime_device **devs = NULL;
+  size_t n = 0, made = 0;
+  int ords[CUDA_DEVICES_MAX];
+  int ngpu = 0;
+  cudaError_t err = cudaGetDeviceCount(&ngpu);
+  if (err != cudaSuccess || ngpu <= 0) {
+    (void)cudaGetLastError();
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "devices",
+                         "devices '%s' asks for GPUs, but CUDA reports none (cudaGetDeviceCount: "
+                         "%s); use cpu:N",
+                         spec ? spec : "auto", err != cudaSuccess ? cudaGetErrorName(err) : "0");
+  }
+  double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : CUDA_MEM_FRACTION;
+  if (fraction > 1.0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "mem_fraction",
+                         "mem_fraction %g is outside (0, 1]", fraction);
+  }
+  QDP_TRY(rc, parse_spec(spec, ngpu, ords, &n, reterr));
+  /* Two slots of half the configured staging each, in whole 4 KiB pages. */
+  uint64_t slot = cfg->staging_bytes ? cfg->staging_bytes / 2 : CUDA_STAGE_DEFAULT;
+  slot &= ~(uint64_t)4095;
+  slot = slot < CUDA_STAGE_MIN ? CUDA_STAGE_MIN : slot;
+
+  m = calloc(1, sizeof *m);
+  devs = calloc(n, sizeof *devs);
+  if (!m || !devs) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate the mesh");
+    goto out;
+  }
+  for (made = 0; made < n; made++) {
+    struct cuda_device *c = NULL;
+    QDP_TRY(rc, device_create(ords[made], cfg->device_budget_bytes, fraction, slot, &c, reterr));
+    devs[made] = &c->base;
+  }
+  enable_peers(devs, n);
+  m->devs = devs;
+  m->count = n;
+  m->backend = "cuda";
+  m->staging_bytes = 2 * slot;
+  m->destroy_device = cuda_device_destroy;
+  *ret_mesh = m;
+  m = NULL;
+  devs = NULL;
+out:
+  for (size_t i = 0; devs && i < made; i++) {
+    cuda_device_destroy(devs[i]);
+  }
+  free(devs);
+  free(m);
+  return rc;
+}
