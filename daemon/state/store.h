@@ -52,25 +52,33 @@ qdp_status state_store_create(const struct state_store_limits *lim, struct state
 void state_store_destroy(struct state_store *s);
 
 /* RESOURCE_EXHAUSTED naming the budget, bytes in use, bytes asked and the owner when a limit would
- * be passed. */
+ * be passed (need_bytes = bytes asked, free_bytes = what the budget has left). A budget admits
+ * exactly up to itself: in use + asked == budget fits. max_states and max_client_states count
+ * outstanding reservations as well as states. owner may be NULL (""); over 63 B is
+ * INVALID_ARGUMENT. */
 qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
                              struct state_reservation **ret_res, struct qdp_error *reterr);
 void state_reservation_cancel(struct state_reservation *r); /* NULL-safe */
 
 /* Turns the reservation into a state holding `payload` (destroyed through payload_destroy when the
- * state goes). ttl_ms 0 = the default TTL; capped at max_ttl_ms. Consumes r in every case; on
- * failure payload is not taken. ret_handle/ret_token: STATE_HANDLE_LEN / STATE_TOKEN_LEN bytes. */
+ * state goes). ttl_ms 0 = the default TTL; capped at max_ttl_ms (a state that would never expire
+ * gets max_ttl_ms too). Consumes r in every case; on failure payload is not taken and the bytes go
+ * back to the budgets. ret_handle/ret_token: STATE_HANDLE_LEN / STATE_TOKEN_LEN bytes.
+ * payload must be non-NULL and not held already (INTERNAL); label (NULL = "") at most 127 B
+ * (INVALID_ARGUMENT); SYSTEM when getrandom(2) fails. */
 qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
                               void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
                               char *ret_handle, char *ret_token, struct qdp_error *reterr);
 
-/* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token. */
+/* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token.
+ * A state past its expiry is NOT_FOUND here even before state_store_expire unlinks it. */
 qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
                            void **ret_payload, struct state_meta *ret_meta, struct qdp_error *reterr);
 /* Unpins a payload returned by state_store_get. */
 void state_store_put(struct state_store *s, void *payload);
 
-/* Unlinks the state now (bytes returned to the budgets); the payload goes with its last pin. */
+/* Unlinks the state now (bytes returned to the budgets); the payload goes with its last pin.
+ * A state past its expiry but not yet swept can still be released. */
 qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
                                uint64_t *ret_freed_bytes, struct qdp_error *reterr);
 

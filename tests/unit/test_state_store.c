@@ -1,12 +1,20 @@
 /* Unit tests for daemon/state/store.c: admission, tokens, pins, expiry, concurrency. */
 #include <check.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "state/store.h"
 
@@ -287,6 +295,71 @@ START_TEST(test_wrong_token_and_unknown_handle_are_both_not_found) {
   ck_assert_int_eq(state_store_get(s, h, t, &p, NULL, &e1), QDP_OK);
   state_store_put(s, p);
   state_store_destroy(s);
+}
+END_TEST
+
+/* Makes getrandom(2) fail with ENOSYS in this process from now on (seccomp), or returns -1. */
+static int break_getrandom(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getrandom, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    return -1;
+  }
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0 ? 0 : -1;
+}
+
+/* In a child: with getrandom broken, commit fails with SYSTEM (cause ENOSYS), returns the bytes
+ * and leaves the payload to the caller. Exit codes name the first failed check. */
+static int commit_without_randomness(void) {
+  struct state_store *s = NULL;
+  struct state_store_limits lim = {.budget_bytes = 100};
+  if (state_store_create(&lim, &s, NULL) != QDP_OK) {
+    return 10;
+  }
+  struct state_reservation *r = NULL;
+  if (state_store_admit(s, "a", 100, &r, NULL) != QDP_OK) {
+    return 11;
+  }
+  if (break_getrandom() != 0) {
+    return 77;
+  }
+  struct payload p = {0};
+  struct qdp_error err = QDP_ERROR_INIT;
+  char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN];
+  if (state_store_commit(s, r, &p, payload_destroy, 0, "x", h, t, &err) != QDP_ERR_SYSTEM) {
+    return 12;
+  }
+  if (err.cause != ENOSYS || !strstr(err.msg, "getrandom(16 B) failed")) {
+    return 13;
+  }
+  if (usage_bytes(s) != 0 || usage_states(s) != 0 || p.destroyed != 0) {
+    return 14;
+  }
+  state_store_destroy(s);
+  return p.destroyed == 0 ? 0 : 15;
+}
+
+START_TEST(test_commit_fails_cleanly_without_randomness) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    _exit(commit_without_randomness());
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    return; /* seccomp unavailable here: nothing to check */
+  }
+  ck_assert_int_eq(WEXITSTATUS(status), 0);
 }
 END_TEST
 
@@ -739,6 +812,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tok, test_get_returns_payload_and_meta);
   tcase_add_test(tok, test_wrong_token_and_unknown_handle_are_both_not_found);
   tcase_add_test(tok, test_commit_failure_returns_bytes_and_keeps_payload);
+  tcase_add_test(tok, test_commit_fails_cleanly_without_randomness);
   suite_add_tcase(s, tok);
 
   TCase *rel = tcase_create("release_put");
