@@ -1,5 +1,6 @@
-/* qdpk_cuda.h — CUDA launchers of the encode kernels (kernels/*.cu). Same arguments and meaning as
- * their CPU twins in qdpk.h, with device pointers, plus the stream to launch on.
+/* qdpk_cuda.h — CUDA launchers of the encode kernels (the .cu files beside this header). Same
+ * arguments and meaning as their CPU twins in qdpk.h, with device pointers, plus the stream to
+ * launch on.
  *
  * A launcher never synchronizes and never allocates: it checks cudaGetLastError() right after its
  * launches and returns QDP_ERR_CUDA on failure (the CUDA error itself is left for the caller to read

@@ -1,0 +1,198 @@
+/* checks.cu — input checks for inputs that already live on the GPU (CUDA twins of
+ * qdpk_cpu_find_nonfinite and qdpk_cpu_check_basis): a device pointer handed in by a client must
+ * be checked where it is, without a copy to the host.
+ *
+ * Each check reports the first offending position, as the CPU twin does: threads that find one
+ * take the minimum with a 64-bit integer atomicMin on the result word (integer atomics are exact
+ * and order-free; no float is ever accumulated). The launcher sets the word to "none" with a
+ * one-thread kernel, scans, and a one-thread kernel turns the word into the reported values. Three
+ * launches on one stream, no host synchronization.
+ */
+#include "qdpk_cuda_internal.cuh"
+
+namespace {
+
+using namespace qdpk;
+
+constexpr unsigned long long NONE = ~0ull;
+/* Values per thread in the scan: 8 loads in flight per thread over a full grid. */
+constexpr int SCAN_PER_THREAD = 8;
+
+__global__ void set_none_kernel(unsigned long long *word) {
+  *word = NONE;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(QDPK_THREADS)
+    nonfinite_kernel(const T *__restrict__ x, uint64_t count, uint64_t nbx,
+                     unsigned long long *first) {
+  for (uint64_t bx = blockIdx.x; bx < nbx; bx += gridDim.x) {
+    const uint64_t base = bx * (uint64_t)(QDPK_THREADS * SCAN_PER_THREAD);
+    /* A block wholly past an index already found cannot lower the minimum. */
+    if (*(volatile unsigned long long *)first < base) {
+      return;
+    }
+    T v[SCAN_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < SCAN_PER_THREAD; k++) {
+      const uint64_t i = base + threadIdx.x + (uint64_t)k * QDPK_THREADS;
+      v[k] = i < count ? x[i] : (T)0;
+    }
+#pragma unroll
+    for (int k = 0; k < SCAN_PER_THREAD; k++) {
+      if (!isfinite(v[k])) {
+        atomicMin(first, (unsigned long long)(base + threadIdx.x + (uint64_t)k * QDPK_THREADS));
+        break; /* later k are higher indices */
+      }
+    }
+  }
+}
+
+__global__ void nonfinite_report_kernel(const unsigned long long *word, int *found,
+                                        uint64_t *index) {
+  unsigned long long w = *word;
+  *found = w != NONE;
+  *index = w != NONE ? (uint64_t)w : 0;
+}
+
+/* The fault of one index, in the order of enum qdpk_basis_fault (the CPU twin's order): -1.5 is
+ * not an integer before it is negative, -0.0 is the index 0. */
+__device__ __forceinline__ int basis_fault(double v, uint32_t qubits) {
+  if (!isfinite(v)) {
+    return QDPK_BASIS_NOT_FINITE;
+  }
+  if (v != trunc(v)) {
+    return QDPK_BASIS_NOT_INTEGER;
+  }
+  if (v < 0) {
+    return QDPK_BASIS_NEGATIVE;
+  }
+  if (qubits < 64 && v >= ldexp(1.0, (int)qubits)) {
+    return QDPK_BASIS_TOO_LARGE;
+  }
+  return QDPK_BASIS_OK;
+}
+__device__ __forceinline__ int basis_fault_of(float v, uint32_t qubits) {
+  return basis_fault((double)v, qubits);
+}
+__device__ __forceinline__ int basis_fault_of(double v, uint32_t qubits) {
+  return basis_fault(v, qubits);
+}
+__device__ __forceinline__ int basis_fault_of(int64_t v, uint32_t qubits) {
+  if (v < 0) {
+    return QDPK_BASIS_NEGATIVE;
+  }
+  if (qubits < 63 && (uint64_t)v >= (1ull << qubits)) {
+    return QDPK_BASIS_TOO_LARGE;
+  }
+  return QDPK_BASIS_OK;
+}
+
+/* The key row * 8 + fault orders by row first, so the minimum is the first bad row, with its
+ * fault in the low 3 bits. */
+template <typename T>
+__global__ void __launch_bounds__(QDPK_THREADS)
+    basis_check_kernel(const T *__restrict__ x, uint64_t in_stride, uint64_t rows,
+                       uint32_t qubits, unsigned long long *first) {
+  for (uint64_t r = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; r < rows;
+       r += (uint64_t)gridDim.x * QDPK_THREADS) {
+    int f = basis_fault_of(x[r * in_stride], qubits);
+    if (f != QDPK_BASIS_OK) {
+      atomicMin(first, (unsigned long long)((r << 3) | (uint64_t)f));
+      return; /* this thread's later rows are higher */
+    }
+  }
+}
+
+__global__ void basis_report_kernel(unsigned long long *word, int *fault) {
+  unsigned long long w = *word;
+  *fault = w == NONE ? QDPK_BASIS_OK : (int)(w & 7);
+  *word = w == NONE ? 0 : w >> 3;
+}
+
+template <typename T>
+qdp_status scan_nonfinite(const T *x, uint64_t count, int *ret_found, uint64_t *ret_index,
+                          cudaStream_t stream) {
+  unsigned long long *word = reinterpret_cast<unsigned long long *>(ret_index);
+  /* One thread: the result word starts at "none". */
+  set_none_kernel<<<1, 1, 0, stream>>>(word);
+  qdp_status rc = launched();
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (count > 0) {
+    uint64_t nbx = blocks_for(count, SCAN_PER_THREAD);
+    /* 256 threads x 8 values, coalesced scalar loads over a full grid (a read-only pass, bound by
+     * memory bandwidth); folded past 2^31 - 1 blocks. */
+    nonfinite_kernel<T><<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(x, count, nbx, word);
+    if ((rc = launched()) != QDP_OK) {
+      return rc;
+    }
+  }
+  /* One thread: the word becomes (found, index). */
+  nonfinite_report_kernel<<<1, 1, 0, stream>>>(word, ret_found, ret_index);
+  return launched();
+}
+
+template <typename T>
+qdp_status scan_basis(const T *x, uint64_t in_stride, uint64_t rows, uint32_t qubits,
+                      int *ret_fault, uint64_t *ret_row, cudaStream_t stream) {
+  unsigned long long *word = reinterpret_cast<unsigned long long *>(ret_row);
+  set_none_kernel<<<1, 1, 0, stream>>>(word);
+  qdp_status rc = launched();
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (rows > 0) {
+    uint64_t nbx = blocks_for(rows, 1);
+    /* 256 threads, one row each (a strided gather of one value per row); folded past the grid
+     * limit. */
+    basis_check_kernel<T><<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(x, in_stride, rows, qubits,
+                                                                    word);
+    if ((rc = launched()) != QDP_OK) {
+      return rc;
+    }
+  }
+  basis_report_kernel<<<1, 1, 0, stream>>>(word, ret_fault);
+  return launched();
+}
+
+}  // namespace
+
+extern "C" qdp_status qdpk_find_nonfinite(const void *x, qdp_dtype in, uint64_t count,
+                                          int *ret_found, uint64_t *ret_index,
+                                          cudaStream_t stream) {
+  if (!(is_real_dtype(in) || in == QDP_DTYPE_INT64) || ret_found == NULL || ret_index == NULL ||
+      (count > 0 && x == NULL) || !aligned(ret_index, 8)) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  switch (in) {
+  case QDP_DTYPE_FLOAT32:
+    return scan_nonfinite(static_cast<const float *>(x), count, ret_found, ret_index, stream);
+  case QDP_DTYPE_FLOAT64:
+    return scan_nonfinite(static_cast<const double *>(x), count, ret_found, ret_index, stream);
+  default:
+    /* int64 values are always finite: only the "none" result is written. */
+    return scan_nonfinite(static_cast<const double *>(NULL), 0, ret_found, ret_index, stream);
+  }
+}
+
+extern "C" qdp_status qdpk_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
+                                       uint64_t rows, uint32_t qubits, int *ret_fault,
+                                       uint64_t *ret_row, cudaStream_t stream) {
+  if (!(is_real_dtype(in) || in == QDP_DTYPE_INT64) || ret_fault == NULL || ret_row == NULL ||
+      (rows > 0 && x == NULL) || !aligned(ret_row, 8)) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  switch (in) {
+  case QDP_DTYPE_FLOAT32:
+    return scan_basis(static_cast<const float *>(x), in_stride, rows, qubits, ret_fault, ret_row,
+                      stream);
+  case QDP_DTYPE_FLOAT64:
+    return scan_basis(static_cast<const double *>(x), in_stride, rows, qubits, ret_fault, ret_row,
+                      stream);
+  default:
+    return scan_basis(static_cast<const int64_t *>(x), in_stride, rows, qubits, ret_fault,
+                      ret_row, stream);
+  }
+}

@@ -1,0 +1,123 @@
+/* qdpk_cuda_internal.cuh — helpers shared by the CUDA encode kernels (the .cu files here only).
+ *
+ * Everything here is static or a template: each .cu file stays a self-contained translation unit
+ * and exports only its qdpk_* launchers (qdpk_cuda.h). Any host thread; device helpers are pure.
+ *
+ * Grid conventions used by every launcher:
+ *  - blocks of QDPK_THREADS (256) threads: 8 warps, enough to hide latency with 8 resident blocks per
+ *    multiprocessor (2048 threads, the Hopper maximum), few enough that per-block setup stays cheap;
+ *  - x walks the amplitudes (or tiles) of a row, y walks the rows; both are folded into loops
+ *    (x_ in kernels: for (bx = blockIdx.x; bx < nbx; bx += gridDim.x)) so that any count of rows
+ *    or amplitudes runs within the grid limits (2^31 - 1 in x, 65535 in y);
+ *  - all indices are 64-bit.
+ */
+#ifndef QDPK_CUDA_INTERNAL_CUH
+#define QDPK_CUDA_INTERNAL_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "qdpk_cuda.h"
+#include "qdpk_tune.h"
+
+#define QDPK_THREADS 256
+/* Grid limits: x is 2^31 - 1; y is 65535. Launches never ask for more; kernels loop beyond. */
+#define QDPK_GRID_X_MAX 2147483647ull
+#define QDPK_GRID_Y_MAX 65535ull
+
+namespace qdpk {
+
+/* The interleaved complex element of a real type: 8 bytes for float, 16 for double. */
+template <typename R>
+struct cplx;
+template <>
+struct cplx<float> {
+  typedef float2 type;
+};
+template <>
+struct cplx<double> {
+  typedef double2 type;
+};
+
+template <typename R>
+__device__ __forceinline__ typename cplx<R>::type make_cplx(R re, R im);
+template <>
+__device__ __forceinline__ float2 make_cplx<float>(float re, float im) {
+  return make_float2(re, im);
+}
+template <>
+__device__ __forceinline__ double2 make_cplx<double>(double re, double im) {
+  return make_double2(re, im);
+}
+
+/* Products and sums that the compiler may not contract into a fused multiply-add, whatever the
+ * -fmad setting: the CPU twins round every product, and the sum-of-squares tree must match them
+ * bit for bit. */
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  return __dmul_rn(a, b);
+}
+
+__device__ __forceinline__ void sincos_r(float a, float *s, float *c) {
+  sincosf(a, s, c);
+}
+__device__ __forceinline__ void sincos_r(double a, double *s, double *c) {
+  sincos(a, s, c);
+}
+
+/* Blocks along x for `items` items, QDPK_THREADS * per_thread items per block. */
+static inline uint64_t blocks_for(uint64_t items, uint64_t per_thread) {
+  uint64_t per_block = (uint64_t)QDPK_THREADS * per_thread;
+  return (items + per_block - 1) / per_block;
+}
+
+static inline unsigned grid_x(uint64_t nbx) {
+  return (unsigned)(nbx < QDPK_GRID_X_MAX ? nbx : QDPK_GRID_X_MAX);
+}
+
+static inline unsigned grid_y(uint64_t rows) {
+  return (unsigned)(rows < QDPK_GRID_Y_MAX ? rows : QDPK_GRID_Y_MAX);
+}
+
+/* After a launch: a configuration or launch error is left in place (cudaPeekAtLastError, not
+ * cudaGetLastError) so that the caller can read and name it, as qdpk_cuda.h promises. */
+static inline qdp_status launched(void) {
+  return cudaPeekAtLastError() == cudaSuccess ? QDP_OK : QDP_ERR_CUDA;
+}
+
+static inline int is_out_dtype(qdp_dtype t) {
+  return t == QDP_DTYPE_COMPLEX64 || t == QDP_DTYPE_COMPLEX128;
+}
+
+static inline int is_real_dtype(qdp_dtype t) {
+  return t == QDP_DTYPE_FLOAT32 || t == QDP_DTYPE_FLOAT64;
+}
+
+static inline int aligned(const void *p, size_t bytes) {
+  return ((uintptr_t)p % bytes) == 0;
+}
+
+/* The span checks every closed-form launcher shares: 1..63 qubits, a non-empty range inside the
+ * state, at least one row, a complex output type. */
+static inline int span_ok(const struct qdpk_span *s) {
+  if (s == NULL || s->qubits < 1 || s->qubits > 63 || s->count < 1 || s->rows < 1 ||
+      !is_out_dtype(s->out)) {
+    return 0;
+  }
+  uint64_t size = (uint64_t)1 << s->qubits;
+  return s->first < size && s->count <= size - s->first;
+}
+
+/* Amplitudes per thread for a closed-form kernel: the tuning knob when it names a built variant
+ * (1, 4 or 16), else the default. */
+static inline int per_thread(int knob, int def) {
+  return (knob == 1 || knob == 4 || knob == 16) ? knob : def;
+}
+
+}  // namespace qdpk
+
+#endif /* QDPK_CUDA_INTERNAL_CUH */
