@@ -1,0 +1,40 @@
+"""Streams a whole state slowly enough to be in flight when qdpd gets SIGTERM:
+    fetch_during_sigterm.py HANDLE:TOKEN STARTED_FILE
+creates STARTED_FILE after the first chunk, reads the rest, checks the values against the phase
+formula (the state is phase-encoded with x_k = 0.1 (k + 1)) and exits 0 only for a complete,
+correct stream."""
+
+import sys
+
+import numpy as np
+
+import qdpc
+
+
+def main():
+    ref, started = sys.argv[1], sys.argv[2]
+    handle, token = ref.split(":", 1)
+    c = qdpc.Client()
+    req = c.pb.FetchRequest(offset=0, count=0, chunk_bytes=64 << 10)
+    req.state.handle = handle
+    req.state.token = token
+    got, n = [], 0
+    for ch in c._Fetch(req, timeout=120):
+        if n == 0:
+            open(started, "w").close()
+        got.append(np.frombuffer(ch.data, np.complex128))
+        n += 1
+    a = np.concatenate(got)
+    q = 24
+    assert a.size == 1 << q, a.size
+    x = 0.1 * np.arange(1, q + 1)
+    idx = np.array([0, 1, 2, 12345, (1 << q) - 1, 1 << 23, 7777777])
+    b = ((idx[:, None] >> np.arange(q)) & 1).astype(np.float64)
+    want = 2.0 ** (-q / 2) * np.exp(1j * (b @ x))
+    err = np.max(np.abs(a[idx] - want))
+    assert err < 1e-12, err
+    print(f"fetched {a.size} amplitudes in {n} chunks, max error {err:.1e}")
+
+
+if __name__ == "__main__":
+    main()

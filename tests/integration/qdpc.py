@@ -1,0 +1,261 @@
+"""An independent qdp client for the integration tests: Debian's python3-grpcio and protobuf,
+loading the wire contract at run time from the FileDescriptorSet that protoc-c writes (qdp.desc),
+so it shares no code with libqdp. Also the NumPy reference of DESIGN.md section 4, written from
+the formulas (direct sums, no fast transforms), against which every fetched state is compared.
+"""
+
+import os
+
+import grpc
+import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+ENCODINGS = {"amplitude": 1, "angle": 2, "basis": 3, "iqp": 4, "iqp-z": 5, "phase": 6}
+DTYPES = {"float32": 1, "float64": 2, "complex64": 3, "complex128": 4, "int64": 5}
+NP_DTYPE = {1: np.float32, 2: np.float64, 3: np.complex64, 4: np.complex128, 5: np.int64}
+POLICIES = {"auto": 0, "single": 1, "even": 2, "uneven": 3, "capacity": 4, "batch": 5}
+
+_MESSAGES = (
+    "EncodeRequest", "EncodeReply", "PlanReply", "UploadChunk", "StateRef", "StateInfo",
+    "ListRequest", "ListReply", "ReleaseReply", "FetchRequest", "FetchChunk", "ExportRequest",
+    "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
+    "Input", "SharedMemory", "Placement",
+)
+
+
+class Proto:
+    """The message classes of qdp.proto, by short name."""
+
+    def __init__(self, desc_path):
+        with open(desc_path, "rb") as f:
+            fds = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+        pool = descriptor_pool.DescriptorPool()
+        for fd in fds.file:
+            pool.Add(fd)
+        # Debian's protobuf 4.21 lacks GetMessageClass; newer ones have it.
+        get = getattr(message_factory, "GetMessageClass", None)
+        if get is None:
+            get = message_factory.MessageFactory(pool).GetPrototype
+        for name in _MESSAGES:
+            setattr(self, name, get(pool.FindMessageTypeByName("qdp." + name)))
+
+
+_UNARY = {
+    "Encode": ("EncodeRequest", "EncodeReply"),
+    "Plan": ("EncodeRequest", "PlanReply"),
+    "Describe": ("StateRef", "StateInfo"),
+    "List": ("ListRequest", "ListReply"),
+    "Release": ("StateRef", "ReleaseReply"),
+    "Export": ("ExportRequest", "ExportReply"),
+    "Status": ("StatusRequest", "StatusReply"),
+    "Health": ("HealthRequest", "HealthReply"),
+}
+
+
+class Client:
+    """One channel to qdpd; methods take and return protobuf messages."""
+
+    def __init__(self, target=None, desc=None, name=None, proto=None):
+        self.target = target or os.environ["QDP_TARGET"]
+        self.pb = proto or Proto(desc or os.environ["QDP_DESC"])
+        self.metadata = (("qdp-client", name),) if name else ()
+        self.channel = grpc.insecure_channel(
+            self.target, options=[("grpc.max_receive_message_length", -1),
+                                  ("grpc.max_send_message_length", -1)])
+        for method, (req, rep) in _UNARY.items():
+            setattr(self, "_" + method, self.channel.unary_unary(
+                "/qdp.Qdp/" + method,
+                request_serializer=getattr(self.pb, req).SerializeToString,
+                response_deserializer=getattr(self.pb, rep).FromString))
+        self._Fetch = self.channel.unary_stream(
+            "/qdp.Qdp/Fetch", request_serializer=self.pb.FetchRequest.SerializeToString,
+            response_deserializer=self.pb.FetchChunk.FromString)
+        self._EncodeUpload = self.channel.stream_unary(
+            "/qdp.Qdp/EncodeUpload", request_serializer=self.pb.UploadChunk.SerializeToString,
+            response_deserializer=self.pb.EncodeReply.FromString)
+
+    def close(self):
+        self.channel.close()
+
+    def call(self, method, req, timeout=60):
+        return getattr(self, "_" + method)(req, timeout=timeout, metadata=self.metadata)
+
+    def raw(self, method, payload, timeout=30):
+        """Sends payload bytes as the request of any method; returns the reply bytes."""
+        f = self.channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        return f(payload, timeout=timeout, metadata=self.metadata)
+
+    # ---- requests ----
+
+    def request(self, encoding, qubits, values=None, dtype="complex128", input_dtype=None,
+                rows=0, cols=0, policy="auto", devices=(), path=None, shm=None, ttl=0,
+                label=""):
+        r = self.pb.EncodeRequest()
+        r.encoding = ENCODINGS[encoding] if isinstance(encoding, str) else encoding
+        r.qubits = qubits
+        r.output_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+        r.ttl_seconds = ttl
+        r.label = label
+        r.placement.policy = POLICIES[policy] if isinstance(policy, str) else policy
+        r.placement.devices.extend(devices)
+        inp = r.input
+        inp.rows = rows
+        inp.cols = cols
+        if values is not None:
+            arr = np.ascontiguousarray(values)
+            if input_dtype is None:
+                input_dtype = {np.dtype(np.float32): "float32",
+                               np.dtype(np.int64): "int64"}.get(arr.dtype, "float64")
+            arr = arr.astype(NP_DTYPE[DTYPES[input_dtype]])
+            inp.dtype = DTYPES[input_dtype]
+            inp.data = arr.tobytes()
+            if arr.ndim == 2 and not rows and not cols:
+                inp.rows, inp.cols = arr.shape
+        elif input_dtype is not None:
+            inp.dtype = DTYPES[input_dtype] if isinstance(input_dtype, str) else input_dtype
+        if path is not None:
+            inp.path = path
+        if shm is not None:
+            inp.shm.CopyFrom(shm)
+        return r
+
+    def encode(self, *a, **kw):
+        return self.call("Encode", self.request(*a, **kw)).state
+
+    def ref(self, state, token=None):
+        r = self.pb.StateRef()
+        r.handle = state.handle
+        r.token = state.token if token is None else token
+        return r
+
+    def fetch(self, state, offset=0, count=0, chunk_bytes=0, token=None, timeout=120):
+        """The amplitudes as a complex NumPy array; checks the chunks tile the range in order."""
+        req = self.pb.FetchRequest()
+        req.state.CopyFrom(self.ref(state, token))
+        req.offset = offset
+        req.count = count
+        req.chunk_bytes = chunk_bytes
+        parts, nchunks, total, dtype = [], 0, None, None
+        expect = offset
+        for ch in self._Fetch(req, timeout=timeout, metadata=self.metadata):
+            if total is None:
+                total, dtype = ch.total, NP_DTYPE[ch.dtype]
+            assert ch.offset == expect, (ch.offset, expect)
+            a = np.frombuffer(ch.data, dtype=dtype)
+            expect += a.size
+            parts.append(a)
+            nchunks += 1
+        out = np.concatenate(parts) if parts else np.zeros(0, np.complex128)
+        assert total is None or out.size == total, (out.size, total)
+        self.last_fetch_chunks = nchunks
+        return out
+
+    def release(self, state, token=None):
+        return self.call("Release", self.ref(state, token))
+
+    def status(self):
+        return self.call("Status", self.pb.StatusRequest())
+
+    def upload(self, request, data, chunk=1 << 20):
+        """EncodeUpload: the request (input without data), then data in chunks."""
+        def chunks():
+            first = self.pb.UploadChunk()
+            first.request.CopyFrom(request)
+            yield first
+            for i in range(0, len(data), chunk):
+                m = self.pb.UploadChunk()
+                m.data = data[i:i + chunk]
+                yield m
+        return self._EncodeUpload(chunks(), timeout=120, metadata=self.metadata).state
+
+    def error_detail(self, err):
+        """The ErrorDetail of a failed call's trailing metadata "qdp-error-bin", or None."""
+        for k, v in err.trailing_metadata() or ():
+            if k == "qdp-error-bin":
+                return self.pb.ErrorDetail.FromString(v)
+        return None
+
+
+# ---- the reference: DESIGN.md section 4, computed from the formulas ----
+
+def bits(n):
+    """bits[b, k] = bit k of index b (qubit k is bit k: little-endian)."""
+    b = np.arange(1 << n, dtype=np.int64)
+    return ((b[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+
+def ref_amplitude(x, n):
+    x = np.asarray(x, np.float64)
+    out = np.zeros(1 << n, np.complex128)
+    out[:x.size] = x / np.sqrt(np.sum(x * x))
+    return out
+
+
+def ref_angle(x, n):
+    x = np.asarray(x, np.float64)
+    B = bits(n)
+    return np.prod(np.where(B == 1, np.sin(x)[None, :], np.cos(x)[None, :]), axis=1).astype(
+        np.complex128)
+
+
+def ref_basis(i, n):
+    out = np.zeros(1 << n, np.complex128)
+    out[int(i)] = 1.0
+    return out
+
+
+def ref_phase(x, n):
+    x = np.asarray(x, np.float64)
+    return (2.0 ** (-n / 2)) * np.exp(1j * (bits(n) @ x))
+
+
+def ref_iqp(d, n, pairs=True):
+    """2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, as a direct O(4^n) sum."""
+    d = np.asarray(d, np.float64)
+    Z = bits(n)  # rows: z
+    theta = Z @ d[:n]
+    if pairs:
+        p = n
+        for i in range(n):
+            for j in range(i + 1, n):
+                theta = theta + d[p] * Z[:, i] * Z[:, j]
+                p += 1
+    zb = np.arange(1 << n)
+    parity = np.array([[bin(z & b).count("1") & 1 for z in zb] for b in zb])
+    sign = 1.0 - 2.0 * parity
+    return (2.0 ** -n) * (sign @ np.exp(1j * theta))
+
+
+def reference(encoding, x, n):
+    if encoding == "amplitude":
+        return ref_amplitude(x, n)
+    if encoding == "angle":
+        return ref_angle(x, n)
+    if encoding == "basis":
+        return ref_basis(np.asarray(x).reshape(-1)[0], n)
+    if encoding == "phase":
+        return ref_phase(x, n)
+    if encoding == "iqp":
+        return ref_iqp(x, n, True)
+    if encoding == "iqp-z":
+        return ref_iqp(x, n, False)
+    raise ValueError(encoding)
+
+
+def params_per_sample(encoding, n):
+    return {"amplitude": 1 << n, "angle": n, "basis": 1, "phase": n, "iqp": n + n * (n - 1) // 2,
+            "iqp-z": n}[encoding]
+
+
+def tolerance(dtype):
+    # complex64 states are computed in float precision; complex128 in double (DESIGN.md 10).
+    return 1e-5 if dtype == "complex64" else 1e-12
+
+
+def assert_close(got, want, dtype, what=""):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    err = float(np.max(np.abs(got.astype(np.complex128) - want))) if got.size else 0.0
+    tol = tolerance(dtype) * max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    assert err <= tol, f"{what}: max |error| {err:.3e} > {tol:.1e}"

@@ -1,0 +1,263 @@
+"""Integration: every encoding, input path and layout of a real qdpd, compared with NumPy.
+
+Run by with_qdpd.sh (QDP_TARGET, QDP_TEST_DIR set) with QDP_DESC and QDPCTL in the environment.
+"""
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import threading
+import unittest
+from multiprocessing import shared_memory
+
+import numpy as np
+
+import qdpc
+
+DTYPES = ("complex64", "complex128")
+RNG = np.random.default_rng(20240611)
+
+
+def sample_values(encoding, n, rows=1, input_dtype="float64"):
+    """Random valid inputs, [rows, params] (basis: one index per row)."""
+    k = qdpc.params_per_sample(encoding, n)
+    if encoding == "basis":
+        x = RNG.integers(0, 1 << n, size=(rows, 1)).astype(np.float64)
+    elif encoding == "amplitude":
+        k = k - 3 if k > 4 else k  # L < 2^n: exercises the zero padding
+        x = RNG.normal(size=(rows, k))
+    else:
+        x = RNG.uniform(-np.pi, np.pi, size=(rows, k))
+    return x.astype(np.float32 if input_dtype == "float32" else np.float64)
+
+
+def phase_ref_large(x, n):
+    """2^-n/2 e^{i sum_k x_k b_k} for large n without an [2^n, n] bit matrix: theta doubles
+    with each qubit (indices with bit k set are those of the lower half plus x_k)."""
+    theta = np.zeros(1, np.float64)
+    for k in range(n):
+        theta = np.concatenate([theta, theta + float(x[k])])
+    return (2.0 ** (-n / 2)) * np.exp(1j * theta)
+
+
+class Encodings(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = qdpc.Client()
+        cls.dir = os.environ["QDP_TEST_DIR"]
+        cls.qdpctl = os.environ["QDPCTL"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def check_state(self, st, encoding, x, n, dtype, rows=1):
+        got = self.c.fetch(st)
+        self.assertEqual(got.dtype, np.complex64 if dtype == "complex64" else np.complex128)
+        self.assertEqual(got.size, rows << n)
+        x = np.asarray(x, np.float64).reshape(rows, -1)
+        for r in range(rows):
+            want = qdpc.reference(encoding, x[r], n)
+            qdpc.assert_close(got[r << n:(r + 1) << n], want, dtype,
+                              f"{encoding} {dtype} n={n} row {r}")
+
+    def test_every_encoding_single_sample_matches_numpy(self):
+        for encoding in qdpc.ENCODINGS:
+            for dtype in DTYPES:
+                for n, input_dtype in ((3, "float64"), (5, "float32")):
+                    x = sample_values(encoding, n, 1, input_dtype)[0]
+                    st = self.c.encode(encoding, n, x, dtype=dtype, input_dtype=input_dtype)
+                    self.assertEqual(st.qubits, n)
+                    self.assertEqual(st.batch, 1)
+                    self.assertEqual(st.dtype, qdpc.DTYPES[dtype])
+                    self.assertEqual(st.bytes, (1 << n) * (8 if dtype == "complex64" else 16))
+                    self.assertTrue(st.token)
+                    self.check_state(st, encoding, x, n, dtype)
+                    self.c.release(st)
+
+    def test_every_encoding_batch_matches_numpy_row_by_row(self):
+        for encoding in qdpc.ENCODINGS:
+            for dtype in DTYPES:
+                n, rows = 4, 5
+                x = sample_values(encoding, n, rows)
+                st = self.c.encode(encoding, n, x, dtype=dtype)
+                self.assertEqual(st.batch, rows)
+                self.assertEqual(st.bytes, rows * (1 << n) * (8 if dtype == "complex64" else 16))
+                self.check_state(st, encoding, x, n, dtype, rows)
+                self.c.release(st)
+
+    def test_basis_takes_int64_indices(self):
+        idx = np.array([[0], [5], [7]], np.int64)
+        st = self.c.encode("basis", 3, idx, input_dtype="int64")
+        got = self.c.fetch(st).reshape(3, 8)
+        want = np.zeros((3, 8))
+        want[[0, 1, 2], [0, 5, 7]] = 1
+        np.testing.assert_array_equal(got, want)
+        self.c.release(st)
+
+    def test_policies_shard_the_state_and_keep_its_values(self):
+        n = 10
+        cases = [
+            ("even", ["cpu:0", "cpu:1", "cpu:2", "cpu:3"], 4, 2, "iqp"),
+            ("even", ["cpu:0", "cpu:1"], 2, 1, "amplitude"),
+            ("uneven", ["cpu:0", "cpu:1", "cpu:2"], 3, 0, "angle"),
+            ("single", ["cpu:2"], 1, 0, "phase"),
+        ]
+        for policy, devices, nshards, gbits, encoding in cases:
+            for dtype in DTYPES:
+                x = sample_values(encoding, n)[0]
+                st = self.c.encode(encoding, n, x, dtype=dtype, policy=policy, devices=devices)
+                what = f"{policy} over {devices} ({encoding}, {dtype})"
+                self.assertEqual(len(st.shards), nshards, what)
+                self.assertEqual(st.global_bits, gbits, what)
+                self.assertEqual([s.device for s in st.shards], devices, what)
+                # The shards tile [0, 2^n) in order, with their bytes.
+                first = 0
+                for s in st.shards:
+                    self.assertEqual(s.first, first, what)
+                    self.assertEqual(s.bytes, s.count * s.rows * (8 if dtype == "complex64"
+                                                                  else 16), what)
+                    first += s.count
+                self.assertEqual(first, 1 << n, what)
+                self.check_state(st, encoding, x, n, dtype)
+                self.c.release(st)
+
+    def test_batch_policy_puts_whole_samples_on_each_device(self):
+        n, rows = 6, 8
+        x = sample_values("amplitude", n, rows)
+        st = self.c.encode("amplitude", n, x, policy="batch",
+                           devices=["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        self.assertEqual(len(st.shards), 4)
+        self.assertEqual(sorted(s.rows for s in st.shards), [2, 2, 2, 2])
+        for s in st.shards:
+            self.assertEqual((s.first, s.count), (0, 1 << n))
+        self.check_state(st, "amplitude", x, n, "complex128", rows)
+        self.c.release(st)
+
+    def test_2_pow_22_state_is_fetched_in_chunks_and_checked(self):
+        n = 22
+        x = RNG.uniform(-np.pi, np.pi, size=n)
+        st = self.c.encode("phase", n, x)
+        want = phase_ref_large(x, n)
+        got = self.c.fetch(st, chunk_bytes=1 << 20)
+        self.assertEqual(got.size, 1 << n)
+        self.assertGreaterEqual(self.c.last_fetch_chunks, 64)  # 64 MiB in 1 MiB chunks
+        qdpc.assert_close(got, want, "complex128", "phase 2^22")
+        # A range that starts and ends off any chunk boundary.
+        off, cnt = 1_000_003, 777_777
+        part = self.c.fetch(st, offset=off, count=cnt, chunk_bytes=100_000)
+        qdpc.assert_close(part, want[off:off + cnt], "complex128", "phase 2^22 range")
+        self.c.release(st)
+
+    def test_2_pow_22_amplitude_uploaded_in_chunks(self):
+        n = 22
+        x = RNG.normal(size=1 << n)
+        req = self.c.request("amplitude", n, None, dtype="complex64", input_dtype="float64",
+                             rows=1, cols=1 << n)
+        st = self.c.upload(req, x.astype(np.float64).tobytes(), chunk=1 << 20)
+        self.assertEqual(st.dtype, qdpc.DTYPES["complex64"])
+        got = self.c.fetch(st)
+        qdpc.assert_close(got, x / np.linalg.norm(x), "complex64", "uploaded amplitude 2^22")
+        self.c.release(st)
+
+    def qdpctl_json(self, *args):
+        p = subprocess.run([self.qdpctl, "--json", *args], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, f"qdpctl {' '.join(args)}: {p.stderr}")
+        return json.loads(p.stdout)
+
+    def test_npy_round_trip_server_file_export_and_fetch(self):
+        n, rows = 5, 3
+        x = RNG.normal(size=(rows, 1 << n)).astype(np.float32)
+        src = os.path.join(self.dir, "input.npy")
+        np.save(src, x)
+        for dtype in DTYPES:
+            out = self.qdpctl_json("encode", "--encoding", "amplitude", "--qubits", str(n),
+                                   "--dtype", dtype, "--server-file", src)
+            self.assertEqual(out["batch"], rows)
+            ref = out["ref"]
+            want = np.stack([qdpc.ref_amplitude(r.astype(np.float64), n) for r in x])
+            exported = os.path.join(self.dir, f"export-{dtype}.npy")
+            e = self.qdpctl_json("export", ref, exported)
+            self.assertEqual(e["bytes"], os.path.getsize(exported))
+            a = np.load(exported)
+            self.assertEqual(a.dtype, np.complex64 if dtype == "complex64" else np.complex128)
+            self.assertEqual(a.shape, (rows, 1 << n))
+            qdpc.assert_close(a, want, dtype, "exported .npy")
+            local = os.path.join(self.dir, f"fetched-{dtype}.npy")
+            self.qdpctl_json("fetch", ref, "-o", local)
+            b = np.load(local)
+            self.assertEqual(b.shape, (rows, 1 << n))
+            np.testing.assert_array_equal(a, b)
+            # A sub-range fetch is 1-D.
+            self.qdpctl_json("fetch", ref, "-o", local, "--offset", "7", "--count", "40",
+                             "--force")
+            np.testing.assert_array_equal(np.load(local), a.reshape(-1)[7:47])
+            self.qdpctl_json("rm", ref)
+
+    def test_shared_memory_input_by_name_and_by_fd(self):
+        n, rows = 6, 2
+        x = RNG.normal(size=(rows, 1 << n))
+        pad = 64  # the data sits at an offset inside the region
+        shm = shared_memory.SharedMemory(create=True, size=pad + x.nbytes + 32)
+        try:
+            shm.buf[pad:pad + x.nbytes] = x.tobytes()
+            want = np.stack([qdpc.ref_amplitude(r, n) for r in x])
+            m = self.c.pb.SharedMemory()
+            m.name = "/" + shm.name
+            m.offset = pad
+            m.length = x.nbytes
+            st = self.c.encode("amplitude", n, None, input_dtype="float64", rows=rows,
+                               cols=1 << n, shm=m)
+            qdpc.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128", "shm name")
+            self.c.release(st)
+            fd = os.open("/dev/shm/" + shm.name, os.O_RDONLY)
+            try:
+                m = self.c.pb.SharedMemory()
+                m.pid = os.getpid()
+                m.fd = fd
+                m.offset = pad
+                m.length = x.nbytes
+                st = self.c.encode("amplitude", n, None, input_dtype="float64", rows=rows,
+                                   cols=1 << n, shm=m)
+                qdpc.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128",
+                                  "shm fd")
+                self.c.release(st)
+            finally:
+                os.close(fd)
+        finally:
+            shm.close()
+            shm.unlink()
+
+    def test_32_concurrent_clients_each_get_their_own_state(self):
+        proto = self.c.pb
+        before = self.c.status().states
+        start = threading.Barrier(32)
+
+        def one(i):
+            c = qdpc.Client(proto=proto, name=f"client-{i}")
+            try:
+                n = 8
+                x = np.linspace(0.1, 1.0, n) * (i + 1) / 7.0
+                start.wait(timeout=30)
+                st = c.encode("angle", n, x, label=f"c{i}")
+                got = c.fetch(st, chunk_bytes=1024)
+                qdpc.assert_close(got, qdpc.ref_angle(x, n), "complex128", f"client {i}")
+                d = c.call("Describe", c.ref(st))
+                assert d.label == f"c{i}", d.label
+                c.release(st)
+                return i
+            finally:
+                c.close()
+
+        with concurrent.futures.ThreadPoolExecutor(32) as ex:
+            done = sorted(ex.map(one, range(32)))
+        self.assertEqual(done, list(range(32)))
+        self.assertEqual(self.c.status().states, before)
+
+
+if __name__ == "__main__":
+    r = unittest.main(verbosity=2, exit=False)
+    sys.exit(0 if r.result.wasSuccessful() else 1)

@@ -1,0 +1,587 @@
+/* Integration: libqdp's public API against a real qdpd (run by with_qdpd.sh: QDP_SOCKET and
+ * QDP_TEST_DIR set). Every input kind, plan, describe, list, fetch (buffer, .npy, progress,
+ * cancel), export, release, status, health, the error record with the daemon's details, and 32
+ * threads sharing one client. States are compared with the DESIGN.md section 4 formulas computed
+ * here in double precision. No fork: gRPC threads do not survive it. */
+#include <check.h>
+#include <complex.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qdp.h"
+
+static qdp_client *cl;
+static char dir[512];
+
+static void setup(void) {
+  const char *d = getenv("QDP_TEST_DIR");
+  ck_assert_ptr_nonnull(d);
+  snprintf(dir, sizeof dir, "%s", d);
+  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+  o.client_name = "libqdp-e2e@test:1";
+  ck_assert_int_eq(qdp_client_create(&o, &cl), QDP_OK);
+}
+
+static void teardown(void) {
+  qdp_client_destroy(cl);
+  cl = NULL;
+}
+
+#define CK_QDP(expr)                                                                        \
+  do {                                                                                      \
+    qdp_status rc_ = (expr);                                                                \
+    ck_assert_msg(rc_ == QDP_OK, "%s -> %s: %s", #expr, qdp_status_name(rc_),               \
+                  qdp_last_error()->msg);                                                   \
+  } while (0)
+
+static double max_err(const double complex *got, const double complex *want, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = cabs(got[i] - want[i]);
+    m = e > m ? e : m;
+  }
+  return m;
+}
+
+static void ref_amplitude(const double *x, size_t len, unsigned n, double complex *out) {
+  double s = 0;
+  for (size_t i = 0; i < len; i++) {
+    s += x[i] * x[i];
+  }
+  for (size_t b = 0; b < ((size_t)1 << n); b++) {
+    out[b] = b < len ? x[b] / sqrt(s) : 0;
+  }
+}
+
+static void ref_angle(const double *x, unsigned n, double complex *out) {
+  for (size_t b = 0; b < ((size_t)1 << n); b++) {
+    double p = 1;
+    for (unsigned k = 0; k < n; k++) {
+      p *= (b >> k) & 1 ? sin(x[k]) : cos(x[k]);
+    }
+    out[b] = p;
+  }
+}
+
+static struct qdp_state_info *encode_inline(qdp_encoding e, unsigned n, const double *x,
+                                            size_t len, uint64_t rows) {
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = e;
+  eo.qubits = n;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.rows = rows;
+  in.data = x;
+  in.data_bytes = len * sizeof(double);
+  struct qdp_state_info *s = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  return s;
+}
+
+/* Writes x as a 1-D float64 .npy file (header per the format: magic, version 1.0, dict padded to
+ * a multiple of 64 bytes with spaces and a newline). */
+static void write_npy(const char *path, const double *x, size_t n) {
+  char dict[160];
+  int dl = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }",
+                    n);
+  size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
+  char hdr[256];
+  memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+  hdr[8] = (char)((total - 10) & 0xff);
+  hdr[9] = (char)((total - 10) >> 8);
+  memcpy(hdr + 10, dict, (size_t)dl);
+  memset(hdr + 10 + dl, ' ', total - 10 - (size_t)dl - 1);
+  hdr[total - 1] = '\n';
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(hdr, 1, total, f), total);
+  ck_assert_uint_eq(fwrite(x, sizeof *x, n, f), n);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* ---- status, health ---- */
+
+START_TEST(test_status_lists_four_cpu_devices_and_health_is_serving) {
+  struct qdp_server_status *s = NULL;
+  CK_QDP(qdp_get_status(cl, &s));
+  ck_assert_str_eq(s->backend, "cpu");
+  ck_assert_uint_eq(s->ndevices, 4);
+  for (size_t i = 0; i < s->ndevices; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "cpu:%zu", i);
+    ck_assert_str_eq(s->devices[i]->name, want);
+    ck_assert_uint_gt(s->devices[i]->budget_bytes, 0);
+  }
+  ck_assert_uint_ge(s->max_qubits, 22);
+  qdp_server_status_free(s);
+  qdp_health h = QDP_HEALTH_UNKNOWN;
+  CK_QDP(qdp_get_health(cl, &h));
+  ck_assert_int_eq(h, QDP_HEALTH_SERVING);
+}
+END_TEST
+
+/* ---- inline encode, fetch, describe, list, release ---- */
+
+struct progress {
+  int calls;
+  uint64_t last_done, last_total;
+  int cancel_after;
+};
+
+static int on_progress(void *arg, uint64_t done, uint64_t total) {
+  struct progress *p = arg;
+  ck_assert_uint_ge(done, p->last_done);
+  p->calls++;
+  p->last_done = done;
+  p->last_total = total;
+  return p->cancel_after && p->calls >= p->cancel_after;
+}
+
+START_TEST(test_inline_amplitude_round_trip_and_lifecycle) {
+  double x[6] = {1, -2, 3, 0.5, 4, -1};
+  struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 3, x, 6, 0);
+  ck_assert_uint_eq(s->qubits, 3);
+  ck_assert_uint_eq(s->batch, 1);
+  ck_assert_int_eq(s->dtype, QDP_DTYPE_COMPLEX128);
+  ck_assert_uint_eq(s->bytes, 128);
+  ck_assert_str_eq(s->owner, "libqdp-e2e@test:1");
+  ck_assert_uint_ge(s->nshards, 1);
+  ck_assert_uint_gt(strlen(s->token), 0);
+  double complex got[8], want[8];
+  struct progress pr = {0, 0, 0, 0};
+  struct qdp_fetch_opts fo = QDP_FETCH_OPTS_INIT;
+  fo.chunk_bytes = 32; /* 2 amplitudes per chunk: 4 chunks */
+  fo.progress = on_progress;
+  fo.progress_arg = &pr;
+  size_t nb = 0;
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, &fo, got, sizeof got, &nb));
+  ck_assert_uint_eq(nb, sizeof got);
+  ck_assert_int_ge(pr.calls, 4);
+  ck_assert_uint_eq(pr.last_done, 128);
+  ck_assert_uint_eq(pr.last_total, 128);
+  ref_amplitude(x, 6, 3, want);
+  ck_assert_double_le(max_err(got, want, 8), 1e-15);
+
+  /* A sub-range lands at the start of the buffer. */
+  fo = (struct qdp_fetch_opts)QDP_FETCH_OPTS_INIT;
+  fo.offset = 3;
+  fo.count = 4;
+  double complex part[4];
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, &fo, part, sizeof part, &nb));
+  ck_assert_uint_eq(nb, sizeof part);
+  ck_assert_double_le(max_err(part, want + 3, 4), 1e-15);
+
+  /* Too small a buffer: refused locally, nothing written past it, the state is untouched. */
+  double complex small[5];
+  ck_assert_int_eq(qdp_fetch(cl, s->handle, s->token, NULL, small, sizeof small, &nb),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "dst_bytes");
+  ck_assert_int_eq(qdp_last_error()->remote, 0);
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "128"));
+
+  struct qdp_state_info *d = NULL;
+  CK_QDP(qdp_describe(cl, s->handle, s->token, &d));
+  ck_assert_str_eq(d->handle, s->handle);
+  ck_assert_uint_eq(d->bytes, 128);
+  ck_assert_uint_eq(d->nshards, s->nshards);
+  qdp_state_info_free(d);
+
+  struct qdp_state_list *l = NULL;
+  CK_QDP(qdp_list(cl, &l));
+  int found = 0;
+  for (size_t i = 0; i < l->count; i++) {
+    found += strcmp(l->states[i]->handle, s->handle) == 0;
+    ck_assert_str_eq(l->states[i]->token, ""); /* tokens are never listed */
+  }
+  ck_assert_int_eq(found, 1);
+  qdp_state_list_free(l);
+
+  uint64_t freed = 0;
+  CK_QDP(qdp_release(cl, s->handle, s->token, &freed));
+  ck_assert_uint_eq(freed, 128);
+  ck_assert_int_eq(qdp_describe(cl, s->handle, s->token, &d), QDP_ERR_NOT_FOUND);
+  ck_assert_ptr_null(d);
+  const struct qdp_errinfo *e = qdp_last_error();
+  ck_assert_int_eq(e->remote, 1);
+  ck_assert_str_eq(e->code_name, "QDP_ERR_NOT_FOUND");
+  ck_assert_uint_gt(strlen(e->msg), 0);
+  qdp_state_info_free(s);
+}
+END_TEST
+
+/* ---- the other input kinds ---- */
+
+START_TEST(test_server_file_and_shared_memory_inputs) {
+  enum { N = 5, L = 32 };
+  double x[L];
+  for (int i = 0; i < L; i++) {
+    x[i] = sin(0.3 * i) + 0.1;
+  }
+  double complex want[L], got[L];
+  ref_amplitude(x, L, N, want);
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_AMPLITUDE;
+  eo.qubits = N;
+
+  /* A .npy on the daemon's node (the same machine here). */
+  char path[600];
+  snprintf(path, sizeof path, "%s/e2e-input.npy", dir);
+  write_npy(path, x, L);
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_SERVER_FILE;
+  in.path = path;
+  struct qdp_state_info *s = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, got, sizeof got, NULL));
+  ck_assert_double_le(max_err(got, want, L), 1e-15);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+
+  /* Shared memory by name, at an offset. */
+  char name[64];
+  snprintf(name, sizeof name, "/qdp-e2e-%ld", (long)getpid());
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  unsigned char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ck_assert_ptr_ne(m, MAP_FAILED);
+  memcpy(m + 256, x, sizeof x);
+  in = (struct qdp_input)QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_SHM;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.cols = L;
+  in.shm_name = name;
+  in.offset = 256;
+  in.length = sizeof x;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, got, sizeof got, NULL));
+  ck_assert_double_le(max_err(got, want, L), 1e-15);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+
+  /* The same region by pid + fd. */
+  in.shm_name = NULL;
+  in.shm_pid = (int)getpid();
+  in.shm_fd = fd;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, got, sizeof got, NULL));
+  ck_assert_double_le(max_err(got, want, L), 1e-15);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+  munmap(m, 4096);
+  close(fd);
+  shm_unlink(name);
+}
+END_TEST
+
+START_TEST(test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks) {
+  enum { N = 20 };
+  const size_t L = (size_t)1 << N; /* 8 MiB of float64: far above the inline limit */
+  double *x = malloc(L * sizeof *x);
+  double complex *got = malloc(L * sizeof *got);
+  ck_assert_ptr_nonnull(x);
+  ck_assert_ptr_nonnull(got);
+  double ss = 0;
+  for (size_t i = 0; i < L; i++) {
+    x[i] = cos(0.001 * (double)i) + 0.25;
+    ss += x[i] * x[i];
+  }
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_AMPLITUDE;
+  eo.qubits = N;
+  struct progress pr = {0, 0, 0, 0};
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_UPLOAD;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.cols = L;
+  in.data = x;
+  in.data_bytes = L * sizeof *x;
+  in.chunk_bytes = 256 << 10;
+  in.progress = on_progress;
+  in.progress_arg = &pr;
+  struct qdp_state_info *s = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  ck_assert_int_eq(pr.calls, 32); /* 8 MiB / 256 KiB */
+  ck_assert_uint_eq(pr.last_done, L * sizeof *x);
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, got, L * sizeof *got, NULL));
+  double err = 0;
+  for (size_t i = 0; i < L; i++) {
+    double e = cabs(got[i] - x[i] / sqrt(ss));
+    err = e > err ? e : err;
+  }
+  ck_assert_double_le(err, 1e-12);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+
+  /* The same values from a local .npy file: libqdp reads and streams it. */
+  char path[600];
+  snprintf(path, sizeof path, "%s/e2e-upload.npy", dir);
+  write_npy(path, x, L);
+  in = (struct qdp_input)QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_LOCAL_FILE;
+  in.path = path;
+  pr = (struct progress){0, 0, 0, 0};
+  in.progress = on_progress;
+  in.progress_arg = &pr;
+  eo.dtype = QDP_DTYPE_COMPLEX64;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  ck_assert_int_eq(pr.calls, 8); /* 8 MiB in the default 1 MiB chunks */
+  ck_assert_int_eq(s->dtype, QDP_DTYPE_COMPLEX64);
+  float complex *g64 = (float complex *)got;
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, g64, L * sizeof *g64, NULL));
+  err = 0;
+  double peak = 0;
+  for (size_t i = 0; i < L; i++) {
+    double e = cabs((double complex)g64[i] - x[i] / sqrt(ss));
+    err = e > err ? e : err;
+    peak = fabs(x[i]) / sqrt(ss) > peak ? fabs(x[i]) / sqrt(ss) : peak;
+  }
+  ck_assert_double_le(err, 1e-5 * peak); /* float precision, relative to the largest value */
+
+  /* Cancelling a fetch from its progress callback. */
+  pr = (struct progress){0, 0, 0, 2};
+  struct qdp_fetch_opts fo = QDP_FETCH_OPTS_INIT;
+  fo.progress = on_progress;
+  fo.progress_arg = &pr;
+  ck_assert_int_eq(qdp_fetch(cl, s->handle, s->token, &fo, g64, L * sizeof *g64, NULL),
+                   QDP_ERR_CANCELLED);
+  ck_assert_int_eq(qdp_last_error()->remote, 0);
+  ck_assert_int_eq(pr.calls, 2);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+  free(x);
+  free(got);
+}
+END_TEST
+
+/* ---- .npy out: fetch_npy and export ---- */
+
+static void *read_all(const char *path, size_t *ret_n) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  ck_assert_int_ge(n, 0);
+  rewind(f);
+  void *buf = malloc((size_t)n + 1);
+  ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *ret_n = (size_t)n;
+  return buf;
+}
+
+START_TEST(test_fetch_npy_and_export_write_the_same_array) {
+  double x[2 * 3] = {0.1, 0.2, 0.3, 1.0, 2.0, 3.0}; /* two samples of three angles */
+  struct qdp_state_info *s = encode_inline(QDP_ENCODING_ANGLE, 3, x, 6, 2);
+  ck_assert_uint_eq(s->batch, 2);
+  char local[600], remote[600];
+  snprintf(local, sizeof local, "%s/e2e-fetch.npy", dir);
+  snprintf(remote, sizeof remote, "%s/e2e-export.npy", dir);
+  CK_QDP(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0));
+  ck_assert_int_eq(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0),
+                   QDP_ERR_ALREADY_EXISTS);
+  char *path = NULL;
+  uint64_t bytes = 0;
+  CK_QDP(qdp_export(cl, s->handle, s->token, remote, 0, &path, &bytes));
+  ck_assert_str_eq(path, remote);
+  qdp_free(path);
+  size_t na, nb;
+  unsigned char *a = read_all(local, &na);
+  unsigned char *b = read_all(remote, &nb);
+  ck_assert_uint_eq(nb, bytes);
+  /* Headers may differ in padding; the data (the last 256 bytes) must be identical. */
+  ck_assert_uint_ge(na, 256 + 64);
+  ck_assert_uint_ge(nb, 256 + 64);
+  ck_assert_int_eq(memcmp(a + na - 256, b + nb - 256, 256), 0);
+  a[na < 200 ? na : 200] = 0;
+  ck_assert_ptr_nonnull(strstr((char *)a + 10, "'descr': '<c16'"));
+  ck_assert_ptr_nonnull(strstr((char *)a + 10, "'shape': (2, 8)"));
+  double complex want[16];
+  ref_angle(x, 3, want);
+  ref_angle(x + 3, 3, want + 8);
+  double complex got[16];
+  memcpy(got, b + nb - 256, 256);
+  ck_assert_double_le(max_err(got, want, 16), 1e-15);
+  free(a);
+  free(b);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+}
+END_TEST
+
+/* ---- plan and refusals ---- */
+
+START_TEST(test_plan_and_refusals_carry_the_numbers) {
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_PHASE;
+  eo.qubits = 10;
+  eo.policy = QDP_POLICY_EVEN;
+  const char *devs[] = {"cpu:0", "cpu:1"};
+  eo.devices = devs;
+  eo.ndevices = 2;
+  double x[40] = {0};
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = x;
+  in.data_bytes = 10 * sizeof(double);
+  struct qdp_plan_info *p = NULL;
+  CK_QDP(qdp_plan(cl, &eo, &in, &p));
+  ck_assert_int_eq(p->feasible, 1);
+  ck_assert_uint_eq(p->global_bits, 1);
+  ck_assert_uint_eq(p->total_bytes, 1024 * 16);
+  ck_assert_uint_eq(p->nneeds, 2);
+  ck_assert_uint_eq(p->nshards, 2);
+  for (size_t i = 0; i < 2; i++) {
+    ck_assert_str_eq(p->needs[i]->device, devs[i]);
+    ck_assert_uint_eq(p->needs[i]->shard_bytes, 512 * 16);
+    ck_assert_uint_eq(p->needs[i]->need_bytes, p->needs[i]->shard_bytes +
+                                                   p->needs[i]->staging_bytes +
+                                                   p->needs[i]->workspace_bytes);
+    ck_assert_uint_eq(p->shards[i]->first, 512 * i);
+  }
+  qdp_plan_info_free(p);
+
+  /* The largest state the daemon allows cannot fit its CPU devices. */
+  struct qdp_server_status *st = NULL;
+  CK_QDP(qdp_get_status(cl, &st));
+  eo.qubits = st->max_qubits;
+  qdp_server_status_free(st);
+  eo.policy = QDP_POLICY_AUTO;
+  eo.ndevices = 0;
+  eo.devices = NULL;
+  in.data_bytes = eo.qubits * sizeof(double);
+  CK_QDP(qdp_plan(cl, &eo, &in, &p));
+  ck_assert_int_eq(p->feasible, 0);
+  ck_assert_uint_gt(strlen(p->message), 0);
+  qdp_plan_info_free(p);
+  struct qdp_state_info *s = (struct qdp_state_info *)&eo; /* must be reset to NULL */
+  ck_assert_int_eq(qdp_encode(cl, &eo, &in, &s), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_null(s);
+  const struct qdp_errinfo *e = qdp_last_error();
+  ck_assert_int_eq(e->remote, 1);
+  ck_assert_uint_gt(e->need_bytes, e->free_bytes);
+  char need[32];
+  snprintf(need, sizeof need, "%llu", (unsigned long long)e->need_bytes);
+  ck_assert_ptr_nonnull(strstr(e->msg, need));
+
+  eo.qubits = 0;
+  ck_assert_int_eq(qdp_encode(cl, &eo, &in, &s), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "qubits");
+  ck_assert_str_eq(qdp_last_error()->code_name, "QDP_ERR_INVALID_ARGUMENT");
+}
+END_TEST
+
+/* ---- threads ---- */
+
+struct worker {
+  int id;
+  int ok;
+  char why[1400];
+};
+
+static void *worker_main(void *arg) {
+  struct worker *w = arg;
+  double x[4];
+  for (int k = 0; k < 4; k++) {
+    x[k] = 0.01 * (w->id + 1) * (k + 1);
+  }
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_ANGLE;
+  eo.qubits = 4;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = x;
+  in.data_bytes = sizeof x;
+  for (int round = 0; round < 5; round++) {
+    struct qdp_state_info *s = NULL;
+    if (qdp_encode(cl, &eo, &in, &s) != QDP_OK) {
+      snprintf(w->why, sizeof w->why, "encode: %s", qdp_last_error()->msg);
+      return NULL;
+    }
+    double complex got[16], want[16];
+    qdp_status rc = qdp_fetch(cl, s->handle, s->token, NULL, got, sizeof got, NULL);
+    ref_angle(x, 4, want);
+    if (rc != QDP_OK || max_err(got, want, 16) > 1e-15) {
+      snprintf(w->why, sizeof w->why, "fetch: %s", rc ? qdp_last_error()->msg : "wrong values");
+      qdp_state_info_free(s);
+      return NULL;
+    }
+    /* A refusal whose message carries this thread's own number: the per-thread record must
+     * hold this thread's error, not another's. */
+    double bad = 1000.0 + w->id;
+    struct qdp_encode_opts be = QDP_ENCODE_OPTS_INIT;
+    be.encoding = QDP_ENCODING_BASIS;
+    be.qubits = 3;
+    struct qdp_input bi = QDP_INPUT_INIT;
+    bi.kind = QDP_INPUT_INLINE;
+    bi.dtype = QDP_DTYPE_FLOAT64;
+    bi.data = &bad;
+    bi.data_bytes = sizeof bad;
+    struct qdp_state_info *none = NULL;
+    rc = qdp_encode(cl, &be, &bi, &none);
+    char mine[16];
+    snprintf(mine, sizeof mine, "%d", 1000 + w->id);
+    if (rc != QDP_ERR_INVALID_ARGUMENT || !strstr(qdp_last_error()->msg, mine)) {
+      snprintf(w->why, sizeof w->why, "basis %s: %s, '%s'", mine, qdp_status_name(rc),
+               qdp_last_error()->msg);
+      qdp_state_info_free(s);
+      return NULL;
+    }
+    if (qdp_release(cl, s->handle, s->token, NULL) != QDP_OK) {
+      snprintf(w->why, sizeof w->why, "release: %s", qdp_last_error()->msg);
+      qdp_state_info_free(s);
+      return NULL;
+    }
+    qdp_state_info_free(s);
+  }
+  w->ok = 1;
+  return NULL;
+}
+
+START_TEST(test_32_threads_share_one_client) {
+  enum { T = 32 };
+  pthread_t th[T];
+  struct worker w[T];
+  for (int i = 0; i < T; i++) {
+    w[i] = (struct worker){i, 0, ""};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+  }
+  for (int i = 0; i < T; i++) {
+    ck_assert_msg(w[i].ok, "thread %d: %s", i, w[i].why);
+  }
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("libqdp-e2e");
+  TCase *t = tcase_create("e2e");
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_test(t, test_status_lists_four_cpu_devices_and_health_is_serving);
+  tcase_add_test(t, test_inline_amplitude_round_trip_and_lifecycle);
+  tcase_add_test(t, test_server_file_and_shared_memory_inputs);
+  tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
+  tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);
+  tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);
+  tcase_add_test(t, test_32_threads_share_one_client);
+  suite_add_tcase(s, t);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

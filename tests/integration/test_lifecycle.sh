@@ -1,0 +1,184 @@
+#!/bin/sh
+# Integration: the daemon's lifecycle.
+#   test_lifecycle.sh QDPD QDPCTL PYTHON DESC
+#  1. a second qdpd on the same socket is refused (non-zero exit, a message) and the first one
+#     keeps serving;
+#  2. TCP with a token: the right token is served, none or a wrong one is UNAUTHENTICATED (4);
+#  3. SIGTERM while a Fetch stream is in flight: the stream completes (calls in flight drain),
+#     qdpd exits 0 and removes its socket.
+# Every daemon runs in a `mktemp -d` folder; a trap kills what is left and removes the folder.
+set -u
+qdpd=$1
+qdpctl=$2
+python=$3
+desc=$4
+here=$(cd "$(dirname "$0")" && pwd)
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/qdp-life.XXXXXX") || exit 1
+pids=
+cleanup() {
+  for p in $pids; do
+    kill -KILL "$p" 2>/dev/null
+  done
+  for p in $pids; do
+    wait "$p" 2>/dev/null
+  done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fails=0
+fail() {
+  echo "FAIL: $*" >&2
+  fails=$((fails + 1))
+}
+ok() {
+  echo "ok: $*"
+}
+
+forget() {
+  pids=$(echo " $pids " | sed "s/ $1 / /")
+}
+
+alive() {
+  [ -r "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# wait_for_line LOG PATTERN PID: until LOG has PATTERN; 1 if PID died or 30 s passed.
+wait_for_line() {
+  i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    alive "$3" || return 1
+    i=$((i + 1))
+    [ "$i" -gt 300 ] && return 1
+    sleep 0.1
+  done
+  return 0
+}
+
+# wait_exit PID SECONDS: the exit status, or 124 (after SIGKILL) when it outlives SECONDS.
+wait_exit() {
+  i=0
+  while alive "$1"; do
+    i=$((i + 1))
+    if [ "$i" -gt $(($2 * 10)) ]; then
+      kill -KILL "$1"
+      wait "$1" 2>/dev/null
+      return 124
+    fi
+    sleep 0.1
+  done
+  wait "$1"
+}
+
+sock="$dir/qdpd.sock"
+export QDP_DESC="$desc"
+
+# ---- 1. one daemon per socket ----
+"$qdpd" --socket "$sock" --devices cpu:2 2>"$dir/a.log" &
+a=$!
+pids="$pids $a"
+if ! wait_for_line "$dir/a.log" "listening on unix:" "$a"; then
+  cat "$dir/a.log" >&2
+  echo "FAIL: the first qdpd did not start" >&2
+  exit 1
+fi
+ok "first qdpd listening"
+
+"$qdpd" --socket "$sock" --devices cpu:1 2>"$dir/b.log" &
+b=$!
+pids="$pids $b"
+wait_exit "$b" 20
+brc=$?
+forget "$b"
+if [ "$brc" -eq 0 ] || [ "$brc" -eq 124 ]; then
+  fail "a second qdpd on $sock exited with $brc (expected a refusal)"
+elif ! grep -q "$sock" "$dir/b.log"; then
+  fail "the second qdpd's message does not name the socket: $(cat "$dir/b.log")"
+else
+  ok "second qdpd refused with status $brc: $(tail -n 1 "$dir/b.log")"
+fi
+[ -S "$sock" ] || fail "the refused qdpd removed the first one's socket"
+if "$qdpctl" --socket "$sock" --json status >"$dir/status.json" 2>"$dir/status.err"; then
+  ok "first qdpd still serving"
+else
+  fail "first qdpd no longer answers: $(cat "$dir/status.err")"
+fi
+
+# ---- 3. SIGTERM during a Fetch stream (on the first daemon) ----
+# 2^24 complex128 amplitudes (256 MiB) in 64 KiB chunks: 4096 messages, long enough to be in
+# flight when the signal lands.
+ref=$("$qdpctl" --socket "$sock" --json encode --encoding phase --qubits 24 \
+  --values 0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1,1.2,1.3,1.4,1.5,1.6,1.7,1.8,1.9,2.0,2.1,2.2,2.3,2.4 |
+  "$python" -c 'import json, sys; print(json.load(sys.stdin)["ref"])')
+if [ -z "$ref" ]; then
+  fail "could not encode the 2^24 state"
+else
+  QDP_TARGET="unix:$sock" "$python" "$here/fetch_during_sigterm.py" "$ref" "$dir/started" \
+    >"$dir/fetch.out" 2>&1 &
+  f=$!
+  pids="$pids $f"
+  i=0
+  until [ -e "$dir/started" ] || ! alive "$f" || [ "$i" -gt 600 ]; do
+    i=$((i + 1))
+    sleep 0.05
+  done
+  if [ ! -e "$dir/started" ]; then
+    fail "the fetch did not start: $(cat "$dir/fetch.out")"
+  fi
+  kill -TERM "$a"
+  wait_exit "$a" 60
+  arc=$?
+  forget "$a"
+  if [ "$arc" -ne 0 ]; then
+    fail "qdpd exited with $arc after SIGTERM during a fetch (expected 0): $(tail -n 5 "$dir/a.log")"
+  else
+    ok "qdpd exited 0 after SIGTERM during a fetch"
+  fi
+  [ -e "$sock" ] && fail "qdpd left its socket behind after SIGTERM"
+  wait_exit "$f" 60
+  frc=$?
+  forget "$f"
+  if [ "$frc" -ne 0 ]; then
+    fail "the fetch in flight did not complete: $(cat "$dir/fetch.out")"
+  else
+    ok "the fetch in flight drained: $(tail -n 1 "$dir/fetch.out")"
+  fi
+fi
+
+# ---- 2. TCP with a token ----
+QDP_TOKEN=sesame "$qdpd" --socket "$dir/t.sock" --devices cpu:1 --tcp 127.0.0.1:0 \
+  2>"$dir/t.log" &
+t=$!
+pids="$pids $t"
+if ! wait_for_line "$dir/t.log" "listening on 127.0.0.1:" "$t"; then
+  fail "qdpd with --tcp did not start: $(cat "$dir/t.log")"
+else
+  port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$dir/t.log" | head -n 1)
+  env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --token sesame health >/dev/null 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] && ok "TCP with the token is served" || fail "TCP with the token: exit $rc"
+  env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --json status >"$dir/t.json" 2>/dev/null
+  rc=$?
+  if [ "$rc" -eq 4 ] && grep -q UNAUTHENTICATED "$dir/t.json"; then
+    ok "TCP without a token is UNAUTHENTICATED (exit 4)"
+  else
+    fail "TCP without a token: exit $rc, $(cat "$dir/t.json")"
+  fi
+  env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --token wrong status >/dev/null 2>&1
+  rc=$?
+  [ "$rc" -eq 4 ] && ok "TCP with a wrong token is refused (exit 4)" ||
+    fail "TCP with a wrong token: exit $rc"
+  kill -TERM "$t"
+  wait_exit "$t" 30
+  rc=$?
+  forget "$t"
+  [ "$rc" -eq 0 ] || fail "the TCP qdpd exited with $rc after SIGTERM"
+fi
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails lifecycle check(s) failed" >&2
+  exit 1
+fi
+echo "all lifecycle checks passed"

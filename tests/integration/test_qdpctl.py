@@ -1,0 +1,308 @@
+"""Integration: qdpctl against a real qdpd — exit codes, --json output, tables, help, inputs.
+
+Run by with_qdpd.sh (QDP_SOCKET and QDP_TEST_DIR set) with QDPCTL and QDP_DESC in the
+environment.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+from multiprocessing import shared_memory
+
+import numpy as np
+
+import qdpc
+
+COMMANDS = ("status", "health", "encode", "plan", "describe", "ls", "fetch", "export", "rm")
+
+
+class Qdpctl(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.exe = os.environ["QDPCTL"]
+        cls.dir = os.environ["QDP_TEST_DIR"]
+        cls.rng = np.random.default_rng(7)
+
+    def run_ctl(self, *args, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        return subprocess.run([self.exe, *args], capture_output=True, text=True, timeout=120,
+                              env=e)
+
+    def ok(self, *args):
+        p = self.run_ctl(*args)
+        self.assertEqual(p.returncode, 0, f"qdpctl {' '.join(args)}: {p.stderr}")
+        return p
+
+    def js(self, *args):
+        return json.loads(self.ok("--json", *args).stdout)
+
+    def refused(self, code, *args):
+        """Runs with --json; requires exit `code` and returns the parsed error object."""
+        p = self.run_ctl("--json", *args)
+        self.assertEqual(p.returncode, code, f"qdpctl {' '.join(args)}: {p.stdout} {p.stderr}")
+        self.assertTrue(p.stderr.strip(), "no message on stderr")
+        return json.loads(p.stdout)["error"] if p.stdout.strip() else None
+
+    # ---- help and usage ----
+
+    def test_help_describes_commands_exit_codes_and_inputs(self):
+        p = self.ok("--help")
+        for c in COMMANDS:
+            self.assertIn(c, p.stdout)
+        self.assertIn("Exit status", p.stdout)
+        for code in ("0", "1", "2", "3", "4"):
+            self.assertRegex(p.stdout, rf"\n  {code}  ")
+        for c in COMMANDS:
+            h = self.ok(c, "--help").stdout
+            self.assertIn(f"qdpctl {c}", h)
+            self.assertIn("Exit status", h)
+        enc = self.ok("encode", "--help").stdout
+        for opt in ("--encoding", "--qubits", "--dtype", "--policy", "--devices", "--ttl",
+                    "--label", "--values", "--input", "--server-file", "--shm", "--offset",
+                    "--length", "--rows", "--cols", "--input-dtype", "Examples"):
+            self.assertIn(opt, enc)
+
+    def test_usage_errors_exit_2_before_connecting(self):
+        bad = [
+            (),
+            ("frobnicate",),
+            ("encode", "--qubits", "2", "--values", "1,2"),
+            ("encode", "--encoding", "amplitude", "--qubits", "two", "--values", "1"),
+            ("encode", "--encoding", "sideways", "--qubits", "2", "--values", "1"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "1,,2"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "1,x"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "1",
+             "--server-file", "/x.npy"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2", "--shm", "/x"),
+            ("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "1",
+             "--dtype", "float32"),
+            ("encode", "--encoding", "amplitude", "--qubits", "-1", "--values", "1"),
+            ("describe",),
+            ("describe", "no-colon"),
+            ("describe", "a:b", "c:d"),
+            ("fetch", "a:b"),
+            ("export", "a:b"),
+            ("status", "--bogus"),
+            ("rm",),
+        ]
+        # A socket that does not exist: a usage error must win over "cannot connect".
+        env = {"QDP_SOCKET": os.path.join(self.dir, "nobody.sock")}
+        env.pop("QDP_TARGET", None)
+        for args in bad:
+            p = self.run_ctl(*args, env={**env, "QDP_TARGET": ""})
+            self.assertEqual(p.returncode, 2, f"qdpctl {' '.join(args)}: {p.stderr}")
+            self.assertIn("qdpctl", p.stderr)
+
+    def test_no_daemon_exits_3(self):
+        target = "unix:" + os.path.join(self.dir, "nobody.sock")
+        for args in (("status",), ("health",), ("ls",), ("describe", "a:b"),
+                     ("encode", "--encoding", "phase", "--qubits", "1", "--values", "0.5")):
+            e = self.refused(3, "--target", target, *args)
+            self.assertEqual(e["code"], "QDP_ERR_UNAVAILABLE")
+            self.assertIn("nobody.sock", e["message"])
+
+    # ---- reading ----
+
+    def test_status_and_health(self):
+        s = self.js("status")
+        self.assertEqual(s["backend"], "cpu")
+        self.assertEqual([d["name"] for d in s["devices"]], ["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        for d in s["devices"]:
+            self.assertEqual(d["kind"], "cpu")
+            self.assertGreater(d["budget_bytes"], 0)
+        self.assertGreater(s["max_qubits"], 20)
+        table = self.ok("status").stdout
+        self.assertRegex(table, r"\nDEVICE +KIND +RANK")
+        self.assertEqual(len(re.findall(r"\ncpu:\d ", table)), 4)
+        self.assertEqual(self.js("health")["status"], "SERVING")
+        self.assertEqual(self.ok("health").stdout.strip(), "SERVING")
+
+    def test_encode_describe_ls_rm_cycle(self):
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "3,4",
+                    "--label", "cycle", "--ttl", "600", "--policy", "single", "--devices",
+                    "cpu:1")
+        handle, token = e["ref"].split(":", 1)
+        self.assertEqual((e["handle"], e["token"]), (handle, token))
+        self.assertEqual((e["encoding"], e["qubits"], e["batch"], e["dtype"], e["bytes"]),
+                         ("amplitude", 2, 1, "complex128", 64))
+        self.assertEqual(e["label"], "cycle")
+        self.assertEqual([s["device"] for s in e["shards"]], ["cpu:1"])
+        self.assertGreater(e["expires_unix_ms"], e["created_unix_ms"])
+        self.assertLessEqual(e["expires_unix_ms"] - e["created_unix_ms"], 600_000 + 1000)
+        d = self.js("describe", e["ref"])
+        self.assertEqual(d["handle"], handle)
+        self.assertEqual(d["shards"], e["shards"])
+        human = self.ok("describe", e["ref"]).stdout
+        self.assertIn("REF        " + e["ref"], human)
+        self.assertRegex(human, r"SHARD +DEVICE +RANK")
+        listed = self.js("ls")["states"]
+        self.assertIn(handle, [s["handle"] for s in listed])
+        self.assertNotIn(token, json.dumps(listed))  # tokens are never listed
+        table = self.ok("ls").stdout.splitlines()
+        self.assertTrue(table[0].startswith("HANDLE"))
+        self.assertTrue(any(line.startswith(handle) for line in table[1:]))
+        # The columns line up: every row starts its ENCODING column where the header does.
+        col = table[0].index("ENCODING")
+        for line in table[1:]:
+            self.assertEqual(line[col - 1], " ")
+        out = os.path.join(self.dir, "cycle.npy")
+        self.ok("fetch", e["ref"], "-o", out)
+        np.testing.assert_allclose(np.load(out), [0.6, 0.8, 0, 0], atol=1e-15)
+        r = self.js("rm", e["ref"])
+        self.assertEqual(r["released"], [{"handle": handle, "freed_bytes": 64}])
+        err = self.refused(4, "rm", e["ref"])
+        self.assertEqual(err["code"], "QDP_ERR_NOT_FOUND")
+        err = self.refused(4, "describe", e["ref"])
+        self.assertEqual(err["code"], "QDP_ERR_NOT_FOUND")
+        self.assertTrue(err["remote"])
+
+    def test_server_refusals_exit_4_with_the_details(self):
+        e = self.refused(4, "encode", "--encoding", "amplitude", "--qubits", "0", "--values", "1")
+        self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
+        self.assertEqual(e["status"], 3)
+        self.assertEqual(e["field"], "qubits")
+        e = self.refused(4, "encode", "--encoding", "amplitude", "--qubits", "2", "--values",
+                         "0,0,0,0")
+        self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
+        self.assertTrue(e["field"].startswith("input"), e)
+        e = self.refused(4, "encode", "--encoding", "basis", "--qubits", "2", "--values", "nan")
+        self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
+        # Infeasible: 2^40 amplitudes are 16 TiB.
+        q = str(self.js("status")["max_qubits"])
+        vals = ",".join(["0.5"] * int(q))
+        e = self.refused(4, "encode", "--encoding", "phase", "--qubits", q, "--values", vals)
+        self.assertEqual(e["code"], "QDP_ERR_RESOURCE_EXHAUSTED")
+        self.assertGreater(e["need_bytes"], e["free_bytes"])
+        self.assertIn(str(e["need_bytes"]), e["message"])
+        e = self.refused(4, "describe", "00000000:11111111")
+        self.assertEqual(e["code"], "QDP_ERR_NOT_FOUND")
+
+    def test_plan_prints_the_per_device_arithmetic(self):
+        before = self.js("status")
+        p = self.js("plan", "--encoding", "amplitude", "--qubits", "12", "--policy", "even",
+                    "--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--rows", "1", "--cols", "4096",
+                    "--input-dtype", "float32")
+        self.assertTrue(p["feasible"])
+        self.assertEqual(p["policy"], "even")
+        self.assertEqual(p["global_bits"], 2)
+        self.assertEqual(p["total_bytes"], 4096 * 16)
+        self.assertEqual([n["device"] for n in p["needs"]], ["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        for n in p["needs"]:
+            self.assertEqual(n["shard_bytes"], 1024 * 16)
+            self.assertEqual(n["need_bytes"],
+                             n["shard_bytes"] + n["staging_bytes"] + n["workspace_bytes"])
+            self.assertTrue(n["fits"])
+        self.assertEqual([s["count"] for s in p["shards"]], [1024] * 4)
+        table = self.ok("plan", "--encoding", "phase", "--qubits", "3", "--values",
+                        "0.1,0.2,0.3").stdout
+        self.assertTrue(table.startswith("feasible"))
+        self.assertRegex(table, r"DEVICE +RANK +SHARD +STAGING +WORKSPACE +NEED +BUDGET +FITS")
+        q = str(self.js("status")["max_qubits"])
+        p = self.js("plan", "--encoding", "phase", "--qubits", q, "--values",
+                    ",".join(["0.5"] * int(q)))
+        self.assertFalse(p["feasible"])
+        self.assertTrue(p["message"])
+        # A dry run allocates nothing.
+        after = self.js("status")
+        self.assertEqual((after["states"], after["used_bytes"]),
+                         (before["states"], before["used_bytes"]))
+
+    # ---- inputs ----
+
+    def check_fetch(self, ref, want, dtype="complex128"):
+        out = os.path.join(self.dir, "check.npy")
+        self.ok("fetch", ref, "-o", out, "--force")
+        qdpc.assert_close(np.load(out).reshape(want.shape), want, dtype, ref)
+
+    def test_local_npy_inline_and_streamed_and_raw(self):
+        # 16 KiB: inline.
+        small = self.rng.normal(size=(2, 1024))
+        path = os.path.join(self.dir, "small.npy")
+        np.save(path, small)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "10", "--input", path)
+        self.assertEqual(e["batch"], 2)
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_amplitude(r, 10) for r in small]))
+        self.ok("rm", e["ref"])
+        # 2 MiB of float32 (> 1 MiB): streamed in chunks, with a forced progress bar.
+        big = self.rng.normal(size=1 << 19).astype(np.float32)
+        path = os.path.join(self.dir, "big.npy")
+        np.save(path, big)
+        p = self.ok("--json", "--progress", "encode", "--encoding", "amplitude", "--qubits", "19",
+                    "--input", path, "--dtype", "complex64", "--chunk-bytes", "65536")
+        self.assertIn("100.0%", p.stderr)
+        e = json.loads(p.stdout)
+        self.check_fetch(e["ref"], qdpc.ref_amplitude(big.astype(np.float64), 19), "complex64")
+        self.ok("rm", e["ref"])
+        # --upload forces a stream for a small file too.
+        angles = os.path.join(self.dir, "angles.npy")
+        np.save(angles, np.array([0.1, 0.2, 0.3]))
+        e = self.js("encode", "--encoding", "angle", "--qubits", "3", "--input", angles,
+                    "--upload", "--chunk-bytes", "8")
+        self.check_fetch(e["ref"], qdpc.ref_angle([0.1, 0.2, 0.3], 3))
+        self.ok("rm", e["ref"])
+        # Raw float32 with a shape from the command line.
+        raw = os.path.join(self.dir, "raw.f32")
+        vals = np.arange(1, 17, dtype=np.float32)
+        vals.tofile(raw)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "3", "--input", raw,
+                    "--input-dtype", "float32", "--rows", "2")
+        self.assertEqual(e["batch"], 2)
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_amplitude(vals[:8], 3),
+                                             qdpc.ref_amplitude(vals[8:], 3)]))
+        self.ok("rm", e["ref"])
+        # Local problems exit 1.
+        err = self.refused(1, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
+                           os.path.join(self.dir, "missing.npy"))
+        self.assertFalse(err["remote"])
+        err = self.refused(1, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
+                           raw)  # raw without --input-dtype
+        self.assertEqual(err["field"], "input.dtype")
+
+    def test_basis_vector_from_npy_is_one_index_per_sample(self):
+        path = os.path.join(self.dir, "idx.npy")
+        np.save(path, np.array([1, 6, 3], np.int64))
+        e = self.js("encode", "--encoding", "basis", "--qubits", "3", "--input", path)
+        self.assertEqual(e["batch"], 3)
+        want = np.zeros((3, 8))
+        want[[0, 1, 2], [1, 6, 3]] = 1
+        self.check_fetch(e["ref"], want)
+        self.ok("rm", e["ref"])
+
+    def test_shared_memory_input(self):
+        x = self.rng.normal(size=256)
+        shm = shared_memory.SharedMemory(create=True, size=x.nbytes + 128)
+        try:
+            shm.buf[128:128 + x.nbytes] = x.tobytes()
+            e = self.js("encode", "--encoding", "amplitude", "--qubits", "8", "--shm",
+                        "/" + shm.name, "--offset", "128", "--length", str(x.nbytes),
+                        "--input-dtype", "float64", "--cols", "256")
+            self.check_fetch(e["ref"], qdpc.ref_amplitude(x, 8))
+            self.ok("rm", e["ref"])
+        finally:
+            shm.close()
+            shm.unlink()
+
+    def test_fetch_refuses_to_overwrite_without_force(self):
+        e = self.js("encode", "--encoding", "phase", "--qubits", "2", "--values", "0.1,0.2")
+        out = os.path.join(self.dir, "keep.npy")
+        with open(out, "wb") as f:
+            f.write(b"precious")
+        err = self.refused(1, "fetch", e["ref"], "-o", out)
+        self.assertEqual(err["code"], "QDP_ERR_ALREADY_EXISTS")
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), b"precious")
+        self.ok("fetch", e["ref"], "-o", out, "--force")
+        self.assertEqual(np.load(out).shape, (4,))
+        # No partial files are left beside it.
+        self.assertEqual([f for f in os.listdir(self.dir) if ".part-" in f], [])
+        self.ok("rm", e["ref"])
+
+
+if __name__ == "__main__":
+    r = unittest.main(verbosity=2, exit=False)
+    sys.exit(0 if r.result.wasSuccessful() else 1)
