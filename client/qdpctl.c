@@ -292,6 +292,7 @@ static void table_print(struct table *t, FILE *f) {
 
 struct bar {
   int on;
+  int forced; /* --progress: draw from the first chunk, even for short transfers */
   const char *label;
   struct timespec start, last;
   int drawn;
@@ -315,7 +316,7 @@ static int bar_cb(void *arg, uint64_t done, uint64_t total) {
    * most ten times a second, and always the final state. */
   double t = since(&b->start);
   int final = total && done >= total;
-  if ((t < 0.25 && !b->drawn) || (since(&b->last) < 0.1 && !final)) {
+  if ((t < 0.25 && !b->drawn && !b->forced) || (since(&b->last) < 0.1 && !final && b->drawn)) {
     return 0;
   }
   clock_gettime(CLOCK_MONOTONIC, &b->last);
@@ -338,6 +339,7 @@ static int bar_cb(void *arg, uint64_t done, uint64_t total) {
 static void bar_start(struct bar *b, const struct global *g, const char *label) {
   memset(b, 0, sizeof *b);
   b->on = g->progress > 0 || (g->progress < 0 && isatty(STDERR_FILENO));
+  b->forced = g->progress > 0;
   b->label = label;
   clock_gettime(CLOCK_MONOTONIC, &b->start);
   b->last = b->start;
