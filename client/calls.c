@@ -479,8 +479,8 @@ static qdp_status send_data(struct qdp__call *k, const unsigned char *buf, int f
 
 /* EncodeUpload: the request first, then the data in chunks, from buf or from fd at off. */
 static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned char *buf, int fd,
-                         uint64_t off, uint64_t total, const char *path,
-                         const struct qdp_input *in, struct qdp_state_info **ret) {
+                         uint64_t off, uint64_t total, const char *path, const struct qdp_input *in,
+                         struct qdp_state_info **ret) {
   size_t chunk = in->chunk_bytes ? in->chunk_bytes : DEFAULT_CHUNK;
   if (chunk > MAX_CHUNK) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.chunk_bytes",
@@ -620,8 +620,8 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
           int err = n < 0 ? errno : 0;
           free(filebuf);
           close(fd);
-          return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.",
-                                path, n < 0 ? strerror(err) : "it became shorter");
+          return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.", path,
+                                n < 0 ? strerror(err) : "it became shorter");
         }
         got += (size_t)n;
       }
@@ -636,8 +636,8 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
   if (plan) {
     /* A dry run never uploads: a streamed input is described by its shape. */
     Qdp__PlanReply *rep = NULL;
-    rc = qdp__unary(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor,
-                    (ProtobufCMessage **)&rep);
+    rc =
+        qdp__unary(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor, (ProtobufCMessage **)&rep);
     if (rc == QDP_OK) {
       *ret_plan = plan_from_pb(rep);
       if (!*ret_plan) {
@@ -717,8 +717,8 @@ qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
   ref.handle = (char *)handle;
   ref.token = (char *)token;
   Qdp__StateInfo *rep = NULL;
-  rc = qdp__unary(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor,
-                  (ProtobufCMessage **)&rep);
+  rc =
+      qdp__unary(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor, (ProtobufCMessage **)&rep);
   if (rc == QDP_OK) {
     *ret = state_from_pb(rep);
     if (!*ret) {
@@ -810,10 +810,10 @@ struct sink {
   const char *path;
   qdp_dtype want_dtype; /* UNSPECIFIED: take the first chunk's */
   qdp_dtype dtype;
-  uint64_t offset;      /* of the request */
-  uint64_t total;       /* amplitudes, from the first chunk */
-  uint64_t expect;      /* amplitudes the caller expects; 0 = any */
-  uint64_t received;    /* bytes */
+  uint64_t offset;   /* of the request */
+  uint64_t total;    /* amplitudes, from the first chunk */
+  uint64_t expect;   /* amplitudes the caller expects; 0 = any */
+  uint64_t received; /* bytes */
 };
 
 static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
@@ -826,9 +826,8 @@ static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
                             "qdpd's fetch stream has an unknown dtype %d.", (int)ch->dtype);
     }
     if (s->want_dtype != QDP_DTYPE_UNSPECIFIED && s->dtype != s->want_dtype) {
-      return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
-                            "qdpd streamed %s values for a %s state.", qdp_dtype_name(s->dtype),
-                            qdp_dtype_name(s->want_dtype));
+      return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "qdpd streamed %s values for a %s state.",
+                            qdp_dtype_name(s->dtype), qdp_dtype_name(s->want_dtype));
     }
     if (s->expect && s->total != s->expect) {
       return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
@@ -914,18 +913,18 @@ static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *to
     Qdp__FetchChunk *ch = (Qdp__FetchChunk *)qdp__unpack(recv, &qdp__fetch_chunk__descriptor);
     grpc_byte_buffer_destroy(recv);
     if (!ch) {
-      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "qdpd sent a fetch chunk that is not a "
-                                                      "valid FetchChunk message.");
+      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd sent a fetch chunk that is not a "
+                          "valid FetchChunk message.");
     } else {
       rc = sink_put(s, ch);
       qdp__fetch_chunk__free_unpacked(ch, NULL);
     }
     if (rc == QDP_OK && o->progress &&
         o->progress(o->progress_arg, s->received, s->total * qdp_dtype_size(s->dtype)) != 0) {
-      rc = qdp__err_local(QDP_ERR_CANCELLED, -1, NULL,
-                          "The fetch was cancelled by its progress callback after %" PRIu64
-                          " bytes.",
-                          s->received);
+      rc = qdp__err_local(
+          QDP_ERR_CANCELLED, -1, NULL,
+          "The fetch was cancelled by its progress callback after %" PRIu64 " bytes.", s->received);
     }
     if (rc != QDP_OK) {
       qdp__call_cancel(&k);
@@ -1025,7 +1024,7 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
   }
   if (!overwrite && access(path, F_OK) == 0) {
     return qdp__err_local(QDP_ERR_ALREADY_EXISTS, EEXIST, "path",
-                          "'%s' exists; pass overwrite to replace it.", path);
+                          "'%s' exists (set overwrite to replace it).", path);
   }
   /* The shape needs the state's layout, and the header must be written before the data. */
   struct qdp_state_info *st = NULL;
@@ -1128,8 +1127,8 @@ qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, cons
   req.path = (char *)path;
   req.overwrite = overwrite != 0;
   Qdp__ExportReply *rep = NULL;
-  rc = qdp__unary(c, M_EXPORT, &req.base, &qdp__export_reply__descriptor,
-                  (ProtobufCMessage **)&rep);
+  rc =
+      qdp__unary(c, M_EXPORT, &req.base, &qdp__export_reply__descriptor, (ProtobufCMessage **)&rep);
   if (rc == QDP_OK) {
     if (ret_bytes) {
       *ret_bytes = rep->bytes;
@@ -1159,8 +1158,8 @@ qdp_status qdp_get_status(qdp_client *c, struct qdp_server_status **ret) {
   *ret = NULL;
   Qdp__StatusRequest req = QDP__STATUS_REQUEST__INIT;
   Qdp__StatusReply *rep = NULL;
-  rc = qdp__unary(c, M_STATUS, &req.base, &qdp__status_reply__descriptor,
-                  (ProtobufCMessage **)&rep);
+  rc =
+      qdp__unary(c, M_STATUS, &req.base, &qdp__status_reply__descriptor, (ProtobufCMessage **)&rep);
   if (rc == QDP_OK) {
     *ret = status_from_pb(rep);
     if (!*ret) {
@@ -1184,8 +1183,8 @@ qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
   }
   Qdp__HealthRequest req = QDP__HEALTH_REQUEST__INIT;
   Qdp__HealthReply *rep = NULL;
-  rc = qdp__unary(c, M_HEALTH, &req.base, &qdp__health_reply__descriptor,
-                  (ProtobufCMessage **)&rep);
+  rc =
+      qdp__unary(c, M_HEALTH, &req.base, &qdp__health_reply__descriptor, (ProtobufCMessage **)&rep);
   *ret = rc == QDP_OK ? (qdp_health)rep->status : QDP_HEALTH_UNKNOWN;
   if (rep) {
     qdp__health_reply__free_unpacked(rep, NULL);

@@ -26,8 +26,7 @@
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
-#define VERSION_STRING \
-  STR(QDP_VERSION_MAJOR) "." STR(QDP_VERSION_MINOR) "." STR(QDP_VERSION_PATCH)
+#define VERSION_STRING STR(QDP_VERSION_MAJOR) "." STR(QDP_VERSION_MINOR) "." STR(QDP_VERSION_PATCH)
 
 unsigned qdp_version(void) {
   return QDP_VERSION_HEX;
@@ -128,9 +127,10 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
     o.struct_size = sizeof o;
   }
   if (o.timeout_ms < 0 || o.stream_timeout_ms < 0) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "timeout_ms",
-                          "Timeouts must not be negative (timeout_ms %lld, stream_timeout_ms %lld).",
-                          (long long)o.timeout_ms, (long long)o.stream_timeout_ms);
+    return qdp__err_local(
+        QDP_ERR_INVALID_ARGUMENT, -1, "timeout_ms",
+        "Timeouts must not be negative (timeout_ms %lld, stream_timeout_ms %lld).",
+        (long long)o.timeout_ms, (long long)o.stream_timeout_ms);
   }
   char target[PATH_MAX + 16];
   if (o.target && *o.target) {
@@ -297,8 +297,8 @@ grpc_op qdp__op_send_initial(const struct qdp__call *k) {
   op.data.send_initial_metadata.count = k->c->nmd;
   op.data.send_initial_metadata.metadata = (grpc_metadata *)k->c->md;
   if (k->c->wait_for_ready) {
-    op.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
-               GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+    op.flags =
+        GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
   }
   return op;
 }
@@ -423,8 +423,9 @@ qdp_status qdp__call_end(struct qdp__call *k, qdp_status local) {
   }
   if (k->cq) {
     grpc_completion_queue_shutdown(k->cq);
-    while (grpc_completion_queue_pluck(k->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN) {
+    while (
+        grpc_completion_queue_pluck(k->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+        GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(k->cq);
   }

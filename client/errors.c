@@ -38,6 +38,5 @@ qdp_status qdp__err_local(qdp_status code, int cause, const char *field, const c
 }
 
 qdp_status qdp__err_nomem(const char *what) {
-  return qdp__err_local(QDP_ERR_SYSTEM, ENOMEM, NULL,
-                        "libqdp ran out of memory while %s.", what);
+  return qdp__err_local(QDP_ERR_SYSTEM, ENOMEM, NULL, "libqdp ran out of memory while %s.", what);
 }

@@ -89,10 +89,10 @@ QDP__HIDDEN qdp_status qdp__default_target(char *buf, size_t size);
 /* ---- npy.c: the NumPy .npy format (versions 1.0-3.0, little-endian, C order) ---- */
 
 struct qdp__npy {
-  qdp_dtype dtype;     /* FLOAT32, FLOAT64, INT64, COMPLEX64, COMPLEX128 */
-  int ndim;            /* 1 or 2 */
-  uint64_t shape[2];   /* shape[1] is 1 for a 1-D array */
-  uint64_t count;      /* elements */
+  qdp_dtype dtype;      /* FLOAT32, FLOAT64, INT64, COMPLEX64, COMPLEX128 */
+  int ndim;             /* 1 or 2 */
+  uint64_t shape[2];    /* shape[1] is 1 for a 1-D array */
+  uint64_t count;       /* elements */
   uint64_t data_offset; /* bytes from the start of the file to the first element */
 };
 

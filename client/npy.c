@@ -181,8 +181,9 @@ qdp_status qdp__npy_parse(const void *buf, size_t len, struct qdp__npy *ret) {
     }
   }
   if (!descr[0] || fortran < 0 || ndim < 0) {
-    return bad("The .npy header lacks %s.", !descr[0] ? "'descr'" : fortran < 0 ? "'fortran_order'"
-                                                                                : "'shape'");
+    return bad("The .npy header lacks %s.", !descr[0]     ? "'descr'"
+                                            : fortran < 0 ? "'fortran_order'"
+                                                          : "'shape'");
   }
   qdp_dtype t = QDP_DTYPE_UNSPECIFIED;
   /* '<' is little-endian, '=' native (little-endian on every machine qdp builds for); one-byte
@@ -251,8 +252,9 @@ size_t qdp__npy_header(char *buf, size_t size, qdp_dtype dtype, int ndim, const 
   char dict[256];
   int n;
   if (ndim == 1) {
-    n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64
-             ",), }", descr, shape[0]);
+    n = snprintf(dict, sizeof dict,
+                 "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ",), }", descr,
+                 shape[0]);
   } else if (ndim == 2) {
     n = snprintf(dict, sizeof dict,
                  "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64 "), }",
@@ -293,8 +295,8 @@ qdp_status qdp__input_file_open(const char *path, qdp_dtype dtype, uint64_t rows
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     int err = errno;
     close(fd);
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, err, "input.path", "'%s' is not a regular file.",
-                          path);
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, err, "input.path",
+                          "'%s' is not a regular file.", path);
   }
   uint64_t fsize = (uint64_t)st.st_size;
   unsigned char head[4096];

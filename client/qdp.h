@@ -49,8 +49,7 @@ extern "C" {
 #define QDP_VERSION_MAJOR 0
 #define QDP_VERSION_MINOR 1
 #define QDP_VERSION_PATCH 0
-#define QDP_VERSION_HEX \
-  ((QDP_VERSION_MAJOR << 16) | (QDP_VERSION_MINOR << 8) | (QDP_VERSION_PATCH))
+#define QDP_VERSION_HEX ((QDP_VERSION_MAJOR << 16) | (QDP_VERSION_MINOR << 8) | (QDP_VERSION_PATCH))
 
 /* The library's run-time version as QDP_VERSION_HEX computes it, and as "0.1.0". */
 QDP_EXPORT unsigned qdp_version(void);
@@ -60,18 +59,21 @@ QDP_EXPORT const char *qdp_version_string(void);
 
 struct qdp_errinfo {
   size_t struct_size;
-  qdp_status code;       /* QDP_OK when the call succeeded */
-  int remote;            /* 1: the status came from the daemon or the gRPC transport; 0: local */
-  int rank, device;      /* from the daemon's ErrorDetail; -1 when not applicable */
-  int cause;             /* errno (local), or the daemon's cause (cudaError_t...); -1 if none */
-  uint64_t need_bytes;   /* RESOURCE_EXHAUSTED: bytes needed and bytes free or budgeted */
+  qdp_status code;     /* QDP_OK when the call succeeded */
+  int remote;          /* 1: the status came from the daemon or the gRPC transport; 0: local */
+  int rank, device;    /* from the daemon's ErrorDetail; -1 when not applicable */
+  int cause;           /* errno (local), or the daemon's cause (cudaError_t...); -1 if none */
+  uint64_t need_bytes; /* RESOURCE_EXHAUSTED: bytes needed and bytes free or budgeted */
   uint64_t free_bytes;
-  char code_name[48];    /* "QDP_ERR_INVALID_ARGUMENT" */
-  char field[64];        /* the request field at fault, e.g. "qubits"; "" if none */
-  char msg[1024];        /* one complete sentence with the numbers */
+  char code_name[48]; /* "QDP_ERR_INVALID_ARGUMENT" */
+  char field[64];     /* the request field at fault, e.g. "qubits"; "" if none */
+  char msg[1024];     /* one complete sentence with the numbers */
 };
 
-#define QDP_ERRINFO_INIT {sizeof(struct qdp_errinfo), QDP_OK, 0, -1, -1, -1, 0, 0, {0}, {0}, {0}}
+/* clang-format off */
+#define QDP_ERRINFO_INIT \
+  {sizeof(struct qdp_errinfo), QDP_OK, 0, -1, -1, -1, 0, 0, {0}, {0}, {0}}
+/* clang-format on */
 
 /* The calling thread's record of its most recent libqdp call that returns a qdp_status: every
  * such call resets it on entry, so after a success its code is QDP_OK. Never NULL; valid for the
@@ -109,7 +111,10 @@ struct qdp_client_opts {
   void *log_arg;
 };
 
-#define QDP_CLIENT_OPTS_INIT {sizeof(struct qdp_client_opts), NULL, NULL, NULL, 60000, 0, 0, NULL, NULL}
+/* clang-format off */
+#define QDP_CLIENT_OPTS_INIT \
+  {sizeof(struct qdp_client_opts), NULL, NULL, NULL, 60000, 0, 0, NULL, NULL}
+/* clang-format on */
 
 /* Creates a client (opts may be NULL: all defaults). No connection is made yet: gRPC connects on
  * the first call, and that call reports QDP_ERR_UNAVAILABLE if the daemon is not there. Fails
@@ -146,18 +151,20 @@ struct qdp_encode_opts {
   size_t struct_size;
   qdp_encoding encoding;
   uint32_t qubits;
-  qdp_dtype dtype;             /* QDP_DTYPE_COMPLEX64 or _COMPLEX128; UNSPECIFIED = COMPLEX128 */
+  qdp_dtype dtype; /* QDP_DTYPE_COMPLEX64 or _COMPLEX128; UNSPECIFIED = COMPLEX128 */
   qdp_policy policy;
-  const char *const *devices;  /* ndevices names as status reports them ("cpu:0"); 0 = all */
+  const char *const *devices; /* ndevices names as status reports them ("cpu:0"); 0 = all */
   size_t ndevices;
-  uint64_t ttl_seconds;        /* 0 = the daemon's default */
-  const char *label;           /* free text kept with the state; NULL = none */
-  int ipc;                     /* also ask for CUDA IPC handles per shard */
+  uint64_t ttl_seconds; /* 0 = the daemon's default */
+  const char *label;    /* free text kept with the state; NULL = none */
+  int ipc;              /* also ask for CUDA IPC handles per shard */
 };
 
+/* clang-format off */
 #define QDP_ENCODE_OPTS_INIT \
   {sizeof(struct qdp_encode_opts), QDP_ENCODING_UNSPECIFIED, 0, QDP_DTYPE_UNSPECIFIED, \
    QDP_POLICY_AUTO, NULL, 0, 0, NULL, 0}
+/* clang-format on */
 
 typedef enum qdp_input_kind {
   QDP_INPUT_NONE = 0,        /* shape only (dtype, rows, cols): for qdp_plan */
@@ -177,55 +184,57 @@ struct qdp_input {
    * it and must match its element count. */
   qdp_dtype dtype;
   uint64_t rows, cols;
-  const void *data;          /* INLINE, UPLOAD */
+  const void *data; /* INLINE, UPLOAD */
   size_t data_bytes;
-  const char *path;          /* SERVER_FILE, LOCAL_FILE */
-  const char *shm_name;      /* SHM by name ("/my-input"), or NULL and shm_pid + shm_fd */
+  const char *path;     /* SERVER_FILE, LOCAL_FILE */
+  const char *shm_name; /* SHM by name ("/my-input"), or NULL and shm_pid + shm_fd */
   int shm_pid, shm_fd;
-  uint64_t offset;           /* SHM: bytes into the region; LOCAL_FILE (raw): bytes into the file */
-  uint64_t length;           /* SHM: bytes, must equal rows * cols * dtype size */
-  size_t chunk_bytes;        /* UPLOAD, LOCAL_FILE: bytes per message; 0 = 1 MiB */
-  size_t inline_max;         /* LOCAL_FILE: largest input sent inline */
-  qdp_progress_fn progress;  /* UPLOAD, LOCAL_FILE; NULL = none */
+  uint64_t offset;          /* SHM: bytes into the region; LOCAL_FILE (raw): bytes into the file */
+  uint64_t length;          /* SHM: bytes, must equal rows * cols * dtype size */
+  size_t chunk_bytes;       /* UPLOAD, LOCAL_FILE: bytes per message; 0 = 1 MiB */
+  size_t inline_max;        /* LOCAL_FILE: largest input sent inline */
+  qdp_progress_fn progress; /* UPLOAD, LOCAL_FILE; NULL = none */
   void *progress_arg;
 };
 
+/* clang-format off */
 #define QDP_INPUT_INIT \
   {sizeof(struct qdp_input), QDP_INPUT_NONE, QDP_DTYPE_UNSPECIFIED, 0, 0, NULL, 0, NULL, NULL, \
    -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL}
+/* clang-format on */
 
 /* ---- Replies (allocated by libqdp; free with their qdp_*_free) ------------------------------ */
 
 struct qdp_shard {
   size_t struct_size;
   int rank;
-  char *device;              /* "cpu:0", "cuda:1" */
+  char *device; /* "cpu:0", "cuda:1" */
   int ordinal;
-  char *uuid;                /* GPU UUID; "" on the CPU backend */
+  char *uuid; /* GPU UUID; "" on the CPU backend */
   char *host;
-  uint64_t first, count;     /* amplitude index range within each sample */
-  uint64_t row_first, rows;  /* sample range */
+  uint64_t first, count;    /* amplitude index range within each sample */
+  uint64_t row_first, rows; /* sample range */
   uint64_t bytes;
-  const void *ipc_handle;    /* cudaIpcMemHandle_t bytes when requested, else NULL */
+  const void *ipc_handle; /* cudaIpcMemHandle_t bytes when requested, else NULL */
   size_t ipc_handle_bytes;
 };
 
 struct qdp_state_info {
   size_t struct_size;
   char *handle;
-  char *token;               /* only in qdp_encode's reply; "" elsewhere */
+  char *token; /* only in qdp_encode's reply; "" elsewhere */
   qdp_encoding encoding;
   uint32_t qubits;
   uint64_t batch;
   qdp_dtype dtype;
   uint64_t bytes;
-  char *policy;              /* the policy the plan resolved to */
+  char *policy; /* the policy the plan resolved to */
   uint32_t global_bits;
   size_t nshards;
   struct qdp_shard **shards;
-  char *collective;          /* how the norm was reduced: "none", "host", "nccl", "mpi" */
+  char *collective; /* how the norm was reduced: "none", "host", "nccl", "mpi" */
   int64_t created_unix_ms;
-  int64_t expires_unix_ms;   /* 0 = no expiry */
+  int64_t expires_unix_ms; /* 0 = no expiry */
   char *label;
   char *owner;
   double encode_ms;
@@ -236,7 +245,7 @@ struct qdp_device_need {
   int rank;
   char *device;
   uint64_t shard_bytes, staging_bytes, workspace_bytes;
-  uint64_t need_bytes;       /* the sum of the three above */
+  uint64_t need_bytes; /* the sum of the three above */
   uint64_t budget_bytes;
   int fits;
 };
@@ -251,7 +260,7 @@ struct qdp_plan_info {
   struct qdp_shard **shards;
   size_t nneeds;
   struct qdp_device_need **needs;
-  char *message;             /* when not feasible: why, with the numbers */
+  char *message; /* when not feasible: why, with the numbers */
 };
 
 struct qdp_state_list {
@@ -262,8 +271,8 @@ struct qdp_state_list {
 
 struct qdp_device_info {
   size_t struct_size;
-  char *name;                /* "cpu:0", "cuda:1" */
-  char *kind;                /* "cpu" or "cuda" */
+  char *name; /* "cpu:0", "cuda:1" */
+  char *kind; /* "cpu" or "cuda" */
   int rank, ordinal;
   char *uuid, *model, *host;
   uint64_t total_bytes, free_bytes, budget_bytes, used_bytes;
@@ -274,7 +283,7 @@ struct qdp_server_status {
   size_t struct_size;
   char *version;
   uint64_t uptime_ms;
-  char *backend;             /* "cpu" or "cuda" */
+  char *backend; /* "cpu" or "cuda" */
   int ranks;
   size_t ndevices;
   struct qdp_device_info **devices;
@@ -320,14 +329,17 @@ QDP_EXPORT qdp_status qdp_release(qdp_client *c, const char *handle, const char 
 
 struct qdp_fetch_opts {
   size_t struct_size;
-  uint64_t offset;           /* first amplitude over the flattened [batch, 2^n] array */
-  uint64_t count;            /* amplitudes; 0 = to the end */
-  uint32_t chunk_bytes;      /* bytes per streamed message; 0 = the daemon's default (1 MiB) */
+  uint64_t offset;      /* first amplitude over the flattened [batch, 2^n] array */
+  uint64_t count;       /* amplitudes; 0 = to the end */
+  uint32_t chunk_bytes; /* bytes per streamed message; 0 = the daemon's default (1 MiB) */
   qdp_progress_fn progress;
   void *progress_arg;
 };
 
-#define QDP_FETCH_OPTS_INIT {sizeof(struct qdp_fetch_opts), 0, 0, 0, NULL, NULL}
+/* clang-format off */
+#define QDP_FETCH_OPTS_INIT \
+  {sizeof(struct qdp_fetch_opts), 0, 0, 0, NULL, NULL}
+/* clang-format on */
 
 /* Streams amplitudes [offset, offset + count) into dst, in the state's dtype (interleaved re, im).
  * Fails with QDP_ERR_INVALID_ARGUMENT (field "dst_bytes") before anything is written past dst when

@@ -430,18 +430,18 @@ enum {
   OPT_OUTPUT,
 };
 
-#define COMMON_LONG_OPTS                                           \
-  {"target", required_argument, NULL, OPT_TARGET},                 \
-      {"socket", required_argument, NULL, OPT_SOCKET},             \
-      {"token", required_argument, NULL, OPT_TOKEN},               \
-      {"client-name", required_argument, NULL, OPT_NAME},          \
-      {"timeout", required_argument, NULL, OPT_TIMEOUT},           \
-      {"json", no_argument, NULL, OPT_JSON},                       \
-      {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},         \
-      {"progress", no_argument, NULL, OPT_PROGRESS},               \
-  {                                                                \
-    "help", no_argument, NULL, OPT_HELP                            \
-  }
+/* clang-format off */
+#define COMMON_LONG_OPTS \
+  {"target", required_argument, NULL, OPT_TARGET}, \
+  {"socket", required_argument, NULL, OPT_SOCKET}, \
+  {"token", required_argument, NULL, OPT_TOKEN}, \
+  {"client-name", required_argument, NULL, OPT_NAME}, \
+  {"timeout", required_argument, NULL, OPT_TIMEOUT}, \
+  {"json", no_argument, NULL, OPT_JSON}, \
+  {"no-progress", no_argument, NULL, OPT_NO_PROGRESS}, \
+  {"progress", no_argument, NULL, OPT_PROGRESS}, \
+  {"help", no_argument, NULL, OPT_HELP}
+/* clang-format on */
 
 static char socket_target[PATH_MAX + 8];
 
@@ -559,11 +559,10 @@ static int cmd_status(struct global *g, qdp_client *c) {
   } else {
     printf("qdpd %s at %s: backend %s, %d rank%s, up %.1f s\n", s->version, qdp_client_target(c),
            s->backend, s->ranks, s->ranks == 1 ? "" : "s", (double)s->uptime_ms / 1000.0);
-    printf("states %" PRIu32 ", %" PRIu64 " of %" PRIu64 " bytes used; jobs %" PRIu64
-           " (%" PRIu64 " failed); max qubits %" PRIu32 "\n\n",
-           s->states, s->used_bytes, s->budget_bytes, s->jobs_total, s->jobs_failed,
-           s->max_qubits);
-    static const char *const head[] = {"DEVICE", "KIND",  "RANK",   "HOST", "MODEL",
+    printf("states %" PRIu32 ", %" PRIu64 " of %" PRIu64 " bytes used; jobs %" PRIu64 " (%" PRIu64
+           " failed); max qubits %" PRIu32 "\n\n",
+           s->states, s->used_bytes, s->budget_bytes, s->jobs_total, s->jobs_failed, s->max_qubits);
+    static const char *const head[] = {"DEVICE", "KIND", "RANK",   "HOST", "MODEL",
                                        "TOTAL",  "FREE", "BUDGET", "USED"};
     static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1};
     struct table t;
@@ -646,9 +645,10 @@ static void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_close(w, ']');
 }
 
-static void fmt_time(char *buf, size_t size, int64_t unix_ms) {
+/* ISO-8601 UTC; `none` when the daemon sent no time (0). */
+static void fmt_time(char *buf, size_t size, int64_t unix_ms, const char *none) {
   if (unix_ms <= 0) {
-    snprintf(buf, size, "never");
+    snprintf(buf, size, "%s", none);
     return;
   }
   time_t t = (time_t)(unix_ms / 1000);
@@ -684,8 +684,8 @@ static void state_print(const struct qdp_state_info *s, const char *ref) {
   const char *enc = qdp_encoding_name(s->encoding);
   const char *dt = qdp_dtype_name(s->dtype);
   char created[40], expires[40];
-  fmt_time(created, sizeof created, s->created_unix_ms);
-  fmt_time(expires, sizeof expires, s->expires_unix_ms);
+  fmt_time(created, sizeof created, s->created_unix_ms, "-");
+  fmt_time(expires, sizeof expires, s->expires_unix_ms, "never");
   if (ref) {
     printf("REF        %s\n", ref);
   } else {
@@ -883,8 +883,9 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     case OPT_ENCODING:
       a->eo.encoding = qdp_encoding_from_name(optarg);
       if (a->eo.encoding == QDP_ENCODING_UNSPECIFIED) {
-        return usage_error(cmd, "unknown encoding '%s' (amplitude, angle, basis, iqp, iqp-z, "
-                                "phase)",
+        return usage_error(cmd,
+                           "unknown encoding '%s' (amplitude, angle, basis, iqp, iqp-z, "
+                           "phase)",
                            optarg);
       }
       break;
@@ -903,8 +904,9 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     case OPT_POLICY: {
       int p = qdp_policy_from_name(optarg);
       if (p < 0) {
-        return usage_error(cmd, "--policy: unknown policy '%s' (auto, single, even, uneven, "
-                                "capacity, batch)",
+        return usage_error(cmd,
+                           "--policy: unknown policy '%s' (auto, single, even, uneven, "
+                           "capacity, batch)",
                            optarg);
       }
       a->eo.policy = (qdp_policy)p;
@@ -1185,7 +1187,7 @@ static int cmd_plan(struct global *g, int argc, char **argv) {
         printf("%s\n", p->message);
       }
       printf("\n");
-      static const char *const head[] = {"DEVICE", "RANK", "SHARD",  "STAGING",
+      static const char *const head[] = {"DEVICE",    "RANK", "SHARD",  "STAGING",
                                          "WORKSPACE", "NEED", "BUDGET", "FITS"};
       static const int right[] = {0, 1, 1, 1, 1, 1, 1, 0};
       struct table t;
@@ -1355,8 +1357,8 @@ static int parse_simple(struct global *g, const char *cmd, const char *help, int
 static int cmd_describe(struct global *g, int argc, char **argv) {
   const char *pos[1];
   int npos;
-  int rc = parse_simple(g, "describe", describe_help, argc, argv, 1, 1, pos, &npos, NULL, NULL,
-                        NULL);
+  int rc =
+      parse_simple(g, "describe", describe_help, argc, argv, 1, 1, pos, &npos, NULL, NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1426,9 +1428,18 @@ static int cmd_ls(struct global *g, int argc, char **argv) {
         fmt_u64(batch, sizeof batch, s->batch);
         fmt_u64(bytes, sizeof bytes, s->bytes);
         snprintf(shards, sizeof shards, "%zu", s->nshards);
-        fmt_time(exp, sizeof exp, s->expires_unix_ms);
-        char *row[] = {s->handle, (char *)(enc ? enc : "?"), q, batch, (char *)(dt ? dt : "?"),
-                       bytes, s->policy, shards, s->owner, exp, s->label};
+        fmt_time(exp, sizeof exp, s->expires_unix_ms, "never");
+        char *row[] = {s->handle,
+                       (char *)(enc ? enc : "?"),
+                       q,
+                       batch,
+                       (char *)(dt ? dt : "?"),
+                       bytes,
+                       s->policy,
+                       shards,
+                       s->owner,
+                       exp,
+                       s->label};
         table_row(&t, row);
       }
       table_print(&t, stdout);
@@ -1466,6 +1477,9 @@ static int cmd_fetch(struct global *g, int argc, char **argv) {
   if (rc == EXIT_OK && qdp_fetch_npy(c, handle, token, &fo, out, force) != QDP_OK) {
     bar_end(&b);
     rc = fail(g, "fetch");
+    if (qdp_last_error()->code == QDP_ERR_ALREADY_EXISTS && !qdp_last_error()->remote) {
+      fprintf(stderr, "qdpctl fetch: pass --force to replace '%s'\n", out);
+    }
   } else if (rc == EXIT_OK) {
     bar_end(&b);
     struct stat st;
@@ -1490,8 +1504,7 @@ static int cmd_export(struct global *g, int argc, char **argv) {
   const char *pos[2];
   int npos;
   int force = 0;
-  int rc =
-      parse_simple(g, "export", export_help, argc, argv, 2, 2, pos, &npos, NULL, NULL, &force);
+  int rc = parse_simple(g, "export", export_help, argc, argv, 2, 2, pos, &npos, NULL, NULL, &force);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1664,8 +1677,9 @@ int main(int argc, char **argv) {
     return usage_error(NULL, "unknown option");
   }
   if (optind >= argc) {
-    return usage_error(NULL, "a command is required (status, health, encode, plan, describe, ls, "
-                             "fetch, export, rm)");
+    return usage_error(NULL,
+                       "a command is required (status, health, encode, plan, describe, ls, "
+                       "fetch, export, rm)");
   }
   const char *cmd = argv[optind];
   int sub_argc = argc - optind;

@@ -120,14 +120,14 @@ START_TEST(test_npy_parse_refuses_what_qdp_cannot_read) {
   unsigned char buf[256];
   struct qdp__npy d;
   static const char *const bad[] = {
-      "{'descr': '>f8', 'fortran_order': False, 'shape': (5,), }",     /* big-endian */
-      "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",    /* Fortran order */
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }", /* 3-D */
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (), }",       /* scalar */
-      "{'descr': '|u1', 'fortran_order': False, 'shape': (5,), }",     /* bytes */
-      "{'descr': '<f8', 'shape': (5,), }",                             /* no fortran_order */
+      "{'descr': '>f8', 'fortran_order': False, 'shape': (5,), }",       /* big-endian */
+      "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }",      /* Fortran order */
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }",  /* 3-D */
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (), }",         /* scalar */
+      "{'descr': '|u1', 'fortran_order': False, 'shape': (5,), }",       /* bytes */
+      "{'descr': '<f8', 'shape': (5,), }",                               /* no fortran_order */
       "{'descr': '<f8', 'fortran_order': False, 'shape': (5,), 'x': 1}", /* unknown key */
-      "['descr']",                                                     /* not a dict */
+      "['descr']",                                                       /* not a dict */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     size_t n = numpy_header(buf, 1, bad[i]);
@@ -230,8 +230,8 @@ START_TEST(test_default_target_follows_the_environment) {
   unsetenv("QDP_SOCKET");
   setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
   ck_assert_int_eq(qdp_default_target(buf, sizeof buf), QDP_OK);
-  ck_assert_str_eq(buf, geteuid() == 0 ? "unix:/run/qdp/qdpd.sock"
-                                       : "unix:/run/user/1234/qdp/qdpd.sock");
+  ck_assert_str_eq(
+      buf, geteuid() == 0 ? "unix:/run/qdp/qdpd.sock" : "unix:/run/user/1234/qdp/qdpd.sock");
   ck_assert_int_eq(qdp_default_target(buf, 5), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(buf, "");
 }

@@ -35,11 +35,11 @@ static void teardown(void) {
   cl = NULL;
 }
 
-#define CK_QDP(expr)                                                                        \
-  do {                                                                                      \
-    qdp_status rc_ = (expr);                                                                \
-    ck_assert_msg(rc_ == QDP_OK, "%s -> %s: %s", #expr, qdp_status_name(rc_),               \
-                  qdp_last_error()->msg);                                                   \
+#define CK_QDP(expr) \
+  do { \
+    qdp_status rc_ = (expr); \
+    ck_assert_msg(rc_ == QDP_OK, "%s -> %s: %s", #expr, qdp_status_name(rc_), \
+                  qdp_last_error()->msg); \
   } while (0)
 
 static double max_err(const double complex *got, const double complex *want, size_t n) {
@@ -71,8 +71,8 @@ static void ref_angle(const double *x, unsigned n, double complex *out) {
   }
 }
 
-static struct qdp_state_info *encode_inline(qdp_encoding e, unsigned n, const double *x,
-                                            size_t len, uint64_t rows) {
+static struct qdp_state_info *encode_inline(qdp_encoding e, unsigned n, const double *x, size_t len,
+                                            uint64_t rows) {
   struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
   eo.encoding = e;
   eo.qubits = n;
@@ -91,8 +91,8 @@ static struct qdp_state_info *encode_inline(qdp_encoding e, unsigned n, const do
  * a multiple of 64 bytes with spaces and a newline). */
 static void write_npy(const char *path, const double *x, size_t n) {
   char dict[160];
-  int dl = snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }",
-                    n);
+  int dl =
+      snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
   size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
   char hdr[256];
   memcpy(hdr, "\x93NUMPY\x01\x00", 8);
@@ -387,8 +387,7 @@ START_TEST(test_fetch_npy_and_export_write_the_same_array) {
   snprintf(local, sizeof local, "%s/e2e-fetch.npy", dir);
   snprintf(remote, sizeof remote, "%s/e2e-export.npy", dir);
   CK_QDP(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0));
-  ck_assert_int_eq(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0),
-                   QDP_ERR_ALREADY_EXISTS);
+  ck_assert_int_eq(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0), QDP_ERR_ALREADY_EXISTS);
   char *path = NULL;
   uint64_t bytes = 0;
   CK_QDP(qdp_export(cl, s->handle, s->token, remote, 0, &path, &bytes));
@@ -444,9 +443,9 @@ START_TEST(test_plan_and_refusals_carry_the_numbers) {
   for (size_t i = 0; i < 2; i++) {
     ck_assert_str_eq(p->needs[i]->device, devs[i]);
     ck_assert_uint_eq(p->needs[i]->shard_bytes, 512 * 16);
-    ck_assert_uint_eq(p->needs[i]->need_bytes, p->needs[i]->shard_bytes +
-                                                   p->needs[i]->staging_bytes +
-                                                   p->needs[i]->workspace_bytes);
+    ck_assert_uint_eq(
+        p->needs[i]->need_bytes,
+        p->needs[i]->shard_bytes + p->needs[i]->staging_bytes + p->needs[i]->workspace_bytes);
     ck_assert_uint_eq(p->shards[i]->first, 512 * i);
   }
   qdp_plan_info_free(p);
