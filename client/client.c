@@ -399,6 +399,11 @@ static void log_call(const struct qdp__call *k, qdp_status rc) {
 }
 
 qdp_status qdp__call_end(struct qdp__call *k, qdp_status local) {
+  if (k->call && !k->have_status && local != QDP_OK && !k->cancelled_locally) {
+    /* A local failure mid-call: without a cancel, the status below would wait for the daemon
+     * (or the deadline) to end a call we no longer want. */
+    qdp__call_cancel(k);
+  }
   if (k->call && !k->have_status) {
     grpc_op op;
     memset(&op, 0, sizeof op);
