@@ -1,0 +1,186 @@
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* A log line longer than this is cut; the message of a qdp_error is at most 1 KiB, and the
+ * prefix is well under 128 bytes. */
+#define LOG_LINE_MAX 2048
+
+static char ident[32] = "qdpd";
+static atomic_int level = LOG_LEVEL_INFO;
+static atomic_int rank = -1;
+static atomic_int out_fd = 2;
+static atomic_int journal = 0;
+static char subsys_list[256];
+
+static bool detect_journal(int fd) {
+  const char *js = getenv("JOURNAL_STREAM");
+  if (!js) {
+    return false;
+  }
+  /* "DEV:INO" in decimal, as systemd writes it. */
+  char *end = NULL;
+  errno = 0;
+  unsigned long long dev = strtoull(js, &end, 10);
+  if (errno || end == js || *end != ':') {
+    return false;
+  }
+  const char *ino_s = end + 1;
+  unsigned long long ino = strtoull(ino_s, &end, 10);
+  if (errno || end == ino_s || *end != '\0') {
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return false;
+  }
+  return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void log_init(const char *name) {
+  snprintf(ident, sizeof ident, "%s", name ? name : "qdpd");
+  atomic_store(&journal, detect_journal(atomic_load(&out_fd)));
+}
+
+void log_set_fd(int fd) {
+  atomic_store(&out_fd, fd);
+}
+
+void log_set_journal(int on) {
+  atomic_store(&journal, on < 0 ? detect_journal(atomic_load(&out_fd)) : on != 0);
+}
+
+bool log_journal(void) {
+  return atomic_load(&journal) != 0;
+}
+
+void log_set_level(int l) {
+  if (l < LOG_LEVEL_ERR) {
+    l = LOG_LEVEL_ERR;
+  }
+  if (l > LOG_LEVEL_DEBUG) {
+    l = LOG_LEVEL_DEBUG;
+  }
+  atomic_store(&level, l);
+}
+
+int log_get_level(void) {
+  return atomic_load(&level);
+}
+
+void log_set_subsys(const char *list) {
+  snprintf(subsys_list, sizeof subsys_list, "%s", list ? list : "");
+}
+
+void log_set_rank(int r) {
+  atomic_store(&rank, r);
+}
+
+const char *log_level_name(int l) {
+  static const char *names[] = {"err", "warning", "notice", "info", "debug"};
+  return l >= LOG_LEVEL_ERR && l <= LOG_LEVEL_DEBUG ? names[l - LOG_LEVEL_ERR] : "unknown";
+}
+
+static bool subsys_listed(const char *subsys) {
+  if (!subsys_list[0]) {
+    return true;
+  }
+  if (!subsys) {
+    return false;
+  }
+  size_t n = strlen(subsys);
+  const char *p = subsys_list;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, subsys, n) == 0) {
+      return true;
+    }
+    if (!comma) {
+      break;
+    }
+    p = comma + 1;
+  }
+  return false;
+}
+
+bool log_enabled(int l, const char *subsys) {
+  if (l > atomic_load(&level)) {
+    return false;
+  }
+  /* Errors, warnings and notices always show: the filter narrows the chatter, not the faults. */
+  return l <= LOG_LEVEL_NOTICE || subsys_listed(subsys);
+}
+
+void log_write(int l, const char *subsys, const char *device, const char *fmt, ...) {
+  if (!log_enabled(l, subsys)) {
+    return;
+  }
+  int saved_errno = errno;
+  char line[LOG_LINE_MAX];
+  size_t n = 0;
+  if (atomic_load(&journal)) {
+    n = (size_t)snprintf(line, sizeof line, "<%d>%s", l, ident);
+  } else {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    n = (size_t)snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s",
+                         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                         tm.tm_sec, ts.tv_nsec / 1000000, log_level_name(l), ident);
+  }
+  int r = atomic_load(&rank);
+  if (r >= 0 && n < sizeof line) {
+    n += (size_t)snprintf(line + n, sizeof line - n, " r%d", r);
+  }
+  if (device && n < sizeof line) {
+    n += (size_t)snprintf(line + n, sizeof line - n, " %s", device);
+  }
+  if (subsys && n < sizeof line) {
+    n += (size_t)snprintf(line + n, sizeof line - n, " %s:", subsys);
+  }
+  if (n < sizeof line) {
+    line[n++] = ' ';
+  }
+  size_t body = n < sizeof line ? n : sizeof line - 1;
+  if (n < sizeof line) {
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - n, fmt, ap);
+    va_end(ap);
+    n += m > 0 ? (size_t)m : 0;
+  }
+  if (n > sizeof line - 2) {
+    n = sizeof line - 2; /* cut: keep room for the newline */
+  }
+  /* One line per record: a message with a newline in it would read as two records. */
+  for (size_t i = body; i < n; i++) {
+    if (line[i] == '\n' || line[i] == '\r') {
+      line[i] = ' ';
+    }
+  }
+  line[n++] = '\n';
+  int fd = atomic_load(&out_fd);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, line + off, n - off);
+    if (w < 0 && errno == EINTR) {
+      continue;
+    }
+    if (w <= 0) {
+      break;
+    }
+    off += (size_t)w;
+  }
+  errno = saved_errno;
+}

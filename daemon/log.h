@@ -1,0 +1,59 @@
+/* log.h — the daemon's one logger.
+ *
+ * Levels are syslog's, ERR (3) to DEBUG (7). A line goes to stderr with one write(2), so lines of
+ * different threads never interleave. When stderr is the journal ($JOURNAL_STREAM names stderr's
+ * device and inode) a line starts with the journal's `<N>` priority prefix:
+ *   <4>qdpd r1 cuda:3 transport: peer access 3->5 unavailable, using host staging
+ * otherwise with an ISO-8601 UTC timestamp and the level name:
+ *   2025-01-31T12:00:00.123Z warning qdpd r1 cuda:3 transport: peer access ...
+ * The rank appears once it is known (log_set_rank), the device when the caller names one.
+ * Lines at INFO and DEBUG are shown only for the subsystems in log_set_subsys (all when empty).
+ *
+ * Any thread: the level, rank and filter are read atomically; log_init and log_set_subsys are
+ * called on the main thread before other threads start (or, for SIGHUP, from the loop thread,
+ * which may race only with lines being filtered a moment too long).
+ */
+#ifndef QDP_LOG_H
+#define QDP_LOG_H
+
+#include <stdbool.h>
+
+enum log_level {
+  LOG_LEVEL_ERR = 3,
+  LOG_LEVEL_WARNING = 4,
+  LOG_LEVEL_NOTICE = 5,
+  LOG_LEVEL_INFO = 6,
+  LOG_LEVEL_DEBUG = 7
+};
+
+/* Detects the journal on stderr; ident is the program name in every line ("qdpd"). */
+void log_init(const char *ident);
+/* Where lines go (default: 2, stderr). For tests. */
+void log_set_fd(int fd);
+/* Forces (1) or denies (0) the journal format; -1 detects it again. For tests. */
+void log_set_journal(int on);
+bool log_journal(void);
+
+void log_set_level(int level);
+int log_get_level(void);
+/* Comma-separated subsystem names; NULL or "" = all. */
+void log_set_subsys(const char *list);
+void log_set_rank(int rank); /* -1: unknown (not printed) */
+
+/* "err", "warning", "notice", "info", "debug". */
+const char *log_level_name(int level);
+/* Whether a line of this level and subsystem would be written. */
+bool log_enabled(int level, const char *subsys);
+
+/* Writes one line (a trailing newline is added; embedded newlines become spaces). device may be
+ * NULL ("cpu:0", "cuda:3"). */
+void log_write(int level, const char *subsys, const char *device, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define log_err(subsys, ...) log_write(LOG_LEVEL_ERR, subsys, NULL, __VA_ARGS__)
+#define log_warning(subsys, ...) log_write(LOG_LEVEL_WARNING, subsys, NULL, __VA_ARGS__)
+#define log_notice(subsys, ...) log_write(LOG_LEVEL_NOTICE, subsys, NULL, __VA_ARGS__)
+#define log_info(subsys, ...) log_write(LOG_LEVEL_INFO, subsys, NULL, __VA_ARGS__)
+#define log_debug(subsys, ...) log_write(LOG_LEVEL_DEBUG, subsys, NULL, __VA_ARGS__)
+
+#endif /* QDP_LOG_H */

@@ -1,0 +1,442 @@
+/* qdpd — the qdp node daemon: configuration, logging, the single-instance lock, the device mesh,
+ * the state store, the gRPC server on a libuv loop, systemd notification, signals.
+ *
+ * Threads: main runs the libuv loop (signals, timers, the server's hand-over); the server adds a
+ * completion-queue thread and its workers (daemon/rpc/server.h). Only main calls exit().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "error.h"
+#include "log.h"
+#include "qdp_build_config.h"
+#include "rpc/server.h"
+#include "runtime/runtime.h"
+#include "state/store.h"
+
+extern char **environ;
+
+struct daemon {
+  int argc;
+  char **argv;
+  struct config cfg;
+  char socket_path[CONFIG_STR_MAX];
+  char lock_path[CONFIG_STR_MAX + 8];
+  int lock_fd;
+  bool socket_bound;
+  struct runtime_mesh *mesh;
+  struct state_store *store;
+  struct rpc_server *server;
+  uv_loop_t *loop;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t watchdog;
+  bool watchdog_on;
+  bool stopping;
+};
+
+/* ---- systemd notification (sd_notify(3) without libsystemd) -------------------------------------- */
+
+static void notify(const char *msg) {
+  const char *path = getenv("NOTIFY_SOCKET");
+  if (!path || !path[0]) {
+    return;
+  }
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  if ((path[0] != '/' && path[0] != '@') || n >= sizeof sa.sun_path) {
+    log_warning("main", "NOTIFY_SOCKET '%s' is not a Unix socket path; not notifying", path);
+    return;
+  }
+  memcpy(sa.sun_path, path, n);
+  if (path[0] == '@') {
+    sa.sun_path[0] = '\0'; /* abstract namespace */
+  }
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    log_warning("main", "cannot notify systemd: socket: %s", strerror(errno));
+    return;
+  }
+  if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, len) < 0) {
+    log_warning("main", "cannot notify systemd at '%s': %s", path, strerror(errno));
+  }
+  close(fd);
+}
+
+/* WATCHDOG_USEC when it is meant for this process (WATCHDOG_PID unset or ours); 0 otherwise. */
+static uint64_t watchdog_usec(void) {
+  const char *us = getenv("WATCHDOG_USEC");
+  if (!us) {
+    return 0;
+  }
+  uint64_t v = 0;
+  if (config_parse_u64(us, 1, UINT64_MAX, "WATCHDOG_USEC", &v, NULL) != QDP_OK) {
+    return 0;
+  }
+  const char *pid = getenv("WATCHDOG_PID");
+  uint64_t p = 0;
+  if (pid && (config_parse_u64(pid, 1, UINT32_MAX, "WATCHDOG_PID", &p, NULL) != QDP_OK ||
+              p != (uint64_t)getpid())) {
+    return 0;
+  }
+  return v;
+}
+
+static void on_watchdog(uv_timer_t *t) {
+  (void)t;
+  notify("WATCHDOG=1");
+}
+
+/* ---- socket path and the single-instance lock ------------------------------------------------------ */
+
+static qdp_status default_socket(char *buf, size_t len, bool *ret_own_dir, struct qdp_error *err) {
+  const char *rd = getenv("RUNTIME_DIRECTORY");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  int n;
+  *ret_own_dir = true;
+  if (rd && rd[0]) {
+    /* systemd lists several directories separated by ':'; ours (RuntimeDirectory=qdp) is first. */
+    size_t first = strcspn(rd, ":");
+    n = snprintf(buf, len, "%.*s/qdpd.sock", (int)first, rd);
+    *ret_own_dir = false; /* systemd made it, with the unit's mode */
+  } else if (geteuid() == 0) {
+    n = snprintf(buf, len, "/run/qdp/qdpd.sock");
+  } else if (xdg && xdg[0]) {
+    n = snprintf(buf, len, "%s/qdp/qdpd.sock", xdg);
+  } else {
+    n = snprintf(buf, len, "/run/user/%u/qdp/qdpd.sock", (unsigned)geteuid());
+  }
+  if (n < 0 || (size_t)n >= len || (size_t)n > sizeof(((struct sockaddr_un *)0)->sun_path) - 1) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "socket",
+                         "the default socket path '%s' is too long for a Unix socket; set socket",
+                         buf);
+  }
+  return QDP_OK;
+}
+
+/* Creates the socket's directory (mode 0750) when it is missing. */
+static qdp_status make_socket_dir(const char *sock, struct qdp_error *err) {
+  char dir[CONFIG_STR_MAX];
+  snprintf(dir, sizeof dir, "%s", sock);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) {
+    return QDP_OK;
+  }
+  *slash = '\0';
+  if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+    int e = errno;
+    return qdp_error_set_at(err, QDP_ERR_SYSTEM, -1, e,
+                            "cannot create the socket directory '%s': %s", dir, strerror(e));
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "socket",
+                         "'%s' (the socket's directory) is not a directory", dir);
+  }
+  return QDP_OK;
+}
+
+/* Takes the lock file beside the socket for the daemon's life, or names the daemon holding it. */
+static qdp_status take_lock(struct daemon *d, struct qdp_error *err) {
+  snprintf(d->lock_path, sizeof d->lock_path, "%s.lock", d->socket_path);
+  for (int attempt = 0; attempt < 8; attempt++) {
+    int fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (fd < 0) {
+      int e = errno;
+      return qdp_error_set_at(err, QDP_ERR_SYSTEM, -1, e, "cannot open the lock file '%s': %s",
+                              d->lock_path, strerror(e));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      char pid[32] = "";
+      ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+      pid[n > 0 ? n : 0] = '\0';
+      pid[strcspn(pid, "\n")] = '\0';
+      close(fd);
+      if (e == EWOULDBLOCK) {
+        return qdp_error_set(err, QDP_ERR_ALREADY_EXISTS, "socket",
+                             "another qdpd (pid %s) already serves unix:%s (it holds %s)",
+                             pid[0] ? pid : "unknown", d->socket_path, d->lock_path);
+      }
+      return qdp_error_set_at(err, QDP_ERR_SYSTEM, -1, e, "cannot lock '%s': %s", d->lock_path,
+                              strerror(e));
+    }
+    /* The previous holder may have unlinked the file between our open and our lock: the lock
+     * then guards nothing. Only a lock on the file the path names now counts. */
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(d->lock_path, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+      char pid[32];
+      int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        log_warning("main", "cannot write the pid into '%s': %s", d->lock_path, strerror(errno));
+      }
+      d->lock_fd = fd;
+      return QDP_OK;
+    }
+    close(fd);
+  }
+  return qdp_error_set(err, QDP_ERR_UNAVAILABLE, "socket",
+                       "the lock file '%s' keeps being replaced; is another qdpd starting?",
+                       d->lock_path);
+}
+
+static void release_lock(struct daemon *d) {
+  if (d->lock_fd >= 0) {
+    /* Unlinked while still held, so no other daemon can take a lock on a file about to vanish. */
+    unlink(d->lock_path);
+    close(d->lock_fd);
+    d->lock_fd = -1;
+  }
+}
+
+/* ---- signals --------------------------------------------------------------------------------------- */
+
+static void on_server_done(void *arg) {
+  struct daemon *d = arg;
+  uv_close((uv_handle_t *)&d->sig_term, NULL);
+  uv_close((uv_handle_t *)&d->sig_int, NULL);
+  uv_close((uv_handle_t *)&d->sig_hup, NULL);
+  uv_close((uv_handle_t *)&d->watchdog, NULL);
+}
+
+static void on_stop_signal(uv_signal_t *h, int sig) {
+  struct daemon *d = h->data;
+  if (!d->stopping) {
+    log_notice("main", "%s: draining calls in flight, then stopping",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    notify("STOPPING=1\nSTATUS=stopping: draining calls in flight");
+    d->stopping = true;
+  }
+  rpc_server_shutdown(d->server, on_server_done, d);
+}
+
+/* Re-reads the configuration and applies what may change at run time. */
+static void on_hup(uv_signal_t *h, int sig) {
+  (void)sig;
+  struct daemon *d = h->data;
+  struct config *c = malloc(sizeof *c);
+  if (!c) {
+    log_err("main", "SIGHUP: no memory to re-read the configuration");
+    return;
+  }
+  struct qdp_error err = QDP_ERROR_INIT;
+  enum config_action act;
+  notify("RELOADING=1");
+  if (config_load(c, d->argc, d->argv, environ, &act, &err) != QDP_OK) {
+    log_err("main", "SIGHUP: configuration not reloaded: %s", err.msg);
+  } else {
+    for (size_t i = 0; i < config_option_count(); i++) {
+      const struct config_option *o = config_option_at(i);
+      char was[CONFIG_STR_MAX + 32], now[CONFIG_STR_MAX + 32];
+      config_format_value(&d->cfg, o, true, was, sizeof was);
+      config_format_value(c, o, true, now, sizeof now);
+      if (strcmp(was, now) == 0) {
+        continue;
+      }
+      if (o->runtime) {
+        log_notice("main", "SIGHUP: %s = %s (was %s)", o->name, now, was);
+        memcpy((char *)&d->cfg + o->offset, (char *)c + o->offset,
+               o->type == CONFIG_STRING ? CONFIG_STR_MAX
+               : o->type == CONFIG_BOOL ? sizeof(bool)
+               : o->type == CONFIG_LEVEL ? sizeof(int)
+               : o->type == CONFIG_DOUBLE ? sizeof(double)
+                                          : sizeof(uint64_t));
+        d->cfg.src[i] = c->src[i];
+        memcpy(d->cfg.origin[i], c->origin[i], sizeof d->cfg.origin[i]);
+      } else {
+        log_warning("main", "SIGHUP: %s changed to %s but takes effect only after a restart",
+                    o->name, now);
+      }
+    }
+    log_set_level(d->cfg.log_level);
+    log_set_subsys(d->cfg.log_subsys);
+    rpc_server_apply_config(d->server, &d->cfg);
+  }
+  notify("READY=1");
+  free(c);
+}
+
+/* ---- main ------------------------------------------------------------------------------------------- */
+
+static int fail(const char *what, const struct qdp_error *err) {
+  log_err("main", "%s: %s", what, err->msg);
+  notify("STATUS=failed to start");
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  static struct daemon d;
+  d.argc = argc;
+  d.argv = argv;
+  d.lock_fd = -1;
+  struct qdp_error err = QDP_ERROR_INIT;
+  enum config_action act = CONFIG_RUN;
+  int rc = 1;
+
+  if (config_load(&d.cfg, argc, argv, environ, &act, &err) != QDP_OK) {
+    fprintf(stderr, "qdpd: %s\n", err.msg);
+    return 2;
+  }
+  switch (act) {
+  case CONFIG_HELP:
+    config_help(stdout, "qdpd");
+    return 0;
+  case CONFIG_VERSION:
+    printf("qdpd %s\n", QDP_VERSION);
+    return 0;
+  case CONFIG_PRINT:
+    config_print(&d.cfg, stdout);
+    return 0;
+  case CONFIG_RUN:
+    break;
+  }
+
+  log_init("qdpd");
+  log_set_level(d.cfg.log_level);
+  log_set_subsys(d.cfg.log_subsys);
+  rpc_route_grpc_logs();
+  /* A client vanishing mid-write must not kill the daemon. */
+  signal(SIGPIPE, SIG_IGN);
+
+  bool own_dir = true;
+  if (d.cfg.socket[0]) {
+    snprintf(d.socket_path, sizeof d.socket_path, "%s", d.cfg.socket);
+  } else if (default_socket(d.socket_path, sizeof d.socket_path, &own_dir, &err) != QDP_OK) {
+    return fail("socket", &err);
+  }
+  if (own_dir && make_socket_dir(d.socket_path, &err) != QDP_OK) {
+    return fail("socket", &err);
+  }
+  if (take_lock(&d, &err) != QDP_OK) {
+    return fail("cannot start", &err);
+  }
+
+  struct runtime_mesh_config mc = {
+    .devices = d.cfg.devices,
+    .device_budget_bytes = d.cfg.device_budget,
+    .mem_fraction = d.cfg.mem_fraction,
+    .staging_bytes = d.cfg.staging_bytes,
+  };
+  if (runtime_mesh_create(&mc, &d.mesh, &err) != QDP_OK) {
+    rc = fail("devices", &err);
+    goto out;
+  }
+  struct state_store_limits lim = {
+    .budget_bytes = d.cfg.store_budget,
+    .client_budget_bytes = d.cfg.client_budget,
+    .max_states = (uint32_t)d.cfg.max_states,
+    .max_client_states = (uint32_t)d.cfg.max_client_states,
+    .default_ttl_ms = d.cfg.default_ttl * 1000,
+    .max_ttl_ms = d.cfg.max_ttl * 1000,
+  };
+  if (state_store_create(&lim, &d.store, &err) != QDP_OK) {
+    rc = fail("state store", &err);
+    goto out;
+  }
+
+  d.loop = uv_default_loop();
+  struct rpc_server_deps deps = {.cfg = &d.cfg, .mesh = d.mesh, .store = d.store, .loop = d.loop};
+  int tcp_port = 0;
+  /* The socket is created 0660 (owner and group: the qdp group are the clients). */
+  mode_t old_umask = umask(0117);
+  qdp_status src = rpc_server_create(&deps, d.socket_path, &d.server, &tcp_port, &err);
+  umask(old_umask);
+  if (src != QDP_OK) {
+    rc = fail("cannot listen", &err);
+    goto out;
+  }
+  d.socket_bound = true;
+  if (chmod(d.socket_path, 0660) != 0) {
+    log_warning("main", "cannot set mode 0660 on '%s': %s", d.socket_path, strerror(errno));
+  }
+  if (rpc_server_start(d.server, &err) != QDP_OK) {
+    rc = fail("cannot start", &err);
+    goto out;
+  }
+
+  uv_signal_init(d.loop, &d.sig_term);
+  uv_signal_init(d.loop, &d.sig_int);
+  uv_signal_init(d.loop, &d.sig_hup);
+  d.sig_term.data = d.sig_int.data = d.sig_hup.data = &d;
+  uv_signal_start(&d.sig_term, on_stop_signal, SIGTERM);
+  uv_signal_start(&d.sig_int, on_stop_signal, SIGINT);
+  uv_signal_start(&d.sig_hup, on_hup, SIGHUP);
+  uv_timer_init(d.loop, &d.watchdog);
+  uint64_t wd = watchdog_usec();
+  if (wd && d.cfg.watchdog) {
+    /* Half the period, as sd_watchdog_enabled(3) advises; from the loop, so a stuck loop shows. */
+    uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+    uv_timer_start(&d.watchdog, on_watchdog, ms, ms);
+    log_info("main", "systemd watchdog: pinging every %" PRIu64 " ms", ms);
+  }
+
+  /* The contract with scripts and clients: these lines, verbatim, once serving. */
+  char tcp_addr[CONFIG_STR_MAX + 16] = "";
+  if (d.cfg.tcp[0]) {
+    const char *colon = strrchr(d.cfg.tcp, ':');
+    snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d.cfg.tcp), d.cfg.tcp, tcp_port);
+    if (!d.cfg.tcp_token[0]) {
+      log_warning("main", "TCP is on at %s without tcp_token: anyone who reaches it may use the "
+                  "daemon", tcp_addr);
+    }
+  }
+  if (log_journal()) {
+    log_notice("main", "listening on unix:%s", d.socket_path);
+    if (tcp_addr[0]) {
+      log_notice("main", "listening on %s", tcp_addr);
+    }
+  } else {
+    fprintf(stderr, "listening on unix:%s\n", d.socket_path);
+    if (tcp_addr[0]) {
+      fprintf(stderr, "listening on %s\n", tcp_addr);
+    }
+    fflush(stderr);
+  }
+  size_t ndev = runtime_mesh_count(d.mesh);
+  char ready[CONFIG_STR_MAX * 2 + 128];
+  snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving unix:%s%s%s on %zu %s device%s",
+           d.socket_path, tcp_addr[0] ? " and " : "", tcp_addr, ndev,
+           runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s");
+  notify(ready);
+  log_info("main", "qdpd %s ready: %zu %s device%s, %" PRIu64 " workers, pid %ld", QDP_VERSION,
+           ndev, runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s", d.cfg.workers,
+           (long)getpid());
+
+  uv_run(d.loop, UV_RUN_DEFAULT);
+  rc = 0;
+  log_info("main", "stopped serving; releasing every state and device");
+
+out:
+  rpc_server_destroy(d.server);
+  d.server = NULL;
+  state_store_destroy(d.store);
+  runtime_mesh_destroy(d.mesh);
+  if (d.socket_bound && unlink(d.socket_path) != 0 && errno != ENOENT) {
+    log_warning("main", "cannot remove '%s': %s", d.socket_path, strerror(errno));
+  }
+  release_lock(&d);
+  if (d.loop) {
+    uv_loop_close(d.loop);
+  }
+  if (rc == 0) {
+    log_info("main", "stopped");
+  }
+  return rc;
+}

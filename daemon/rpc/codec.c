@@ -1,0 +1,114 @@
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+
+#include "codec.h"
+#include "qdp.pb-c.h"
+
+grpc_byte_buffer *rpc_codec_pack(const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  grpc_slice s = grpc_slice_malloc(n);
+  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+qdp_status rpc_codec_unpack_bytes(const uint8_t *data, size_t len,
+                                  const ProtobufCMessageDescriptor *d, ProtobufCMessage **ret,
+                                  struct qdp_error *reterr) {
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, data);
+  if (!m) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "request",
+                         "the %zu-byte message is not a valid %s", len, d->name);
+  }
+  *ret = m;
+  return QDP_OK;
+}
+
+qdp_status rpc_codec_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                            ProtobufCMessage **ret, struct qdp_error *reterr) {
+  if (!bb) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "request",
+                         "the call carried no %s message", d->name);
+  }
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "request",
+                         "the %s message could not be decompressed", d->name);
+  }
+  /* readall joins the slices (one copy only when there are several). */
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  qdp_status rc =
+      rpc_codec_unpack_bytes(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), d, ret, reterr);
+  grpc_slice_unref(s);
+  return rc;
+}
+
+void rpc_codec_free(ProtobufCMessage *m) {
+  if (m) {
+    protobuf_c_message_free_unpacked(m, NULL);
+  }
+}
+
+grpc_status_code rpc_codec_grpc_status(qdp_status s) {
+  if ((int)s >= 0 && (int)s <= 16) {
+    return (grpc_status_code)s;
+  }
+  return GRPC_STATUS_INTERNAL;
+}
+
+grpc_slice rpc_codec_error_detail(const struct qdp_error *e) {
+  Qdp__ErrorDetail d = QDP__ERROR_DETAIL__INIT;
+  d.code_name = (char *)qdp_status_name(e->code);
+  char field[sizeof e->field + 1];
+  memcpy(field, e->field, sizeof e->field);
+  field[sizeof e->field] = '\0';
+  d.field = field;
+  d.rank = e->rank;
+  d.device = e->device;
+  d.cause = e->cause;
+  d.need_bytes = e->need_bytes;
+  d.free_bytes = e->free_bytes;
+  size_t n = qdp__error_detail__get_packed_size(&d);
+  grpc_slice s = grpc_slice_malloc(n);
+  qdp__error_detail__pack(&d, GRPC_SLICE_START_PTR(s));
+  return s;
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+grpc_byte_buffer *rpc_codec_fetch_chunk(uint64_t offset, int dtype, uint64_t total,
+                                        size_t data_bytes, uint8_t **ret_data) {
+  /* FetchChunk: offset = 1 (varint), data = 2 (bytes), dtype = 3 (varint), total = 4 (varint).
+   * Fields may come in any order on the wire, so the data goes last, where the caller fills it.
+   * Tags are (number << 3) | wire type: 0x08, 0x12, 0x18, 0x20. */
+  uint8_t hdr[RPC_FETCH_CHUNK_HEADER_MAX];
+  size_t h = 0;
+  hdr[h++] = 0x08;
+  h += put_varint(hdr + h, offset);
+  hdr[h++] = 0x18;
+  h += put_varint(hdr + h, (uint64_t)(int64_t)dtype);
+  hdr[h++] = 0x20;
+  h += put_varint(hdr + h, total);
+  hdr[h++] = 0x12;
+  h += put_varint(hdr + h, data_bytes);
+  /* Never an inlined slice: its bytes would be copied into the buffer, away from *ret_data. */
+  grpc_slice s = grpc_slice_malloc_large(h + data_bytes);
+  memcpy(GRPC_SLICE_START_PTR(s), hdr, h);
+  *ret_data = GRPC_SLICE_START_PTR(s) + h;
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  /* The buffer holds its own reference, so *ret_data stays valid until bb is destroyed. */
+  grpc_slice_unref(s);
+  return bb;
+}

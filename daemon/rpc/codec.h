@@ -1,0 +1,53 @@
+/* codec.h — protobuf-c messages <-> gRPC byte buffers, qdp statuses <-> gRPC statuses, and the
+ * error detail of a failed call.
+ *
+ * Pure translation: no server state, no logging. Any thread.
+ * Ownership: rpc_codec_pack and rpc_codec_fetch_chunk return a byte buffer the caller destroys
+ * (grpc_byte_buffer_destroy, or by handing it to a SEND_MESSAGE op and destroying it after);
+ * rpc_codec_unpack returns a message the caller frees with rpc_codec_free.
+ */
+#ifndef QDP_RPC_CODEC_H
+#define QDP_RPC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "error.h"
+
+/* The trailing-metadata key that carries a serialized qdp.ErrorDetail on a failed call. */
+#define RPC_ERROR_DETAIL_KEY "qdp-error-bin"
+
+/* Serializes m into a new one-slice byte buffer. */
+grpc_byte_buffer *rpc_codec_pack(const ProtobufCMessage *m);
+
+/* Parses bb (any number of slices, compressed or not) as a message of descriptor d.
+ * INVALID_ARGUMENT (field "request") when bb is NULL or not a valid message of that type. */
+qdp_status rpc_codec_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                            ProtobufCMessage **ret, struct qdp_error *reterr);
+/* Parses raw bytes; as rpc_codec_unpack. */
+qdp_status rpc_codec_unpack_bytes(const uint8_t *data, size_t len,
+                                  const ProtobufCMessageDescriptor *d, ProtobufCMessage **ret,
+                                  struct qdp_error *reterr);
+void rpc_codec_free(ProtobufCMessage *m); /* NULL-safe */
+
+/* The gRPC status of a qdp status: the same number for 0..16, INTERNAL for the local causes
+ * (>= 100) and for anything unknown. */
+grpc_status_code rpc_codec_grpc_status(qdp_status s);
+
+/* e as a serialized qdp.ErrorDetail (code name, field, rank, device, cause, bytes), in a new slice
+ * the caller unrefs. */
+grpc_slice rpc_codec_error_detail(const struct qdp_error *e);
+
+/* Bytes of FetchChunk's fields other than data, at most: the header written before the data. */
+#define RPC_FETCH_CHUNK_HEADER_MAX 48
+
+/* A FetchChunk {offset, dtype, total, data} serialized around data_bytes bytes of data that the
+ * caller writes afterwards at *ret_data (so amplitudes are read straight into the message, with
+ * no extra copy). */
+grpc_byte_buffer *rpc_codec_fetch_chunk(uint64_t offset, int dtype, uint64_t total,
+                                        size_t data_bytes, uint8_t **ret_data);
+
+#endif /* QDP_RPC_CODEC_H */

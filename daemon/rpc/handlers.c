@@ -1,0 +1,760 @@
+/* The handlers: each translates its request, delegates to the planner, the store, io/ and the
+ * runtime, and answers. Every function here runs on a worker thread unless it says otherwise. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/support/time.h>
+
+#include "codec.h"
+#include "guard.h"
+#include "internal.h"
+#include "io/map.h"
+#include "io/npy.h"
+#include "log.h"
+#include "plan/plan.h"
+#include "qdp_build_config.h"
+#include "request.h"
+#include "runtime/runtime.h"
+#include "state/store.h"
+
+/* ---- a reply's memory: everything a reply message points to, freed at once after packing ------- */
+
+struct arena_blk {
+  struct arena_blk *next;
+  max_align_t data[];
+};
+
+struct arena {
+  struct arena_blk *head;
+  bool failed;
+};
+
+static void *arena_alloc(struct arena *a, size_t n) {
+  struct arena_blk *b = calloc(1, sizeof *b + (n ? n : 1));
+  if (!b) {
+    a->failed = true;
+    return NULL;
+  }
+  b->next = a->head;
+  a->head = b;
+  return b->data;
+}
+
+static char *arena_str(struct arena *a, const char *s) {
+  size_t n = strlen(s);
+  char *p = arena_alloc(a, n + 1);
+  if (p) {
+    memcpy(p, s, n + 1);
+  }
+  return p ? p : (char *)"";
+}
+
+static void arena_free(struct arena *a) {
+  while (a->head) {
+    struct arena_blk *b = a->head;
+    a->head = b->next;
+    free(b);
+  }
+}
+
+static qdp_status arena_check(const struct arena *a, struct qdp_error *err) {
+  if (a->failed) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory to build the reply");
+  }
+  return QDP_OK;
+}
+
+/* ---- pieces shared by the handlers --------------------------------------------------------------- */
+
+static qdp_status check_deadline(const struct rpc_call *c, struct qdp_error *err) {
+  gpr_timespec now = gpr_now(c->deadline.clock_type);
+  if (gpr_time_cmp(c->deadline, now) <= 0) {
+    return qdp_error_set(err, QDP_ERR_DEADLINE_EXCEEDED, NULL,
+                         "the call's deadline passed before its job could start");
+  }
+  return QDP_OK;
+}
+
+/* Node-local names (files, shared memory) are for clients on the node unless configured. */
+static qdp_status check_node_local(const struct rpc_call *c, const char *field,
+                                   struct qdp_error *err) {
+  if (c->tcp && !c->srv->tcp_node_paths) {
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, field,
+                         "%s names a file or shared memory on the daemon's node, which TCP clients "
+                         "may not do (tcp_node_paths = no); use inline data or EncodeUpload",
+                         field);
+  }
+  return QDP_OK;
+}
+
+static qdp_status check_ref(const Qdp__StateRef *ref, const char *field, struct qdp_error *err) {
+  if (!ref || !ref->handle || !ref->handle[0]) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field, "%s.handle is missing", field);
+  }
+  return QDP_OK;
+}
+
+static void destroy_state(void *payload) {
+  runtime_state_destroy(payload);
+}
+
+static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p,
+                        size_t *ret_n, Qdp__Shard ***ret) {
+  Qdp__Shard **arr = arena_alloc(a, p->nshards * sizeof *arr);
+  Qdp__Shard *sh = arena_alloc(a, p->nshards * sizeof *sh);
+  if (!arr || !sh) {
+    *ret_n = 0;
+    *ret = NULL;
+    return;
+  }
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *ps = &p->shards[i];
+    qdp__shard__init(&sh[i]);
+    const struct runtime_device_info *d = ps->device < s->ndev ? &s->devs[ps->device] : NULL;
+    sh[i].rank = ps->rank;
+    sh[i].device = d ? (char *)d->name : (char *)"";
+    sh[i].ordinal = ps->ordinal;
+    sh[i].uuid = d ? (char *)d->uuid : (char *)"";
+    sh[i].first = ps->first;
+    sh[i].count = ps->count;
+    sh[i].row_first = ps->row_first;
+    sh[i].rows = ps->rows;
+    sh[i].bytes = ps->bytes;
+    sh[i].host = s->host;
+    arr[i] = &sh[i];
+  }
+  *ret_n = p->nshards;
+  *ret = arr;
+}
+
+/* A StateInfo of a live state; token NULL leaves it empty (everything but Encode's reply). */
+static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
+                                  const struct state_meta *meta, const struct runtime_state *st,
+                                  const char *token) {
+  Qdp__StateInfo *info = arena_alloc(a, sizeof *info);
+  if (!info) {
+    return NULL;
+  }
+  qdp__state_info__init(info);
+  const struct plan *p = runtime_state_plan(st);
+  info->handle = arena_str(a, meta->handle);
+  info->token = token ? arena_str(a, token) : (char *)"";
+  info->encoding = (Qdp__Encoding)p->encoding;
+  info->qubits = p->qubits;
+  info->batch = p->batch;
+  info->dtype = (Qdp__DType)p->out_dtype;
+  info->bytes = p->total_bytes;
+  info->policy = (char *)plan_policy_name(p->policy);
+  info->global_bits = p->global_bits;
+  fill_shards(s, a, p, &info->n_shards, &info->shards);
+  info->collective = (char *)runtime_state_collective(st);
+  info->created_unix_ms = meta->created_unix_ms;
+  info->expires_unix_ms = meta->expires_unix_ms;
+  info->label = arena_str(a, meta->label);
+  info->owner = arena_str(a, meta->owner);
+  info->encode_ms = runtime_state_encode_ms(st);
+  return info;
+}
+
+/* Maps a request's input to host values the runtime reads. A mapping (file, shared memory) goes
+ * to *map, which the caller unmaps. */
+static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct runtime_input *ret,
+                                struct io_mapping *map, struct qdp_error *err) {
+  struct rpc_server *s = c->srv;
+  qdp_status rc = QDP_OK;
+  uint64_t rows = 0, cols = 0;
+  if (!in) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input", "input is missing");
+  }
+  switch (in->source_case) {
+  case QDP__INPUT__SOURCE_DATA:
+    rc = rpc_input_shape(in->dtype, in->rows, in->cols, in->data.len, "input", &rows, &cols, err);
+    if (rc == QDP_OK) {
+      *ret = (struct runtime_input){in->data.data, (qdp_dtype)in->dtype, rows, cols};
+    }
+    return rc;
+  case QDP__INPUT__SOURCE_PATH: {
+    struct io_npy hdr;
+    QDP_TRY(rc, check_node_local(c, "input.path", err));
+    QDP_TRY(rc, io_check_path(in->path, "input.path", err));
+    QDP_TRY(rc, rpc_path_under(in->path, s->input_dir, true, "input.path", err));
+    QDP_TRY(rc, io_map_npy(in->path, map, &hdr, err));
+    /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
+     * take (complex files, say). */
+    *ret = (struct runtime_input){map->data, hdr.dtype, hdr.rows, hdr.cols};
+    return QDP_OK;
+  }
+  case QDP__INPUT__SOURCE_SHM: {
+    const Qdp__SharedMemory *sh = in->shm;
+    QDP_TRY(rc, check_node_local(c, "input.shm", err));
+    if (!sh) {
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.shm", "input.shm is empty");
+    }
+    if ((!sh->name || !sh->name[0]) && !s->shm_by_pid) {
+      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.shm",
+                           "shared memory by pid + fd is off on this daemon (shm_by_pid = no); "
+                           "name the region instead");
+    }
+    QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows,
+                                &cols, err));
+    QDP_TRY(rc, io_map_shm(sh->name, sh->pid, sh->fd, sh->offset, sh->length, map, err));
+    *ret = (struct runtime_input){map->data, (qdp_dtype)in->dtype, rows, cols};
+    return QDP_OK;
+  }
+  default:
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input has no source: give data, path or shm");
+  }
+out:
+  return rc;
+}
+
+static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const struct plan *p) {
+  Qdp__PlanReply r = QDP__PLAN_REPLY__INIT;
+  r.feasible = p->feasible != 0;
+  r.policy = (char *)plan_policy_name(p->policy);
+  r.global_bits = p->global_bits;
+  r.total_bytes = p->total_bytes;
+  fill_shards(s, a, p, &r.n_shards, &r.shards);
+  Qdp__DeviceNeed **needs = arena_alloc(a, p->nneeds * sizeof *needs);
+  Qdp__DeviceNeed *nd = arena_alloc(a, p->nneeds * sizeof *nd);
+  if (needs && nd) {
+    for (size_t i = 0; i < p->nneeds; i++) {
+      const struct plan_need *pn = &p->needs[i];
+      qdp__device_need__init(&nd[i]);
+      nd[i].rank = pn->rank;
+      nd[i].device = arena_str(a, pn->name);
+      nd[i].shard_bytes = pn->shard_bytes;
+      nd[i].staging_bytes = pn->staging_bytes;
+      nd[i].workspace_bytes = pn->workspace_bytes;
+      nd[i].need_bytes = pn->need_bytes;
+      nd[i].budget_bytes = pn->budget_bytes;
+      nd[i].fits = pn->fits != 0;
+      needs[i] = &nd[i];
+    }
+    r.n_needs = p->nneeds;
+    r.needs = needs;
+  }
+  struct qdp_error why = QDP_ERROR_INIT;
+  if (!p->feasible && plan_check_feasible(p, &why) != QDP_OK) {
+    r.message = why.msg;
+  }
+  return a->failed ? NULL : rpc_codec_pack(&r.base);
+}
+
+/* Encode, Plan (dry_run) and EncodeUpload (uploaded != NULL) alike: validate -> plan ->
+ * feasibility -> admit -> encode -> commit -> reply. Answers the call. */
+static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
+                       const struct runtime_input *uploaded, bool dry_run) {
+  struct rpc_server *s = c->srv;
+  struct qdp_error err = QDP_ERROR_INIT;
+  qdp_status rc = QDP_OK;
+  struct io_mapping map = IO_MAPPING_INIT;
+  int guard = -1;
+  struct plan_device *devs = NULL;
+  size_t *subset = NULL;
+  struct plan *p = NULL;
+  struct state_reservation *res = NULL;
+  struct runtime_state *st = NULL;
+  grpc_byte_buffer *reply = NULL;
+  struct arena a = {0};
+  struct runtime_input in;
+  char handle[STATE_HANDLE_LEN] = "";
+  char token[STATE_TOKEN_LEN] = "";
+
+  if (!dry_run) {
+    atomic_fetch_add(&s->jobs_total, 1);
+  }
+  QDP_TRY(rc, check_deadline(c, &err));
+  if (!dry_run && c->client_long) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
+                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
+    goto out;
+  }
+  if (uploaded) {
+    in = *uploaded;
+  } else {
+    QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &err));
+  }
+  if (map.base) {
+    guard = rpc_guard_add(map.base, map.map_len);
+    if (guard < 0) {
+      rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
+                         "too many mapped inputs are being read at once; retry");
+      goto out;
+    }
+  }
+  qdp_dtype out_dtype;
+  QDP_TRY(rc, rpc_output_dtype(r->output_dtype, &out_dtype, &err));
+
+  size_t n = s->ndev;
+  devs = calloc(n ? n : 1, sizeof *devs);
+  subset = calloc(n ? n : 1, sizeof *subset);
+  if (!devs || !subset) {
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
+    goto out;
+  }
+  runtime_mesh_plan_devices(s->mesh, 0, devs);
+  enum plan_policy policy;
+  size_t nsub = 0;
+  QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
+  struct plan_request pr = {
+    .encoding = (qdp_encoding)r->encoding,
+    .qubits = r->qubits,
+    .batch = in.rows,
+    .values_per_sample = in.cols,
+    .in_dtype = in.dtype,
+    .out_dtype = out_dtype,
+    .policy = policy,
+    .device_subset = nsub ? subset : NULL,
+    .device_subset_count = nsub,
+    .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
+  };
+  struct plan_world world = {.devices = devs, .count = n, .ranks = 1};
+  struct plan_limits lim = {
+    .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
+    .max_batch = atomic_load(&s->max_batch),
+    .max_state_bytes = 0,
+  };
+  QDP_TRY(rc, plan_compute(&pr, &world, &lim, &p, &err));
+  if (dry_run) {
+    reply = plan_reply(s, &a, p);
+    QDP_TRY(rc, arena_check(&a, &err));
+    goto out;
+  }
+  if (r->ipc) {
+    bool cpu = strcmp(runtime_mesh_backend(s->mesh), "cpu") == 0;
+    rc = qdp_error_set(&err, cpu ? QDP_ERR_FAILED_PRECONDITION : QDP_ERR_UNIMPLEMENTED, "ipc",
+                       cpu ? "ipc handles need the CUDA backend; this daemon runs on host memory "
+                             "(cpu devices)"
+                           : "CUDA IPC export is not available in this build of qdpd");
+    goto out;
+  }
+  QDP_TRY(rc, plan_check_feasible(p, &err));
+  QDP_TRY(rc, state_store_admit(s->store, c->client, p->total_bytes, &res, &err));
+  QDP_TRY(rc, runtime_encode(s->mesh, p, &in, &st, &err));
+  if (guard >= 0) {
+    bool lost = rpc_guard_remove(guard);
+    guard = -1;
+    if (lost) {
+      rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
+                         "the input file or shared memory shrank while it was being read; "
+                         "nothing was kept");
+      goto out;
+    }
+  }
+  rc = state_store_commit(s->store, res, st, destroy_state, rpc_ttl_ms(r->ttl_seconds), r->label,
+                          handle, token, &err);
+  res = NULL; /* consumed either way */
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  struct runtime_state *kept = st;
+  st = NULL; /* the store's now */
+
+  struct state_meta meta;
+  void *payload = NULL;
+  if (state_store_get(s->store, handle, token, &payload, &meta, NULL) != QDP_OK) {
+    /* Released or expired already (a TTL shorter than this reply): describe it from here. */
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.handle, sizeof meta.handle, "%s", handle);
+    snprintf(meta.owner, sizeof meta.owner, "%.63s", c->client);
+    snprintf(meta.label, sizeof meta.label, "%s", r->label ? r->label : "");
+    meta.created_unix_ms = rpc_now_unix_ms();
+    payload = NULL;
+  }
+  Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
+  er.state = state_info(s, &a, &meta, payload ? payload : kept, token);
+  if (!a.failed) {
+    reply = rpc_codec_pack(&er.base);
+  }
+  if (payload) {
+    state_store_put(s->store, payload);
+  }
+  if (a.failed) {
+    /* The state exists but its handle could not be sent: release it rather than leak it. */
+    state_store_release(s->store, handle, token, NULL, NULL);
+    QDP_TRY(rc, arena_check(&a, &err));
+  }
+  log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
+           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)r->encoding), r->qubits,
+           in.rows, handle, p->total_bytes, plan_policy_name(p->policy), p->nshards,
+           p->nshards == 1 ? "" : "s");
+out:
+  if (guard >= 0) {
+    rpc_guard_remove(guard);
+  }
+  runtime_state_destroy(st);
+  state_reservation_cancel(res);
+  plan_destroy(p);
+  io_unmap(&map);
+  free(devs);
+  free(subset);
+  arena_free(&a);
+  if (rc != QDP_OK) {
+    if (reply) {
+      grpc_byte_buffer_destroy(reply);
+    }
+    rpc_finish(c, NULL, &err);
+  } else {
+    rpc_finish(c, reply, NULL);
+  }
+}
+
+void rpc_h_encode(struct rpc_job *j) {
+  run_encode(j->call, (const Qdp__EncodeRequest *)j->call->req, NULL, false);
+}
+
+void rpc_h_plan(struct rpc_job *j) {
+  run_encode(j->call, (const Qdp__EncodeRequest *)j->call->req, NULL, true);
+}
+
+void rpc_h_upload_encode(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__Input *decl = c->up.req->input;
+  struct qdp_error err = QDP_ERROR_INIT;
+  uint64_t rows, cols;
+  if (rpc_input_shape(decl->dtype, decl->rows, decl->cols, c->up.len, "request.input", &rows, &cols,
+                      &err) != QDP_OK) {
+    atomic_fetch_add(&c->srv->jobs_total, 1);
+    rpc_upload_free(c);
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  struct runtime_input in = {c->up.buf, (qdp_dtype)decl->dtype, rows, cols};
+  /* The request stays alive (c->up.req) until the call is freed, after the answer. */
+  run_encode(c, c->up.req, &in, false);
+}
+
+void rpc_h_describe(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  const Qdp__StateRef *ref = (const Qdp__StateRef *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct arena a = {0};
+  grpc_byte_buffer *reply = NULL;
+  void *payload = NULL;
+  struct state_meta meta;
+  qdp_status rc = check_ref(ref, "state", &err);
+  if (rc == QDP_OK) {
+    rc = state_store_get(s->store, ref->handle, ref->token, &payload, &meta, &err);
+  }
+  if (rc == QDP_OK) {
+    Qdp__StateInfo *info = state_info(s, &a, &meta, payload, NULL);
+    if (info && !a.failed) {
+      reply = rpc_codec_pack(&info->base);
+    }
+    state_store_put(s->store, payload);
+    rc = arena_check(&a, &err);
+  }
+  arena_free(&a);
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}
+
+struct list_ctx {
+  struct rpc_server *s;
+  struct arena *a;
+  Qdp__StateInfo **items;
+  size_t n, cap;
+  bool failed;
+};
+
+/* Under the store's lock: no store calls here. */
+static void list_one(const struct state_meta *meta, void *payload, void *arg) {
+  struct list_ctx *l = arg;
+  if (l->failed) {
+    return;
+  }
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    Qdp__StateInfo **items = realloc(l->items, cap * sizeof *items);
+    if (!items) {
+      l->failed = true;
+      return;
+    }
+    l->items = items;
+    l->cap = cap;
+  }
+  Qdp__StateInfo *info = state_info(l->s, l->a, meta, payload, NULL);
+  if (!info) {
+    l->failed = true;
+    return;
+  }
+  l->items[l->n++] = info;
+}
+
+void rpc_h_list(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  struct arena a = {0};
+  struct list_ctx l = {.s = s, .a = &a};
+  struct qdp_error err = QDP_ERROR_INIT;
+  grpc_byte_buffer *reply = NULL;
+  state_store_foreach(s->store, list_one, &l);
+  qdp_status rc = QDP_OK;
+  if (l.failed || a.failed) {
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "no host memory to list %zu states", l.n);
+  } else {
+    Qdp__ListReply r = QDP__LIST_REPLY__INIT;
+    r.n_states = l.n;
+    r.states = l.items;
+    reply = rpc_codec_pack(&r.base);
+  }
+  free(l.items);
+  arena_free(&a);
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}
+
+void rpc_h_release(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__StateRef *ref = (const Qdp__StateRef *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  uint64_t freed = 0;
+  qdp_status rc = check_ref(ref, "state", &err);
+  if (rc == QDP_OK) {
+    /* The last pin's put frees device memory: this runs on a worker for that reason. */
+    rc = state_store_release(c->srv->store, ref->handle, ref->token, &freed, &err);
+  }
+  if (rc != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "Release from %s: %s (%" PRIu64 " B)", c->client, ref->handle, freed);
+  Qdp__ReleaseReply r = QDP__RELEASE_REPLY__INIT;
+  r.freed_bytes = freed;
+  rpc_finish(c, rpc_codec_pack(&r.base), NULL);
+}
+
+/* ---- Fetch: a server stream, one chunk in flight ---------------------------------------------------- */
+
+static void fetch_step(struct rpc_job *j);
+
+static void fetch_end(struct rpc_call *c, const struct qdp_error *err) {
+  if (c->fetch.state) {
+    state_store_put(c->srv->store, c->fetch.state);
+    c->fetch.state = NULL;
+  }
+  rpc_finish(c, NULL, err);
+}
+
+/* Loop thread. */
+static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
+  struct rpc_call *c = e->call;
+  grpc_byte_buffer_destroy(c->sending);
+  c->sending = NULL;
+  if (!e->ok) {
+    c->fetch.send_failed = true;
+  }
+  c->job = (struct rpc_job){.fn = fetch_step, .call = c, .srv = s};
+  rpc_submit(s, &c->job);
+  rpc_call_unref(c); /* the send batch's reference */
+}
+
+/* Loop thread. */
+static void on_fetch_close(struct rpc_server *s, struct rpc_ev *e) {
+  (void)s;
+  struct rpc_call *c = e->call;
+  if (!e->ok || c->cancelled) {
+    atomic_store(&c->cancel_seen, 1);
+  }
+  rpc_call_unref(c);
+}
+
+static void fetch_step(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_fetch *f = &c->fetch;
+  struct qdp_error err = QDP_ERROR_INIT;
+  if (f->send_failed || atomic_load(&c->cancel_seen)) {
+    qdp_error_set(&err, QDP_ERR_CANCELLED, NULL,
+                  "the client left after %" PRIu64 " of %" PRIu64 " amplitudes",
+                  f->next - (f->end - f->total), f->total);
+    fetch_end(c, &err);
+    return;
+  }
+  if (f->next >= f->end) {
+    fetch_end(c, NULL);
+    return;
+  }
+  uint64_t n = f->end - f->next < f->chunk ? f->end - f->next : f->chunk;
+  uint8_t *data = NULL;
+  grpc_byte_buffer *bb =
+      rpc_codec_fetch_chunk(f->next, f->dtype, f->total, (size_t)(n * f->esize), &data);
+  if (runtime_state_read(f->state, f->next, n, data, &err) != QDP_OK) {
+    grpc_byte_buffer_destroy(bb);
+    fetch_end(c, &err);
+    return;
+  }
+  f->next += n;
+  c->sending = bb;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t k = 0;
+  if (!c->md_sent) {
+    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = true;
+  }
+  ops[k].op = GRPC_OP_SEND_MESSAGE;
+  ops[k].data.send_message.send_message = bb;
+  k++;
+  c->ev_send = (struct rpc_ev){.fn = on_fetch_sent, .call = c};
+  if (!rpc_start(c, ops, k, &c->ev_send)) {
+    grpc_byte_buffer_destroy(bb);
+    c->sending = NULL;
+    qdp_error_set(&err, QDP_ERR_INTERNAL, NULL, "Fetch could not send a chunk");
+    fetch_end(c, &err);
+  }
+}
+
+void rpc_h_fetch(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  const Qdp__FetchRequest *r = (const Qdp__FetchRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  void *payload = NULL;
+  struct state_meta meta;
+  qdp_status rc = check_ref(r->state, "state", &err);
+  if (rc == QDP_OK) {
+    rc = state_store_get(s->store, r->state->handle, r->state->token, &payload, &meta, &err);
+  }
+  if (rc != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  struct rpc_fetch *f = &c->fetch;
+  f->state = payload; /* pinned until fetch_end */
+  const struct plan *p = runtime_state_plan(f->state);
+  uint64_t amps = p->batch * p->amplitudes; /* fits: batch * 2^n * dtype size did */
+  if (r->offset > amps || (r->count != 0 && r->count > amps - r->offset)) {
+    qdp_error_set(&err, QDP_ERR_OUT_OF_RANGE, r->offset > amps ? "offset" : "count",
+                  "offset %" PRIu64 " + count %" PRIu64 " is past the state's %" PRIu64
+                  " amplitudes (%" PRIu64 " x 2^%u)",
+                  r->offset, r->count, amps, p->batch, p->qubits);
+    fetch_end(c, &err);
+    return;
+  }
+  f->total = r->count ? r->count : amps - r->offset;
+  f->next = r->offset;
+  f->end = r->offset + f->total;
+  f->dtype = (int)p->out_dtype;
+  f->esize = qdp_dtype_size(p->out_dtype);
+  uint64_t chunk_bytes = r->chunk_bytes ? r->chunk_bytes : atomic_load(&s->fetch_chunk);
+  uint64_t cap = s->max_message_bytes - RPC_FETCH_CHUNK_HEADER_MAX;
+  if (chunk_bytes > cap) {
+    chunk_bytes = cap;
+  }
+  f->chunk = chunk_bytes / f->esize ? chunk_bytes / f->esize : 1;
+
+  /* Learn at once when the client leaves, not only at the next send. */
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  c->ev_close = (struct rpc_ev){.fn = on_fetch_close, .call = c};
+  c->close_armed = true;
+  if (!rpc_start(c, &op, 1, &c->ev_close)) {
+    c->close_armed = false;
+  }
+  fetch_step(j);
+}
+
+/* ---- Export ------------------------------------------------------------------------------------------- */
+
+static qdp_status export_read(void *arg, uint64_t offset, uint64_t n, void *dst,
+                              struct qdp_error *reterr) {
+  return runtime_state_read(arg, offset, n, dst, reterr);
+}
+
+void rpc_h_export(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  const Qdp__ExportRequest *r = (const Qdp__ExportRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  void *payload = NULL;
+  struct state_meta meta;
+  grpc_byte_buffer *reply = NULL;
+  qdp_status rc;
+  QDP_TRY(rc, check_ref(r->state, "state", &err));
+  QDP_TRY(rc, check_node_local(c, "path", &err));
+  QDP_TRY(rc, io_check_path(r->path, "path", &err));
+  QDP_TRY(rc, rpc_path_under(r->path, s->export_dir, false, "path", &err));
+  QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, &meta, &err));
+  const struct plan *p = runtime_state_plan(payload);
+  int ndim = p->batch > 1 ? 2 : 1;
+  char hdr[IO_NPY_HEADER_CAP];
+  size_t hlen = 0;
+  QDP_TRY(rc, io_npy_header(p->out_dtype, ndim, p->batch, p->amplitudes, hdr, sizeof hdr, &hlen,
+                            &err));
+  QDP_TRY(rc, io_write_npy(r->path, r->overwrite, p->out_dtype, ndim, p->batch, p->amplitudes,
+                           export_read, payload, &err));
+  log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, meta.handle, r->path,
+           (uint64_t)hlen + p->total_bytes);
+  Qdp__ExportReply er = QDP__EXPORT_REPLY__INIT;
+  er.path = r->path;
+  er.bytes = (uint64_t)hlen + p->total_bytes;
+  reply = rpc_codec_pack(&er.base);
+out:
+  if (payload) {
+    state_store_put(s->store, payload);
+  }
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}
+
+/* ---- Status --------------------------------------------------------------------------------------------- */
+
+void rpc_h_status(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  struct arena a = {0};
+  struct qdp_error err = QDP_ERROR_INIT;
+  Qdp__StatusReply r = QDP__STATUS_REPLY__INIT;
+  r.version = QDP_VERSION;
+  r.uptime_ms = 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  r.uptime_ms = now - s->start_mono_ms;
+  r.backend = (char *)runtime_mesh_backend(s->mesh);
+  r.ranks = 1;
+  Qdp__Device **devs = arena_alloc(&a, s->ndev * sizeof *devs);
+  Qdp__Device *d = arena_alloc(&a, s->ndev * sizeof *d);
+  struct runtime_device_info *info = arena_alloc(&a, s->ndev * sizeof *info);
+  if (devs && d && info) {
+    for (size_t i = 0; i < s->ndev; i++) {
+      runtime_mesh_device_info(s->mesh, i, &info[i]);
+      qdp__device__init(&d[i]);
+      d[i].name = info[i].name;
+      d[i].kind = info[i].kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";
+      d[i].rank = 0;
+      d[i].ordinal = info[i].ordinal;
+      d[i].uuid = info[i].uuid;
+      d[i].model = info[i].model;
+      d[i].total_bytes = info[i].total_bytes;
+      d[i].free_bytes = info[i].free_bytes;
+      d[i].budget_bytes = info[i].budget_bytes;
+      d[i].used_bytes = info[i].used_bytes;
+      d[i].cc_major = info[i].cc_major;
+      d[i].cc_minor = info[i].cc_minor;
+      d[i].host = s->host;
+      devs[i] = &d[i];
+    }
+    r.n_devices = s->ndev;
+    r.devices = devs;
+  }
+  r.budget_bytes = s->store_budget;
+  uint32_t states = 0;
+  state_store_usage(s->store, &r.used_bytes, &states);
+  r.states = states;
+  r.jobs_total = atomic_load(&s->jobs_total);
+  r.jobs_failed = atomic_load(&s->jobs_failed);
+  r.max_qubits = (uint32_t)atomic_load(&s->max_qubits);
+  grpc_byte_buffer *reply = NULL;
+  qdp_status rc = arena_check(&a, &err);
+  if (rc == QDP_OK) {
+    reply = rpc_codec_pack(&r.base);
+  }
+  arena_free(&a);
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}

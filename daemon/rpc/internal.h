@@ -1,0 +1,206 @@
+/* internal.h — what server.c, handlers.c and upload.c share: the server, a call, events, jobs.
+ *
+ * A call's life: armed on the loop (arm) -> its request arrives on the completion-queue thread
+ * (unpacked there) -> the loop (on_new) checks identity and auth and hands it to a worker job or a
+ * stream step -> the job answers with rpc_finish, whose batch completion (on_done, loop) drops
+ * the last reference. References: one for the call's logic, one per batch in flight; the logic's
+ * reference passes to the final batch. Events (struct rpc_ev) are tags of gRPC batches; the
+ * completion-queue thread runs their `prepare` and hands them to the loop, which runs `fn`.
+ */
+#ifndef QDP_RPC_INTERNAL_H
+#define QDP_RPC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+#include <uv.h>
+
+#include "config.h"
+#include "error.h"
+#include "qdp.pb-c.h"
+#include "runtime/runtime.h"
+#include "server.h"
+
+struct rpc_server;
+struct rpc_call;
+
+struct rpc_ev {
+  struct rpc_ev *next;
+  void (*fn)(struct rpc_server *s, struct rpc_ev *e); /* loop thread */
+  void (*prepare)(struct rpc_ev *e);                  /* completion-queue thread, may be NULL */
+  struct rpc_call *call;
+  int ok;
+};
+
+struct rpc_job {
+  struct rpc_job *next;
+  void (*fn)(struct rpc_job *j); /* a worker thread */
+  struct rpc_call *call;
+  struct rpc_server *srv;
+};
+
+enum rpc_kind { RPC_UNARY, RPC_SERVER_STREAM, RPC_CLIENT_STREAM };
+
+enum rpc_method_id {
+  RPC_M_ENCODE,
+  RPC_M_PLAN,
+  RPC_M_UPLOAD,
+  RPC_M_DESCRIBE,
+  RPC_M_LIST,
+  RPC_M_RELEASE,
+  RPC_M_FETCH,
+  RPC_M_EXPORT,
+  RPC_M_STATUS,
+  RPC_M_HEALTH,
+  RPC_M_COUNT
+};
+
+struct rpc_method {
+  const char *path;
+  const char *name;
+  enum rpc_kind kind;
+  const ProtobufCMessageDescriptor *req;
+  void (*run)(struct rpc_job *j); /* the worker job that serves it */
+};
+
+extern const struct rpc_method rpc_methods[RPC_M_COUNT];
+
+struct rpc_upload {
+  Qdp__EncodeRequest *req; /* from the first message */
+  uint8_t *buf;
+  uint64_t len, cap;
+  uint64_t limit;    /* bytes it may send in all */
+  bool exact;        /* it must send exactly `limit` */
+  uint64_t reserved; /* bytes of upload_budget this call holds (== cap) */
+};
+
+struct rpc_fetch {
+  struct runtime_state *state; /* pinned in the store while non-NULL */
+  uint64_t next, end, total;   /* amplitudes */
+  uint64_t chunk;              /* amplitudes per message */
+  unsigned esize;
+  int dtype;
+  bool send_failed;
+};
+
+struct rpc_call {
+  struct rpc_server *srv;
+  int method; /* enum rpc_method_id, or -1 for an unregistered method */
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_call_details details;
+  grpc_byte_buffer *payload; /* the received message until unpacked */
+  ProtobufCMessage *req;     /* the request */
+  ProtobufCMessage *chunk;   /* EncodeUpload: the message just received */
+  qdp_status unpack_rc;
+  struct qdp_error err; /* unpack failure */
+  atomic_int refs;
+  atomic_int cancel_seen; /* RECV_CLOSE_ON_SERVER reported a cancelled call */
+  int cancelled;          /* written by gRPC at RECV_CLOSE_ON_SERVER */
+  bool md_sent, close_armed;
+  struct rpc_ev ev_new, ev_recv, ev_send, ev_close, ev_done;
+  struct rpc_job job;
+  char peer[128];
+  char client[72]; /* qdp-client metadata, else the peer */
+  bool client_long; /* qdp-client was longer than `client` holds */
+  bool tcp;
+  uint64_t start_ms;
+
+  /* The answer, kept until its batch completes. */
+  grpc_byte_buffer *reply;
+  grpc_byte_buffer *sending; /* Fetch: the chunk in flight */
+  grpc_slice status_details;
+  bool have_details;
+  grpc_metadata trailing;
+  bool have_trailing;
+
+  struct rpc_upload up;
+  struct rpc_fetch fetch;
+};
+
+struct rpc_server {
+  uv_loop_t *loop;
+  struct runtime_mesh *mesh;
+  struct state_store *store;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  void *registered[RPC_M_COUNT];
+  bool grpc_inited, started, sync_inited, async_inited, timers_inited, cq_thread_started;
+  bool cq_drained;
+
+  uv_thread_t cq_thread;
+  uv_async_t async;
+  uv_mutex_t inbox_mu;
+  struct rpc_ev *inbox_head, *inbox_tail;
+  struct rpc_ev ev_shutdown, ev_cq_done;
+
+  uv_mutex_t pool_mu;
+  uv_cond_t pool_cv;
+  struct rpc_job *pool_head, *pool_tail;
+  bool pool_stop;
+  uv_thread_t *workers;
+  size_t nworkers, nworkers_cfg;
+
+  uv_timer_t expire_timer, drain_timer;
+  struct rpc_job expire_job;
+  atomic_int expire_busy;
+  uint64_t expire_interval_ms, shutdown_timeout_ms;
+
+  bool shutting_down;
+  void (*done)(void *arg);
+  void *done_arg;
+  int open_handles;
+
+  /* Fixed settings. */
+  char tcp_token[CONFIG_STR_MAX];
+  char input_dir[CONFIG_STR_MAX];
+  char export_dir[CONFIG_STR_MAX];
+  bool tcp_node_paths, shm_by_pid;
+  uint64_t store_budget, max_message_bytes;
+  char host[256];
+  struct runtime_device_info *devs;
+  size_t ndev;
+  int64_t start_unix_ms;
+  uint64_t start_mono_ms;
+
+  /* Settings SIGHUP may change (read by workers). */
+  atomic_uint_fast64_t max_qubits, max_batch, max_upload_bytes, upload_budget, fetch_chunk;
+
+  atomic_uint_fast64_t jobs_total, jobs_failed;
+  atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
+};
+
+int64_t rpc_now_unix_ms(void);
+const char *rpc_method_name(const struct rpc_call *c);
+
+void rpc_submit(struct rpc_server *s, struct rpc_job *j);
+void rpc_call_ref(struct rpc_call *c);
+void rpc_call_unref(struct rpc_call *c);
+
+/* Answers the call: the reply (owned; may be NULL) when err is NULL or QDP_OK, else err's status
+ * with its detail. Consumes the caller's reference. Any thread. */
+void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_error *err);
+void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e);
+
+/* Worker jobs, one per method (handlers.c). */
+void rpc_h_encode(struct rpc_job *j);
+void rpc_h_plan(struct rpc_job *j);
+void rpc_h_upload_encode(struct rpc_job *j);
+void rpc_h_describe(struct rpc_job *j);
+void rpc_h_list(struct rpc_job *j);
+void rpc_h_release(struct rpc_job *j);
+void rpc_h_fetch(struct rpc_job *j);
+void rpc_h_export(struct rpc_job *j);
+void rpc_h_status(struct rpc_job *j);
+
+/* EncodeUpload's receiving side (upload.c): loop thread. */
+void rpc_upload_begin(struct rpc_call *c);
+void rpc_upload_free(struct rpc_call *c); /* any thread; idempotent */
+
+#endif /* QDP_RPC_INTERNAL_H */

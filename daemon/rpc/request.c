@@ -1,0 +1,253 @@
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+
+static unsigned input_size(int dtype) {
+  switch (dtype) {
+  case QDP_DTYPE_FLOAT32:
+    return 4;
+  case QDP_DTYPE_FLOAT64:
+  case QDP_DTYPE_INT64:
+    return 8;
+  default:
+    return 0; /* complex or unknown: not an input dtype */
+  }
+}
+
+static qdp_status bad_dtype(int dtype, const char *field, struct qdp_error *reterr) {
+  char f[48];
+  snprintf(f, sizeof f, "%s.dtype", field);
+  const char *name = qdp_dtype_name((qdp_dtype)dtype);
+  if (dtype == QDP_DTYPE_UNSPECIFIED) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
+                         "%s is unspecified; input values are float32 or float64 (basis also "
+                         "int64)",
+                         f);
+  }
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
+                       "%s = %s (%d) is not an input dtype; use float32 or float64 (basis also "
+                       "int64)",
+                       f, name ? name : "unknown", dtype);
+}
+
+qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nbytes,
+                           const char *field, uint64_t *ret_rows, uint64_t *ret_cols,
+                           struct qdp_error *reterr) {
+  unsigned es = input_size(dtype);
+  if (es == 0) {
+    return bad_dtype(dtype, field, reterr);
+  }
+  if (nbytes == 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field, "%s holds no values", field);
+  }
+  if (nbytes % es != 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                         "%s holds %" PRIu64 " bytes, not a whole number of %u-byte %s values",
+                         field, nbytes, es, qdp_dtype_name((qdp_dtype)dtype));
+  }
+  uint64_t values = nbytes / es;
+  uint64_t r = rows ? rows : 1;
+  if (cols == 0) {
+    if (values % r != 0) {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                           "%s holds %" PRIu64 " values, which do not split into %" PRIu64
+                           " rows",
+                           field, values, r);
+    }
+    *ret_rows = r;
+    *ret_cols = values / r;
+    return QDP_OK;
+  }
+  if (r > UINT64_MAX / cols || r * cols != values) {
+    char f[48];
+    snprintf(f, sizeof f, "%s.cols", field);
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
+                         "%s holds %" PRIu64 " %s values but rows * cols = %" PRIu64 " * %" PRIu64
+                         " asks for another count",
+                         field, values, qdp_dtype_name((qdp_dtype)dtype), r, cols);
+  }
+  *ret_rows = r;
+  *ret_cols = cols;
+  return QDP_OK;
+}
+
+qdp_status rpc_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
+                            uint64_t *ret_limit, bool *ret_exact, struct qdp_error *reterr) {
+  unsigned es = input_size(dtype);
+  if (es == 0) {
+    return bad_dtype(dtype, "request.input", reterr);
+  }
+  if (cols == 0) {
+    *ret_limit = max_upload_bytes;
+    *ret_exact = false;
+    return QDP_OK;
+  }
+  uint64_t r = rows ? rows : 1;
+  if (r > UINT64_MAX / cols || r * cols > UINT64_MAX / es) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "request.input",
+                         "request.input declares rows * cols = %" PRIu64 " * %" PRIu64
+                         " values, more than 64 bits of bytes",
+                         r, cols);
+  }
+  uint64_t bytes = r * cols * es;
+  if (bytes > max_upload_bytes) {
+    struct qdp_error e = QDP_ERROR_INIT;
+    qdp_error_set(&e, QDP_ERR_RESOURCE_EXHAUSTED, "request.input",
+                  "the upload declares %" PRIu64 " B (%" PRIu64 " x %" PRIu64
+                  " %s) but max_upload_bytes is %" PRIu64 " B; send a .npy path or shared memory",
+                  bytes, r, cols, qdp_dtype_name((qdp_dtype)dtype), max_upload_bytes);
+    e.need_bytes = bytes;
+    e.free_bytes = max_upload_bytes;
+    if (reterr) {
+      *reterr = e;
+    }
+    return e.code;
+  }
+  *ret_limit = bytes;
+  *ret_exact = true;
+  return QDP_OK;
+}
+
+qdp_status rpc_output_dtype(int proto_dtype, qdp_dtype *ret, struct qdp_error *reterr) {
+  switch (proto_dtype) {
+  case QDP_DTYPE_UNSPECIFIED:
+  case QDP_DTYPE_COMPLEX128:
+    *ret = QDP_DTYPE_COMPLEX128;
+    return QDP_OK;
+  case QDP_DTYPE_COMPLEX64:
+    *ret = QDP_DTYPE_COMPLEX64;
+    return QDP_OK;
+  default: {
+    const char *name = qdp_dtype_name((qdp_dtype)proto_dtype);
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "output_dtype",
+                         "output_dtype = %s (%d) is not a state dtype; use complex64 or complex128",
+                         name ? name : "unknown", proto_dtype);
+  }
+  }
+}
+
+qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *devs, size_t n,
+                         enum plan_policy *ret_policy, size_t *ret_subset, size_t *ret_count,
+                         struct qdp_error *reterr) {
+  *ret_policy = PLAN_AUTO;
+  *ret_count = 0;
+  if (!pl) {
+    return QDP_OK;
+  }
+  if ((int)pl->policy < PLAN_AUTO || (int)pl->policy > PLAN_BATCH) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
+                         "placement.policy = %d is not a policy (0 auto .. 5 batch)",
+                         (int)pl->policy);
+  }
+  *ret_policy = (enum plan_policy)pl->policy;
+  if (pl->n_devices > n) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
+                         "placement.devices names %zu devices but this daemon has %zu",
+                         pl->n_devices, n);
+  }
+  for (size_t i = 0; i < pl->n_devices; i++) {
+    const char *want = pl->devices[i];
+    size_t j = 0;
+    while (j < n && strcmp(devs[j].name, want) != 0) {
+      j++;
+    }
+    if (j == n) {
+      char names[256] = "";
+      size_t len = 0;
+      for (size_t k = 0; k < n && len < sizeof names; k++) {
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
+                                devs[k].name);
+      }
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
+                           "placement.devices[%zu] = '%.64s' is not a device of this daemon (%s)",
+                           i, want, names);
+    }
+    for (size_t k = 0; k < i; k++) {
+      if (ret_subset[k] == j) {
+        return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
+                             "placement.devices names '%.64s' twice", want);
+      }
+    }
+    ret_subset[i] = j;
+  }
+  *ret_count = pl->n_devices;
+  return QDP_OK;
+}
+
+uint64_t rpc_ttl_ms(uint64_t ttl_seconds) {
+  return ttl_seconds > UINT64_MAX / 1000 ? UINT64_MAX : ttl_seconds * 1000;
+}
+
+/* Whether canonical path p is dir itself or below it (dir canonical, no trailing slash but "/"). */
+static bool below(const char *p, const char *dir) {
+  size_t n = strlen(dir);
+  if (n == 1 && dir[0] == '/') {
+    return true;
+  }
+  return strncmp(p, dir, n) == 0 && (p[n] == '/' || p[n] == '\0');
+}
+
+qdp_status rpc_path_under(const char *path, const char *dir, bool must_exist, const char *field,
+                          struct qdp_error *reterr) {
+  if (!dir || !dir[0]) {
+    return QDP_OK;
+  }
+  qdp_status rc = QDP_OK;
+  char *rdir = realpath(dir, NULL);
+  char *rpath = NULL;
+  char *parent = NULL;
+  if (!rdir) {
+    int e = errno;
+    rc = qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, -1, e,
+                          "the configured directory '%s' for %s cannot be resolved: %s", dir,
+                          field, strerror(e));
+    goto out;
+  }
+  if (must_exist) {
+    rpath = realpath(path, NULL);
+  } else {
+    /* The file may not exist yet: resolve its directory and append its name. */
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash[1] == '\0' || strcmp(slash + 1, "..") == 0 || strcmp(slash + 1, ".") == 0) {
+      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                         "%s = '%.200s' does not name a file", field, path);
+      goto out;
+    }
+    size_t dl = (size_t)(slash - path);
+    parent = strndup(path, dl ? dl : 1);
+    char *rparent = parent ? realpath(parent, NULL) : NULL;
+    if (rparent) {
+      size_t need = strlen(rparent) + strlen(slash) + 1;
+      rpath = malloc(need);
+      if (rpath) {
+        snprintf(rpath, need, "%s%s", strcmp(rparent, "/") == 0 ? "" : rparent, slash);
+      }
+      free(rparent);
+    }
+  }
+  if (!rpath) {
+    int e = errno;
+    rc = qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_INVALID_ARGUMENT, -1,
+                          e, "%s = '%.200s' cannot be resolved: %s", field, path, strerror(e));
+    if (reterr) {
+      snprintf(reterr->field, sizeof reterr->field, "%s", field);
+    }
+    goto out;
+  }
+  if (!below(rpath, rdir)) {
+    rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, field,
+                       "%s = '%.200s' is outside '%.200s', the only directory this daemon allows "
+                       "for it",
+                       field, path, dir);
+  }
+out:
+  free(parent);
+  free(rpath);
+  free(rdir);
+  return rc;
+}

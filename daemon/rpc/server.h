@@ -1,0 +1,73 @@
+/* server.h — qdpd's gRPC server: it listens, translates each call of proto/qdp.proto into calls of
+ * the planner, the state store, io/ and the runtime, and answers. No encoding math, placement or
+ * device code lives here.
+ *
+ * Threads (DESIGN.md §8, STACK.md §4):
+ *  - the loop thread (the caller's libuv loop) owns the server: create, start, shutdown, destroy,
+ *    apply_config, and every call's bookkeeping between operations;
+ *  - one completion-queue thread blocks in grpc_completion_queue_next, unpacks request messages,
+ *    and hands every completed operation to the loop (a locked list + uv_async_send);
+ *  - `workers` worker threads (config) run the jobs that may block: encode, plan, fetch reads,
+ *    export, release (device frees), status (device queries), expiry. A job answers its call with
+ *    grpc_call_start_batch itself; at most one batch of a call is ever being started at a time.
+ *
+ * Conventions on the wire (shared with the clients):
+ *  - A failed call's gRPC status is its qdp_status (1..16; local causes >= 100 as INTERNAL), the
+ *    details are the qdp_error message, and the trailing metadata "qdp-error-bin" carries a
+ *    serialized qdp.ErrorDetail.
+ *  - The client identity, which per-client budgets count against, is the request metadata
+ *    "qdp-client", else the peer address.
+ *  - Over TCP with a token configured, every call needs "authorization: Bearer <token>".
+ *  - Unknown methods are UNIMPLEMENTED; malformed messages INVALID_ARGUMENT.
+ */
+#ifndef QDP_RPC_SERVER_H
+#define QDP_RPC_SERVER_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "error.h"
+
+struct runtime_mesh;
+struct state_store;
+
+struct rpc_server_deps {
+  const struct config *cfg; /* read at create; runtime-changeable values again at apply_config */
+  struct runtime_mesh *mesh;
+  struct state_store *store;
+  uv_loop_t *loop;
+};
+
+struct rpc_server;
+
+/* Initializes gRPC, creates the server and binds `unix:<unix_path>` (when unix_path is non-empty)
+ * and cfg->tcp (when set). *ret_tcp_port (may be NULL) gets the bound TCP port, 0 without TCP.
+ * UNAVAILABLE naming the address when a bind fails (in use, or no permission). Loop thread. */
+qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
+                             struct rpc_server **ret_server, int *ret_tcp_port,
+                             struct qdp_error *reterr);
+
+/* Starts serving: worker threads, the completion-queue thread, the expiry timer. Loop thread. */
+qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr);
+
+/* Begins a graceful shutdown: no new calls; calls in flight finish (those still running after
+ * cfg->shutdown_timeout seconds are cancelled); then the threads stop and done(arg) runs on the
+ * loop thread, after which rpc_server_destroy may be called. Idempotent; a second call cancels
+ * every call in flight at once. Loop thread. */
+void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void *arg);
+
+/* Frees everything; the loop must have closed the server's handles (run the loop until done
+ * fires). NULL-safe; also safe on a server that was never started. Shuts gRPC down. */
+void rpc_server_destroy(struct rpc_server *s);
+
+/* Applies the runtime-changeable limits of cfg (max_qubits, max_batch, max_upload_bytes,
+ * upload_budget, fetch_chunk). Loop thread. */
+void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg);
+
+/* Routes gRPC's own log lines into daemon/log (subsystem "grpc"); call before the first gRPC
+ * call. */
+void rpc_route_grpc_logs(void);
+
+#endif /* QDP_RPC_SERVER_H */

@@ -1,0 +1,215 @@
+/* Unit tests of daemon/rpc/codec.{c,h}: protobuf-c <-> grpc_byte_buffer, status mapping, the
+ * error detail, and the hand-built FetchChunk checked against protobuf-c's own parser. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+
+#include "codec.h"
+#include "qdp.pb-c.h"
+
+/* Joins a byte buffer's slices, for comparisons. */
+static size_t flatten(grpc_byte_buffer *bb, uint8_t *out, size_t cap) {
+  grpc_byte_buffer_reader r;
+  ck_assert(grpc_byte_buffer_reader_init(&r, bb));
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  size_t n = GRPC_SLICE_LENGTH(s);
+  ck_assert_uint_le(n, cap);
+  memcpy(out, GRPC_SLICE_START_PTR(s), n);
+  grpc_slice_unref(s);
+  return n;
+}
+
+START_TEST(test_pack_then_unpack_across_slices_gives_the_same_request) {
+  double values[5] = {0.5, -1.25, 3.0, 1e-300, 7.0};
+  Qdp__Input in = QDP__INPUT__INIT;
+  in.dtype = QDP__DTYPE__DTYPE_FLOAT64;
+  in.rows = 1;
+  in.cols = 5;
+  in.source_case = QDP__INPUT__SOURCE_DATA;
+  in.data.data = (uint8_t *)values;
+  in.data.len = sizeof values;
+  Qdp__Placement pl = QDP__PLACEMENT__INIT;
+  char *devs[] = {"cpu:0", "cpu:1"};
+  pl.policy = QDP__POLICY__POLICY_EVEN;
+  pl.n_devices = 2;
+  pl.devices = devs;
+  Qdp__EncodeRequest req = QDP__ENCODE_REQUEST__INIT;
+  req.encoding = QDP__ENCODING__ENCODING_AMPLITUDE;
+  req.qubits = 3;
+  req.output_dtype = QDP__DTYPE__DTYPE_COMPLEX64;
+  req.input = &in;
+  req.placement = &pl;
+  req.ttl_seconds = 600;
+  req.label = "unit";
+
+  grpc_byte_buffer *one = rpc_codec_pack(&req.base);
+  ck_assert_ptr_nonnull(one);
+  uint8_t flat[4096];
+  size_t n = flatten(one, flat, sizeof flat);
+  ck_assert_uint_eq(n, qdp__encode_request__get_packed_size(&req));
+  grpc_byte_buffer_destroy(one);
+
+  /* The same bytes cut into three slices at odd places, as gRPC may deliver them. */
+  grpc_slice parts[3] = {grpc_slice_from_copied_buffer((const char *)flat, 7),
+                         grpc_slice_from_copied_buffer((const char *)flat + 7, 30),
+                         grpc_slice_from_copied_buffer((const char *)flat + 37, n - 37)};
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 3);
+  for (int i = 0; i < 3; i++) {
+    grpc_slice_unref(parts[i]);
+  }
+  ProtobufCMessage *m = NULL;
+  ck_assert_int_eq(rpc_codec_unpack(bb, &qdp__encode_request__descriptor, &m, NULL), QDP_OK);
+  grpc_byte_buffer_destroy(bb);
+  Qdp__EncodeRequest *got = (Qdp__EncodeRequest *)m;
+  ck_assert_int_eq(got->encoding, QDP__ENCODING__ENCODING_AMPLITUDE);
+  ck_assert_uint_eq(got->qubits, 3);
+  ck_assert_int_eq(got->output_dtype, QDP__DTYPE__DTYPE_COMPLEX64);
+  ck_assert_uint_eq(got->ttl_seconds, 600);
+  ck_assert_str_eq(got->label, "unit");
+  ck_assert_ptr_nonnull(got->input);
+  ck_assert_int_eq(got->input->source_case, QDP__INPUT__SOURCE_DATA);
+  ck_assert_uint_eq(got->input->data.len, sizeof values);
+  ck_assert_mem_eq(got->input->data.data, values, sizeof values);
+  ck_assert_uint_eq(got->placement->n_devices, 2);
+  ck_assert_str_eq(got->placement->devices[1], "cpu:1");
+  rpc_codec_free(m);
+}
+END_TEST
+
+START_TEST(test_unpack_refuses_garbage_and_a_missing_message) {
+  /* 0x0a 0x10: field 1, length-delimited, 16 bytes follow, but only 2 do. */
+  const uint8_t garbage[] = {0x0a, 0x10, 0x01, 0x02};
+  grpc_slice s = grpc_slice_from_copied_buffer((const char *)garbage, sizeof garbage);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  ProtobufCMessage *m = (ProtobufCMessage *)0x1;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(rpc_codec_unpack(bb, &qdp__encode_request__descriptor, &m, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "request");
+  ck_assert_ptr_nonnull(strstr(e.msg, "qdp.EncodeRequest"));
+  ck_assert_ptr_eq(m, (ProtobufCMessage *)0x1); /* untouched on failure */
+  grpc_byte_buffer_destroy(bb);
+  ck_assert_int_eq(rpc_codec_unpack(NULL, &qdp__state_ref__descriptor, &m, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "no qdp.StateRef"));
+  /* An empty message is a valid proto3 message with every field at its default. */
+  grpc_byte_buffer *empty = grpc_raw_byte_buffer_create(NULL, 0);
+  ck_assert_int_eq(rpc_codec_unpack(empty, &qdp__state_ref__descriptor, &m, NULL), QDP_OK);
+  ck_assert_str_eq(((Qdp__StateRef *)m)->handle, "");
+  rpc_codec_free(m);
+  grpc_byte_buffer_destroy(empty);
+  rpc_codec_free(NULL);
+}
+END_TEST
+
+START_TEST(test_status_maps_grpc_codes_and_sends_local_causes_as_internal) {
+  for (int i = 0; i <= 16; i++) {
+    ck_assert_int_eq(rpc_codec_grpc_status((qdp_status)i), i);
+  }
+  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_RESOURCE_EXHAUSTED), GRPC_STATUS_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_UNAUTHENTICATED), GRPC_STATUS_UNAUTHENTICATED);
+  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_CUDA), GRPC_STATUS_INTERNAL);
+  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_SYSTEM), GRPC_STATUS_INTERNAL);
+  ck_assert_int_eq(rpc_codec_grpc_status((qdp_status)17), GRPC_STATUS_INTERNAL);
+  ck_assert_int_eq(rpc_codec_grpc_status((qdp_status)-1), GRPC_STATUS_INTERNAL);
+}
+END_TEST
+
+START_TEST(test_error_detail_carries_every_number) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  qdp_error_set(&e, QDP_ERR_RESOURCE_EXHAUSTED, "qubits", "cpu:1 needs %d B", 5);
+  e.rank = 2;
+  e.device = 1;
+  e.cause = 12;
+  e.need_bytes = 36507222016ull;
+  e.free_bytes = 30923764531ull;
+  grpc_slice s = rpc_codec_error_detail(&e);
+  Qdp__ErrorDetail *d =
+      qdp__error_detail__unpack(NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ck_assert_ptr_nonnull(d);
+  ck_assert_str_eq(d->code_name, "QDP_ERR_RESOURCE_EXHAUSTED");
+  ck_assert_str_eq(d->field, "qubits");
+  ck_assert_int_eq(d->rank, 2);
+  ck_assert_int_eq(d->device, 1);
+  ck_assert_int_eq(d->cause, 12);
+  ck_assert_uint_eq(d->need_bytes, 36507222016ull);
+  ck_assert_uint_eq(d->free_bytes, 30923764531ull);
+  qdp__error_detail__free_unpacked(d, NULL);
+  grpc_slice_unref(s);
+
+  /* A field that fills its whole array (no NUL) is cut at the array, not read past it. */
+  struct qdp_error f = QDP_ERROR_INIT;
+  f.code = QDP_ERR_CUDA;
+  memset(f.field, 'x', sizeof f.field);
+  s = rpc_codec_error_detail(&f);
+  d = qdp__error_detail__unpack(NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ck_assert_ptr_nonnull(d);
+  ck_assert_uint_eq(strlen(d->field), sizeof f.field);
+  ck_assert_str_eq(d->code_name, "QDP_ERR_CUDA");
+  ck_assert_int_eq(d->rank, -1);
+  qdp__error_detail__free_unpacked(d, NULL);
+  grpc_slice_unref(s);
+}
+END_TEST
+
+/* Builds a chunk, fills its data through the returned pointer, and parses it with protobuf-c. */
+static void check_chunk(uint64_t offset, int dtype, uint64_t total, size_t nbytes) {
+  uint8_t *data = NULL;
+  grpc_byte_buffer *bb = rpc_codec_fetch_chunk(offset, dtype, total, nbytes, &data);
+  ck_assert_ptr_nonnull(bb);
+  ck_assert_ptr_nonnull(data);
+  for (size_t i = 0; i < nbytes; i++) {
+    data[i] = (uint8_t)(i * 7 + 3);
+  }
+  ProtobufCMessage *m = NULL;
+  ck_assert_int_eq(rpc_codec_unpack(bb, &qdp__fetch_chunk__descriptor, &m, NULL), QDP_OK);
+  Qdp__FetchChunk *c = (Qdp__FetchChunk *)m;
+  ck_assert_uint_eq(c->offset, offset);
+  ck_assert_int_eq(c->dtype, dtype);
+  ck_assert_uint_eq(c->total, total);
+  ck_assert_uint_eq(c->data.len, nbytes);
+  for (size_t i = 0; i < nbytes; i++) {
+    ck_assert_uint_eq(c->data.data[i], (uint8_t)(i * 7 + 3));
+  }
+  rpc_codec_free(m);
+  grpc_byte_buffer_destroy(bb);
+}
+
+START_TEST(test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size) {
+  /* 1 and 8 bytes would fit an inlined slice: the data must still land in the message. */
+  check_chunk(0, QDP__DTYPE__DTYPE_COMPLEX64, 1, 8);
+  check_chunk(5, QDP__DTYPE__DTYPE_COMPLEX128, 6, 1);
+  check_chunk(0, QDP__DTYPE__DTYPE_COMPLEX128, 0, 0);
+  /* Offsets and totals whose varints take 5 and 10 bytes, and a 1 MiB + 3 payload. */
+  check_chunk(UINT64_C(1) << 33, QDP__DTYPE__DTYPE_COMPLEX64, UINT64_MAX, 1048579);
+}
+END_TEST
+
+static Suite *codec_suite(void) {
+  Suite *s = suite_create("codec");
+  TCase *tc = tcase_create("messages");
+  tcase_add_test(tc, test_pack_then_unpack_across_slices_gives_the_same_request);
+  tcase_add_test(tc, test_unpack_refuses_garbage_and_a_missing_message);
+  tcase_add_test(tc, test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("status");
+  tcase_add_test(tc, test_status_maps_grpc_codes_and_sends_local_causes_as_internal);
+  tcase_add_test(tc, test_error_detail_carries_every_number);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(codec_suite());
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
