@@ -217,6 +217,7 @@ static void arm(struct rpc_server *s, int mid) {
   c->method = mid;
   atomic_init(&c->refs, 1);
   atomic_init(&c->cancel_seen, 0);
+  c->err = (struct qdp_error)QDP_ERROR_INIT;
   grpc_metadata_array_init(&c->md);
   grpc_call_details_init(&c->details);
   c->ev_new = (struct rpc_ev){.fn = on_new, .prepare = prepare_new, .call = c};
@@ -505,9 +506,9 @@ static void on_expire_timer(uv_timer_t *t) {
 /* ---- lifecycle ------------------------------------------------------------------------------------ */
 
 static void grpc_log_fn(gpr_log_func_args *a) {
-  int level = a->severity == GPR_LOG_SEVERITY_ERROR  ? LOG_LEVEL_WARNING
-              : a->severity == GPR_LOG_SEVERITY_INFO ? LOG_LEVEL_INFO
-                                                     : LOG_LEVEL_DEBUG;
+  /* gRPC's errors are mostly about one connection (a client gone, a bad handshake): warnings
+   * for the daemon. Its info lines are internals: debug. */
+  int level = a->severity == GPR_LOG_SEVERITY_ERROR ? LOG_LEVEL_WARNING : LOG_LEVEL_DEBUG;
   const char *file = strrchr(a->file, '/');
   log_write(level, "grpc", NULL, "%s (%s:%d)", a->message, file ? file + 1 : a->file, a->line);
 }
@@ -516,9 +517,7 @@ void rpc_route_grpc_logs(void) {
   gpr_set_log_function(grpc_log_fn);
   /* gRPC filters before our function sees a line: let through what our level would show. */
   int l = log_get_level();
-  gpr_set_log_verbosity(l >= LOG_LEVEL_DEBUG  ? GPR_LOG_SEVERITY_DEBUG
-                        : l >= LOG_LEVEL_INFO ? GPR_LOG_SEVERITY_INFO
-                                              : GPR_LOG_SEVERITY_ERROR);
+  gpr_set_log_verbosity(l >= LOG_LEVEL_DEBUG ? GPR_LOG_SEVERITY_DEBUG : GPR_LOG_SEVERITY_ERROR);
 }
 
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
