@@ -117,8 +117,7 @@ qdp_status launch1(const struct qdpk_span *s, const TI *x, uint64_t in_stride, u
   /* 256 threads, one amplitude each; x: the amplitudes of a row, y: rows (folded past 65535). */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
   amplitude1_kernel<TI, R><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, len, sumsq, static_cast<typename cplx<R>::type *>(out), s->count, s->rows,
-      nbx);
+      x, in_stride, len, sumsq, static_cast<typename cplx<R>::type *>(out), s->count, s->rows, nbx);
   return launched();
 }
 
@@ -142,23 +141,20 @@ qdp_status launch_c64(const struct qdpk_span *s, const TI *x, uint64_t in_stride
 extern "C" qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in,
                                      uint64_t in_stride, uint64_t len, const double *sumsq,
                                      void *out, cudaStream_t stream) {
-  if (!span_ok(s) || !is_real_dtype(in) || sumsq == NULL || out == NULL ||
-      (len > 0 && x == NULL)) {
+  if (!span_ok(s) || !is_real_dtype(in) || sumsq == NULL || out == NULL || (len > 0 && x == NULL)) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
   if (len > s->count) {
     len = s->count; /* as the CPU twin: values past the span are not this launch's */
   }
   if (s->out == QDP_DTYPE_COMPLEX64) {
-    return in == QDP_DTYPE_FLOAT32
-               ? launch_c64<float>(s, static_cast<const float *>(x), in_stride, len, sumsq, out,
-                                   stream)
-               : launch_c64<double>(s, static_cast<const double *>(x), in_stride, len, sumsq, out,
-                                    stream);
+    return in == QDP_DTYPE_FLOAT32 ? launch_c64<float>(s, static_cast<const float *>(x), in_stride,
+                                                       len, sumsq, out, stream)
+                                   : launch_c64<double>(s, static_cast<const double *>(x),
+                                                        in_stride, len, sumsq, out, stream);
   }
-  return in == QDP_DTYPE_FLOAT32
-             ? launch1<float, double>(s, static_cast<const float *>(x), in_stride, len, sumsq,
-                                      out, stream)
-             : launch1<double, double>(s, static_cast<const double *>(x), in_stride, len, sumsq,
-                                       out, stream);
+  return in == QDP_DTYPE_FLOAT32 ? launch1<float, double>(s, static_cast<const float *>(x),
+                                                          in_stride, len, sumsq, out, stream)
+                                 : launch1<double, double>(s, static_cast<const double *>(x),
+                                                           in_stride, len, sumsq, out, stream);
 }

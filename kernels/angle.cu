@@ -76,9 +76,9 @@ qdp_status launch_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, 
   /* 256 threads (the low 8 index bits), K amplitudes each, 256 apart: coalesced 16-byte stores.
    * x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
-  angle_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, s->qubits, s->first, s->count, s->rows, nbx,
-      static_cast<typename cplx<R>::type *>(out));
+  angle_kernel<TI, R, K>
+      <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, s->qubits, s->first, s->count, s->rows, nbx,
+                                          static_cast<typename cplx<R>::type *>(out));
   return launched();
 }
 

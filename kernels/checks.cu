@@ -92,8 +92,8 @@ __device__ __forceinline__ int basis_fault_of(int64_t v, uint32_t qubits) {
  * fault in the low 3 bits. */
 template <typename T>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    basis_check_kernel(const T *__restrict__ x, uint64_t in_stride, uint64_t rows,
-                       uint32_t qubits, unsigned long long *first) {
+    basis_check_kernel(const T *__restrict__ x, uint64_t in_stride, uint64_t rows, uint32_t qubits,
+                       unsigned long long *first) {
   for (uint64_t r = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; r < rows;
        r += (uint64_t)gridDim.x * QDPK_THREADS) {
     int f = basis_fault_of(x[r * in_stride], qubits);
@@ -147,8 +147,8 @@ qdp_status scan_basis(const T *x, uint64_t in_stride, uint64_t rows, uint32_t qu
     uint64_t nbx = blocks_for(rows, 1);
     /* 256 threads, one row each (a strided gather of one value per row); folded past the grid
      * limit. */
-    basis_check_kernel<T><<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(x, in_stride, rows, qubits,
-                                                                    word);
+    basis_check_kernel<T>
+        <<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(x, in_stride, rows, qubits, word);
     if ((rc = launched()) != QDP_OK) {
       return rc;
     }
@@ -192,7 +192,7 @@ extern "C" qdp_status qdpk_check_basis(const void *x, qdp_dtype in, uint64_t in_
     return scan_basis(static_cast<const double *>(x), in_stride, rows, qubits, ret_fault, ret_row,
                       stream);
   default:
-    return scan_basis(static_cast<const int64_t *>(x), in_stride, rows, qubits, ret_fault,
-                      ret_row, stream);
+    return scan_basis(static_cast<const int64_t *>(x), in_stride, rows, qubits, ret_fault, ret_row,
+                      stream);
   }
 }

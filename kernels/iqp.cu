@@ -42,10 +42,10 @@ __device__ __forceinline__ double iqp_scale(uint32_t n, double) {
 
 template <typename TI, typename R, int K>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    iqp_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t n, int pairs,
-               uint64_t first, uint64_t count, uint64_t rows, uint64_t nbx,
+    iqp_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t n, int pairs, uint64_t first,
+               uint64_t count, uint64_t rows, uint64_t nbx,
                typename cplx<R>::type *__restrict__ out) {
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   R *d = reinterpret_cast<R *>(smem_raw);
   __shared__ R th_hi[K + 1], cross[K + 1][LO_BITS];
   const uint32_t t = threadIdx.x;
@@ -142,15 +142,15 @@ qdp_status launch_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, 
    * the coefficients in dynamic shared memory (at most 16 KiB). x: the span's amplitudes, y: rows;
    * both folded into loops past the grid limits. */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
-  iqp_kernel<TI, R, K><<<grid, QDPK_THREADS, smem, stream>>>(
-      x, in_stride, n, pairs, s->first, s->count, s->rows, nbx,
-      static_cast<typename cplx<R>::type *>(out));
+  iqp_kernel<TI, R, K>
+      <<<grid, QDPK_THREADS, smem, stream>>>(x, in_stride, n, pairs, s->first, s->count, s->rows,
+                                             nbx, static_cast<typename cplx<R>::type *>(out));
   return launched();
 }
 
 template <typename TI, typename R>
-qdp_status launch(const struct qdpk_span *s, const TI *x, uint64_t in_stride, int pairs,
-                  void *out, cudaStream_t stream) {
+qdp_status launch(const struct qdpk_span *s, const TI *x, uint64_t in_stride, int pairs, void *out,
+                  cudaStream_t stream) {
   switch (per_thread(qdpk_tune_iqp_per_thread, 4)) {
   case 1:
     return launch_k<TI, R, 1>(s, x, in_stride, pairs, out, stream);
@@ -171,15 +171,13 @@ extern "C" qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, 
   }
   pairs = pairs != 0;
   if (s->out == QDP_DTYPE_COMPLEX64) {
-    return in == QDP_DTYPE_FLOAT32
-               ? launch<float, float>(s, static_cast<const float *>(x), in_stride, pairs, out,
-                                      stream)
-               : launch<double, float>(s, static_cast<const double *>(x), in_stride, pairs, out,
-                                       stream);
+    return in == QDP_DTYPE_FLOAT32 ? launch<float, float>(s, static_cast<const float *>(x),
+                                                          in_stride, pairs, out, stream)
+                                   : launch<double, float>(s, static_cast<const double *>(x),
+                                                           in_stride, pairs, out, stream);
   }
-  return in == QDP_DTYPE_FLOAT32
-             ? launch<float, double>(s, static_cast<const float *>(x), in_stride, pairs, out,
-                                     stream)
-             : launch<double, double>(s, static_cast<const double *>(x), in_stride, pairs, out,
-                                      stream);
+  return in == QDP_DTYPE_FLOAT32 ? launch<float, double>(s, static_cast<const float *>(x),
+                                                         in_stride, pairs, out, stream)
+                                 : launch<double, double>(s, static_cast<const double *>(x),
+                                                          in_stride, pairs, out, stream);
 }

@@ -4,8 +4,9 @@
  * and exports only its qdpk_* launchers (qdpk_cuda.h). Any host thread; device helpers are pure.
  *
  * Grid conventions used by every launcher:
- *  - blocks of QDPK_THREADS (256) threads: 8 warps, enough to hide latency with 8 resident blocks per
- *    multiprocessor (2048 threads, the Hopper maximum), few enough that per-block setup stays cheap;
+ *  - blocks of QDPK_THREADS (256) threads: 8 warps, enough to hide latency with 8 resident
+ *    blocks per multiprocessor (2048 threads, the Hopper maximum), few enough that per-block
+ *    setup stays cheap;
  *  - x walks the amplitudes (or tiles) of a row, y walks the rows; both are folded into loops
  *    (x_ in kernels: for (bx = blockIdx.x; bx < nbx; bx += gridDim.x)) so that any count of rows
  *    or amplitudes runs within the grid limits (2^31 - 1 in x, 65535 in y);

@@ -11,8 +11,8 @@
  *    two contiguous, equal, aligned subtrees;
  *  - a warp walks J consecutive segment-chunks, joined pairwise in registers; the WR warps of a row
  *    tile are joined pairwise through shared memory;
- *  - when a row spans several tiles, each tile's sum is a partial in the caller's workspace, and the
- *    same kernel runs again over the partials (no squaring), until one tile covers the row.
+ *  - when a row spans several tiles, each tile's sum is a partial in the caller's workspace,
+ *    and the same kernel runs again over the partials (no squaring), until one tile covers it.
  * A subtree wholly past len is +0 and adds nothing, so only tiles that overlap [0, len) run, and
  * later levels read partials past the last such tile as zero. No float atomics, no order that
  * depends on scheduling: the same input gives the same bits on any GPU, any launch.
@@ -234,8 +234,8 @@ qdp_status launch_level(const TI *x, uint64_t in_stride, uint64_t len, uint64_t 
                         uint64_t rows, A *partials, double *sums, geom *ret_g,
                         cudaStream_t stream) {
   uint32_t vec = 16 / sizeof(TI);
-  while (vec > 1 && (block < vec || !aligned(x, vec * sizeof(TI)) ||
-                     (rows > 1 && in_stride % vec != 0))) {
+  while (vec > 1 &&
+         (block < vec || !aligned(x, vec * sizeof(TI)) || (rows > 1 && in_stride % vec != 0))) {
     vec /= 2;
   }
   geom g = make_geom(block, len, vec);
@@ -267,8 +267,8 @@ qdp_status run_sumsq(const TI *x, uint64_t in_stride, uint64_t len, uint64_t blo
                      unsigned char *ws, size_t ws_off_b, double *ret_sums, cudaStream_t stream) {
   A *bufs[2] = {reinterpret_cast<A *>(ws), reinterpret_cast<A *>(ws + ws_off_b)};
   geom g;
-  qdp_status rc = launch_level<TI, A, true>(x, in_stride, len, block, rows, bufs[0], ret_sums, &g,
-                                            stream);
+  qdp_status rc =
+      launch_level<TI, A, true>(x, in_stride, len, block, rows, bufs[0], ret_sums, &g, stream);
   int which = 0;
   while (rc == QDP_OK && g.tiles > 1) {
     const A *src = bufs[which];

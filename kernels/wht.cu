@@ -8,14 +8,14 @@
  * consecutive stages there and writes the tile back once:
  *  - the first pass takes 4096 consecutive values (several whole rows when count < 4096) and
  *    applies stages 0..11 (or all log2(count) of them);
- *  - each later pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at each of
- *    2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
+ *  - each later pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
+ *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
  * So a 2^26 row costs three passes over memory (12 + 9 + 5 stages), not 26.
  *
- * Inside a tile, thread t holds 16 values whose tile indices differ in 4 bits [p, p + 4) and applies
- * the stages of those bits in registers; between groups of 4 bits the tile goes through shared
- * memory to regroup. Index i is stored at i + i / 16 (one pad slot per 16) so that the 8 threads
- * of each quarter-warp's 16-byte accesses hit 8 different bank groups for every grouping.
+ * Inside a tile, thread t holds 16 values whose tile indices differ in 4 bits [p, p + 4) and
+ * applies the stages of those bits in registers; between groups of 4 bits the tile goes through
+ * shared memory to regroup. Index i is stored at i + i / 16 (one pad slot per 16) so that the 8
+ * threads of each quarter-warp's 16-byte accesses hit 8 different bank groups for every grouping.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
     wht_tile_kernel(typename cplx<R>::type *__restrict__ data, uint64_t total, uint64_t tiles,
                     int strided, uint32_t cl, uint32_t m, uint32_t s) {
   typedef typename cplx<R>::type C;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
   const uint32_t t = threadIdx.x;
   for (uint64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
@@ -197,8 +197,8 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, cudaStream_t strea
   for (uint32_t s = m; s < bits; s += m) {
     m = bits - s < MAX_GLOBAL_BITS ? bits - s : MAX_GLOBAL_BITS;
     tiles = total / TILE;
-    wht_tile_kernel<R><<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1,
-                                                                      TILE_BITS - m, m, s);
+    wht_tile_kernel<R>
+        <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1, TILE_BITS - m, m, s);
     if ((rc = launched()) != QDP_OK) {
       return rc;
     }
@@ -211,8 +211,8 @@ qdp_status run_butterfly(void *a, void *b, uint64_t count, cudaStream_t stream) 
   uint64_t nbx = blocks_for(count, 1);
   /* 256 threads, one pair each (16-byte loads and stores for complex128) over a full grid; a
    * grid-stride loop only past the 2^31 - 1 block limit. */
-  butterfly_kernel<C><<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(static_cast<C *>(a),
-                                                                 static_cast<C *>(b), count);
+  butterfly_kernel<C>
+      <<<grid_x(nbx), QDPK_THREADS, 0, stream>>>(static_cast<C *>(a), static_cast<C *>(b), count);
   return launched();
 }
 

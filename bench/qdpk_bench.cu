@@ -1,0 +1,403 @@
+/* qdpk_bench.cu — times the CUDA encode kernels (kernels/qdpk_cuda.h) on one GPU and prints one
+ * machine-readable line per case:
+ *
+ *   bench impl=qdp op=amplitude dtype=complex128 n=30 batch=1 ms=8.190 GBps=4195.3 roofline=0.973
+ *
+ * ms is the median over the repetitions (CUDA events around each repetition, after warm-up);
+ * GBps is the bytes the encoding must move (each input read once per pass it needs, each output
+ * written once) over that time; roofline is the time those bytes take at the reference bandwidth
+ * measured in the same run (device copy, read + write, for cases that read; cudaMemset fill for
+ * write-only cases) over the measured time. Batched cases add samples_per_s. Inputs are random
+ * (never zeros), generated on the device; batched cases rotate over several input and output sets
+ * so that no repetition finds its data in the 60 MB L2 cache left by the previous one.
+ *
+ * Usage: qdpk_bench [--no-variants]   (variants: the amplitudes-per-thread knobs of qdpk_tune.h)
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "qdpk.h"
+#include "qdpk_cuda.h"
+#include "qdpk_tune.h"
+
+#define GiB (1ull << 30)
+
+static void die(const char *what, cudaError_t e) {
+  fprintf(stderr, "qdpk_bench: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  exit(1);
+}
+
+#define CUDA_OK(expr) \
+  do { \
+    cudaError_t e_ = (expr); \
+    if (e_ != cudaSuccess) { \
+      die(#expr, e_); \
+    } \
+  } while (0)
+
+static void qdp_ok(qdp_status rc, const char *what) {
+  if (rc != QDP_OK) {
+    fprintf(stderr, "qdpk_bench: %s returned %d (%s)\n", what, (int)rc,
+            cudaGetErrorName(cudaPeekAtLastError()));
+    exit(1);
+  }
+}
+
+/* Uniform values in [lo, hi) from a hash of the index: random-looking data without a host copy. */
+template <typename T>
+__global__ void fill_random(T *p, uint64_t n, uint64_t seed, double lo, double hi) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * 0x1.0p-53;
+    p[i] = (T)(lo + (hi - lo) * u);
+  }
+}
+
+template <typename T>
+static void random_device(T *p, uint64_t n, uint64_t seed, double lo, double hi) {
+  fill_random<T><<<4096, 256>>>(p, n, seed, lo, hi);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+/* ---- timing ------------------------------------------------------------------------------------
+ */
+
+typedef void (*op_fn)(void *ctx, int rep);
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median milliseconds of `reps` timed repetitions after `warmup` untimed ones. */
+static double time_median(op_fn f, void *ctx, int warmup, int reps) {
+  cudaEvent_t a, b;
+  CUDA_OK(cudaEventCreate(&a));
+  CUDA_OK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; i++) {
+    f(ctx, i);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  double *ms = (double *)malloc(sizeof(double) * reps);
+  for (int i = 0; i < reps; i++) {
+    CUDA_OK(cudaEventRecord(a, 0));
+    f(ctx, i);
+    CUDA_OK(cudaEventRecord(b, 0));
+    CUDA_OK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_OK(cudaEventElapsedTime(&t, a, b));
+    ms[i] = t;
+  }
+  CUDA_OK(cudaGetLastError());
+  qsort(ms, reps, sizeof(double), cmp_double);
+  double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+  free(ms);
+  CUDA_OK(cudaEventDestroy(a));
+  CUDA_OK(cudaEventDestroy(b));
+  return med;
+}
+
+static double copy_GBps, fill_GBps;
+
+/* One result line. bytes: what the case must move; ref_GBps: the bandwidth its roofline uses. */
+static void report(const char *op, const char *dtype, unsigned n, uint64_t batch, double ms,
+                   double bytes, double ref_GBps, const char *extra) {
+  double gbps = bytes / (ms * 1e-3) / 1e9;
+  printf("bench impl=qdp op=%s dtype=%s n=%u batch=%llu ms=%.4f GBps=%.1f roofline=%.3f", op, dtype,
+         n, (unsigned long long)batch, ms, gbps, gbps / ref_GBps);
+  if (batch > 1) {
+    printf(" samples_per_s=%.4g", (double)batch / (ms * 1e-3));
+  }
+  if (extra && *extra) {
+    printf(" %s", extra);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+/* ---- reference bandwidths -----------------------------------------------------------------------
+ */
+
+struct copy_ctx {
+  void *dst, *src;
+  size_t bytes;
+};
+
+static void op_copy(void *p, int rep) {
+  struct copy_ctx *c = (struct copy_ctx *)p;
+  (void)rep;
+  CUDA_OK(cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+static void op_fill(void *p, int rep) {
+  struct copy_ctx *c = (struct copy_ctx *)p;
+  CUDA_OK(cudaMemsetAsync(c->dst, rep & 0xff, c->bytes, 0));
+}
+
+/* ---- amplitude ----------------------------------------------------------------------------------
+ */
+
+struct amp_ctx {
+  char *in, *out; /* set s at in + s * in_set, out + s * out_set */
+  size_t in_set, out_set;
+  int sets;
+  qdp_dtype in_t, out_t;
+  unsigned n;
+  uint64_t rows;
+  void *ws;
+  size_t ws_bytes;
+  double *sums;
+  int pass; /* 0: both passes, 1: sumsq only, 2: amplitude pass only */
+};
+
+static void op_amplitude(void *p, int rep) {
+  struct amp_ctx *c = (struct amp_ctx *)p;
+  int set = rep % c->sets;
+  const void *x = c->in + set * c->in_set;
+  void *out = c->out + set * c->out_set;
+  uint64_t count = 1ull << c->n;
+  if (c->pass != 2) {
+    qdp_ok(qdpk_sumsq(x, c->in_t, count, count, count, c->rows, c->out_t, c->ws, c->ws_bytes,
+                      c->sums, 0),
+           "qdpk_sumsq");
+  }
+  if (c->pass != 1) {
+    struct qdpk_span s = {c->n, 0, count, c->rows, c->out_t};
+    qdp_ok(qdpk_amplitude(&s, x, c->in_t, count, count, c->sums, out, 0), "qdpk_amplitude");
+  }
+}
+
+static void bench_amplitude(char *in, char *out, void *ws, size_t ws_cap, double *sums,
+                            qdp_dtype in_t, qdp_dtype out_t, unsigned n, uint64_t rows, int sets,
+                            int pass, int reps) {
+  uint64_t amps = rows << n;
+  size_t in_el = in_t == QDP_DTYPE_FLOAT32 ? 4 : 8, out_el = out_t == QDP_DTYPE_COMPLEX64 ? 8 : 16;
+  struct amp_ctx c = {in,
+                      out,
+                      amps * in_el,
+                      amps * out_el,
+                      sets,
+                      in_t,
+                      out_t,
+                      n,
+                      rows,
+                      ws,
+                      qdpk_sumsq_workspace_bytes(1ull << n, rows),
+                      sums,
+                      pass};
+  if (c.ws_bytes > ws_cap) {
+    fprintf(stderr, "qdpk_bench: workspace %zu > %zu\n", c.ws_bytes, ws_cap);
+    exit(1);
+  }
+  double ms = time_median(op_amplitude, &c, 3, reps);
+  /* Pass 1 reads the input, pass 2 reads it again and writes the state. */
+  double bytes = (double)amps * (pass == 1   ? in_el
+                                 : pass == 2 ? in_el + out_el
+                                             : 2 * in_el + out_el);
+  const char *op = pass == 1 ? "sumsq" : pass == 2 ? "amplitude_pass2" : "amplitude";
+  report(op, qdp_dtype_name(out_t), n, rows, ms, bytes, copy_GBps,
+         in_t == QDP_DTYPE_FLOAT32 ? "input=float32" : "input=float64");
+  /* Sanity: the state has unit norm (first row, first million amplitudes bounded by 1). */
+  if (pass == 0) {
+    double host[4];
+    CUDA_OK(cudaMemcpy(host, sums, rows < 4 ? rows * sizeof(double) : sizeof host,
+                       cudaMemcpyDeviceToHost));
+    if (!(host[0] > 0) || !isfinite(host[0])) {
+      fprintf(stderr, "qdpk_bench: amplitude sum of squares %g is not positive\n", host[0]);
+      exit(1);
+    }
+  }
+}
+
+/* ---- closed forms
+ * -------------------------------------------------------------------------------- */
+
+enum closed { C_ANGLE, C_PHASE, C_BASIS, C_IQP };
+
+struct closed_ctx {
+  enum closed op;
+  const void *x;
+  qdp_dtype in_t;
+  struct qdpk_span s;
+  void *out;
+  int stage; /* iqp: 0 phases + wht, 1 phases only, 2 wht only */
+};
+
+static void op_closed(void *p, int rep) {
+  struct closed_ctx *c = (struct closed_ctx *)p;
+  (void)rep;
+  unsigned n = c->s.qubits;
+  switch (c->op) {
+  case C_ANGLE:
+    qdp_ok(qdpk_angle(&c->s, c->x, c->in_t, n, c->out, 0), "qdpk_angle");
+    break;
+  case C_PHASE:
+    qdp_ok(qdpk_phase(&c->s, c->x, c->in_t, n, c->out, 0), "qdpk_phase");
+    break;
+  case C_BASIS:
+    qdp_ok(qdpk_basis(&c->s, c->x, c->in_t, 1, c->out, 0), "qdpk_basis");
+    break;
+  case C_IQP:
+    if (c->stage != 2) {
+      qdp_ok(qdpk_iqp_phases(&c->s, c->x, c->in_t, qdpk_params_per_sample(QDP_ENCODING_IQP, n), 1,
+                             c->out, 0),
+             "qdpk_iqp_phases");
+    }
+    if (c->stage != 1) {
+      qdp_ok(qdpk_wht(c->out, c->s.out, c->s.count, 1, 0), "qdpk_wht");
+    }
+    break;
+  }
+}
+
+static const char *closed_name(enum closed op) {
+  static const char *names[] = {"angle", "phase", "basis", "iqp"};
+  return names[op];
+}
+
+static void bench_closed(enum closed op, const void *x, qdp_dtype in_t, unsigned n, void *out,
+                         int stage, int reps, const char *extra) {
+  struct closed_ctx c = {op, x, in_t, {n, 0, 1ull << n, 1, QDP_DTYPE_COMPLEX128}, out, stage};
+  double ms = time_median(op_closed, &c, 3, reps);
+  double amps = (double)(1ull << n);
+  const char *name = closed_name(op);
+  double bytes = amps * 16; /* every closed form writes the state once */
+  if (op == C_IQP && stage == 2) {
+    name = "wht";
+  } else if (op == C_IQP && stage == 1) {
+    name = "iqp_phases";
+  }
+  report(name, "complex128", n, 1, ms, bytes, fill_GBps, extra);
+}
+
+static void bench_closed_variants(enum closed op, const void *x, qdp_dtype in_t, unsigned n,
+                                  void *out, int *knob, int reps) {
+  static const int ks[] = {1, 4, 16};
+  int saved = *knob;
+  for (int i = 0; i < 3; i++) {
+    char extra[32];
+    snprintf(extra, sizeof extra, "variant=k%d", ks[i]);
+    *knob = ks[i];
+    bench_closed(op, x, in_t, n, out, 0, reps, extra);
+  }
+  *knob = saved;
+}
+
+int main(int argc, char **argv) {
+  int variants = !(argc > 1 && strcmp(argv[1], "--no-variants") == 0);
+  int dev = 0;
+  CUDA_OK(cudaSetDevice(dev));
+  struct cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, dev));
+  printf("device %s sms=%d l2_MB=%.0f mem_GiB=%.1f\n", prop.name, prop.multiProcessorCount,
+         prop.l2CacheSize / 1e6, prop.totalGlobalMem / (double)GiB);
+
+  /* 8 GiB of input (2^30 float64) and 16 GiB of output (2^30 complex128), shared by all cases. */
+  char *in = NULL, *out = NULL;
+  CUDA_OK(cudaMalloc((void **)&in, 8 * GiB));
+  CUDA_OK(cudaMalloc((void **)&out, 16 * GiB));
+  size_t ws_cap = 64ull << 20;
+  void *ws = NULL;
+  double *sums = NULL;
+  CUDA_OK(cudaMalloc(&ws, ws_cap));
+  CUDA_OK(cudaMalloc((void **)&sums, 1u << 16));
+  random_device((double *)in, 1ull << 30, 1, -1.0, 1.0);
+  CUDA_OK(cudaMemset(out, 0x3f, 16 * GiB));
+
+  /* Reference bandwidths: a 4 GiB device-to-device copy (8 GiB moved) and a 16 GiB fill. */
+  struct copy_ctx cc = {out, in, 4 * GiB};
+  double ms = time_median(op_copy, &cc, 2, 10);
+  copy_GBps = 2.0 * cc.bytes / (ms * 1e-3) / 1e9;
+  printf("bench impl=qdp op=copy dtype=bytes n=0 batch=1 ms=%.4f GBps=%.1f roofline=1.000\n", ms,
+         copy_GBps);
+  struct copy_ctx fc = {out, NULL, 16 * GiB};
+  ms = time_median(op_fill, &fc, 2, 10);
+  fill_GBps = fc.bytes / (ms * 1e-3) / 1e9;
+  printf("bench impl=qdp op=fill dtype=bytes n=0 batch=1 ms=%.4f GBps=%.1f roofline=1.000\n", ms,
+         fill_GBps);
+  fflush(stdout);
+
+  /* Amplitude, 2^30, input on the GPU: both passes, then each pass alone. */
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 0,
+                  15);
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 1,
+                  15);
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 2,
+                  15);
+  random_device((float *)in, 1ull << 30, 2, -1.0, 1.0);
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 0,
+                  15);
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 1,
+                  15);
+  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 2,
+                  15);
+
+  /* Batched amplitude, complex128 from float64, 4 rotating sets. */
+  random_device((double *)in, 1ull << 30, 3, -1.0, 1.0);
+  static const struct {
+    uint64_t rows;
+    unsigned n;
+  } batches[] = {{4096, 10}, {1024, 16}, {64, 20}};
+  for (int i = 0; i < 3; i++) {
+    bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+                    batches[i].n, batches[i].rows, 4, 0, 200);
+  }
+
+  /* Closed forms at 30 qubits (IQP at 20 and 26), complex128 from float64 parameters. */
+  double *params = NULL;
+  int64_t *basis_idx = NULL;
+  CUDA_OK(cudaMalloc((void **)&params, 1u << 16));
+  CUDA_OK(cudaMalloc((void **)&basis_idx, sizeof(int64_t)));
+  random_device(params, 30, 4, -M_PI, M_PI);
+  int64_t idx = 123456789;
+  CUDA_OK(cudaMemcpy(basis_idx, &idx, sizeof idx, cudaMemcpyHostToDevice));
+  if (variants) {
+    bench_closed_variants(C_ANGLE, params, QDP_DTYPE_FLOAT64, 30, out, &qdpk_tune_angle_per_thread,
+                          10);
+    bench_closed_variants(C_PHASE, params, QDP_DTYPE_FLOAT64, 30, out, &qdpk_tune_phase_per_thread,
+                          10);
+    bench_closed_variants(C_BASIS, basis_idx, QDP_DTYPE_INT64, 30, out, &qdpk_tune_basis_per_thread,
+                          10);
+  }
+  bench_closed(C_ANGLE, params, QDP_DTYPE_FLOAT64, 30, out, 0, 15, "");
+  bench_closed(C_PHASE, params, QDP_DTYPE_FLOAT64, 30, out, 0, 15, "");
+  bench_closed(C_BASIS, basis_idx, QDP_DTYPE_INT64, 30, out, 0, 15, "");
+
+  static const unsigned iqp_n[] = {20, 26};
+  for (int i = 0; i < 2; i++) {
+    unsigned n = iqp_n[i];
+    random_device(params, qdpk_params_per_sample(QDP_ENCODING_IQP, n), 5 + n, -1.0, 1.0);
+    int reps = n == 20 ? 200 : 20;
+    if (variants) {
+      static const int ks[] = {1, 4, 16};
+      int saved = qdpk_tune_iqp_per_thread;
+      for (int k = 0; k < 3; k++) {
+        char extra[32];
+        snprintf(extra, sizeof extra, "variant=k%d", ks[k]);
+        qdpk_tune_iqp_per_thread = ks[k];
+        bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 1, reps, extra);
+      }
+      qdpk_tune_iqp_per_thread = saved;
+    }
+    bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 1, reps, "");
+    bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "");
+    bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 0, reps, "");
+  }
+  CUDA_OK(cudaFree(basis_idx));
+  CUDA_OK(cudaFree(params));
+  CUDA_OK(cudaFree(sums));
+  CUDA_OK(cudaFree(ws));
+  CUDA_OK(cudaFree(out));
+  CUDA_OK(cudaFree(in));
+  return 0;
+}
