@@ -183,13 +183,14 @@ uint64_t rpc_ttl_ms(uint64_t ttl_seconds) {
   return ttl_seconds > UINT64_MAX / 1000 ? UINT64_MAX : ttl_seconds * 1000;
 }
 
-/* Whether canonical path p is dir itself or below it (dir canonical, no trailing slash but "/"). */
+/* Whether canonical path p lies strictly below canonical directory dir (the directory itself is
+ * not a file in it). */
 static bool below(const char *p, const char *dir) {
   size_t n = strlen(dir);
   if (n == 1 && dir[0] == '/') {
-    return true;
+    return p[0] == '/' && p[1] != '\0';
   }
-  return strncmp(p, dir, n) == 0 && (p[n] == '/' || p[n] == '\0');
+  return strncmp(p, dir, n) == 0 && p[n] == '/' && p[n + 1] != '\0';
 }
 
 qdp_status rpc_path_under(const char *path, const char *dir, bool must_exist, const char *field,

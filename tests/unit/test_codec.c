@@ -1,9 +1,14 @@
 /* Unit tests of daemon/rpc/codec.{c,h}: protobuf-c <-> grpc_byte_buffer, status mapping, the
- * error detail, and the hand-built FetchChunk checked against protobuf-c's own parser. */
+ * error detail, and the hand-built FetchChunk checked against protobuf-c's own parser; and of
+ * daemon/rpc/request.{c,h}: input shapes, upload limits, output dtype, placement, path
+ * confinement. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -11,6 +16,7 @@
 
 #include "codec.h"
 #include "qdp.pb-c.h"
+#include "request.h"
 
 /* Joins a byte buffer's slices, for comparisons. */
 static size_t flatten(grpc_byte_buffer *bb, uint8_t *out, size_t cap) {
@@ -176,7 +182,9 @@ static void check_chunk(uint64_t offset, int dtype, uint64_t total, size_t nbyte
   ck_assert_uint_eq(c->total, total);
   ck_assert_uint_eq(c->data.len, nbytes);
   for (size_t i = 0; i < nbytes; i++) {
-    ck_assert_uint_eq(c->data.data[i], (uint8_t)(i * 7 + 3));
+    if (c->data.data[i] != (uint8_t)(i * 7 + 3)) {
+      ck_abort_msg("data byte %zu is %u, expected %u", i, c->data.data[i], (uint8_t)(i * 7 + 3));
+    }
   }
   rpc_codec_free(m);
   grpc_byte_buffer_destroy(bb);
@@ -192,6 +200,177 @@ START_TEST(test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size) {
 }
 END_TEST
 
+
+/* ---- request translation ---------------------------------------------------------------------- */
+
+START_TEST(test_input_shape_derives_rows_and_cols_and_refuses_mismatch) {
+  uint64_t r = 0, c = 0;
+  struct qdp_error e = QDP_ERROR_INIT;
+  /* 6 float64 = 48 bytes: rows 0 -> 1, cols 0 -> 6. */
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_uint_eq(r, 1);
+  ck_assert_uint_eq(c, 6);
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 3, 0, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_uint_eq(r, 3);
+  ck_assert_uint_eq(c, 2);
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT32, 2, 6, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_uint_eq(r, 2);
+  ck_assert_uint_eq(c, 6);
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_INT64, 0, 0, 8, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_uint_eq(c, 1);
+  /* 5 rows do not divide 6 values. */
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 5, 0, 48, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "6 values"));
+  /* rows * cols = 2 * 4 = 8, but 6 values came. */
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 2, 4, 48, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "input.cols");
+  /* rows * cols overflows 64 bits: refused, not wrapped to a match. */
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 33, UINT64_C(1) << 31, 0x10,
+                                   "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 0, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "no values"));
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 12, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "12 bytes"));
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_UNSPECIFIED, 0, 0, 8, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "input.dtype");
+  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_COMPLEX64, 0, 0, 8, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "complex64"));
+}
+END_TEST
+
+START_TEST(test_upload_limit_is_the_declared_size_or_the_configured_cap) {
+  uint64_t lim = 0;
+  bool exact = false;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT32, 4, 1000, 1 << 20, &lim, &exact, NULL),
+                   QDP_OK);
+  ck_assert_uint_eq(lim, 16000);
+  ck_assert(exact);
+  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 0, 7, 1 << 20, &lim, &exact, NULL), QDP_OK);
+  ck_assert_uint_eq(lim, 56);
+  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 9, 0, 1 << 20, &lim, &exact, NULL), QDP_OK);
+  ck_assert_uint_eq(lim, 1 << 20);
+  ck_assert(!exact);
+  /* 1000 x 1000 float64 = 8000000 B > 1 MiB. */
+  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 1000, 1000, 1 << 20, &lim, &exact, &e),
+                   QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(e.need_bytes, 8000000);
+  ck_assert_uint_eq(e.free_bytes, 1 << 20);
+  ck_assert_ptr_nonnull(strstr(e.msg, "8000000"));
+  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, UINT64_MAX, 3, UINT64_MAX, &lim, &exact, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(test_output_dtype_defaults_to_complex128_and_refuses_real_types) {
+  qdp_dtype t = QDP_DTYPE_UNSPECIFIED;
+  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_UNSPECIFIED, &t, NULL), QDP_OK);
+  ck_assert_int_eq(t, QDP_DTYPE_COMPLEX128);
+  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_COMPLEX64, &t, NULL), QDP_OK);
+  ck_assert_int_eq(t, QDP_DTYPE_COMPLEX64);
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_FLOAT64, &t, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "output_dtype");
+  ck_assert_int_eq(rpc_output_dtype(99, &t, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "99"));
+}
+END_TEST
+
+START_TEST(test_placement_maps_names_to_indices_in_order) {
+  struct plan_device devs[3] = {
+    {0, 0, "cpu:0", 100}, {0, 1, "cpu:1", 100}, {0, 2, "cpu:2", 100}};
+  size_t sub[3] = {9, 9, 9};
+  size_t n = 99;
+  enum plan_policy pol = PLAN_BATCH;
+  ck_assert_int_eq(rpc_placement(NULL, devs, 3, &pol, sub, &n, NULL), QDP_OK);
+  ck_assert_int_eq(pol, PLAN_AUTO);
+  ck_assert_uint_eq(n, 0);
+  Qdp__Placement pl = QDP__PLACEMENT__INIT;
+  char *names[] = {"cpu:2", "cpu:0"};
+  pl.policy = QDP__POLICY__POLICY_UNEVEN;
+  pl.devices = names;
+  pl.n_devices = 2;
+  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, NULL), QDP_OK);
+  ck_assert_int_eq(pol, PLAN_UNEVEN);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_uint_eq(sub[0], 2);
+  ck_assert_uint_eq(sub[1], 0);
+  struct qdp_error e = QDP_ERROR_INIT;
+  char *bad[] = {"cuda:0"};
+  pl.devices = bad;
+  pl.n_devices = 1;
+  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "placement.devices");
+  ck_assert_ptr_nonnull(strstr(e.msg, "'cuda:0'"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "cpu:0, cpu:1, cpu:2"));
+  char *twice[] = {"cpu:1", "cpu:1"};
+  pl.devices = twice;
+  pl.n_devices = 2;
+  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "twice"));
+  pl.n_devices = 0;
+  pl.policy = (Qdp__Policy)7;
+  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "placement.policy");
+  ck_assert_uint_eq(rpc_ttl_ms(0), 0);
+  ck_assert_uint_eq(rpc_ttl_ms(90), 90000);
+  ck_assert_uint_eq(rpc_ttl_ms(UINT64_MAX / 999), UINT64_MAX);
+}
+END_TEST
+
+START_TEST(test_path_under_follows_links_and_dotdot_out_of_the_directory) {
+  char root[] = "/tmp/qdp-paths-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  char allowed[128], other[128], link[160], file[160], inside[256];
+  snprintf(allowed, sizeof allowed, "%s/allowed", root);
+  snprintf(other, sizeof other, "%s/other", root);
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  ck_assert_int_eq(mkdir(other, 0700), 0);
+  snprintf(link, sizeof link, "%s/escape", allowed);
+  ck_assert_int_eq(symlink(other, link), 0);
+  snprintf(file, sizeof file, "%s/x.npy", allowed);
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  struct qdp_error e = QDP_ERROR_INIT;
+  /* No directory configured: anything goes. */
+  ck_assert_int_eq(rpc_path_under("/etc/passwd", "", true, "input.path", NULL), QDP_OK);
+  ck_assert_int_eq(rpc_path_under(file, allowed, true, "input.path", NULL), QDP_OK);
+  snprintf(inside, sizeof inside, "%s/new.npy", allowed);
+  ck_assert_int_eq(rpc_path_under(inside, allowed, false, "path", NULL), QDP_OK);
+  /* Through the symbolic link into a sibling directory. */
+  snprintf(inside, sizeof inside, "%s/escape/new.npy", allowed);
+  ck_assert_int_eq(rpc_path_under(inside, allowed, false, "path", &e), QDP_ERR_PERMISSION_DENIED);
+  ck_assert_str_eq(e.field, "path");
+  /* Up and out with '..'. */
+  snprintf(inside, sizeof inside, "%s/../other/new.npy", allowed);
+  ck_assert_int_eq(rpc_path_under(inside, allowed, false, "path", &e), QDP_ERR_PERMISSION_DENIED);
+  /* A sibling whose name starts with the allowed directory's name. */
+  char sibling[160];
+  snprintf(sibling, sizeof sibling, "%s/allowed2", root);
+  ck_assert_int_eq(mkdir(sibling, 0700), 0);
+  snprintf(inside, sizeof inside, "%s/y.npy", sibling);
+  ck_assert_int_eq(rpc_path_under(inside, allowed, false, "path", &e), QDP_ERR_PERMISSION_DENIED);
+  snprintf(inside, sizeof inside, "%s/missing.npy", allowed);
+  ck_assert_int_eq(rpc_path_under(inside, allowed, true, "input.path", &e), QDP_ERR_NOT_FOUND);
+  /* The directory itself is not a file under it. */
+  ck_assert_int_eq(rpc_path_under(allowed, allowed, false, "path", &e), QDP_ERR_PERMISSION_DENIED);
+  unlink(file);
+  unlink(link);
+  rmdir(sibling);
+  rmdir(allowed);
+  rmdir(other);
+  rmdir(root);
+}
+END_TEST
+
 static Suite *codec_suite(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("messages");
@@ -202,6 +381,13 @@ static Suite *codec_suite(void) {
   tc = tcase_create("status");
   tcase_add_test(tc, test_status_maps_grpc_codes_and_sends_local_causes_as_internal);
   tcase_add_test(tc, test_error_detail_carries_every_number);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("request");
+  tcase_add_test(tc, test_input_shape_derives_rows_and_cols_and_refuses_mismatch);
+  tcase_add_test(tc, test_upload_limit_is_the_declared_size_or_the_configured_cap);
+  tcase_add_test(tc, test_output_dtype_defaults_to_complex128_and_refuses_real_types);
+  tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
+  tcase_add_test(tc, test_path_under_follows_links_and_dotdot_out_of_the_directory);
   suite_add_tcase(s, tc);
   return s;
 }
