@@ -108,6 +108,7 @@ struct rpc_call {
   char client[72]; /* qdp-client metadata, else the peer */
   bool client_long; /* qdp-client was longer than `client` holds */
   bool tcp;
+  bool live; /* counted in live_calls: it arrived and is not freed yet */
   uint64_t start_ms;
 
   /* The answer, kept until its batch completes. */
@@ -172,6 +173,8 @@ struct rpc_server {
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
   atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
+  atomic_int live_calls;                /* calls that arrived and are not freed yet */
+  atomic_int shutdown_notified, cq_shut;
 };
 
 int64_t rpc_now_unix_ms(void);

@@ -146,7 +146,15 @@ static void pool_stop(struct rpc_server *s) {
 
 /* ---- calls ---------------------------------------------------------------------------------------- */
 
+static void try_shutdown_cq(struct rpc_server *s) {
+  if (!atomic_exchange(&s->cq_shut, 1)) {
+    grpc_completion_queue_shutdown(s->cq);
+  }
+}
+
 static void call_free(struct rpc_call *c) {
+  struct rpc_server *s = c->srv;
+  bool live = c->live;
   if (c->call) {
     grpc_call_unref(c->call);
   }
@@ -172,6 +180,10 @@ static void call_free(struct rpc_call *c) {
   }
   rpc_upload_free(c);
   free(c);
+  /* The queue may shut down only once no call can start another batch on it. */
+  if (live && atomic_fetch_sub(&s->live_calls, 1) == 1 && atomic_load(&s->shutdown_notified)) {
+    try_shutdown_cq(s);
+  }
 }
 
 /* Any thread. */
@@ -295,6 +307,8 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     rpc_call_unref(c);
     return;
   }
+  c->live = true;
+  atomic_fetch_add(&s->live_calls, 1);
   if (!s->shutting_down) {
     arm(s, c->method);
   }
@@ -708,8 +722,11 @@ static void on_cq_done(struct rpc_server *s, struct rpc_ev *e) {
 
 static void on_shutdown_notified(struct rpc_server *s, struct rpc_ev *e) {
   (void)e;
-  log_info("rpc", "every call has finished; stopping");
-  grpc_completion_queue_shutdown(s->cq);
+  log_info("rpc", "the server has stopped taking calls; finishing the last ones");
+  atomic_store(&s->shutdown_notified, 1);
+  if (atomic_load(&s->live_calls) == 0) {
+    try_shutdown_cq(s);
+  }
 }
 
 static void on_drain_timeout(uv_timer_t *t) {
