@@ -20,9 +20,9 @@
 #define CONFIG_FILE_MAX (1u << 20)
 
 #define OPT(n, t, d, lo, hi, u, rt, alias, doc) \
-  {#n, t, d, lo, hi, 0.0, 0.0, u, rt, alias, doc, offsetof(struct config, n)}
+  { #n, t, d, lo, hi, 0.0, 0.0, u, rt, alias, doc, offsetof(struct config, n) }
 #define DOPT(n, d, lo, hi, u, rt, doc) \
-  {#n, CONFIG_DOUBLE, d, 0, 0, lo, hi, u, rt, NULL, doc, offsetof(struct config, n)}
+  { #n, CONFIG_DOUBLE, d, 0, 0, lo, hi, u, rt, NULL, doc, offsetof(struct config, n) }
 
 /* Limits worth a comment:
  *  - max_message_bytes stops at 2 GiB - 1 because gRPC takes the receive limit as an int.
@@ -32,67 +32,67 @@
  *  - max_upload_bytes 1 GiB and upload_budget 4 GiB bound the host memory uploads in flight may
  *    take; inline inputs are bounded by max_message_bytes. */
 static const struct config_option options[] = {
-  OPT(config, CONFIG_STRING, CONFIG_DEFAULT_PATH, 0, CONFIG_STR_MAX - 1, "path", false, NULL,
-      "configuration file read before the environment and the command line"),
-  OPT(socket, CONFIG_STRING, "", 0, 107, "path", false, NULL,
-      "Unix socket; empty: $RUNTIME_DIRECTORY/qdpd.sock, /run/qdp/qdpd.sock (root) or "
-      "$XDG_RUNTIME_DIR/qdp/qdpd.sock"),
-  OPT(tcp, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "host:port", false, NULL,
-      "also listen on TCP at HOST:PORT (port 0 picks one); empty: TCP off"),
-  OPT(tcp_token, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "text", false, "QDP_TOKEN",
-      "when set, TCP clients must send metadata 'authorization: Bearer <token>'"),
-  OPT(tcp_node_paths, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
-      "let TCP clients name files and shared memory on this node (.npy inputs, shm, Export)"),
-  OPT(shm_by_pid, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
-      "accept shared memory named by pid + fd; qdpd cannot tell whether the caller is that "
-      "process, so allow it only where every socket user may read the others' memory"),
-  OPT(input_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
-      ".npy inputs must lie under this directory; empty: any file the daemon may read"),
-  OPT(export_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
-      "Export writes only under this directory; empty: anywhere the daemon may write"),
-  OPT(devices, CONFIG_STRING, "auto", 1, CONFIG_STR_MAX - 1, "list", false, NULL,
-      "devices to own: 'auto' (all GPUs, else cpu:1), 'cpu:N', or GPU ordinals '0,1'"),
-  OPT(device_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
-      "bytes qdp may hold per device; 0: mem_fraction of the device's free memory at start"),
-  DOPT(mem_fraction, "0.9", 0.01, 1.0, "fraction", false,
-       "share of each device's free memory at start used as its budget when device_budget is 0"),
-  OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
-      "host-input staging buffer per device; 0: the backend's default"),
-  OPT(store_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
-      "bytes all states together may hold; 0: only the device budgets apply"),
-  OPT(client_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
-      "bytes the states of one client may hold; 0: no per-client limit"),
-  OPT(max_states, CONFIG_U64, "4096", 1, UINT32_MAX, "count", false, NULL,
-      "states held at once, all clients together"),
-  OPT(max_client_states, CONFIG_U64, "1024", 1, UINT32_MAX, "count", false, NULL,
-      "states one client may hold at once"),
-  OPT(default_ttl, CONFIG_SECONDS, "3600", 0, UINT32_MAX, "seconds", false, NULL,
-      "lifetime of a state whose request asks for none; 0: no expiry"),
-  OPT(max_ttl, CONFIG_SECONDS, "86400", 0, UINT32_MAX, "seconds", false, NULL,
-      "cap on any state's lifetime; 0: no cap"),
-  OPT(expire_interval, CONFIG_SECONDS, "10", 1, 3600, "seconds", false, NULL,
-      "how often states past their lifetime are released"),
-  OPT(max_qubits, CONFIG_U64, "40", 1, 60, "count", true, NULL, "qubits one request may ask for"),
-  OPT(max_batch, CONFIG_U64, "1048576", 1, UINT64_C(1) << 40, "count", true, NULL,
-      "samples one request may carry"),
-  OPT(max_message_bytes, CONFIG_BYTES, "64Mi", 4 * KI, INT_MAX, "bytes", false, NULL,
-      "largest gRPC message accepted (inline inputs travel in one)"),
-  OPT(max_upload_bytes, CONFIG_BYTES, "1Gi", 0, UINT64_MAX, "bytes", true, NULL,
-      "largest input one EncodeUpload may send"),
-  OPT(upload_budget, CONFIG_BYTES, "4Gi", 0, UINT64_MAX, "bytes", true, NULL,
-      "host memory all uploads in flight together may hold"),
-  OPT(fetch_chunk, CONFIG_BYTES, "1Mi", 4 * KI, 64 * MI, "bytes", true, NULL,
-      "Fetch chunk size when the request gives none"),
-  OPT(workers, CONFIG_U64, "4", 1, 256, "count", false, NULL,
-      "worker threads for encode, fetch and export jobs (concurrent jobs)"),
-  OPT(shutdown_timeout, CONFIG_SECONDS, "30", 0, 86400, "seconds", false, NULL,
-      "on SIGTERM, how long calls in flight may finish before they are cancelled; 0: no limit"),
-  OPT(log_level, CONFIG_LEVEL, "info", 3, 7, "level", true, NULL,
-      "err, warning, notice, info or debug"),
-  OPT(log_subsys, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "list", true, NULL,
-      "show info and debug lines only of these subsystems ('rpc,plan'); empty: all"),
-  OPT(watchdog, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
-      "ping systemd's watchdog (WATCHDOG=1) when the unit sets WatchdogSec"),
+    OPT(config, CONFIG_STRING, CONFIG_DEFAULT_PATH, 0, CONFIG_STR_MAX - 1, "path", false, NULL,
+        "configuration file read before the environment and the command line"),
+    OPT(socket, CONFIG_STRING, "", 0, 107, "path", false, NULL,
+        "Unix socket; empty: $RUNTIME_DIRECTORY/qdpd.sock, /run/qdp/qdpd.sock (root) or "
+        "$XDG_RUNTIME_DIR/qdp/qdpd.sock"),
+    OPT(tcp, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "host:port", false, NULL,
+        "also listen on TCP at HOST:PORT (port 0 picks one); empty: TCP off"),
+    OPT(tcp_token, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "text", false, "QDP_TOKEN",
+        "when set, TCP clients must send metadata 'authorization: Bearer <token>'"),
+    OPT(tcp_node_paths, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
+        "let TCP clients name files and shared memory on this node (.npy inputs, shm, Export)"),
+    OPT(shm_by_pid, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
+        "accept shared memory named by pid + fd; qdpd cannot tell whether the caller is that "
+        "process, so allow it only where every socket user may read the others' memory"),
+    OPT(input_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
+        ".npy inputs must lie under this directory; empty: any file the daemon may read"),
+    OPT(export_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
+        "Export writes only under this directory; empty: anywhere the daemon may write"),
+    OPT(devices, CONFIG_STRING, "auto", 1, CONFIG_STR_MAX - 1, "list", false, NULL,
+        "devices to own: 'auto' (all GPUs, else cpu:1), 'cpu:N', or GPU ordinals '0,1'"),
+    OPT(device_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
+        "bytes qdp may hold per device; 0: mem_fraction of the device's free memory at start"),
+    DOPT(mem_fraction, "0.9", 0.01, 1.0, "fraction", false,
+         "share of each device's free memory at start used as its budget when device_budget is 0"),
+    OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
+        "host-input staging buffer per device; 0: the backend's default"),
+    OPT(store_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
+        "bytes all states together may hold; 0: only the device budgets apply"),
+    OPT(client_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
+        "bytes the states of one client may hold; 0: no per-client limit"),
+    OPT(max_states, CONFIG_U64, "4096", 1, UINT32_MAX, "count", false, NULL,
+        "states held at once, all clients together"),
+    OPT(max_client_states, CONFIG_U64, "1024", 1, UINT32_MAX, "count", false, NULL,
+        "states one client may hold at once"),
+    OPT(default_ttl, CONFIG_SECONDS, "3600", 0, UINT32_MAX, "seconds", false, NULL,
+        "lifetime of a state whose request asks for none; 0: no expiry"),
+    OPT(max_ttl, CONFIG_SECONDS, "86400", 0, UINT32_MAX, "seconds", false, NULL,
+        "cap on any state's lifetime; 0: no cap"),
+    OPT(expire_interval, CONFIG_SECONDS, "10", 1, 3600, "seconds", false, NULL,
+        "how often states past their lifetime are released"),
+    OPT(max_qubits, CONFIG_U64, "40", 1, 60, "count", true, NULL, "qubits one request may ask for"),
+    OPT(max_batch, CONFIG_U64, "1048576", 1, UINT64_C(1) << 40, "count", true, NULL,
+        "samples one request may carry"),
+    OPT(max_message_bytes, CONFIG_BYTES, "64Mi", 4 * KI, INT_MAX, "bytes", false, NULL,
+        "largest gRPC message accepted (inline inputs travel in one)"),
+    OPT(max_upload_bytes, CONFIG_BYTES, "1Gi", 0, UINT64_MAX, "bytes", true, NULL,
+        "largest input one EncodeUpload may send"),
+    OPT(upload_budget, CONFIG_BYTES, "4Gi", 0, UINT64_MAX, "bytes", true, NULL,
+        "host memory all uploads in flight together may hold"),
+    OPT(fetch_chunk, CONFIG_BYTES, "1Mi", 4 * KI, 64 * MI, "bytes", true, NULL,
+        "Fetch chunk size when the request gives none"),
+    OPT(workers, CONFIG_U64, "4", 1, 256, "count", false, NULL,
+        "worker threads for encode, fetch and export jobs (concurrent jobs)"),
+    OPT(shutdown_timeout, CONFIG_SECONDS, "30", 0, 86400, "seconds", false, NULL,
+        "on SIGTERM, how long calls in flight may finish before they are cancelled; 0: no limit"),
+    OPT(log_level, CONFIG_LEVEL, "info", 3, 7, "level", true, NULL,
+        "err, warning, notice, info or debug"),
+    OPT(log_subsys, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "list", true, NULL,
+        "show info and debug lines only of these subsystems ('rpc,plan'); empty: all"),
+    OPT(watchdog, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
+        "ping systemd's watchdog (WATCHDOG=1) when the unit sets WatchdogSec"),
 };
 
 #define NOPTIONS (sizeof options / sizeof options[0])
@@ -146,7 +146,8 @@ const char *config_source_name(enum config_source s) {
   return "unknown";
 }
 
-/* ---- number parsers ---------------------------------------------------------------------------- */
+/* ---- number parsers ----------------------------------------------------------------------------
+ */
 
 /* Digits only: strtoull alone would take a sign, leading blanks and "0x". */
 static qdp_status digits(const char *s, size_t *ret_len, uint64_t *ret, const char *field,
@@ -199,13 +200,12 @@ qdp_status config_parse_u64(const char *s, uint64_t min, uint64_t max, const cha
   return rc;
 }
 
-static qdp_status scaled(const char *s, const char *suffix, uint64_t v, uint64_t mul,
-                         uint64_t min, uint64_t max, const char *field, uint64_t *ret,
-                         struct qdp_error *reterr) {
+static qdp_status scaled(const char *s, const char *suffix, uint64_t v, uint64_t mul, uint64_t min,
+                         uint64_t max, const char *field, uint64_t *ret, struct qdp_error *reterr) {
   (void)suffix;
   if (mul != 0 && v > UINT64_MAX / mul) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                         "%s = '%s' does not fit 64 bits", field, s);
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field, "%s = '%s' does not fit 64 bits",
+                         field, s);
   }
   qdp_status rc = in_range(v * mul, min, max, field, s, reterr);
   if (rc == QDP_OK) {
@@ -220,24 +220,11 @@ qdp_status config_parse_bytes(const char *s, uint64_t min, uint64_t max, const c
     const char *sfx;
     uint64_t mul;
   } units[] = {
-    {"", 1},
-    {"B", 1},
-    {"K", 1000ull},
-    {"KB", 1000ull},
-    {"Ki", KI},
-    {"KiB", KI},
-    {"M", 1000000ull},
-    {"MB", 1000000ull},
-    {"Mi", MI},
-    {"MiB", MI},
-    {"G", 1000000000ull},
-    {"GB", 1000000000ull},
-    {"Gi", GI},
-    {"GiB", GI},
-    {"T", 1000000000000ull},
-    {"TB", 1000000000000ull},
-    {"Ti", TI},
-    {"TiB", TI},
+      {"", 1},    {"B", 1},    {"K", 1000ull},          {"KB", 1000ull},
+      {"Ki", KI}, {"KiB", KI}, {"M", 1000000ull},       {"MB", 1000000ull},
+      {"Mi", MI}, {"MiB", MI}, {"G", 1000000000ull},    {"GB", 1000000000ull},
+      {"Gi", GI}, {"GiB", GI}, {"T", 1000000000000ull}, {"TB", 1000000000000ull},
+      {"Ti", TI}, {"TiB", TI},
   };
   uint64_t v;
   size_t n;
@@ -300,8 +287,8 @@ qdp_status config_parse_double(const char *s, double min, double max, const char
                          field, s);
   }
   if (v < min || v > max) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                         "%s = '%s' is outside [%g, %g]", field, s, min, max);
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field, "%s = '%s' is outside [%g, %g]",
+                         field, s, min, max);
   }
   *ret = v;
   return QDP_OK;
@@ -331,9 +318,8 @@ qdp_status config_parse_level(const char *s, const char *field, int *ret,
     const char *name;
     int level;
   } names[] = {
-    {"err", 3},  {"error", 3}, {"warning", 4}, {"warn", 4}, {"notice", 5},
-    {"info", 6}, {"debug", 7}, {"3", 3},       {"4", 4},    {"5", 5},
-    {"6", 6},    {"7", 7},
+      {"err", 3},   {"error", 3}, {"warning", 4}, {"warn", 4}, {"notice", 5}, {"info", 6},
+      {"debug", 7}, {"3", 3},     {"4", 4},       {"5", 5},    {"6", 6},      {"7", 7},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     if (strcasecmp(s, names[i].name) == 0) {
@@ -346,7 +332,8 @@ qdp_status config_parse_level(const char *s, const char *field, int *ret,
                        field, s);
 }
 
-/* ---- setting values ---------------------------------------------------------------------------- */
+/* ---- setting values ----------------------------------------------------------------------------
+ */
 
 static qdp_status set_value(struct config *c, const struct config_option *o, const char *value,
                             struct qdp_error *reterr) {
@@ -439,7 +426,8 @@ qdp_status config_set(struct config *c, const char *name, const char *value, enu
   return QDP_OK;
 }
 
-/* ---- the file ---------------------------------------------------------------------------------- */
+/* ---- the file ----------------------------------------------------------------------------------
+ */
 
 static const char *trim(char *s, size_t *len) {
   size_t n = *len;
@@ -472,8 +460,8 @@ qdp_status config_parse_text(struct config *c, const char *text, size_t len, con
     line[n] = '\0';
     pos += n + (nl ? 1 : 0);
     if (memchr(line, '\0', n)) {
-      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
-                           "%s:%zu: line holds a NUL byte", origin, lineno);
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL, "%s:%zu: line holds a NUL byte",
+                           origin, lineno);
     }
 
     size_t ln = n;
@@ -548,8 +536,8 @@ qdp_status config_load_file(struct config *c, const char *path, bool must_exist,
     }
     if (r <= 0) {
       int e = r < 0 ? errno : EIO;
-      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "cannot read config file '%s': %s",
-                            path, strerror(e));
+      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "cannot read config file '%s': %s", path,
+                            strerror(e));
       goto out;
     }
     got += (size_t)r;
@@ -563,7 +551,8 @@ out:
   return rc;
 }
 
-/* ---- environment and command line -------------------------------------------------------------- */
+/* ---- environment and command line --------------------------------------------------------------
+ */
 
 static void env_name(const struct config_option *o, char *buf, size_t len) {
   size_t j = snprintf(buf, len, "QDP_");
@@ -652,8 +641,8 @@ qdp_status config_apply_args(struct config *c, int argc, char *const *argv,
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
-      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, o->name,
-                           "option '--%s' needs a value", o->name);
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, o->name, "option '--%s' needs a value",
+                           o->name);
     }
     qdp_status rc = config_set(c, o->name, value, CONFIG_SRC_ARG, NULL, reterr);
     if (rc != QDP_OK) {
@@ -734,7 +723,8 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
   }
   if (c->fetch_chunk + 64 > c->max_message_bytes) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "fetch_chunk",
-                         "fetch_chunk = %" PRIu64 " B plus a 64 B header does not fit "
+                         "fetch_chunk = %" PRIu64
+                         " B plus a 64 B header does not fit "
                          "max_message_bytes = %" PRIu64 " B",
                          c->fetch_chunk, c->max_message_bytes);
   }
@@ -767,7 +757,8 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
   return QDP_OK;
 }
 
-/* ---- printing ---------------------------------------------------------------------------------- */
+/* ---- printing ----------------------------------------------------------------------------------
+ */
 
 void config_format_value(const struct config *c, const struct config_option *o, bool mask,
                          char *buf, size_t len) {
@@ -810,11 +801,11 @@ void config_print(const struct config *c, FILE *f) {
     } else {
       snprintf(src, sizeof src, "%s", config_source_name(c->src[i]));
     }
-    fprintf(f, "%s = %s%*s# %s\n", options[i].name, v,
-            (int)(strlen(v) + strlen(options[i].name) < 40
-                      ? 40 - strlen(v) - strlen(options[i].name)
-                      : 1),
-            "", src);
+    fprintf(
+        f, "%s = %s%*s# %s\n", options[i].name, v,
+        (int)(strlen(v) + strlen(options[i].name) < 40 ? 40 - strlen(v) - strlen(options[i].name)
+                                                       : 1),
+        "", src);
   }
 }
 
@@ -830,12 +821,11 @@ void config_help(FILE *f, const char *prog) {
   for (size_t i = 0; i < NOPTIONS; i++) {
     const struct config_option *o = &options[i];
     char flag[64];
-    snprintf(flag, sizeof flag, "--%s %s", o->name,
-             o->type == CONFIG_BOOL ? "[yes|no]" : o->unit);
+    snprintf(flag, sizeof flag, "--%s %s", o->name, o->type == CONFIG_BOOL ? "[yes|no]" : o->unit);
     char env[64];
     env_name(o, env, sizeof env);
     fprintf(f, "  %-34s %s%s\n", flag, o->doc, o->runtime ? " [runtime]" : "");
-    fprintf(f, "  %-34s default: '%s'; env %s%s%s\n", "", o->def, env,
-            o->env_alias ? " or " : "", o->env_alias ? o->env_alias : "");
+    fprintf(f, "  %-34s default: '%s'; env %s%s%s\n", "", o->def, env, o->env_alias ? " or " : "",
+            o->env_alias ? o->env_alias : "");
   }
 }

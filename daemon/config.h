@@ -103,7 +103,8 @@ const struct config_option *config_find(const char *name);
 /* Fills every option with its default (source "default"). */
 void config_defaults(struct config *c);
 
-/* Parses `value` for option `name` and stores it with its source and origin (origin may be NULL). */
+/* Parses `value` for option `name` and stores it with its source and origin (origin may be NULL).
+ */
 qdp_status config_set(struct config *c, const char *name, const char *value, enum config_source src,
                       const char *origin, struct qdp_error *reterr);
 

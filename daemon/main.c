@@ -48,7 +48,8 @@ struct daemon {
   bool stopping;
 };
 
-/* ---- systemd notification (sd_notify(3) without libsystemd) -------------------------------------- */
+/* ---- systemd notification (sd_notify(3) without libsystemd)
+ * -------------------------------------- */
 
 static void notify(const char *msg) {
   const char *path = getenv("NOTIFY_SOCKET");
@@ -103,7 +104,8 @@ static void on_watchdog(uv_timer_t *t) {
   notify("WATCHDOG=1");
 }
 
-/* ---- socket path and the single-instance lock ------------------------------------------------------ */
+/* ---- socket path and the single-instance lock
+ * ------------------------------------------------------ */
 
 static qdp_status default_socket(char *buf, size_t len, bool *ret_own_dir, struct qdp_error *err) {
   const char *rd = getenv("RUNTIME_DIRECTORY");
@@ -206,7 +208,8 @@ static void release_lock(struct daemon *d) {
   }
 }
 
-/* ---- signals --------------------------------------------------------------------------------------- */
+/* ---- signals
+ * --------------------------------------------------------------------------------------- */
 
 static void on_server_done(void *arg) {
   struct daemon *d = arg;
@@ -253,9 +256,9 @@ static void on_hup(uv_signal_t *h, int sig) {
       if (o->runtime) {
         log_notice("main", "SIGHUP: %s = %s (was %s)", o->name, now, was);
         memcpy((char *)&d->cfg + o->offset, (char *)c + o->offset,
-               o->type == CONFIG_STRING ? CONFIG_STR_MAX
-               : o->type == CONFIG_BOOL ? sizeof(bool)
-               : o->type == CONFIG_LEVEL ? sizeof(int)
+               o->type == CONFIG_STRING   ? CONFIG_STR_MAX
+               : o->type == CONFIG_BOOL   ? sizeof(bool)
+               : o->type == CONFIG_LEVEL  ? sizeof(int)
                : o->type == CONFIG_DOUBLE ? sizeof(double)
                                           : sizeof(uint64_t));
         d->cfg.src[i] = c->src[i];
@@ -273,7 +276,8 @@ static void on_hup(uv_signal_t *h, int sig) {
   free(c);
 }
 
-/* ---- main ------------------------------------------------------------------------------------------- */
+/* ---- main
+ * ------------------------------------------------------------------------------------------- */
 
 static int fail(const char *what, const struct qdp_error *err) {
   log_err("main", "%s: %s", what, err->msg);
@@ -329,22 +333,22 @@ int main(int argc, char **argv) {
   }
 
   struct runtime_mesh_config mc = {
-    .devices = d.cfg.devices,
-    .device_budget_bytes = d.cfg.device_budget,
-    .mem_fraction = d.cfg.mem_fraction,
-    .staging_bytes = d.cfg.staging_bytes,
+      .devices = d.cfg.devices,
+      .device_budget_bytes = d.cfg.device_budget,
+      .mem_fraction = d.cfg.mem_fraction,
+      .staging_bytes = d.cfg.staging_bytes,
   };
   if (runtime_mesh_create(&mc, &d.mesh, &err) != QDP_OK) {
     rc = fail("devices", &err);
     goto out;
   }
   struct state_store_limits lim = {
-    .budget_bytes = d.cfg.store_budget,
-    .client_budget_bytes = d.cfg.client_budget,
-    .max_states = (uint32_t)d.cfg.max_states,
-    .max_client_states = (uint32_t)d.cfg.max_client_states,
-    .default_ttl_ms = d.cfg.default_ttl * 1000,
-    .max_ttl_ms = d.cfg.max_ttl * 1000,
+      .budget_bytes = d.cfg.store_budget,
+      .client_budget_bytes = d.cfg.client_budget,
+      .max_states = (uint32_t)d.cfg.max_states,
+      .max_client_states = (uint32_t)d.cfg.max_client_states,
+      .default_ttl_ms = d.cfg.default_ttl * 1000,
+      .max_ttl_ms = d.cfg.max_ttl * 1000,
   };
   if (state_store_create(&lim, &d.store, &err) != QDP_OK) {
     rc = fail("state store", &err);
@@ -393,8 +397,10 @@ int main(int argc, char **argv) {
     const char *colon = strrchr(d.cfg.tcp, ':');
     snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d.cfg.tcp), d.cfg.tcp, tcp_port);
     if (!d.cfg.tcp_token[0]) {
-      log_warning("main", "TCP is on at %s without tcp_token: anyone who reaches it may use the "
-                  "daemon", tcp_addr);
+      log_warning("main",
+                  "TCP is on at %s without tcp_token: anyone who reaches it may use the "
+                  "daemon",
+                  tcp_addr);
     }
   }
   if (log_journal()) {
@@ -412,12 +418,11 @@ int main(int argc, char **argv) {
   size_t ndev = runtime_mesh_count(d.mesh);
   char ready[CONFIG_STR_MAX * 2 + 128];
   snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving unix:%s%s%s on %zu %s device%s",
-           d.socket_path, tcp_addr[0] ? " and " : "", tcp_addr, ndev,
-           runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s");
+           d.socket_path, tcp_addr[0] ? " and " : "", tcp_addr, ndev, runtime_mesh_backend(d.mesh),
+           ndev == 1 ? "" : "s");
   notify(ready);
   log_info("main", "qdpd %s ready: %zu %s device%s, %" PRIu64 " workers, pid %ld", QDP_VERSION,
-           ndev, runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s", d.cfg.workers,
-           (long)getpid());
+           ndev, runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s", d.cfg.workers, (long)getpid());
 
   uv_run(d.loop, UV_RUN_DEFAULT);
   rc = 0;

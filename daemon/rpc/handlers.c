@@ -18,7 +18,8 @@
 #include "runtime/runtime.h"
 #include "state/store.h"
 
-/* ---- a reply's memory: everything a reply message points to, freed at once after packing ------- */
+/* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
+ */
 
 struct arena_blk {
   struct arena_blk *next;
@@ -66,7 +67,8 @@ static qdp_status arena_check(const struct arena *a, struct qdp_error *err) {
   return QDP_OK;
 }
 
-/* ---- pieces shared by the handlers --------------------------------------------------------------- */
+/* ---- pieces shared by the handlers
+ * --------------------------------------------------------------- */
 
 static qdp_status check_deadline(const struct rpc_call *c, struct qdp_error *err) {
   gpr_timespec now = gpr_now(c->deadline.clock_type);
@@ -100,8 +102,8 @@ static void destroy_state(void *payload) {
   runtime_state_destroy(payload);
 }
 
-static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p,
-                        size_t *ret_n, Qdp__Shard ***ret) {
+static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p, size_t *ret_n,
+                        Qdp__Shard ***ret) {
   Qdp__Shard **arr = arena_alloc(a, p->nshards * sizeof *arr);
   Qdp__Shard *sh = arena_alloc(a, p->nshards * sizeof *sh);
   if (!arr || !sh) {
@@ -301,22 +303,22 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   size_t nsub = 0;
   QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
   struct plan_request pr = {
-    .encoding = (qdp_encoding)r->encoding,
-    .qubits = r->qubits,
-    .batch = in.rows,
-    .values_per_sample = in.cols,
-    .in_dtype = in.dtype,
-    .out_dtype = out_dtype,
-    .policy = policy,
-    .device_subset = nsub ? subset : NULL,
-    .device_subset_count = nsub,
-    .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
+      .encoding = (qdp_encoding)r->encoding,
+      .qubits = r->qubits,
+      .batch = in.rows,
+      .values_per_sample = in.cols,
+      .in_dtype = in.dtype,
+      .out_dtype = out_dtype,
+      .policy = policy,
+      .device_subset = nsub ? subset : NULL,
+      .device_subset_count = nsub,
+      .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
   };
   struct plan_world world = {.devices = devs, .count = n, .ranks = 1};
   struct plan_limits lim = {
-    .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
-    .max_batch = atomic_load(&s->max_batch),
-    .max_state_bytes = 0,
+      .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
+      .max_batch = atomic_load(&s->max_batch),
+      .max_state_bytes = 0,
   };
   QDP_TRY(rc, plan_compute(&pr, &world, &lim, &p, &err));
   if (dry_run) {
@@ -495,8 +497,8 @@ void rpc_h_list(struct rpc_job *j) {
   state_store_foreach(s->store, list_one, &l);
   qdp_status rc = QDP_OK;
   if (l.failed || a.failed) {
-    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "no host memory to list %zu states", l.n);
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to list %zu states",
+                       l.n);
   } else {
     Qdp__ListReply r = QDP__LIST_REPLY__INIT;
     r.n_states = l.n;
@@ -528,7 +530,8 @@ void rpc_h_release(struct rpc_job *j) {
   rpc_finish(c, rpc_codec_pack(&r.base), NULL);
 }
 
-/* ---- Fetch: a server stream, one chunk in flight ---------------------------------------------------- */
+/* ---- Fetch: a server stream, one chunk in flight
+ * ---------------------------------------------------- */
 
 static void fetch_step(struct rpc_job *j);
 
@@ -660,7 +663,8 @@ void rpc_h_fetch(struct rpc_job *j) {
   fetch_step(j);
 }
 
-/* ---- Export ------------------------------------------------------------------------------------------- */
+/* ---- Export
+ * ------------------------------------------------------------------------------------------- */
 
 static qdp_status export_read(void *arg, uint64_t offset, uint64_t n, void *dst,
                               struct qdp_error *reterr) {
@@ -685,8 +689,8 @@ void rpc_h_export(struct rpc_job *j) {
   int ndim = p->batch > 1 ? 2 : 1;
   char hdr[IO_NPY_HEADER_CAP];
   size_t hlen = 0;
-  QDP_TRY(rc, io_npy_header(p->out_dtype, ndim, p->batch, p->amplitudes, hdr, sizeof hdr, &hlen,
-                            &err));
+  QDP_TRY(rc,
+          io_npy_header(p->out_dtype, ndim, p->batch, p->amplitudes, hdr, sizeof hdr, &hlen, &err));
   QDP_TRY(rc, io_write_npy(r->path, r->overwrite, p->out_dtype, ndim, p->batch, p->amplitudes,
                            export_read, payload, &err));
   log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, meta.handle, r->path,
@@ -702,7 +706,8 @@ out:
   rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
 }
 
-/* ---- Status --------------------------------------------------------------------------------------------- */
+/* ---- Status
+ * --------------------------------------------------------------------------------------------- */
 
 void rpc_h_status(struct rpc_job *j) {
   struct rpc_call *c = j->call;

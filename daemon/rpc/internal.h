@@ -105,7 +105,7 @@ struct rpc_call {
   struct rpc_ev ev_new, ev_recv, ev_send, ev_close, ev_done;
   struct rpc_job job;
   char peer[128];
-  char client[72]; /* qdp-client metadata, else the peer */
+  char client[72];  /* qdp-client metadata, else the peer */
   bool client_long; /* qdp-client was longer than `client` holds */
   bool tcp;
   bool live; /* counted in live_calls: it arrived and is not freed yet */

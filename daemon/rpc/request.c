@@ -55,8 +55,7 @@ qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nby
   if (cols == 0) {
     if (values % r != 0) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                           "%s holds %" PRIu64 " values, which do not split into %" PRIu64
-                           " rows",
+                           "%s holds %" PRIu64 " values, which do not split into %" PRIu64 " rows",
                            field, values, r);
     }
     *ret_rows = r;
@@ -160,8 +159,8 @@ qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *dev
       char names[256] = "";
       size_t len = 0;
       for (size_t k = 0; k < n && len < sizeof names; k++) {
-        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "",
-                                devs[k].name);
+        len +=
+            (size_t)snprintf(names + len, sizeof names - len, "%s%s", k ? ", " : "", devs[k].name);
       }
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
                            "placement.devices[%zu] = '%.64s' is not a device of this daemon (%s)",
@@ -205,8 +204,8 @@ qdp_status rpc_path_under(const char *path, const char *dir, bool must_exist, co
   if (!rdir) {
     int e = errno;
     rc = qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, -1, e,
-                          "the configured directory '%s' for %s cannot be resolved: %s", dir,
-                          field, strerror(e));
+                          "the configured directory '%s' for %s cannot be resolved: %s", dir, field,
+                          strerror(e));
     goto out;
   }
   if (must_exist) {
@@ -233,8 +232,8 @@ qdp_status rpc_path_under(const char *path, const char *dir, bool must_exist, co
   }
   if (!rpath) {
     int e = errno;
-    rc = qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_INVALID_ARGUMENT, -1,
-                          e, "%s = '%.200s' cannot be resolved: %s", field, path, strerror(e));
+    rc = qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_INVALID_ARGUMENT, -1, e,
+                          "%s = '%.200s' cannot be resolved: %s", field, path, strerror(e));
     if (reterr) {
       snprintf(reterr->field, sizeof reterr->field, "%s", field);
     }

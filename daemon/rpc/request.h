@@ -21,8 +21,8 @@ qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nby
                            struct qdp_error *reterr);
 
 /* The most bytes an upload declared as (dtype, rows, cols) may send: rows * cols * size when cols
- * is given (*ret_exact = true: it must send exactly that), else max_upload_bytes. RESOURCE_EXHAUSTED
- * when the declared size passes max_upload_bytes. */
+ * is given (*ret_exact = true: it must send exactly that), else max_upload_bytes.
+ * RESOURCE_EXHAUSTED when the declared size passes max_upload_bytes. */
 qdp_status rpc_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
                             uint64_t *ret_limit, bool *ret_exact, struct qdp_error *reterr);
 

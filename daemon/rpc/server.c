@@ -25,29 +25,29 @@
 #define ARMED_PER_METHOD 4
 
 const struct rpc_method rpc_methods[RPC_M_COUNT] = {
-  [RPC_M_ENCODE] = {"/qdp.Qdp/Encode", "Encode", RPC_UNARY, &qdp__encode_request__descriptor,
-                    rpc_h_encode},
-  [RPC_M_PLAN] = {"/qdp.Qdp/Plan", "Plan", RPC_UNARY, &qdp__encode_request__descriptor,
-                  rpc_h_plan},
-  [RPC_M_UPLOAD] = {"/qdp.Qdp/EncodeUpload", "EncodeUpload", RPC_CLIENT_STREAM,
-                    &qdp__upload_chunk__descriptor, rpc_h_upload_encode},
-  [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY, &qdp__state_ref__descriptor,
-                      rpc_h_describe},
-  [RPC_M_LIST] = {"/qdp.Qdp/List", "List", RPC_UNARY, &qdp__list_request__descriptor,
-                  rpc_h_list},
-  [RPC_M_RELEASE] = {"/qdp.Qdp/Release", "Release", RPC_UNARY, &qdp__state_ref__descriptor,
-                     rpc_h_release},
-  [RPC_M_FETCH] = {"/qdp.Qdp/Fetch", "Fetch", RPC_SERVER_STREAM, &qdp__fetch_request__descriptor,
-                   rpc_h_fetch},
-  [RPC_M_EXPORT] = {"/qdp.Qdp/Export", "Export", RPC_UNARY, &qdp__export_request__descriptor,
-                    rpc_h_export},
-  [RPC_M_STATUS] = {"/qdp.Qdp/Status", "Status", RPC_UNARY, &qdp__status_request__descriptor,
-                    rpc_h_status},
-  [RPC_M_HEALTH] = {"/qdp.Qdp/Health", "Health", RPC_UNARY, &qdp__health_request__descriptor,
-                    NULL /* answered on the loop */},
+    [RPC_M_ENCODE] = {"/qdp.Qdp/Encode", "Encode", RPC_UNARY, &qdp__encode_request__descriptor,
+                      rpc_h_encode},
+    [RPC_M_PLAN] = {"/qdp.Qdp/Plan", "Plan", RPC_UNARY, &qdp__encode_request__descriptor,
+                    rpc_h_plan},
+    [RPC_M_UPLOAD] = {"/qdp.Qdp/EncodeUpload", "EncodeUpload", RPC_CLIENT_STREAM,
+                      &qdp__upload_chunk__descriptor, rpc_h_upload_encode},
+    [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY, &qdp__state_ref__descriptor,
+                        rpc_h_describe},
+    [RPC_M_LIST] = {"/qdp.Qdp/List", "List", RPC_UNARY, &qdp__list_request__descriptor, rpc_h_list},
+    [RPC_M_RELEASE] = {"/qdp.Qdp/Release", "Release", RPC_UNARY, &qdp__state_ref__descriptor,
+                       rpc_h_release},
+    [RPC_M_FETCH] = {"/qdp.Qdp/Fetch", "Fetch", RPC_SERVER_STREAM, &qdp__fetch_request__descriptor,
+                     rpc_h_fetch},
+    [RPC_M_EXPORT] = {"/qdp.Qdp/Export", "Export", RPC_UNARY, &qdp__export_request__descriptor,
+                      rpc_h_export},
+    [RPC_M_STATUS] = {"/qdp.Qdp/Status", "Status", RPC_UNARY, &qdp__status_request__descriptor,
+                      rpc_h_status},
+    [RPC_M_HEALTH] = {"/qdp.Qdp/Health", "Health", RPC_UNARY, &qdp__health_request__descriptor,
+                      NULL /* answered on the loop */},
 };
 
-/* ---- time ---------------------------------------------------------------------------------------- */
+/* ---- time
+ * ---------------------------------------------------------------------------------------- */
 
 int64_t rpc_now_unix_ms(void) {
   struct timespec ts;
@@ -61,7 +61,8 @@ static uint64_t mono_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* ---- the loop's inbox ----------------------------------------------------------------------------- */
+/* ---- the loop's inbox
+ * ----------------------------------------------------------------------------- */
 
 /* Any thread (the completion-queue thread in practice). */
 static void inbox_push(struct rpc_server *s, struct rpc_ev *e) {
@@ -96,7 +97,8 @@ static void on_async(uv_async_t *a) {
   }
 }
 
-/* ---- worker pool ---------------------------------------------------------------------------------- */
+/* ---- worker pool
+ * ---------------------------------------------------------------------------------- */
 
 /* Any thread. */
 void rpc_submit(struct rpc_server *s, struct rpc_job *j) {
@@ -144,7 +146,8 @@ static void pool_stop(struct rpc_server *s) {
   s->nworkers = 0;
 }
 
-/* ---- calls ---------------------------------------------------------------------------------------- */
+/* ---- calls
+ * ---------------------------------------------------------------------------------------- */
 
 static void try_shutdown_cq(struct rpc_server *s) {
   if (!atomic_exchange(&s->cq_shut, 1)) {
@@ -221,8 +224,10 @@ static void prepare_new(struct rpc_ev *e) {
 static void arm(struct rpc_server *s, int mid) {
   struct rpc_call *c = calloc(1, sizeof *c);
   if (!c) {
-    log_err("rpc", "no memory to accept a call (%zu bytes); the daemon keeps the requests it has "
-            "armed", sizeof *c);
+    log_err("rpc",
+            "no memory to accept a call (%zu bytes); the daemon keeps the requests it has "
+            "armed",
+            sizeof *c);
     return;
   }
   c->srv = s;
@@ -236,9 +241,8 @@ static void arm(struct rpc_server *s, int mid) {
   grpc_call_error ce;
   if (mid >= 0) {
     bool payload = rpc_methods[mid].kind != RPC_CLIENT_STREAM;
-    ce = grpc_server_request_registered_call(s->server, s->registered[mid], &c->call,
-                                             &c->deadline, &c->md,
-                                             payload ? &c->payload : NULL, s->cq, s->cq,
+    ce = grpc_server_request_registered_call(s->server, s->registered[mid], &c->call, &c->deadline,
+                                             &c->md, payload ? &c->payload : NULL, s->cq, s->cq,
                                              &c->ev_new);
   } else {
     ce = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
@@ -357,7 +361,8 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   rpc_submit(s, &c->job);
 }
 
-/* ---- answering ------------------------------------------------------------------------------------ */
+/* ---- answering
+ * ------------------------------------------------------------------------------------ */
 
 static void on_done(struct rpc_server *s, struct rpc_ev *e) {
   (void)s;
@@ -471,7 +476,8 @@ bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e) {
   return true;
 }
 
-/* ---- the completion-queue thread ------------------------------------------------------------------ */
+/* ---- the completion-queue thread
+ * ------------------------------------------------------------------ */
 
 static void on_cq_done(struct rpc_server *s, struct rpc_ev *e);
 
@@ -496,7 +502,8 @@ static void cq_main(void *arg) {
   inbox_push(s, &s->ev_cq_done);
 }
 
-/* ---- expiry --------------------------------------------------------------------------------------- */
+/* ---- expiry
+ * --------------------------------------------------------------------------------------- */
 
 static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
@@ -517,7 +524,8 @@ static void on_expire_timer(uv_timer_t *t) {
   rpc_submit(s, &s->expire_job);
 }
 
-/* ---- lifecycle ------------------------------------------------------------------------------------ */
+/* ---- lifecycle
+ * ------------------------------------------------------------------------------------ */
 
 static void grpc_log_fn(gpr_log_func_args *a) {
   /* gRPC's errors are mostly about one connection (a client gone, a bad handshake): warnings
@@ -600,18 +608,18 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   /* Replies are bounded by the server itself (Fetch chunks, List); the client's own receive
    * limit is what matters for them. */
   args[1] = (grpc_arg){
-    .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = -1};
+      .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = -1};
   /* Without this a second daemon could bind the same port and share its connections. */
-  args[2] = (grpc_arg){
-    .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0};
+  args[2] =
+      (grpc_arg){.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0};
   grpc_channel_args ch_args = {.num_args = 3, .args = args};
   s->server = grpc_server_create(&ch_args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   for (int i = 0; i < RPC_M_COUNT; i++) {
-    grpc_server_register_method_payload_handling ph = rpc_methods[i].kind == RPC_CLIENT_STREAM
-                                                          ? GRPC_SRM_PAYLOAD_NONE
-                                                          : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
+    grpc_server_register_method_payload_handling ph =
+        rpc_methods[i].kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
     s->registered[i] = grpc_server_register_method(s->server, rpc_methods[i].path, NULL, ph, 0);
   }
 

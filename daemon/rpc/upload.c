@@ -1,6 +1,7 @@
 /* EncodeUpload's receiving side: the first message declares the request, the later ones append
  * data into one host buffer bounded by the declared size, max_upload_bytes and upload_budget. The
- * encode itself then runs as a worker job (rpc_h_upload_encode). Loop thread, except where noted. */
+ * encode itself then runs as a worker job (rpc_h_upload_encode). Loop thread, except where noted.
+ */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,8 @@ static qdp_status declare(struct rpc_call *c, Qdp__UploadChunk *ch, struct qdp_e
                          "request.input of an upload must name no data, path or shm: the "
                          "values follow in the next messages");
   }
-  qdp_status rc = rpc_upload_limit(in->dtype, in->rows, in->cols,
-                                   atomic_load(&s->max_upload_bytes), &c->up.limit, &c->up.exact,
-                                   err);
+  qdp_status rc = rpc_upload_limit(in->dtype, in->rows, in->cols, atomic_load(&s->max_upload_bytes),
+                                   &c->up.limit, &c->up.exact, err);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -83,8 +83,7 @@ static qdp_status declare(struct rpc_call *c, Qdp__UploadChunk *ch, struct qdp_e
   return QDP_OK;
 }
 
-static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n,
-                         struct qdp_error *err) {
+static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n, struct qdp_error *err) {
   struct rpc_server *s = c->srv;
   struct rpc_upload *u = &c->up;
   if (n == 0) {

@@ -119,7 +119,8 @@ START_TEST(test_status_maps_grpc_codes_and_sends_local_causes_as_internal) {
   for (int i = 0; i <= 16; i++) {
     ck_assert_int_eq(rpc_codec_grpc_status((qdp_status)i), i);
   }
-  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_RESOURCE_EXHAUSTED), GRPC_STATUS_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_RESOURCE_EXHAUSTED),
+                   GRPC_STATUS_RESOURCE_EXHAUSTED);
   ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_UNAUTHENTICATED), GRPC_STATUS_UNAUTHENTICATED);
   ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_CUDA), GRPC_STATUS_INTERNAL);
   ck_assert_int_eq(rpc_codec_grpc_status(QDP_ERR_SYSTEM), GRPC_STATUS_INTERNAL);
@@ -200,8 +201,8 @@ START_TEST(test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size) {
 }
 END_TEST
 
-
-/* ---- request translation ---------------------------------------------------------------------- */
+/* ---- request translation ----------------------------------------------------------------------
+ */
 
 START_TEST(test_input_shape_derives_rows_and_cols_and_refuses_mismatch) {
   uint64_t r = 0, c = 0;
@@ -284,8 +285,7 @@ START_TEST(test_output_dtype_defaults_to_complex128_and_refuses_real_types) {
 END_TEST
 
 START_TEST(test_placement_maps_names_to_indices_in_order) {
-  struct plan_device devs[3] = {
-    {0, 0, "cpu:0", 100}, {0, 1, "cpu:1", 100}, {0, 2, "cpu:2", 100}};
+  struct plan_device devs[3] = {{0, 0, "cpu:0", 100}, {0, 1, "cpu:1", 100}, {0, 2, "cpu:2", 100}};
   size_t sub[3] = {9, 9, 9};
   size_t n = 99;
   enum plan_policy pol = PLAN_BATCH;

@@ -12,7 +12,8 @@
 #include "config.h"
 #include "log.h"
 
-/* ---- parsers ------------------------------------------------------------------------------------ */
+/* ---- parsers ------------------------------------------------------------------------------------
+ */
 
 START_TEST(test_bytes_accepts_decimal_and_binary_suffixes) {
   uint64_t v = 0;
@@ -52,9 +53,12 @@ START_TEST(test_bytes_refuses_overflow_sign_garbage_and_range) {
   /* 2^54 Ki = 2^64: the multiplication overflows. */
   ck_assert_int_eq(config_parse_bytes("18014398509481984Ki", 0, UINT64_MAX, "x", &v, &e),
                    QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(config_parse_bytes("-1", 0, UINT64_MAX, "x", &v, NULL), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(config_parse_bytes("+1", 0, UINT64_MAX, "x", &v, NULL), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(config_parse_bytes(" 1", 0, UINT64_MAX, "x", &v, NULL), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(config_parse_bytes("-1", 0, UINT64_MAX, "x", &v, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(config_parse_bytes("+1", 0, UINT64_MAX, "x", &v, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(config_parse_bytes(" 1", 0, UINT64_MAX, "x", &v, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(config_parse_bytes("0x10", 0, UINT64_MAX, "x", &v, NULL),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(config_parse_bytes("1.5G", 0, UINT64_MAX, "x", &v, NULL),
@@ -108,16 +112,33 @@ START_TEST(test_u64_seconds_double_bool_and_level) {
 }
 END_TEST
 
-/* ---- the table ---------------------------------------------------------------------------------- */
+/* ---- the table ----------------------------------------------------------------------------------
+ */
 
 START_TEST(test_table_defaults_parse_and_names_are_unique) {
   size_t n = config_option_count();
   ck_assert_uint_ge(n, 20);
   static const char *required[] = {
-    "config", "socket", "tcp", "tcp_token", "devices", "device_budget", "mem_fraction",
-    "store_budget", "client_budget", "max_states", "max_client_states", "default_ttl",
-    "max_ttl", "max_qubits", "max_batch", "max_message_bytes", "max_upload_bytes", "workers",
-    "log_level", "watchdog",
+      "config",
+      "socket",
+      "tcp",
+      "tcp_token",
+      "devices",
+      "device_budget",
+      "mem_fraction",
+      "store_budget",
+      "client_budget",
+      "max_states",
+      "max_client_states",
+      "default_ttl",
+      "max_ttl",
+      "max_qubits",
+      "max_batch",
+      "max_message_bytes",
+      "max_upload_bytes",
+      "workers",
+      "log_level",
+      "watchdog",
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     ck_assert_msg(config_find(required[i]) != NULL, "option %s missing", required[i]);
@@ -151,7 +172,8 @@ START_TEST(test_table_defaults_parse_and_names_are_unique) {
 }
 END_TEST
 
-/* ---- sources and precedence --------------------------------------------------------------------- */
+/* ---- sources and precedence ---------------------------------------------------------------------
+ */
 
 START_TEST(test_file_parser_reads_keys_comments_and_quotes) {
   struct config c;
@@ -214,18 +236,17 @@ START_TEST(test_precedence_is_argument_over_environment_over_file_over_default) 
   write_file(path, "workers = 3\nmax_qubits = 20\nmax_batch = 100\n");
   char cfg_arg[160];
   snprintf(cfg_arg, sizeof cfg_arg, "--config=%s", path);
-  char *argv[] = {"qdpd", cfg_arg, "--max-qubits", "22", "--watchdog", "--tcp_node_paths", "no",
-                  NULL};
-  char *envp[] = {"PATH=/bin", "QDP_MAX_QUBITS=21", "QDP_MAX_BATCH=200", "QDP_TOKEN=s3cret",
-                  NULL};
+  char *argv[] = {"qdpd", cfg_arg, "--max-qubits", "22", "--watchdog", "--tcp_node_paths",
+                  "no",   NULL};
+  char *envp[] = {"PATH=/bin", "QDP_MAX_QUBITS=21", "QDP_MAX_BATCH=200", "QDP_TOKEN=s3cret", NULL};
   struct config c;
   enum config_action act = CONFIG_HELP;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_msg(config_load(&c, 7, argv, envp, &act, &e) == QDP_OK, "%s", e.msg);
   ck_assert_int_eq(act, CONFIG_RUN);
-  ck_assert_uint_eq(c.workers, 3);      /* file */
-  ck_assert_uint_eq(c.max_batch, 200);  /* environment over file */
-  ck_assert_uint_eq(c.max_qubits, 22);  /* argument over environment */
+  ck_assert_uint_eq(c.workers, 3);         /* file */
+  ck_assert_uint_eq(c.max_batch, 200);     /* environment over file */
+  ck_assert_uint_eq(c.max_qubits, 22);     /* argument over environment */
   ck_assert_str_eq(c.tcp_token, "s3cret"); /* the QDP_TOKEN alias */
   ck_assert(c.watchdog);
   ck_assert(!c.tcp_node_paths);
@@ -365,8 +386,8 @@ START_TEST(test_deployed_conf_documents_every_option_with_its_default) {
         snprintf(unq, sizeof unq, "%.*s", (int)(vl - 2), v + 1);
         v = unq;
       }
-      ck_assert_msg(strcmp(v, o->def) == 0, "qdpd.conf shows %s = '%s', the table says '%s'",
-                    key, v, o->def);
+      ck_assert_msg(strcmp(v, o->def) == 0, "qdpd.conf shows %s = '%s', the table says '%s'", key,
+                    v, o->def);
     }
     if (strcmp(key, "config") != 0) {
       ulen += (size_t)snprintf(uncommented + ulen, sizeof uncommented - ulen, "%s\n", p);
@@ -384,7 +405,8 @@ START_TEST(test_deployed_conf_documents_every_option_with_its_default) {
 }
 END_TEST
 
-/* ---- log ---------------------------------------------------------------------------------------- */
+/* ---- log ----------------------------------------------------------------------------------------
+ */
 
 static size_t read_log(int fd, char *buf, size_t cap) {
   lseek(fd, 0, SEEK_SET);
