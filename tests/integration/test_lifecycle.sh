@@ -116,6 +116,7 @@ if [ -z "$ref" ]; then
   fail "could not encode the 2^24 state"
 else
   QDP_TARGET="unix:$sock" "$python" "$here/fetch_during_sigterm.py" "$ref" "$dir/started" \
+    "$dir/signalled" \
     >"$dir/fetch.out" 2>&1 &
   f=$!
   pids="$pids $f"
@@ -128,6 +129,7 @@ else
     fail "the fetch did not start: $(cat "$dir/fetch.out")"
   fi
   kill -TERM "$a"
+  : >"$dir/signalled"
   wait_exit "$a" 60
   arc=$?
   forget "$a"

@@ -184,9 +184,10 @@ class Qdpctl(unittest.TestCase):
 
     def test_plan_prints_the_per_device_arithmetic(self):
         before = self.js("status")
+        x = os.path.join(self.dir, "plan.npy")
+        np.save(x, np.ones(4096, np.float32))
         p = self.js("plan", "--encoding", "amplitude", "--qubits", "12", "--policy", "even",
-                    "--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--rows", "1", "--cols", "4096",
-                    "--input-dtype", "float32")
+                    "--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--input", x)
         self.assertTrue(p["feasible"])
         self.assertEqual(p["policy"], "even")
         self.assertEqual(p["global_bits"], 2)

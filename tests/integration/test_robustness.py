@@ -115,12 +115,17 @@ class Robustness(unittest.TestCase):
         r = c.request("amplitude", 2, f64(1, 2))
         r.input.data = r.input.data[:12]
         cases.append(("12 bytes of float64", r, INPUT, ["12"]))
+        # A dry run reads the request's shape, not its values: it must refuse what is wrong
+        # with the shape, and plan what is wrong only in the values (which Encode refuses).
+        by_value = {"amplitude zero norm", "amplitude NaN", "amplitude Inf", "angle Inf",
+                    "phase NaN", "iqp -Inf", "basis 1.5", "basis -1", "basis 8 for 3 qubits",
+                    "basis NaN", "basis int64 -3", "batch with a zero-norm row"}
         for what, req, fields, words in cases:
             with self.subTest(what):
                 self.refused(what, self.encode_req(req), SC.INVALID_ARGUMENT, fields, words)
-                # The same request as a dry run is refused the same way.
-                self.refused("plan: " + what, lambda: self.c.call("Plan", req),
-                             SC.INVALID_ARGUMENT, fields)
+                if what not in by_value:
+                    self.refused("plan: " + what, lambda: self.c.call("Plan", req),
+                                 SC.INVALID_ARGUMENT, fields)
 
     def test_bad_server_file_and_shared_memory_are_refused(self):
         c = self.c
@@ -262,8 +267,6 @@ class Robustness(unittest.TestCase):
         vals = np.arange(1, 9, dtype=np.float64).tobytes()
         self.refused("upload without the request first", lambda: send([data(vals)]),
                      SC.INVALID_ARGUMENT)
-        self.refused("upload shorter than declared", lambda: send([first, data(vals[:40])]),
-                     SC.INVALID_ARGUMENT, INPUT_FIELDS)
         self.refused("upload longer than declared", lambda: send([first, data(vals + vals)]),
                      SC.INVALID_ARGUMENT, INPUT_FIELDS)
         self.refused("upload with a second request",
@@ -274,6 +277,8 @@ class Robustness(unittest.TestCase):
         qdpc.assert_close(c.fetch(st), qdpc.ref_amplitude(np.arange(1, 9), 3), "complex128",
                           "upload in two chunks")
         c.release(st)
+        self.refused("upload shorter than declared", lambda: send([first, data(vals[:40])]),
+                     SC.INVALID_ARGUMENT, INPUT_FIELDS)
 
     def test_malformed_protobuf_is_invalid_argument(self):
         garbage = [
@@ -301,7 +306,8 @@ class Robustness(unittest.TestCase):
             self.refused(method, lambda: self.c.raw(method, b""), SC.UNIMPLEMENTED)
 
 
-INPUT_FIELDS = ("input",)
+# The upload's bytes travel in UploadChunk.data against request.input's declared shape.
+INPUT_FIELDS = ("data", "request.input", "input")
 
 if __name__ == "__main__":
     r = unittest.main(verbosity=2, exit=False)
