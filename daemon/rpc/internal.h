@@ -187,8 +187,8 @@ void rpc_call_unref(struct rpc_call *c);
 /* Answers the call: the reply (owned; may be NULL) when err is NULL or QDP_OK, else err's status
  * with its detail. Consumes the caller's reference. Any thread. */
 void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_error *err);
-void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e);
 
 /* Worker jobs, one per method (handlers.c). */

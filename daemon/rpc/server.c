@@ -450,11 +450,12 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
   }
 }
 
-void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *fmt, ...) {
+void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *field, const char *fmt, ...) {
   struct qdp_error e = QDP_ERROR_INIT;
   va_list ap;
   va_start(ap, fmt);
   e.code = rc;
+  snprintf(e.field, sizeof e.field, "%s", field ? field : "");
   vsnprintf(e.msg, sizeof e.msg, fmt, ap);
   va_end(ap);
   rpc_finish(c, NULL, &e);

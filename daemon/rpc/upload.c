@@ -38,7 +38,7 @@ static bool recv_next(struct rpc_call *c) {
 
 void rpc_upload_begin(struct rpc_call *c) {
   if (!recv_next(c)) {
-    rpc_finish_status(c, QDP_ERR_INTERNAL, "EncodeUpload could not start receiving");
+    rpc_finish_status(c, QDP_ERR_INTERNAL, NULL, "EncodeUpload could not start receiving");
   }
 }
 
@@ -150,7 +150,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   struct qdp_error err = QDP_ERROR_INIT;
   qdp_status rc = QDP_OK;
   if (!e->ok) {
-    rpc_finish_status(c, QDP_ERR_CANCELLED, "the client left during the upload");
+    rpc_finish_status(c, QDP_ERR_CANCELLED, NULL, "the client left during the upload");
     goto drop;
   }
   if (c->unpack_rc != QDP_OK) {
@@ -161,10 +161,10 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   if (!ch) {
     /* The end of the client's stream. */
     if (!c->up.req) {
-      rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT,
+      rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "request",
                         "EncodeUpload ended before its first message, which carries the request");
     } else if (c->up.exact && c->up.len != c->up.limit) {
-      rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT,
+      rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "data",
                         "the upload sent %" PRIu64 " bytes but request.input declares %" PRIu64
                         " (rows x cols x dtype size)",
                         c->up.len, c->up.limit);
@@ -188,7 +188,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   if (rc != QDP_OK) {
     rpc_finish(c, NULL, &err);
   } else if (!recv_next(c)) {
-    rpc_finish_status(c, QDP_ERR_INTERNAL, "EncodeUpload could not receive its next message");
+    rpc_finish_status(c, QDP_ERR_INTERNAL, NULL, "EncodeUpload could not receive its next message");
   }
 drop:
   rpc_call_unref(c); /* the receive batch's reference */
