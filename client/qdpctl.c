@@ -559,9 +559,14 @@ static int cmd_status(struct global *g, qdp_client *c) {
   } else {
     printf("qdpd %s at %s: backend %s, %d rank%s, up %.1f s\n", s->version, qdp_client_target(c),
            s->backend, s->ranks, s->ranks == 1 ? "" : "s", (double)s->uptime_ms / 1000.0);
-    printf("states %" PRIu32 ", %" PRIu64 " of %" PRIu64 " bytes used; jobs %" PRIu64 " (%" PRIu64
+    /* A store budget of 0 means only the device budgets apply. */
+    char budget[48] = "no store budget";
+    if (s->budget_bytes) {
+      snprintf(budget, sizeof budget, "store budget %" PRIu64, s->budget_bytes);
+    }
+    printf("states %" PRIu32 ", %" PRIu64 " bytes used (%s); jobs %" PRIu64 " (%" PRIu64
            " failed); max qubits %" PRIu32 "\n\n",
-           s->states, s->used_bytes, s->budget_bytes, s->jobs_total, s->jobs_failed, s->max_qubits);
+           s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits);
     static const char *const head[] = {"DEVICE", "KIND", "RANK",   "HOST", "MODEL",
                                        "TOTAL",  "FREE", "BUDGET", "USED"};
     static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1};
