@@ -1237,7 +1237,13 @@ static const char describe_help[] =
 static const char ls_help[] =
     "Usage: qdpctl ls\n"
     "\n"
-    "Lists the states qdpd holds (handles only: tokens are never listed).\n";
+    "Lists the states qdpd holds (handles only: tokens are never listed): encoding, qubits,\n"
+    "batch, dtype, bytes, policy, shards, owner, expiry and label.\n"
+    "\n"
+    "Examples:\n"
+    "  qdpctl ls\n"
+    "  qdpctl --json ls | python3 -c 'import json,sys; "
+    "print(len(json.load(sys.stdin)[\"states\"]))'\n";
 
 static const char fetch_help[] =
     "Usage: qdpctl fetch REF -o OUT.npy [--offset N] [--count N] [--force]\n"
@@ -1261,24 +1267,39 @@ static const char export_help[] =
     "Usage: qdpctl export REF PATH [--force]\n"
     "\n"
     "Has qdpd write the state as a .npy file at PATH, an absolute path on the daemon's node.\n"
-    "An existing file is refused unless --force.\n";
+    "An existing file is refused unless --force. (To get the file on this machine instead, use\n"
+    "fetch.)\n"
+    "\n"
+    "Example:\n"
+    "  qdpctl export 4f1c2a...:9b0e... /data/states/psi.npy\n";
 
 static const char rm_help[] =
     "Usage: qdpctl rm REF [REF...]\n"
     "\n"
-    "Releases states and frees their memory on the devices.\n";
+    "Releases states and frees their memory on the devices. Stops at the first REF that fails\n"
+    "(and exits with its code); the ones before it are released.\n"
+    "\n"
+    "Example:\n"
+    "  qdpctl rm 4f1c2a...:9b0e... 77d0e1...:c4a2...\n";
 
 static const char status_help[] =
     "Usage: qdpctl status\n"
     "\n"
     "Prints qdpd's version, backend, ranks, budgets, counters and one line per device (total,\n"
-    "free, budget and used bytes).\n";
+    "free, budget and used bytes).\n"
+    "\n"
+    "Examples:\n"
+    "  qdpctl status\n"
+    "  qdpctl --target 127.0.0.1:7777 --token \"$TOKEN\" --json status\n";
 
 static const char health_help[] =
     "Usage: qdpctl health\n"
     "\n"
     "Prints SERVING, NOT_SERVING or UNKNOWN; exits 0 only for SERVING (4 otherwise, 3 when\n"
-    "qdpd cannot be reached).\n";
+    "qdpd cannot be reached), so it serves as a readiness probe.\n"
+    "\n"
+    "Example:\n"
+    "  until qdpctl health >/dev/null 2>&1; do sleep 0.2; done\n";
 
 /* Parses the options of a command without request options; fills positional args. */
 static int parse_simple(struct global *g, const char *cmd, const char *help, int argc, char **argv,
