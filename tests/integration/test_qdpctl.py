@@ -213,6 +213,19 @@ class Qdpctl(unittest.TestCase):
         self.assertEqual((after["states"], after["used_bytes"]),
                          (before["states"], before["used_bytes"]))
 
+    def test_plan_describes_a_streamed_input_by_its_shape(self):
+        # A dry run must not need the data: a local file above the inline limit (2 MiB here) and
+        # a bare shape are planned from dtype, rows and cols alone, as EncodeUpload's first
+        # message declares them.
+        big = os.path.join(self.dir, "plan-big.npy")
+        np.save(big, np.ones(1 << 18, np.float64))
+        p = self.js("plan", "--encoding", "amplitude", "--qubits", "18", "--input", big)
+        self.assertTrue(p["feasible"])
+        self.assertEqual(p["total_bytes"], (1 << 18) * 16)
+        p = self.js("plan", "--encoding", "amplitude", "--qubits", "20", "--rows", "3", "--cols",
+                    str(1 << 20), "--input-dtype", "float32", "--dtype", "complex64")
+        self.assertEqual(p["total_bytes"], 3 * (1 << 20) * 8)
+
     # ---- inputs ----
 
     def check_fetch(self, ref, want, dtype="complex128"):
