@@ -383,8 +383,10 @@ static void log_failure(const struct rpc_call *c, const struct qdp_error *err) {
   switch (err->code) {
   case QDP_ERR_INTERNAL:
   case QDP_ERR_UNKNOWN:
-  case QDP_ERR_DATA_LOSS:
     level = LOG_LEVEL_ERR;
+    break;
+  case QDP_ERR_DATA_LOSS:
+    level = LOG_LEVEL_WARNING; /* an input that shrank under the daemon: the client's doing */
     break;
   default:
     level = (int)err->code >= 100 ? LOG_LEVEL_ERR : LOG_LEVEL_INFO;
