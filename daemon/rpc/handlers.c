@@ -277,6 +277,12 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   if (uploaded) {
     in = *uploaded;
+  } else if (dry_run && r->input && r->input->source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    /* A dry run of data still to be streamed: its declared shape is all the planner needs. */
+    uint64_t rows, cols;
+    QDP_TRY(rc, rpc_declared_shape(r->input->dtype, r->input->rows, r->input->cols, "input", &rows,
+                                   &cols, &err));
+    in = (struct runtime_input){NULL, (qdp_dtype)r->input->dtype, rows, cols};
   } else {
     QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &err));
   }

@@ -75,6 +75,31 @@ qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nby
   return QDP_OK;
 }
 
+qdp_status rpc_declared_shape(int dtype, uint64_t rows, uint64_t cols, const char *field,
+                              uint64_t *ret_rows, uint64_t *ret_cols, struct qdp_error *reterr) {
+  unsigned es = input_size(dtype);
+  if (es == 0) {
+    return bad_dtype(dtype, field, reterr);
+  }
+  char f[48];
+  snprintf(f, sizeof f, "%s.cols", field);
+  if (cols == 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
+                         "%s is 0: an input given by its shape alone needs its values per sample",
+                         f);
+  }
+  uint64_t r = rows ? rows : 1;
+  if (r > UINT64_MAX / cols || r * cols > UINT64_MAX / es) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
+                         "%s declares rows * cols = %" PRIu64 " * %" PRIu64
+                         " values, more than 64 bits of bytes",
+                         field, r, cols);
+  }
+  *ret_rows = r;
+  *ret_cols = cols;
+  return QDP_OK;
+}
+
 qdp_status rpc_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
                             uint64_t *ret_limit, bool *ret_exact, struct qdp_error *reterr) {
   unsigned es = input_size(dtype);

@@ -20,6 +20,12 @@ qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nby
                            const char *field, uint64_t *ret_rows, uint64_t *ret_cols,
                            struct qdp_error *reterr);
 
+/* The shape an input declares without its values (a Plan of data still to be streamed, or
+ * EncodeUpload's first message): rows 0 means 1; cols is required. INVALID_ARGUMENT for an
+ * unsupported dtype, cols 0, or a byte count past 64 bits. */
+qdp_status rpc_declared_shape(int dtype, uint64_t rows, uint64_t cols, const char *field,
+                              uint64_t *ret_rows, uint64_t *ret_cols, struct qdp_error *reterr);
+
 /* The most bytes an upload declared as (dtype, rows, cols) may send: rows * cols * size when cols
  * is given (*ret_exact = true: it must send exactly that), else max_upload_bytes.
  * RESOURCE_EXHAUSTED when the declared size passes max_upload_bytes. */

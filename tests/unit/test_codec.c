@@ -246,6 +246,29 @@ START_TEST(test_input_shape_derives_rows_and_cols_and_refuses_mismatch) {
 }
 END_TEST
 
+START_TEST(test_declared_shape_needs_cols_and_a_64_bit_size) {
+  uint64_t r = 0, c = 0;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT32, 0, 1 << 20, "input", &r, &c, NULL),
+                   QDP_OK);
+  ck_assert_uint_eq(r, 1);
+  ck_assert_uint_eq(c, 1 << 20);
+  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, 3, 5, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_uint_eq(r, 3);
+  ck_assert_uint_eq(c, 5);
+  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, 3, 0, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "input.cols");
+  /* 2^61 values of 8 bytes: 2^64 bytes. */
+  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 31, UINT64_C(1) << 30,
+                                      "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_UNSPECIFIED, 1, 1, "input", &r, &c, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "input.dtype");
+}
+END_TEST
+
 START_TEST(test_upload_limit_is_the_declared_size_or_the_configured_cap) {
   uint64_t lim = 0;
   bool exact = false;
@@ -384,6 +407,7 @@ static Suite *codec_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("request");
   tcase_add_test(tc, test_input_shape_derives_rows_and_cols_and_refuses_mismatch);
+  tcase_add_test(tc, test_declared_shape_needs_cols_and_a_64_bit_size);
   tcase_add_test(tc, test_upload_limit_is_the_declared_size_or_the_configured_cap);
   tcase_add_test(tc, test_output_dtype_defaults_to_complex128_and_refuses_real_types);
   tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
