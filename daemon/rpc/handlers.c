@@ -401,6 +401,10 @@ out:
   free(devs);
   free(subset);
   arena_free(&a);
+  if (uploaded) {
+    /* The upload's buffer goes back to upload_budget now, not when the client reads the reply. */
+    rpc_upload_free(c);
+  }
   if (rc != QDP_OK) {
     if (reply) {
       grpc_byte_buffer_destroy(reply);

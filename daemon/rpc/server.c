@@ -513,7 +513,8 @@ static void expire_run(struct rpc_job *j) {
   /* Releasing states frees device memory: a worker's job, never the loop's. */
   size_t n = state_store_expire(s->store, rpc_now_unix_ms());
   if (n > 0) {
-    log_info("rpc", "released %zu state%s past their lifetime", n, n == 1 ? "" : "s");
+    log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
+             n == 1 ? "its" : "their");
   }
   atomic_store(&s->expire_busy, 0);
 }
