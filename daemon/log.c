@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,9 @@ static atomic_int level = LOG_LEVEL_INFO;
 static atomic_int rank = -1;
 static atomic_int out_fd = 2;
 static atomic_int journal = 0;
+/* Written on SIGHUP while other threads filter: guarded. */
+static pthread_mutex_t subsys_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int subsys_set;
 static char subsys_list[256];
 
 static bool detect_journal(int fd) {
@@ -78,7 +82,10 @@ int log_get_level(void) {
 }
 
 void log_set_subsys(const char *list) {
+  pthread_mutex_lock(&subsys_mu);
   snprintf(subsys_list, sizeof subsys_list, "%s", list ? list : "");
+  atomic_store(&subsys_set, subsys_list[0] != '\0');
+  pthread_mutex_unlock(&subsys_mu);
 }
 
 void log_set_rank(int r) {
@@ -91,26 +98,30 @@ const char *log_level_name(int l) {
 }
 
 static bool subsys_listed(const char *subsys) {
-  if (!subsys_list[0]) {
+  if (!atomic_load(&subsys_set)) {
     return true;
   }
   if (!subsys) {
     return false;
   }
+  bool found = false;
   size_t n = strlen(subsys);
+  pthread_mutex_lock(&subsys_mu);
   const char *p = subsys_list;
   while (*p) {
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
     if (len == n && strncmp(p, subsys, n) == 0) {
-      return true;
+      found = true;
+      break;
     }
     if (!comma) {
       break;
     }
     p = comma + 1;
   }
-  return false;
+  pthread_mutex_unlock(&subsys_mu);
+  return found;
 }
 
 bool log_enabled(int l, const char *subsys) {

@@ -9,9 +9,9 @@
  * The rank appears once it is known (log_set_rank), the device when the caller names one.
  * Lines at INFO and DEBUG are shown only for the subsystems in log_set_subsys (all when empty).
  *
- * Any thread: the level, rank and filter are read atomically; log_init and log_set_subsys are
- * called on the main thread before other threads start (or, for SIGHUP, from the loop thread,
- * which may race only with lines being filtered a moment too long).
+ * Any thread: the level, rank and filter are read atomically (the filter under a lock, so SIGHUP
+ * may change it while other threads log); log_init runs on the main thread before other threads
+ * start.
  */
 #ifndef QDP_LOG_H
 #define QDP_LOG_H
