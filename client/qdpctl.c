@@ -46,7 +46,7 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
-/* ---- small helpers ---- */
+/* ---- parsing and exit codes ---- */
 
 static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
