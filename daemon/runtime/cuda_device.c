@@ -56,18 +56,18 @@ struct cuda_device {
   cudaStream_t stream;
   pthread_mutex_t stage_lock; /* the staging pair and its events */
   int lock_ready;
-  uint64_t stage_bytes;      /* of each slot */
-  void *stage_host[2];       /* pinned */
+  uint64_t stage_bytes; /* of each slot */
+  void *stage_host[2];  /* pinned */
   void *stage_dev[2];
-  cudaEvent_t stage_free[2]; /* recorded after the last GPU use of the slot */
+  cudaEvent_t stage_free[2];            /* recorded after the last GPU use of the slot */
   unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
 };
 
 /* Amplitude's per-job device memory, between amp_load and work_done. */
 struct cuda_scratch {
-  double *norms;     /* device: each row's total sum of squares, for pass 2 */
-  double *sums;      /* device: the sums pass 1 computes, one per launch row */
-  uint64_t sums_cap; /* doubles */
+  void *norms;       /* device doubles: each row's total sum of squares, for pass 2 */
+  void *sums;        /* device doubles: the sums pass 1 computes, one per launch row */
+  uint64_t sums_cap; /* bytes */
   double *host_sums; /* their host copy */
   uint64_t host_cap;
   void *ws; /* qdpk_sumsq's workspace */
@@ -103,23 +103,23 @@ static qdp_status launch_failed(const struct runtime_device *d, qdp_status st, c
 }
 
 /* CU_TRY(rc, d, "cudaX", cudaX(...)): a failed CUDA call sets rc and jumps to `out:`. */
-#define CU_TRY(rc, d, name, call)                   \
-  do {                                              \
-    cudaError_t cu_err_ = (call);                   \
-    if (cu_err_ != cudaSuccess) {                   \
+#define CU_TRY(rc, d, name, call) \
+  do { \
+    cudaError_t cu_err_ = (call); \
+    if (cu_err_ != cudaSuccess) { \
       (rc) = cuda_failed((d), cu_err_, name, reterr); \
-      goto out;                                     \
-    }                                               \
+      goto out; \
+    } \
   } while (0)
 
 /* K_TRY(rc, d, "qdpk_x", qdpk_x(...)): a failed launch sets rc and jumps to `out:`. */
-#define K_TRY(rc, d, name, call)                       \
-  do {                                                 \
-    qdp_status k_st_ = (call);                         \
-    if (k_st_ != QDP_OK) {                             \
-      (rc) = launch_failed((d), k_st_, name, reterr);  \
-      goto out;                                        \
-    }                                                  \
+#define K_TRY(rc, d, name, call) \
+  do { \
+    qdp_status k_st_ = (call); \
+    if (k_st_ != QDP_OK) { \
+      (rc) = launch_failed((d), k_st_, name, reterr); \
+      goto out; \
+    } \
   } while (0)
 
 static qdp_status use_device(struct runtime_device *d, struct qdp_error *reterr) {
@@ -194,9 +194,9 @@ static qdp_status stage_put(struct cuda_device *c, int slot, const char *src, ui
       memcpy(dst + r * row_bytes, src + r * src_stride, (size_t)row_bytes);
     }
   }
-  CU_TRY(rc, &c->base, "cudaMemcpyAsync",
-         cudaMemcpyAsync(c->stage_dev[slot], dst, (size_t)bytes, cudaMemcpyHostToDevice,
-                         c->stream));
+  CU_TRY(
+      rc, &c->base, "cudaMemcpyAsync",
+      cudaMemcpyAsync(c->stage_dev[slot], dst, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
 out:
   return rc;
 }
@@ -240,7 +240,8 @@ static uint32_t log2_of(uint64_t pow2) {
   return (uint32_t)__builtin_ctzll(pow2);
 }
 
-/* ---- the ops ---------------------------------------------------------------------------------- */
+/* ---- the ops ----------------------------------------------------------------------------------
+ */
 
 static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
   size_t free_b = 0, total_b = 0;
@@ -265,8 +266,14 @@ static void cuda_free(struct runtime_device *d, void *ptr) {
   if (!ptr) {
     return;
   }
-  if (cudaSetDevice(d->info.ordinal) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
-    (void)cudaGetLastError(); /* nothing a caller freeing memory could do about it */
+  /* Freed even when the device cannot be made current: with unified addressing cudaFree finds
+   * the pointer's device itself. Errors are dropped, as nothing a caller freeing memory could do
+   * would help. */
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  if (cudaFree(ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
   }
 }
 
@@ -384,7 +391,7 @@ static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_w
                             "%s: cannot allocate the job's scratch description", d->info.name);
   }
   QDP_TRY(rc, use_device(d, reterr));
-  QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), (void **)&s->norms, reterr));
+  QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), &s->norms, reterr));
   w->scratch = s;
   s = NULL;
 out:
@@ -414,27 +421,27 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
     uint64_t sub = pow2_ceil(len);
     uint64_t per = c->stage_bytes / (len * isize);
     per = per < rows ? per : rows;
-    QDP_TRY(rc, scratch_grow(c, (void **)&s->sums, &s->sums_cap, rows * sizeof(double), reterr));
+    QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
     QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
     for (uint64_t r0 = 0; r0 < rows; r0 += per) {
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
       QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, s->ws, (size_t)s->ws_cap,
-                       s->sums + r0, c->stream));
+                       (double *)s->sums + r0, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double),
-                           cudaMemcpyDeviceToHost, c->stream));
+           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
+                           c->stream));
     QDP_TRY(rc, finish(c, reterr));
     goto out;
   }
   /* Rows longer than a slot: one sum per chunk, then the block's tree over the chunks. */
   uint64_t nchunks = (len + chunk - 1) / chunk;
   uint64_t nsums = rows * nchunks;
-  QDP_TRY(rc, scratch_grow(c, (void **)&s->sums, &s->sums_cap, nsums * sizeof(double), reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, nsums * sizeof(double), reterr));
   QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(chunk, 1), reterr));
   QDP_TRY(rc, host_sums_grow(c, s, nsums, reterr));
   chunks = nchunks <= SIZE_MAX / sizeof *chunks ? malloc((size_t)nchunks * sizeof *chunks) : NULL;
@@ -451,7 +458,7 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
       QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out, s->ws,
-                       (size_t)s->ws_cap, s->sums + r * nchunks + k, c->stream));
+                       (size_t)s->ws_cap, (double *)s->sums + r * nchunks + k, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -468,8 +475,7 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
       chunks[k] = (struct norm_block){
           .first = k * chunk, .log2 = log2_of(chunk), .sum = s->host_sums[r * nchunks + k]};
     }
-    ret_sums[r] =
-        norm_combine(chunks, (size_t)nchunks, log2_of(block), out == QDP_DTYPE_COMPLEX64);
+    ret_sums[r] = norm_combine(chunks, (size_t)nchunks, log2_of(block), out == QDP_DTYPE_COMPLEX64);
   }
 out:
   free(chunks);
@@ -507,8 +513,11 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   uint64_t stride = w->in_stride * isize;
   const char *x = w->x;
   char *o = w->out;
-  struct qdpk_span span = {.qubits = w->plan->qubits, .first = w->shard->first, .count = count,
-                           .rows = rows, .out = w->plan->out_dtype};
+  struct qdpk_span span = {.qubits = w->plan->qubits,
+                           .first = w->shard->first,
+                           .count = count,
+                           .rows = rows,
+                           .out = w->plan->out_dtype};
   int slot = 0;
   if (len == 0) {
     /* The shard lies wholly past the input: padding only. */
@@ -528,7 +537,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
       span.rows = nr;
       K_TRY(rc, d, "qdpk_amplitude",
-            qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, s->norms + r0,
+            qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
                            o + r0 * count * osize, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
@@ -544,7 +553,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       span.first = w->shard->first + at;
       span.count = at + n == len ? count - at : n;
       K_TRY(rc, d, "qdpk_amplitude",
-            qdpk_amplitude(&span, c->stage_dev[slot], w->in, n, n, s->norms + r,
+            qdpk_amplitude(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
                            o + (r * count + at) * osize, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
@@ -589,8 +598,11 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
                             (unsigned long long)c->stage_bytes);
   }
   per = per < rows ? per : rows;
-  struct qdpk_span span = {.qubits = p->qubits, .first = w->shard->first, .count = count,
-                           .rows = rows, .out = p->out_dtype};
+  struct qdpk_span span = {.qubits = p->qubits,
+                           .first = w->shard->first,
+                           .count = count,
+                           .rows = rows,
+                           .out = p->out_dtype};
   int slot = 0;
   for (uint64_t r0 = 0; r0 < rows; r0 += per) {
     uint64_t nr = rows - r0 < per ? rows - r0 : per;
@@ -620,8 +632,7 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
       break;
     default:
       rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
-                            "%s: encoding %d has no direct kernel", d->info.name,
-                            (int)p->encoding);
+                            "%s: encoding %d has no direct kernel", d->info.name, (int)p->encoding);
       goto out;
     }
     QDP_TRY(rc, stage_release(c, slot, reterr));
@@ -645,8 +656,7 @@ static qdp_status cuda_encode(struct runtime_device *d, struct runtime_shard_wor
 /* (a, b) <- (a + b, a - b) on da's stream: b read and written in place over peer access, else
  * through a bounded buffer on da, one piece at a time. */
 static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_device *db,
-                                 void *b, qdp_dtype out, uint64_t count,
-                                 struct qdp_error *reterr) {
+                                 void *b, qdp_dtype out, uint64_t count, struct qdp_error *reterr) {
   struct cuda_device *ca = cuda_of(da);
   qdp_status rc = QDP_OK;
   void *tmp = NULL;
@@ -659,8 +669,8 @@ static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runt
   }
   /* No peer access: b's piece comes over into tmp, the kernel leaves a - b there, and it goes
    * back. PLAN_EXCHANGE_CHUNK_BYTES is what the planner counted for this buffer. */
-  uint64_t piece = count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count
-                                                            : PLAN_EXCHANGE_CHUNK_BYTES / esize;
+  uint64_t piece =
+      count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count : PLAN_EXCHANGE_CHUNK_BYTES / esize;
   QDP_TRY(rc, dev_malloc(da, piece * esize, &tmp, reterr));
   for (uint64_t at = 0; at < count; at += piece) {
     uint64_t n = count - at < piece ? count - at : piece;
@@ -709,7 +719,8 @@ static const struct runtime_device_ops cuda_ops = {
     .work_done = cuda_work_done,
 };
 
-/* ---- discovery and the mesh ------------------------------------------------------------------- */
+/* ---- discovery and the mesh -------------------------------------------------------------------
+ */
 
 int runtime_cuda_device_count(void) {
   int n = 0;
@@ -726,24 +737,27 @@ static void cuda_device_destroy(struct runtime_device *d) {
     return;
   }
   struct cuda_device *c = cuda_of(d);
-  if (cudaSetDevice(d->info.ordinal) == cudaSuccess) {
-    if (c->stream) {
-      drain(c);
+  /* Everything is released even if the device cannot be made current (the handles know their
+   * device); errors are dropped, teardown has no one to report them to. */
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  if (c->stream) {
+    drain(c);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (c->stage_free[i]) {
+      (void)cudaEventDestroy(c->stage_free[i]);
     }
-    for (int i = 0; i < 2; i++) {
-      if (c->stage_free[i]) {
-        (void)cudaEventDestroy(c->stage_free[i]);
-      }
-      if (c->stage_host[i]) {
-        (void)cudaFreeHost(c->stage_host[i]);
-      }
-      if (c->stage_dev[i]) {
-        (void)cudaFree(c->stage_dev[i]);
-      }
+    if (c->stage_host[i]) {
+      (void)cudaFreeHost(c->stage_host[i]);
     }
-    if (c->stream) {
-      (void)cudaStreamDestroy(c->stream);
+    if (c->stage_dev[i]) {
+      (void)cudaFree(c->stage_dev[i]);
     }
+  }
+  if (c->stream) {
+    (void)cudaStreamDestroy(c->stream);
   }
   (void)cudaGetLastError();
   if (c->lock_ready) {
@@ -755,10 +769,9 @@ static void cuda_device_destroy(struct runtime_device *d) {
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it. */
 static void format_uuid(const cudaUUID_t *u, char *buf, size_t size) {
   const unsigned char *b = (const unsigned char *)u->bytes;
-  snprintf(buf, size,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-           b[15]);
+  snprintf(buf, size, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+           b[14], b[15]);
 }
 
 static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fraction,
@@ -860,7 +873,7 @@ static qdp_status parse_spec(const char *spec, int ngpu, int *ret_ords, size_t *
                            "ordinals such as 0,1 or cuda:0,cuda:1)",
                            spec, (int)tl, tok);
     }
-    if (v >= (unsigned long)ngpu) {
+    if (v >= (unsigned long)ngpu || v >= CUDA_DEVICES_MAX) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
                            "devices '%s' names cuda:%lu, but this node has %d GPU%s (cuda:0.."
                            "cuda:%d)",

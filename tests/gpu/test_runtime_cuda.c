@@ -1,0 +1,812 @@
+/* The runtime's CUDA backend against its CPU backend: every encoding in complex64 and complex128,
+ * single samples and batches, on a "cuda" mesh and a "cpu" mesh with the same plan; amplitude
+ * inputs far larger than the staging (the chunk sums must combine into the bits of one launch);
+ * sharding over two GPUs giving the one-GPU bits; the CPU backend's refusals and messages; budget
+ * and cudaMalloc exhaustion; reads across shards and through the staging; concurrent jobs on one
+ * GPU; and every device's used bytes back to 0 after each job.
+ *
+ * Runs only where a GPU is visible (exit 77 otherwise, which meson reports as a skip), in Check's
+ * no-fork mode (a CUDA context does not survive fork). Prints one line per check with the numbers
+ * it compared, and exits non-zero when any check fails.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plan/plan.h"
+#include "qdpk.h"
+#include "runtime/mesh.h"
+#include "runtime/runtime.h"
+
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+/* Staging of 1 MiB per device: 512 KiB slots, so a slot holds 2^16 float64 or 2^17 float32
+ * values and any larger input goes through many chunks. */
+#define SMALL_STAGING MIB
+/* Staging of 1 GiB per device: slots of 2^26 float64 values, so the large inputs below fit one
+ * launch and give the bits the chunked path must reproduce. */
+#define LARGE_STAGING GIB
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static struct runtime_mesh *mesh_of(const char *spec, uint64_t budget, uint64_t staging) {
+  struct runtime_mesh_config cfg = {
+      .devices = spec, .device_budget_bytes = budget, .staging_bytes = staging};
+  struct runtime_mesh *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "mesh '%s': %s", spec, e.msg);
+  return m;
+}
+
+/* Plans a job over the first `ndev` devices of m with `policy`, counting m's staging. */
+static struct plan *plan_try(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
+                             qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
+                             qdp_dtype in, qdp_dtype out) {
+  struct plan_device devs[64];
+  runtime_mesh_plan_devices(m, 0, devs);
+  size_t subset[64];
+  for (size_t i = 0; i < ndev; i++) {
+    subset[i] = i;
+  }
+  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
+  struct plan_request req = {.encoding = enc,
+                             .qubits = n,
+                             .batch = batch,
+                             .values_per_sample = cols,
+                             .in_dtype = in,
+                             .out_dtype = out,
+                             .policy = policy,
+                             .device_subset = subset,
+                             .device_subset_count = ndev,
+                             .staging_bytes = runtime_mesh_staging_bytes(m)};
+  struct plan *p = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
+  return p;
+}
+
+static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
+                            qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
+                            qdp_dtype in, qdp_dtype out) {
+  struct plan *p = plan_try(m, ndev, policy, enc, n, batch, cols, in, out);
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
+  return p;
+}
+
+static void assert_mesh_idle(struct runtime_mesh *m) {
+  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(m, i, &info);
+    ck_assert_msg(info.used_bytes == 0, "%s still holds %" PRIu64 " B", info.name, info.used_bytes);
+  }
+}
+
+/* Encodes and reads the whole state back into a poisoned buffer; returns it (malloc'd). */
+static void *encode_all(struct runtime_mesh *m, const struct plan *p,
+                        const struct runtime_input *in, double *ret_ms) {
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  double t0 = now_ms();
+  ck_assert_msg(runtime_encode(m, p, in, &s, &e) == QDP_OK, "%s encode: %s",
+                runtime_mesh_backend(m), e.msg);
+  if (ret_ms) {
+    *ret_ms = now_ms() - t0;
+  }
+  uint64_t n = p->batch * p->amplitudes;
+  size_t bytes = (size_t)(n * qdp_dtype_size(p->out_dtype));
+  void *buf = malloc(bytes);
+  ck_assert_ptr_nonnull(buf);
+  memset(buf, 0xA5, bytes); /* poison: every value must be written */
+  ck_assert_msg(runtime_state_read(s, 0, n, buf, &e) == QDP_OK, "read: %s", e.msg);
+  ck_assert_uint_eq(runtime_state_bytes(s), p->total_bytes);
+  runtime_state_destroy(s);
+  assert_mesh_idle(m);
+  return buf;
+}
+
+/* Deterministic values in [-2, 2) (a 64-bit LCG: the same on every machine). */
+static void fill_values(double *x, uint64_t count, uint64_t seed) {
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (uint64_t i = 0; i < count; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (double)(s >> 11) / 9007199254740992.0 * 4.0 - 2.0;
+  }
+}
+
+/* Input of `count` values of dtype `in` from the values in x64. */
+static void *as_dtype(const double *x64, uint64_t count, qdp_dtype in) {
+  void *buf = malloc((size_t)(count * qdp_dtype_size(in)));
+  ck_assert_ptr_nonnull(buf);
+  for (uint64_t i = 0; i < count; i++) {
+    if (in == QDP_DTYPE_FLOAT32) {
+      ((float *)buf)[i] = (float)x64[i];
+    } else if (in == QDP_DTYPE_INT64) {
+      ((int64_t *)buf)[i] = (int64_t)x64[i];
+    } else {
+      ((double *)buf)[i] = x64[i];
+    }
+  }
+  return buf;
+}
+
+struct compare {
+  uint64_t values;    /* real numbers compared (2 per amplitude) */
+  uint64_t identical; /* of which bit-identical */
+  double worst;       /* largest |got - ref| / max(|ref|, 2^(-n/2)) */
+};
+
+/* got vs ref, `amps` complex values of `out`: each real part within `tol` relative to the larger
+ * of |ref| and the amplitude scale of a normalized 2^n state, 2^(-n/2) (a value near zero has no
+ * meaningful relative error of its own). */
+static struct compare compare_states(const void *got, const void *ref, uint64_t amps, qdp_dtype out,
+                                     uint32_t qubits, double tol, const char *what) {
+  struct compare c = {0, 0, 0.0};
+  double scale = pow(2.0, -(double)qubits / 2.0);
+  uint64_t bad = 0, worst_at = 0;
+  double worst_g = 0, worst_r = 0;
+  for (uint64_t i = 0; i < 2 * amps; i++) {
+    double g, r;
+    int same;
+    if (out == QDP_DTYPE_COMPLEX64) {
+      float gf = ((const float *)got)[i], rf = ((const float *)ref)[i];
+      same = memcmp(&gf, &rf, sizeof gf) == 0;
+      g = gf;
+      r = rf;
+    } else {
+      g = ((const double *)got)[i];
+      r = ((const double *)ref)[i];
+      same = memcmp(&g, &r, sizeof g) == 0;
+    }
+    double rel = fabs(g - r) / fmax(fabs(r), scale);
+    if (!(rel <= tol)) {
+      bad++;
+    }
+    if (!(rel <= c.worst)) {
+      c.worst = isnan(rel) ? INFINITY : rel;
+      worst_at = i;
+      worst_g = g;
+      worst_r = r;
+    }
+    c.values++;
+    c.identical += (uint64_t)same;
+  }
+  printf("  %-58s %10" PRIu64 " values, %10" PRIu64 " bit-identical, worst rel %.3g\n", what,
+         c.values, c.identical, c.worst);
+  fflush(stdout);
+  ck_assert_msg(bad == 0,
+                "%s: %" PRIu64 " of %" PRIu64
+                " values differ by more than %g relative; worst "
+                "at %" PRIu64 " (%s part of amplitude %" PRIu64 "): %.17g vs CPU %.17g",
+                what, bad, c.values, tol, worst_at, worst_at % 2 ? "imaginary" : "real",
+                worst_at / 2, worst_g, worst_r);
+  return c;
+}
+
+static double tol_of(qdp_dtype out) {
+  return out == QDP_DTYPE_COMPLEX64 ? 1e-5 : 1e-12;
+}
+
+/* Input columns per sample of an encoding for n qubits in these tests. */
+static uint64_t cols_of(qdp_encoding enc, uint32_t n) {
+  if (enc == QDP_ENCODING_AMPLITUDE) {
+    return (UINT64_C(1) << n) - 3; /* not a power of two: the last values are padding */
+  }
+  return qdpk_params_per_sample(enc, n);
+}
+
+/* Sample values for an encoding: basis indices spread over [0, 2^n), else values in [-2, 2). */
+static double *values_for(qdp_encoding enc, uint32_t n, uint64_t rows, uint64_t cols,
+                          uint64_t seed) {
+  double *x = malloc((size_t)(rows * cols * sizeof *x));
+  ck_assert_ptr_nonnull(x);
+  fill_values(x, rows * cols, seed);
+  if (enc == QDP_ENCODING_BASIS) {
+    for (uint64_t r = 0; r < rows; r++) {
+      x[r] = (double)((r * 2654435761u + 17) % (UINT64_C(1) << n));
+    }
+  }
+  return x;
+}
+
+/* ---- every encoding, both precisions, single and batch ----------------------------------------
+ */
+
+START_TEST(test_every_encoding_matches_cpu_single_and_batch) {
+  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, 0);
+  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  static const qdp_encoding encs[] = {QDP_ENCODING_AMPLITUDE, QDP_ENCODING_ANGLE,
+                                      QDP_ENCODING_BASIS,     QDP_ENCODING_PHASE,
+                                      QDP_ENCODING_IQP,       QDP_ENCODING_IQP_Z};
+  static const struct {
+    qdp_dtype in, out;
+  } types[] = {{QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+               {QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+               {QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64},
+               {QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX128}};
+  static const struct {
+    uint32_t n;
+    uint64_t batch;
+  } shapes[] = {{12, 1}, {9, 7}};
+  for (size_t e = 0; e < sizeof encs / sizeof encs[0]; e++) {
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+      for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        qdp_encoding enc = encs[e];
+        uint32_t n = shapes[sh].n;
+        uint64_t batch = shapes[sh].batch, cols = cols_of(enc, n);
+        qdp_dtype in = types[t].in, out = types[t].out;
+        if (enc == QDP_ENCODING_BASIS && t == 3) {
+          in = QDP_DTYPE_INT64; /* basis also takes integer indices */
+        }
+        double *x64 = values_for(enc, n, batch, cols, 1000 * e + 10 * t + sh);
+        void *x = as_dtype(x64, batch * cols, in);
+        struct runtime_input input = {.data = x, .dtype = in, .rows = batch, .cols = cols};
+        struct plan *pg = plan_on(gpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
+        struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
+        ck_assert_int_eq(pg->policy, pc->policy);
+        void *got = encode_all(gpu, pg, &input, NULL);
+        void *ref = encode_all(cpu, pc, &input, NULL);
+        char what[128];
+        snprintf(what, sizeof what, "%s %s->%s n=%u batch=%" PRIu64 ":", qdp_encoding_name(enc),
+                 qdp_dtype_name(in), qdp_dtype_name(out), n, batch);
+        compare_states(got, ref, batch << n, out, n, tol_of(out), what);
+        free(got);
+        free(ref);
+        plan_destroy(pg);
+        plan_destroy(pc);
+        free(x);
+        free(x64);
+      }
+    }
+  }
+  runtime_mesh_destroy(cpu);
+  runtime_mesh_destroy(gpu);
+}
+END_TEST
+
+/* ---- amplitude through many staging chunks ----------------------------------------------------
+ */
+
+/* One amplitude job on a GPU with small staging (many chunks, combined on the host), the same on a
+ * GPU with staging large enough for one launch, and on the CPU: the two GPU states must be the
+ * same bits, and both the CPU's within tolerance. */
+static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, qdp_dtype in,
+                                    qdp_dtype out) {
+  struct runtime_mesh *small = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = mesh_of("cpu:1", 64 * GIB, 0);
+  ck_assert_uint_eq(runtime_mesh_staging_bytes(small), SMALL_STAGING);
+  double *x64 = malloc((size_t)(batch * cols * sizeof *x64));
+  ck_assert_ptr_nonnull(x64);
+  fill_values(x64, batch * cols, n * 31 + batch);
+  void *x = as_dtype(x64, batch * cols, in);
+  free(x64);
+  struct runtime_input input = {.data = x, .dtype = in, .rows = batch, .cols = cols};
+  uint64_t amps = batch << n;
+  double ms_small = 0, ms_large = 0, ms_cpu = 0;
+
+  struct plan *p = plan_on(small, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  void *chunked = encode_all(small, p, &input, &ms_small);
+  plan_destroy(p);
+  runtime_mesh_destroy(small);
+
+  struct runtime_mesh *large = mesh_of("cuda:0", 0, LARGE_STAGING);
+  p = plan_on(large, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  void *whole = encode_all(large, p, &input, &ms_large);
+  plan_destroy(p);
+  runtime_mesh_destroy(large);
+
+  p = plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  void *ref = encode_all(cpu, p, &input, &ms_cpu);
+  plan_destroy(p);
+  runtime_mesh_destroy(cpu);
+
+  size_t bytes = (size_t)(amps * qdp_dtype_size(out));
+  uint64_t slot = SMALL_STAGING / 2 / qdp_dtype_size(in); /* values per 512 KiB slot */
+  char how[96];
+  if (cols > slot) {
+    snprintf(how, sizeof how, "%" PRIu64 " chunks per row", (cols + slot - 1) / slot);
+  } else {
+    snprintf(how, sizeof how, "%" PRIu64 " rows per slot", slot / cols);
+  }
+  printf("  amplitude %s->%s n=%u batch=%" PRIu64 " L=%" PRIu64
+         ": 1 MiB staging (%s) %.1f ms, "
+         "1 GiB staging %.1f ms, CPU %.1f ms\n",
+         qdp_dtype_name(in), qdp_dtype_name(out), n, batch, cols, how, ms_small, ms_large, ms_cpu);
+  if (memcmp(chunked, whole, bytes) != 0) {
+    size_t h = qdp_dtype_size(out) / 2, at = 0; /* first differing real number */
+    while (memcmp((char *)chunked + at * h, (char *)whole + at * h, h) == 0) {
+      at++;
+    }
+    double g = h == 4 ? ((float *)chunked)[at] : ((double *)chunked)[at];
+    double w = h == 4 ? ((float *)whole)[at] : ((double *)whole)[at];
+    ck_abort_msg(
+        "amplitude through 1 MiB staging differs from one launch at amplitude %zu "
+        "(%s part): %.17g vs %.17g",
+        at / 2, at % 2 ? "imaginary" : "real", g, w);
+  }
+  char what[128];
+  snprintf(what, sizeof what,
+           "amplitude %s->%s n=%u batch=%" PRIu64 " chunked vs CPU:", qdp_dtype_name(in),
+           qdp_dtype_name(out), n, batch);
+  compare_states(chunked, ref, amps, out, n, tol_of(out), what);
+  free(ref);
+  free(whole);
+  free(chunked);
+  free(x);
+}
+
+START_TEST(test_amplitude_larger_than_staging_chunk_gives_one_launch_bits) {
+  /* 2^26 - 12345 values: 1024 chunks of 2^16 float64, the last one partial, then padding. */
+  check_chunked_amplitude(26, 1, (UINT64_C(1) << 26) - 12345, QDP_DTYPE_FLOAT64,
+                          QDP_DTYPE_COMPLEX128);
+  /* The float tree: chunk sums added in float. */
+  check_chunked_amplitude(25, 1, (UINT64_C(1) << 25) - 999, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+}
+END_TEST
+
+START_TEST(test_amplitude_batch_rows_longer_and_shorter_than_a_chunk) {
+  /* Rows of 200000 values: 4 chunks each (path for rows longer than a slot, several rows). */
+  check_chunked_amplitude(18, 3, 200000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  /* 64 rows of 10000 values: 6 whole rows per 512 KiB slot, 11 pieces. */
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+}
+END_TEST
+
+/* ---- two GPUs ----------------------------------------------------------------------------------
+ */
+
+START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
+  struct runtime_mesh *m = mesh_of("auto", 0, SMALL_STAGING);
+  ck_assert_str_eq(runtime_mesh_backend(m), "cuda");
+  if (runtime_mesh_count(m) < 2) {
+    printf("  two GPUs: SKIPPED, this machine has %zu GPU\n", runtime_mesh_count(m));
+    fflush(stdout);
+    runtime_mesh_destroy(m);
+    return;
+  }
+  static const struct {
+    qdp_encoding enc;
+    uint32_t n;
+    qdp_dtype in, out;
+  } cases[] = {
+      /* 2^20 - 5 values: the second shard holds [2^19, 2^20 - 5) and 5 zeros; with 1 MiB
+       * staging each shard also goes through 8 chunks. */
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      /* The global-bit butterfly between the GPUs (peer access where the pair has it). */
+      {QDP_ENCODING_IQP, 14, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP_Z, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_ANGLE, 16, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint32_t n = cases[i].n;
+    uint64_t cols = cases[i].enc == QDP_ENCODING_AMPLITUDE
+                        ? (UINT64_C(1) << n) - 5
+                        : qdpk_params_per_sample(cases[i].enc, n);
+    double *x64 = values_for(cases[i].enc, n, 1, cols, 77 + i);
+    void *x = as_dtype(x64, cols, cases[i].in);
+    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
+    struct plan *p1 =
+        plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
+    struct plan *p2 = plan_on(m, 2, PLAN_EVEN, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
+    ck_assert_uint_eq(p2->nshards, 2);
+    ck_assert_uint_ne(p2->shards[0].device, p2->shards[1].device);
+    void *one = encode_all(m, p1, &input, NULL);
+    void *two = encode_all(m, p2, &input, NULL);
+    int same = memcmp(one, two, (size_t)p1->total_bytes) == 0;
+    printf("  %s %s->%s n=%u: 1 GPU vs 2 GPUs %s\n", qdp_encoding_name(cases[i].enc),
+           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
+           same ? "bit-identical" : "DIFFER");
+    fflush(stdout);
+    ck_assert_msg(same, "%s over 2 GPUs differs from 1 GPU", qdp_encoding_name(cases[i].enc));
+    free(two);
+    free(one);
+    plan_destroy(p2);
+    plan_destroy(p1);
+    free(x);
+    free(x64);
+  }
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* ---- refusals ----------------------------------------------------------------------------------
+ */
+
+/* The same job on both backends must fail with the same status and the same message, and leave
+ * nothing allocated. */
+static void expect_same_refusal(struct runtime_mesh *gpu, struct runtime_mesh *cpu,
+                                const struct runtime_input *in, qdp_encoding enc, uint32_t n,
+                                qdp_status want, const char *fragment) {
+  struct plan *pg =
+      plan_on(gpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, QDP_DTYPE_COMPLEX128);
+  struct plan *pc =
+      plan_on(cpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, QDP_DTYPE_COMPLEX128);
+  struct runtime_state *sg = NULL, *sc = NULL;
+  struct qdp_error eg = QDP_ERROR_INIT, ec = QDP_ERROR_INIT;
+  qdp_status rg = runtime_encode(gpu, pg, in, &sg, &eg);
+  qdp_status rcpu = runtime_encode(cpu, pc, in, &sc, &ec);
+  printf("  refused on cuda: %s: %s\n", qdp_status_name(rg), eg.msg);
+  fflush(stdout);
+  ck_assert_int_eq(rg, want);
+  ck_assert_int_eq(rcpu, want);
+  ck_assert_ptr_null(sg);
+  ck_assert_ptr_null(sc);
+  ck_assert_str_eq(eg.msg, ec.msg);
+  ck_assert_str_eq(eg.field, ec.field);
+  ck_assert_msg(strstr(eg.msg, fragment) != NULL, "message '%s' lacks '%s'", eg.msg, fragment);
+  assert_mesh_idle(gpu);
+  assert_mesh_idle(cpu);
+  plan_destroy(pg);
+  plan_destroy(pc);
+}
+
+START_TEST(test_zero_norm_and_nan_refused_with_cpu_messages) {
+  enum { N = 10, B = 4, L = 1000 };
+  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  double *x = malloc(B * L * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  fill_values(x, B * L, 5);
+  memset(x + 2 * L, 0, L * sizeof *x); /* sample 2 is all zeros */
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
+                      "sample 2 has zero norm");
+  x[2 * L + 7] = 0.5;
+  x[3 * L + 555] = NAN;
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
+                      "sample 3 value 555 is nan");
+  x[3 * L + 555] = 1e200; /* finite, but its square overflows */
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
+                      "overflows");
+  double angles[2][3] = {{0.1, 0.2, 0.3}, {0.4, INFINITY, 0.6}};
+  struct runtime_input ain = {.data = angles, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 3};
+  expect_same_refusal(gpu, cpu, &ain, QDP_ENCODING_ANGLE, 3, QDP_ERR_INVALID_ARGUMENT,
+                      "sample 1 value 1 is inf");
+  free(x);
+  runtime_mesh_destroy(cpu);
+  runtime_mesh_destroy(gpu);
+}
+END_TEST
+
+START_TEST(test_more_than_the_budget_is_refused_with_numbers) {
+  /* A budget of 48 MiB: one 32 MiB state fits (with 1 MiB staging), a second does not. */
+  struct runtime_mesh *m = mesh_of("cuda:0", 48 * MIB, SMALL_STAGING);
+  struct runtime_device_info info;
+  runtime_mesh_device_info(m, 0, &info);
+  ck_assert_uint_eq(info.budget_bytes, 48 * MIB);
+  double x[21];
+  fill_values(x, 21, 9);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 21};
+
+  /* The planner refuses a 64 MiB state outright, naming the device and the numbers. */
+  struct plan *big = plan_try(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 22, 1, 22, QDP_DTYPE_FLOAT64,
+                              QDP_DTYPE_COMPLEX128);
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(plan_check_feasible(big, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  printf("  over budget (planner): %s\n", e.msg);
+  ck_assert_msg(strstr(e.msg, "cuda:0") && strstr(e.msg, "67108864"), "%s", e.msg);
+  plan_destroy(big);
+
+  /* Planned while the device was empty; the second run finds it holding the first state. */
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 21, 1, 21, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  struct runtime_state *first = NULL, *second = NULL;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &first, &e), QDP_OK);
+  runtime_mesh_device_info(m, 0, &info);
+  ck_assert_uint_eq(info.used_bytes, 32 * MIB);
+  e = (struct qdp_error)QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  printf("  over budget (runtime): %s\n", e.msg);
+  ck_assert_ptr_null(second);
+  ck_assert_msg(strstr(e.msg, "cuda:0 needs 33554432 B") && strstr(e.msg, "of its 50331648 B"),
+                "%s", e.msg);
+  ck_assert_uint_eq(e.need_bytes, 32 * MIB);
+  ck_assert_uint_eq(e.free_bytes, 16 * MIB);
+  runtime_state_destroy(first);
+  assert_mesh_idle(m);
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+START_TEST(test_cudamalloc_failure_is_resource_exhausted_with_free_bytes) {
+  /* A budget far beyond the GPU (1 TiB) lets a 256 GiB state through the reservation; cudaMalloc
+   * must then refuse it, reported with the bytes asked and the bytes free. The plan is computed
+   * against that budget directly (the mesh's own view caps it at the free memory). */
+  struct runtime_mesh *m = mesh_of("cuda:0", 1024 * GIB, SMALL_STAGING);
+  struct runtime_device_info info;
+  runtime_mesh_device_info(m, 0, &info);
+  struct plan_device dev = {.rank = 0, .ordinal = info.ordinal, .budget_bytes = 1024 * GIB};
+  snprintf(dev.name, sizeof dev.name, "%s", info.name);
+  struct plan_world world = {.devices = &dev, .count = 1, .ranks = 1};
+  enum { N = 34 }; /* 2^34 complex128 = 256 GiB */
+  struct plan_request req = {.encoding = QDP_ENCODING_ANGLE,
+                             .qubits = N,
+                             .batch = 1,
+                             .values_per_sample = N,
+                             .in_dtype = QDP_DTYPE_FLOAT64,
+                             .out_dtype = QDP_DTYPE_COMPLEX128,
+                             .policy = PLAN_SINGLE,
+                             .staging_bytes = runtime_mesh_staging_bytes(m)};
+  struct plan *p = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(plan_compute(&req, &world, NULL, &p, &e), QDP_OK);
+  ck_assert_int_eq(plan_check_feasible(p, &e), QDP_OK);
+  double x[N] = {0};
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N};
+  struct runtime_state *s = NULL;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &s, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  printf("  cudaMalloc refusal: %s\n", e.msg);
+  ck_assert_ptr_null(s);
+  ck_assert_msg(strstr(e.msg, "cuda:0 cannot allocate 274877906944 B") != NULL, "%s", e.msg);
+  ck_assert_uint_eq(e.need_bytes, UINT64_C(1) << 38);
+  ck_assert_uint_gt(e.free_bytes, 0);
+  ck_assert_uint_lt(e.free_bytes, info.total_bytes);
+  ck_assert_int_eq(e.device, info.ordinal);
+  assert_mesh_idle(m);
+  /* The device still works after the refusal. */
+  plan_destroy(p);
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 10, 1, 10, QDP_DTYPE_FLOAT64,
+              QDP_DTYPE_COMPLEX128);
+  in.cols = 10;
+  free(encode_all(m, p, &in, NULL));
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* ---- reads -------------------------------------------------------------------------------------
+ */
+
+START_TEST(test_reads_cross_rows_shards_and_staging_pieces) {
+  /* A 64 MiB state read whole goes through the 512 KiB staging slots (128 pieces); the same state
+   * read in odd-sized pieces of at most 1 MiB goes directly. Both must give the same bits, and
+   * the CPU's values within tolerance. */
+  enum { N = 18, B = 16 };
+  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  double *x = values_for(QDP_ENCODING_PHASE, N, B, N, 3);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = N};
+  struct plan *p = plan_on(gpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
+                            QDP_DTYPE_COMPLEX128);
+  uint64_t total = (uint64_t)B << N;
+  void *ref = encode_all(cpu, pc, &in, NULL);
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(gpu, p, &in, &s, &e), QDP_OK);
+  double *whole = malloc((size_t)(total * 16));
+  double *pieces = malloc((size_t)(total * 16));
+  ck_assert_ptr_nonnull(whole);
+  ck_assert_ptr_nonnull(pieces);
+  memset(whole, 0xA5, (size_t)(total * 16));
+  memset(pieces, 0x5A, (size_t)(total * 16));
+  ck_assert_int_eq(runtime_state_read(s, 0, total, whole, &e), QDP_OK);
+  uint64_t at = 0, step = 65536 - 77, nreads = 0; /* pieces cross every row boundary */
+  while (at < total) {
+    uint64_t n = total - at < step ? total - at : step;
+    ck_assert_int_eq(runtime_state_read(s, at, n, pieces + 2 * at, &e), QDP_OK);
+    at += n;
+    nreads++;
+  }
+  ck_assert_msg(memcmp(whole, pieces, (size_t)(total * 16)) == 0,
+                "a staged read differs from direct reads of the same state");
+  printf("  read 64 MiB whole (staged) and in %" PRIu64 " direct pieces: identical\n", nreads);
+  compare_states(whole, ref, total, QDP_DTYPE_COMPLEX128, N, 1e-12, "phase batch read back:");
+  /* A read that straddles a row boundary, and one past the end. */
+  double pair[8];
+  ck_assert_int_eq(runtime_state_read(s, (UINT64_C(1) << N) - 2, 4, pair, &e), QDP_OK);
+  ck_assert(memcmp(pair, whole + 2 * ((UINT64_C(1) << N) - 2), sizeof pair) == 0);
+  ck_assert_int_eq(runtime_state_read(s, total - 1, 2, pair, &e), QDP_ERR_OUT_OF_RANGE);
+  runtime_state_destroy(s);
+  assert_mesh_idle(gpu);
+  free(pieces);
+  free(whole);
+  free(ref);
+  plan_destroy(pc);
+  plan_destroy(p);
+  free(x);
+  runtime_mesh_destroy(cpu);
+  runtime_mesh_destroy(gpu);
+
+  /* Across shards on different GPUs, where there are several. */
+  struct runtime_mesh *m = mesh_of("auto", 0, SMALL_STAGING);
+  size_t ndev = runtime_mesh_count(m) < 4 ? runtime_mesh_count(m) : 4;
+  if (ndev < 2) {
+    printf("  reads across GPU shards: SKIPPED, this machine has 1 GPU\n");
+    fflush(stdout);
+    runtime_mesh_destroy(m);
+    return;
+  }
+  enum { M = 5 };
+  double a[M] = {0.3, 1.1, -0.7, 2.0, 0.25};
+  struct runtime_input ain = {.data = a, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = M};
+  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, M, 1, M, QDP_DTYPE_FLOAT64,
+                            QDP_DTYPE_COMPLEX128);
+  struct plan *pu = plan_on(m, ndev, ndev == 2 ? PLAN_EVEN : PLAN_UNEVEN, QDP_ENCODING_ANGLE, M, 1,
+                            M, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  double *one = encode_all(m, p1, &ain, NULL);
+  ck_assert_int_eq(runtime_encode(m, pu, &ain, &s, &e), QDP_OK);
+  double part[2 * 20];
+  ck_assert_int_eq(runtime_state_read(s, 7, 20, part, &e), QDP_OK); /* crosses shard edges */
+  ck_assert(memcmp(part, one + 2 * 7, sizeof part) == 0);
+  printf("  read [7, 27) across %zu GPU shards: identical to 1 GPU\n", ndev);
+  runtime_state_destroy(s);
+  assert_mesh_idle(m);
+  free(one);
+  plan_destroy(pu);
+  plan_destroy(p1);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* ---- concurrency -------------------------------------------------------------------------------
+ */
+
+struct job {
+  struct runtime_mesh *m;
+  const struct plan *p;
+  const struct runtime_input *in;
+  void *out;
+  qdp_status rc;
+  struct qdp_error err;
+};
+
+static void *run_job(void *arg) {
+  struct job *j = arg;
+  struct runtime_state *s = NULL;
+  j->err = (struct qdp_error)QDP_ERROR_INIT;
+  j->rc = runtime_encode(j->m, j->p, j->in, &s, &j->err);
+  if (j->rc == QDP_OK) {
+    j->rc = runtime_state_read(s, 0, j->p->amplitudes * j->p->batch, j->out, &j->err);
+  }
+  runtime_state_destroy(s);
+  return NULL;
+}
+
+START_TEST(test_concurrent_jobs_share_one_gpu_staging) {
+  /* Four amplitude jobs at once on one GPU, each streaming 16 chunks through the same 1 MiB
+   * staging: the staging must be handed from job to job, and each result equal the job run
+   * alone. */
+  enum { N = 20, JOBS = 4 };
+  uint64_t cols = (UINT64_C(1) << N) - 7;
+  struct runtime_mesh *m = mesh_of("cuda:0", 0, SMALL_STAGING);
+  double *x = malloc((size_t)(JOBS * cols * sizeof *x));
+  ck_assert_ptr_nonnull(x);
+  fill_values(x, JOBS * cols, 42);
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, cols, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX128);
+  struct runtime_input ins[JOBS];
+  struct job jobs[JOBS];
+  pthread_t tids[JOBS];
+  size_t bytes = (size_t)p->total_bytes;
+  for (int i = 0; i < JOBS; i++) {
+    ins[i] = (struct runtime_input){
+        .data = x + i * cols, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = cols};
+    jobs[i] = (struct job){.m = m, .p = p, .in = &ins[i], .out = malloc(bytes)};
+    ck_assert_ptr_nonnull(jobs[i].out);
+  }
+  for (int i = 0; i < JOBS; i++) {
+    ck_assert_int_eq(pthread_create(&tids[i], NULL, run_job, &jobs[i]), 0);
+  }
+  for (int i = 0; i < JOBS; i++) {
+    pthread_join(tids[i], NULL);
+  }
+  for (int i = 0; i < JOBS; i++) {
+    ck_assert_msg(jobs[i].rc == QDP_OK, "job %d: %s", i, jobs[i].err.msg);
+    void *alone = encode_all(m, p, &ins[i], NULL);
+    ck_assert_msg(memcmp(alone, jobs[i].out, bytes) == 0,
+                  "job %d run concurrently differs from the same job alone", i);
+    free(alone);
+    free(jobs[i].out);
+  }
+  printf("  %d concurrent amplitude jobs on cuda:0: each identical to the job alone\n", JOBS);
+  fflush(stdout);
+  assert_mesh_idle(m);
+  plan_destroy(p);
+  free(x);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* ---- the mesh ----------------------------------------------------------------------------------
+ */
+
+START_TEST(test_mesh_describes_gpus_and_refuses_bad_specs) {
+  int count = runtime_cuda_device_count();
+  struct runtime_mesh *m = mesh_of("auto", 0, 0);
+  ck_assert_str_eq(runtime_mesh_backend(m), "cuda");
+  ck_assert_uint_eq(runtime_mesh_count(m), (size_t)count);
+  /* The default staging: two 64 MiB slots. */
+  ck_assert_uint_eq(runtime_mesh_staging_bytes(m), 128 * MIB);
+  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(m, i, &info);
+    printf("  %s: %s, %s, cc %d.%d, %" PRIu64 " B total, %" PRIu64 " B free, budget %" PRIu64
+           " B\n",
+           info.name, info.model, info.uuid, info.cc_major, info.cc_minor, info.total_bytes,
+           info.free_bytes, info.budget_bytes);
+    char want[32];
+    snprintf(want, sizeof want, "cuda:%zu", i);
+    ck_assert_str_eq(info.name, want);
+    ck_assert_int_eq(info.kind, RUNTIME_DEVICE_CUDA);
+    ck_assert_int_eq(info.ordinal, (int)i);
+    ck_assert_uint_eq(strlen(info.uuid), 40);
+    ck_assert(strncmp(info.uuid, "GPU-", 4) == 0 && info.uuid[12] == '-' && info.uuid[17] == '-');
+    ck_assert_uint_gt(strlen(info.model), 0);
+    ck_assert_int_ge(info.cc_major, 7);
+    ck_assert_uint_gt(info.total_bytes, 0);
+    ck_assert_uint_le(info.free_bytes, info.total_bytes);
+    /* 0.9 of what was free before the staging was taken: at most 0.9 of the total. */
+    ck_assert_uint_le(info.budget_bytes, (uint64_t)(0.9 * (double)info.total_bytes) + 1);
+    ck_assert_uint_gt(info.budget_bytes, (uint64_t)(0.5 * (double)info.free_bytes));
+    ck_assert_uint_eq(info.used_bytes, 0);
+  }
+  runtime_mesh_destroy(m);
+
+  char past[32];
+  snprintf(past, sizeof past, "cuda:%d", count);
+  const char *bad[] = {past, "0,0", "cuda:0,cuda:0", "x", "0,", "cuda:", "-1", "0;1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct runtime_mesh_config cfg = {.devices = bad[i]};
+    struct runtime_mesh *b = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_int_eq(runtime_mesh_create(&cfg, &b, &e), QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(b);
+    ck_assert_str_eq(e.field, "devices");
+    printf("  devices '%s' refused: %s\n", bad[i], e.msg);
+  }
+  fflush(stdout);
+}
+END_TEST
+
+static Suite *runtime_cuda_suite(void) {
+  Suite *s = suite_create("runtime_cuda");
+  TCase *tc = tcase_create("mesh");
+  tcase_add_test(tc, test_mesh_describes_gpus_and_refuses_bad_specs);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("encode");
+  tcase_add_test(tc, test_every_encoding_matches_cpu_single_and_batch);
+  tcase_add_test(tc, test_amplitude_larger_than_staging_chunk_gives_one_launch_bits);
+  tcase_add_test(tc, test_amplitude_batch_rows_longer_and_shorter_than_a_chunk);
+  tcase_add_test(tc, test_two_gpus_even_shards_give_one_gpu_bits);
+  tcase_add_test(tc, test_concurrent_jobs_share_one_gpu_staging);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("refusals");
+  tcase_add_test(tc, test_zero_norm_and_nan_refused_with_cpu_messages);
+  tcase_add_test(tc, test_more_than_the_budget_is_refused_with_numbers);
+  tcase_add_test(tc, test_cudamalloc_failure_is_resource_exhausted_with_free_bytes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("read");
+  tcase_add_test(tc, test_reads_cross_rows_shards_and_staging_pieces);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  int count = runtime_cuda_device_count();
+  if (count == 0) {
+    printf("test_runtime_cuda: no CUDA device visible, skipping\n");
+    return 77;
+  }
+  printf("test_runtime_cuda: %d GPU%s\n", count, count == 1 ? "" : "s");
+  fflush(stdout);
+  SRunner *sr = srunner_create(runtime_cuda_suite());
+  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
