@@ -4,6 +4,8 @@
 # comparison table last.
 #
 # Usage: bench/run-gpu.sh BUILD_DIR [OUT_DIR]     (OUT_DIR defaults to $OUT)
+# Each step has a time limit (QDP_TEST_TIMEOUT, QDP_BENCH_TIMEOUT seconds) so that one stuck step
+# still leaves the others' output.
 # On the GPU machine, start with LD_LIBRARY_PATH pointing at the carried libraries (.gpu/lib);
 # Python runs without it, on that machine's own libraries.
 set -uo pipefail
@@ -24,21 +26,22 @@ for t in "$build"/tests/gpu/test_*; do
   [ -f "$t" ] && [ -x "$t" ] || continue
   name=$(basename "$t")
   start=$(date +%s)
-  CK_FORK=no "$t" > "$out/$name.txt" 2>&1
+  CK_FORK=no timeout "${QDP_TEST_TIMEOUT:-400}" "$t" > "$out/$name.txt" 2>&1
   r=$?
   echo "== $name: exit $r ($(( $(date +%s) - start )) s)"
-  tail -n 15 "$out/$name.txt"
+  grep -v '^ *[0-9.]* s  ' "$out/$name.txt" | tail -n 15
   [ $r -eq 0 ] || rc=1
 done
 
 echo "== qdpk_bench"
-if ! "$build/bench/qdpk_bench" > "$out/qdpk_bench.txt" 2>&1; then
+if ! timeout "${QDP_BENCH_TIMEOUT:-300}" "$build/bench/qdpk_bench" > "$out/qdpk_bench.txt" 2>&1; then
   rc=1
 fi
 cat "$out/qdpk_bench.txt"
 
 echo "== torch_ref.py"
-if ! env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$root/bench/torch_ref.py" > "$out/torch_ref.txt" 2>&1; then
+if ! env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout "${QDP_BENCH_TIMEOUT:-300}" \
+  python3 "$root/bench/torch_ref.py" > "$out/torch_ref.txt" 2>&1; then
   rc=1
 fi
 cat "$out/torch_ref.txt"
