@@ -1,0 +1,204 @@
+/* qdpd_bench — the daemon end to end, through libqdp, against a running qdpd (QDP_TARGET):
+ *  - round trip of a small job (8-qubit amplitude, 256 float64 values inline): p50 and p99;
+ *  - jobs per second with C concurrent clients, each on its own connection;
+ *  - Fetch throughput of a large state over the same channel.
+ * Each encode is followed by a release (not timed) so the store never fills. Prints one
+ * machine-readable line per figure: `bench op=... key=value ...`.
+ *
+ * Usage: qdpd_bench [--jobs N] [--clients C] [--seconds S] [--fetch-qubits Q] */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qdp.h"
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void die(const char *what) {
+  const struct qdp_errinfo *e = qdp_last_error();
+  fprintf(stderr, "qdpd_bench: %s: %s: %s\n", what, qdp_strerror(e->code), e->msg);
+  exit(1);
+}
+
+static qdp_client *connect_client(void) {
+  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+  qdp_client *c = NULL;
+  if (qdp_client_create(&o, &c) != QDP_OK) {
+    die("connect");
+  }
+  return c;
+}
+
+/* One small job: encode 256 values as an 8-qubit amplitude state, then release it. Returns the
+ * encode round trip in microseconds. */
+static double small_job(qdp_client *c, const double *x) {
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_AMPLITUDE;
+  eo.qubits = 8;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = x;
+  in.data_bytes = 256 * sizeof *x;
+  struct qdp_state_info *s = NULL;
+  double t0 = now_us();
+  if (qdp_encode(c, &eo, &in, &s) != QDP_OK) {
+    die("encode");
+  }
+  double dt = now_us() - t0;
+  if (qdp_release(c, s->handle, s->token, NULL) != QDP_OK) {
+    die("release");
+  }
+  qdp_state_info_free(s);
+  return dt;
+}
+
+struct worker {
+  double seconds;
+  const double *x;
+  uint64_t jobs;
+};
+
+static void *worker_main(void *arg) {
+  struct worker *w = arg;
+  qdp_client *c = connect_client();
+  double end = now_us() + w->seconds * 1e6;
+  while (now_us() < end) {
+    small_job(c, w->x);
+    w->jobs++;
+  }
+  qdp_client_destroy(c);
+  return NULL;
+}
+
+static unsigned long parse_arg(const char *s, unsigned long max) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || end == s || *end || v == 0 || v > max) {
+    fprintf(stderr, "qdpd_bench: bad number '%s' (1..%lu)\n", s, max);
+    exit(2);
+  }
+  return v;
+}
+
+int main(int argc, char **argv) {
+  unsigned long jobs = 2000, clients = 16, seconds = 3, fetch_qubits = 26;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--jobs") == 0) {
+      jobs = parse_arg(argv[i + 1], 10000000);
+    } else if (strcmp(argv[i], "--clients") == 0) {
+      clients = parse_arg(argv[i + 1], 1024);
+    } else if (strcmp(argv[i], "--seconds") == 0) {
+      seconds = parse_arg(argv[i + 1], 3600);
+    } else if (strcmp(argv[i], "--fetch-qubits") == 0) {
+      fetch_qubits = parse_arg(argv[i + 1], 34);
+    } else {
+      fprintf(stderr, "usage: qdpd_bench [--jobs N] [--clients C] [--seconds S] "
+                      "[--fetch-qubits Q]\n");
+      return 2;
+    }
+  }
+  double x[256];
+  for (int i = 0; i < 256; i++) {
+    x[i] = 0.5 + (double)(i % 17) / 17.0;
+  }
+
+  /* Round trip, one client, after a warm-up. */
+  qdp_client *c = connect_client();
+  for (int i = 0; i < 200; i++) {
+    small_job(c, x);
+  }
+  double *lat = malloc(jobs * sizeof *lat);
+  if (!lat) {
+    return 1;
+  }
+  for (unsigned long i = 0; i < jobs; i++) {
+    lat[i] = small_job(c, x);
+  }
+  qsort(lat, jobs, sizeof *lat, cmp_double);
+  printf("bench op=roundtrip job=amplitude-8q-inline n=%lu p50_us=%.1f p99_us=%.1f min_us=%.1f "
+         "target_p50_us=150\n",
+         jobs, lat[jobs / 2], lat[jobs * 99 / 100], lat[0]);
+  free(lat);
+
+  /* Throughput with concurrent clients. */
+  struct worker *w = calloc(clients, sizeof *w);
+  pthread_t *tid = calloc(clients, sizeof *tid);
+  if (!w || !tid) {
+    return 1;
+  }
+  double t0 = now_us();
+  for (unsigned long i = 0; i < clients; i++) {
+    w[i] = (struct worker){.seconds = (double)seconds, .x = x};
+    if (pthread_create(&tid[i], NULL, worker_main, &w[i]) != 0) {
+      fprintf(stderr, "qdpd_bench: cannot start client thread %lu\n", i);
+      return 1;
+    }
+  }
+  uint64_t total = 0;
+  for (unsigned long i = 0; i < clients; i++) {
+    pthread_join(tid[i], NULL);
+    total += w[i].jobs;
+  }
+  double elapsed = (now_us() - t0) / 1e6;
+  printf("bench op=throughput clients=%lu jobs=%" PRIu64 " seconds=%.2f jobs_per_s=%.0f\n",
+         clients, total, elapsed, (double)total / elapsed);
+  free(w);
+  free(tid);
+
+  /* Fetch throughput: an angle state (cheap to encode) read back whole. */
+  double angles[34];
+  for (unsigned long k = 0; k < fetch_qubits; k++) {
+    angles[k] = 0.1 * (double)(k + 1);
+  }
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_ANGLE;
+  eo.qubits = (uint32_t)fetch_qubits;
+  eo.dtype = QDP_DTYPE_COMPLEX128;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = angles;
+  in.data_bytes = fetch_qubits * sizeof angles[0];
+  struct qdp_state_info *s = NULL;
+  if (qdp_encode(c, &eo, &in, &s) != QDP_OK) {
+    die("encode for fetch");
+  }
+  size_t bytes = (size_t)s->bytes;
+  void *buf = malloc(bytes);
+  if (!buf) {
+    return 1;
+  }
+  memset(buf, 0, bytes); /* fault the pages in before timing */
+  double best = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    struct qdp_fetch_opts fo = QDP_FETCH_OPTS_INIT;
+    size_t got = 0;
+    double f0 = now_us();
+    if (qdp_fetch(c, s->handle, s->token, &fo, buf, bytes, &got) != QDP_OK || got != bytes) {
+      die("fetch");
+    }
+    double gbps = (double)bytes / ((now_us() - f0) * 1e3);
+    best = gbps > best ? gbps : best;
+  }
+  printf("bench op=fetch bytes=%zu best_GBps=%.2f target_GBps=1\n", bytes, best);
+  qdp_release(c, s->handle, s->token, NULL);
+  qdp_state_info_free(s);
+  free(buf);
+  qdp_client_destroy(c);
+  return 0;
+}
