@@ -97,15 +97,24 @@ class Encodings(unittest.TestCase):
         np.testing.assert_array_equal(got, want)
         self.c.release(st)
 
+    def devices(self, count):
+        """The names of the daemon's first `count` devices (cpu:N or cuda:N), or a skip."""
+        names = [d.name for d in self.c.status().devices]
+        if len(names) < count:
+            self.skipTest(f"needs {count} devices, the daemon has {len(names)}")
+        return names[:count]
+
     def test_policies_shard_the_state_and_keep_its_values(self):
         n = 10
+        # Fewest devices first: a daemon with fewer devices checks what it can, then skips.
         cases = [
-            ("even", ["cpu:0", "cpu:1", "cpu:2", "cpu:3"], 4, 2, "iqp"),
-            ("even", ["cpu:0", "cpu:1"], 2, 1, "amplitude"),
-            ("uneven", ["cpu:0", "cpu:1", "cpu:2"], 3, 0, "angle"),
-            ("single", ["cpu:2"], 1, 0, "phase"),
+            ("single", 1, 0, "phase"),
+            ("even", 2, 1, "amplitude"),
+            ("uneven", 3, 0, "angle"),
+            ("even", 4, 2, "iqp"),
         ]
-        for policy, devices, nshards, gbits, encoding in cases:
+        for policy, nshards, gbits, encoding in cases:
+            devices = self.devices(nshards)
             for dtype in DTYPES:
                 x = sample_values(encoding, n)[0]
                 st = self.c.encode(encoding, n, x, dtype=dtype, policy=policy, devices=devices)
@@ -127,8 +136,7 @@ class Encodings(unittest.TestCase):
     def test_batch_policy_puts_whole_samples_on_each_device(self):
         n, rows = 6, 8
         x = sample_values("amplitude", n, rows)
-        st = self.c.encode("amplitude", n, x, policy="batch",
-                           devices=["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        st = self.c.encode("amplitude", n, x, policy="batch", devices=self.devices(4))
         self.assertEqual(len(st.shards), 4)
         self.assertEqual(sorted(s.rows for s in st.shards), [2, 2, 2, 2])
         for s in st.shards:

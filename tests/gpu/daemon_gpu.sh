@@ -1,0 +1,77 @@
+#!/bin/bash
+# qdpd on the GPU, end to end: starts the daemon with --devices auto from an existing build
+# folder, shows `qdpctl status`, runs the integration suite's encoding tests (every encoding,
+# complex64 and complex128, single and batch, compared with the NumPy reference) through it, a
+# 30-qubit complex128 angle state (16 GiB) encoded and read back in part, and the end-to-end
+# benchmark; then SIGTERM, which must exit 0.
+# Usage: tests/gpu/daemon_gpu.sh BUILD_DIR OUT_DIR
+# The daemon and qdpctl run with the carried libraries (.gpu/lib); Python runs without them.
+set -uo pipefail
+build=$(cd "${1:?usage: daemon_gpu.sh BUILD_DIR OUT_DIR}" && pwd)
+out=${2:?usage: daemon_gpu.sh BUILD_DIR OUT_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+libs="$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+py() { env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$@"; }
+dir=$(mktemp -d)
+sock="$dir/qdpd.sock"
+trap 'kill -KILL "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+LD_LIBRARY_PATH=$libs "$build/daemon/qdpd" --socket "$sock" --devices auto \
+  2>"$out/qdpd-gpu.log" &
+pid=$!
+for _ in $(seq 300); do
+  grep -q "listening on unix:" "$out/qdpd-gpu.log" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || { cat "$out/qdpd-gpu.log"; exit 1; }
+  sleep 0.1
+done
+# The Python tests call qdpctl themselves, without the carried libraries: give them a wrapper.
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/client/qdpctl" > "$dir/qdpctl"
+chmod +x "$dir/qdpctl"
+export QDP_TARGET="unix:$sock" QDP_DESC="$build/proto/qdp.desc" QDPCTL="$dir/qdpctl"
+export QDP_SOCKET="$sock" QDP_TEST_DIR="$dir"
+ctl() { "$dir/qdpctl" "$@"; }
+rc=0
+step() {
+  echo "== $1"
+  shift
+  "$@" || { echo "!! failed: exit $?"; rc=1; }
+}
+step "qdpctl status" ctl status
+step "encoding tests through the GPU daemon" \
+  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  bash -c "$(declare -f py); py \"\$0\"" "$root/tests/integration/test_encodings.py"
+big() {
+  py - <<'PY'
+import os, sys, time
+import numpy as np
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "integration"))
+import qdpc
+c = qdpc.Client()
+n = 30
+x = np.linspace(0.1, 3.0, n)
+t0 = time.time()
+s = c.encode("angle", n, x, dtype="complex128")
+print(f"angle n={n} complex128: {s.bytes} B on {[sh.device for sh in s.shards]} "
+      f"policy {s.policy}, encode {s.encode_ms:.2f} ms on the daemon, "
+      f"round trip {1e3 * (time.time() - t0):.1f} ms")
+idx = np.concatenate([np.arange(0, 4096), np.arange((1 << n) - 4096, 1 << n)])
+got = np.concatenate([c.fetch(s, offset=0, count=4096), c.fetch(s, offset=(1 << n) - 4096, count=4096)])
+b = idx[:, None] >> np.arange(n)[None, :] & 1
+want = np.prod(np.where(b == 1, np.sin(x), np.cos(x)), axis=1)
+err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+print(f"first and last 4096 amplitudes vs NumPy: max relative error {err:.2e}")
+c.release(s)
+assert err < 1e-12, err
+PY
+}
+step "30-qubit angle state" env ROOT="$root" bash -c "$(declare -f py big); big"
+step "end-to-end benchmark (GPU daemon)" env LD_LIBRARY_PATH="$libs" "$build/bench/qdpd_bench" \
+  --seconds 2
+echo "== SIGTERM"
+kill -TERM "$pid"
+wait "$pid"
+st=$?
+echo "qdpd exit status $st"
+[ "$st" -eq 0 ] || rc=1
+[ ! -e "$sock" ] || { echo "socket left behind"; rc=1; }
+exit $rc
