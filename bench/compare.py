@@ -85,10 +85,12 @@ def main():
             tsps = float(t["samples_per_s"]) if t else float("nan")
             print(f"{'':<34} samples/s: qdp {sps:.3g}, torch {tsps:.3g}")
     if variants:
-        print("\nlaunch-shape variants (amplitudes per thread):")
+        print("\nlaunch-shape variants (knobs of kernels/qdpk_tune.h; k = amplitudes per thread,"
+              " j = sumsq loads in flight, rev/fwd = block order):")
         for key, kv in variants:
             op, dtype, n, batch = key
-            print(f"  {op} n={n} {kv['variant']:<5} {float(kv['ms']):9.3f} ms  "
+            name = f"{op} {dtype} n={n}" + (f" x{batch}" if batch > 1 else "")
+            print(f"  {name:<36} {kv['variant']:<12} {float(kv['ms']):9.4f} ms  "
                   f"roofline {float(kv['roofline']):.3f}")
     print(f"\ntargets missed: {missed}")
     return 0

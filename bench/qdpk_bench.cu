@@ -69,8 +69,7 @@ static void random_device(T *p, uint64_t n, uint64_t seed, double lo, double hi)
   CUDA_OK(cudaDeviceSynchronize());
 }
 
-/* ---- timing ------------------------------------------------------------------------------------
- */
+/* ---- timing ---- */
 
 typedef void (*op_fn)(void *ctx, int rep);
 
@@ -125,8 +124,7 @@ static void report(const char *op, const char *dtype, unsigned n, uint64_t batch
   fflush(stdout);
 }
 
-/* ---- reference bandwidths -----------------------------------------------------------------------
- */
+/* ---- reference bandwidths ---- */
 
 struct copy_ctx {
   void *dst, *src;
@@ -144,8 +142,7 @@ static void op_fill(void *p, int rep) {
   CUDA_OK(cudaMemsetAsync(c->dst, rep & 0xff, c->bytes, 0));
 }
 
-/* ---- amplitude ----------------------------------------------------------------------------------
- */
+/* ---- amplitude ---- */
 
 struct amp_ctx {
   char *in, *out; /* set s at in + s * in_set, out + s * out_set */
@@ -179,7 +176,7 @@ static void op_amplitude(void *p, int rep) {
 
 static void bench_amplitude(char *in, char *out, void *ws, size_t ws_cap, double *sums,
                             qdp_dtype in_t, qdp_dtype out_t, unsigned n, uint64_t rows, int sets,
-                            int pass, int reps) {
+                            int pass, int reps, const char *variant) {
   uint64_t amps = rows << n;
   size_t in_el = in_t == QDP_DTYPE_FLOAT32 ? 4 : 8, out_el = out_t == QDP_DTYPE_COMPLEX64 ? 8 : 16;
   struct amp_ctx c = {in,
@@ -205,8 +202,10 @@ static void bench_amplitude(char *in, char *out, void *ws, size_t ws_cap, double
                                  : pass == 2 ? in_el + out_el
                                              : 2 * in_el + out_el);
   const char *op = pass == 1 ? "sumsq" : pass == 2 ? "amplitude_pass2" : "amplitude";
-  report(op, qdp_dtype_name(out_t), n, rows, ms, bytes, copy_GBps,
-         in_t == QDP_DTYPE_FLOAT32 ? "input=float32" : "input=float64");
+  char extra[96];
+  snprintf(extra, sizeof extra, "input=%s%s%s", in_t == QDP_DTYPE_FLOAT32 ? "float32" : "float64",
+           variant ? " variant=" : "", variant ? variant : "");
+  report(op, qdp_dtype_name(out_t), n, rows, ms, bytes, copy_GBps, extra);
   /* Sanity: the state has unit norm (first row, first million amplitudes bounded by 1). */
   if (pass == 0) {
     double host[4];
@@ -219,8 +218,39 @@ static void bench_amplitude(char *in, char *out, void *ws, size_t ws_cap, double
   }
 }
 
-/* ---- closed forms
- * -------------------------------------------------------------------------------- */
+/* The amplitude knobs of qdpk_tune.h over their values: sumsq chunks (pass 1 and both passes),
+ * amplitudes per thread and block order (pass 2 and both passes). Defaults are restored after. */
+static void sweep_amplitude(char *in, char *out, void *ws, size_t ws_cap, double *sums,
+                            qdp_dtype in_t, qdp_dtype out_t, unsigned n, uint64_t rows, int sets,
+                            int pass, int reps) {
+  static const int js[] = {4, 8}, ks[] = {1, 2, 4}, fwd[] = {0, 1};
+  for (int a = 0; a < 2; a++) {
+    if (pass == 2 && a == 1) {
+      break; /* pass 2 does not use the sumsq knob */
+    }
+    for (int b = 0; b < (pass == 1 ? 1 : 3); b++) {
+      for (int c = 0; c < (pass == 1 ? 1 : 2); c++) {
+        char v[32];
+        if (pass == 1) {
+          snprintf(v, sizeof v, "j%d", js[a]);
+        } else if (pass == 2) {
+          snprintf(v, sizeof v, "k%d_%s", ks[b], fwd[c] ? "fwd" : "rev");
+        } else {
+          snprintf(v, sizeof v, "j%d_k%d_%s", js[a], ks[b], fwd[c] ? "fwd" : "rev");
+        }
+        qdpk_tune_sumsq_chunks = js[a];
+        qdpk_tune_amplitude_per_thread = ks[b];
+        qdpk_tune_amplitude_forward = fwd[c];
+        bench_amplitude(in, out, ws, ws_cap, sums, in_t, out_t, n, rows, sets, pass, reps, v);
+      }
+    }
+  }
+  qdpk_tune_sumsq_chunks = 0;
+  qdpk_tune_amplitude_per_thread = 0;
+  qdpk_tune_amplitude_forward = 0;
+}
+
+/* ---- closed forms ---- */
 
 enum closed { C_ANGLE, C_PHASE, C_BASIS, C_IQP };
 
@@ -327,20 +357,22 @@ int main(int argc, char **argv) {
          fill_GBps);
   fflush(stdout);
 
-  /* Amplitude, 2^30, input on the GPU: both passes, then each pass alone. */
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 0,
-                  15);
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 1,
-                  15);
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 30, 1, 1, 2,
-                  15);
-  random_device((float *)in, 1ull << 30, 2, -1.0, 1.0);
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 0,
-                  15);
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 1,
-                  15);
-  bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 30, 1, 1, 2,
-                  15);
+  /* Amplitude, 2^30, input on the GPU: both passes, then each pass alone; variants first. */
+  static const qdp_dtype amp_in[2] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
+  static const qdp_dtype amp_out[2] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+  for (int t = 0; t < 2; t++) {
+    if (t == 1) {
+      random_device((float *)in, 1ull << 30, 2, -1.0, 1.0);
+    }
+    if (variants) {
+      for (int pass = 1; pass <= 2; pass++) {
+        sweep_amplitude(in, out, ws, ws_cap, sums, amp_in[t], amp_out[t], 30, 1, 1, pass, 10);
+      }
+    }
+    for (int pass = 0; pass <= 2; pass++) {
+      bench_amplitude(in, out, ws, ws_cap, sums, amp_in[t], amp_out[t], 30, 1, 1, pass, 15, NULL);
+    }
+  }
 
   /* Batched amplitude, complex128 from float64, 4 rotating sets. */
   random_device((double *)in, 1ull << 30, 3, -1.0, 1.0);
@@ -349,8 +381,12 @@ int main(int argc, char **argv) {
     unsigned n;
   } batches[] = {{4096, 10}, {1024, 16}, {64, 20}};
   for (int i = 0; i < 3; i++) {
+    if (variants) {
+      sweep_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+                      batches[i].n, batches[i].rows, 4, 0, 100);
+    }
     bench_amplitude(in, out, ws, ws_cap, sums, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
-                    batches[i].n, batches[i].rows, 4, 0, 200);
+                    batches[i].n, batches[i].rows, 4, 0, 200, NULL);
   }
 
   /* Closed forms at 30 qubits (IQP at 20 and 26), complex128 from float64 parameters. */

@@ -13,6 +13,11 @@
  */
 #include "qdpk_cuda_internal.cuh"
 
+extern "C" {
+int qdpk_tune_amplitude_per_thread = 0;
+int qdpk_tune_amplitude_forward = 0;
+}
+
 namespace {
 
 using namespace qdpk;
@@ -24,25 +29,36 @@ __device__ __forceinline__ double inv_sqrt_rn(double s, double) {
   return 1.0 / sqrt(s);
 }
 
-/* One amplitude per thread (complex128: one 16-byte store per thread). Measured on an H200: one
- * amplitude per thread over a full grid moved 4.19 TB/s, where grid-stride loops over few blocks
- * moved 2.2-3.9 TB/s. */
-template <typename TI, typename R>
+/* K amplitudes per thread, 256 apart (complex128: 16-byte stores, coalesced). Measured on an H200:
+ * one amplitude per thread over a full grid moved 4.19 TB/s, where grid-stride loops over few
+ * blocks moved 2.2-3.9 TB/s; K > 1 keeps a full grid and puts K loads in flight per thread. */
+template <typename TI, typename R, int K>
 __global__ void __launch_bounds__(QDPK_THREADS)
     amplitude1_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len,
                       const double *__restrict__ sumsq, typename cplx<R>::type *__restrict__ out,
-                      uint64_t count, uint64_t rows, uint64_t nbx) {
+                      uint64_t count, uint64_t rows, uint64_t nbx, int reverse) {
   __shared__ R inv_s;
   for (uint64_t ry = blockIdx.y; ry < rows; ry += gridDim.y) {
-    const uint64_t r = rows - 1 - ry;
+    const uint64_t r = reverse ? rows - 1 - ry : ry;
     const TI *xr = x + r * in_stride;
     typename cplx<R>::type *o = out + r * count;
     R inv = (R)0;
     for (uint64_t bx = blockIdx.x; bx < nbx; bx += gridDim.x) {
-      const uint64_t j = (nbx - 1 - bx) * QDPK_THREADS + threadIdx.x;
-      /* The load is issued before the row's scale is known, so its latency and the scale's
+      const uint64_t b = reverse ? nbx - 1 - bx : bx;
+      const uint64_t j0 = b * (uint64_t)(QDPK_THREADS * K) + threadIdx.x;
+      /* The loads are issued before the row's scale is known, so their latency and the scale's
        * (a division and a square root on one thread) overlap. */
-      R v = j < len ? (R)xr[j] : (R)0;
+      TI raw[K];
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        const uint64_t j = j0 + (uint64_t)k * QDPK_THREADS;
+        raw[k] = j < len ? xr[j] : (TI)0;
+      }
+      R v[K];
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        v[k] = (R)raw[k];
+      }
       if (bx == blockIdx.x) { /* block-uniform: first pass over this row */
         if (threadIdx.x == 0) {
           inv_s = inv_sqrt_rn(sumsq[r], R());
@@ -50,8 +66,12 @@ __global__ void __launch_bounds__(QDPK_THREADS)
         __syncthreads();
         inv = inv_s;
       }
-      if (j < count) {
-        o[j] = make_cplx<R>(mul_rn(v, inv), (R)0);
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        const uint64_t j = j0 + (uint64_t)k * QDPK_THREADS;
+        if (j < count) {
+          o[j] = make_cplx<R>(mul_rn(v[k], inv), (R)0);
+        }
       }
     }
     __syncthreads(); /* inv_s is rewritten for the next row */
@@ -69,31 +89,40 @@ struct in_vec<double, 2> {
   typedef double2 type;
 };
 
-/* Two amplitudes per thread, for complex64: one 16-byte store (float4 = two complex64) per thread.
- * vin: the two inputs can be read as one vector (row starts aligned to it). */
-template <typename TI>
+/* Two amplitudes per step, for complex64: one 16-byte store (float4 = two complex64); K steps per
+ * thread, 256 pairs apart. vin: the two inputs can be read as one vector (row starts aligned). */
+template <typename TI, int K>
 __global__ void __launch_bounds__(QDPK_THREADS)
     amplitude2_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len,
                       const double *__restrict__ sumsq, float4 *__restrict__ out, uint64_t count,
-                      uint64_t rows, uint64_t nbx, bool vin) {
+                      uint64_t rows, uint64_t nbx, bool vin, int reverse) {
   __shared__ float inv_s;
   for (uint64_t ry = blockIdx.y; ry < rows; ry += gridDim.y) {
-    const uint64_t r = rows - 1 - ry;
+    const uint64_t r = reverse ? rows - 1 - ry : ry;
     const TI *xr = x + r * in_stride;
     float4 *o = out + r * (count / 2); /* count is even on this path */
     float inv = 0.0f;
     for (uint64_t bx = blockIdx.x; bx < nbx; bx += gridDim.x) {
-      const uint64_t jp = (nbx - 1 - bx) * QDPK_THREADS + threadIdx.x; /* pair index */
-      const uint64_t j = 2 * jp;
-      float v0, v1;
-      if (vin && j + 2 <= len) {
-        typename in_vec<TI, 2>::type v =
-            *reinterpret_cast<const typename in_vec<TI, 2>::type *>(xr + j);
-        v0 = (float)v.x;
-        v1 = (float)v.y;
-      } else {
-        v0 = j < len ? (float)xr[j] : 0.0f;
-        v1 = j + 1 < len ? (float)xr[j + 1] : 0.0f;
+      const uint64_t b = reverse ? nbx - 1 - bx : bx;
+      const uint64_t jp0 = b * (uint64_t)(QDPK_THREADS * K) + threadIdx.x; /* pair index */
+      /* Raw loads first, conversions after: a conversion between two loads would hold the
+       * second one back until the first arrives (warps issue in order). */
+      typename in_vec<TI, 2>::type raw[K];
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        const uint64_t j = 2 * (jp0 + (uint64_t)k * QDPK_THREADS);
+        if (vin && j + 2 <= len) {
+          raw[k] = *reinterpret_cast<const typename in_vec<TI, 2>::type *>(xr + j);
+        } else {
+          raw[k].x = j < len ? xr[j] : (TI)0;
+          raw[k].y = j + 1 < len ? xr[j + 1] : (TI)0;
+        }
+      }
+      float v0[K], v1[K];
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        v0[k] = (float)raw[k].x;
+        v1[k] = (float)raw[k].y;
       }
       if (bx == blockIdx.x) { /* as in amplitude1_kernel: the loads are already in flight */
         if (threadIdx.x == 0) {
@@ -102,22 +131,62 @@ __global__ void __launch_bounds__(QDPK_THREADS)
         __syncthreads();
         inv = inv_s;
       }
-      if (j < count) {
-        o[jp] = make_float4(__fmul_rn(v0, inv), 0.0f, __fmul_rn(v1, inv), 0.0f);
+#pragma unroll
+      for (int k = 0; k < K; k++) {
+        const uint64_t jp = jp0 + (uint64_t)k * QDPK_THREADS;
+        if (2 * jp < count) {
+          o[jp] = make_float4(__fmul_rn(v0[k], inv), 0.0f, __fmul_rn(v1[k], inv), 0.0f);
+        }
       }
     }
     __syncthreads();
   }
 }
 
+/* Amplitudes (complex128) or pairs (complex64) per thread: the tuning knob when it names a built
+ * variant (1, 2 or 4), else 1. */
+static int amp_per_thread(void) {
+  int k = qdpk_tune_amplitude_per_thread;
+  return (k == 2 || k == 4) ? k : 1;
+}
+
+template <typename TI, typename R, int K>
+qdp_status launch1_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
+                     const double *sumsq, void *out, cudaStream_t stream) {
+  uint64_t nbx = blocks_for(s->count, K);
+  /* 256 threads, K amplitudes each (256 apart); x: the amplitudes of a row, y: rows (folded past
+   * 65535). */
+  dim3 grid(grid_x(nbx), grid_y(s->rows));
+  amplitude1_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
+      x, in_stride, len, sumsq, static_cast<typename cplx<R>::type *>(out), s->count, s->rows, nbx,
+      !qdpk_tune_amplitude_forward);
+  return launched();
+}
+
 template <typename TI, typename R>
 qdp_status launch1(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
                    const double *sumsq, void *out, cudaStream_t stream) {
-  uint64_t nbx = blocks_for(s->count, 1);
-  /* 256 threads, one amplitude each; x: the amplitudes of a row, y: rows (folded past 65535). */
+  switch (amp_per_thread()) {
+  case 2:
+    return launch1_k<TI, R, 2>(s, x, in_stride, len, sumsq, out, stream);
+  case 4:
+    return launch1_k<TI, R, 4>(s, x, in_stride, len, sumsq, out, stream);
+  default:
+    return launch1_k<TI, R, 1>(s, x, in_stride, len, sumsq, out, stream);
+  }
+}
+
+template <typename TI, int K>
+qdp_status launch_c64_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
+                        const double *sumsq, void *out, cudaStream_t stream) {
+  bool vin = aligned(x, 2 * sizeof(TI)) && (s->rows == 1 || in_stride % 2 == 0);
+  uint64_t nbx = blocks_for(s->count / 2, K);
+  /* 256 threads, K amplitude pairs (one 16-byte store each, 256 pairs apart); x: a row, y: rows
+   * (folded). */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
-  amplitude1_kernel<TI, R><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, len, sumsq, static_cast<typename cplx<R>::type *>(out), s->count, s->rows, nbx);
+  amplitude2_kernel<TI, K><<<grid, QDPK_THREADS, 0, stream>>>(
+      x, in_stride, len, sumsq, static_cast<float4 *>(out), s->count, s->rows, nbx, vin,
+      !qdpk_tune_amplitude_forward);
   return launched();
 }
 
@@ -127,13 +196,14 @@ qdp_status launch_c64(const struct qdpk_span *s, const TI *x, uint64_t in_stride
   if (s->count % 2 != 0 || !aligned(out, 16)) {
     return launch1<TI, float>(s, x, in_stride, len, sumsq, out, stream);
   }
-  bool vin = aligned(x, 2 * sizeof(TI)) && (s->rows == 1 || in_stride % 2 == 0);
-  uint64_t nbx = blocks_for(s->count / 2, 1);
-  /* 256 threads, two amplitudes (one 16-byte store) each; x: a row, y: rows (folded). */
-  dim3 grid(grid_x(nbx), grid_y(s->rows));
-  amplitude2_kernel<TI><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, len, sumsq, static_cast<float4 *>(out), s->count, s->rows, nbx, vin);
-  return launched();
+  switch (amp_per_thread()) {
+  case 2:
+    return launch_c64_k<TI, 2>(s, x, in_stride, len, sumsq, out, stream);
+  case 4:
+    return launch_c64_k<TI, 4>(s, x, in_stride, len, sumsq, out, stream);
+  default:
+    return launch_c64_k<TI, 1>(s, x, in_stride, len, sumsq, out, stream);
+  }
 }
 
 }  // namespace

@@ -151,13 +151,15 @@ qdp_status launch_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, 
 template <typename TI, typename R>
 qdp_status launch(const struct qdpk_span *s, const TI *x, uint64_t in_stride, int pairs, void *out,
                   cudaStream_t stream) {
-  switch (per_thread(qdpk_tune_iqp_per_thread, 4)) {
+  /* 16 amplitudes per thread by default: the per-block sums (theta_hi, c_i) are amortized over
+   * 4096 amplitudes. Measured on an H200 at 26 qubits: 0.48 ms against 0.87 (4) and 2.13 (1). */
+  switch (per_thread(qdpk_tune_iqp_per_thread, 16)) {
   case 1:
     return launch_k<TI, R, 1>(s, x, in_stride, pairs, out, stream);
-  case 16:
-    return launch_k<TI, R, 16>(s, x, in_stride, pairs, out, stream);
-  default:
+  case 4:
     return launch_k<TI, R, 4>(s, x, in_stride, pairs, out, stream);
+  default:
+    return launch_k<TI, R, 16>(s, x, in_stride, pairs, out, stream);
   }
 }
 

@@ -1,7 +1,8 @@
 /* qdpk_tune.h — launch-shape knobs of the CUDA encode kernels, for the benchmark that picks their
- * defaults (bench/qdpk_bench.c). Not part of the kernel contract (qdpk_cuda.h): the daemon never
- * sets them. Each is the number of amplitudes one thread writes (1, 4 or 16; anything else falls
- * back to the default). Set them before launching, from the thread that launches.
+ * defaults (bench/qdpk_bench.cu). Not part of the kernel contract (qdpk_cuda.h): the daemon never
+ * sets them, and every value gives the same results (the sum-of-squares tree does not depend on
+ * them). A value that names no built variant (0 included) means the default. Set them before
+ * launching, from the thread that launches.
  */
 #ifndef QDPK_TUNE_H
 #define QDPK_TUNE_H
@@ -10,10 +11,18 @@
 extern "C" {
 #endif
 
+/* Amplitudes one thread writes: 1, 4 or 16. */
 extern int qdpk_tune_angle_per_thread;
 extern int qdpk_tune_phase_per_thread;
 extern int qdpk_tune_basis_per_thread;
 extern int qdpk_tune_iqp_per_thread;
+/* Amplitude pass 2: amplitudes (complex128) or amplitude pairs (complex64) per thread, 1, 2 or 4;
+ * forward = 1 walks the blocks front to back instead of back to front. */
+extern int qdpk_tune_amplitude_per_thread;
+extern int qdpk_tune_amplitude_forward;
+/* Sum of squares: loads in flight per thread, 4 or 8 (8 is the default where loads are at most
+ * two values wide; float4 loads always use 4). */
+extern int qdpk_tune_sumsq_chunks;
 
 #ifdef __cplusplus
 }

@@ -19,18 +19,21 @@
  */
 #include "qdpk_cuda_internal.cuh"
 
+extern "C" {
+int qdpk_tune_sumsq_chunks = 0;
+}
+
 namespace {
 
 using namespace qdpk;
 
-/* Segment-chunks per warp: 4 independent 16-byte loads in flight per thread (64 bytes), which with
- * 2048 resident threads keeps 128 KiB per multiprocessor in flight, well over what the memory
- * latency needs at full bandwidth. */
-constexpr int JMAX = 4;
+/* Segment-chunks per warp (J at most JMAX, 4 or 8): 4 (or 8) independent 16-byte loads in flight
+ * per thread, 64 (128) bytes, which with ~1800 resident threads is 112 KiB (224 KiB) per
+ * multiprocessor in flight, over what the memory latency needs at full bandwidth. */
 constexpr uint32_t WARPS = QDPK_THREADS / 32;
 /* Smallest tile of a row that has more than one tile: 8 warps x 4 chunks x 32 lanes x 1 value.
- * The workspace bound rests on it. */
-constexpr uint64_t MIN_TILE = (uint64_t)WARPS * JMAX * 32;
+ * The workspace bound rests on it (JMAX = 8 only makes tiles larger). */
+constexpr uint64_t MIN_TILE = (uint64_t)WARPS * 4 * 32;
 
 struct geom {
   uint32_t seg;    /* S: lanes per segment, a power of two <= 32 */
@@ -43,7 +46,7 @@ struct geom {
   uint64_t used;   /* tiles that overlap [0, len), at least 1 */
 };
 
-geom make_geom(uint64_t block, uint64_t len, uint32_t vec) {
+geom make_geom(uint64_t block, uint64_t len, uint32_t vec, uint32_t jmax) {
   geom g;
   uint64_t groups = block / vec;
   if (groups < 32) {
@@ -52,7 +55,7 @@ geom make_geom(uint64_t block, uint64_t len, uint32_t vec) {
     g.wpr = 1;
   } else {
     g.seg = 32;
-    g.chunks = (uint32_t)(groups / 32 < JMAX ? groups / 32 : JMAX);
+    g.chunks = (uint32_t)(groups / 32 < jmax ? groups / 32 : jmax);
     uint64_t w = groups / (32ull * g.chunks);
     g.wpr = (uint32_t)(w < WARPS ? w : WARPS);
   }
@@ -114,20 +117,10 @@ __device__ __forceinline__ void unpack(const double2 &v, A *out) {
   out[1] = (A)v.y;
 }
 
-/* The subtree over one aligned group of VEC values starting at e (zero past len), converted to the
- * accumulator type on load, squared when SQUARE. */
-template <typename TI, typename A, int VEC, bool SQUARE>
-__device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t e, uint64_t len,
-                                       bool live) {
-  A v[VEC];
-  if (live && e + VEC <= len) {
-    unpack<A>(*reinterpret_cast<const typename vec_of<TI, VEC>::type *>(xr + e), v);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; i++) {
-      v[i] = (live && e + i < len) ? (A)xr[e + i] : (A)0;
-    }
-  }
+/* The subtree over one aligned group of VEC values (converted to the accumulator type on load),
+ * squared when SQUARE. */
+template <typename A, int VEC, bool SQUARE>
+__device__ __forceinline__ A group_tree(A *v) {
 #pragma unroll
   for (int i = 0; i < VEC; i++) {
     if (SQUARE) {
@@ -145,8 +138,27 @@ __device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t e, ui
   return v[0];
 }
 
+/* The same for a group starting at e that may reach past len (values there are zero) or belong to
+ * no row (live false). */
 template <typename TI, typename A, int VEC, bool SQUARE>
-__global__ void __launch_bounds__(QDPK_THREADS)
+__device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t e, uint64_t len,
+                                       bool live) {
+  A v[VEC];
+  if (live && e + VEC <= len) {
+    unpack<A>(*reinterpret_cast<const typename vec_of<TI, VEC>::type *>(xr + e), v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      v[i] = (live && e + i < len) ? (A)xr[e + i] : (A)0;
+    }
+  }
+  return group_tree<A, VEC, SQUARE>(v);
+}
+
+/* At least 5 resident blocks (1280 threads): a register budget of 51 per thread, which the widest
+ * variants need to keep their loads in registers (with no bound ptxas settled on 40 and spilled). */
+template <typename TI, typename A, int VEC, bool SQUARE, int JMAX>
+__global__ void __launch_bounds__(QDPK_THREADS, 5)
     sumsq_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len, uint64_t rows, geom g,
                  A *__restrict__ partials, double *__restrict__ sums) {
   __shared__ A warp_sum[WARPS];
@@ -166,10 +178,29 @@ __global__ void __launch_bounds__(QDPK_THREADS)
       const uint64_t e0 =
           p * g.tile + ((uint64_t)seg_idx * g.chunks * g.seg + seg_lane) * (uint64_t)VEC;
       A c[JMAX];
+      if (row_ok && g.chunks == (uint32_t)JMAX &&
+          e0 + (uint64_t)(JMAX - 1) * g.seg * VEC + VEC <= len) {
+        /* Whole chunks: issue every load before any arithmetic. Warps issue in order, so a load
+         * placed after a use of the previous one would wait for it; this way JMAX loads per
+         * thread are in flight at once. */
+        typename vec_of<TI, VEC>::type raw[JMAX];
 #pragma unroll
-      for (int j = 0; j < JMAX; j++) {
-        uint64_t e = e0 + (uint64_t)j * g.seg * VEC;
-        c[j] = group_sum<TI, A, VEC, SQUARE>(xr, e, len, row_ok && (uint32_t)j < g.chunks);
+        for (int j = 0; j < JMAX; j++) {
+          raw[j] = *reinterpret_cast<const typename vec_of<TI, VEC>::type *>(
+              xr + e0 + (uint64_t)j * g.seg * VEC);
+        }
+#pragma unroll
+        for (int j = 0; j < JMAX; j++) {
+          A v[VEC];
+          unpack<A>(raw[j], v);
+          c[j] = group_tree<A, VEC, SQUARE>(v);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < JMAX; j++) {
+          uint64_t e = e0 + (uint64_t)j * g.seg * VEC;
+          c[j] = group_sum<TI, A, VEC, SQUARE>(xr, e, len, row_ok && (uint32_t)j < g.chunks);
+        }
       }
       /* Every lane shuffles (the mask is the whole warp); only segment leaders keep a result. */
 #pragma unroll
@@ -227,6 +258,25 @@ void ws_layout(uint64_t block, uint64_t rows, size_t *ret_off_b, size_t *ret_tot
   *ret_total = p1 == 0 ? 0 : off_b + (size_t)(rows * p2 * sizeof(double));
 }
 
+template <typename TI, typename A, bool SQUARE, int JMAX>
+void launch_vec(uint32_t vec, dim3 grid, const TI *x, uint64_t in_stride, uint64_t len,
+                uint64_t rows, const geom &g, A *partials, double *sums, cudaStream_t stream) {
+  switch (vec) {
+  case 4:
+    sumsq_kernel<TI, A, (sizeof(TI) == 4 ? 4 : 1), SQUARE, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    break;
+  case 2:
+    sumsq_kernel<TI, A, 2, SQUARE, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    break;
+  default:
+    sumsq_kernel<TI, A, 1, SQUARE, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    break;
+  }
+}
+
 /* One level over rows of `block` values of type TI. Vector width: 16 bytes where the row starts
  * and the stride allow it, else narrower; the tree does not depend on it. */
 template <typename TI, typename A, bool SQUARE>
@@ -238,26 +288,20 @@ qdp_status launch_level(const TI *x, uint64_t in_stride, uint64_t len, uint64_t 
          (block < vec || !aligned(x, vec * sizeof(TI)) || (rows > 1 && in_stride % vec != 0))) {
     vec /= 2;
   }
-  geom g = make_geom(block, len, vec);
+  /* 8 chunks by default where the loads are at most 2 values wide; 4 for float4 loads, where 8
+   * would need twice the registers the launch bound allows and spill. */
+  const int jmax = (vec <= 2 && qdpk_tune_sumsq_chunks != 4) ? 8 : 4;
+  geom g = make_geom(block, len, vec, (uint32_t)jmax);
   *ret_g = g;
   uint64_t row_groups = (rows + g.rpb - 1) / g.rpb;
   /* 256 threads = 8 warps, each warp one tile slice of 32 lanes x J chunks x VEC values (or several
    * short rows); x: the tiles of a row that hold data, y: groups of rows; both folded into loops
    * past the grid limits. */
   dim3 grid(grid_x(g.used), grid_y(row_groups));
-  switch (vec) {
-  case 4:
-    sumsq_kernel<TI, A, (sizeof(TI) == 4 ? 4 : 1), SQUARE>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
-    break;
-  case 2:
-    sumsq_kernel<TI, A, 2, SQUARE>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
-    break;
-  default:
-    sumsq_kernel<TI, A, 1, SQUARE>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
-    break;
+  if (jmax == 8) {
+    launch_vec<TI, A, SQUARE, 8>(vec, grid, x, in_stride, len, rows, g, partials, sums, stream);
+  } else {
+    launch_vec<TI, A, SQUARE, 4>(vec, grid, x, in_stride, len, rows, g, partials, sums, stream);
   }
   return launched();
 }

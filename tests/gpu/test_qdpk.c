@@ -23,12 +23,12 @@
 
 #include "qdpk.h"
 #include "qdpk_cuda.h"
+#include "qdpk_tune.h"
 
 #define TOL64 1e-12
 #define TOL32 1e-5
 
-/* ---- helpers ----------------------------------------------------------------------------------
- */
+/* ---- helpers ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -177,8 +177,7 @@ static void expect_same_bits(const void *gpu, const void *cpu, size_t bytes, siz
   ck_abort_msg("%s: bits differ first at element %zu of %zu", what, i, bytes / elem);
 }
 
-/* ---- sumsq --------------------------------------------------------------------------------------
- */
+/* ---- sumsq ---- */
 
 /* GPU sums of `rows` rows (device input dx) into host ret (rows doubles). */
 static void gpu_sumsq(const void *dx, qdp_dtype in, uint64_t stride, uint64_t len, uint64_t block,
@@ -257,13 +256,19 @@ START_TEST(test_sumsq_is_bit_identical_to_cpu_tree) {
   };
   static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    for (int a = 0; a < 2; a++) {
-      for (int b = 0; b < 2; b++) {
-        check_sumsq_case(&cases[i], ins[a], outs[b]);
+  /* Every launch shape the tuning knob selects (4 or 8 loads in flight) builds the same tree. */
+  static const int chunks[] = {0, 4, 8};
+  for (int k = 0; k < 3; k++) {
+    qdpk_tune_sumsq_chunks = chunks[k];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      for (int a = 0; a < 2; a++) {
+        for (int b = 0; b < 2; b++) {
+          check_sumsq_case(&cases[i], ins[a], outs[b]);
+        }
       }
     }
   }
+  qdpk_tune_sumsq_chunks = 0;
   /* 26 qubits, one row, both precisions of the natural input. */
   struct sumsq_case big = {1u << 26, (1u << 26) - 3, 1, 1u << 26, 0};
   check_sumsq_case(&big, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
@@ -321,8 +326,7 @@ START_TEST(test_sumsq_refuses_a_short_workspace) {
 }
 END_TEST
 
-/* ---- amplitude ----------------------------------------------------------------------------------
- */
+/* ---- amplitude ---- */
 
 struct amp_case {
   uint32_t qubits;
@@ -384,6 +388,24 @@ START_TEST(test_amplitude_matches_cpu) {
       }
     }
   }
+  /* The other launch shapes of pass 2 (amplitudes per thread, block order), on the cases up to
+   * 17 qubits. */
+  static const int per_thread[] = {1, 2, 4};
+  for (int k = 0; k < 3; k++) {
+    for (int fwd = 0; fwd < 2; fwd++) {
+      qdpk_tune_amplitude_per_thread = per_thread[k];
+      qdpk_tune_amplitude_forward = fwd;
+      for (size_t i = 0; cases[i].qubits <= 17; i++) {
+        for (int a = 0; a < 2; a++) {
+          for (int b = 0; b < 2; b++) {
+            check_amplitude_case(&cases[i], ins[a], outs[b]);
+          }
+        }
+      }
+    }
+  }
+  qdpk_tune_amplitude_per_thread = 0;
+  qdpk_tune_amplitude_forward = 0;
 }
 END_TEST
 
@@ -429,8 +451,7 @@ START_TEST(test_amplitude_two_passes_normalize_like_cpu) {
 }
 END_TEST
 
-/* ---- closed forms: angle, phase, basis, iqp
- * ------------------------------------------------------ */
+/* ---- closed forms: angle, phase, basis, iqp ---- */
 
 enum closed_op { OP_ANGLE, OP_PHASE, OP_BASIS, OP_IQP, OP_IQP_Z };
 
@@ -580,17 +601,34 @@ static void check_closed_case(enum closed_op op, const struct closed_case *c, qd
   cudaFree(dx);
 }
 
+static void set_closed_per_thread(int k) {
+  qdpk_tune_angle_per_thread = k;
+  qdpk_tune_phase_per_thread = k;
+  qdpk_tune_basis_per_thread = k;
+  qdpk_tune_iqp_per_thread = k;
+}
+
+/* Every case with the default launch shape, and the cases up to 2^13 amplitudes with each
+ * amplitudes-per-thread variant (1, 4, 16). */
 static void check_closed_op(enum closed_op op, const struct closed_case *cases, size_t ncases) {
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+  static const int per_thread[] = {0, 1, 4, 16};
   qdp_dtype ins[3] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32, QDP_DTYPE_INT64};
   int nin = op == OP_BASIS ? 3 : 2;
-  for (size_t i = 0; i < ncases; i++) {
-    for (int a = 0; a < nin; a++) {
-      for (int b = 0; b < 2; b++) {
-        check_closed_case(op, &cases[i], ins[a], outs[b]);
+  for (int k = 0; k < 4; k++) {
+    set_closed_per_thread(per_thread[k]);
+    for (size_t i = 0; i < ncases; i++) {
+      if (k > 0 && cases[i].count > 8192) {
+        continue;
+      }
+      for (int a = 0; a < nin; a++) {
+        for (int b = 0; b < 2; b++) {
+          check_closed_case(op, &cases[i], ins[a], outs[b]);
+        }
       }
     }
   }
+  set_closed_per_thread(0);
 }
 
 #define FULL(n) 0, (1ull << (n))
@@ -635,8 +673,7 @@ START_TEST(test_iqp_phases_match_cpu) {
 }
 END_TEST
 
-/* ---- wht and butterfly -------------------------------------------------------------------------
- */
+/* ---- wht and butterfly ---- */
 
 static void *random_state(qdp_dtype out, uint64_t n) {
   void *p = xmalloc((size_t)n * cplx_size(out));
@@ -785,8 +822,7 @@ START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
 }
 END_TEST
 
-/* ---- checks -------------------------------------------------------------------------------------
- */
+/* ---- checks ---- */
 
 static void expect_nonfinite(const void *hx, qdp_dtype in, uint64_t count, int want_found,
                              uint64_t want_index) {
