@@ -86,7 +86,7 @@ def main():
             print(f"{'':<34} samples/s: qdp {sps:.3g}, torch {tsps:.3g}")
     if variants:
         print("\nlaunch-shape variants (knobs of kernels/qdpk_tune.h; k = amplitudes per thread,"
-              " j = sumsq loads in flight, rev/fwd = block order):")
+              " j = sumsq loads in flight, s1 = evict-first cache hints):")
         for key, kv in variants:
             op, dtype, n, batch = key
             name = f"{op} {dtype} n={n}" + (f" x{batch}" if batch > 1 else "")

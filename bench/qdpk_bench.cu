@@ -219,35 +219,32 @@ static void bench_amplitude(char *in, char *out, void *ws, size_t ws_cap, double
 }
 
 /* The amplitude knobs of qdpk_tune.h over their values: sumsq chunks (pass 1 and both passes),
- * amplitudes per thread and block order (pass 2 and both passes). Defaults are restored after. */
+ * amplitudes per thread and cache hints (pass 2 and both passes). Defaults are restored after. */
 static void sweep_amplitude(char *in, char *out, void *ws, size_t ws_cap, double *sums,
                             qdp_dtype in_t, qdp_dtype out_t, unsigned n, uint64_t rows, int sets,
                             int pass, int reps) {
-  static const int js[] = {4, 8}, ks[] = {1, 2, 4}, fwd[] = {0, 1};
-  for (int a = 0; a < 2; a++) {
-    if (pass == 2 && a == 1) {
-      break; /* pass 2 does not use the sumsq knob */
-    }
-    for (int b = 0; b < (pass == 1 ? 1 : 3); b++) {
+  static const int js[] = {4, 8}, ks[] = {1, 2, 4};
+  for (int a = 0; a < (pass == 2 ? 1 : 2); a++) {
+    for (int b = (pass == 0 ? 1 : 0); b < (pass == 1 ? 1 : 3); b++) {
       for (int c = 0; c < (pass == 1 ? 1 : 2); c++) {
         char v[32];
         if (pass == 1) {
           snprintf(v, sizeof v, "j%d", js[a]);
         } else if (pass == 2) {
-          snprintf(v, sizeof v, "k%d_%s", ks[b], fwd[c] ? "fwd" : "rev");
+          snprintf(v, sizeof v, "k%d_s%d", ks[b], c);
         } else {
-          snprintf(v, sizeof v, "j%d_k%d_%s", js[a], ks[b], fwd[c] ? "fwd" : "rev");
+          snprintf(v, sizeof v, "j%d_k%d_s%d", js[a], ks[b], c);
         }
-        qdpk_tune_sumsq_chunks = js[a];
+        qdpk_tune_sumsq_chunks = pass == 2 ? 0 : js[a];
         qdpk_tune_amplitude_per_thread = ks[b];
-        qdpk_tune_amplitude_forward = fwd[c];
+        qdpk_tune_amplitude_streaming = c;
         bench_amplitude(in, out, ws, ws_cap, sums, in_t, out_t, n, rows, sets, pass, reps, v);
       }
     }
   }
   qdpk_tune_sumsq_chunks = 0;
   qdpk_tune_amplitude_per_thread = 0;
-  qdpk_tune_amplitude_forward = 0;
+  qdpk_tune_amplitude_streaming = 0;
 }
 
 /* ---- closed forms ---- */
@@ -365,7 +362,7 @@ int main(int argc, char **argv) {
       random_device((float *)in, 1ull << 30, 2, -1.0, 1.0);
     }
     if (variants) {
-      for (int pass = 1; pass <= 2; pass++) {
+      for (int pass = 0; pass <= 2; pass++) {
         sweep_amplitude(in, out, ws, ws_cap, sums, amp_in[t], amp_out[t], 30, 1, 1, pass, 10);
       }
     }

@@ -16,12 +16,14 @@ extern int qdpk_tune_angle_per_thread;
 extern int qdpk_tune_phase_per_thread;
 extern int qdpk_tune_basis_per_thread;
 extern int qdpk_tune_iqp_per_thread;
-/* Amplitude pass 2: amplitudes (complex128) or amplitude pairs (complex64) per thread, 1, 2 or 4;
- * forward = 1 walks the blocks front to back instead of back to front. */
+/* Amplitude pass 2: amplitudes (complex128) or amplitude pairs (complex64) per thread, 1, 2 or 4
+ * (default 2); forward = 1 walks the blocks front to back instead of back to front; streaming = 1
+ * reads and writes with evict-first cache hints (__ldcs, __stcs). */
 extern int qdpk_tune_amplitude_per_thread;
 extern int qdpk_tune_amplitude_forward;
-/* Sum of squares: loads in flight per thread, 4 or 8 (8 is the default where loads are at most
- * two values wide; float4 loads always use 4). */
+extern int qdpk_tune_amplitude_streaming;
+/* Sum of squares: loads in flight per thread, 4 or 8 (default: 8 where loads are at most two
+ * values wide and rows are at least 2048 loads long, else 4; float4 loads always use 4). */
 extern int qdpk_tune_sumsq_chunks;
 
 #ifdef __cplusplus

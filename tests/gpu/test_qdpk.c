@@ -388,13 +388,14 @@ START_TEST(test_amplitude_matches_cpu) {
       }
     }
   }
-  /* The other launch shapes of pass 2 (amplitudes per thread, block order), on the cases up to
-   * 17 qubits. */
+  /* The other launch shapes of pass 2 (amplitudes per thread, block order, cache hints), on the
+   * cases up to 17 qubits. */
   static const int per_thread[] = {1, 2, 4};
   for (int k = 0; k < 3; k++) {
-    for (int fwd = 0; fwd < 2; fwd++) {
+    for (int v = 0; v < 4; v++) {
       qdpk_tune_amplitude_per_thread = per_thread[k];
-      qdpk_tune_amplitude_forward = fwd;
+      qdpk_tune_amplitude_forward = v & 1;
+      qdpk_tune_amplitude_streaming = v >> 1;
       for (size_t i = 0; cases[i].qubits <= 17; i++) {
         for (int a = 0; a < 2; a++) {
           for (int b = 0; b < 2; b++) {
@@ -406,6 +407,7 @@ START_TEST(test_amplitude_matches_cpu) {
   }
   qdpk_tune_amplitude_per_thread = 0;
   qdpk_tune_amplitude_forward = 0;
+  qdpk_tune_amplitude_streaming = 0;
 }
 END_TEST
 
