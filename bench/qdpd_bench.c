@@ -1,5 +1,6 @@
 /* qdpd_bench — the daemon end to end, through libqdp, against a running qdpd (QDP_TARGET):
- *  - round trip of a small job (8-qubit amplitude, 256 float64 values inline): p50 and p99;
+ *  - round trip of a small job (8-qubit amplitude, 256 float64 values inline): p50 and p99, beside
+ *    the round trip of Health, the daemon's cheapest call (the transport's floor, same run);
  *  - jobs per second with C concurrent clients, each on its own connection;
  *  - Fetch throughput of a large state over the same channel.
  * Each encode is followed by a release (not timed) so the store never fills. Prints one
@@ -117,7 +118,7 @@ int main(int argc, char **argv) {
     x[i] = 0.5 + (double)(i % 17) / 17.0;
   }
 
-  /* Round trip, one client, after a warm-up. */
+  /* Round trip, one client, after a warm-up; Health first, as the floor. */
   qdp_client *c = connect_client();
   for (int i = 0; i < 200; i++) {
     small_job(c, x);
@@ -127,12 +128,24 @@ int main(int argc, char **argv) {
     return 1;
   }
   for (unsigned long i = 0; i < jobs; i++) {
+    qdp_health h;
+    double t0 = now_us();
+    if (qdp_get_health(c, &h) != QDP_OK) {
+      die("health");
+    }
+    lat[i] = now_us() - t0;
+  }
+  qsort(lat, jobs, sizeof *lat, cmp_double);
+  double health_p50 = lat[jobs / 2];
+  printf("bench op=roundtrip job=health n=%lu p50_us=%.1f p99_us=%.1f min_us=%.1f\n", jobs,
+         lat[jobs / 2], lat[jobs * 99 / 100], lat[0]);
+  for (unsigned long i = 0; i < jobs; i++) {
     lat[i] = small_job(c, x);
   }
   qsort(lat, jobs, sizeof *lat, cmp_double);
   printf("bench op=roundtrip job=amplitude-8q-inline n=%lu p50_us=%.1f p99_us=%.1f min_us=%.1f "
-         "target_p50_us=150\n",
-         jobs, lat[jobs / 2], lat[jobs * 99 / 100], lat[0]);
+         "vs_health=%.2f target_p50_us=150\n",
+         jobs, lat[jobs / 2], lat[jobs * 99 / 100], lat[0], lat[jobs / 2] / health_p50);
   free(lat);
 
   /* Throughput with concurrent clients. */
