@@ -553,7 +553,7 @@ static void fetch_end(struct rpc_call *c, const struct qdp_error *err) {
   rpc_finish(c, NULL, err);
 }
 
-/* Loop thread. */
+/* Completion-queue thread. */
 static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   grpc_byte_buffer_destroy(c->sending);
@@ -566,7 +566,7 @@ static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
   rpc_call_unref(c); /* the send batch's reference */
 }
 
-/* Loop thread. */
+/* Completion-queue thread. */
 static void on_fetch_close(struct rpc_server *s, struct rpc_ev *e) {
   (void)s;
   struct rpc_call *c = e->call;

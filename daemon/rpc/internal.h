@@ -1,11 +1,14 @@
 /* internal.h — what server.c, handlers.c and upload.c share: the server, a call, events, jobs.
  *
- * A call's life: armed on the loop (arm) -> its request arrives on the completion-queue thread
- * (unpacked there) -> the loop (on_new) checks identity and auth and hands it to a worker job or a
- * stream step -> the job answers with rpc_finish, whose batch completion (on_done, loop) drops
- * the last reference. References: one for the call's logic, one per batch in flight; the logic's
- * reference passes to the final batch. Events (struct rpc_ev) are tags of gRPC batches; the
- * completion-queue thread runs their `prepare` and hands them to the loop, which runs `fn`.
+ * A call's life: armed (arm) -> its request arrives on the completion-queue thread, which unpacks
+ * it, checks identity and auth (on_new) and either answers it there (Health, and small jobs that
+ * touch no large memory: see rpc_runs_inline) or hands it to a worker job or a stream step -> the
+ * job answers with rpc_finish, whose batch completion (on_done) drops the last reference.
+ * References: one for the call's logic, one per batch in flight; the logic's reference passes to
+ * the final batch. Events (struct rpc_ev) are tags of gRPC batches, run on the completion-queue
+ * thread. Every hop between threads costs tens of microseconds on a small VM, a large share of a
+ * small job's round trip, so events are not relayed through the loop, which keeps only the
+ * lifecycle: signals, timers, shutdown.
  */
 #ifndef QDP_RPC_INTERNAL_H
 #define QDP_RPC_INTERNAL_H
@@ -29,8 +32,8 @@ struct rpc_call;
 
 struct rpc_ev {
   struct rpc_ev *next;
-  void (*fn)(struct rpc_server *s, struct rpc_ev *e); /* loop thread */
-  void (*prepare)(struct rpc_ev *e);                  /* completion-queue thread, may be NULL */
+  void (*fn)(struct rpc_server *s, struct rpc_ev *e); /* completion-queue thread */
+  void (*prepare)(struct rpc_ev *e);                  /* the same, before fn; may be NULL */
   struct rpc_call *call;
   int ok;
 };
@@ -151,7 +154,7 @@ struct rpc_server {
   atomic_int expire_busy;
   uint64_t expire_interval_ms, shutdown_timeout_ms;
 
-  bool shutting_down;
+  atomic_bool shutting_down; /* set on the loop, read by the completion-queue thread */
   void (*done)(void *arg);
   void *done_arg;
   int open_handles;
@@ -202,7 +205,7 @@ void rpc_h_fetch(struct rpc_job *j);
 void rpc_h_export(struct rpc_job *j);
 void rpc_h_status(struct rpc_job *j);
 
-/* EncodeUpload's receiving side (upload.c): loop thread. */
+/* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);
 void rpc_upload_free(struct rpc_call *c); /* any thread; idempotent */
 

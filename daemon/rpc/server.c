@@ -1,5 +1,5 @@
-/* The gRPC server: the completion-queue thread, the hand-over to the loop, the worker pool, the
- * life of a call, and the answer of a call. The handlers live in handlers.c. */
+/* The gRPC server: the completion-queue thread, the worker pool, the life of a call, and the
+ * answer of a call. The handlers live in handlers.c. */
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@
 #include "state/store.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
- * arrive before the loop gets to re-arm. */
+ * arrive before the completion-queue thread gets to re-arm. */
 #define ARMED_PER_METHOD 4
 
 const struct rpc_method rpc_methods[RPC_M_COUNT] = {
@@ -43,7 +43,7 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
     [RPC_M_STATUS] = {"/qdp.Qdp/Status", "Status", RPC_UNARY, &qdp__status_request__descriptor,
                       rpc_h_status},
     [RPC_M_HEALTH] = {"/qdp.Qdp/Health", "Health", RPC_UNARY, &qdp__health_request__descriptor,
-                      NULL /* answered on the loop */},
+                      NULL /* answered on the completion-queue thread */},
 };
 
 /* ---- time
@@ -220,7 +220,8 @@ static void prepare_new(struct rpc_ev *e) {
   }
 }
 
-/* Arms one request for method `mid` (-1: any unregistered method). Loop thread. */
+/* Arms one request for method `mid` (-1: any unregistered method). Any thread (the loop at start,
+ * the completion-queue thread as calls arrive). */
 static void arm(struct rpc_server *s, int mid) {
   struct rpc_call *c = calloc(1, sizeof *c);
   if (!c) {
@@ -304,6 +305,36 @@ static void identify(struct rpc_call *c) {
   }
 }
 
+/* Whether a call is cheap enough to serve on the completion-queue thread itself: calls that only
+ * read the store or the mesh, and encodes of small states from inline input. The hand-over to a
+ * worker alone costs about as much as such a call's own work; anything that may take long (large
+ * states, mapped files and shared memory, releases, streams) goes to the workers, so the
+ * completion-queue thread is never held for more than a few hundred microseconds. */
+#define RPC_INLINE_QUBITS 16
+#define RPC_INLINE_STATE_BYTES (UINT64_C(1) << 20) /* about 0.2 ms of CPU-backend work */
+
+static bool runs_inline(const struct rpc_call *c) {
+  switch (c->method) {
+  case RPC_M_PLAN:
+  case RPC_M_DESCRIBE:
+  case RPC_M_LIST:
+  case RPC_M_STATUS:
+    return true;
+  case RPC_M_ENCODE: {
+    const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
+    if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
+      return false;
+    }
+    uint64_t rows = r->input->rows ? r->input->rows : 1;
+    /* Both bounds keep the product below 2^64: rows <= 2^20, 2^qubits <= 2^16, 16 B each. */
+    return r->qubits <= RPC_INLINE_QUBITS && rows <= (UINT64_C(1) << 20) &&
+           (rows << r->qubits) * 16 <= RPC_INLINE_STATE_BYTES;
+  }
+  default:
+    return false;
+  }
+}
+
 static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   if (!e->ok) {
@@ -358,6 +389,11 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   }
   c->job.fn = m->run;
   c->job.call = c;
+  c->job.srv = s;
+  if (runs_inline(c)) {
+    m->run(&c->job);
+    return;
+  }
   rpc_submit(s, &c->job);
 }
 
@@ -499,8 +535,9 @@ static void cq_main(void *arg) {
     if (e->prepare) {
       e->prepare(e);
     }
-    inbox_push(s, e);
+    e->fn(s, e);
   }
+  /* The loop learns that the queue is drained through its inbox: the one event it still gets. */
   s->ev_cq_done = (struct rpc_ev){.fn = on_cq_done};
   inbox_push(s, &s->ev_cq_done);
 }

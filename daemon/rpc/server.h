@@ -3,12 +3,16 @@
  * device code lives here.
  *
  * Threads (DESIGN.md §8, STACK.md §4):
- *  - the loop thread (the caller's libuv loop) owns the server: create, start, shutdown, destroy,
- *    apply_config, and every call's bookkeeping between operations;
- *  - one completion-queue thread blocks in grpc_completion_queue_next, unpacks request messages,
- *    and hands every completed operation to the loop (a locked list + uv_async_send);
- *  - `workers` worker threads (config) run the jobs that may block: encode, plan, fetch reads,
- *    export, release (device frees), status (device queries), expiry. A job answers its call with
+ *  - the loop thread (the caller's libuv loop) owns the server's lifecycle: create, start,
+ *    shutdown, destroy, apply_config, the expiry and drain timers;
+ *  - one completion-queue thread blocks in grpc_completion_queue_next and runs every completed
+ *    operation's handler itself: it unpacks requests, checks identity and auth, answers Health and
+ *    the cheap calls (Plan, Describe, List, Status, encodes of states up to 1 MiB from inline
+ *    input), and hands the rest to the workers. Relaying through the loop cost a thread hop per
+ *    operation, most of a small job's round trip; only the drained queue is reported to the loop
+ *    (a locked list + uv_async_send);
+ *  - `workers` worker threads (config) run the jobs that may block: large encodes, fetch reads,
+ *    export, release (device frees), uploads' encodes, expiry. A job answers its call with
  *    grpc_call_start_batch itself; at most one batch of a call is ever being started at a time.
  *
  * Conventions on the wire (shared with the clients):

@@ -1,6 +1,7 @@
 /* EncodeUpload's receiving side: the first message declares the request, the later ones append
  * data into one host buffer bounded by the declared size, max_upload_bytes and upload_budget. The
- * encode itself then runs as a worker job (rpc_h_upload_encode). Loop thread, except where noted.
+ * encode itself then runs as a worker job (rpc_h_upload_encode). Completion-queue thread, except
+ * where noted.
  */
 #include <inttypes.h>
 #include <stdlib.h>
