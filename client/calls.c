@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
 
@@ -816,7 +817,16 @@ struct sink {
   uint64_t received; /* bytes */
 };
 
-static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
+/* One chunk's fields; its data is copied out by `copy` (from a parsed message or straight from the
+ * received slices), so the bytes are moved once. */
+struct chunk {
+  uint64_t offset, total, len;
+  int dtype;
+  void (*copy)(void *arg, void *dst, uint64_t n);
+  void *arg;
+};
+
+static qdp_status sink_put(struct sink *s, const struct chunk *ch) {
   if (s->dtype == QDP_DTYPE_UNSPECIFIED) {
     s->dtype = (qdp_dtype)ch->dtype;
     s->total = ch->total;
@@ -843,7 +853,7 @@ static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
     }
   }
   unsigned es = qdp_dtype_size(s->dtype);
-  uint64_t len = ch->data.len;
+  uint64_t len = ch->len;
   if ((qdp_dtype)ch->dtype != s->dtype || ch->offset < s->offset || len % es != 0 ||
       ch->offset - s->offset > s->total || len / es > s->total - (ch->offset - s->offset)) {
     return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
@@ -853,24 +863,144 @@ static qdp_status sink_put(struct sink *s, const Qdp__FetchChunk *ch) {
   }
   uint64_t at = (ch->offset - s->offset) * es;
   if (s->dst) {
-    memcpy(s->dst + at, ch->data.data, len);
+    ch->copy(ch->arg, s->dst + at, len);
   } else {
+    /* A file: through a bounded buffer, pwrite'd in place. */
+    uint8_t *bytes = malloc(len ? len : 1);
+    if (!bytes) {
+      return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, ENOMEM, NULL,
+                            "No memory for a fetch chunk of %" PRIu64 " bytes.", len);
+    }
+    ch->copy(ch->arg, bytes, len);
     size_t done = 0;
     while (done < len) {
-      ssize_t n = pwrite(s->fd, ch->data.data + done, len - done, (off_t)(s->fd_base + at + done));
+      ssize_t n = pwrite(s->fd, bytes + done, len - done, (off_t)(s->fd_base + at + done));
       if (n < 0 && errno == EINTR) {
         continue;
       }
       if (n <= 0) {
         int err = n < 0 ? errno : ENOSPC;
+        free(bytes);
         return qdp__err_local(QDP_ERR_SYSTEM, err, "path", "Writing '%s' failed: %s.", s->path,
                               strerror(err));
       }
       done += (size_t)n;
     }
+    free(bytes);
   }
   s->received += len;
   return QDP_OK;
+}
+
+/* A read cursor over a received message's slices, so that a chunk's data is copied once, straight
+ * to where it belongs, instead of joined, unpacked and copied again. */
+struct cursor {
+  grpc_byte_buffer_reader r;
+  grpc_slice cur;
+  int have;
+  size_t pos;
+  uint64_t consumed;
+};
+
+static int cursor_fill(struct cursor *k) {
+  while (!k->have || k->pos == GRPC_SLICE_LENGTH(k->cur)) {
+    if (k->have) {
+      grpc_slice_unref(k->cur);
+      k->have = 0;
+    }
+    if (!grpc_byte_buffer_reader_next(&k->r, &k->cur)) {
+      return 0;
+    }
+    k->have = 1;
+    k->pos = 0;
+  }
+  return 1;
+}
+
+static int cursor_varint(struct cursor *k, uint64_t *ret) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (!cursor_fill(k)) {
+      return 0;
+    }
+    uint8_t b = GRPC_SLICE_START_PTR(k->cur)[k->pos++];
+    k->consumed++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *ret = v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void cursor_copy(void *arg, void *dst, uint64_t n) {
+  struct cursor *k = arg;
+  uint8_t *d = dst;
+  while (n > 0 && cursor_fill(k)) {
+    size_t avail = GRPC_SLICE_LENGTH(k->cur) - k->pos;
+    size_t m = avail < n ? avail : (size_t)n;
+    memcpy(d, GRPC_SLICE_START_PTR(k->cur) + k->pos, m);
+    k->pos += m;
+    k->consumed += m;
+    d += m;
+    n -= m;
+  }
+}
+
+static void binary_copy(void *arg, void *dst, uint64_t n) {
+  memcpy(dst, ((const ProtobufCBinaryData *)arg)->data, n);
+}
+
+/* Delivers one received FetchChunk to the sink. qdpd writes offset, dtype and total before the data
+ * (field 2) and nothing after it: then the data is copied straight from the slices. Any other
+ * layout, still valid protobuf, goes through the generic unpack. */
+static qdp_status read_chunk(grpc_byte_buffer *bb, struct sink *s) {
+  struct cursor k;
+  memset(&k, 0, sizeof k);
+  if (grpc_byte_buffer_reader_init(&k.r, bb)) {
+    struct chunk ch = {.copy = cursor_copy, .arg = &k};
+    uint64_t tag = 0, v = 0, size = grpc_byte_buffer_length(bb);
+    int fast = 0;
+    while (cursor_varint(&k, &tag)) {
+      if (tag == 0x12) { /* data: length-delimited, last */
+        fast = cursor_varint(&k, &ch.len) && ch.len == size - k.consumed;
+        break;
+      }
+      if ((tag != 0x08 && tag != 0x18 && tag != 0x20) || !cursor_varint(&k, &v)) {
+        break;
+      }
+      if (tag == 0x08) {
+        ch.offset = v;
+      } else if (tag == 0x18) {
+        ch.dtype = (int)v;
+      } else {
+        ch.total = v;
+      }
+    }
+    qdp_status rc = fast ? sink_put(s, &ch) : QDP_ERR_UNKNOWN;
+    if (k.have) {
+      grpc_slice_unref(k.cur);
+    }
+    grpc_byte_buffer_reader_destroy(&k.r);
+    if (fast) {
+      return rc;
+    }
+  }
+  Qdp__FetchChunk *m = (Qdp__FetchChunk *)qdp__unpack(bb, &qdp__fetch_chunk__descriptor);
+  if (!m) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd sent a fetch chunk that is not a valid FetchChunk message.");
+  }
+  struct chunk ch = {.offset = m->offset,
+                     .total = m->total,
+                     .len = m->data.len,
+                     .dtype = m->dtype,
+                     .copy = binary_copy,
+                     .arg = &m->data};
+  qdp_status rc = sink_put(s, &ch);
+  qdp__fetch_chunk__free_unpacked(m, NULL);
+  return rc;
 }
 
 static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *token,
@@ -910,16 +1040,8 @@ static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *to
     if (!ok || !recv) {
       break; /* end of stream: the status says whether it is complete */
     }
-    Qdp__FetchChunk *ch = (Qdp__FetchChunk *)qdp__unpack(recv, &qdp__fetch_chunk__descriptor);
+    rc = read_chunk(recv, s);
     grpc_byte_buffer_destroy(recv);
-    if (!ch) {
-      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
-                          "qdpd sent a fetch chunk that is not a "
-                          "valid FetchChunk message.");
-    } else {
-      rc = sink_put(s, ch);
-      qdp__fetch_chunk__free_unpacked(ch, NULL);
-    }
     if (rc == QDP_OK && o->progress &&
         o->progress(o->progress_arg, s->received, s->total * qdp_dtype_size(s->dtype)) != 0) {
       rc = qdp__err_local(
