@@ -155,8 +155,8 @@ static void *task_butterfly(void *arg) {
 }
 
 /* Describes the first non-finite value of sample `row` for an error message. */
-static qdp_status bad_value(struct qdp_error *reterr, const char *what, const struct runtime_input *in,
-                            uint64_t index) {
+static qdp_status bad_value(struct qdp_error *reterr, const char *what,
+                            const struct runtime_input *in, uint64_t index) {
   uint64_t row = index / in->cols, col = index % in->cols;
   double v = in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index]
                                             : ((const double *)in->data)[index];
@@ -187,7 +187,7 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
     if (f == QDPK_BASIS_OK) {
       return QDP_OK;
     }
-    double v = in->dtype == QDP_DTYPE_INT64    ? (double)((const int64_t *)in->data)[index * in->cols]
+    double v = in->dtype == QDP_DTYPE_INT64 ? (double)((const int64_t *)in->data)[index * in->cols]
                : in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index * in->cols]
                                                 : ((const double *)in->data)[index * in->cols];
     static const char *const why[] = {
@@ -197,7 +197,8 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
         [QDPK_BASIS_TOO_LARGE] = "is not below 2^qubits",
     };
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "basis index %.17g of sample %" PRIu64 " %s (qubits %u: valid indices are "
+                         "basis index %.17g of sample %" PRIu64
+                         " %s (qubits %u: valid indices are "
                          "0..%" PRIu64 ")",
                          v, index, why[f], p->qubits, (UINT64_C(1) << p->qubits) - 1);
   }
@@ -209,15 +210,16 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
 static qdp_status check_input_shape(const struct plan *p, const struct runtime_input *in,
                                     struct qdp_error *reterr) {
   if (in->rows != p->batch || in->dtype != p->in_dtype || in->cols == 0 ||
-      (p->encoding == QDP_ENCODING_AMPLITUDE ? in->cols > p->amplitudes
-                                              : in->cols != qdpk_params_per_sample(
-                                                                 p->encoding, p->qubits))) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "input of %" PRIu64 " x %" PRIu64 " %s values does not match the plan "
-                         "(%" PRIu64 " samples of %u qubits, %s input)",
-                         in->rows, in->cols, qdp_dtype_name(in->dtype) ? qdp_dtype_name(in->dtype) : "?",
-                         p->batch, p->qubits,
-                         qdp_dtype_name(p->in_dtype) ? qdp_dtype_name(p->in_dtype) : "?");
+      (p->encoding == QDP_ENCODING_AMPLITUDE
+           ? in->cols > p->amplitudes
+           : in->cols != qdpk_params_per_sample(p->encoding, p->qubits))) {
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+        "input of %" PRIu64 " x %" PRIu64
+        " %s values does not match the plan "
+        "(%" PRIu64 " samples of %u qubits, %s input)",
+        in->rows, in->cols, qdp_dtype_name(in->dtype) ? qdp_dtype_name(in->dtype) : "?", p->batch,
+        p->qubits, qdp_dtype_name(p->in_dtype) ? qdp_dtype_name(p->in_dtype) : "?");
   }
   return QDP_OK;
 }
@@ -248,17 +250,20 @@ static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, s
     sumsq[row] = s;
     if (s == 0.0) {
       rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "input sample %" PRIu64 " has zero norm: amplitude encoding needs at "
+                         "input sample %" PRIu64
+                         " has zero norm: amplitude encoding needs at "
                          "least one non-zero value",
                          row);
     } else if (!isfinite(s)) {
       uint64_t index = 0;
-      if (qdpk_cpu_find_nonfinite((const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype),
-                                  in->dtype, in->cols, &index)) {
+      if (qdpk_cpu_find_nonfinite(
+              (const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype), in->dtype,
+              in->cols, &index)) {
         rc = bad_value(reterr, "amplitudes", in, row * in->cols + index);
       } else {
         rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                           "input sample %" PRIu64 " has a norm that overflows %s: scale the "
+                           "input sample %" PRIu64
+                           " has a norm that overflows %s: scale the "
                            "values down",
                            row, single ? "float32" : "float64");
       }
@@ -276,8 +281,8 @@ static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, 
   qdp_status rc = QDP_OK;
   double *sumsq = malloc(st->plan.batch * sizeof *sumsq);
   if (!sumsq) {
-    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate %" PRIu64
-                         " norms", st->plan.batch);
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "cannot allocate %" PRIu64 " norms", st->plan.batch);
   }
   for (size_t i = 0; i < n; i++) {
     const struct plan_shard *sh = t[i].work.shard;
@@ -323,8 +328,10 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
       if (!(i & ((size_t)1 << bit))) {
-        pairs[k] = (struct pair_task){.lo = &t[i], .hi = &t[i | ((size_t)1 << bit)],
-                                      .out = st->plan.out_dtype, .err = QDP_ERROR_INIT};
+        pairs[k] = (struct pair_task){.lo = &t[i],
+                                      .hi = &t[i | ((size_t)1 << bit)],
+                                      .out = st->plan.out_dtype,
+                                      .err = QDP_ERROR_INIT};
         k++;
       }
     }
@@ -425,8 +432,8 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     k->index = i;
     k->dev = d;
     k->err = (struct qdp_error)QDP_ERROR_INIT;
-    k->work = (struct runtime_shard_work){.plan = &st->plan, .shard = sh, .out = st->bufs[i],
-                                          .in = in->dtype, .in_stride = in->cols};
+    k->work = (struct runtime_shard_work){
+        .plan = &st->plan, .shard = sh, .out = st->bufs[i], .in = in->dtype, .in_stride = in->cols};
     const char *row0 = (const char *)in->data + sh->row_first * in->cols * esize;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       uint64_t present = in->cols > sh->first ? in->cols - sh->first : 0;

@@ -45,8 +45,8 @@ static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
   return 1;
 }
 
-qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg, struct runtime_mesh **ret_mesh,
-                               struct qdp_error *reterr) {
+qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
+                               struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   const char *spec = cfg->devices && cfg->devices[0] ? cfg->devices : "auto";
   double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : DEFAULT_MEM_FRACTION;
   if (fraction > 1.0) {
@@ -158,14 +158,13 @@ qdp_status runtime_device_reserve(struct runtime_device *d, uint64_t bytes,
         reterr->need_bytes = bytes;
         reterr->free_bytes = used < d->info.budget_bytes ? d->info.budget_bytes - used : 0;
       }
-      return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
-                              "%s needs %llu B for its shard but only %llu B of its %llu B budget "
-                              "are left (%llu B in use)",
-                              d->info.name, (unsigned long long)bytes,
-                              (unsigned long long)(used < d->info.budget_bytes
-                                                       ? d->info.budget_bytes - used
-                                                       : 0),
-                              (unsigned long long)d->info.budget_bytes, (unsigned long long)used);
+      return qdp_error_set_at(
+          reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
+          "%s needs %llu B for its shard but only %llu B of its %llu B budget "
+          "are left (%llu B in use)",
+          d->info.name, (unsigned long long)bytes,
+          (unsigned long long)(used < d->info.budget_bytes ? d->info.budget_bytes - used : 0),
+          (unsigned long long)d->info.budget_bytes, (unsigned long long)used);
     }
     if (__atomic_compare_exchange_n(&d->used_bytes, &used, used + bytes, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED)) {

@@ -20,7 +20,8 @@ struct norm_block {
 /* Most blocks a range of a 2^63-amplitude index space splits into. */
 #define NORM_BLOCKS_MAX 128
 
-/* Splits [lo, hi) into maximal aligned power-of-two blocks, ascending; returns how many (sums 0). */
+/* Splits [lo, hi) into maximal aligned power-of-two blocks, ascending; returns how many (sums 0).
+ */
 size_t norm_split(uint64_t lo, uint64_t hi, struct norm_block *ret_blocks);
 
 /* Combines disjoint blocks (ascending by first) within [0, 2^log2_total) along the pairwise tree;

@@ -29,8 +29,8 @@ struct runtime_device_info {
   char name[32]; /* "cpu:0", "cuda:1" */
   enum runtime_device_kind kind;
   int ordinal;
-  char uuid[48];  /* "GPU-…" (40 characters) for CUDA devices, "" for cpu */
-  char model[64]; /* "NVIDIA H200", "host memory" */
+  char uuid[48];         /* "GPU-…" (40 characters) for CUDA devices, "" for cpu */
+  char model[64];        /* "NVIDIA H200", "host memory" */
   uint64_t total_bytes;  /* device memory (cpu: the configured size) */
   uint64_t free_bytes;   /* free now as the device reports it */
   uint64_t budget_bytes; /* what qdp may hold on it in all */
@@ -49,8 +49,8 @@ struct runtime_mesh_config {
 
 struct runtime_mesh;
 
-qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg, struct runtime_mesh **ret_mesh,
-                               struct qdp_error *reterr);
+qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
+                               struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
 void runtime_mesh_destroy(struct runtime_mesh *m); /* NULL-safe; all states must be gone */
 
 /* "cpu" or "cuda". */
@@ -83,7 +83,8 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
 void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every shard */
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
-/* How the norm was reduced: "none" (no norm needed or one shard), "host" (in-process, fixed order). */
+/* How the norm was reduced: "none" (no norm needed or one shard), "host" (in-process, fixed order).
+ */
 const char *runtime_state_collective(const struct runtime_state *s);
 /* Bytes of device memory the state holds. */
 uint64_t runtime_state_bytes(const struct runtime_state *s);

@@ -32,9 +32,14 @@ static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_polic
     subset[i] = i;
   }
   struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
-  struct plan_request req = {.encoding = enc, .qubits = n, .batch = batch,
-                             .values_per_sample = cols, .in_dtype = in, .out_dtype = out,
-                             .policy = policy, .device_subset = subset,
+  struct plan_request req = {.encoding = enc,
+                             .qubits = n,
+                             .batch = batch,
+                             .values_per_sample = cols,
+                             .in_dtype = in,
+                             .out_dtype = out,
+                             .policy = policy,
+                             .device_subset = subset,
                              .device_subset_count = ndev};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
@@ -44,7 +49,8 @@ static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_polic
 }
 
 /* Encodes and reads the whole state back; returns a malloc'd buffer. */
-static void *encode_all(struct runtime_mesh *m, const struct plan *p, const struct runtime_input *in) {
+static void *encode_all(struct runtime_mesh *m, const struct plan *p,
+                        const struct runtime_input *in) {
   struct runtime_state *s = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_msg(runtime_encode(m, p, in, &s, &e) == QDP_OK, "%s", e.msg);
@@ -158,7 +164,9 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
     x32[i] = (float)x64[i];
   }
   struct runtime_input input = {.data = in == QDP_DTYPE_FLOAT32 ? (void *)x32 : (void *)x64,
-                                .dtype = in, .rows = 1, .cols = cols};
+                                .dtype = in,
+                                .rows = 1,
+                                .cols = cols};
   struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, enc, n, 1, cols, in, out);
   void *ref = encode_all(m, p1, &input);
   size_t bytes = (size_t)p1->total_bytes;
@@ -215,8 +223,8 @@ START_TEST(test_iqp_sharded_matches_direct_sum) {
   struct runtime_mesh *m = mesh_of("cpu:4", GIB);
   double *d = random_values(P, 99);
   struct runtime_input in = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = P};
-  struct plan *p = plan_on(m, 4, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p =
+      plan_on(m, 4, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   double complex *psi = encode_all(m, p, &in);
   for (unsigned b = 0; b < (1u << N); b++) {
     double complex sum = 0;
@@ -255,9 +263,10 @@ START_TEST(test_batch_over_devices_matches_per_sample) {
   ck_assert_uint_eq(p->nshards, 3);
   double complex *all = encode_all(m, p, &in);
   for (int r = 0; r < B; r++) {
-    struct runtime_input one = {.data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
-    struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
-                              QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    struct runtime_input one = {
+        .data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
+    struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L, QDP_DTYPE_FLOAT64,
+                              QDP_DTYPE_COMPLEX128);
     double complex *single = encode_all(m, p1, &one);
     ck_assert(memcmp(single, all + r * (1 << N), sizeof(double complex) << N) == 0);
     double norm = 0;
