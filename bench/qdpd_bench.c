@@ -108,8 +108,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--fetch-qubits") == 0) {
       fetch_qubits = parse_arg(argv[i + 1], 34);
     } else {
-      fprintf(stderr, "usage: qdpd_bench [--jobs N] [--clients C] [--seconds S] "
-                      "[--fetch-qubits Q]\n");
+      fprintf(stderr,
+              "usage: qdpd_bench [--jobs N] [--clients C] [--seconds S] "
+              "[--fetch-qubits Q]\n");
       return 2;
     }
   }
@@ -143,9 +144,10 @@ int main(int argc, char **argv) {
     lat[i] = small_job(c, x);
   }
   qsort(lat, jobs, sizeof *lat, cmp_double);
-  printf("bench op=roundtrip job=amplitude-8q-inline n=%lu p50_us=%.1f p99_us=%.1f min_us=%.1f "
-         "vs_health=%.2f target_p50_us=150\n",
-         jobs, lat[jobs / 2], lat[jobs * 99 / 100], lat[0], lat[jobs / 2] / health_p50);
+  printf(
+      "bench op=roundtrip job=amplitude-8q-inline n=%lu p50_us=%.1f p99_us=%.1f min_us=%.1f "
+      "vs_health=%.2f target_p50_us=150\n",
+      jobs, lat[jobs / 2], lat[jobs * 99 / 100], lat[0], lat[jobs / 2] / health_p50);
   free(lat);
 
   /* Throughput with concurrent clients. */
@@ -168,8 +170,8 @@ int main(int argc, char **argv) {
     total += w[i].jobs;
   }
   double elapsed = (now_us() - t0) / 1e6;
-  printf("bench op=throughput clients=%lu jobs=%" PRIu64 " seconds=%.2f jobs_per_s=%.0f\n",
-         clients, total, elapsed, (double)total / elapsed);
+  printf("bench op=throughput clients=%lu jobs=%" PRIu64 " seconds=%.2f jobs_per_s=%.0f\n", clients,
+         total, elapsed, (double)total / elapsed);
   free(w);
   free(tid);
 
