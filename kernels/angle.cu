@@ -69,31 +69,24 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-template <typename TI, typename R, int K>
-qdp_status launch_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, void *out,
-                    cudaStream_t stream) {
-  uint64_t nbx = blocks_for(s->count, K);
-  /* 256 threads (the low 8 index bits), K amplitudes each, 256 apart: coalesced 16-byte stores.
-   * x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
-  dim3 grid(grid_x(nbx), grid_y(s->rows));
-  angle_kernel<TI, R, K>
-      <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, s->qubits, s->first, s->count, s->rows, nbx,
-                                          static_cast<typename cplx<R>::type *>(out));
-  return launched();
-}
+struct angle_launch {
+  const struct qdpk_span *s;
+  uint64_t in_stride;
+  void *out;
+  cudaStream_t stream;
 
-template <typename TI, typename R>
-qdp_status launch(const struct qdpk_span *s, const TI *x, uint64_t in_stride, void *out,
-                  cudaStream_t stream) {
-  switch (per_thread(qdpk_tune_angle_per_thread, 4)) {
-  case 1:
-    return launch_k<TI, R, 1>(s, x, in_stride, out, stream);
-  case 16:
-    return launch_k<TI, R, 16>(s, x, in_stride, out, stream);
-  default:
-    return launch_k<TI, R, 4>(s, x, in_stride, out, stream);
+  template <typename TI, typename R, int K>
+  qdp_status run(const TI *x) const {
+    uint64_t nbx = blocks_for(s->count, K);
+    /* 256 threads (the low 8 index bits), K amplitudes each, 256 apart: coalesced 16-byte stores.
+     * x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
+    dim3 grid(grid_x(nbx), grid_y(s->rows));
+    angle_kernel<TI, R, K>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, s->qubits, s->first, s->count, s->rows,
+                                            nbx, static_cast<typename cplx<R>::type *>(out));
+    return launched();
   }
-}
+};
 
 }  // namespace
 
@@ -102,12 +95,6 @@ extern "C" qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_d
   if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  if (s->out == QDP_DTYPE_COMPLEX64) {
-    return in == QDP_DTYPE_FLOAT32
-               ? launch<float, float>(s, static_cast<const float *>(x), in_stride, out, stream)
-               : launch<double, float>(s, static_cast<const double *>(x), in_stride, out, stream);
-  }
-  return in == QDP_DTYPE_FLOAT32
-             ? launch<float, double>(s, static_cast<const float *>(x), in_stride, out, stream)
-             : launch<double, double>(s, static_cast<const double *>(x), in_stride, out, stream);
+  return run_closed_form(s, in, per_thread(qdpk_tune_angle_per_thread, 4), x,
+                         angle_launch{s, in_stride, out, stream});
 }

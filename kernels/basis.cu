@@ -47,43 +47,23 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-template <typename TI, typename R, int K>
-qdp_status launch_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, void *out,
-                    cudaStream_t stream) {
-  uint64_t nbx = blocks_for(s->count, K);
-  /* 256 threads, K amplitudes each, 256 apart: coalesced 16-byte (complex128) stores over a full
-   * grid. x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
-  dim3 grid(grid_x(nbx), grid_y(s->rows));
-  basis_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, s->first, s->count, s->rows, nbx, static_cast<typename cplx<R>::type *>(out));
-  return launched();
-}
+struct basis_launch {
+  const struct qdpk_span *s;
+  uint64_t in_stride;
+  void *out;
+  cudaStream_t stream;
 
-template <typename TI, typename R>
-qdp_status launch(const struct qdpk_span *s, const TI *x, uint64_t in_stride, void *out,
-                  cudaStream_t stream) {
-  switch (per_thread(qdpk_tune_basis_per_thread, 1)) {
-  case 4:
-    return launch_k<TI, R, 4>(s, x, in_stride, out, stream);
-  case 16:
-    return launch_k<TI, R, 16>(s, x, in_stride, out, stream);
-  default:
-    return launch_k<TI, R, 1>(s, x, in_stride, out, stream);
+  template <typename TI, typename R, int K>
+  qdp_status run(const TI *x) const {
+    uint64_t nbx = blocks_for(s->count, K);
+    /* 256 threads, K amplitudes each, 256 apart: coalesced 16-byte (complex128) stores over a
+     * full grid. x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
+    dim3 grid(grid_x(nbx), grid_y(s->rows));
+    basis_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
+        x, in_stride, s->first, s->count, s->rows, nbx, static_cast<typename cplx<R>::type *>(out));
+    return launched();
   }
-}
-
-template <typename R>
-qdp_status launch_in(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
-                     void *out, cudaStream_t stream) {
-  switch (in) {
-  case QDP_DTYPE_FLOAT32:
-    return launch<float, R>(s, static_cast<const float *>(x), in_stride, out, stream);
-  case QDP_DTYPE_FLOAT64:
-    return launch<double, R>(s, static_cast<const double *>(x), in_stride, out, stream);
-  default:
-    return launch<int64_t, R>(s, static_cast<const int64_t *>(x), in_stride, out, stream);
-  }
-}
+};
 
 }  // namespace
 
@@ -92,6 +72,6 @@ extern "C" qdp_status qdpk_basis(const struct qdpk_span *s, const void *x, qdp_d
   if (!span_ok(s) || !(is_real_dtype(in) || in == QDP_DTYPE_INT64) || x == NULL || out == NULL) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  return s->out == QDP_DTYPE_COMPLEX64 ? launch_in<float>(s, x, in, in_stride, out, stream)
-                                       : launch_in<double>(s, x, in, in_stride, out, stream);
+  return run_closed_form<true>(s, in, per_thread(qdpk_tune_basis_per_thread, 1), x,
+                               basis_launch{s, in_stride, out, stream});
 }

@@ -119,6 +119,43 @@ static inline int per_thread(int knob, int def) {
   return (knob == 1 || knob == 4 || knob == 16) ? knob : def;
 }
 
+/* The closed-form launchers' shared dispatch. `op` is a small struct of the launch's arguments with
+ * a member `template <typename TI, typename R, int K> qdp_status run(const TI *x) const` that
+ * launches the kernel; this picks its instantiation: the input type TI (float or double, and
+ * int64_t where Indices says the op takes basis indices), the output precision R (float for
+ * COMPLEX64, double for COMPLEX128) and the amplitudes per thread K (1, 4 or 16, from per_thread).
+ * One place for the dtype and launch-shape matrix, so the ops cannot drift apart. */
+template <typename TI, typename R, class Op>
+qdp_status run_per_thread(int k, const void *x, const Op &op) {
+  const TI *xt = static_cast<const TI *>(x);
+  switch (k) {
+  case 1:
+    return op.template run<TI, R, 1>(xt);
+  case 16:
+    return op.template run<TI, R, 16>(xt);
+  default:
+    return op.template run<TI, R, 4>(xt);
+  }
+}
+
+template <typename R, bool Indices, class Op>
+qdp_status run_input(qdp_dtype in, int k, const void *x, const Op &op) {
+  if constexpr (Indices) {
+    if (in == QDP_DTYPE_INT64) {
+      return run_per_thread<int64_t, R>(k, x, op);
+    }
+  }
+  return in == QDP_DTYPE_FLOAT32 ? run_per_thread<float, R>(k, x, op)
+                                 : run_per_thread<double, R>(k, x, op);
+}
+
+template <bool Indices = false, class Op>
+qdp_status run_closed_form(const struct qdpk_span *s, qdp_dtype in, int k, const void *x,
+                           const Op &op) {
+  return s->out == QDP_DTYPE_COMPLEX64 ? run_input<float, Indices>(in, k, x, op)
+                                       : run_input<double, Indices>(in, k, x, op);
+}
+
 }  // namespace qdpk
 
 #endif /* QDPK_CUDA_INTERNAL_CUH */
