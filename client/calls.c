@@ -45,7 +45,41 @@ static char *dup0(const char *s) {
   return strdup(s ? s : "");
 }
 
-static void shard_free(struct qdp_shard *s) {
+/* The public arrays are arrays of pointers to structs, each freed on its own; one pair of helpers
+ * makes and frees them all. `from` copies one protobuf message (NULL when out of memory). */
+typedef void *(*from_pb_fn)(const void *pb);
+typedef void (*drop_fn)(void *item);
+
+static void array_free(void *array, size_t n, drop_fn drop) {
+  void **v = array;
+  for (size_t i = 0; v && i < n; i++) {
+    drop(v[i]);
+  }
+  free(v);
+}
+
+/* n items (NULL when n is 0); when one copy fails, those made are freed and NULL is returned. */
+static void *array_from_pb(const void *pb, size_t n, from_pb_fn from, drop_fn drop) {
+  void *const *src = pb;
+  if (!n) {
+    return NULL;
+  }
+  void **v = calloc(n, sizeof *v);
+  if (!v) {
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    v[i] = from(src[i]);
+    if (!v[i]) {
+      array_free(v, n, drop);
+      return NULL;
+    }
+  }
+  return v;
+}
+
+static void shard_free(void *item) {
+  struct qdp_shard *s = item;
   if (!s) {
     return;
   }
@@ -55,7 +89,8 @@ static void shard_free(struct qdp_shard *s) {
   free(s);
 }
 
-static struct qdp_shard *shard_from_pb(const Qdp__Shard *p) {
+static void *shard_from_pb(const void *pb) {
+  const Qdp__Shard *p = pb;
   /* The IPC handle's bytes live in the same allocation, so one free releases both. */
   struct qdp_shard *s = calloc(1, sizeof *s + p->ipc_handle.len);
   if (!s) {
@@ -84,33 +119,6 @@ static struct qdp_shard *shard_from_pb(const Qdp__Shard *p) {
   return s;
 }
 
-static void shards_free(struct qdp_shard **v, size_t n) {
-  for (size_t i = 0; v && i < n; i++) {
-    shard_free(v[i]);
-  }
-  free(v);
-}
-
-static int shards_from_pb(Qdp__Shard *const *p, size_t n, struct qdp_shard ***ret) {
-  *ret = NULL;
-  if (!n) {
-    return 1;
-  }
-  struct qdp_shard **v = calloc(n, sizeof *v);
-  if (!v) {
-    return 0;
-  }
-  for (size_t i = 0; i < n; i++) {
-    v[i] = shard_from_pb(p[i]);
-    if (!v[i]) {
-      shards_free(v, n);
-      return 0;
-    }
-  }
-  *ret = v;
-  return 1;
-}
-
 void qdp_state_info_free(struct qdp_state_info *s) {
   if (!s) {
     return;
@@ -121,11 +129,16 @@ void qdp_state_info_free(struct qdp_state_info *s) {
   free(s->collective);
   free(s->label);
   free(s->owner);
-  shards_free(s->shards, s->nshards);
+  array_free(s->shards, s->nshards, shard_free);
   free(s);
 }
 
-static struct qdp_state_info *state_from_pb(const Qdp__StateInfo *p) {
+static void state_free(void *item) {
+  qdp_state_info_free(item);
+}
+
+static void *state_from_pb(const void *pb) {
+  const Qdp__StateInfo *p = pb;
   struct qdp_state_info *s = calloc(1, sizeof *s);
   if (!s) {
     return NULL;
@@ -146,13 +159,44 @@ static struct qdp_state_info *state_from_pb(const Qdp__StateInfo *p) {
   s->collective = dup0(p->collective);
   s->label = dup0(p->label);
   s->owner = dup0(p->owner);
-  int ok = s->handle && s->token && s->policy && s->collective && s->label && s->owner;
-  if (ok && shards_from_pb(p->shards, p->n_shards, &s->shards)) {
-    s->nshards = p->n_shards;
-    return s;
+  s->shards = array_from_pb(p->shards, p->n_shards, shard_from_pb, shard_free);
+  s->nshards = s->shards ? p->n_shards : 0;
+  if (!s->handle || !s->token || !s->policy || !s->collective || !s->label || !s->owner ||
+      (p->n_shards && !s->shards)) {
+    qdp_state_info_free(s);
+    return NULL;
   }
-  qdp_state_info_free(s);
-  return NULL;
+  return s;
+}
+
+static void need_free(void *item) {
+  struct qdp_device_need *d = item;
+  if (d) {
+    free(d->device);
+    free(d);
+  }
+}
+
+static void *need_from_pb(const void *pb) {
+  const Qdp__DeviceNeed *n = pb;
+  struct qdp_device_need *d = calloc(1, sizeof *d);
+  if (!d) {
+    return NULL;
+  }
+  d->struct_size = sizeof *d;
+  d->rank = n->rank;
+  d->shard_bytes = n->shard_bytes;
+  d->staging_bytes = n->staging_bytes;
+  d->workspace_bytes = n->workspace_bytes;
+  d->need_bytes = n->need_bytes;
+  d->budget_bytes = n->budget_bytes;
+  d->fits = n->fits;
+  d->device = dup0(n->device);
+  if (!d->device) {
+    need_free(d);
+    return NULL;
+  }
+  return d;
 }
 
 void qdp_plan_info_free(struct qdp_plan_info *p) {
@@ -161,18 +205,13 @@ void qdp_plan_info_free(struct qdp_plan_info *p) {
   }
   free(p->policy);
   free(p->message);
-  shards_free(p->shards, p->nshards);
-  for (size_t i = 0; p->needs && i < p->nneeds; i++) {
-    if (p->needs[i]) {
-      free(p->needs[i]->device);
-      free(p->needs[i]);
-    }
-  }
-  free(p->needs);
+  array_free(p->shards, p->nshards, shard_free);
+  array_free(p->needs, p->nneeds, need_free);
   free(p);
 }
 
-static struct qdp_plan_info *plan_from_pb(const Qdp__PlanReply *r) {
+static void *plan_from_pb(const void *pb) {
+  const Qdp__PlanReply *r = pb;
   struct qdp_plan_info *p = calloc(1, sizeof *p);
   if (!p) {
     return NULL;
@@ -183,40 +222,13 @@ static struct qdp_plan_info *plan_from_pb(const Qdp__PlanReply *r) {
   p->total_bytes = r->total_bytes;
   p->policy = dup0(r->policy);
   p->message = dup0(r->message);
-  if (!p->policy || !p->message || !shards_from_pb(r->shards, r->n_shards, &p->shards)) {
+  p->shards = array_from_pb(r->shards, r->n_shards, shard_from_pb, shard_free);
+  p->nshards = p->shards ? r->n_shards : 0;
+  p->needs = array_from_pb(r->needs, r->n_needs, need_from_pb, need_free);
+  p->nneeds = p->needs ? r->n_needs : 0;
+  if (!p->policy || !p->message || (r->n_shards && !p->shards) || (r->n_needs && !p->needs)) {
     qdp_plan_info_free(p);
     return NULL;
-  }
-  p->nshards = r->n_shards;
-  if (r->n_needs) {
-    p->needs = calloc(r->n_needs, sizeof *p->needs);
-    if (!p->needs) {
-      qdp_plan_info_free(p);
-      return NULL;
-    }
-    p->nneeds = r->n_needs;
-    for (size_t i = 0; i < r->n_needs; i++) {
-      const Qdp__DeviceNeed *n = r->needs[i];
-      struct qdp_device_need *d = calloc(1, sizeof *d);
-      if (!d) {
-        qdp_plan_info_free(p);
-        return NULL;
-      }
-      p->needs[i] = d;
-      d->struct_size = sizeof *d;
-      d->rank = n->rank;
-      d->shard_bytes = n->shard_bytes;
-      d->staging_bytes = n->staging_bytes;
-      d->workspace_bytes = n->workspace_bytes;
-      d->need_bytes = n->need_bytes;
-      d->budget_bytes = n->budget_bytes;
-      d->fits = n->fits;
-      d->device = dup0(n->device);
-      if (!d->device) {
-        qdp_plan_info_free(p);
-        return NULL;
-      }
-    }
   }
   return p;
 }
@@ -225,14 +237,28 @@ void qdp_state_list_free(struct qdp_state_list *l) {
   if (!l) {
     return;
   }
-  for (size_t i = 0; l->states && i < l->count; i++) {
-    qdp_state_info_free(l->states[i]);
-  }
-  free(l->states);
+  array_free(l->states, l->count, state_free);
   free(l);
 }
 
-static void device_free(struct qdp_device_info *d) {
+static void *list_from_pb(const void *pb) {
+  const Qdp__ListReply *r = pb;
+  struct qdp_state_list *l = calloc(1, sizeof *l);
+  if (!l) {
+    return NULL;
+  }
+  l->struct_size = sizeof *l;
+  l->states = array_from_pb(r->states, r->n_states, state_from_pb, state_free);
+  if (r->n_states && !l->states) {
+    free(l);
+    return NULL;
+  }
+  l->count = r->n_states;
+  return l;
+}
+
+static void device_free(void *item) {
+  struct qdp_device_info *d = item;
   if (!d) {
     return;
   }
@@ -244,20 +270,45 @@ static void device_free(struct qdp_device_info *d) {
   free(d);
 }
 
+static void *device_from_pb(const void *pb) {
+  const Qdp__Device *p = pb;
+  struct qdp_device_info *d = calloc(1, sizeof *d);
+  if (!d) {
+    return NULL;
+  }
+  d->struct_size = sizeof *d;
+  d->rank = p->rank;
+  d->ordinal = p->ordinal;
+  d->total_bytes = p->total_bytes;
+  d->free_bytes = p->free_bytes;
+  d->budget_bytes = p->budget_bytes;
+  d->used_bytes = p->used_bytes;
+  d->cc_major = p->cc_major;
+  d->cc_minor = p->cc_minor;
+  d->name = dup0(p->name);
+  d->kind = dup0(p->kind);
+  d->uuid = dup0(p->uuid);
+  d->model = dup0(p->model);
+  d->host = dup0(p->host);
+  if (!d->name || !d->kind || !d->uuid || !d->model || !d->host) {
+    device_free(d);
+    return NULL;
+  }
+  return d;
+}
+
 void qdp_server_status_free(struct qdp_server_status *s) {
   if (!s) {
     return;
   }
   free(s->version);
   free(s->backend);
-  for (size_t i = 0; s->devices && i < s->ndevices; i++) {
-    device_free(s->devices[i]);
-  }
-  free(s->devices);
+  array_free(s->devices, s->ndevices, device_free);
   free(s);
 }
 
-static struct qdp_server_status *status_from_pb(const Qdp__StatusReply *r) {
+static void *status_from_pb(const void *pb) {
+  const Qdp__StatusReply *r = pb;
   struct qdp_server_status *s = calloc(1, sizeof *s);
   if (!s) {
     return NULL;
@@ -273,46 +324,34 @@ static struct qdp_server_status *status_from_pb(const Qdp__StatusReply *r) {
   s->max_qubits = r->max_qubits;
   s->version = dup0(r->version);
   s->backend = dup0(r->backend);
-  if (!s->version || !s->backend) {
+  s->devices = array_from_pb(r->devices, r->n_devices, device_from_pb, device_free);
+  s->ndevices = s->devices ? r->n_devices : 0;
+  if (!s->version || !s->backend || (r->n_devices && !s->devices)) {
     qdp_server_status_free(s);
     return NULL;
   }
-  if (r->n_devices) {
-    s->devices = calloc(r->n_devices, sizeof *s->devices);
-    if (!s->devices) {
-      qdp_server_status_free(s);
-      return NULL;
-    }
-    s->ndevices = r->n_devices;
-  }
-  for (size_t i = 0; i < r->n_devices; i++) {
-    const Qdp__Device *p = r->devices[i];
-    struct qdp_device_info *d = calloc(1, sizeof *d);
-    if (!d) {
-      qdp_server_status_free(s);
-      return NULL;
-    }
-    s->devices[i] = d;
-    d->struct_size = sizeof *d;
-    d->rank = p->rank;
-    d->ordinal = p->ordinal;
-    d->total_bytes = p->total_bytes;
-    d->free_bytes = p->free_bytes;
-    d->budget_bytes = p->budget_bytes;
-    d->used_bytes = p->used_bytes;
-    d->cc_major = p->cc_major;
-    d->cc_minor = p->cc_minor;
-    d->name = dup0(p->name);
-    d->kind = dup0(p->kind);
-    d->uuid = dup0(p->uuid);
-    d->model = dup0(p->model);
-    d->host = dup0(p->host);
-    if (!d->name || !d->kind || !d->uuid || !d->model || !d->host) {
-      qdp_server_status_free(s);
-      return NULL;
-    }
-  }
   return s;
+}
+
+/* A unary call whose reply is copied by `from` into a libqdp struct, returned (NULL on failure,
+ * with *ret_rc saying why); `what` names the copy in the out-of-memory message. */
+static void *unary_copy(qdp_client *c, const char *method, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *desc, from_pb_fn from, const char *what,
+                        qdp_status *ret_rc) {
+  ProtobufCMessage *rep = NULL;
+  void *out = NULL;
+  qdp_status rc = qdp__unary(c, method, req, desc, &rep);
+  if (rc == QDP_OK) {
+    out = from(rep);
+    if (!out) {
+      rc = qdp__err_nomem(what);
+    }
+  }
+  if (rep) {
+    protobuf_c_message_free_unpacked(rep, NULL);
+  }
+  *ret_rc = rc;
+  return out;
 }
 
 /* ---- requests ---- */
@@ -324,7 +363,12 @@ static qdp_status check_client(const qdp_client *c) {
   return QDP_OK;
 }
 
-static qdp_status check_ref(const char *handle, const char *token) {
+/* The client, then the state reference. */
+static qdp_status check_ref(const qdp_client *c, const char *handle, const char *token) {
+  qdp_status rc = check_client(c);
+  if (rc != QDP_OK) {
+    return rc;
+  }
   if (!handle || !*handle) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "state.handle", "The handle is empty.");
   }
@@ -332,6 +376,22 @@ static qdp_status check_ref(const char *handle, const char *token) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "state.token", "The token is NULL.");
   }
   return QDP_OK;
+}
+
+/* rc, the checks before, then the result pointer. */
+static qdp_status check_ret(qdp_status rc, const void *ret) {
+  if (rc == QDP_OK && !ret) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  return rc;
+}
+
+/* Points into the caller's strings: nothing allocated. */
+static Qdp__StateRef state_ref(const char *handle, const char *token) {
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  return ref;
 }
 
 /* The protobuf request for opts + in, pointing into the caller's storage (nothing allocated).
@@ -636,18 +696,8 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
 
   if (plan) {
     /* A dry run never uploads: a streamed input is described by its shape. */
-    Qdp__PlanReply *rep = NULL;
-    rc =
-        qdp__unary(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor, (ProtobufCMessage **)&rep);
-    if (rc == QDP_OK) {
-      *ret_plan = plan_from_pb(rep);
-      if (!*ret_plan) {
-        rc = qdp__err_nomem("copying the plan reply");
-      }
-    }
-    if (rep) {
-      qdp__plan_reply__free_unpacked(rep, NULL);
-    }
+    *ret_plan = unary_copy(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor, plan_from_pb,
+                           "copying the plan reply", &rc);
   } else if (stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
     rc = upload(c, &r.req, in->kind == QDP_INPUT_UPLOAD ? in->data : NULL, fd, data_off, total,
                 path ? path : "", in, ret_state);
@@ -675,12 +725,9 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
 qdp_status qdp_encode(qdp_client *c, const struct qdp_encode_opts *opts, const struct qdp_input *in,
                       struct qdp_state_info **ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
+  qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
-  }
-  if (!ret) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
   }
   *ret = NULL;
   return encode_or_plan(c, opts, in, 0, ret, NULL);
@@ -689,12 +736,9 @@ qdp_status qdp_encode(qdp_client *c, const struct qdp_encode_opts *opts, const s
 qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts, const struct qdp_input *in,
                     struct qdp_plan_info **ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
+  qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
-  }
-  if (!ret) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
   }
   *ret = NULL;
   return encode_or_plan(c, opts, in, 1, NULL, ret);
@@ -703,91 +747,36 @@ qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts, const str
 qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
                         struct qdp_state_info **ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK) {
-    rc = check_ref(handle, token);
-  }
-  if (rc == QDP_OK && !ret) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
-  }
+  qdp_status rc = check_ret(check_ref(c, handle, token), ret);
   if (rc != QDP_OK) {
     return rc;
   }
-  *ret = NULL;
-  Qdp__StateRef ref = QDP__STATE_REF__INIT;
-  ref.handle = (char *)handle;
-  ref.token = (char *)token;
-  Qdp__StateInfo *rep = NULL;
-  rc =
-      qdp__unary(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor, (ProtobufCMessage **)&rep);
-  if (rc == QDP_OK) {
-    *ret = state_from_pb(rep);
-    if (!*ret) {
-      rc = qdp__err_nomem("copying the describe reply");
-    }
-  }
-  if (rep) {
-    qdp__state_info__free_unpacked(rep, NULL);
-  }
+  Qdp__StateRef ref = state_ref(handle, token);
+  *ret = unary_copy(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor, state_from_pb,
+                    "copying the describe reply", &rc);
   return rc;
 }
 
 qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK && !ret) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
-  }
+  qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
   }
-  *ret = NULL;
   Qdp__ListRequest req = QDP__LIST_REQUEST__INIT;
-  Qdp__ListReply *rep = NULL;
-  rc = qdp__unary(c, M_LIST, &req.base, &qdp__list_reply__descriptor, (ProtobufCMessage **)&rep);
-  if (rc != QDP_OK) {
-    return rc;
-  }
-  struct qdp_state_list *l = calloc(1, sizeof *l);
-  if (l) {
-    l->struct_size = sizeof *l;
-    if (rep->n_states) {
-      l->states = calloc(rep->n_states, sizeof *l->states);
-    }
-    if (rep->n_states && !l->states) {
-      free(l);
-      l = NULL;
-    }
-  }
-  for (size_t i = 0; l && i < rep->n_states; i++) {
-    l->states[i] = state_from_pb(rep->states[i]);
-    l->count = i + 1;
-    if (!l->states[i]) {
-      qdp_state_list_free(l);
-      l = NULL;
-    }
-  }
-  qdp__list_reply__free_unpacked(rep, NULL);
-  if (!l) {
-    return qdp__err_nomem("copying the list reply");
-  }
-  *ret = l;
-  return QDP_OK;
+  *ret = unary_copy(c, M_LIST, &req.base, &qdp__list_reply__descriptor, list_from_pb,
+                    "copying the list reply", &rc);
+  return rc;
 }
 
 qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
                        uint64_t *ret_freed_bytes) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK) {
-    rc = check_ref(handle, token);
-  }
+  qdp_status rc = check_ref(c, handle, token);
   if (rc != QDP_OK) {
     return rc;
   }
-  Qdp__StateRef ref = QDP__STATE_REF__INIT;
-  ref.handle = (char *)handle;
-  ref.token = (char *)token;
+  Qdp__StateRef ref = state_ref(handle, token);
   Qdp__ReleaseReply *rep = NULL;
   rc = qdp__unary(c, M_RELEASE, &ref.base, &qdp__release_reply__descriptor,
                   (ProtobufCMessage **)&rep);
@@ -1005,9 +994,7 @@ static qdp_status read_chunk(grpc_byte_buffer *bb, struct sink *s) {
 
 static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *token,
                                const struct qdp_fetch_opts *o, struct sink *s) {
-  Qdp__StateRef ref = QDP__STATE_REF__INIT;
-  ref.handle = (char *)handle;
-  ref.token = (char *)token;
+  Qdp__StateRef ref = state_ref(handle, token);
   Qdp__FetchRequest req = QDP__FETCH_REQUEST__INIT;
   req.state = &ref;
   req.offset = o->offset;
@@ -1083,10 +1070,7 @@ qdp_status qdp_fetch(qdp_client *c, const char *handle, const char *token,
                      size_t *ret_bytes) {
   qdp__err_reset();
   struct qdp_fetch_opts o;
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK) {
-    rc = check_ref(handle, token);
-  }
+  qdp_status rc = check_ref(c, handle, token);
   if (rc == QDP_OK) {
     rc = fetch_opts(opts, &o);
   }
@@ -1131,10 +1115,7 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
                          const struct qdp_fetch_opts *opts, const char *path, int overwrite) {
   qdp__err_reset();
   struct qdp_fetch_opts o;
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK) {
-    rc = check_ref(handle, token);
-  }
+  qdp_status rc = check_ref(c, handle, token);
   if (rc == QDP_OK) {
     rc = fetch_opts(opts, &o);
   }
@@ -1228,10 +1209,7 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
 qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, const char *path,
                       int overwrite, char **ret_path, uint64_t *ret_bytes) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK) {
-    rc = check_ref(handle, token);
-  }
+  qdp_status rc = check_ref(c, handle, token);
   if (rc == QDP_OK && (!path || !*path)) {
     rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "The export path is empty.");
   }
@@ -1241,9 +1219,7 @@ qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, cons
   if (ret_path) {
     *ret_path = NULL;
   }
-  Qdp__StateRef ref = QDP__STATE_REF__INIT;
-  ref.handle = (char *)handle;
-  ref.token = (char *)token;
+  Qdp__StateRef ref = state_ref(handle, token);
   Qdp__ExportRequest req = QDP__EXPORT_REQUEST__INIT;
   req.state = &ref;
   req.path = (char *)path;
@@ -1270,36 +1246,19 @@ qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, cons
 
 qdp_status qdp_get_status(qdp_client *c, struct qdp_server_status **ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK && !ret) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
-  }
+  qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
   }
-  *ret = NULL;
   Qdp__StatusRequest req = QDP__STATUS_REQUEST__INIT;
-  Qdp__StatusReply *rep = NULL;
-  rc =
-      qdp__unary(c, M_STATUS, &req.base, &qdp__status_reply__descriptor, (ProtobufCMessage **)&rep);
-  if (rc == QDP_OK) {
-    *ret = status_from_pb(rep);
-    if (!*ret) {
-      rc = qdp__err_nomem("copying the status reply");
-    }
-  }
-  if (rep) {
-    qdp__status_reply__free_unpacked(rep, NULL);
-  }
+  *ret = unary_copy(c, M_STATUS, &req.base, &qdp__status_reply__descriptor, status_from_pb,
+                    "copying the status reply", &rc);
   return rc;
 }
 
 qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
   qdp__err_reset();
-  qdp_status rc = check_client(c);
-  if (rc == QDP_OK && !ret) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
-  }
+  qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
   }
