@@ -89,21 +89,22 @@ static int parse_i32(const char *s, int32_t min, int32_t max, int *ret) {
   return 1;
 }
 
-/* A REF is HANDLE:TOKEN, as encode prints it. The pieces point into buf. */
-static int split_ref(const char *ref, char *buf, size_t size, const char **handle,
+/* A REF is HANDLE:TOKEN, as encode prints it. The pieces point into buf; anything else is a usage
+ * error of cmd. */
+static int split_ref(const char *cmd, const char *ref, char *buf, size_t size, const char **handle,
                      const char **token) {
-  if (!ref || strlen(ref) >= size) {
-    return 0;
+  char *colon = NULL;
+  if (ref && strlen(ref) < size) {
+    memcpy(buf, ref, strlen(ref) + 1);
+    colon = strchr(buf, ':');
   }
-  memcpy(buf, ref, strlen(ref) + 1);
-  char *colon = strchr(buf, ':');
   if (!colon || colon == buf || !colon[1]) {
-    return 0;
+    return usage_error(cmd, "'%s' is not a REF (HANDLE:TOKEN)", ref);
   }
   *colon = '\0';
   *handle = buf;
   *token = colon + 1;
-  return 1;
+  return EXIT_OK;
 }
 
 static int exit_code_for(const struct qdp_errinfo *e) {
@@ -353,6 +354,24 @@ static void bar_end(struct bar *b) {
 
 /* ---- errors ---- */
 
+/* The "error" object; rm's per-REF report leaves out the placement details (`full` 0). */
+static void error_json(struct jw *w, const struct qdp_errinfo *e, int full) {
+  jw_open(w, "error", '{');
+  jw_s(w, "code", e->code_name);
+  jw_i(w, "status", e->code);
+  jw_s(w, "message", e->msg);
+  jw_s(w, "field", e->field);
+  jw_b(w, "remote", e->remote);
+  if (full) {
+    jw_i(w, "rank", e->rank);
+    jw_i(w, "device", e->device);
+    jw_i(w, "cause", e->cause);
+    jw_u(w, "need_bytes", e->need_bytes);
+    jw_u(w, "free_bytes", e->free_bytes);
+  }
+  jw_close(w, '}');
+}
+
 static int fail(const struct global *g, const char *cmd) {
   const struct qdp_errinfo *e = qdp_last_error();
   fprintf(stderr, "qdpctl %s: %s (%s)\n", cmd, e->msg[0] ? e->msg : qdp_strerror(e->code),
@@ -360,18 +379,7 @@ static int fail(const struct global *g, const char *cmd) {
   if (g->json) {
     struct jw w = {stdout, 0, {0}};
     jw_open(&w, NULL, '{');
-    jw_open(&w, "error", '{');
-    jw_s(&w, "code", e->code_name);
-    jw_i(&w, "status", e->code);
-    jw_s(&w, "message", e->msg);
-    jw_s(&w, "field", e->field);
-    jw_b(&w, "remote", e->remote);
-    jw_i(&w, "rank", e->rank);
-    jw_i(&w, "device", e->device);
-    jw_i(&w, "cause", e->cause);
-    jw_u(&w, "need_bytes", e->need_bytes);
-    jw_u(&w, "free_bytes", e->free_bytes);
-    jw_close(&w, '}');
+    error_json(&w, e, 1);
     jw_close(&w, '}');
   }
   return exit_code_for(e);
@@ -509,6 +517,15 @@ static const char exit_help[] =
     "  3  cannot connect: qdpd is not running or not reachable (UNAVAILABLE)\n"
     "  4  refused by qdpd: any other gRPC status (INVALID_ARGUMENT, NOT_FOUND,\n"
     "     RESOURCE_EXHAUSTED, ...); the message names the field and the numbers\n";
+
+/* A command's own help (followed by `gap`), then the common options and the exit codes. */
+static void print_help(const char *help, const char *gap) {
+  fputs(help, stdout);
+  fputs(gap, stdout);
+  fputs(common_help, stdout);
+  fputs("\n", stdout);
+  fputs(exit_help, stdout);
+}
 
 /* ---- status, health ---- */
 
@@ -866,6 +883,19 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   a->eo = (struct qdp_encode_opts)QDP_ENCODE_OPTS_INIT;
   a->in = (struct qdp_input)QDP_INPUT_INIT;
   int have_offset = 0, have_length = 0;
+  /* Options that take any unsigned 64-bit value. */
+  const struct {
+    int opt;
+    const char *name, *what;
+    uint64_t *dst;
+    int *seen;
+  } nums[] = {
+      {OPT_TTL, "--ttl", "a number of seconds", &a->eo.ttl_seconds, NULL},
+      {OPT_OFFSET, "--offset", "a byte offset", &a->in.offset, &have_offset},
+      {OPT_LENGTH, "--length", "a byte count", &a->in.length, &have_length},
+      {OPT_ROWS, "--rows", "a count", &a->in.rows, NULL},
+      {OPT_COLS, "--cols", "a count", &a->in.cols, NULL},
+  };
   optind = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -874,16 +904,24 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     if (r < 0) {
       return usage_error(cmd, "bad value '%s' for %s", optarg, argv[optind - 1]);
     }
+    for (size_t i = 0; !r && i < sizeof nums / sizeof nums[0]; i++) {
+      if (nums[i].opt != opt) {
+        continue;
+      }
+      if (!parse_u64(optarg, 0, UINT64_MAX, nums[i].dst)) {
+        return usage_error(cmd, "%s: '%s' is not %s", nums[i].name, optarg, nums[i].what);
+      }
+      if (nums[i].seen) {
+        *nums[i].seen = 1;
+      }
+      r = 1;
+    }
     if (r > 0) {
       continue;
     }
     switch (opt) {
     case OPT_HELP:
-      fputs(encode_help, stdout);
-      fputs("\n", stdout);
-      fputs(common_help, stdout);
-      fputs("\n", stdout);
-      fputs(exit_help, stdout);
+      print_help(encode_help, "\n");
       return -1;
     case OPT_ENCODING:
       a->eo.encoding = qdp_encoding_from_name(optarg);
@@ -948,12 +986,6 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
       }
       break;
     }
-    case OPT_TTL:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &v)) {
-        return usage_error(cmd, "--ttl: '%s' is not a number of seconds", optarg);
-      }
-      a->eo.ttl_seconds = v;
-      break;
     case OPT_LABEL:
       a->eo.label = optarg;
       break;
@@ -995,28 +1027,6 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     case OPT_SHM_PID:
       if (!parse_i32(optarg, 1, INT32_MAX, &a->in.shm_pid)) {
         return usage_error(cmd, "--shm-pid: '%s' is not a process id", optarg);
-      }
-      break;
-    case OPT_OFFSET:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &a->in.offset)) {
-        return usage_error(cmd, "--offset: '%s' is not a byte offset", optarg);
-      }
-      have_offset = 1;
-      break;
-    case OPT_LENGTH:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &a->in.length)) {
-        return usage_error(cmd, "--length: '%s' is not a byte count", optarg);
-      }
-      have_length = 1;
-      break;
-    case OPT_ROWS:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &a->in.rows)) {
-        return usage_error(cmd, "--rows: '%s' is not a count", optarg);
-      }
-      break;
-    case OPT_COLS:
-      if (!parse_u64(optarg, 0, UINT64_MAX, &a->in.cols)) {
-        return usage_error(cmd, "--cols: '%s' is not a count", optarg);
       }
       break;
     case OPT_INPUT_DTYPE:
@@ -1327,11 +1337,7 @@ static int parse_simple(struct global *g, const char *cmd, const char *help, int
     uint64_t v;
     switch (opt) {
     case OPT_HELP:
-      fputs(help, stdout);
-      fputs("\n", stdout);
-      fputs(common_help, stdout);
-      fputs("\n", stdout);
-      fputs(exit_help, stdout);
+      print_help(help, "\n");
       return -1;
     case OPT_OFFSET:
     case OPT_COUNT:
@@ -1390,8 +1396,8 @@ static int cmd_describe(struct global *g, int argc, char **argv) {
   }
   char buf[1024];
   const char *handle, *token;
-  if (!split_ref(pos[0], buf, sizeof buf, &handle, &token)) {
-    return usage_error("describe", "'%s' is not a REF (HANDLE:TOKEN)", pos[0]);
+  if (split_ref("describe", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
+    return EXIT_USAGE;
   }
   qdp_client *c = NULL;
   rc = connect_client(g, "describe", &c);
@@ -1491,8 +1497,8 @@ static int cmd_fetch(struct global *g, int argc, char **argv) {
   }
   char buf[1024];
   const char *handle, *token;
-  if (!split_ref(pos[0], buf, sizeof buf, &handle, &token)) {
-    return usage_error("fetch", "'%s' is not a REF (HANDLE:TOKEN)", pos[0]);
+  if (split_ref("fetch", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
+    return EXIT_USAGE;
   }
   qdp_client *c = NULL;
   rc = connect_client(g, "fetch", &c);
@@ -1536,8 +1542,8 @@ static int cmd_export(struct global *g, int argc, char **argv) {
   }
   char buf[1024];
   const char *handle, *token;
-  if (!split_ref(pos[0], buf, sizeof buf, &handle, &token)) {
-    return usage_error("export", "'%s' is not a REF (HANDLE:TOKEN)", pos[0]);
+  if (split_ref("export", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
+    return EXIT_USAGE;
   }
   qdp_client *c = NULL;
   rc = connect_client(g, "export", &c);
@@ -1571,8 +1577,8 @@ static int cmd_rm(struct global *g, int argc, char **argv) {
   char bufs[256][256];
   const char *handles[256], *tokens[256];
   for (int i = 0; i < npos; i++) {
-    if (!split_ref(pos[i], bufs[i], sizeof bufs[i], &handles[i], &tokens[i])) {
-      return usage_error("rm", "'%s' is not a REF (HANDLE:TOKEN)", pos[i]);
+    if (split_ref("rm", pos[i], bufs[i], sizeof bufs[i], &handles[i], &tokens[i]) != EXIT_OK) {
+      return EXIT_USAGE;
     }
   }
   qdp_client *c = NULL;
@@ -1603,13 +1609,7 @@ static int cmd_rm(struct global *g, int argc, char **argv) {
     if (g->json) {
       jw_close(&w, ']');
       if (failed) {
-        jw_open(&w, "error", '{');
-        jw_s(&w, "code", e->code_name);
-        jw_i(&w, "status", e->code);
-        jw_s(&w, "message", e->msg);
-        jw_s(&w, "field", e->field);
-        jw_b(&w, "remote", e->remote);
-        jw_close(&w, '}');
+        error_json(&w, e, 0);
       }
       jw_close(&w, '}');
     }
@@ -1690,10 +1690,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (opt == OPT_HELP || opt == 'h') {
-      fputs(main_help, stdout);
-      fputs(common_help, stdout);
-      fputs("\n", stdout);
-      fputs(exit_help, stdout);
+      print_help(main_help, "");
       return EXIT_OK;
     }
     if (opt == 'V') {
@@ -1718,10 +1715,7 @@ int main(int argc, char **argv) {
   (void)sigaction(SIGINT, &sa, NULL);
 
   if (strcmp(cmd, "help") == 0) {
-    fputs(main_help, stdout);
-    fputs(common_help, stdout);
-    fputs("\n", stdout);
-    fputs(exit_help, stdout);
+    print_help(main_help, "");
     return EXIT_OK;
   }
   if (strcmp(cmd, "status") == 0) {
