@@ -335,10 +335,10 @@ qdp_status config_parse_level(const char *s, const char *field, int *ret,
 /* ---- setting values ----------------------------------------------------------------------------
  */
 
+/* The parsers write their result only on success, so they store straight into the field. */
 static qdp_status set_value(struct config *c, const struct config_option *o, const char *value,
                             struct qdp_error *reterr) {
   char *p = (char *)c + o->offset;
-  qdp_status rc = QDP_OK;
   switch (o->type) {
   case CONFIG_STRING: {
     size_t n = strlen(value);
@@ -348,50 +348,22 @@ static qdp_status set_value(struct config *c, const struct config_option *o, con
                            o->name, n, o->min, o->max);
     }
     memcpy(p, value, n + 1);
-    break;
+    return QDP_OK;
   }
-  case CONFIG_BOOL: {
-    bool b;
-    rc = config_parse_bool(value, o->name, &b, reterr);
-    if (rc == QDP_OK) {
-      *(bool *)p = b;
-    }
-    break;
-  }
+  case CONFIG_BOOL:
+    return config_parse_bool(value, o->name, (bool *)p, reterr);
   case CONFIG_U64:
+    return config_parse_u64(value, o->min, o->max, o->name, (uint64_t *)p, reterr);
   case CONFIG_BYTES:
-  case CONFIG_SECONDS: {
-    uint64_t v;
-    if (o->type == CONFIG_U64) {
-      rc = config_parse_u64(value, o->min, o->max, o->name, &v, reterr);
-    } else if (o->type == CONFIG_BYTES) {
-      rc = config_parse_bytes(value, o->min, o->max, o->name, &v, reterr);
-    } else {
-      rc = config_parse_seconds(value, o->min, o->max, o->name, &v, reterr);
-    }
-    if (rc == QDP_OK) {
-      *(uint64_t *)p = v;
-    }
-    break;
+    return config_parse_bytes(value, o->min, o->max, o->name, (uint64_t *)p, reterr);
+  case CONFIG_SECONDS:
+    return config_parse_seconds(value, o->min, o->max, o->name, (uint64_t *)p, reterr);
+  case CONFIG_DOUBLE:
+    return config_parse_double(value, o->dmin, o->dmax, o->name, (double *)p, reterr);
+  case CONFIG_LEVEL:
+    return config_parse_level(value, o->name, (int *)p, reterr);
   }
-  case CONFIG_DOUBLE: {
-    double d;
-    rc = config_parse_double(value, o->dmin, o->dmax, o->name, &d, reterr);
-    if (rc == QDP_OK) {
-      *(double *)p = d;
-    }
-    break;
-  }
-  case CONFIG_LEVEL: {
-    int l;
-    rc = config_parse_level(value, o->name, &l, reterr);
-    if (rc == QDP_OK) {
-      *(int *)p = l;
-    }
-    break;
-  }
-  }
-  return rc;
+  return QDP_OK;
 }
 
 static void set_origin(struct config *c, const struct config_option *o, enum config_source src,
@@ -742,17 +714,15 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
                            "tcp = '%s' is not HOST:PORT with a port in [0, 65535]", c->tcp);
     }
   }
-  if (c->input_dir[0] && c->input_dir[0] != '/') {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input_dir",
-                         "input_dir = '%s' is not an absolute path", c->input_dir);
-  }
-  if (c->export_dir[0] && c->export_dir[0] != '/') {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "export_dir",
-                         "export_dir = '%s' is not an absolute path", c->export_dir);
-  }
-  if (c->socket[0] && c->socket[0] != '/') {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "socket",
-                         "socket = '%s' is not an absolute path", c->socket);
+  /* Paths that, when set, must be absolute. */
+  const struct {
+    const char *name, *value;
+  } paths[] = {{"input_dir", c->input_dir}, {"export_dir", c->export_dir}, {"socket", c->socket}};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    if (paths[i].value[0] && paths[i].value[0] != '/') {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, paths[i].name,
+                           "%s = '%s' is not an absolute path", paths[i].name, paths[i].value);
+    }
   }
   return QDP_OK;
 }
