@@ -538,6 +538,23 @@ static qdp_status send_data(struct qdp__call *k, const unsigned char *buf, int f
   return QDP_OK;
 }
 
+/* Sends the initial metadata and the first message of a streaming call; a call that sends nothing
+ * more (close) also closes its side and asks for the server's initial metadata in one batch. */
+static int send_first(struct qdp__call *k, const ProtobufCMessage *m, int close) {
+  grpc_byte_buffer *bb = qdp__pack(m);
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  ops[0] = qdp__op_send_initial(k);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k->initial_md;
+  int ok = qdp__call_batch(k, ops, close ? 4 : 2);
+  grpc_byte_buffer_destroy(bb);
+  return ok;
+}
+
 /* EncodeUpload: the request first, then the data in chunks, from buf or from fd at off. */
 static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned char *buf, int fd,
                          uint64_t off, uint64_t total, const char *path, const struct qdp_input *in,
@@ -554,14 +571,7 @@ static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned 
   }
   Qdp__UploadChunk first = QDP__UPLOAD_CHUNK__INIT;
   first.request = req;
-  grpc_byte_buffer *bb = qdp__pack(&first.base);
-  grpc_op ops[3];
-  memset(ops, 0, sizeof ops);
-  ops[0] = qdp__op_send_initial(&k);
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = bb;
-  int ok = qdp__call_batch(&k, ops, 2);
-  grpc_byte_buffer_destroy(bb);
+  int ok = send_first(&k, &first.base, 0);
   uint64_t done = 0;
   while (ok && done < total) {
     size_t n = total - done < chunk ? (size_t)(total - done) : chunk;
@@ -584,6 +594,7 @@ static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned 
     }
   }
   grpc_byte_buffer *recv = NULL;
+  grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t nops = 0;
   if (ok) {
@@ -1006,17 +1017,7 @@ static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *to
   if (rc != QDP_OK) {
     return qdp__call_end(&k, rc);
   }
-  grpc_byte_buffer *bb = qdp__pack(&req.base);
-  grpc_op ops[4];
-  memset(ops, 0, sizeof ops);
-  ops[0] = qdp__op_send_initial(&k);
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = bb;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
-  int ok = qdp__call_batch(&k, ops, 4);
-  grpc_byte_buffer_destroy(bb);
+  int ok = send_first(&k, &req.base, 1);
   while (ok) {
     grpc_byte_buffer *recv = NULL;
     grpc_op op;
