@@ -61,25 +61,26 @@ static int plan_copy(const struct plan *src, struct plan *dst) {
  * waits for all. */
 static void run_all(void *base, size_t n, size_t size, void *(*fn)(void *)) {
   char *item = base;
-  pthread_t *tids = n > 1 ? calloc(n, sizeof *tids) : NULL;
-  int *started = n > 1 ? calloc(n, sizeof *started) : NULL;
-  for (size_t i = 1; i < n; i++) {
-    /* Without threads (allocation failed) the shards still run, one after another. */
-    started[i] = tids && started && pthread_create(&tids[i], NULL, fn, item + i * size) == 0;
-    if (!started[i]) {
+  struct worker {
+    pthread_t tid;
+    int started;
+  } *w = n > 1 ? calloc(n, sizeof *w) : NULL;
+  for (size_t i = 1; w && i < n; i++) {
+    w[i].started = pthread_create(&w[i].tid, NULL, fn, item + i * size) == 0;
+  }
+  /* Item 0 runs here, and so does any item that got no thread (no memory for the table, or
+   * pthread_create failed): slower, never wrong. */
+  for (size_t i = 0; i < n; i++) {
+    if (!w || !w[i].started) {
       fn(item + i * size);
     }
   }
-  if (n > 0) {
-    fn(item);
-  }
-  for (size_t i = 1; i < n; i++) {
-    if (started[i]) {
-      pthread_join(tids[i], NULL);
+  for (size_t i = 1; w && i < n; i++) {
+    if (w[i].started) {
+      pthread_join(w[i].tid, NULL);
     }
   }
-  free(started);
-  free(tids);
+  free(w);
 }
 
 /* The first failure among tasks, copied to reterr. */
