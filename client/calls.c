@@ -28,6 +28,8 @@
 #define M_EXPORT "/qdp.Qdp/Export"
 #define M_STATUS "/qdp.Qdp/Status"
 #define M_HEALTH "/qdp.Qdp/Health"
+#define M_REGISTER_REGION "/qdp.Qdp/RegisterRegion"
+#define M_UNREGISTER_REGION "/qdp.Qdp/UnregisterRegion"
 
 /* 1 MiB per streamed message: large enough that per-message overhead is noise, small enough to
  * stay far below any message limit and to give a progress bar frequent updates. */
@@ -462,6 +464,16 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
     r->input.path = (char *)in->path;
     break;
   case QDP_INPUT_SHM:
+    if (in->struct_size >= offsetof(struct qdp_input, region_token) + sizeof in->region_token &&
+        in->region && *in->region) {
+      r->shm.region = (char *)in->region;
+      r->shm.region_token = (char *)(in->region_token ? in->region_token : "");
+      r->shm.offset = in->offset;
+      r->shm.length = in->length;
+      r->input.source_case = QDP__INPUT__SOURCE_SHM;
+      r->input.shm = &r->shm;
+      break;
+    }
     if ((!in->shm_name || !*in->shm_name) && (in->shm_pid < 0 || in->shm_fd < 0)) {
       return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.shm",
                             "A shared-memory input needs a name, or a pid and an fd.");
@@ -1270,6 +1282,71 @@ qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
   *ret = rc == QDP_OK ? (qdp_health)rep->status : QDP_HEALTH_UNKNOWN;
   if (rep) {
     qdp__health_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+/* ---- Registered regions ---- */
+
+qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
+                               struct qdp_region_info *ret_info) {
+  qdp__err_reset();
+  qdp_status rc = check_ret(check_client(c), ret_info);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (ret_info->struct_size < sizeof *ret_info) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret_info",
+                          "The region info is too short; initialise it with QDP_REGION_INFO_INIT.");
+  }
+  if ((!name || !*name) && (pid <= 0 || fd < 0)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "region",
+                          "A region needs a name, or a pid > 0 and an fd >= 0 (got %d and %d).",
+                          pid, fd);
+  }
+  Qdp__RegisterRegionRequest req = QDP__REGISTER_REGION_REQUEST__INIT;
+  if (name && *name) {
+    req.name = (char *)name;
+  } else {
+    req.pid = pid;
+    req.fd = fd;
+  }
+  Qdp__RegionInfo *rep = NULL;
+  rc = qdp__unary(c, M_REGISTER_REGION, &req.base, &qdp__region_info__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK) {
+    snprintf(ret_info->handle, sizeof ret_info->handle, "%s", rep->handle ? rep->handle : "");
+    snprintf(ret_info->token, sizeof ret_info->token, "%s", rep->token ? rep->token : "");
+    snprintf(ret_info->owner, sizeof ret_info->owner, "%s", rep->owner ? rep->owner : "");
+    ret_info->bytes = rep->bytes;
+    ret_info->sealed = rep->sealed;
+    ret_info->pinned = rep->pinned;
+    ret_info->created_unix_ms = rep->created_unix_ms;
+  }
+  if (rep) {
+    qdp__region_info__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token) {
+  qdp__err_reset();
+  qdp_status rc = check_client(c);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (!handle || !*handle || !token) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, !handle || !*handle ? "handle" : "token",
+                          "The region's %s is missing.", !handle || !*handle ? "handle" : "token");
+  }
+  Qdp__RegionRef ref = QDP__REGION_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__UnregisterRegionReply *rep = NULL;
+  rc = qdp__unary(c, M_UNREGISTER_REGION, &ref.base, &qdp__unregister_region_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rep) {
+    qdp__unregister_region_reply__free_unpacked(rep, NULL);
   }
   return rc;
 }

@@ -195,12 +195,16 @@ struct qdp_input {
   size_t inline_max;        /* LOCAL_FILE: largest input sent inline */
   qdp_progress_fn progress; /* UPLOAD, LOCAL_FILE; NULL = none */
   void *progress_arg;
+  /* SHM from a registered region (qdp_region_register): its handle and token; shm_name, shm_pid
+   * and shm_fd are then ignored and offset/length count within the region. Since 0.2. */
+  const char *region;
+  const char *region_token;
 };
 
 /* clang-format off */
 #define QDP_INPUT_INIT \
   {sizeof(struct qdp_input), QDP_INPUT_NONE, QDP_DTYPE_UNSPECIFIED, 0, 0, NULL, 0, NULL, NULL, \
-   -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL}
+   -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL, NULL, NULL}
 /* clang-format on */
 
 /* ---- Replies (allocated by libqdp; free with their qdp_*_free) ------------------------------ */
@@ -364,6 +368,35 @@ QDP_EXPORT qdp_status qdp_export(qdp_client *c, const char *handle, const char *
 QDP_EXPORT qdp_status qdp_get_status(qdp_client *c, struct qdp_server_status **ret);
 
 QDP_EXPORT qdp_status qdp_get_health(qdp_client *c, qdp_health *ret);
+
+/* ---- Registered shared-memory regions (since 0.2) ------------------------------------------ */
+
+/* A region the daemon mapped once; filled by qdp_region_register. */
+struct qdp_region_info {
+  size_t struct_size;
+  char handle[64];
+  char token[64];
+  char owner[72];
+  uint64_t bytes; /* the region's size */
+  int sealed;     /* it cannot shrink (a memfd with F_SEAL_SHRINK) */
+  int pinned;     /* page-locked for the daemon's GPUs */
+  int64_t created_unix_ms;
+};
+
+/* clang-format off */
+#define QDP_REGION_INFO_INIT \
+  {sizeof(struct qdp_region_info), "", "", "", 0, 0, 0, 0}
+/* clang-format on */
+
+/* Registers a shared-memory region of this node with the daemon: by name ("/my-input"), or name
+ * NULL and pid + fd (the daemon opens /proc/<pid>/fd/<fd>). The daemon maps the whole object once
+ * (and pins it on GPUs); encodes then name it with qdp_input.region / region_token. ret_info must
+ * be initialised with QDP_REGION_INFO_INIT. */
+QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
+                                          struct qdp_region_info *ret_info);
+
+/* Forgets a region; an encode reading it finishes first. */
+QDP_EXPORT qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token);
 
 #ifdef __cplusplus
 }

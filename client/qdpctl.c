@@ -436,6 +436,9 @@ enum {
   OPT_IPC,
   OPT_FORCE,
   OPT_OUTPUT,
+  OPT_REGION,
+  OPT_PID,
+  OPT_FD,
 };
 
 /* clang-format off */
@@ -741,6 +744,7 @@ struct encode_args {
   int force_upload;
   qdp_dtype input_dtype;
   const char *values_arg;
+  char regbuf[256]; /* --region REF, split into in.region and in.region_token */
 };
 
 static const char encode_help[] =
@@ -769,6 +773,7 @@ static const char encode_help[] =
     "  --server-file P   a .npy or raw file on qdpd's node, read by the daemon\n"
     "  --shm NAME        a POSIX shared-memory region on qdpd's node (shm_open name)\n"
     "  --shm-fd FD       ... or an open fd of process --shm-pid PID (default: qdpctl itself)\n"
+    "  --region REF      a region registered with 'qdpctl region add' (mapped once)\n"
     "    --offset N      bytes into the region\n"
     "    --length N      bytes to read (rows x cols x element size)\n"
     "Shape and type of inputs without a header (values, raw files, shared memory):\n"
@@ -870,6 +875,7 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
       {"shm", required_argument, NULL, OPT_SHM},
       {"shm-fd", required_argument, NULL, OPT_SHM_FD},
       {"shm-pid", required_argument, NULL, OPT_SHM_PID},
+      {"region", required_argument, NULL, OPT_REGION},
       {"offset", required_argument, NULL, OPT_OFFSET},
       {"length", required_argument, NULL, OPT_LENGTH},
       {"rows", required_argument, NULL, OPT_ROWS},
@@ -1016,6 +1022,13 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
       }
       a->in.shm_name = optarg;
       break;
+    case OPT_REGION:
+      if (set_input(a, cmd, QDP_INPUT_SHM) != EXIT_OK ||
+          split_ref(cmd, optarg, a->regbuf, sizeof a->regbuf, &a->in.region, &a->in.region_token) !=
+              EXIT_OK) {
+        return EXIT_USAGE;
+      }
+      break;
     case OPT_SHM_FD:
       if (set_input(a, cmd, QDP_INPUT_SHM) != EXIT_OK) {
         return EXIT_USAGE;
@@ -1059,7 +1072,7 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     return usage_error(cmd, "an input is required: --values, --input, --server-file or --shm");
   }
   if (a->in.kind == QDP_INPUT_SHM && (!have_offset || !have_length)) {
-    return usage_error(cmd, "--shm needs --offset and --length");
+    return usage_error(cmd, "--shm and --region need --offset and --length");
   }
   if (a->in.kind != QDP_INPUT_SHM && (have_length || a->in.shm_pid >= 0)) {
     return usage_error(cmd, "--length and --shm-pid go with --shm or --shm-fd");
@@ -1067,7 +1080,7 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   if (have_offset && a->in.kind != QDP_INPUT_SHM && a->in.kind != QDP_INPUT_LOCAL_FILE) {
     return usage_error(cmd, "--offset goes with --shm or a raw --input file");
   }
-  if (a->in.kind == QDP_INPUT_SHM && !a->in.shm_name && a->in.shm_pid < 0) {
+  if (a->in.kind == QDP_INPUT_SHM && !a->in.shm_name && !a->in.region && a->in.shm_pid < 0) {
     a->in.shm_pid = (int)getpid(); /* our own fd: valid while qdpctl waits for the reply */
   }
   a->in.dtype = a->input_dtype;
@@ -1622,6 +1635,129 @@ static int cmd_rm(struct global *g, int argc, char **argv) {
   return rc;
 }
 
+static const char region_help[] =
+    "Usage: qdpctl region add NAME | --pid PID --fd FD\n"
+    "       qdpctl region rm REF\n"
+    "\n"
+    "add has qdpd map a POSIX shared-memory region of its node once (and page-lock it for its\n"
+    "GPUs) and prints the region's REF (HANDLE:TOKEN); 'encode --region REF --offset N --length "
+    "N'\n"
+    "then reads it in place, as many times as needed, without mapping it again. The region is\n"
+    "named by its shm_open NAME, or by an open fd of a process (qdpd opens /proc/PID/fd/FD).\n"
+    "rm unregisters it; an encode reading it finishes first.\n"
+    "\n"
+    "Examples:\n"
+    "  ref=$(qdpctl --json region add /features |\n"
+    "        python3 -c 'import json,sys; print(json.load(sys.stdin)[\"ref\"])')\n"
+    "  qdpctl encode --encoding amplitude --qubits 10 --region \"$ref\" --offset 0 --length 8192\n"
+    "  qdpctl region rm \"$ref\"\n";
+
+static int cmd_region(struct global *g, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"pid", required_argument, NULL, OPT_PID},
+      {"fd", required_argument, NULL, OPT_FD},
+      COMMON_LONG_OPTS,
+      {NULL, 0, NULL, 0},
+  };
+  const char *cmd = "region";
+  int pid = -1, fd = -1;
+  optind = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int r = common_opt(g, opt, optarg);
+    if (r < 0) {
+      return usage_error(cmd, "bad value '%s'", optarg);
+    }
+    if (r > 0) {
+      continue;
+    }
+    switch (opt) {
+    case OPT_HELP:
+      print_help(region_help, "\n");
+      return EXIT_OK;
+    case OPT_PID:
+      if (!parse_i32(optarg, 1, INT32_MAX, &pid)) {
+        return usage_error(cmd, "--pid: '%s' is not a process id", optarg);
+      }
+      break;
+    case OPT_FD:
+      if (!parse_i32(optarg, 0, INT32_MAX, &fd)) {
+        return usage_error(cmd, "--fd: '%s' is not a file descriptor", optarg);
+      }
+      break;
+    default:
+      return usage_error(cmd, "unknown option");
+    }
+  }
+  int npos = argc - optind;
+  const char *sub = npos > 0 ? argv[optind] : NULL;
+  const char *arg = npos > 1 ? argv[optind + 1] : NULL;
+  if (!sub || (strcmp(sub, "add") != 0 && strcmp(sub, "rm") != 0)) {
+    return usage_error(cmd, "give 'add NAME', 'add --pid PID --fd FD' or 'rm REF'");
+  }
+  if (npos > 2) {
+    return usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
+  }
+  int is_add = strcmp(sub, "add") == 0;
+  char buf[256];
+  const char *handle = NULL, *token = NULL;
+  if (is_add) {
+    if ((arg != NULL) == (pid > 0 || fd >= 0) || (!arg && (pid <= 0 || fd < 0))) {
+      return usage_error(cmd, "add takes a NAME, or --pid and --fd");
+    }
+  } else {
+    if (!arg) {
+      return usage_error(cmd, "missing REF");
+    }
+    if (pid > 0 || fd >= 0) {
+      return usage_error(cmd, "--pid and --fd go with add");
+    }
+    if (split_ref(cmd, arg, buf, sizeof buf, &handle, &token) != EXIT_OK) {
+      return EXIT_USAGE;
+    }
+  }
+  qdp_client *c = NULL;
+  int rc = connect_client(g, cmd, &c);
+  if (rc != EXIT_OK) {
+    return rc;
+  }
+  struct jw w = {stdout, 0, {0}};
+  if (is_add) {
+    struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+    if (qdp_region_register(c, arg, pid, fd, &ri) != QDP_OK) {
+      rc = fail(g, cmd);
+    } else if (g->json) {
+      char ref[160];
+      snprintf(ref, sizeof ref, "%s:%s", ri.handle, ri.token);
+      jw_open(&w, NULL, '{');
+      jw_s(&w, "ref", ref);
+      jw_s(&w, "handle", ri.handle);
+      jw_u(&w, "bytes", ri.bytes);
+      jw_s(&w, "owner", ri.owner);
+      jw_b(&w, "sealed", ri.sealed);
+      jw_b(&w, "pinned", ri.pinned);
+      jw_i(&w, "created_unix_ms", ri.created_unix_ms);
+      jw_close(&w, '}');
+    } else {
+      printf("%s:%s\n", ri.handle, ri.token);
+      printf("region     %" PRIu64 " bytes%s%s\n", ri.bytes, ri.sealed ? ", sealed" : "",
+             ri.pinned ? ", pinned" : "");
+    }
+  } else {
+    if (qdp_region_unregister(c, handle, token) != QDP_OK) {
+      rc = fail(g, cmd);
+    } else if (g->json) {
+      jw_open(&w, NULL, '{');
+      jw_s(&w, "unregistered", handle);
+      jw_close(&w, '}');
+    } else {
+      printf("unregistered %s\n", handle);
+    }
+  }
+  qdp_client_destroy(c);
+  return rc;
+}
+
 static int cmd_noargs(struct global *g, int argc, char **argv, const char *cmd, const char *help,
                       int (*fn)(struct global *, qdp_client *)) {
   const char *pos[1];
@@ -1657,6 +1793,7 @@ static const char main_help[] =
     "  fetch REF -o OUT.npy   stream a state (or a range) into a local .npy file\n"
     "  export REF PATH        have qdpd write the state as .npy on its node\n"
     "  rm REF [REF...]        release states\n"
+    "  region add|rm          register a shared-memory region once for many encodes\n"
     "\n"
     "A REF is HANDLE:TOKEN, as encode prints it; the token is the capability to use the state.\n"
     "Inputs (encode, plan): --values (inline), --input FILE (local .npy or raw: inline when\n"
@@ -1702,7 +1839,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) {
     return usage_error(NULL,
                        "a command is required (status, health, encode, plan, describe, ls, "
-                       "fetch, export, rm)");
+                       "fetch, export, rm, region)");
   }
   const char *cmd = argv[optind];
   int sub_argc = argc - optind;
@@ -1744,6 +1881,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "rm") == 0) {
     return cmd_rm(&g, sub_argc, sub_argv);
+  }
+  if (strcmp(cmd, "region") == 0) {
+    return cmd_region(&g, sub_argc, sub_argv);
   }
   return usage_error(NULL, "unknown command '%s'", cmd);
 }

@@ -66,6 +66,8 @@ static const struct config_option options[] = {
         "states held at once, all clients together"),
     OPT(max_client_states, CONFIG_U64, "1024", 1, UINT32_MAX, "count", false, NULL,
         "states one client may hold at once"),
+    OPT(max_regions, CONFIG_U64, "64", 1, UINT32_MAX, "count", false, NULL,
+        "shared-memory input regions registered at once, all clients together"),
     OPT(default_ttl, CONFIG_SECONDS, "3600", 0, UINT32_MAX, "seconds", false, NULL,
         "lifetime of a state whose request asks for none; 0: no expiry"),
     OPT(max_ttl, CONFIG_SECONDS, "86400", 0, UINT32_MAX, "seconds", false, NULL,

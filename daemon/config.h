@@ -70,6 +70,7 @@ struct config {
   uint64_t client_budget;
   uint64_t max_states;
   uint64_t max_client_states;
+  uint64_t max_regions;
   uint64_t default_ttl;
   uint64_t max_ttl;
   uint64_t expire_interval;

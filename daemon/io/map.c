@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -177,8 +178,9 @@ static qdp_status open_region(const char *name, int pid, int fd, char *what, siz
   return QDP_OK;
 }
 
-qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
-                      struct io_mapping *ret, struct qdp_error *reterr) {
+/* io_map_shm, or with `whole` the entire object (offset and length ignored). */
+static qdp_status map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
+                          bool whole, struct io_mapping *ret, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   char what[IO_QUOTE_CAP + 32];
   int f = -1;
@@ -198,6 +200,15 @@ qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64
     goto out;
   }
   uint64_t size = (uint64_t)st.st_size;
+  if (whole && size == 0) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "shm",
+                       "%s is empty (0 B); give it its size before registering it", what);
+    goto out;
+  }
+  if (whole) {
+    offset = 0;
+    length = size;
+  }
   if (length == 0) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "shm.length",
                        "%s: length is 0 B; give the bytes to read (the region has %" PRIu64 " B)",
@@ -222,4 +233,14 @@ out:
     close(f);
   }
   return rc;
+}
+
+qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
+                      struct io_mapping *ret, struct qdp_error *reterr) {
+  return map_shm(name, pid, fd, offset, length, false, ret, reterr);
+}
+
+qdp_status io_map_shm_whole(const char *name, int pid, int fd, struct io_mapping *ret,
+                            struct qdp_error *reterr) {
+  return map_shm(name, pid, fd, 0, 0, true, ret, reterr);
 }

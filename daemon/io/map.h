@@ -50,6 +50,11 @@ qdp_status io_check_path(const char *path, const char *field, struct qdp_error *
 qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
                       struct io_mapping *ret, struct qdp_error *reterr);
 
+/* The whole object, named as for io_map_shm, for registering a region once; an empty object is
+ * INVALID_ARGUMENT. */
+qdp_status io_map_shm_whole(const char *name, int pid, int fd, struct io_mapping *ret,
+                            struct qdp_error *reterr);
+
 /* Unmaps and zeroes *m. NULL-safe. */
 void io_unmap(struct io_mapping *m);
 

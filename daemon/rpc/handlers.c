@@ -16,6 +16,7 @@
 #include "qdp_build_config.h"
 #include "request.h"
 #include "runtime/runtime.h"
+#include "state/regions.h"
 #include "state/store.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
@@ -102,6 +103,24 @@ static void destroy_state(void *payload) {
   runtime_state_destroy(payload);
 }
 
+/* A registered region: the whole object mapped once, page-locked for the devices when the backend
+ * wants that, read by every Encode that names it. */
+struct rpc_region {
+  struct io_mapping map;
+  struct runtime_mesh *mesh;
+  bool pinned;
+  atomic_bool lost; /* it shrank under a job: its pages are zeros now, never to be read again */
+};
+
+static void region_end(void *payload) {
+  struct rpc_region *g = payload;
+  if (g->pinned) {
+    runtime_mesh_unregister_host(g->mesh, g->map.base);
+  }
+  io_unmap(&g->map);
+  free(g);
+}
+
 static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p, size_t *ret_n,
                         Qdp__Shard ***ret) {
   Qdp__Shard **arr = arena_alloc(a, p->nshards * sizeof *arr);
@@ -160,10 +179,50 @@ static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
   return info;
 }
 
+/* Input from a registered region: offset and length within it, read through its mapping. */
+static qdp_status resolve_region(struct rpc_call *c, const Qdp__Input *in,
+                                 struct runtime_input *ret, struct rpc_region **ret_region,
+                                 struct qdp_error *err) {
+  const Qdp__SharedMemory *sh = in->shm;
+  qdp_status rc = QDP_OK;
+  uint64_t rows = 0, cols = 0;
+  void *payload = NULL;
+  QDP_TRY(rc,
+          region_registry_get(c->srv->regions, sh->region, sh->region_token, &payload, NULL, err));
+  struct rpc_region *g = payload;
+  *ret_region = g; /* pinned: the caller puts it back */
+  if (atomic_load(&g->lost)) {
+    return qdp_error_set(err, QDP_ERR_DATA_LOSS, "input.shm.region",
+                         "region '%.64s' shrank while a job read it; register it again",
+                         sh->region);
+  }
+  QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows, &cols,
+                              err));
+  /* Compared without forming offset + length, which may overflow. */
+  if (sh->offset > g->map.bytes || sh->length > g->map.bytes - sh->offset) {
+    rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE,
+                       sh->offset > g->map.bytes ? "input.shm.offset" : "input.shm.length",
+                       "region '%.64s': offset %" PRIu64 " B + length %" PRIu64
+                       " B passes its end at %" PRIu64 " B",
+                       sh->region, sh->offset, sh->length, g->map.bytes);
+    if (err) {
+      err->need_bytes = sh->length;
+      err->free_bytes = sh->offset > g->map.bytes ? 0 : g->map.bytes - sh->offset;
+    }
+    return rc;
+  }
+  *ret = (struct runtime_input){(const char *)g->map.data + sh->offset, (qdp_dtype)in->dtype, rows,
+                                cols};
+out:
+  return rc;
+}
+
 /* Maps a request's input to host values the runtime reads. A mapping (file, shared memory) goes
- * to *map, which the caller unmaps. */
+ * to *map, which the caller unmaps; a registered region read goes to *ret_region, pinned, which
+ * the caller puts back (also on failure). */
 static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct runtime_input *ret,
-                                struct io_mapping *map, struct qdp_error *err) {
+                                struct io_mapping *map, struct rpc_region **ret_region,
+                                struct qdp_error *err) {
   struct rpc_server *s = c->srv;
   qdp_status rc = QDP_OK;
   uint64_t rows = 0, cols = 0;
@@ -193,6 +252,9 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, check_node_local(c, "input.shm", err));
     if (!sh) {
       return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.shm", "input.shm is empty");
+    }
+    if (sh->region && sh->region[0]) {
+      return resolve_region(c, in, ret, ret_region, err);
     }
     if ((!sh->name || !sh->name[0]) && !s->shm_by_pid) {
       return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.shm",
@@ -254,6 +316,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   struct qdp_error err = QDP_ERROR_INIT;
   qdp_status rc = QDP_OK;
   struct io_mapping map = IO_MAPPING_INIT;
+  struct rpc_region *region = NULL;
   int guard = -1;
   struct plan_device *devs = NULL;
   size_t *subset = NULL;
@@ -284,10 +347,11 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
                                    &cols, &err));
     in = (struct runtime_input){NULL, (qdp_dtype)r->input->dtype, rows, cols};
   } else {
-    QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &err));
+    QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &region, &err));
   }
-  if (map.base) {
-    guard = rpc_guard_add(map.base, map.map_len);
+  if (map.base || region) {
+    guard = region ? rpc_guard_add(region->map.base, region->map.map_len)
+                   : rpc_guard_add(map.base, map.map_len);
     if (guard < 0) {
       rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
                          "too many mapped inputs are being read at once; retry");
@@ -346,7 +410,10 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   if (guard >= 0) {
     bool lost = rpc_guard_remove(guard);
     guard = -1;
-    if (lost) {
+    if (lost && region) {
+      atomic_store(&region->lost, true);
+    }
+    if (lost || (region && atomic_load(&region->lost))) {
       rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
                          "the input file or shared memory shrank while it was being read; "
                          "nothing was kept");
@@ -398,6 +465,10 @@ out:
   state_reservation_cancel(res);
   plan_destroy(p);
   io_unmap(&map);
+  if (region) {
+    /* The last pin of a region unregistered meanwhile unmaps it here. */
+    region_registry_put(s->regions, region);
+  }
   free(devs);
   free(subset);
   arena_free(&a);
@@ -765,6 +836,7 @@ void rpc_h_status(struct rpc_job *j) {
   r.jobs_total = atomic_load(&s->jobs_total);
   r.jobs_failed = atomic_load(&s->jobs_failed);
   r.max_qubits = (uint32_t)atomic_load(&s->max_qubits);
+  region_registry_usage(s->regions, &r.regions, &r.region_bytes);
   grpc_byte_buffer *reply = NULL;
   qdp_status rc = arena_check(&a, &err);
   if (rc == QDP_OK) {
@@ -772,4 +844,103 @@ void rpc_h_status(struct rpc_job *j) {
   }
   arena_free(&a);
   rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}
+
+/* ---- registered regions
+ * ---------------------------------------------------------------------- */
+
+void rpc_h_register_region(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  const Qdp__RegisterRegionRequest *r = (const Qdp__RegisterRegionRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  qdp_status rc = QDP_OK;
+  struct rpc_region *g = NULL;
+  bool reserved = false;
+  char handle[REGION_HANDLE_LEN] = "";
+  char token[REGION_TOKEN_LEN] = "";
+  struct region_meta meta;
+
+  QDP_TRY(rc, check_node_local(c, "name", &err));
+  if (c->client_long) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
+                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
+    goto out;
+  }
+  if ((!r->name || !r->name[0]) && !s->shm_by_pid) {
+    rc =
+        qdp_error_set(&err, QDP_ERR_PERMISSION_DENIED, "pid",
+                      "shared memory by pid + fd is off on this daemon (shm_by_pid = no); name the "
+                      "region instead");
+    goto out;
+  }
+  /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
+  QDP_TRY(rc, region_registry_reserve(s->regions, &err));
+  reserved = true;
+  g = calloc(1, sizeof *g);
+  if (!g) {
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "no host memory for a %zu B region record", sizeof *g);
+    goto out;
+  }
+  g->mesh = s->mesh;
+  atomic_init(&g->lost, false);
+  QDP_TRY(rc, io_map_shm_whole(r->name, r->pid, r->fd, &g->map, &err));
+  QDP_TRY(rc, runtime_mesh_register_host(s->mesh, g->map.base, g->map.map_len, &g->pinned, &err));
+  reserved = false; /* commit consumes the slot either way */
+  rc = region_registry_commit(s->regions, c->client, g->map.bytes, g, region_end, handle, token,
+                              &meta, &err);
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s)", c->client, handle, meta.bytes,
+           g->map.sealed ? ", sealed" : "", g->pinned ? ", pinned" : "");
+  Qdp__RegionInfo ri = QDP__REGION_INFO__INIT;
+  ri.handle = handle;
+  ri.token = token;
+  ri.bytes = meta.bytes;
+  ri.owner = meta.owner;
+  ri.sealed = g->map.sealed != 0;
+  ri.pinned = g->pinned;
+  ri.created_unix_ms = meta.created_unix_ms;
+  g = NULL; /* the registry's now */
+  grpc_byte_buffer *reply = rpc_codec_pack(&ri.base);
+  if (!reply) {
+    /* Registered but unanswerable: take it back rather than leak it. */
+    region_registry_remove(s->regions, handle, token, NULL, NULL);
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
+    goto out;
+  }
+  rpc_finish(c, reply, NULL);
+  return;
+out:
+  if (reserved) {
+    region_registry_cancel(s->regions);
+  }
+  if (g) {
+    region_end(g);
+  }
+  rpc_finish(c, NULL, &err);
+}
+
+void rpc_h_unregister_region(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__RegionRef *ref = (const Qdp__RegionRef *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  uint64_t bytes = 0;
+  qdp_status rc = QDP_OK;
+  if (!ref->handle || !ref->handle[0]) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "region.handle is missing");
+  } else {
+    /* Unmapping (and unpinning, on GPUs) may take a while: this runs on a worker. */
+    rc = region_registry_remove(c->srv->regions, ref->handle, ref->token, &bytes, &err);
+  }
+  if (rc != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "UnregisterRegion from %s: %s (%" PRIu64 " B)", c->client, ref->handle, bytes);
+  Qdp__UnregisterRegionReply r = QDP__UNREGISTER_REGION_REPLY__INIT;
+  r.bytes = bytes;
+  rpc_finish(c, rpc_codec_pack(&r.base), NULL);
 }

@@ -58,6 +58,8 @@ enum rpc_method_id {
   RPC_M_EXPORT,
   RPC_M_STATUS,
   RPC_M_HEALTH,
+  RPC_M_REGISTER_REGION,
+  RPC_M_UNREGISTER_REGION,
   RPC_M_COUNT
 };
 
@@ -130,6 +132,7 @@ struct rpc_server {
   uv_loop_t *loop;
   struct runtime_mesh *mesh;
   struct state_store *store;
+  struct region_registry *regions; /* the server's own: created and destroyed with it */
   grpc_server *server;
   grpc_completion_queue *cq;
   void *registered[RPC_M_COUNT];
@@ -204,6 +207,8 @@ void rpc_h_release(struct rpc_job *j);
 void rpc_h_fetch(struct rpc_job *j);
 void rpc_h_export(struct rpc_job *j);
 void rpc_h_status(struct rpc_job *j);
+void rpc_h_register_region(struct rpc_job *j);
+void rpc_h_unregister_region(struct rpc_job *j);
 
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);

@@ -18,6 +18,7 @@
 #include "internal.h"
 #include "log.h"
 #include "runtime/runtime.h"
+#include "state/regions.h"
 #include "state/store.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
@@ -44,6 +45,10 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                       rpc_h_status},
     [RPC_M_HEALTH] = {"/qdp.Qdp/Health", "Health", RPC_UNARY, &qdp__health_request__descriptor,
                       NULL /* answered on the completion-queue thread */},
+    [RPC_M_REGISTER_REGION] = {"/qdp.Qdp/RegisterRegion", "RegisterRegion", RPC_UNARY,
+                               &qdp__register_region_request__descriptor, rpc_h_register_region},
+    [RPC_M_UNREGISTER_REGION] = {"/qdp.Qdp/UnregisterRegion", "UnregisterRegion", RPC_UNARY,
+                                 &qdp__region_ref__descriptor, rpc_h_unregister_region},
 };
 
 /* ---- time
@@ -641,6 +646,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   }
 
   QDP_TRY(rc, rpc_guard_install(reterr));
+  QDP_TRY(rc, region_registry_create((uint32_t)cfg->max_regions, &s->regions, reterr));
 
   grpc_arg args[3];
   args[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
@@ -833,6 +839,9 @@ void rpc_server_destroy(struct rpc_server *s) {
     grpc_completion_queue_destroy(s->cq);
   }
   free(s->workers);
+  /* Every job is over (the workers have stopped): the regions are unmapped, and unpinned while
+   * the mesh is still there. */
+  region_registry_destroy(s->regions);
   free(s->devs);
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);

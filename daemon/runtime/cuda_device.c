@@ -929,6 +929,73 @@ static void enable_peers(struct runtime_device **devs, size_t n) {
   }
 }
 
+/* Page-locks a registered input region once, so that every job reading it uploads from pinned
+ * memory (no bounce through the staging copy, full PCIe rate). Portable: the pinning holds for the
+ * contexts of every device of the mesh, not only the current one, so one call covers them all;
+ * each device is made current first so a failure names the device whose context refused.
+ * ReadOnly: the region is mapped PROT_READ, which cudaHostRegister refuses without it. */
+static qdp_status cuda_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
+                                     struct qdp_error *reterr) {
+  if (m->count == 0) {
+    return QDP_OK;
+  }
+  struct runtime_device *d = m->devs[0];
+  qdp_status rc = use_device(d, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  unsigned flags = cudaHostRegisterPortable;
+#ifdef cudaHostRegisterReadOnly
+  flags |= cudaHostRegisterReadOnly;
+#endif
+  cudaError_t err = cudaHostRegister(ptr, (size_t)bytes, flags);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)err,
+                            "%s: cudaHostRegister of a %llu B input region failed: %s (%s)",
+                            d->info.name, (unsigned long long)bytes, cudaGetErrorName(err),
+                            cudaGetErrorString(err));
+  }
+  /* Every other device must be able to use it too; a device whose context cannot is reported
+   * by name and the pinning is undone, so the region is either usable everywhere or refused. */
+  for (size_t i = 1; i < m->count; i++) {
+    struct runtime_device *o = m->devs[i];
+    unsigned got = 0;
+    if ((rc = use_device(o, reterr)) != QDP_OK) {
+      break;
+    }
+    err = cudaHostGetFlags(&got, ptr);
+    if (err != cudaSuccess) {
+      rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, o->info.ordinal, (int)err,
+                            "%s: the %llu B input region pinned on %s is not visible here: "
+                            "cudaHostGetFlags failed: %s (%s)",
+                            o->info.name, (unsigned long long)bytes, d->info.name,
+                            cudaGetErrorName(err), cudaGetErrorString(err));
+      (void)cudaGetLastError();
+      break;
+    }
+  }
+  if (rc != QDP_OK) {
+    if (cudaSetDevice(d->info.ordinal) == cudaSuccess) {
+      (void)cudaHostUnregister(ptr);
+    }
+    (void)cudaGetLastError();
+  }
+  return rc;
+}
+
+static void cuda_unregister_host(struct runtime_mesh *m, void *ptr) {
+  if (m->count == 0) {
+    return;
+  }
+  /* Nothing to report to: the region is going either way, and a failure here (the driver already
+   * torn down at exit) leaves nothing pinned that outlives the process. */
+  if (cudaSetDevice(m->devs[0]->info.ordinal) == cudaSuccess) {
+    (void)cudaHostUnregister(ptr);
+  }
+  (void)cudaGetLastError();
+}
+
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
                                     struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
@@ -973,6 +1040,8 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   m->backend = "cuda";
   m->staging_bytes = 2 * slot;
   m->destroy_device = cuda_device_destroy;
+  m->register_host = cuda_register_host;
+  m->unregister_host = cuda_unregister_host;
   *ret_mesh = m;
   m = NULL;
   devs = NULL;

@@ -128,6 +128,23 @@ uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
   return m->staging_bytes;
 }
 
+qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
+                                      bool *ret_registered, struct qdp_error *reterr) {
+  *ret_registered = false;
+  if (!m->register_host || !ptr || bytes == 0) {
+    return QDP_OK;
+  }
+  qdp_status rc = m->register_host(m, ptr, bytes, reterr);
+  *ret_registered = rc == QDP_OK;
+  return rc;
+}
+
+void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr) {
+  if (m->unregister_host && ptr) {
+    m->unregister_host(m, ptr);
+  }
+}
+
 void runtime_mesh_device_info(struct runtime_mesh *m, size_t i, struct runtime_device_info *ret) {
   struct runtime_device *d = m->devs[i];
   *ret = d->info;

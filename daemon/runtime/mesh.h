@@ -11,6 +11,11 @@ struct runtime_mesh {
   uint64_t staging_bytes;
   void (*destroy_device)(struct runtime_device *d); /* NULL: the CPU backend's */
   void (*backend_fini)(struct runtime_mesh *m);     /* backend-wide teardown, may be NULL */
+  /* Page-locks host memory for every device and undoes it; NULL: nothing to do (host devices
+   * read host memory as it is). */
+  qdp_status (*register_host)(struct runtime_mesh *m, void *ptr, uint64_t bytes,
+                              struct qdp_error *reterr);
+  void (*unregister_host)(struct runtime_mesh *m, void *ptr);
   void *backend_data;
 };
 

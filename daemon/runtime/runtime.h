@@ -17,6 +17,7 @@
 #ifndef QDP_RUNTIME_H
 #define QDP_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,16 @@ void runtime_mesh_device_info(struct runtime_mesh *m, size_t i, struct runtime_d
 void runtime_mesh_plan_devices(struct runtime_mesh *m, int rank, struct plan_device *devs);
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
+
+/* Prepares host memory that many jobs will read (a registered input region) for fast transfers to
+ * every device: page-locked and mapped for all of them on the CUDA backend (about 50 ms per GiB,
+ * paid once), nothing on the CPU backend. The memory may be read-only. *ret_registered says
+ * whether anything was done, and so whether runtime_mesh_unregister_host must be called. Failures
+ * name the device and the CUDA error. */
+qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
+                                      bool *ret_registered, struct qdp_error *reterr);
+/* Undoes runtime_mesh_register_host (before the memory is unmapped). */
+void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr);
 
 /* Input values resident in host memory (inline bytes, a mapped .npy file or shared-memory region,
  * an assembled upload), row-major [rows][cols] of dtype. Only read, never kept after the call. */

@@ -19,7 +19,8 @@ _MESSAGES = (
     "EncodeRequest", "EncodeReply", "PlanReply", "UploadChunk", "StateRef", "StateInfo",
     "ListRequest", "ListReply", "ReleaseReply", "FetchRequest", "FetchChunk", "ExportRequest",
     "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
-    "Input", "SharedMemory", "Placement",
+    "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
+    "UnregisterRegionReply",
 )
 
 
@@ -49,6 +50,8 @@ _UNARY = {
     "Export": ("ExportRequest", "ExportReply"),
     "Status": ("StatusRequest", "StatusReply"),
     "Health": ("HealthRequest", "HealthReply"),
+    "RegisterRegion": ("RegisterRegionRequest", "RegionInfo"),
+    "UnregisterRegion": ("RegionRef", "UnregisterRegionReply"),
 }
 
 

@@ -1,0 +1,325 @@
+/* regions.c — the region registry: one list under one mutex.
+ *
+ * Regions are few (max_regions, 64 by default) and each costs a system call or a page-locking
+ * pass to make, so a list searched in order is all the structure they need. An entry stays on the
+ * list while it is linked or pinned; `linked` says whether clients can still name it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "state/regions.h"
+
+#define OWNER_MAX (sizeof(((struct region_meta *)0)->owner))
+#define TOKEN_BYTES 16 /* 128 bits */
+#define HANDLE_BYTES 8
+
+struct region {
+  struct region *next;
+  struct region_meta meta;
+  char token[REGION_TOKEN_LEN];
+  void *payload;
+  void (*payload_end)(void *);
+  uint32_t pins;
+  bool linked;
+};
+
+struct region_registry {
+  pthread_mutex_t mu;
+  uint32_t max_regions;
+  uint32_t slots;   /* linked regions + outstanding reservations */
+  uint32_t regions; /* linked */
+  uint64_t bytes;   /* of linked regions */
+  struct region *head;
+};
+
+static qdp_status random_hex(char *out, size_t nbytes, struct qdp_error *reterr) {
+  unsigned char buf[TOKEN_BYTES];
+  size_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = getrandom(buf + got, nbytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      int err = errno;
+      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
+                              "getrandom(%zu B) failed: %s; no region handle or token could be "
+                              "made",
+                              nbytes, strerror(err));
+    }
+    got += (size_t)n;
+  }
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < nbytes; i++) {
+    out[2 * i] = digits[buf[i] >> 4];
+    out[2 * i + 1] = digits[buf[i] & 15];
+  }
+  out[2 * nbytes] = '\0';
+  return QDP_OK;
+}
+
+/* Time depends only on the given token's length, never on where it first differs. */
+static bool token_equal(const char *want, const char *given) {
+  if (!given || strnlen(given, REGION_TOKEN_LEN) != REGION_TOKEN_LEN - 1) {
+    return false;
+  }
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < REGION_TOKEN_LEN - 1; i++) {
+    diff |= (unsigned char)(want[i] ^ given[i]);
+  }
+  return diff == 0;
+}
+
+static int64_t now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+qdp_status region_registry_create(uint32_t max_regions, struct region_registry **ret,
+                                  struct qdp_error *reterr) {
+  struct region_registry *r = calloc(1, sizeof *r);
+  if (!r) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "the region registry could not allocate its %zu B record", sizeof *r);
+  }
+  int err = pthread_mutex_init(&r->mu, NULL);
+  if (err) {
+    free(r);
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
+                            "the region registry could not create its mutex: %s", strerror(err));
+  }
+  r->max_regions = max_regions;
+  *ret = r;
+  return QDP_OK;
+}
+
+static void end_region(struct region *e) {
+  if (e->payload_end) {
+    e->payload_end(e->payload);
+  }
+  free(e);
+}
+
+void region_registry_destroy(struct region_registry *r) {
+  if (!r) {
+    return;
+  }
+  struct region *e = r->head;
+  while (e) {
+    struct region *next = e->next;
+    end_region(e);
+    e = next;
+  }
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+qdp_status region_registry_reserve(struct region_registry *r, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  pthread_mutex_lock(&r->mu);
+  if (r->max_regions && r->slots >= r->max_regions) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "region refused: %" PRIu32
+                       " regions are registered or being registered, "
+                       "the limit (max_regions %" PRIu32 "); unregister one or raise it",
+                       r->slots, r->max_regions);
+  } else {
+    r->slots++;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return rc;
+}
+
+void region_registry_cancel(struct region_registry *r) {
+  pthread_mutex_lock(&r->mu);
+  if (r->slots > r->regions) {
+    r->slots--;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+static struct region *find(struct region_registry *r, const char *handle) {
+  for (struct region *e = r->head; e; e = e->next) {
+    if (e->linked && strcmp(e->meta.handle, handle) == 0) {
+      return e;
+    }
+  }
+  return NULL;
+}
+
+qdp_status region_registry_commit(struct region_registry *r, const char *owner, uint64_t bytes,
+                                  void *payload, void (*payload_end)(void *), char *ret_handle,
+                                  char *ret_token, struct region_meta *ret_meta,
+                                  struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  struct region *e = NULL;
+  if (!owner) {
+    owner = "";
+  }
+  size_t olen = strlen(owner);
+  if (olen >= OWNER_MAX) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
+                       "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
+    goto out;
+  }
+  if (!payload) {
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                       "commit of a %" PRIu64 " B region given a NULL payload", bytes);
+    goto out;
+  }
+  e = calloc(1, sizeof *e);
+  if (!e) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "no host memory for a %zu B region record", sizeof *e);
+    goto out;
+  }
+  QDP_TRY(rc, random_hex(e->token, TOKEN_BYTES, reterr));
+  memcpy(e->meta.owner, owner, olen + 1);
+  e->meta.bytes = bytes;
+  e->meta.created_unix_ms = now_unix_ms();
+  e->payload = payload;
+  e->payload_end = payload_end;
+  e->linked = true;
+  pthread_mutex_lock(&r->mu);
+  /* A handle must never name two regions: draw again on the (astronomically rare) collision. */
+  do {
+    e->meta.handle[0] = 'r';
+    rc = random_hex(e->meta.handle + 1, HANDLE_BYTES, reterr);
+  } while (rc == QDP_OK && find(r, e->meta.handle));
+  if (rc == QDP_OK) {
+    e->next = r->head;
+    r->head = e;
+    r->regions++;
+    r->bytes += bytes;
+    memcpy(ret_handle, e->meta.handle, REGION_HANDLE_LEN);
+    memcpy(ret_token, e->token, REGION_TOKEN_LEN);
+    if (ret_meta) {
+      *ret_meta = e->meta;
+    }
+    e = NULL;
+  } else {
+    r->slots--;
+  }
+  pthread_mutex_unlock(&r->mu);
+  free(e);
+  return rc;
+out:
+  free(e);
+  region_registry_cancel(r);
+  return rc;
+}
+
+static qdp_status not_found(const char *handle, struct qdp_error *reterr) {
+  return qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "region",
+                       "region '%.*s' not found: unknown handle or wrong token", 64,
+                       handle ? handle : "");
+}
+
+/* The linked region for (handle, token), or NULL; under the lock. */
+static struct region *lookup(struct region_registry *r, const char *handle, const char *token) {
+  if (!handle) {
+    return NULL;
+  }
+  struct region *e = find(r, handle);
+  /* Compare a token even for an unknown handle, so both refusals cost the same. */
+  static const char dummy[REGION_TOKEN_LEN] = "00000000000000000000000000000000";
+  bool ok = token_equal(e ? e->token : dummy, token);
+  return e && ok ? e : NULL;
+}
+
+qdp_status region_registry_get(struct region_registry *r, const char *handle, const char *token,
+                               void **ret_payload, struct region_meta *ret_meta,
+                               struct qdp_error *reterr) {
+  pthread_mutex_lock(&r->mu);
+  struct region *e = lookup(r, handle, token);
+  if (!e) {
+    pthread_mutex_unlock(&r->mu);
+    return not_found(handle, reterr);
+  }
+  e->pins++;
+  *ret_payload = e->payload;
+  if (ret_meta) {
+    *ret_meta = e->meta;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return QDP_OK;
+}
+
+/* Takes e off the list; under the lock. */
+static void drop(struct region_registry *r, struct region *e) {
+  for (struct region **pp = &r->head; *pp; pp = &(*pp)->next) {
+    if (*pp == e) {
+      *pp = e->next;
+      return;
+    }
+  }
+}
+
+void region_registry_put(struct region_registry *r, void *payload) {
+  if (!r || !payload) {
+    return;
+  }
+  struct region *dead = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (struct region *e = r->head; e; e = e->next) {
+    if (e->payload == payload && e->pins) {
+      e->pins--;
+      if (!e->pins && !e->linked) {
+        drop(r, e);
+        dead = e;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (dead) {
+    end_region(dead);
+  }
+}
+
+qdp_status region_registry_remove(struct region_registry *r, const char *handle, const char *token,
+                                  uint64_t *ret_bytes, struct qdp_error *reterr) {
+  struct region *dead = NULL;
+  pthread_mutex_lock(&r->mu);
+  struct region *e = lookup(r, handle, token);
+  if (!e) {
+    pthread_mutex_unlock(&r->mu);
+    return not_found(handle, reterr);
+  }
+  uint64_t bytes = e->meta.bytes;
+  e->linked = false;
+  r->regions--;
+  r->slots--;
+  r->bytes -= bytes;
+  if (!e->pins) {
+    drop(r, e);
+    dead = e;
+  }
+  pthread_mutex_unlock(&r->mu);
+  if (dead) {
+    end_region(dead);
+  }
+  if (ret_bytes) {
+    *ret_bytes = bytes;
+  }
+  return QDP_OK;
+}
+
+void region_registry_usage(struct region_registry *r, uint32_t *ret_count, uint64_t *ret_bytes) {
+  pthread_mutex_lock(&r->mu);
+  if (ret_count) {
+    *ret_count = r->regions;
+  }
+  if (ret_bytes) {
+    *ret_bytes = r->bytes;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
