@@ -11,9 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
+#include "state/capability.h"
 #include "state/regions.h"
 
 #define OWNER_MAX (sizeof(((struct region_meta *)0)->owner))
@@ -38,50 +37,6 @@ struct region_registry {
   uint64_t bytes;   /* of linked regions */
   struct region *head;
 };
-
-static qdp_status random_hex(char *out, size_t nbytes, struct qdp_error *reterr) {
-  unsigned char buf[TOKEN_BYTES];
-  size_t got = 0;
-  while (got < nbytes) {
-    ssize_t n = getrandom(buf + got, nbytes - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      int err = errno;
-      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
-                              "getrandom(%zu B) failed: %s; no region handle or token could be "
-                              "made",
-                              nbytes, strerror(err));
-    }
-    got += (size_t)n;
-  }
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < nbytes; i++) {
-    out[2 * i] = digits[buf[i] >> 4];
-    out[2 * i + 1] = digits[buf[i] & 15];
-  }
-  out[2 * nbytes] = '\0';
-  return QDP_OK;
-}
-
-/* Time depends only on the given token's length, never on where it first differs. */
-static bool token_equal(const char *want, const char *given) {
-  if (!given || strnlen(given, REGION_TOKEN_LEN) != REGION_TOKEN_LEN - 1) {
-    return false;
-  }
-  volatile unsigned char diff = 0;
-  for (size_t i = 0; i < REGION_TOKEN_LEN - 1; i++) {
-    diff |= (unsigned char)(want[i] ^ given[i]);
-  }
-  return diff == 0;
-}
-
-static int64_t now_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 qdp_status region_registry_create(uint32_t max_regions, struct region_registry **ret,
                                   struct qdp_error *reterr) {
@@ -181,10 +136,10 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
                        "no host memory for a %zu B region record", sizeof *e);
     goto out;
   }
-  QDP_TRY(rc, random_hex(e->token, TOKEN_BYTES, reterr));
+  QDP_TRY(rc, capability_random_hex(e->token, TOKEN_BYTES, reterr));
   memcpy(e->meta.owner, owner, olen + 1);
   e->meta.bytes = bytes;
-  e->meta.created_unix_ms = now_unix_ms();
+  e->meta.created_unix_ms = capability_now_unix_ms();
   e->payload = payload;
   e->payload_end = payload_end;
   e->linked = true;
@@ -192,7 +147,7 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
   /* A handle must never name two regions: draw again on the (astronomically rare) collision. */
   do {
     e->meta.handle[0] = 'r';
-    rc = random_hex(e->meta.handle + 1, HANDLE_BYTES, reterr);
+    rc = capability_random_hex(e->meta.handle + 1, HANDLE_BYTES, reterr);
   } while (rc == QDP_OK && find(r, e->meta.handle));
   if (rc == QDP_OK) {
     e->next = r->head;
@@ -231,7 +186,7 @@ static struct region *lookup(struct region_registry *r, const char *handle, cons
   struct region *e = find(r, handle);
   /* Compare a token even for an unknown handle, so both refusals cost the same. */
   static const char dummy[REGION_TOKEN_LEN] = "00000000000000000000000000000000";
-  bool ok = token_equal(e ? e->token : dummy, token);
+  bool ok = capability_equal(e ? e->token : dummy, token, REGION_TOKEN_LEN - 1);
   return e && ok ? e : NULL;
 }
 

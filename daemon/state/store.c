@@ -16,9 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
+#include "state/capability.h"
 #include "state/store.h"
 
 #define OWNER_MAX (sizeof(((struct state_meta *)0)->owner))
@@ -180,56 +179,6 @@ static struct owner *find_owner(struct state_store *s, const char *name) {
     }
   }
   return NULL;
-}
-
-/* ---- randomness, tokens, time -----------------------------------------------------------------
- */
-
-static qdp_status fill_random(void *buf, size_t len, struct qdp_error *reterr) {
-  unsigned char *p = buf;
-  size_t got = 0;
-  while (got < len) {
-    ssize_t n = getrandom(p + got, len - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      int err = errno;
-      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
-                              "getrandom(%zu B) failed: %s; no handle or token could be made", len,
-                              strerror(err));
-    }
-    got += (size_t)n;
-  }
-  return QDP_OK;
-}
-
-static void to_hex(const unsigned char *in, size_t n, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[in[i] >> 4];
-    out[2 * i + 1] = digits[in[i] & 15];
-  }
-  out[2 * n] = '\0';
-}
-
-/* Equal iff `given` is exactly the 32 characters of `want`. The time taken depends only on the
- * given token's length (public), never on where the first differing character is. */
-static bool token_equal(const char *want, const char *given) {
-  if (!given || strnlen(given, STATE_TOKEN_LEN) != STATE_TOKEN_LEN - 1) {
-    return false;
-  }
-  volatile unsigned char diff = 0;
-  for (size_t i = 0; i < STATE_TOKEN_LEN - 1; i++) {
-    diff |= (unsigned char)(want[i] ^ given[i]);
-  }
-  return diff == 0;
-}
-
-static int64_t now_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
@@ -462,12 +411,10 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
                        "no host memory for a %zu B state record", sizeof *e);
     goto out;
   }
-  unsigned char tok[TOKEN_BYTES];
-  QDP_TRY(rc, fill_random(tok, sizeof tok, reterr));
-  to_hex(tok, sizeof tok, e->token);
+  QDP_TRY(rc, capability_random_hex(e->token, TOKEN_BYTES, reterr));
   memcpy(e->meta.label, label, llen + 1);
   e->meta.bytes = r->bytes;
-  e->meta.created_unix_ms = now_unix_ms();
+  e->meta.created_unix_ms = capability_now_unix_ms();
   uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
   /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
   if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
@@ -493,10 +440,8 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
   /* 64 random bits: a collision with a live handle is astronomically rare, but a handle must never
    * name two states, so draw again rather than assume. */
   for (;;) {
-    unsigned char hb[HANDLE_BYTES];
-    QDP_TRY(rc, fill_random(hb, sizeof hb, reterr));
+    QDP_TRY(rc, capability_random_hex(e->meta.handle + 1, HANDLE_BYTES, reterr));
     e->meta.handle[0] = 's';
-    to_hex(hb, sizeof hb, e->meta.handle + 1);
     if (!find_handle(s, e->meta.handle)) {
       break;
     }
@@ -539,7 +484,7 @@ static struct entry *lookup(struct state_store *s, const char *handle, const cha
   struct entry *e = find_handle(s, handle);
   /* Compare a token even for an unknown handle, so both refusals cost the same. */
   static const char dummy[STATE_TOKEN_LEN] = "00000000000000000000000000000000";
-  bool ok = token_equal(e ? e->token : dummy, token);
+  bool ok = capability_equal(e ? e->token : dummy, token, STATE_TOKEN_LEN - 1);
   if (!e || !ok) {
     return NULL;
   }
@@ -552,7 +497,7 @@ static struct entry *lookup(struct state_store *s, const char *handle, const cha
 qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
                            void **ret_payload, struct state_meta *ret_meta,
                            struct qdp_error *reterr) {
-  int64_t now = now_unix_ms();
+  int64_t now = capability_now_unix_ms();
   pthread_mutex_lock(&s->mu);
   struct entry *e = lookup(s, handle, token, now);
   if (!e) {

@@ -1,0 +1,54 @@
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "state/capability.h"
+
+#define RANDOM_BYTES_MAX 32
+
+qdp_status capability_random_hex(char *out, size_t nbytes, struct qdp_error *reterr) {
+  unsigned char buf[RANDOM_BYTES_MAX];
+  if (nbytes > sizeof buf) {
+    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                         "%zu random bytes asked for a name; at most %zu", nbytes, sizeof buf);
+  }
+  size_t got = 0;
+  while (got < nbytes) {
+    ssize_t n = getrandom(buf + got, nbytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      int err = errno;
+      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
+                              "getrandom(%zu B) failed: %s; no handle or token could be made",
+                              nbytes, strerror(err));
+    }
+    got += (size_t)n;
+  }
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < nbytes; i++) {
+    out[2 * i] = digits[buf[i] >> 4];
+    out[2 * i + 1] = digits[buf[i] & 15];
+  }
+  out[2 * nbytes] = '\0';
+  return QDP_OK;
+}
+
+bool capability_equal(const char *want, const char *given, size_t len) {
+  if (!given || strnlen(given, len + 1) != len) {
+    return false;
+  }
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < len; i++) {
+    diff |= (unsigned char)(want[i] ^ given[i]);
+  }
+  return diff == 0;
+}
+
+int64_t capability_now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
