@@ -4,6 +4,8 @@
  * the other ranks print their failures, and every rank exits non-zero when any rank failed.
  *
  * Usage: mpirun -n N test_transport_mpi N   (N, the size mpirun was asked for, is checked).
+ * With QDP_TEST_EXPECT_DISTINCT_HOSTS=1 (rank 0's environment decides for all) every rank must
+ * report a different host name: the runs across hosts (tests/mpi/two_hosts.sh) set it.
  */
 #include <check.h>
 #include <limits.h>
@@ -83,6 +85,39 @@ START_TEST(test_world_has_the_ranks_mpirun_started) {
   gethostname(host, sizeof host - 1);
   ck_assert_str_eq(transport_host(t), host);
   CK_OK(transport_barrier(t, &e), e);
+}
+END_TEST
+
+START_TEST(test_ranks_on_different_hosts_report_different_host_names) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  int size = transport_size(t);
+  /* Rank 0 decides, so every rank takes the same path through the collectives. */
+  int32_t expect = 0;
+  if (transport_rank(t) == 0) {
+    const char *v = getenv("QDP_TEST_EXPECT_DISTINCT_HOSTS");
+    expect = v != NULL && strcmp(v, "1") == 0;
+  }
+  CK_OK(transport_bcast(t, &expect, sizeof expect, 0, &e), e);
+  if (!expect) {
+    return;
+  }
+  enum { HOST_BYTES = 256 };
+  char mine[HOST_BYTES] = {0};
+  char *all = calloc((size_t)size, HOST_BYTES);
+  ck_assert_ptr_nonnull(all);
+  ck_assert_uint_lt(strlen(transport_host(t)), HOST_BYTES);
+  snprintf(mine, sizeof mine, "%s", transport_host(t));
+  CK_OK(transport_allgather(t, mine, HOST_BYTES, all, &e), e);
+  ck_assert_str_eq(all + (size_t)transport_rank(t) * HOST_BYTES, transport_host(t));
+  for (int a = 0; a < size; a++) {
+    const char *ha = all + (size_t)a * HOST_BYTES;
+    ck_assert_msg(ha[0] != '\0', "rank %d reports an empty host name", a);
+    for (int b = a + 1; b < size; b++) {
+      const char *hb = all + (size_t)b * HOST_BYTES;
+      ck_assert_msg(strcmp(ha, hb) != 0, "ranks %d and %d both report host '%s'", a, b, ha);
+    }
+  }
+  free(all);
 }
 END_TEST
 
@@ -518,6 +553,7 @@ static Suite *transport_mpi_suite(void) {
   Suite *s = suite_create("transport_mpi");
   TCase *tc = tcase_create("mpi");
   tcase_add_test(tc, test_world_has_the_ranks_mpirun_started);
+  tcase_add_test(tc, test_ranks_on_different_hosts_report_different_host_names);
   tcase_add_test(tc, test_second_transport_joins_the_initialized_world_without_finalizing);
   tcase_add_test(tc, test_bcast_from_every_root_reaches_every_rank);
   tcase_add_test(tc, test_bcast_in_small_pieces_reassembles_the_message);
