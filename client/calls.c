@@ -287,6 +287,7 @@ static void *device_from_pb(const void *pb) {
   d->used_bytes = p->used_bytes;
   d->cc_major = p->cc_major;
   d->cc_minor = p->cc_minor;
+  d->numa_node = p->numa_node;
   d->name = dup0(p->name);
   d->kind = dup0(p->kind);
   d->uuid = dup0(p->uuid);
@@ -299,13 +300,43 @@ static void *device_from_pb(const void *pb) {
   return d;
 }
 
+static void link_free(void *item) {
+  struct qdp_link_info *l = item;
+  if (l) {
+    free(l->kind);
+    free(l);
+  }
+}
+
+static void *link_from_pb(const void *pb) {
+  const Qdp__Link *p = pb;
+  struct qdp_link_info *l = calloc(1, sizeof *l);
+  if (!l) {
+    return NULL;
+  }
+  l->struct_size = sizeof *l;
+  l->from = p->from;
+  l->to = p->to;
+  l->nvlinks = p->nvlinks;
+  l->peer = p->peer;
+  l->perf_rank = p->perf_rank;
+  l->kind = dup0(p->kind);
+  if (!l->kind) {
+    link_free(l);
+    return NULL;
+  }
+  return l;
+}
+
 void qdp_server_status_free(struct qdp_server_status *s) {
   if (!s) {
     return;
   }
   free(s->version);
   free(s->backend);
+  free(s->topology_source);
   array_free(s->devices, s->ndevices, device_free);
+  array_free(s->links, s->nlinks, link_free);
   free(s);
 }
 
@@ -326,9 +357,15 @@ static void *status_from_pb(const void *pb) {
   s->max_qubits = r->max_qubits;
   s->version = dup0(r->version);
   s->backend = dup0(r->backend);
+  s->regions = r->regions;
+  s->region_bytes = r->region_bytes;
+  s->topology_source = dup0(r->topology_source);
   s->devices = array_from_pb(r->devices, r->n_devices, device_from_pb, device_free);
   s->ndevices = s->devices ? r->n_devices : 0;
-  if (!s->version || !s->backend || (r->n_devices && !s->devices)) {
+  s->links = array_from_pb(r->links, r->n_links, link_from_pb, link_free);
+  s->nlinks = s->links ? r->n_links : 0;
+  if (!s->version || !s->backend || !s->topology_source || (r->n_devices && !s->devices) ||
+      (r->n_links && !s->links)) {
     qdp_server_status_free(s);
     return NULL;
   }

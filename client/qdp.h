@@ -281,6 +281,17 @@ struct qdp_device_info {
   char *uuid, *model, *host;
   uint64_t total_bytes, free_bytes, budget_bytes, used_bytes;
   int cc_major, cc_minor;
+  int numa_node; /* since 0.3; -1 unknown */
+};
+
+/* How devices[from] reaches devices[to]'s memory (since 0.3). */
+struct qdp_link_info {
+  size_t struct_size;
+  size_t from, to;
+  char *kind;    /* "self", "host", "nvlink", "pcie", "peer" (kind unknown), "none" */
+  int nvlinks;   /* NVLink links joining the pair directly */
+  int peer;      /* peer access enabled */
+  int perf_rank; /* CUDA's relative rank of the path, 0 best; -1 unknown */
 };
 
 struct qdp_server_status {
@@ -295,6 +306,12 @@ struct qdp_server_status {
   uint32_t states;
   uint64_t jobs_total, jobs_failed;
   uint32_t max_qubits;
+  /* since 0.3 */
+  uint32_t regions;      /* registered shared-memory regions */
+  uint64_t region_bytes; /* their sizes together */
+  char *topology_source; /* "nvml", "cuda", "host" */
+  size_t nlinks;         /* ndevices * ndevices: every ordered pair */
+  struct qdp_link_info **links;
 };
 
 typedef enum qdp_health {

@@ -536,6 +536,45 @@ static void fmt_u64(char *buf, size_t size, uint64_t v) {
   snprintf(buf, size, "%" PRIu64, v);
 }
 
+/* The link matrix, in the spirit of nvidia-smi topo -m: NV<n> for n direct NVLink links, NV
+ * through a switch, PCIe, P2P (a peer path NVML did not name), HOST (one memory), '-' none. */
+static void print_topology(const struct qdp_server_status *s) {
+  size_t n = s->ndevices;
+  if (n < 2 || s->nlinks != n * n) {
+    return;
+  }
+  int w = 6;
+  for (size_t i = 0; i < n; i++) {
+    int len = (int)strlen(s->devices[i]->name);
+    w = len > w ? len : w;
+  }
+  printf("\ntopology (%s; ! = peer access off):\n%-*s", s->topology_source, w, "");
+  for (size_t j = 0; j < n; j++) {
+    printf("  %-*s", w, s->devices[j]->name);
+  }
+  for (size_t i = 0; i < n; i++) {
+    printf("\n%-*s", w, s->devices[i]->name);
+    for (size_t j = 0; j < n; j++) {
+      const struct qdp_link_info *l = s->links[i * n + j];
+      char c[24];
+      if (strcmp(l->kind, "self") == 0) {
+        snprintf(c, sizeof c, "X");
+      } else if (strcmp(l->kind, "nvlink") == 0 && l->nvlinks > 0) {
+        snprintf(c, sizeof c, "NV%d%s", l->nvlinks, l->peer ? "" : "!");
+      } else {
+        const char *k = strcmp(l->kind, "nvlink") == 0 ? "NV"
+                        : strcmp(l->kind, "pcie") == 0 ? "PCIe"
+                        : strcmp(l->kind, "peer") == 0 ? "P2P"
+                        : strcmp(l->kind, "host") == 0 ? "HOST"
+                                                       : "-";
+        snprintf(c, sizeof c, "%s%s", k, l->peer || k[0] == '-' ? "" : "!");
+      }
+      printf("  %-*s", w, c);
+    }
+  }
+  printf("\n");
+}
+
 static int cmd_status(struct global *g, qdp_client *c) {
   struct qdp_server_status *s = NULL;
   if (qdp_get_status(c, &s) != QDP_OK) {
@@ -572,6 +611,23 @@ static int cmd_status(struct global *g, qdp_client *c) {
       jw_u(&w, "used_bytes", d->used_bytes);
       jw_i(&w, "cc_major", d->cc_major);
       jw_i(&w, "cc_minor", d->cc_minor);
+      jw_i(&w, "numa_node", d->numa_node);
+      jw_close(&w, '}');
+    }
+    jw_close(&w, ']');
+    jw_u(&w, "regions", s->regions);
+    jw_u(&w, "region_bytes", s->region_bytes);
+    jw_s(&w, "topology_source", s->topology_source);
+    jw_open(&w, "links", '[');
+    for (size_t i = 0; i < s->nlinks; i++) {
+      const struct qdp_link_info *l = s->links[i];
+      jw_open(&w, NULL, '{');
+      jw_u(&w, "from", l->from);
+      jw_u(&w, "to", l->to);
+      jw_s(&w, "kind", l->kind);
+      jw_i(&w, "nvlinks", l->nvlinks);
+      jw_b(&w, "peer", l->peer);
+      jw_i(&w, "perf_rank", l->perf_rank);
       jw_close(&w, '}');
     }
     jw_close(&w, ']');
@@ -585,25 +641,28 @@ static int cmd_status(struct global *g, qdp_client *c) {
       snprintf(budget, sizeof budget, "store budget %" PRIu64, s->budget_bytes);
     }
     printf("states %" PRIu32 ", %" PRIu64 " bytes used (%s); jobs %" PRIu64 " (%" PRIu64
-           " failed); max qubits %" PRIu32 "\n\n",
-           s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits);
-    static const char *const head[] = {"DEVICE", "KIND", "RANK",   "HOST", "MODEL",
-                                       "TOTAL",  "FREE", "BUDGET", "USED"};
-    static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1};
+           " failed); max qubits %" PRIu32 "; regions %" PRIu32 " (%" PRIu64 " bytes)\n\n",
+           s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits,
+           s->regions, s->region_bytes);
+    static const char *const head[] = {"DEVICE", "KIND",  "RANK", "HOST",   "MODEL",
+                                       "NUMA",   "TOTAL", "FREE", "BUDGET", "USED"};
+    static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1, 1};
     struct table t;
-    table_init(&t, 9, head, right);
+    table_init(&t, 10, head, right);
     for (size_t i = 0; i < s->ndevices; i++) {
       const struct qdp_device_info *d = s->devices[i];
-      char rank[16], tot[24], fr[24], bud[24], used[24];
+      char rank[16], numa[16], tot[24], fr[24], bud[24], used[24];
       snprintf(rank, sizeof rank, "%d", d->rank);
+      snprintf(numa, sizeof numa, d->numa_node < 0 ? "-" : "%d", d->numa_node);
       fmt_u64(tot, sizeof tot, d->total_bytes);
       fmt_u64(fr, sizeof fr, d->free_bytes);
       fmt_u64(bud, sizeof bud, d->budget_bytes);
       fmt_u64(used, sizeof used, d->used_bytes);
-      char *row[] = {d->name, d->kind, rank, d->host, d->model, tot, fr, bud, used};
+      char *row[] = {d->name, d->kind, rank, d->host, d->model, numa, tot, fr, bud, used};
       table_row(&t, row);
     }
     table_print(&t, stdout);
+    print_topology(s);
   }
   qdp_server_status_free(s);
   return EXIT_OK;

@@ -824,10 +824,31 @@ void rpc_h_status(struct rpc_job *j) {
       d[i].cc_major = info[i].cc_major;
       d[i].cc_minor = info[i].cc_minor;
       d[i].host = s->host;
+      d[i].numa_node = info[i].numa_node;
       devs[i] = &d[i];
     }
     r.n_devices = s->ndev;
     r.devices = devs;
+  }
+  r.topology_source = (char *)runtime_mesh_topology_source(s->mesh);
+  size_t nl = s->ndev * s->ndev;
+  Qdp__Link **links = arena_alloc(&a, nl * sizeof *links);
+  Qdp__Link *l = arena_alloc(&a, nl * sizeof *l);
+  if (links && l) {
+    for (size_t k = 0; k < nl; k++) {
+      struct runtime_link rl;
+      runtime_mesh_link(s->mesh, k / s->ndev, k % s->ndev, &rl);
+      qdp__link__init(&l[k]);
+      l[k].from = (uint32_t)(k / s->ndev);
+      l[k].to = (uint32_t)(k % s->ndev);
+      l[k].kind = (char *)runtime_link_kind_name(rl.kind);
+      l[k].nvlinks = rl.nvlinks;
+      l[k].peer = rl.peer;
+      l[k].perf_rank = rl.perf_rank;
+      links[k] = &l[k];
+    }
+    r.n_links = nl;
+    r.links = links;
   }
   r.budget_bytes = s->store_budget;
   uint32_t states = 0;

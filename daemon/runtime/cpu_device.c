@@ -154,6 +154,7 @@ qdp_status runtime_cpu_devices_create(unsigned count, uint64_t bytes_each,
     snprintf(d->info.name, sizeof d->info.name, "cpu:%u", i);
     d->info.kind = RUNTIME_DEVICE_CPU;
     d->info.ordinal = (int)i;
+    d->info.numa_node = -1;
     snprintf(d->info.model, sizeof d->info.model, "host memory");
     d->info.total_bytes = bytes_each;
     d->info.budget_bytes = bytes_each;

@@ -929,6 +929,11 @@ static void enable_peers(struct runtime_device **devs, size_t n) {
   }
 }
 
+bool runtime_cuda_peer_enabled(const struct runtime_device *a, const struct runtime_device *b) {
+  const struct cuda_device *c = (const struct cuda_device *)a;
+  return b->info.ordinal < CUDA_DEVICES_MAX && c->peer[b->info.ordinal];
+}
+
 /* Page-locks a registered input region once, so that every job reading it uploads from pinned
  * memory (no bounce through the staging copy, full PCIe rate). Portable: the pinning holds for the
  * contexts of every device of the mesh, not only the current one, so one call covers them all;
@@ -1037,19 +1042,21 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   enable_peers(devs, n);
   m->devs = devs;
   m->count = n;
+  made = 0; /* the mesh owns the devices now */
+  devs = NULL;
   m->backend = "cuda";
   m->staging_bytes = 2 * slot;
   m->destroy_device = cuda_device_destroy;
   m->register_host = cuda_register_host;
   m->unregister_host = cuda_unregister_host;
+  QDP_TRY(rc, runtime_cuda_topology(m, reterr));
   *ret_mesh = m;
   m = NULL;
-  devs = NULL;
 out:
   for (size_t i = 0; devs && i < made; i++) {
     cuda_device_destroy(devs[i]);
   }
   free(devs);
-  free(m);
+  runtime_mesh_destroy(m);
   return rc;
 }

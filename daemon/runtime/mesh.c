@@ -110,6 +110,7 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
     }
   }
   free(m->devs);
+  free(m->links);
   if (m->backend_fini) {
     m->backend_fini(m);
   }
@@ -122,6 +123,26 @@ const char *runtime_mesh_backend(const struct runtime_mesh *m) {
 
 size_t runtime_mesh_count(const struct runtime_mesh *m) {
   return m->count;
+}
+
+const char *runtime_link_kind_name(enum runtime_link_kind k) {
+  static const char *const names[] = {
+      [RUNTIME_LINK_SELF] = "self", [RUNTIME_LINK_HOST] = "host", [RUNTIME_LINK_NVLINK] = "nvlink",
+      [RUNTIME_LINK_PCIE] = "pcie", [RUNTIME_LINK_PEER] = "peer", [RUNTIME_LINK_NONE] = "none"};
+  return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct runtime_link *ret) {
+  if (m->links) {
+    *ret = m->links[i * m->count + j];
+  } else {
+    *ret = (struct runtime_link){
+        .kind = i == j ? RUNTIME_LINK_SELF : RUNTIME_LINK_HOST, .peer = true, .perf_rank = -1};
+  }
+}
+
+const char *runtime_mesh_topology_source(const struct runtime_mesh *m) {
+  return m->topology_source ? m->topology_source : "host";
 }
 
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {

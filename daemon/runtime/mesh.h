@@ -17,6 +17,8 @@ struct runtime_mesh {
                               struct qdp_error *reterr);
   void (*unregister_host)(struct runtime_mesh *m, void *ptr);
   void *backend_data;
+  struct runtime_link *links;  /* [count][count]; NULL: all host links (CPU backend) */
+  const char *topology_source; /* "nvml", "cuda"; NULL: "host" */
 };
 
 /* Reserves bytes of device d's budget (atomic); RESOURCE_EXHAUSTED with the numbers. */
@@ -30,5 +32,10 @@ void runtime_device_unreserve(struct runtime_device *d, uint64_t bytes);
 int runtime_cuda_device_count(void);
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
                                     struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
+
+/* CUDA backend internals: fills m->links, m->topology_source and each device's numa_node
+ * (runtime/cuda_topology.c), and whether peer access from a to b was enabled. */
+qdp_status runtime_cuda_topology(struct runtime_mesh *m, struct qdp_error *reterr);
+bool runtime_cuda_peer_enabled(const struct runtime_device *a, const struct runtime_device *b);
 
 #endif /* QDP_RUNTIME_MESH_H */

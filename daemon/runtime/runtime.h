@@ -37,7 +37,28 @@ struct runtime_device_info {
   uint64_t budget_bytes; /* what qdp may hold on it in all */
   uint64_t used_bytes;   /* held now by qdp shards and reservations */
   int cc_major, cc_minor;
+  int numa_node; /* the host NUMA node the device hangs off; -1 unknown */
 };
+
+/* How device i of a mesh reaches device j's memory. */
+enum runtime_link_kind {
+  RUNTIME_LINK_SELF = 0,   /* i == j */
+  RUNTIME_LINK_HOST = 1,   /* host-memory devices of the CPU backend: one memory */
+  RUNTIME_LINK_NVLINK = 2, /* NVLink, direct or through NVSwitch */
+  RUNTIME_LINK_PCIE = 3,   /* PCIe peer to peer */
+  RUNTIME_LINK_PEER = 4,   /* some peer path; NVML was not there to say which */
+  RUNTIME_LINK_NONE = 5    /* no peer path: copies go through host memory, ~10x slower */
+};
+
+struct runtime_link {
+  enum runtime_link_kind kind;
+  int nvlinks;   /* NVLink links joining the pair directly; 0 through a switch or none */
+  bool peer;     /* peer access is enabled: i's kernels and copies reach j's memory directly */
+  int perf_rank; /* CUDA's relative rank of the pair's path (0 best), -1 unknown */
+};
+
+/* "self", "host", "nvlink", "pcie", "peer", "none". */
+const char *runtime_link_kind_name(enum runtime_link_kind k);
 
 struct runtime_mesh_config {
   /* "cpu:N" (N host-memory devices), "auto" (all GPUs, else cpu:1), or GPU ordinals "0,1" /
@@ -62,6 +83,11 @@ void runtime_mesh_device_info(struct runtime_mesh *m, size_t i, struct runtime_d
 /* The planner's view of this mesh for a world of one rank: one plan_device per device, budget =
  * budget_bytes - used_bytes. devs must have runtime_mesh_count(m) entries. */
 void runtime_mesh_plan_devices(struct runtime_mesh *m, int rank, struct plan_device *devs);
+/* The link from device i to device j. */
+void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct runtime_link *ret);
+/* Where the link kinds come from: "nvml" (the driver's management library: NVLink vs PCIe and
+ * link counts), "cuda" (peer attributes only), "host" (CPU backend). */
+const char *runtime_mesh_topology_source(const struct runtime_mesh *m);
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 

@@ -116,9 +116,20 @@ class Qdpctl(unittest.TestCase):
             self.assertEqual(d["kind"], "cpu")
             self.assertGreater(d["budget_bytes"], 0)
         self.assertGreater(s["max_qubits"], 20)
-        table = self.ok("status").stdout
-        self.assertRegex(table, r"\nDEVICE +KIND +RANK")
+        # The CPU backend's devices share one memory: every ordered pair is a "host" link.
+        self.assertEqual(s["topology_source"], "host")
+        self.assertEqual(len(s["links"]), 16)
+        for link in s["links"]:
+            self.assertEqual(link["kind"], "self" if link["from"] == link["to"] else "host")
+            self.assertTrue(link["peer"])
+        out = self.ok("status").stdout
+        table, _, matrix = out.partition("\ntopology (host")
+        self.assertRegex(table, r"\nDEVICE +KIND +RANK +HOST +MODEL +NUMA")
         self.assertEqual(len(re.findall(r"\ncpu:\d ", table)), 4)
+        rows = re.findall(r"\n(cpu:\d)  +(.*)", matrix)
+        self.assertEqual([r[0] for r in rows], ["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+        for i, (_, cells) in enumerate(rows):
+            self.assertEqual(cells.split(), ["X" if j == i else "HOST" for j in range(4)])
         self.assertEqual(self.js("health")["status"], "SERVING")
         self.assertEqual(self.ok("health").stdout.strip(), "SERVING")
 
