@@ -335,6 +335,7 @@ void qdp_server_status_free(struct qdp_server_status *s) {
   free(s->version);
   free(s->backend);
   free(s->topology_source);
+  free(s->collectives);
   array_free(s->devices, s->ndevices, device_free);
   array_free(s->links, s->nlinks, link_free);
   free(s);
@@ -360,12 +361,13 @@ static void *status_from_pb(const void *pb) {
   s->regions = r->regions;
   s->region_bytes = r->region_bytes;
   s->topology_source = dup0(r->topology_source);
+  s->collectives = dup0(r->collectives);
   s->devices = array_from_pb(r->devices, r->n_devices, device_from_pb, device_free);
   s->ndevices = s->devices ? r->n_devices : 0;
   s->links = array_from_pb(r->links, r->n_links, link_from_pb, link_free);
   s->nlinks = s->links ? r->n_links : 0;
-  if (!s->version || !s->backend || !s->topology_source || (r->n_devices && !s->devices) ||
-      (r->n_links && !s->links)) {
+  if (!s->version || !s->backend || !s->topology_source || !s->collectives ||
+      (r->n_devices && !s->devices) || (r->n_links && !s->links)) {
     qdp_server_status_free(s);
     return NULL;
   }

@@ -4,32 +4,32 @@
 
 #include "qdp_defs.h"
 
-#define QDP_STATUS_MAP(X)                                                                  \
-  X(QDP_OK, "ok")                                                                          \
-  X(QDP_ERR_CANCELLED, "cancelled")                                                        \
-  X(QDP_ERR_UNKNOWN, "unknown error")                                                      \
-  X(QDP_ERR_INVALID_ARGUMENT, "invalid argument")                                          \
-  X(QDP_ERR_DEADLINE_EXCEEDED, "deadline exceeded")                                        \
-  X(QDP_ERR_NOT_FOUND, "not found")                                                        \
-  X(QDP_ERR_ALREADY_EXISTS, "already exists")                                              \
-  X(QDP_ERR_PERMISSION_DENIED, "permission denied")                                        \
-  X(QDP_ERR_RESOURCE_EXHAUSTED, "resource exhausted")                                      \
-  X(QDP_ERR_FAILED_PRECONDITION, "failed precondition")                                    \
-  X(QDP_ERR_ABORTED, "aborted")                                                            \
-  X(QDP_ERR_OUT_OF_RANGE, "out of range")                                                  \
-  X(QDP_ERR_UNIMPLEMENTED, "not implemented")                                              \
-  X(QDP_ERR_INTERNAL, "internal error")                                                    \
-  X(QDP_ERR_UNAVAILABLE, "unavailable")                                                    \
-  X(QDP_ERR_DATA_LOSS, "data loss")                                                        \
-  X(QDP_ERR_UNAUTHENTICATED, "unauthenticated")                                            \
-  X(QDP_ERR_CUDA, "CUDA error")                                                            \
-  X(QDP_ERR_NCCL, "NCCL error")                                                            \
-  X(QDP_ERR_MPI, "MPI error")                                                              \
+#define QDP_STATUS_MAP(X) \
+  X(QDP_OK, "ok") \
+  X(QDP_ERR_CANCELLED, "cancelled") \
+  X(QDP_ERR_UNKNOWN, "unknown error") \
+  X(QDP_ERR_INVALID_ARGUMENT, "invalid argument") \
+  X(QDP_ERR_DEADLINE_EXCEEDED, "deadline exceeded") \
+  X(QDP_ERR_NOT_FOUND, "not found") \
+  X(QDP_ERR_ALREADY_EXISTS, "already exists") \
+  X(QDP_ERR_PERMISSION_DENIED, "permission denied") \
+  X(QDP_ERR_RESOURCE_EXHAUSTED, "resource exhausted") \
+  X(QDP_ERR_FAILED_PRECONDITION, "failed precondition") \
+  X(QDP_ERR_ABORTED, "aborted") \
+  X(QDP_ERR_OUT_OF_RANGE, "out of range") \
+  X(QDP_ERR_UNIMPLEMENTED, "not implemented") \
+  X(QDP_ERR_INTERNAL, "internal error") \
+  X(QDP_ERR_UNAVAILABLE, "unavailable") \
+  X(QDP_ERR_DATA_LOSS, "data loss") \
+  X(QDP_ERR_UNAUTHENTICATED, "unauthenticated") \
+  X(QDP_ERR_CUDA, "CUDA error") \
+  X(QDP_ERR_NCCL, "NCCL error") \
+  X(QDP_ERR_MPI, "MPI error") \
   X(QDP_ERR_SYSTEM, "system error")
 
 const char *qdp_strerror(qdp_status s) {
 #define X(code, text) \
-  case code:          \
+  case code: \
     return text;
   switch (s) { QDP_STATUS_MAP(X) }
 #undef X
@@ -38,7 +38,7 @@ const char *qdp_strerror(qdp_status s) {
 
 const char *qdp_status_name(qdp_status s) {
 #define X(code, text) \
-  case code:          \
+  case code: \
     return #code;
   switch (s) { QDP_STATUS_MAP(X) }
 #undef X
@@ -52,8 +52,8 @@ static const char *const encoding_names[] = {
 };
 
 static const char *const dtype_names[] = {
-    [QDP_DTYPE_FLOAT32] = "float32",       [QDP_DTYPE_FLOAT64] = "float64",
-    [QDP_DTYPE_COMPLEX64] = "complex64",   [QDP_DTYPE_COMPLEX128] = "complex128",
+    [QDP_DTYPE_FLOAT32] = "float32",     [QDP_DTYPE_FLOAT64] = "float64",
+    [QDP_DTYPE_COMPLEX64] = "complex64", [QDP_DTYPE_COMPLEX128] = "complex128",
     [QDP_DTYPE_INT64] = "int64",
 };
 

@@ -312,6 +312,7 @@ struct qdp_server_status {
   char *topology_source; /* "nvml", "cuda", "host" */
   size_t nlinks;         /* ndevices * ndevices: every ordered pair */
   struct qdp_link_info **links;
+  char *collectives; /* what reductions over sharded states use, and why */
 };
 
 typedef enum qdp_health {

@@ -618,6 +618,7 @@ static int cmd_status(struct global *g, qdp_client *c) {
     jw_u(&w, "regions", s->regions);
     jw_u(&w, "region_bytes", s->region_bytes);
     jw_s(&w, "topology_source", s->topology_source);
+    jw_s(&w, "collectives", s->collectives);
     jw_open(&w, "links", '[');
     for (size_t i = 0; i < s->nlinks; i++) {
       const struct qdp_link_info *l = s->links[i];
@@ -641,9 +642,10 @@ static int cmd_status(struct global *g, qdp_client *c) {
       snprintf(budget, sizeof budget, "store budget %" PRIu64, s->budget_bytes);
     }
     printf("states %" PRIu32 ", %" PRIu64 " bytes used (%s); jobs %" PRIu64 " (%" PRIu64
-           " failed); max qubits %" PRIu32 "; regions %" PRIu32 " (%" PRIu64 " bytes)\n\n",
+           " failed); max qubits %" PRIu32 "; regions %" PRIu32 " (%" PRIu64 " bytes)\n",
            s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits,
            s->regions, s->region_bytes);
+    printf("collectives: %s\n\n", s->collectives);
     static const char *const head[] = {"DEVICE", "KIND",  "RANK", "HOST",   "MODEL",
                                        "NUMA",   "TOTAL", "FREE", "BUDGET", "USED"};
     static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1, 1};

@@ -58,6 +58,8 @@ static const struct config_option options[] = {
          "share of each device's free memory at start used as its budget when device_budget is 0"),
     OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "host-input staging buffer per device; 0: the backend's default"),
+    OPT(host_collectives, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
+        "reduce sharded norms on the host even where NCCL could (the fallback, for comparison)"),
     OPT(store_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "bytes all states together may hold; 0: only the device budgets apply"),
     OPT(client_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,

@@ -66,6 +66,7 @@ struct config {
   uint64_t device_budget;
   double mem_fraction;
   uint64_t staging_bytes;
+  bool host_collectives;
   uint64_t store_budget;
   uint64_t client_budget;
   uint64_t max_states;

@@ -337,6 +337,7 @@ int main(int argc, char **argv) {
       .device_budget_bytes = d.cfg.device_budget,
       .mem_fraction = d.cfg.mem_fraction,
       .staging_bytes = d.cfg.staging_bytes,
+      .host_collectives = d.cfg.host_collectives,
   };
   if (runtime_mesh_create(&mc, &d.mesh, &err) != QDP_OK) {
     rc = fail("devices", &err);

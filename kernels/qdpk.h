@@ -1,19 +1,20 @@
 /* qdpk.h — the encode kernels: pure functions of their inputs, one CPU twin per CUDA launcher.
  *
- * A launch writes `rows` samples and, in each, the amplitude index range [first, first + count) of a
- * 2^qubits state (DESIGN.md §4: qubit k is bit k of the index; samples are row-major [rows][count]).
- * Input rows start `in_stride` elements apart. Output is interleaved complex: COMPLEX64 (float re, im)
- * or COMPLEX128 (double re, im), and every value is computed in the output's precision (float for
- * COMPLEX64, double for COMPLEX128): inputs are converted on load, never in a separate pass.
+ * A launch writes `rows` samples and, in each, the amplitude index range [first, first + count) of
+ * a 2^qubits state (DESIGN.md §4: qubit k is bit k of the index; samples are row-major
+ * [rows][count]). Input rows start `in_stride` elements apart. Output is interleaved complex:
+ * COMPLEX64 (float re, im) or COMPLEX128 (double re, im), and every value is computed in the
+ * output's precision (float for COMPLEX64, double for COMPLEX128): inputs are converted on load,
+ * never in a separate pass.
  *
  * Exactness contract, shared with the CUDA kernels (the .cu files beside this header) so that CPU
  * and GPU agree bit for bit where noted:
- *  - sumsq is the pairwise tree over an aligned power-of-two block (T(a,b) = T(a,m) + T(m,b), leaves
- *    x_i * x_i, zero past `len`), with no fused multiply-add: the same for any sharding of the block,
- *    and identical between CPU and GPU.
+ *  - sumsq is the pairwise tree over an aligned power-of-two block (T(a,b) = T(a,m) + T(m,b),
+ * leaves x_i * x_i, zero past `len`), with no fused multiply-add: the same for any sharding of the
+ * block, and identical between CPU and GPU.
  *  - wht applies its butterflies in ascending bit order, each stage (a, b) <- (a + b, a - b); the
- *    global-bit stages between shards (butterfly) continue that order, so any even sharding gives the
- *    bits of the one-device transform.
+ *    global-bit stages between shards (butterfly) continue that order, so any even sharding gives
+ * the bits of the one-device transform.
  *  - every other value depends only on its own global index and the sample's parameters.
  * Kernels never validate what the runtime already checked (finite parameters, basis indices in
  * range); the check functions below are those checks. Nothing here allocates, logs or synchronizes.
@@ -72,7 +73,8 @@ void qdpk_cpu_basis(const struct qdpk_span *s, const void *x, qdp_dtype in, uint
 /* IQP, step 1: out = 2^-n e^{i theta(b)}, theta(b) = sum_i d_i b_i + (pairs ? sum_{i<j} d_{p(i,j)}
  * b_i b_j : 0), pair coefficients after the n singles in the order (0,1),(0,2)..(0,n-1),(1,2)...
  * Step 2 is the unnormalized Walsh-Hadamard transform over all n bits (wht, then butterfly for the
- * bits that select the shard), which gives psi_b = 2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}. */
+ * bits that select the shard), which gives psi_b = 2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}.
+ */
 void qdpk_cpu_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                          int pairs, void *out);
 
@@ -100,6 +102,14 @@ enum qdpk_basis_fault {
 /* First row whose index (x[r * in_stride]) is not a valid basis index for `qubits` qubits. */
 enum qdpk_basis_fault qdpk_cpu_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
                                            uint64_t rows, uint32_t qubits, uint64_t *ret_row);
+
+/* One partial sum of squares of the amplitude norm: the aligned subtree [first, first + 2^log2)
+ * of the pairwise tree; its value for row r is vals[src + r * row_stride] (qdpk_norm_combine). */
+struct qdpk_norm_part {
+  uint64_t first;
+  uint32_t log2;
+  uint64_t src;
+};
 
 #ifdef __cplusplus
 }

@@ -3,10 +3,10 @@
  * launch on.
  *
  * A launcher never synchronizes and never allocates: it checks cudaGetLastError() right after its
- * launches and returns QDP_ERR_CUDA on failure (the CUDA error itself is left for the caller to read
- * with cudaGetLastError/cudaPeekAtLastError, which names it). 64-bit indexing throughout; grids are
- * sized so that no launch exceeds the grid limits, whatever the number of rows or amplitudes.
- * Any host thread, with the stream's device current.
+ * launches and returns QDP_ERR_CUDA on failure (the CUDA error itself is left for the caller to
+ * read with cudaGetLastError/cudaPeekAtLastError, which names it). 64-bit indexing throughout;
+ * grids are sized so that no launch exceeds the grid limits, whatever the number of rows or
+ * amplitudes. Any host thread, with the stream's device current.
  */
 #ifndef QDPK_CUDA_H
 #define QDPK_CUDA_H
@@ -30,9 +30,17 @@ qdp_status qdpk_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t 
                       uint64_t rows, qdp_dtype out, void *workspace, size_t workspace_bytes,
                       double *ret_sums, cudaStream_t stream);
 
+/* Each row's total over n parts (ascending, disjoint) along the tree over [0, 2^log2_total),
+ * absent ranges zero, added in float when single: bit-identical to runtime/norm.h's
+ * norm_combine. parts, vals and ret_totals (rows doubles) are device memory. */
+qdp_status qdpk_norm_combine(const struct qdpk_norm_part *parts, size_t n, uint32_t log2_total,
+                             int single, const double *vals, uint64_t row_stride, uint64_t rows,
+                             double *ret_totals, cudaStream_t stream);
+
 /* sumsq: device array of `rows` doubles. */
-qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
-                          uint64_t len, const double *sumsq, void *out, cudaStream_t stream);
+qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in,
+                          uint64_t in_stride, uint64_t len, const double *sumsq, void *out,
+                          cudaStream_t stream);
 
 qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                       void *out, cudaStream_t stream);
@@ -57,7 +65,8 @@ qdp_status qdpk_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, int 
 
 /* Writes the fault (enum qdpk_basis_fault) of the first bad row and that row, or QDPK_BASIS_OK. */
 qdp_status qdpk_check_basis(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t rows,
-                            uint32_t qubits, int *ret_fault, uint64_t *ret_row, cudaStream_t stream);
+                            uint32_t qubits, int *ret_fault, uint64_t *ret_row,
+                            cudaStream_t stream);
 
 #ifdef __cplusplus
 }

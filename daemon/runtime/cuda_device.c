@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device_comm.h"
 #include "qdpk.h"
 #include "qdpk_cuda.h"
 #include "runtime/device.h"
@@ -72,6 +73,10 @@ struct cuda_scratch {
   uint64_t host_cap;
   void *ws; /* qdpk_sumsq's workspace */
   uint64_t ws_cap;
+  /* The device-collective path: this shard's partials, every member's gathered, and the part
+   * descriptors the combine walks. */
+  void *send, *recv, *parts;
+  uint64_t send_cap, recv_cap, parts_cap;
 };
 
 static struct cuda_device *cuda_of(struct runtime_device *d) {
@@ -174,9 +179,12 @@ static qdp_status finish(struct cuda_device *c, struct qdp_error *reterr) {
 
 /* Staging. The caller holds stage_lock. A slot is used as: stage_put (wait until the GPU is done
  * with it, pack rows into the pinned buffer, queue the upload), launches that read stage_dev[slot],
- * stage_release (record the slot's event after them). */
+ * stage_release (record the slot's event after them). Source memory that is itself page-locked
+ * (a registered region) skips the packing: the copy engine reads it directly, and stream order
+ * alone keeps the slot's previous readers ahead of the new upload. */
 static qdp_status stage_put(struct cuda_device *c, int slot, const char *src, uint64_t src_stride,
-                            uint64_t row_bytes, uint64_t nrows, struct qdp_error *reterr) {
+                            uint64_t row_bytes, uint64_t nrows, bool pinned,
+                            struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   uint64_t bytes = row_bytes * nrows;
   if (bytes > c->stage_bytes) {
@@ -184,6 +192,12 @@ static qdp_status stage_put(struct cuda_device *c, int slot, const char *src, ui
                             "%s: a staging piece of %llu B exceeds the %llu B slot",
                             c->base.info.name, (unsigned long long)bytes,
                             (unsigned long long)c->stage_bytes);
+  }
+  if (pinned) {
+    CU_TRY(rc, &c->base, "cudaMemcpy2DAsync",
+           cudaMemcpy2DAsync(c->stage_dev[slot], (size_t)row_bytes, src, (size_t)src_stride,
+                             (size_t)row_bytes, (size_t)nrows, cudaMemcpyHostToDevice, c->stream));
+    goto out;
   }
   CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
   char *dst = c->stage_host[slot];
@@ -334,7 +348,7 @@ static void scratch_free(struct cuda_scratch *s) {
   if (!s) {
     return;
   }
-  void *dev[] = {s->norms, s->sums, s->ws};
+  void *dev[] = {s->norms, s->sums, s->ws, s->send, s->recv, s->parts};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
     if (dev[i] && cudaFree(dev[i]) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -425,7 +439,7 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
     QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
     for (uint64_t r0 = 0; r0 < rows; r0 += per) {
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
-      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
+      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, s->ws, (size_t)s->ws_cap,
                        (double *)s->sums + r0, c->stream));
@@ -455,7 +469,8 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
     for (uint64_t k = 0; k < nchunks; k++) {
       uint64_t at = k * chunk;
       uint64_t n = len - at < chunk ? len - at : chunk;
-      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1, reterr));
+      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1,
+                            w->pinned, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out, s->ws,
                        (size_t)s->ws_cap, (double *)s->sums + r * nchunks + k, c->stream));
@@ -525,16 +540,18 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
            cudaMemsetAsync(o, 0, (size_t)(rows * count * osize), c->stream));
     goto out;
   }
-  CU_TRY(rc, d, "cudaMemcpyAsync",
-         cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
-                         c->stream));
+  if (sumsq) {
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
+                           c->stream));
+  }
   uint64_t chunk = c->stage_bytes / isize;
   if (len <= chunk) {
     uint64_t per = c->stage_bytes / (len * isize);
     per = per < rows ? per : rows;
     for (uint64_t r0 = 0; r0 < rows; r0 += per) {
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
-      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, reterr));
+      QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
       span.rows = nr;
       K_TRY(rc, d, "qdpk_amplitude",
             qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
@@ -549,7 +566,8 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   for (uint64_t r = 0; r < rows; r++) {
     for (uint64_t at = 0; at < len; at += chunk) {
       uint64_t n = len - at < chunk ? len - at : chunk;
-      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1, reterr));
+      QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1,
+                            w->pinned, reterr));
       span.first = w->shard->first + at;
       span.count = at + n == len ? count - at : n;
       K_TRY(rc, d, "qdpk_amplitude",
@@ -576,6 +594,114 @@ static qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_
   }
   rc = scale_staged(c, w, sumsq, reterr);
   return stage_end(c, rc, reterr);
+}
+
+static uint32_t cuda_amp_part_log2(struct runtime_device *d, qdp_dtype in) {
+  return log2_of(pow2_floor(cuda_of(d)->stage_bytes / qdp_dtype_size(in)));
+}
+
+/* Each part's sums go through the `sums` scratch (one per row of a launch) into column k of the
+ * send buffer; a part never exceeds a staging slot, so a launch covers whole parts. */
+static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                  const struct runtime_amp_part *parts, size_t nparts,
+                                  uint64_t stride, struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  unsigned isize = qdp_dtype_size(w->in);
+  uint64_t rows = w->shard->rows, row_bytes = w->in_stride * isize;
+  int slot = 0;
+  for (size_t k = 0; k < nparts; k++) {
+    const struct runtime_amp_part *pt = &parts[k];
+    uint64_t sub = pow2_ceil(pt->len);
+    uint64_t per = c->stage_bytes / (pt->len * isize);
+    per = per < rows ? per : rows;
+    if (per == 0 || sub > (UINT64_C(1) << pt->log2)) {
+      rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                            "%s: a part of %llu values does not fit a staging slot", d->info.name,
+                            (unsigned long long)pt->len);
+      goto out;
+    }
+    QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
+    const char *x = (const char *)w->x + pt->offset * isize;
+    for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+      uint64_t nr = rows - r0 < per ? rows - r0 : per;
+      QDP_TRY(rc, stage_put(c, slot, x + r0 * row_bytes, row_bytes, pt->len * isize, nr, w->pinned,
+                            reterr));
+      K_TRY(rc, d, "qdpk_sumsq",
+            qdpk_sumsq(c->stage_dev[slot], w->in, pt->len, pt->len, sub, nr, w->plan->out_dtype,
+                       s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+      QDP_TRY(rc, stage_release(c, slot, reterr));
+      slot ^= 1;
+      CU_TRY(rc, d, "cudaMemcpy2DAsync",
+             cudaMemcpy2DAsync((double *)s->send + r0 * stride + k, stride * sizeof(double),
+                               s->sums, sizeof(double), sizeof(double), (size_t)nr,
+                               cudaMemcpyDeviceToDevice, c->stream));
+    }
+  }
+out:
+  return rc;
+}
+
+static qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work *w,
+                                    const struct runtime_amp_part *parts, size_t nparts,
+                                    uint64_t stride, size_t members, double **ret_send,
+                                    double **ret_recv, void **ret_stream,
+                                    struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  struct cuda_scratch *s = w->scratch;
+  uint64_t rows = w->shard->rows;
+  qdp_status rc = QDP_OK;
+  if (!s || stride < nparts) {
+    return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1, "%s: partials asked %s",
+                            d->info.name,
+                            s ? "with fewer columns than parts" : "before the slice was loaded");
+  }
+  QDP_TRY(rc, use_device(d, reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->send, &s->send_cap, rows * stride * sizeof(double), reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->recv, &s->recv_cap, members * rows * stride * sizeof(double),
+                           reterr));
+  /* Columns past this shard's parts are never read; zero them so the buffers hold no garbage. */
+  CU_TRY(rc, d, "cudaMemsetAsync",
+         cudaMemsetAsync(s->send, 0, (size_t)(rows * stride * sizeof(double)), c->stream));
+  QDP_TRY(rc, stage_begin(c, reterr));
+  rc = partials_staged(c, w, parts, nparts, stride, reterr);
+  /* The staging is handed back without waiting for the partials: the slots' events say when
+   * the GPU is done with them, and the gather runs on the same stream after them. */
+  if (rc == QDP_OK) {
+    pthread_mutex_unlock(&c->stage_lock);
+  } else {
+    rc = stage_end(c, rc, reterr);
+  }
+  *ret_send = s->send;
+  *ret_recv = s->recv;
+  *ret_stream = c->stream;
+out:
+  return rc;
+}
+
+static qdp_status cuda_amp_combine(struct runtime_device *d, struct runtime_shard_work *w,
+                                   const struct qdpk_norm_part *all, size_t nall, uint64_t stride,
+                                   double *ret_totals, struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  struct cuda_scratch *s = w->scratch;
+  uint64_t rows = w->shard->rows;
+  qdp_status rc = QDP_OK;
+  QDP_TRY(rc, use_device(d, reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->parts, &s->parts_cap, nall * sizeof *all, reterr));
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(s->parts, all, nall * sizeof *all, cudaMemcpyHostToDevice, c->stream));
+  K_TRY(
+      rc, d, "qdpk_norm_combine",
+      qdpk_norm_combine(s->parts, nall, w->plan->qubits, w->plan->out_dtype == QDP_DTYPE_COMPLEX64,
+                        s->recv, stride, rows, s->norms, c->stream));
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(ret_totals, s->norms, (size_t)rows * sizeof(double),
+                         cudaMemcpyDeviceToHost, c->stream));
+  QDP_TRY(rc, finish(c, reterr));
+out:
+  return rc;
 }
 
 /* Angle, phase, basis, iqp and iqp-z with the staging held: the parameters go up in groups of
@@ -609,7 +735,7 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
     const void *xs = NULL;
     char *o = (char *)w->out + r0 * count * osize;
     QDP_TRY(rc, stage_put(c, slot, (const char *)w->x + r0 * row_bytes, row_bytes, row_bytes, nr,
-                          reterr));
+                          w->pinned, reterr));
     xs = c->stage_dev[slot];
     span.rows = nr;
     switch (p->encoding) {
@@ -714,6 +840,9 @@ static const struct runtime_device_ops cuda_ops = {
     .amp_load = cuda_amp_load,
     .amp_sumsq = cuda_amp_sumsq,
     .amp_scale = cuda_amp_scale,
+    .amp_part_log2 = cuda_amp_part_log2,
+    .amp_partials = cuda_amp_partials,
+    .amp_combine = cuda_amp_combine,
     .encode = cuda_encode,
     .butterfly = cuda_butterfly,
     .work_done = cuda_work_done,
@@ -1050,6 +1179,22 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   m->register_host = cuda_register_host;
   m->unregister_host = cuda_unregister_host;
   QDP_TRY(rc, runtime_cuda_topology(m, reterr));
+  /* One NCCL communicator per mesh, made now (it takes most of a second) and reused by every
+   * job; without it the reductions run on the host, which the states' descriptions say. */
+  if (n < 2) {
+    snprintf(m->collectives, sizeof m->collectives, "none (one GPU)");
+  } else if (cfg->host_collectives) {
+    snprintf(m->collectives, sizeof m->collectives, "host (configured)");
+  } else {
+    struct qdp_error ce = QDP_ERROR_INIT;
+    if (device_comm_create_local(ords, n, &m->device_comm, &ce) == QDP_OK) {
+      snprintf(m->collectives, sizeof m->collectives, "nccl (NCCL %d, %zu GPUs)",
+               device_comm_nccl_version(), n);
+    } else {
+      m->device_comm = NULL;
+      snprintf(m->collectives, sizeof m->collectives, "host (%.170s)", ce.msg);
+    }
+  }
   *ret_mesh = m;
   m = NULL;
 out:

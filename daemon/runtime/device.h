@@ -28,8 +28,18 @@ struct runtime_shard_work {
   qdp_dtype in;
   uint64_t in_stride;
   uint64_t len;  /* amplitude: input values present from shard->first, <= shard->count */
+  bool pinned;   /* x is in registered (page-locked) host memory */
   void *scratch; /* the backend's, between amp_load and work_done */
 };
+
+/* One partial sum of the device path: values [offset, offset + len) of the loaded slice, the
+ * aligned subtree of 2^log2 values from offset (zeros past len). */
+struct runtime_amp_part {
+  uint64_t offset, len;
+  uint32_t log2;
+};
+
+struct qdpk_norm_part; /* kernels/qdpk_cuda.h */
 
 struct runtime_device_ops {
   const char *backend; /* "cpu", "cuda" */
@@ -48,9 +58,27 @@ struct runtime_device_ops {
    * [shard->first + offset, + block) of the loaded slice, len of its values present. */
   qdp_status (*amp_sumsq)(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
                           uint64_t len, uint64_t block, double *ret_sums, struct qdp_error *reterr);
-  /* Amplitude: write the shard's amplitudes given each row's total sum of squares. */
+  /* Amplitude: write the shard's amplitudes given each row's total sum of squares (NULL: the
+   * totals amp_combine left on the device). */
   qdp_status (*amp_scale)(struct runtime_device *d, struct runtime_shard_work *w,
                           const double *sumsq, struct qdp_error *reterr);
+  /* Amplitude's norm over a device collective; NULL where the backend has none (the executor
+   * then reduces on the host). A part is an aligned subtree of the pairwise tree inside the
+   * loaded slice (runtime_amp_part); one part covers at most 2^amp_part_log2 values. */
+  uint32_t (*amp_part_log2)(struct runtime_device *d, qdp_dtype in);
+  /* Enqueues each row's sum of squares of every part into the device buffer *ret_send
+   * ([rows][stride] doubles, part k in column k) and sizes *ret_recv for `members` such buffers;
+   * *ret_stream is the stream they are ordered on. Does not wait. */
+  qdp_status (*amp_partials)(struct runtime_device *d, struct runtime_shard_work *w,
+                             const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
+                             size_t members, double **ret_send, double **ret_recv,
+                             void **ret_stream, struct qdp_error *reterr);
+  /* After the gather filled the recv buffer: combines each row's total along the tree over
+   * `all` (device-ready descriptors, src indexing the recv buffer) into the device's norms for
+   * amp_scale, and copies the totals to ret_totals (rows doubles, host). Waits. */
+  qdp_status (*amp_combine)(struct runtime_device *d, struct runtime_shard_work *w,
+                            const struct qdpk_norm_part *all, size_t nall, uint64_t stride,
+                            double *ret_totals, struct qdp_error *reterr);
   /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform. */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);

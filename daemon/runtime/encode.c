@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device_comm.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
@@ -31,7 +32,17 @@ struct shard_task {
   struct runtime_shard_work work;
   struct norm_block *blocks; /* amplitude: [rows][nblocks] */
   size_t nblocks;
-  const double *sumsq; /* amplitude: the shard's rows' totals */
+  const double *sumsq; /* amplitude: the shard's rows' totals; NULL: already on the device */
+  /* The device-collective norm: this shard's parts, the buffers the gather reads and fills, and
+   * the totals its device combined (host copy). */
+  struct runtime_amp_part *parts;
+  size_t nparts;
+  const struct qdpk_norm_part *all;
+  size_t nall;
+  uint64_t stride;
+  size_t members;
+  double *send, *recv, *totals;
+  void *stream;
   int loaded;
   struct qdp_error err;
   qdp_status rc;
@@ -225,6 +236,30 @@ static qdp_status check_input_shape(const struct plan *p, const struct runtime_i
   return QDP_OK;
 }
 
+/* A row's total sum of squares must be positive and finite: zero norm and NaN/Inf are refused,
+ * naming the sample (never a silent zero state). */
+static qdp_status check_norm(const struct plan *p, const struct runtime_input *in, uint64_t row,
+                             double s, struct qdp_error *reterr) {
+  if (s == 0.0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input sample %" PRIu64
+                         " has zero norm: amplitude encoding needs at least one non-zero value",
+                         row);
+  }
+  if (isfinite(s)) {
+    return QDP_OK;
+  }
+  uint64_t index = 0;
+  if (qdpk_cpu_find_nonfinite((const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype),
+                              in->dtype, in->cols, &index)) {
+    return bad_value(reterr, "amplitudes", in, row * in->cols + index);
+  }
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                       "input sample %" PRIu64
+                       " has a norm that overflows %s: scale the values down",
+                       row, p->out_dtype == QDP_DTYPE_COMPLEX64 ? "float32" : "float64");
+}
+
 /* Reduces each sample's blocks along the tree, checks the totals, and points tasks at them. */
 static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, size_t n,
                                const struct runtime_input *in, double *sumsq,
@@ -247,28 +282,8 @@ static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, s
       }
     }
     /* Shards are ordered by first within a row, so the blocks are ascending. */
-    double s = norm_combine(all, nb, p->qubits, single);
-    sumsq[row] = s;
-    if (s == 0.0) {
-      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "input sample %" PRIu64
-                         " has zero norm: amplitude encoding needs at "
-                         "least one non-zero value",
-                         row);
-    } else if (!isfinite(s)) {
-      uint64_t index = 0;
-      if (qdpk_cpu_find_nonfinite(
-              (const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype), in->dtype,
-              in->cols, &index)) {
-        rc = bad_value(reterr, "amplitudes", in, row * in->cols + index);
-      } else {
-        rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                           "input sample %" PRIu64
-                           " has a norm that overflows %s: scale the "
-                           "values down",
-                           row, single ? "float32" : "float64");
-      }
-    }
+    sumsq[row] = norm_combine(all, nb, p->qubits, single);
+    rc = check_norm(p, in, row, sumsq[row], reterr);
   }
   free(all);
   for (size_t i = 0; rc == QDP_OK && i < n; i++) {
@@ -277,8 +292,166 @@ static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, s
   return rc;
 }
 
+/* ---- the norm over a device collective
+ * A sample split over devices needs every device's partial sums. Instead of copying them to the
+ * host, each device's parts are all-gathered over the mesh's NCCL communicator and every device
+ * combines the same parts along the same tree, so each holds the bits the host path would get,
+ * and the scale pass reads its totals where they already are. */
+
+/* Whether this job can use it: a collective needs every device of the mesh, so each must hold
+ * exactly one shard, and every shard every row (a sample split by index, not a batch split by
+ * sample, which needs no exchange at all). */
+static bool device_norm_possible(const struct runtime_mesh *m, const struct shard_task *t, size_t n,
+                                 const struct plan *p) {
+  if (!m->device_comm || n < 2 || n != m->count || n > 64) {
+    return false;
+  }
+  uint64_t seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct plan_shard *sh = t[i].work.shard;
+    if (sh->row_first != 0 || sh->rows != p->batch || !t[i].dev->ops->amp_partials ||
+        (seen >> sh->device & 1)) {
+      return false;
+    }
+    seen |= UINT64_C(1) << sh->device;
+  }
+  return true;
+}
+
+/* The shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
+ * the values present only (an absent subtree is zero in the tree). ret NULL: only counts. */
+static size_t shard_parts(const struct shard_task *t, uint32_t span, struct runtime_amp_part *ret) {
+  const struct plan_shard *sh = t->work.shard;
+  uint64_t len = t->work.len;
+  struct norm_block split[NORM_BLOCKS_MAX];
+  size_t nb = norm_split(sh->first, sh->first + sh->count, split), k = 0;
+  for (size_t b = 0; b < nb; b++) {
+    uint64_t offset = split[b].first - sh->first, size = UINT64_C(1) << split[b].log2;
+    uint64_t present = offset >= len ? 0 : (len - offset < size ? len - offset : size);
+    uint32_t lg = split[b].log2 <= span ? split[b].log2 : span;
+    for (uint64_t at = 0; at < present; at += UINT64_C(1) << lg, k++) {
+      uint64_t piece = present - at < (UINT64_C(1) << lg) ? present - at : UINT64_C(1) << lg;
+      if (ret) {
+        ret[k] = (struct runtime_amp_part){.offset = offset + at, .len = piece, .log2 = lg};
+      }
+    }
+  }
+  return k;
+}
+
+static void *task_partials(void *arg) {
+  struct shard_task *t = arg;
+  t->rc = t->dev->ops->amp_load(t->dev, &t->work, &t->err);
+  t->loaded = t->rc == QDP_OK;
+  if (t->rc == QDP_OK) {
+    t->rc = t->dev->ops->amp_partials(t->dev, &t->work, t->parts, t->nparts, t->stride, t->members,
+                                      &t->send, &t->recv, &t->stream, &t->err);
+  }
+  return NULL;
+}
+
+static void *task_combine(void *arg) {
+  struct shard_task *t = arg;
+  t->rc =
+      t->dev->ops->amp_combine(t->dev, &t->work, t->all, t->nall, t->stride, t->totals, &t->err);
+  return NULL;
+}
+
+static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_task *t, size_t n,
+                                       const struct runtime_input *in, struct qdp_error *reterr) {
+  const struct plan *p = &st->plan;
+  struct runtime_mesh *m = st->mesh;
+  uint64_t rows = p->batch;
+  uint32_t span = t[0].dev->ops->amp_part_log2(t[0].dev, in->dtype);
+  size_t stride = 1, nall = 0;
+  for (size_t i = 0; i < n; i++) {
+    t[i].nparts = shard_parts(&t[i], span, NULL);
+    stride = t[i].nparts > stride ? t[i].nparts : stride;
+    nall += t[i].nparts;
+  }
+  qdp_status rc = QDP_OK;
+  struct qdpk_norm_part *all = calloc(nall ? nall : 1, sizeof *all);
+  double *totals = calloc(n * rows, sizeof *totals);
+  const double **send = calloc(m->count, sizeof *send);
+  double **recv = calloc(m->count, sizeof *recv);
+  void **streams = calloc(m->count, sizeof *streams);
+  if (!all || !totals || !send || !recv || !streams) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "cannot allocate the norm's %zu part descriptions", nall);
+    goto out;
+  }
+  /* Shards are in index order, so the parts are ascending; member = the device's mesh index,
+   * which is its place in the communicator and in the gathered buffer. */
+  size_t j = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct plan_shard *sh = t[i].work.shard;
+    t[i].parts = malloc((t[i].nparts ? t[i].nparts : 1) * sizeof *t[i].parts);
+    if (!t[i].parts) {
+      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm parts");
+      goto out;
+    }
+    shard_parts(&t[i], span, t[i].parts);
+    for (size_t k = 0; k < t[i].nparts; k++) {
+      all[j++] = (struct qdpk_norm_part){.first = sh->first + t[i].parts[k].offset,
+                                         .log2 = t[i].parts[k].log2,
+                                         .src = sh->device * rows * stride + k};
+    }
+    t[i].stride = stride;
+    t[i].members = m->count;
+    t[i].all = all;
+    t[i].nall = nall;
+    t[i].totals = totals + i * rows;
+  }
+  run_all(t, n, sizeof *t, task_partials);
+  QDP_TRY(rc, first_failure(t, n, reterr));
+  for (size_t i = 0; i < n; i++) {
+    size_t member = t[i].work.shard->device;
+    send[member] = t[i].send;
+    recv[member] = t[i].recv;
+    streams[member] = t[i].stream;
+  }
+  QDP_TRY(rc, device_comm_allgather_f64_all(m->device_comm, send, recv, rows * stride, streams,
+                                            reterr));
+  run_all(t, n, sizeof *t, task_combine);
+  QDP_TRY(rc, first_failure(t, n, reterr));
+  for (uint64_t r = 0; r < rows; r++) {
+    /* Every device walked the same parts along the same tree: anything else is a defect. */
+    for (size_t i = 1; i < n; i++) {
+      if (memcmp(&totals[i * rows + r], &totals[r], sizeof *totals) != 0) {
+        rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                           "sample %" PRIu64
+                           ": device %zu combined the norm to %.17g, device 0 "
+                           "to %.17g",
+                           r, i, totals[i * rows + r], totals[r]);
+        goto out;
+      }
+    }
+    QDP_TRY(rc, check_norm(p, in, r, totals[r], reterr));
+  }
+  for (size_t i = 0; i < n; i++) {
+    t[i].sumsq = NULL;
+  }
+  run_all(t, n, sizeof *t, task_scale);
+  QDP_TRY(rc, first_failure(t, n, reterr));
+  st->collective = "nccl";
+out:
+  for (size_t i = 0; i < n; i++) {
+    free(t[i].parts);
+    t[i].parts = NULL;
+  }
+  free(all);
+  free(totals);
+  free(send);
+  free(recv);
+  free(streams);
+  return rc;
+}
+
 static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
                                 const struct runtime_input *in, struct qdp_error *reterr) {
+  if (device_norm_possible(st->mesh, t, n, &st->plan)) {
+    return run_amplitude_device(st, t, n, in, reterr);
+  }
   qdp_status rc = QDP_OK;
   double *sumsq = malloc(st->plan.batch * sizeof *sumsq);
   if (!sumsq) {
@@ -303,7 +476,12 @@ static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, 
   QDP_TRY(rc, reduce_norms(st, t, n, in, sumsq, reterr));
   run_all(t, n, sizeof *t, task_scale);
   QDP_TRY(rc, first_failure(t, n, reterr));
-  st->collective = n > 1 ? "host" : "none";
+  /* Only a sample split over shards needs an exchange; a batch split by sample does not. */
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].work.shard->count != st->plan.amplitudes) {
+      st->collective = "host";
+    }
+  }
 out:
   for (size_t i = 0; i < n; i++) {
     free(t[i].blocks);
@@ -433,8 +611,12 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     k->index = i;
     k->dev = d;
     k->err = (struct qdp_error)QDP_ERROR_INIT;
-    k->work = (struct runtime_shard_work){
-        .plan = &st->plan, .shard = sh, .out = st->bufs[i], .in = in->dtype, .in_stride = in->cols};
+    k->work = (struct runtime_shard_work){.plan = &st->plan,
+                                          .shard = sh,
+                                          .out = st->bufs[i],
+                                          .in = in->dtype,
+                                          .in_stride = in->cols,
+                                          .pinned = in->pinned};
     const char *row0 = (const char *)in->data + sh->row_first * in->cols * esize;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       uint64_t present = in->cols > sh->first ? in->cols - sh->first : 0;

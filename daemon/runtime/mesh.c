@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/device.h"
+#include "device_comm.h"
 #include "runtime/mesh.h"
 
 /* A host "device" is a share of host memory; more than this many is a typo, not a machine. */
@@ -109,6 +110,7 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
       runtime_cpu_device_destroy(m->devs[i]);
     }
   }
+  device_comm_destroy(m->device_comm);
   free(m->devs);
   free(m->links);
   if (m->backend_fini) {
@@ -139,6 +141,10 @@ void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct 
     *ret = (struct runtime_link){
         .kind = i == j ? RUNTIME_LINK_SELF : RUNTIME_LINK_HOST, .peer = true, .perf_rank = -1};
   }
+}
+
+const char *runtime_mesh_collectives(const struct runtime_mesh *m) {
+  return m->collectives[0] ? m->collectives : "host (one memory)";
 }
 
 const char *runtime_mesh_topology_source(const struct runtime_mesh *m) {

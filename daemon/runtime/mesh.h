@@ -17,8 +17,10 @@ struct runtime_mesh {
                               struct qdp_error *reterr);
   void (*unregister_host)(struct runtime_mesh *m, void *ptr);
   void *backend_data;
-  struct runtime_link *links;  /* [count][count]; NULL: all host links (CPU backend) */
-  const char *topology_source; /* "nvml", "cuda"; NULL: "host" */
+  struct device_comm *device_comm; /* over every device, in mesh order; NULL: host reductions */
+  char collectives[192];           /* what reductions use and why (runtime_mesh_collectives) */
+  struct runtime_link *links;      /* [count][count]; NULL: all host links (CPU backend) */
+  const char *topology_source;     /* "nvml", "cuda"; NULL: "host" */
 };
 
 /* Reserves bytes of device d's budget (atomic); RESOURCE_EXHAUSTED with the numbers. */

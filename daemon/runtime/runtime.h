@@ -67,6 +67,8 @@ struct runtime_mesh_config {
   uint64_t device_budget_bytes; /* per device; 0 = mem_fraction of free memory at start */
   double mem_fraction;          /* (0, 1]; default 0.9 */
   uint64_t staging_bytes;       /* per device for host input staging; 0 = backend default */
+  /* Reduce on the host even where a device collective (NCCL) could be used. */
+  bool host_collectives;
 };
 
 struct runtime_mesh;
@@ -88,6 +90,9 @@ void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct 
 /* Where the link kinds come from: "nvml" (the driver's management library: NVLink vs PCIe and
  * link counts), "cuda" (peer attributes only), "host" (CPU backend). */
 const char *runtime_mesh_topology_source(const struct runtime_mesh *m);
+/* What the norm reductions of sharded states use on this mesh and why, e.g. "nccl (NCCL 22803,
+ * 2 GPUs)" or "host (NCCL: ...)". */
+const char *runtime_mesh_collectives(const struct runtime_mesh *m);
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 
@@ -107,6 +112,9 @@ struct runtime_input {
   const void *data;
   qdp_dtype dtype;
   uint64_t rows, cols;
+  /* data lies in memory runtime_mesh_register_host prepared: uploads read it directly (DMA),
+   * without first packing it into the staging buffers. */
+  bool pinned;
 };
 
 struct runtime_state;
@@ -120,8 +128,9 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
 void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every shard */
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
-/* How the norm was reduced: "none" (no norm needed or one shard), "host" (in-process, fixed order).
- */
+/* How shards exchanged: "none" (nothing to exchange), "host" (partials combined on the host in
+ * the fixed order; global-bit stages by peer copies), "nccl" (partials all-gathered over NCCL and
+ * combined on every device in the same fixed order). */
 const char *runtime_state_collective(const struct runtime_state *s);
 /* Bytes of device memory the state holds. */
 uint64_t runtime_state_bytes(const struct runtime_state *s);

@@ -295,6 +295,21 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
 
   struct plan *p = plan_on(small, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
   void *chunked = encode_all(small, p, &input, &ms_small);
+  /* The same input from registered (page-locked) memory: uploaded by DMA straight from it, rows
+   * packed by the copy engine instead of this thread. */
+  struct qdp_error e = QDP_ERROR_INIT;
+  bool registered = false;
+  ck_assert_msg(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), &registered,
+                                           &e) == QDP_OK,
+                "register: %s", e.msg);
+  ck_assert(registered);
+  struct runtime_input pinned = input;
+  pinned.pinned = true;
+  void *direct = encode_all(small, p, &pinned, NULL);
+  runtime_mesh_unregister_host(small, x);
+  ck_assert_msg(memcmp(direct, chunked, (size_t)(amps * qdp_dtype_size(out))) == 0,
+                "amplitude from registered memory differs from the staged copy");
+  free(direct);
   plan_destroy(p);
   runtime_mesh_destroy(small);
 
@@ -374,41 +389,69 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     runtime_mesh_destroy(m);
     return;
   }
+  /* The same mesh reducing on the host: the fallback when NCCL cannot be used. */
+  struct runtime_mesh_config hcfg = {
+      .devices = "auto", .staging_bytes = SMALL_STAGING, .host_collectives = true};
+  struct runtime_mesh *host = NULL;
+  struct qdp_error he = QDP_ERROR_INIT;
+  ck_assert_msg(runtime_mesh_create(&hcfg, &host, &he) == QDP_OK, "host mesh: %s", he.msg);
+  int nccl = strncmp(runtime_mesh_collectives(m), "nccl", 4) == 0;
+  printf("  collectives: %s; fallback mesh: %s\n", runtime_mesh_collectives(m),
+         runtime_mesh_collectives(host));
+  ck_assert_str_eq(runtime_mesh_collectives(host), "host (configured)");
   static const struct {
     qdp_encoding enc;
     uint32_t n;
+    uint64_t batch;
     qdp_dtype in, out;
   } cases[] = {
       /* 2^20 - 5 values: the second shard holds [2^19, 2^20 - 5) and 5 zeros; with 1 MiB
-       * staging each shard also goes through 8 chunks. */
-      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+       * staging each shard also goes through 8 chunks (8 norm parts each). */
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      /* Three samples, each split over both GPUs: three norms in one gather. */
+      {QDP_ENCODING_AMPLITUDE, 15, 3, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
       /* The global-bit butterfly between the GPUs (peer access where the pair has it). */
-      {QDP_ENCODING_IQP, 14, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_IQP_Z, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
-      {QDP_ENCODING_ANGLE, 16, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP, 14, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP_Z, 16, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_ANGLE, 16, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint32_t n = cases[i].n;
-    uint64_t cols = cases[i].enc == QDP_ENCODING_AMPLITUDE
-                        ? (UINT64_C(1) << n) - 5
-                        : qdpk_params_per_sample(cases[i].enc, n);
-    double *x64 = values_for(cases[i].enc, n, 1, cols, 77 + i);
-    void *x = as_dtype(x64, cols, cases[i].in);
-    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
+    uint64_t rows = cases[i].batch;
+    int amp = cases[i].enc == QDP_ENCODING_AMPLITUDE;
+    uint64_t cols = amp ? (UINT64_C(1) << n) - 5 : qdpk_params_per_sample(cases[i].enc, n);
+    double *x64 = values_for(cases[i].enc, n, rows, cols, 77 + i);
+    void *x = as_dtype(x64, rows * cols, cases[i].in);
+    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = rows, .cols = cols};
     struct plan *p1 =
-        plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
-    struct plan *p2 = plan_on(m, 2, PLAN_EVEN, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
+        plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
+    struct plan *p2 =
+        plan_on(m, 2, PLAN_EVEN, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
     ck_assert_uint_eq(p2->nshards, 2);
     ck_assert_uint_ne(p2->shards[0].device, p2->shards[1].device);
     void *one = encode_all(m, p1, &input, NULL);
+    struct runtime_state *st = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_msg(runtime_encode(m, p2, &input, &st, &e) == QDP_OK, "encode: %s", e.msg);
+    const char *how = runtime_state_collective(st);
+    const char *want = amp                                  ? (nccl ? "nccl" : "host")
+                       : cases[i].enc == QDP_ENCODING_ANGLE ? "none"
+                                                            : "host";
+    ck_assert_str_eq(how, want);
+    runtime_state_destroy(st);
     void *two = encode_all(m, p2, &input, NULL);
+    void *fallback = encode_all(host, p2, &input, NULL);
     int same = memcmp(one, two, (size_t)p1->total_bytes) == 0;
-    printf("  %s %s->%s n=%u: 1 GPU vs 2 GPUs %s\n", qdp_encoding_name(cases[i].enc),
-           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
-           same ? "bit-identical" : "DIFFER");
+    int same_host = memcmp(one, fallback, (size_t)p1->total_bytes) == 0;
+    printf("  %s %s->%s n=%u batch=%" PRIu64 ": 1 GPU vs 2 GPUs (%s) %s, vs 2 GPUs (host) %s\n",
+           qdp_encoding_name(cases[i].enc), qdp_dtype_name(cases[i].in),
+           qdp_dtype_name(cases[i].out), n, rows, how, same ? "bit-identical" : "DIFFER",
+           same_host ? "bit-identical" : "DIFFER");
     fflush(stdout);
-    ck_assert_msg(same, "%s over 2 GPUs differs from 1 GPU", qdp_encoding_name(cases[i].enc));
+    ck_assert_msg(same && same_host, "%s over 2 GPUs differs from 1 GPU",
+                  qdp_encoding_name(cases[i].enc));
+    free(fallback);
     free(two);
     free(one);
     plan_destroy(p2);
@@ -416,6 +459,26 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     free(x);
     free(x64);
   }
+  /* A zero sample split over both GPUs is refused through the device path too, naming it. */
+  {
+    uint64_t rows = 2, cols = UINT64_C(1) << 12;
+    double *x = calloc(rows * cols, sizeof *x);
+    ck_assert_ptr_nonnull(x);
+    fill_values(x, cols, 5); /* sample 0 has values, sample 1 is all zeros */
+    struct runtime_input input = {
+        .data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = rows, .cols = cols};
+    struct plan *p2 = plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 12, rows, cols,
+                              QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    struct runtime_state *st = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_int_eq(runtime_encode(m, p2, &input, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(e.msg, "sample 1 has zero norm") != NULL, "message: %s", e.msg);
+    assert_mesh_idle(m);
+    plan_destroy(p2);
+    free(x);
+  }
+  runtime_mesh_destroy(host);
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -753,6 +816,26 @@ START_TEST(test_mesh_describes_gpus_and_refuses_bad_specs) {
     ck_assert_uint_le(info.budget_bytes, (uint64_t)(0.9 * (double)info.total_bytes) + 1);
     ck_assert_uint_gt(info.budget_bytes, (uint64_t)(0.5 * (double)info.free_bytes));
     ck_assert_uint_eq(info.used_bytes, 0);
+  }
+  /* The link matrix: the diagonal is "self"; every pair with a peer path has peer access on. */
+  size_t n = runtime_mesh_count(m);
+  printf("  topology from %s\n", runtime_mesh_topology_source(m));
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < n; j++) {
+      struct runtime_link l;
+      runtime_mesh_link(m, i, j, &l);
+      if (i == j) {
+        ck_assert_int_eq(l.kind, RUNTIME_LINK_SELF);
+        continue;
+      }
+      printf("  cuda:%zu -> cuda:%zu: %s, %d NVLink links, peer access %s, perf rank %d\n", i, j,
+             runtime_link_kind_name(l.kind), l.nvlinks, l.peer ? "on" : "off", l.perf_rank);
+      ck_assert_msg(l.kind == RUNTIME_LINK_NONE || l.peer,
+                    "cuda:%zu -> cuda:%zu has a %s path but peer access is off", i, j,
+                    runtime_link_kind_name(l.kind));
+      ck_assert(l.kind != RUNTIME_LINK_NVLINK ||
+                strcmp(runtime_mesh_topology_source(m), "nvml") == 0);
+    }
   }
   runtime_mesh_destroy(m);
 

@@ -1,0 +1,65 @@
+/* device_comm.h — device collectives over NCCL: one communicator per GPU of a group (the GPUs of
+ * one process: ncclCommInitAll; or one GPU per rank across processes: a unique id every member
+ * gets from the coordinator), created once and reused by every job.
+ *
+ * Buffers are device memory of the member's GPU; calls enqueue work on the caller's CUDA stream
+ * (a cudaStream_t passed as void *) and return without waiting for it. Every member of a group
+ * must make the same calls in the same order, each from the thread driving that member's GPU
+ * (members of one process may be driven by different threads at once).
+ *
+ * No floating-point reduction is offered on purpose: qdp's sums must be bit-identical whatever
+ * the sharding, which no NCCL reduction promises. All-gather the partials and combine them in a
+ * fixed order (runtime/norm.h).
+ *
+ * Statuses: QDP_OK; QDP_ERR_NCCL (cause = the ncclResult_t, message = NCCL's error string and the
+ * member's GPU); QDP_ERR_INVALID_ARGUMENT (bad member or peer); QDP_ERR_UNIMPLEMENTED (built
+ * without CUDA/NCCL).
+ */
+#ifndef QDP_DEVICE_COMM_H
+#define QDP_DEVICE_COMM_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+struct device_comm; /* opaque */
+
+#define DEVICE_COMM_ID_BYTES 128 /* ncclUniqueId */
+
+/* A group of the GPUs `ordinals[0..n)` of this process; member i drives ordinals[i]. */
+qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device_comm **ret,
+                                    struct qdp_error *reterr);
+/* The id a coordinator makes and sends (over MPI) to every member of a cross-process group. */
+qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct qdp_error *reterr);
+/* This process's one member `member` of `size`, on GPU `ordinal`; blocks until all have joined. */
+qdp_status device_comm_create_member(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
+                                     int member, int ordinal, struct device_comm **ret,
+                                     struct qdp_error *reterr);
+void device_comm_destroy(struct device_comm *c); /* NULL-safe; no call may be in flight */
+
+/* Members held by this process (n for a local group, 1 for a cross-process member), and the
+ * group's size. */
+size_t device_comm_local_members(const struct device_comm *c);
+int device_comm_size(const struct device_comm *c);
+
+/* Local member `local` contributes `count` doubles at send; recv receives size * count doubles in
+ * member order. */
+qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const double *send,
+                                     double *recv, size_t count, void *stream,
+                                     struct qdp_error *reterr);
+
+/* The same for every local member at once, from one thread (NCCL group): member i sends send[i]
+ * and receives into recv[i] on streams[i]. */
+qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *const *send,
+                                         double *const *recv, size_t count, void *const *streams,
+                                         struct qdp_error *reterr);
+
+/* Local member `local` sends `bytes` at send to member `peer` and receives as many from it into
+ * recv, as one step (no deadlock whoever calls first). */
+qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, const void *send,
+                                void *recv, size_t bytes, void *stream, struct qdp_error *reterr);
+
+/* NCCL's version as NCCL encodes it (22803 for 2.28.3); 0 without NCCL. */
+int device_comm_nccl_version(void);
+
+#endif /* QDP_DEVICE_COMM_H */
