@@ -1,0 +1,548 @@
+/* mesh_bench — the two-GPU figures, each beside its one-GPU baseline in the same run.
+ *
+ *   amplitude   complex128 2^31 from float64 already on the GPUs: the executor's device path (sum
+ *               of squares, NCCL all-gather of the parts, the tree combined on every GPU, scale)
+ *               on 2 GPUs against the same kernels on 1; and the same 2-GPU job with the norm
+ *               given, so the difference is what the collective costs inside an encode
+ *   collective  a bare all-gather of one double over the mesh's communicator, with stream syncs
+ *   batch       4096 x 2^16 complex64 from float32 on the GPUs, samples split over the 2 GPUs
+ *   host        amplitude 2^30 from registered host memory through the runtime, 1 GPU vs 2
+ *   gather      a 2^31 complex128 state's two halves assembled on GPU 0 (peer copy + local copy)
+ *               against the measured one-way peer copy bandwidth
+ *   capacity    a 34-qubit complex128 angle state (256 GiB) over both GPUs through the runtime,
+ *               spot-checked against the closed form
+ *
+ * Times are host wall clock around work on both GPUs (synchronized before and after), median of
+ * the repetitions after one warm-up. Lines: "mesh_bench NAME key=value ...". Exit 77 without two
+ * GPUs. Inputs on the GPUs are a fixed byte pattern (every value the same finite double): the
+ * kernels' cost does not depend on the values. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "device_comm.h"
+#include "qdpk_cuda.h"
+#include "runtime/runtime.h"
+
+#define GIB (UINT64_C(1) << 30)
+#define REPS 7
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+#define CK(call) \
+  do { \
+    cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess) { \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
+      exit(1); \
+    } \
+  } while (0)
+#define QK(call) \
+  do { \
+    qdp_status s_ = (call); \
+    if (s_ != QDP_OK) { \
+      fprintf(stderr, "%s:%d: %s: status %d (%s)\n", __FILE__, __LINE__, #call, (int)s_, \
+              cudaGetErrorName(cudaGetLastError())); \
+      exit(1); \
+    } \
+  } while (0)
+
+struct gpu {
+  int ordinal;
+  cudaStream_t stream;
+  void *ws;
+  size_t ws_bytes;
+  double *sums, *recv, *norms;
+  struct qdpk_norm_part *parts;
+};
+
+static void sync_all(struct gpu *g, int n) {
+  for (int i = 0; i < n; i++) {
+    CK(cudaSetDevice(g[i].ordinal));
+    CK(cudaStreamSynchronize(g[i].stream));
+  }
+}
+
+static void *dev_alloc(int ordinal, uint64_t bytes, unsigned char fill) {
+  void *p = NULL;
+  CK(cudaSetDevice(ordinal));
+  CK(cudaMalloc(&p, bytes));
+  CK(cudaMemset(p, fill, bytes));
+  return p;
+}
+
+/* One amplitude job over `n` GPUs: GPU i holds amplitudes [i * per, (i + 1) * per) of each of
+ * `rows` samples (per = 2^qubits / n, inputs x[i] of per values per row). With gather, the norm
+ * goes over the communicator (all-gather of one part per GPU, combined on each); without, each
+ * GPU scales by the norm already in its `norms` (the collective's cost left out). */
+static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *const *x,
+                          void *const *out, uint32_t qubits, uint64_t rows, qdp_dtype in,
+                          qdp_dtype outt, bool gather) {
+  uint64_t per = (UINT64_C(1) << qubits) / (uint64_t)n;
+  for (int i = 0; i < n; i++) {
+    CK(cudaSetDevice(g[i].ordinal));
+    if (gather || n == 1) {
+      QK(qdpk_sumsq(x[i], in, per, per, per, rows, outt, g[i].ws, g[i].ws_bytes,
+                    n == 1 ? g[i].norms : g[i].sums, g[i].stream));
+    }
+  }
+  if (gather && n > 1) {
+    const double *send[2] = {g[0].sums, g[1].sums};
+    double *recv[2] = {g[0].recv, g[1].recv};
+    void *streams[2] = {g[0].stream, g[1].stream};
+    struct qdp_error e = QDP_ERROR_INIT;
+    QK(device_comm_allgather_f64_all(comm, send, recv, rows, streams, &e));
+    for (int i = 0; i < n; i++) {
+      CK(cudaSetDevice(g[i].ordinal));
+      QK(qdpk_norm_combine(g[i].parts, (size_t)n, qubits, outt == QDP_DTYPE_COMPLEX64, g[i].recv,
+                           rows, 1, g[i].norms, g[i].stream));
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    CK(cudaSetDevice(g[i].ordinal));
+    struct qdpk_span span = {
+        .qubits = qubits, .first = (uint64_t)i * per, .count = per, .rows = rows, .out = outt};
+    QK(qdpk_amplitude(&span, x[i], in, per, per, g[i].norms, out[i], g[i].stream));
+  }
+  sync_all(g, n);
+}
+
+/* Median wall time of REPS runs of the job after one warm-up. */
+static double time_amplitude(struct gpu *g, int n, struct device_comm *comm, void *const *x,
+                             void *const *out, uint32_t qubits, uint64_t rows, qdp_dtype in,
+                             qdp_dtype outt, bool gather) {
+  double t[REPS];
+  amplitude_job(g, n, comm, x, out, qubits, rows, in, outt, gather);
+  for (int r = 0; r < REPS; r++) {
+    double t0 = now_ms();
+    amplitude_job(g, n, comm, x, out, qubits, rows, in, outt, gather);
+    t[r] = now_ms() - t0;
+  }
+  return median(t, REPS);
+}
+
+static void gpu_setup(struct gpu *g, int ordinal, uint64_t ws_block, uint64_t ws_rows,
+                      uint64_t rows) {
+  g->ordinal = ordinal;
+  CK(cudaSetDevice(ordinal));
+  CK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+  g->ws_bytes = qdpk_sumsq_workspace_bytes(ws_block, ws_rows);
+  CK(cudaMalloc(&g->ws, g->ws_bytes ? g->ws_bytes : 1));
+  CK(cudaMalloc((void **)&g->sums, rows * sizeof(double)));
+  CK(cudaMalloc((void **)&g->recv, 2 * rows * sizeof(double)));
+  CK(cudaMalloc((void **)&g->norms, rows * sizeof(double)));
+  CK(cudaMalloc((void **)&g->parts, 2 * sizeof(struct qdpk_norm_part)));
+}
+
+static void gpu_teardown(struct gpu *g) {
+  CK(cudaSetDevice(g->ordinal));
+  CK(cudaFree(g->ws));
+  CK(cudaFree(g->sums));
+  CK(cudaFree(g->recv));
+  CK(cudaFree(g->norms));
+  CK(cudaFree(g->parts));
+  CK(cudaStreamDestroy(g->stream));
+}
+
+/* Each GPU's two parts: the halves of the index space, GPU i's sums in column i of recv. */
+static void set_halves(struct gpu *g, uint32_t qubits) {
+  struct qdpk_norm_part parts[2] = {{0, qubits - 1, 0},
+                                    {UINT64_C(1) << (qubits - 1), qubits - 1, 1}};
+  for (int i = 0; i < 2; i++) {
+    CK(cudaSetDevice(g[i].ordinal));
+    CK(cudaMemcpy(g[i].parts, parts, sizeof parts, cudaMemcpyHostToDevice));
+  }
+}
+
+static void bench_amplitude(struct device_comm *comm) {
+  const uint32_t n = 31;
+  const uint64_t N = UINT64_C(1) << n;
+  struct gpu g1[1], g2[2];
+  gpu_setup(&g1[0], 0, N, 1, 1);
+  gpu_setup(&g2[0], 0, N / 2, 1, 1);
+  gpu_setup(&g2[1], 1, N / 2, 1, 1);
+  set_halves(g2, n);
+  /* 0x3F in every byte: each double is about 4.8e-4. */
+  void *x1[1] = {dev_alloc(0, N * 8, 0x3F)};
+  void *o1[1] = {dev_alloc(0, N * 16, 0)};
+  void *x2[2] = {dev_alloc(0, N / 2 * 8, 0x3F), dev_alloc(1, N / 2 * 8, 0x3F)};
+  void *o2[2] = {dev_alloc(0, N / 2 * 16, 0), dev_alloc(1, N / 2 * 16, 0)};
+  double one =
+      time_amplitude(g1, 1, comm, x1, o1, n, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, true);
+  double two =
+      time_amplitude(g2, 2, comm, x2, o2, n, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, true);
+  double given =
+      time_amplitude(g2, 2, comm, x2, o2, n, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, false);
+  /* The 2-GPU norm must have the 1-GPU bits (the same tree), and so must the first amplitude. */
+  double n1 = 0, n2a = 0, n2b = 0, a1[2], a2[2];
+  CK(cudaSetDevice(0));
+  CK(cudaMemcpy(&n1, g1[0].norms, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&n2a, g2[0].norms, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(a1, (char *)o1[0] + (N - 1) * 16, 16, cudaMemcpyDeviceToHost));
+  CK(cudaSetDevice(1));
+  CK(cudaMemcpy(&n2b, g2[1].norms, 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(a2, (char *)o2[1] + (N / 2 - 1) * 16, 16, cudaMemcpyDeviceToHost));
+  int same = memcmp(&n1, &n2a, 8) == 0 && memcmp(&n1, &n2b, 8) == 0 && memcmp(a1, a2, 16) == 0;
+  double bytes = (double)N * (8 + 8 + 16); /* the input read by each pass, the state written */
+  printf(
+      "mesh_bench amplitude qubits=31 out=complex128 one_gpu_ms=%.3f two_gpu_ms=%.3f "
+      "speedup=%.3f target=1.85 norm_sumsq=%.17g same_bits=%s two_gpu_tb_s=%.3f\n",
+      one, two, one / two, n1, same ? "yes" : "NO", bytes / (two * 1e-3) / 1e12);
+  printf(
+      "mesh_bench norm_in_encode two_gpu_ms=%.3f norm_given_ms=%.3f overhead_us=%.1f "
+      "target_us=30\n",
+      two, given, (two - given) * 1e3);
+  fflush(stdout);
+  for (int i = 0; i < 2; i++) {
+    CK(cudaSetDevice(i));
+    CK(cudaFree(x2[i]));
+    CK(cudaFree(o2[i]));
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaFree(x1[0]));
+  CK(cudaFree(o1[0]));
+  gpu_teardown(&g1[0]);
+  gpu_teardown(&g2[0]);
+  gpu_teardown(&g2[1]);
+}
+
+static void bench_collective(struct device_comm *comm) {
+  struct gpu g[2];
+  gpu_setup(&g[0], 0, 1, 1, 1);
+  gpu_setup(&g[1], 1, 1, 1, 1);
+  double t[200];
+  for (int r = -20; r < 200; r++) {
+    const double *send[2] = {g[0].sums, g[1].sums};
+    double *recv[2] = {g[0].recv, g[1].recv};
+    void *streams[2] = {g[0].stream, g[1].stream};
+    struct qdp_error e = QDP_ERROR_INIT;
+    double t0 = now_ms();
+    QK(device_comm_allgather_f64_all(comm, send, recv, 1, streams, &e));
+    sync_all(g, 2);
+    if (r >= 0) {
+      t[r] = now_ms() - t0;
+    }
+  }
+  printf("mesh_bench collective allgather_one_double_us=%.1f nccl=%d\n", median(t, 200) * 1e3,
+         device_comm_nccl_version());
+  fflush(stdout);
+  gpu_teardown(&g[0]);
+  gpu_teardown(&g[1]);
+}
+
+static void bench_batch(struct device_comm *comm) {
+  const uint32_t n = 16;
+  const uint64_t B = 4096, N = UINT64_C(1) << n;
+  struct gpu g1[1], g2[2];
+  gpu_setup(&g1[0], 0, N, B, B);
+  gpu_setup(&g2[0], 0, N, B / 2, B / 2);
+  gpu_setup(&g2[1], 1, N, B / 2, B / 2);
+  void *x1[1] = {dev_alloc(0, B * N * 4, 0x3F)};
+  void *o1[1] = {dev_alloc(0, B * N * 8, 0)};
+  void *x2[2] = {dev_alloc(0, B / 2 * N * 4, 0x3F), dev_alloc(1, B / 2 * N * 4, 0x3F)};
+  void *o2[2] = {dev_alloc(0, B / 2 * N * 8, 0), dev_alloc(1, B / 2 * N * 8, 0)};
+  /* Samples split by GPU: each GPU runs the one-GPU job on its half of the batch, no exchange. */
+  double t1[REPS], t2[REPS];
+  for (int r = -1; r < REPS; r++) {
+    double t0 = now_ms();
+    amplitude_job(g1, 1, comm, x1, o1, n, B, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, true);
+    double t1e = now_ms();
+    for (int i = 0; i < 2; i++) {
+      CK(cudaSetDevice(i));
+      QK(qdpk_sumsq(x2[i], QDP_DTYPE_FLOAT32, N, N, N, B / 2, QDP_DTYPE_COMPLEX64, g2[i].ws,
+                    g2[i].ws_bytes, g2[i].norms, g2[i].stream));
+      struct qdpk_span span = {
+          .qubits = n, .first = 0, .count = N, .rows = B / 2, .out = QDP_DTYPE_COMPLEX64};
+      QK(qdpk_amplitude(&span, x2[i], QDP_DTYPE_FLOAT32, N, N, g2[i].norms, o2[i], g2[i].stream));
+    }
+    sync_all(g2, 2);
+    double t2e = now_ms();
+    if (r >= 0) {
+      t1[r] = t1e - t0;
+      t2[r] = t2e - t1e;
+    }
+  }
+  double one = median(t1, REPS), two = median(t2, REPS);
+  printf(
+      "mesh_bench batch samples=4096 qubits=16 out=complex64 one_gpu_ms=%.3f two_gpu_ms=%.3f "
+      "speedup=%.3f target=1.9 two_gpu_samples_s=%.3g\n",
+      one, two, one / two, (double)B / (two * 1e-3));
+  fflush(stdout);
+  for (int i = 0; i < 2; i++) {
+    CK(cudaSetDevice(i));
+    CK(cudaFree(x2[i]));
+    CK(cudaFree(o2[i]));
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaFree(x1[0]));
+  CK(cudaFree(o1[0]));
+  gpu_teardown(&g1[0]);
+  gpu_teardown(&g2[0]);
+  gpu_teardown(&g2[1]);
+}
+
+static void bench_gather(void) {
+  const uint64_t half = 16 * GIB; /* each GPU's half of a 2^31 complex128 state */
+  void *src0 = dev_alloc(0, half, 1), *src1 = dev_alloc(1, half, 2);
+  void *dst = dev_alloc(0, 2 * half, 0);
+  cudaStream_t s0, s1;
+  CK(cudaSetDevice(0));
+  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  double tp[REPS], tg[REPS];
+  for (int r = -1; r < REPS; r++) {
+    /* The link alone: GPU 1 -> GPU 0, 4 GiB. */
+    double t0 = now_ms();
+    CK(cudaMemcpyPeerAsync(dst, 0, src1, 1, 4 * GIB, s1));
+    CK(cudaStreamSynchronize(s1));
+    double t1 = now_ms();
+    /* The gather: the remote half over the link while the local half is copied on GPU 0. */
+    CK(cudaMemcpyAsync(dst, src0, half, cudaMemcpyDeviceToDevice, s0));
+    CK(cudaMemcpyPeerAsync((char *)dst + half, 0, src1, 1, half, s1));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaStreamSynchronize(s1));
+    double t2 = now_ms();
+    if (r >= 0) {
+      tp[r] = t1 - t0;
+      tg[r] = t2 - t1;
+    }
+  }
+  double peer = (double)(4 * GIB) / (median(tp, REPS) * 1e-3) / 1e9;
+  double gms = median(tg, REPS);
+  double rate = (double)half / (gms * 1e-3) / 1e9; /* bytes over the link per second */
+  unsigned char a = 0, b = 0;
+  CK(cudaMemcpy(&a, dst, 1, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&b, (char *)dst + 2 * half - 1, 1, cudaMemcpyDeviceToHost));
+  printf(
+      "mesh_bench gather state_gib=32 peer_gb_s=%.1f gather_ms=%.2f link_gb_s=%.1f "
+      "fraction_of_peer=%.3f target=0.80 content=%s\n",
+      peer, gms, rate, rate / peer, a == 1 && b == 2 ? "ok" : "WRONG");
+  fflush(stdout);
+  CK(cudaStreamDestroy(s0));
+  CK(cudaStreamDestroy(s1));
+  CK(cudaFree(dst));
+  CK(cudaFree(src0));
+  CK(cudaSetDevice(1));
+  CK(cudaFree(src1));
+}
+
+static struct plan *plan_for(struct runtime_mesh *m, enum plan_policy policy, qdp_encoding enc,
+                             uint32_t n, uint64_t cols, qdp_dtype in, qdp_dtype out) {
+  struct plan_device devs[8];
+  runtime_mesh_plan_devices(m, 0, devs);
+  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
+  struct plan_request req = {.encoding = enc,
+                             .qubits = n,
+                             .batch = 1,
+                             .values_per_sample = cols,
+                             .in_dtype = in,
+                             .out_dtype = out,
+                             .policy = policy,
+                             .staging_bytes = runtime_mesh_staging_bytes(m)};
+  struct plan *p = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  if (plan_compute(&req, &world, NULL, &p, &e) != QDP_OK || plan_check_feasible(p, &e) != QDP_OK) {
+    fprintf(stderr, "plan: %s\n", e.msg);
+    exit(1);
+  }
+  return p;
+}
+
+static struct runtime_mesh *mesh(const char *spec, double fraction) {
+  struct runtime_mesh_config cfg = {.devices = spec, .mem_fraction = fraction};
+  struct runtime_mesh *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  if (runtime_mesh_create(&cfg, &m, &e) != QDP_OK) {
+    fprintf(stderr, "mesh %s: %s\n", spec, e.msg);
+    exit(1);
+  }
+  return m;
+}
+
+static double encode_ms(struct runtime_mesh *m, const struct plan *p,
+                        const struct runtime_input *in, const char **ret_how) {
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  double t0 = now_ms();
+  if (runtime_encode(m, p, in, &s, &e) != QDP_OK) {
+    fprintf(stderr, "encode: %s\n", e.msg);
+    exit(1);
+  }
+  double ms = now_ms() - t0;
+  *ret_how = runtime_state_collective(s);
+  runtime_state_destroy(s);
+  return ms;
+}
+
+static void bench_host(void) {
+  const uint32_t n = 30;
+  const uint64_t N = UINT64_C(1) << n;
+  double *x = malloc(N * sizeof *x);
+  if (!x) {
+    fprintf(stderr, "no host memory for 8 GiB\n");
+    exit(1);
+  }
+  for (uint64_t i = 0; i < N; i++) {
+    x[i] = (double)((i * 2654435761u) % 1000) / 1000.0 + 0.001;
+  }
+  struct runtime_mesh *m1 = mesh("0", 0), *m2 = mesh("0,1", 0);
+  bool reg1 = false, reg2 = false;
+  struct qdp_error e = QDP_ERROR_INIT;
+  double tr = now_ms();
+  if (runtime_mesh_register_host(m1, x, N * 8, &reg1, &e) != QDP_OK) {
+    fprintf(stderr, "register: %s\n", e.msg);
+    exit(1);
+  }
+  tr = now_ms() - tr;
+  /* The pinning is process-wide: the second mesh's devices see it already. */
+  struct runtime_input pinned = {
+      .data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N, .pinned = true};
+  struct runtime_input plain = pinned;
+  plain.pinned = false;
+  struct plan *p1 = plan_for(m1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, N, QDP_DTYPE_FLOAT64,
+                             QDP_DTYPE_COMPLEX128);
+  struct plan *p2 = plan_for(m2, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, n, N, QDP_DTYPE_FLOAT64,
+                             QDP_DTYPE_COMPLEX128);
+  const char *how1 = "", *how2 = "";
+  double t1[3], t2[3], tp[3];
+  for (int r = -1; r < 3; r++) {
+    double a = encode_ms(m1, p1, &pinned, &how1);
+    double b = encode_ms(m2, p2, &pinned, &how2);
+    double c = encode_ms(m1, p1, &plain, &how1);
+    if (r >= 0) {
+      t1[r] = a;
+      t2[r] = b;
+      tp[r] = c;
+    }
+  }
+  double one = median(t1, 3), two = median(t2, 3), pageable = median(tp, 3);
+  double gb = (double)N * 8 / 1e9;
+  /* Two passes read the input: the sum of squares, then the scale. */
+  printf(
+      "mesh_bench host qubits=30 input_gib=8 register_ms=%.0f one_gpu_ms=%.1f two_gpu_ms=%.1f "
+      "speedup=%.3f target=1.8 one_gpu_input_gb_s=%.1f two_gpu_input_gb_s=%.1f "
+      "one_gpu_unregistered_ms=%.1f collective=%s passes=2\n",
+      tr, one, two, one / two, gb / (one * 1e-3), gb / (two * 1e-3), pageable, how2);
+  fflush(stdout);
+  plan_destroy(p1);
+  plan_destroy(p2);
+  runtime_mesh_unregister_host(m1, x);
+  (void)reg2;
+  runtime_mesh_destroy(m2);
+  runtime_mesh_destroy(m1);
+  free(x);
+}
+
+static void bench_capacity(void) {
+  const uint32_t n = 34;
+  double x[34];
+  for (uint32_t k = 0; k < n; k++) {
+    x[k] = 0.1 + 0.05 * k;
+  }
+  struct runtime_mesh *m = mesh("0,1", 0.97);
+  struct plan *p =
+      plan_for(m, PLAN_AUTO, QDP_ENCODING_ANGLE, n, n, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = n};
+  struct runtime_state *s = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  double t0 = now_ms();
+  if (runtime_encode(m, p, &in, &s, &e) != QDP_OK) {
+    fprintf(stderr, "capacity encode: %s\n", e.msg);
+    exit(1);
+  }
+  double ms = now_ms() - t0;
+  /* Spot checks against the product of per-qubit cos/sin, one per region of the state. */
+  const uint64_t at[] = {0,
+                         1,
+                         (UINT64_C(1) << 33) - 1,
+                         UINT64_C(1) << 33,
+                         (UINT64_C(1) << 34) - 1,
+                         0x2AAAAAAAAull,
+                         0x15555555Bull};
+  double worst = 0;
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+    double got[2];
+    if (runtime_state_read(s, at[i], 1, got, &e) != QDP_OK) {
+      fprintf(stderr, "read: %s\n", e.msg);
+      exit(1);
+    }
+    double want = 1;
+    for (uint32_t k = 0; k < n; k++) {
+      want *= (at[i] >> k & 1) ? sin(x[k]) : cos(x[k]);
+    }
+    double err = fabs(got[0] - want) / fabs(want) + fabs(got[1]);
+    worst = err > worst ? err : worst;
+  }
+  printf(
+      "mesh_bench capacity qubits=34 out=complex128 gib=%.0f shards=%zu policy=%s "
+      "encode_ms=%.1f spot_checks=%zu worst_rel_err=%.2e\n",
+      (double)p->total_bytes / (double)GIB, p->nshards, plan_policy_name(p->policy), ms,
+      sizeof at / sizeof at[0], worst);
+  fflush(stdout);
+  runtime_state_destroy(s);
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+
+int main(int argc, char **argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {
+    printf("mesh_bench: needs two GPUs, found %d\n", count);
+    return 77;
+  }
+  const char *only = argc > 1 ? argv[1] : "";
+  for (int i = 0; i < 2; i++) {
+    CK(cudaSetDevice(i));
+    cudaError_t err = cudaDeviceEnablePeerAccess(1 - i, 0);
+    if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled) {
+      printf("mesh_bench: no peer access %d -> %d (%s)\n", i, 1 - i, cudaGetErrorName(err));
+    }
+    (void)cudaGetLastError();
+  }
+  int ords[2] = {0, 1};
+  struct device_comm *comm = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  double t0 = now_ms();
+  QK(device_comm_create_local(ords, 2, &comm, &e));
+  printf("mesh_bench comm_create_ms=%.0f\n", now_ms() - t0);
+  if (!*only || strstr(only, "collective")) {
+    bench_collective(comm);
+  }
+  if (!*only || strstr(only, "amplitude")) {
+    bench_amplitude(comm);
+  }
+  if (!*only || strstr(only, "batch")) {
+    bench_batch(comm);
+  }
+  if (!*only || strstr(only, "gather")) {
+    bench_gather();
+  }
+  device_comm_destroy(comm);
+  if (!*only || strstr(only, "host")) {
+    bench_host();
+  }
+  if (!*only || strstr(only, "capacity")) {
+    bench_capacity();
+  }
+  return 0;
+}

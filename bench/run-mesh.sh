@@ -1,0 +1,36 @@
+#!/bin/bash
+# The two-GPU run: the topology the driver reports, the runtime's GPU suite (two-GPU sharding over
+# NCCL and the host fallback, registered input), the two-GPU benchmark, and the daemon end to end
+# on every GPU. Builds nothing; writes each output under OUT_DIR.
+# Usage: bench/run-mesh.sh BUILD_DIR OUT_DIR     (LD_LIBRARY_PATH pointing at .gpu/lib)
+set -uo pipefail
+build=${1:?usage: run-mesh.sh BUILD_DIR OUT_DIR}
+out=${2:?usage: run-mesh.sh BUILD_DIR OUT_DIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+rc=0
+{
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+  nvidia-smi topo -m
+  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$(date +%s)
+  CK_FORK=no timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local r=$?
+  echo "== $name: exit $r ($(( $(date +%s) - start )) s)"
+  tail -n 40 "$out/$name.txt"
+  [ $r -eq 0 ] || rc=1
+}
+for t in ${QDP_MESH_TESTS:-test_runtime_cuda}; do
+  run "$t" 300 "$build/tests/gpu/$t"
+done
+run mesh_bench 300 "$build/bench/mesh_bench" ${QDP_MESH_BENCH:-}
+if [ -z "${QDP_MESH_NO_DAEMON:-}" ]; then
+  bash "$root/tests/gpu/daemon_gpu.sh" "$build" "$out/daemon" > "$out/daemon.txt" 2>&1 || rc=1
+  echo "== daemon"; head -n 40 "$out/daemon.txt"
+fi
+exit $rc
