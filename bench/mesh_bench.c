@@ -94,17 +94,16 @@ static void *dev_alloc(int ordinal, uint64_t bytes, unsigned char fill) {
 /* One amplitude job over `n` GPUs: GPU i holds amplitudes [i * per, (i + 1) * per) of each of
  * `rows` samples (per = 2^qubits / n, inputs x[i] of per values per row). With gather, the norm
  * goes over the communicator (all-gather of one part per GPU, combined on each); without, each
- * GPU scales by the norm already in its `norms` (the collective's cost left out). */
+ * GPU computes its part as well but scales by the norm already in its `norms` (the same work
+ * with the collective left out). */
 static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *const *x,
                           void *const *out, uint32_t qubits, uint64_t rows, qdp_dtype in,
                           qdp_dtype outt, bool gather) {
   uint64_t per = (UINT64_C(1) << qubits) / (uint64_t)n;
   for (int i = 0; i < n; i++) {
     CK(cudaSetDevice(g[i].ordinal));
-    if (gather || n == 1) {
-      QK(qdpk_sumsq(x[i], in, per, per, per, rows, outt, g[i].ws, g[i].ws_bytes,
-                    n == 1 ? g[i].norms : g[i].sums, g[i].stream));
-    }
+    QK(qdpk_sumsq(x[i], in, per, per, per, rows, outt, g[i].ws, g[i].ws_bytes,
+                  n == 1 ? g[i].norms : g[i].sums, g[i].stream));
   }
   if (gather && n > 1) {
     const double *send[2] = {g[0].sums, g[1].sums};

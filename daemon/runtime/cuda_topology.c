@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cuda_runtime_api.h>
 
@@ -87,8 +88,14 @@ static void nvml_close(struct nvml *n) {
   }
 }
 
+/* The far end of a link may be reported with its numeric fields or only its bus id string
+ * ("00000000:19:00.0"), depending on the driver: either match counts. */
 static int same_pci(const struct nvml_pci_info *a, const struct nvml_pci_info *b) {
-  return a->domain == b->domain && a->bus == b->bus && a->device == b->device;
+  if (a->bus_id[0] && strncasecmp(a->bus_id, b->bus_id, sizeof a->bus_id) == 0) {
+    return 1;
+  }
+  return (a->domain | a->bus | a->device) != 0 && a->domain == b->domain && a->bus == b->bus &&
+         a->device == b->device;
 }
 
 /* NVLink between a and b by NVML: *ret_links counts a's active links whose far end is b (0 when
