@@ -77,6 +77,9 @@ struct cuda_scratch {
    * descriptors the combine walks. */
   void *send, *recv, *parts;
   uint64_t send_cap, recv_cap, parts_cap;
+  /* One-pass input: the slice uploaded once into the tail of the shard's own buffer (the state
+   * takes at least twice the input's bytes), read there by both passes; NULL: streamed. */
+  const char *resident;
 };
 
 static struct cuda_device *cuda_of(struct runtime_device *d) {
@@ -394,10 +397,49 @@ static qdp_status host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, 
   return QDP_OK;
 }
 
+/* Whether a shard's input goes up once, into the tail of its own buffer: a single sample (the
+ * in-place expansion below walks one row), an output element at least twice the input's (so the
+ * input fits beside what is already written), and more input than a staging slot (below that,
+ * streaming costs nothing). */
+static bool resident_input(const struct cuda_device *c, const struct runtime_shard_work *w) {
+  unsigned isize = qdp_dtype_size(w->in), osize = qdp_dtype_size(w->plan->out_dtype);
+  return w->shard->rows == 1 && osize >= 2 * isize && w->len * isize > c->stage_bytes;
+}
+
+/* Uploads the slice to s->resident: one DMA from registered memory, else piece by piece through
+ * the pinned staging (two slots in flight). With the staging held. */
+static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_work *w,
+                                  struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  uint64_t bytes = w->len * qdp_dtype_size(w->in);
+  if (w->pinned) {
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync((void *)s->resident, w->x, (size_t)bytes, cudaMemcpyHostToDevice,
+                           c->stream));
+    goto out;
+  }
+  for (uint64_t at = 0, k = 0; at < bytes; at += c->stage_bytes, k++) {
+    int slot = (int)(k & 1);
+    uint64_t n = bytes - at < c->stage_bytes ? bytes - at : c->stage_bytes;
+    CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
+    memcpy(c->stage_host[slot], (const char *)w->x + at, (size_t)n);
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync((void *)(s->resident + at), c->stage_host[slot], (size_t)n,
+                           cudaMemcpyHostToDevice, c->stream));
+    QDP_TRY(rc, stage_release(c, slot, reterr));
+  }
+out:
+  return rc;
+}
+
 static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
                                 struct qdp_error *reterr) {
-  /* Nothing is uploaded here: both passes stream the slice through the staging, so the input is
-   * never whole on the GPU. What the job needs for the whole shard is allocated once. */
+  /* Small slices are not uploaded here: both passes stream them through the staging. Large ones
+   * go up once, into the tail of the shard's buffer, so the input is read from the host once and
+   * the device never holds more than the state and the staging. */
+  struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   struct cuda_scratch *s = calloc(1, sizeof *s);
   if (!s) {
@@ -407,8 +449,24 @@ static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_w
   QDP_TRY(rc, use_device(d, reterr));
   QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), &s->norms, reterr));
   w->scratch = s;
+  if (resident_input(c, w)) {
+    uint64_t end = w->shard->count * qdp_dtype_size(w->plan->out_dtype);
+    /* 16-byte aligned for the kernels' vector loads. */
+    s->resident = (const char *)w->out + ((end - w->len * qdp_dtype_size(w->in)) & ~(uint64_t)15);
+    QDP_TRY(rc, stage_begin(c, reterr));
+    rc = upload_resident(c, w, reterr);
+    /* Not waited for: everything that reads it is queued behind it on the stream. */
+    if (rc == QDP_OK) {
+      pthread_mutex_unlock(&c->stage_lock);
+    } else {
+      rc = stage_end(c, rc, reterr);
+    }
+  }
   s = NULL;
 out:
+  if (s && w->scratch == s) {
+    w->scratch = NULL;
+  }
   scratch_free(s);
   return rc;
 }
@@ -511,9 +569,64 @@ static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_
   if (rc != QDP_OK) {
     return rc;
   }
+  struct cuda_scratch *s = w->scratch;
+  if (s->resident) {
+    /* The whole block in one launch: the tree over the smallest power of two holding len, which
+     * is the block's (the rest is zeros). */
+    uint64_t sub = pow2_ceil(len);
+    QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, sizeof(double), reterr));
+    QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, 1), reterr));
+    K_TRY(rc, d, "qdpk_sumsq",
+          qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, len, len, sub, 1,
+                     w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync(ret_sums, s->sums, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    goto out;
+  }
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
   rc = sumsq_staged(c, w, x, len, block, ret_sums, reterr);
+out:
   return stage_end(c, rc, reterr);
+}
+
+/* Pass 2 for a resident slice, in place: the amplitudes are written from the front of the buffer
+ * while the input sits at its back. A chunk [e0, e1) may only write bytes below the first input
+ * value it has not read yet (e1 * osize <= input base + e0 * isize), so the chunks grow no larger
+ * than the room already freed: about half of what is left each time for a 2:1 size ratio. Once
+ * the input left fits a staging slot it is copied there and the rest is one launch. */
+static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_work *w,
+                                 struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  unsigned isize = qdp_dtype_size(w->in), osize = qdp_dtype_size(w->plan->out_dtype);
+  uint64_t count = w->shard->count, len = w->len;
+  char *o = w->out;
+  uint64_t base = (uint64_t)(s->resident - o);
+  struct qdpk_span span = {.qubits = w->plan->qubits, .rows = 1, .out = w->plan->out_dtype};
+  uint64_t e0 = 0;
+  while ((len - e0) * isize > c->stage_bytes) {
+    uint64_t e1 = (base + e0 * isize) / osize;
+    e1 = e1 < len ? e1 : len;
+    span.first = w->shard->first + e0;
+    span.count = e1 - e0;
+    K_TRY(rc, d, "qdpk_amplitude",
+          qdpk_amplitude(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
+                         (const double *)s->norms, o + e0 * osize, c->stream));
+    e0 = e1;
+  }
+  /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(c->stage_dev[0], s->resident + e0 * isize, (size_t)((len - e0) * isize),
+                         cudaMemcpyDeviceToDevice, c->stream));
+  span.first = w->shard->first + e0;
+  span.count = count - e0;
+  K_TRY(rc, d, "qdpk_amplitude",
+        qdpk_amplitude(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
+                       o + e0 * osize, c->stream));
+  QDP_TRY(rc, stage_release(c, 0, reterr));
+out:
+  return rc;
 }
 
 /* Pass 2 with the staging held: out = x / sqrt(sumsq) for each row's len values, zeros after. */
@@ -544,6 +657,10 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
                            c->stream));
+  }
+  if (s->resident) {
+    rc = scale_resident(c, w, reterr);
+    goto out;
   }
   uint64_t chunk = c->stage_bytes / isize;
   if (len <= chunk) {
@@ -623,6 +740,13 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
       goto out;
     }
     QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
+    if (s->resident) {
+      K_TRY(rc, d, "qdpk_sumsq",
+            qdpk_sumsq(s->resident + pt->offset * isize, w->in, pt->len, pt->len, sub, 1,
+                       w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->send + k,
+                       c->stream));
+      continue;
+    }
     const char *x = (const char *)w->x + pt->offset * isize;
     for (uint64_t r0 = 0; r0 < rows; r0 += per) {
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
