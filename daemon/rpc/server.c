@@ -558,6 +558,10 @@ static void expire_run(struct rpc_job *j) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
              n == 1 ? "its" : "their");
   }
+  n = state_store_sweep_leases(s->store, rpc_now_unix_ms());
+  if (n > 0) {
+    log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
+  }
   atomic_store(&s->expire_busy, 0);
 }
 
