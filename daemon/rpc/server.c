@@ -32,8 +32,8 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                     rpc_h_plan},
     [RPC_M_UPLOAD] = {"/qdp.Qdp/EncodeUpload", "EncodeUpload", RPC_CLIENT_STREAM,
                       &qdp__upload_chunk__descriptor, rpc_h_upload_encode},
-    [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY, &qdp__state_ref__descriptor,
-                        rpc_h_describe},
+    [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY,
+                        &qdp__describe_request__descriptor, rpc_h_describe},
     [RPC_M_LIST] = {"/qdp.Qdp/List", "List", RPC_UNARY, &qdp__list_request__descriptor, rpc_h_list},
     [RPC_M_RELEASE] = {"/qdp.Qdp/Release", "Release", RPC_UNARY, &qdp__state_ref__descriptor,
                        rpc_h_release},
@@ -49,6 +49,10 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                                &qdp__register_region_request__descriptor, rpc_h_register_region},
     [RPC_M_UNREGISTER_REGION] = {"/qdp.Qdp/UnregisterRegion", "UnregisterRegion", RPC_UNARY,
                                  &qdp__region_ref__descriptor, rpc_h_unregister_region},
+    [RPC_M_CLOSE_VIEW] = {"/qdp.Qdp/CloseView", "CloseView", RPC_UNARY,
+                          &qdp__close_view_request__descriptor, rpc_h_close_view},
+    [RPC_M_GATHER] = {"/qdp.Qdp/Gather", "Gather", RPC_UNARY, &qdp__gather_request__descriptor,
+                      rpc_h_gather},
 };
 
 /* ---- time

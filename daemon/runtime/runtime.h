@@ -140,6 +140,10 @@ struct runtime_ipc {
   uint64_t offset;
 };
 
+/* QDP_OK when the mesh's devices can export zero-copy views (GPUs); else FAILED_PRECONDITION
+ * saying so and naming the mesh. */
+qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_error *reterr);
+
 /* The IPC handle of shard i. FAILED_PRECONDITION on the CPU backend (zero-copy views need GPUs;
  * the message names the mesh) and for a shard this rank does not hold; QDP_ERR_CUDA naming the
  * device when the driver refuses. The state must outlive every process that opened the handle:

@@ -31,22 +31,29 @@ void runtime_state_shard_layout(const struct runtime_state *s, size_t i,
   }
 }
 
+qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_error *reterr) {
+  if (strcmp(m->backend, "cpu") != 0) {
+    return QDP_OK;
+  }
+  return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "views",
+                       "zero-copy views need GPUs (CUDA IPC), but this daemon's mesh is cpu:%zu "
+                       "(host memory); read the state with Fetch or Export instead",
+                       m->count);
+}
+
 qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct runtime_ipc *ret,
                                     struct qdp_error *reterr) {
+  qdp_status rc = runtime_mesh_check_views(s->mesh, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
   if (i >= s->plan.nshards || !s->bufs[i]) {
     return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "views",
                          "shard %zu of %zu is not held by this rank, so it has no view here", i,
                          s->plan.nshards);
   }
   struct runtime_device *d = s->mesh->devs[s->plan.shards[i].device];
-  qdp_status rc = d->ops->export_ipc(d, s->bufs[i], ret->handle, &ret->offset, reterr);
-  if (rc == QDP_OK || strcmp(s->mesh->backend, "cpu") != 0) {
-    return rc;
-  }
-  return qdp_error_set_at(reterr, rc, d->info.ordinal, -1,
-                          "zero-copy views need GPUs (CUDA IPC), but this daemon's mesh is "
-                          "cpu:%zu (host memory); read the state with Fetch or Export instead",
-                          s->mesh->count);
+  return d->ops->export_ipc(d, s->bufs[i], ret->handle, &ret->offset, reterr);
 }
 
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,

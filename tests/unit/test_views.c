@@ -178,7 +178,10 @@ START_TEST(test_views_on_host_memory_are_refused_naming_the_mesh) {
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(runtime_state_export_ipc(s, 1, &ipc, &e), QDP_ERR_FAILED_PRECONDITION);
   ck_assert_msg(strstr(e.msg, "zero-copy views need GPUs") && strstr(e.msg, "cpu:4"), "%s", e.msg);
-  ck_assert_int_eq(e.device, 1);
+  ck_assert_str_eq(e.field, "views");
+  e = (struct qdp_error)QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_mesh_check_views(m, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(e.msg, "cpu:4 (host memory)"), "%s", e.msg);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
 }
