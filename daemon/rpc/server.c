@@ -325,10 +325,11 @@ static void identify(struct rpc_call *c) {
 static bool runs_inline(const struct rpc_call *c) {
   switch (c->method) {
   case RPC_M_PLAN:
-  case RPC_M_DESCRIBE:
   case RPC_M_LIST:
   case RPC_M_STATUS:
     return true;
+  case RPC_M_DESCRIBE: /* views call into the driver: a worker's job */
+    return !((const Qdp__DescribeRequest *)c->req)->views;
   case RPC_M_ENCODE: {
     const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
     if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
