@@ -186,7 +186,6 @@ static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
 static qdp_status open_views(struct rpc_call *c, struct arena *a, struct runtime_state *st,
                              int32_t pid, Qdp__StateInfo *info, struct qdp_error *err) {
   qdp_status rc = QDP_OK;
-  QDP_TRY(rc, runtime_mesh_check_views(c->srv->mesh, err));
   QDP_TRY(rc, arena_check(a, err));
   for (size_t i = 0; i < info->n_shards; i++) {
     struct runtime_ipc ipc;
