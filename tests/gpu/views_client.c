@@ -111,7 +111,8 @@ static int views_equal(const struct qdp_views *v, const unsigned char *want, siz
                memcmp(got, want + sh->first * esize, sh->bytes) == 0;
     free(got);
     if (!same) {
-      printf("     shard %zu: %s\n", i, err == cudaSuccess ? "bytes differ" : cudaGetErrorName(err));
+      printf("     shard %zu: %s\n", i,
+             err == cudaSuccess ? "bytes differ" : cudaGetErrorName(err));
       return 0;
     }
   }
@@ -182,7 +183,8 @@ int main(int argc, char **argv) {
            v->views[i].shard->device, v->views[i].shard->uuid, v->views[i].device_id,
            v->views[i].shard->ipc_offset);
   }
-  CHECK(views_equal(v, want, 16), "every view copied back with cudaMemcpy equals Fetch bit for bit");
+  CHECK(views_equal(v, want, 16),
+        "every view copied back with cudaMemcpy equals Fetch bit for bit");
   const struct qdp_views *again = NULL;
   QDP_OK_OR_DIE(qdp_views_open(c, s->handle, s->token, &again));
   CHECK(again == v, "a second open of the same handle returns the cached views");
