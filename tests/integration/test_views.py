@@ -189,9 +189,11 @@ class Views(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("cpu:3", p.stdout)
         self.assertEqual(self.ctl("rm", g["ref"]).returncode, 0)
+        # Refused by the daemon (4), or by a libqdp built without CUDA before it asks (1).
         p = self.ctl("describe", "--views", ref)
-        self.assertEqual(p.returncode, 4, p.stdout + p.stderr)
-        self.assertIn("zero-copy views need GPUs", p.stderr)
+        self.assertIn((p.returncode, "zero-copy views need GPUs" in p.stderr or
+                       "built without CUDA" in p.stderr), ((4, True), (1, True)),
+                      p.stdout + p.stderr)
         p = self.ctl("gather", ref)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--device is required", p.stderr)
