@@ -30,6 +30,8 @@
 #define M_HEALTH "/qdp.Qdp/Health"
 #define M_REGISTER_REGION "/qdp.Qdp/RegisterRegion"
 #define M_UNREGISTER_REGION "/qdp.Qdp/UnregisterRegion"
+#define M_CLOSE_VIEW "/qdp.Qdp/CloseView"
+#define M_GATHER "/qdp.Qdp/Gather"
 
 /* 1 MiB per streamed message: large enough that per-message overhead is noise, small enough to
  * stay far below any message limit and to give a progress bar frequent updates. */
@@ -106,6 +108,8 @@ static void *shard_from_pb(const void *pb) {
   s->row_first = p->row_first;
   s->rows = p->rows;
   s->bytes = p->bytes;
+  s->ipc_offset = p->ipc_offset;
+  s->lease_id = p->lease_id;
   if (p->ipc_handle.len) {
     memcpy(s + 1, p->ipc_handle.data, p->ipc_handle.len);
     s->ipc_handle = s + 1;
@@ -155,6 +159,7 @@ static void *state_from_pb(const void *pb) {
   s->created_unix_ms = p->created_unix_ms;
   s->expires_unix_ms = p->expires_unix_ms;
   s->encode_ms = p->encode_ms;
+  s->leases = p->leases;
   s->handle = dup0(p->handle);
   s->token = dup0(p->token);
   s->policy = dup0(p->policy);
@@ -468,7 +473,8 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
   r->req.qubits = opts->qubits;
   r->req.output_dtype = (Qdp__DType)opts->dtype;
   r->req.ttl_seconds = opts->ttl_seconds;
-  r->req.ipc = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
+  r->req.views = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
+  r->req.client_pid = r->req.views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
   if (opts->label) {
     r->req.label = (char *)opts->label;
   }
@@ -806,16 +812,86 @@ qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts, const str
   return encode_or_plan(c, opts, in, 1, NULL, ret);
 }
 
+qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token, int views,
+                         struct qdp_state_info **ret) {
+  qdp_status rc = check_ret(check_ref(c, handle, token), ret);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  Qdp__DescribeRequest req = QDP__DESCRIBE_REQUEST__INIT;
+  req.handle = (char *)handle;
+  req.token = (char *)token;
+  req.views = views != 0;
+  req.client_pid = views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
+  *ret = unary_copy(c, M_DESCRIBE, &req.base, &qdp__state_info__descriptor, state_from_pb,
+                    "copying the describe reply", &rc);
+  return rc;
+}
+
 qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
                         struct qdp_state_info **ret) {
+  qdp__err_reset();
+  return qdp__describe(c, handle, token, 0, ret);
+}
+
+qdp_status qdp__close_view(qdp_client *c, const char *handle, const char *token, uint64_t lease_id,
+                           uint64_t *ret_freed_bytes) {
+  qdp_status rc = check_ref(c, handle, token);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  Qdp__CloseViewRequest req = QDP__CLOSE_VIEW_REQUEST__INIT;
+  req.handle = (char *)handle;
+  req.token = (char *)token;
+  req.lease_id = lease_id;
+  Qdp__CloseViewReply *rep = NULL;
+  rc = qdp__unary(c, M_CLOSE_VIEW, &req.base, &qdp__close_view_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK && ret_freed_bytes) {
+    *ret_freed_bytes = rep->freed_bytes;
+  }
+  if (rep) {
+    qdp__close_view_reply__free_unpacked(rep, NULL);
+  }
+  return rc;
+}
+
+qdp_status qdp_close_view(qdp_client *c, const char *handle, const char *token, uint64_t lease_id,
+                          uint64_t *ret_freed_bytes) {
+  qdp__err_reset();
+  return qdp__close_view(c, handle, token, lease_id, ret_freed_bytes);
+}
+
+qdp_status qdp_gather(qdp_client *c, const char *handle, const char *token, const char *device,
+                      uint64_t ttl_seconds, struct qdp_state_info **ret) {
   qdp__err_reset();
   qdp_status rc = check_ret(check_ref(c, handle, token), ret);
   if (rc != QDP_OK) {
     return rc;
   }
+  if (!device || !*device) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "device",
+                          "The device is empty: give a name as status lists it, or an index.");
+  }
   Qdp__StateRef ref = state_ref(handle, token);
-  *ret = unary_copy(c, M_DESCRIBE, &ref.base, &qdp__state_info__descriptor, state_from_pb,
-                    "copying the describe reply", &rc);
+  Qdp__GatherRequest req = QDP__GATHER_REQUEST__INIT;
+  req.state = &ref;
+  req.device = (char *)device;
+  req.ttl_seconds = ttl_seconds;
+  Qdp__EncodeReply *rep = NULL;
+  rc =
+      qdp__unary(c, M_GATHER, &req.base, &qdp__encode_reply__descriptor, (ProtobufCMessage **)&rep);
+  if (rc == QDP_OK) {
+    *ret = rep->state ? state_from_pb(rep->state) : NULL;
+    if (!*ret) {
+      rc = rep->state ? qdp__err_nomem("copying the gather reply")
+                      : qdp__err_local(QDP_ERR_INTERNAL, -1, "state",
+                                       "The daemon's Gather reply holds no state.");
+    }
+  }
+  if (rep) {
+    qdp__encode_reply__free_unpacked(rep, NULL);
+  }
   return rc;
 }
 
@@ -838,6 +914,8 @@ qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
   if (rc != QDP_OK) {
     return rc;
   }
+  /* This client's own views of the state end with it. */
+  qdp__views_forget(c, handle);
   Qdp__StateRef ref = state_ref(handle, token);
   Qdp__ReleaseReply *rep = NULL;
   rc = qdp__unary(c, M_RELEASE, &ref.base, &qdp__release_reply__descriptor,

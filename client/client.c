@@ -168,6 +168,12 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
   c->wait_for_ready = o.wait_for_ready;
   c->log = o.log;
   c->log_arg = o.log_arg;
+  if (pthread_mutex_init(&c->views_mu, NULL) != 0) {
+    free(c->target);
+    free(c);
+    return qdp__err_nomem("creating a client");
+  }
+  c->views_mu_ready = 1;
 
   grpc_init();
   c->md[0].key = grpc_slice_from_static_string("qdp-client");
@@ -219,6 +225,10 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
 void qdp_client_destroy(qdp_client *c) {
   if (!c) {
     return;
+  }
+  if (c->views_mu_ready) {
+    qdp__views_forget_all(c); /* needs the channel for CloseView */
+    pthread_mutex_destroy(&c->views_mu);
   }
   if (c->channel) {
     grpc_channel_destroy(c->channel);

@@ -7,6 +7,7 @@
 #ifndef QDP_LIBQDP_INT_H
 #define QDP_LIBQDP_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -32,6 +33,8 @@ QDP__HIDDEN qdp_status qdp__err_nomem(const char *what);
 
 /* ---- client.c: calls over the client's channel ---- */
 
+struct qdp__view_set;
+
 struct qdp_client {
   char *target;
   grpc_channel *channel;
@@ -41,6 +44,9 @@ struct qdp_client {
   int wait_for_ready;
   qdp_log_fn log;
   void *log_arg;
+  pthread_mutex_t views_mu; /* guards views */
+  int views_mu_ready;
+  struct qdp__view_set *views; /* open views, one set per handle (views.c) */
 };
 
 /* One call in flight, owned by the thread that made it. */
@@ -85,6 +91,20 @@ QDP__HIDDEN ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb,
 
 /* Resolves the default target (see qdp_client_opts.target) into buf. */
 QDP__HIDDEN qdp_status qdp__default_target(char *buf, size_t size);
+
+/* ---- calls.c and views.c: views and their leases ---- */
+
+/* Describe, with views when `views` (this process's pid as the lease's owner). */
+QDP__HIDDEN qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token,
+                                     int views, struct qdp_state_info **ret);
+/* CloseView. */
+QDP__HIDDEN qdp_status qdp__close_view(qdp_client *c, const char *handle, const char *token,
+                                       uint64_t lease_id, uint64_t *ret_freed_bytes);
+/* Closes this client's views of handle, if any, keeping the thread's error record as it is (a
+ * release or a destroy goes on whatever happens here). */
+QDP__HIDDEN void qdp__views_forget(qdp_client *c, const char *handle);
+/* Closes every view of the client (qdp_client_destroy). */
+QDP__HIDDEN void qdp__views_forget_all(qdp_client *c);
 
 /* ---- npy.c: the NumPy .npy format (versions 1.0-3.0, little-endian, C order) ---- */
 

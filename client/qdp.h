@@ -157,7 +157,7 @@ struct qdp_encode_opts {
   size_t ndevices;
   uint64_t ttl_seconds; /* 0 = the daemon's default */
   const char *label;    /* free text kept with the state; NULL = none */
-  int ipc;              /* also ask for CUDA IPC handles per shard */
+  int ipc; /* also ask for views: CUDA IPC handles per shard, under a lease (see qdp_views_open) */
 };
 
 /* clang-format off */
@@ -221,6 +221,8 @@ struct qdp_shard {
   uint64_t bytes;
   const void *ipc_handle; /* cudaIpcMemHandle_t bytes when requested, else NULL */
   size_t ipc_handle_bytes;
+  uint64_t ipc_offset; /* since 0.3: the shard's byte offset in the allocation ipc_handle names */
+  uint64_t lease_id;   /* since 0.3: the lease the views of this reply hold; 0 without views */
 };
 
 struct qdp_state_info {
@@ -242,6 +244,7 @@ struct qdp_state_info {
   char *label;
   char *owner;
   double encode_ms;
+  uint32_t leases; /* since 0.3: open view leases */
 };
 
 struct qdp_device_need {
@@ -415,6 +418,64 @@ QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int p
 
 /* Forgets a region; an encode reading it finishes first. */
 QDP_EXPORT qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token);
+
+/* ---- Zero-copy shard views and gather (since 0.3) ------------------------------------------ */
+
+/* One shard of a state, mapped into this process's GPU memory. */
+struct qdp_view {
+  size_t struct_size;
+  void *data;    /* the shard's first amplitude: device memory of this process */
+  int device_id; /* CUDA ordinal of the shard's GPU in this process (found by its UUID) */
+  /* The shard's layout: rows [row_first, + rows) of the batch, amplitudes [first, + count) of
+   * each, row-major [rows][count] in state->dtype. */
+  const struct qdp_shard *shard;
+};
+
+/* The views of one state, owned by the client that opened them. */
+struct qdp_views {
+  size_t struct_size;
+  const struct qdp_state_info *state; /* the daemon's description when they were opened */
+  uint64_t lease_id;
+  size_t count; /* == state->nshards */
+  const struct qdp_view *views;
+};
+
+struct DLManagedTensor;
+
+/* Opens every shard of a state in this process (CUDA IPC, same node as a GPU daemon), under one
+ * lease: until the views are closed, or this process has exited for the daemon's lease_grace,
+ * the daemon keeps the state's memory even when the state is released or expires. Cached per
+ * handle in the client: opening the same handle again returns the same views. *ret stays valid
+ * until qdp_views_close, qdp_release of the handle on this client, or qdp_client_destroy, which
+ * all close the views. QDP_ERR_UNIMPLEMENTED where libqdp was built without CUDA;
+ * FAILED_PRECONDITION from a daemon on host memory (cpu:N) or when this process does not see a
+ * shard's GPU; QDP_ERR_CUDA (cause: cudaError_t) when opening a handle fails. */
+QDP_EXPORT qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
+                                     const struct qdp_views **ret);
+
+/* Unmaps the state's views in this process and closes their lease on the daemon. NOT_FOUND when
+ * this client has no views of the handle. */
+QDP_EXPORT qdp_status qdp_views_close(qdp_client *c, const char *handle);
+
+/* Shard i of v as a DLPack tensor: kDLCUDA on the view's device_id, shape [rows, count], complex
+ * (code 5) of 64 or 128 bits, compact row-major. The tensor borrows the view's memory: its
+ * deleter frees only the tensor, and the views must stay open while it is used. */
+QDP_EXPORT qdp_status qdp_view_dlpack(const struct qdp_views *v, size_t i,
+                                      struct DLManagedTensor **ret);
+
+/* Closes one lease (as a qdp_views_close would) by its id, for callers that keep leases
+ * themselves (Encode with opts->ipc, another process's views). ret_freed_bytes (may be NULL):
+ * the state's bytes when this close freed a released state, else 0. */
+QDP_EXPORT qdp_status qdp_close_view(qdp_client *c, const char *handle, const char *token,
+                                     uint64_t lease_id, uint64_t *ret_freed_bytes);
+
+/* Copies the whole state onto one device of the daemon ("cuda:0", or its index "0") as a new
+ * state with its own handle and token (*ret, as qdp_encode's). RESOURCE_EXHAUSTED with the
+ * numbers (qdp_last_error's need_bytes, free_bytes) when it does not fit. ttl_seconds 0: the
+ * daemon's default. */
+QDP_EXPORT qdp_status qdp_gather(qdp_client *c, const char *handle, const char *token,
+                                 const char *device, uint64_t ttl_seconds,
+                                 struct qdp_state_info **ret);
 
 #ifdef __cplusplus
 }

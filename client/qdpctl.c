@@ -439,6 +439,8 @@ enum {
   OPT_REGION,
   OPT_PID,
   OPT_FD,
+  OPT_VIEWS,
+  OPT_DEVICE,
 };
 
 /* clang-format off */
@@ -704,6 +706,8 @@ static void shard_json(struct jw *w, const struct qdp_shard *s) {
   jw_u(w, "rows", s->rows);
   jw_u(w, "bytes", s->bytes);
   jw_b(w, "ipc", s->ipc_handle_bytes > 0);
+  jw_u(w, "ipc_offset", s->ipc_offset);
+  jw_u(w, "lease_id", s->lease_id);
   jw_close(w, '}');
 }
 
@@ -724,6 +728,7 @@ static void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_s(w, "label", s->label);
   jw_s(w, "owner", s->owner);
   jw_d(w, "encode_ms", s->encode_ms);
+  jw_u(w, "leases", s->leases);
   jw_open(w, "shards", '[');
   for (size_t i = 0; i < s->nshards; i++) {
     shard_json(w, s->shards[i]);
@@ -825,7 +830,8 @@ static const char encode_help[] =
     "  --devices LIST    devices to use, e.g. cpu:0,cpu:1 (default: all)\n"
     "  --ttl SECONDS     lifetime of the state; 0 = the daemon's default\n"
     "  --label TEXT      free text kept with the state\n"
-    "  --ipc             also ask for CUDA IPC handles per shard\n"
+    "  --ipc             also ask for zero-copy views (CUDA IPC handles per shard, under a lease\n"
+    "                    that view-close ends; GPU daemons only)\n"
     "\n"
     "Input (exactly one; plan also takes none, with --rows/--cols/--input-dtype):\n"
     "  --values V,V,...  inline values (float64 unless --input-dtype says otherwise)\n"
@@ -1178,6 +1184,29 @@ static void encode_args_free(struct encode_args *a) {
   free(a->devbuf);
 }
 
+/* Prints a state just made (encode, gather) with the REF that names it; EXIT_LOCAL without memory.
+ */
+static int print_new_state(const struct global *g, const struct qdp_state_info *s) {
+  size_t n = strlen(s->handle) + strlen(s->token) + 2;
+  char *ref = malloc(n);
+  if (!ref) {
+    return EXIT_LOCAL;
+  }
+  snprintf(ref, n, "%s:%s", s->handle, s->token);
+  if (g->json) {
+    struct jw w = {stdout, 0, {0}};
+    jw_open(&w, NULL, '{');
+    jw_s(&w, "ref", ref);
+    jw_s(&w, "token", s->token);
+    state_json_fields(&w, s);
+    jw_close(&w, '}');
+  } else {
+    state_print(s, ref);
+  }
+  free(ref);
+  return EXIT_OK;
+}
+
 static int cmd_encode(struct global *g, int argc, char **argv) {
   struct encode_args a;
   memset(&a, 0, sizeof a);
@@ -1200,24 +1229,7 @@ static int cmd_encode(struct global *g, int argc, char **argv) {
     rc = fail(g, "encode");
   } else if (rc == EXIT_OK) {
     bar_end(&b);
-    size_t n = strlen(s->handle) + strlen(s->token) + 2;
-    char *ref = malloc(n);
-    if (!ref) {
-      rc = EXIT_LOCAL;
-    } else {
-      snprintf(ref, n, "%s:%s", s->handle, s->token);
-      if (g->json) {
-        struct jw w = {stdout, 0, {0}};
-        jw_open(&w, NULL, '{');
-        jw_s(&w, "ref", ref);
-        jw_s(&w, "token", s->token);
-        state_json_fields(&w, s);
-        jw_close(&w, '}');
-      } else {
-        state_print(s, ref);
-      }
-      free(ref);
-    }
+    rc = print_new_state(g, s);
   }
   qdp_state_info_free(s);
   qdp_client_destroy(c);
@@ -1309,14 +1321,43 @@ static int cmd_plan(struct global *g, int argc, char **argv) {
 /* ---- commands on one state ---- */
 
 static const char describe_help[] =
-    "Usage: qdpctl describe REF\n"
+    "Usage: qdpctl describe REF [--views]\n"
     "\n"
     "Prints the layout of a state: encoding, qubits, batch, dtype, bytes, the plan's policy and\n"
     "every shard (rank, device, amplitude and sample ranges, bytes). REF is HANDLE:TOKEN as\n"
     "encode printed it.\n"
     "\n"
+    "Options:\n"
+    "  --views  also open a zero-copy view of every shard in this process (CUDA IPC; needs a GPU\n"
+    "           daemon on this node) and print the view table: the shard's GPU as this process\n"
+    "           numbers it, its UUID, its byte offset in the exported allocation and the lease.\n"
+    "           The views are closed (and their lease with them) when qdpctl exits.\n"
+    "\n"
+    "Examples:\n"
+    "  qdpctl describe 4f1c2a...:9b0e...\n"
+    "  qdpctl describe --views 4f1c2a...:9b0e...\n";
+
+static const char gather_help[] =
+    "Usage: qdpctl gather REF --device DEVICE [--ttl SECONDS]\n"
+    "\n"
+    "Copies a (sharded) state onto one device, device to device, as a new state; prints its REF\n"
+    "and layout (one shard). The source state is left as it was. Refused with the numbers (bytes\n"
+    "needed, bytes the device's budget has left) when the state does not fit there.\n"
+    "\n"
+    "Options:\n"
+    "  --device DEVICE  a device name as status lists it (cuda:0, cpu:1) or its index (0)\n"
+    "\n"
     "Example:\n"
-    "  qdpctl describe 4f1c2a...:9b0e...\n";
+    "  qdpctl gather 4f1c2a...:9b0e... --device cuda:0\n";
+
+static const char view_close_help[] =
+    "Usage: qdpctl view-close REF LEASE_ID\n"
+    "\n"
+    "Closes a view lease (from an encode with --ipc, or a process that cannot close its own).\n"
+    "A state released while the lease was open is freed now if this was its last lease.\n"
+    "\n"
+    "Example:\n"
+    "  qdpctl view-close 4f1c2a...:9b0e... 7\n";
 
 static const char ls_help[] =
     "Usage: qdpctl ls\n"
@@ -1385,11 +1426,16 @@ static const char health_help[] =
     "Example:\n"
     "  until qdpctl health >/dev/null 2>&1; do sleep 0.2; done\n";
 
-/* Parses the options of a command without request options; fills positional args. */
+/* Parses the options of a command without request options; fills positional args. The optional
+ * outputs (NULL: the command has no such option) take --offset/--count/--chunk-bytes (fo),
+ * -o/--output, --force, --views and --device. */
 static int parse_simple(struct global *g, const char *cmd, const char *help, int argc, char **argv,
                         int min_pos, int max_pos, const char **pos, int *npos,
-                        struct qdp_fetch_opts *fo, const char **output, int *force) {
+                        struct qdp_fetch_opts *fo, const char **output, int *force, int *views,
+                        const char **device) {
   static const struct option opts[] = {
+      {"views", no_argument, NULL, OPT_VIEWS},
+      {"device", required_argument, NULL, OPT_DEVICE},
       {"offset", required_argument, NULL, OPT_OFFSET},
       {"count", required_argument, NULL, OPT_COUNT},
       {"chunk-bytes", required_argument, NULL, OPT_CHUNK_BYTES},
@@ -1443,6 +1489,18 @@ static int parse_simple(struct global *g, const char *cmd, const char *help, int
       }
       *force = 1;
       break;
+    case OPT_VIEWS:
+      if (!views) {
+        return usage_error(cmd, "unknown option '--views'");
+      }
+      *views = 1;
+      break;
+    case OPT_DEVICE:
+      if (!device) {
+        return usage_error(cmd, "unknown option '--device'");
+      }
+      *device = optarg;
+      break;
     default:
       return usage_error(cmd, "unknown option");
     }
@@ -1460,11 +1518,35 @@ static int parse_simple(struct global *g, const char *cmd, const char *help, int
   return EXIT_OK;
 }
 
+/* The views of a state as this process mapped them. */
+static void views_table(const struct qdp_views *v) {
+  static const char *const head[] = {"SHARD", "DEVICE", "LOCAL_GPU",  "UUID", "ROWS",
+                                     "COUNT", "BYTES",  "IPC_OFFSET", "LEASE"};
+  static const int right[] = {1, 0, 1, 0, 1, 1, 1, 1, 1};
+  struct table t;
+  table_init(&t, 9, head, right);
+  for (size_t i = 0; i < v->count; i++) {
+    const struct qdp_shard *s = v->views[i].shard;
+    char idx[24], gpu[16], rows[24], count[24], bytes[24], off[24], lease[24];
+    snprintf(idx, sizeof idx, "%zu", i);
+    snprintf(gpu, sizeof gpu, "%d", v->views[i].device_id);
+    fmt_u64(rows, sizeof rows, s->rows);
+    fmt_u64(count, sizeof count, s->count);
+    fmt_u64(bytes, sizeof bytes, s->bytes);
+    fmt_u64(off, sizeof off, s->ipc_offset);
+    fmt_u64(lease, sizeof lease, v->lease_id);
+    char *row[] = {idx, s->device, gpu, s->uuid, rows, count, bytes, off, lease};
+    table_row(&t, row);
+  }
+  table_print(&t, stdout);
+}
+
 static int cmd_describe(struct global *g, int argc, char **argv) {
   const char *pos[1];
   int npos;
-  int rc =
-      parse_simple(g, "describe", describe_help, argc, argv, 1, 1, pos, &npos, NULL, NULL, NULL);
+  int views = 0;
+  int rc = parse_simple(g, "describe", describe_help, argc, argv, 1, 1, pos, &npos, NULL, NULL,
+                        NULL, &views, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1476,20 +1558,102 @@ static int cmd_describe(struct global *g, int argc, char **argv) {
   qdp_client *c = NULL;
   rc = connect_client(g, "describe", &c);
   struct qdp_state_info *s = NULL;
-  if (rc == EXIT_OK && qdp_describe(c, handle, token, &s) != QDP_OK) {
+  const struct qdp_views *v = NULL;
+  if (rc == EXIT_OK && views && qdp_views_open(c, handle, token, &v) != QDP_OK) {
+    rc = fail(g, "describe");
+  } else if (rc == EXIT_OK && !views && qdp_describe(c, handle, token, &s) != QDP_OK) {
     rc = fail(g, "describe");
   } else if (rc == EXIT_OK) {
+    const struct qdp_state_info *info = v ? v->state : s;
     if (g->json) {
       struct jw w = {stdout, 0, {0}};
       jw_open(&w, NULL, '{');
       jw_s(&w, "ref", pos[0]);
-      state_json_fields(&w, s);
+      state_json_fields(&w, info);
+      if (v) {
+        jw_open(&w, "views", '[');
+        for (size_t i = 0; i < v->count; i++) {
+          jw_open(&w, NULL, '{');
+          jw_i(&w, "local_gpu", v->views[i].device_id);
+          jw_close(&w, '}');
+        }
+        jw_close(&w, ']');
+      }
       jw_close(&w, '}');
     } else {
-      state_print(s, pos[0]);
+      state_print(info, pos[0]);
+      if (v) {
+        views_table(v);
+      }
     }
   }
   qdp_state_info_free(s);
+  qdp_client_destroy(c); /* closes the views and their lease */
+  return rc;
+}
+
+static int cmd_gather(struct global *g, int argc, char **argv) {
+  const char *pos[1];
+  int npos;
+  const char *device = NULL;
+  int rc = parse_simple(g, "gather", gather_help, argc, argv, 1, 1, pos, &npos, NULL, NULL, NULL,
+                        NULL, &device);
+  if (rc != EXIT_OK) {
+    return rc < 0 ? EXIT_OK : rc;
+  }
+  if (!device) {
+    return usage_error("gather", "--device is required");
+  }
+  char buf[1024];
+  const char *handle, *token;
+  if (split_ref("gather", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
+    return EXIT_USAGE;
+  }
+  qdp_client *c = NULL;
+  rc = connect_client(g, "gather", &c);
+  struct qdp_state_info *s = NULL;
+  if (rc == EXIT_OK && qdp_gather(c, handle, token, device, 0, &s) != QDP_OK) {
+    rc = fail(g, "gather");
+  } else if (rc == EXIT_OK) {
+    rc = print_new_state(g, s);
+  }
+  qdp_state_info_free(s);
+  qdp_client_destroy(c);
+  return rc;
+}
+
+static int cmd_view_close(struct global *g, int argc, char **argv) {
+  const char *pos[2];
+  int npos;
+  int rc = parse_simple(g, "view-close", view_close_help, argc, argv, 2, 2, pos, &npos, NULL, NULL,
+                        NULL, NULL, NULL);
+  if (rc != EXIT_OK) {
+    return rc < 0 ? EXIT_OK : rc;
+  }
+  char buf[1024];
+  const char *handle, *token;
+  uint64_t lease = 0;
+  if (split_ref("view-close", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
+    return EXIT_USAGE;
+  }
+  if (!parse_u64(pos[1], 1, UINT64_MAX, &lease)) {
+    return usage_error("view-close", "'%s' is not a lease id", pos[1]);
+  }
+  qdp_client *c = NULL;
+  rc = connect_client(g, "view-close", &c);
+  uint64_t freed = 0;
+  if (rc == EXIT_OK && qdp_close_view(c, handle, token, lease, &freed) != QDP_OK) {
+    rc = fail(g, "view-close");
+  } else if (rc == EXIT_OK) {
+    if (g->json) {
+      struct jw w = {stdout, 0, {0}};
+      jw_open(&w, NULL, '{');
+      jw_u(&w, "freed_bytes", freed);
+      jw_close(&w, '}');
+    } else {
+      printf("closed lease %" PRIu64 " (%" PRIu64 " bytes freed)\n", lease, freed);
+    }
+  }
   qdp_client_destroy(c);
   return rc;
 }
@@ -1497,7 +1661,8 @@ static int cmd_describe(struct global *g, int argc, char **argv) {
 static int cmd_ls(struct global *g, int argc, char **argv) {
   const char *pos[1];
   int npos;
-  int rc = parse_simple(g, "ls", ls_help, argc, argv, 0, 0, pos, &npos, NULL, NULL, NULL);
+  int rc =
+      parse_simple(g, "ls", ls_help, argc, argv, 0, 0, pos, &npos, NULL, NULL, NULL, NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1562,7 +1727,8 @@ static int cmd_fetch(struct global *g, int argc, char **argv) {
   struct qdp_fetch_opts fo = QDP_FETCH_OPTS_INIT;
   const char *out = NULL;
   int force = 0;
-  int rc = parse_simple(g, "fetch", fetch_help, argc, argv, 1, 1, pos, &npos, &fo, &out, &force);
+  int rc = parse_simple(g, "fetch", fetch_help, argc, argv, 1, 1, pos, &npos, &fo, &out, &force,
+                        NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1610,7 +1776,8 @@ static int cmd_export(struct global *g, int argc, char **argv) {
   const char *pos[2];
   int npos;
   int force = 0;
-  int rc = parse_simple(g, "export", export_help, argc, argv, 2, 2, pos, &npos, NULL, NULL, &force);
+  int rc = parse_simple(g, "export", export_help, argc, argv, 2, 2, pos, &npos, NULL, NULL, &force,
+                        NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1644,7 +1811,8 @@ static int cmd_export(struct global *g, int argc, char **argv) {
 static int cmd_rm(struct global *g, int argc, char **argv) {
   const char *pos[256];
   int npos;
-  int rc = parse_simple(g, "rm", rm_help, argc, argv, 1, 256, pos, &npos, NULL, NULL, NULL);
+  int rc =
+      parse_simple(g, "rm", rm_help, argc, argv, 1, 256, pos, &npos, NULL, NULL, NULL, NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1823,7 +1991,7 @@ static int cmd_noargs(struct global *g, int argc, char **argv, const char *cmd, 
                       int (*fn)(struct global *, qdp_client *)) {
   const char *pos[1];
   int npos;
-  int rc = parse_simple(g, cmd, help, argc, argv, 0, 0, pos, &npos, NULL, NULL, NULL);
+  int rc = parse_simple(g, cmd, help, argc, argv, 0, 0, pos, &npos, NULL, NULL, NULL, NULL, NULL);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
@@ -1849,11 +2017,13 @@ static const char main_help[] =
     "  health                 SERVING or not\n"
     "  encode                 encode an input into a state; prints its REF and layout\n"
     "  plan                   the same request as a dry run: shards and per-device arithmetic\n"
-    "  describe REF           a state's layout\n"
+    "  describe REF [--views] a state's layout (and zero-copy views of its shards)\n"
     "  ls                     the states qdpd holds\n"
     "  fetch REF -o OUT.npy   stream a state (or a range) into a local .npy file\n"
     "  export REF PATH        have qdpd write the state as .npy on its node\n"
     "  rm REF [REF...]        release states\n"
+    "  gather REF --device D  copy a state onto one device as a new state\n"
+    "  view-close REF LEASE   close a zero-copy view lease\n"
     "  region add|rm          register a shared-memory region once for many encodes\n"
     "\n"
     "A REF is HANDLE:TOKEN, as encode prints it; the token is the capability to use the state.\n"
@@ -1900,7 +2070,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) {
     return usage_error(NULL,
                        "a command is required (status, health, encode, plan, describe, ls, "
-                       "fetch, export, rm, region)");
+                       "fetch, export, rm, gather, view-close, region)");
   }
   const char *cmd = argv[optind];
   int sub_argc = argc - optind;
@@ -1945,6 +2115,12 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "region") == 0) {
     return cmd_region(&g, sub_argc, sub_argv);
+  }
+  if (strcmp(cmd, "gather") == 0) {
+    return cmd_gather(&g, sub_argc, sub_argv);
+  }
+  if (strcmp(cmd, "view-close") == 0) {
+    return cmd_view_close(&g, sub_argc, sub_argv);
   }
   return usage_error(NULL, "unknown command '%s'", cmd);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "libqdp_int.h"
+#include "qdp_dlpack.h"
 
 static char tmpdir[256];
 
@@ -363,6 +364,52 @@ START_TEST(test_versions_and_names) {
 }
 END_TEST
 
+/* Views as qdp_views_open leaves them, built by hand: two shards of a 3-qubit complex64 state on
+ * this process's GPUs 0 and 1 (fake device pointers: nothing dereferences them). A DLPack tensor
+ * must carry each shard's own device id, not 0 for all (a bug that hit an earlier library). */
+START_TEST(test_dlpack_tensors_carry_each_shards_device_shape_and_dtype) {
+  struct qdp_shard sh[2] = {{.struct_size = sizeof sh[0], .first = 0, .count = 4, .rows = 1},
+                            {.struct_size = sizeof sh[1], .first = 4, .count = 4, .rows = 1}};
+  struct qdp_shard *shp[2] = {&sh[0], &sh[1]};
+  struct qdp_state_info st = {.struct_size = sizeof st,
+                              .qubits = 3,
+                              .batch = 1,
+                              .dtype = QDP_DTYPE_COMPLEX64,
+                              .nshards = 2,
+                              .shards = shp};
+  char mem[2][64];
+  struct qdp_view views[2] = {{sizeof views[0], mem[0], 0, &sh[0]},
+                              {sizeof views[1], mem[1] + 16, 1, &sh[1]}};
+  struct qdp_views v = {sizeof v, &st, 7, 2, views};
+  for (size_t i = 0; i < 2; i++) {
+    struct DLManagedTensor *t = NULL;
+    ck_assert_int_eq(qdp_view_dlpack(&v, i, &t), QDP_OK);
+    ck_assert_int_eq(t->dl_tensor.device.device_type, kDLCUDA);
+    ck_assert_int_eq(t->dl_tensor.device.device_id, (int)i);
+    ck_assert_ptr_eq(t->dl_tensor.data, views[i].data);
+    ck_assert_int_eq(t->dl_tensor.ndim, 2);
+    ck_assert_int_eq(t->dl_tensor.shape[0], 1);
+    ck_assert_int_eq(t->dl_tensor.shape[1], 4);
+    ck_assert_ptr_null(t->dl_tensor.strides);
+    ck_assert_uint_eq(t->dl_tensor.byte_offset, 0);
+    ck_assert_uint_eq(t->dl_tensor.dtype.code, 5);
+    ck_assert_uint_eq(t->dl_tensor.dtype.bits, 64);
+    ck_assert_uint_eq(t->dl_tensor.dtype.lanes, 1);
+    t->deleter(t);
+  }
+  /* complex128 and a batch shard of 3 rows. */
+  st.dtype = QDP_DTYPE_COMPLEX128;
+  sh[1].rows = 3;
+  struct DLManagedTensor *t = NULL;
+  ck_assert_int_eq(qdp_view_dlpack(&v, 1, &t), QDP_OK);
+  ck_assert_uint_eq(t->dl_tensor.dtype.bits, 128);
+  ck_assert_int_eq(t->dl_tensor.shape[0], 3);
+  t->deleter(t);
+  ck_assert_int_eq(qdp_view_dlpack(&v, 2, &t), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_int_eq(qdp_view_dlpack(NULL, 0, &t), QDP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("libqdp");
   TCase *t = tcase_create("npy");
@@ -382,6 +429,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_calls_check_their_arguments_before_any_rpc);
   tcase_add_test(t, test_last_error_is_kept_per_thread);
   tcase_add_test(t, test_versions_and_names);
+  tcase_add_test(t, test_dlpack_tensors_carry_each_shards_device_shape_and_dtype);
   suite_add_tcase(s, t);
   return s;
 }

@@ -75,6 +75,7 @@ struct config {
   uint64_t default_ttl;
   uint64_t max_ttl;
   uint64_t expire_interval;
+  uint64_t lease_grace;
   uint64_t max_qubits;
   uint64_t max_batch;
   uint64_t max_message_bytes;

@@ -350,6 +350,7 @@ int main(int argc, char **argv) {
       .max_client_states = (uint32_t)d.cfg.max_client_states,
       .default_ttl_ms = d.cfg.default_ttl * 1000,
       .max_ttl_ms = d.cfg.max_ttl * 1000,
+      .lease_grace_ms = d.cfg.lease_grace * 1000,
   };
   if (state_store_create(&lim, &d.store, &err) != QDP_OK) {
     rc = fail("state store", &err);

@@ -176,7 +176,86 @@ static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
   info->label = arena_str(a, meta->label);
   info->owner = arena_str(a, meta->owner);
   info->encode_ms = runtime_state_encode_ms(st);
+  info->leases = meta->leases;
   return info;
+}
+
+/* Opens zero-copy views of every shard of st (pinned by the caller) into info's shards, under one
+ * new lease of the calling client's process `pid`: the IPC handles first, so that a refusal
+ * (FAILED_PRECONDITION on the CPU backend) leaves no lease behind. */
+static qdp_status open_views(struct rpc_call *c, struct arena *a, struct runtime_state *st,
+                             int32_t pid, Qdp__StateInfo *info, struct qdp_error *err) {
+  qdp_status rc = QDP_OK;
+  QDP_TRY(rc, arena_check(a, err));
+  for (size_t i = 0; i < info->n_shards; i++) {
+    struct runtime_ipc ipc;
+    QDP_TRY(rc, runtime_state_export_ipc(st, i, &ipc, err));
+    uint8_t *h = arena_alloc(a, sizeof ipc.handle);
+    QDP_TRY(rc, arena_check(a, err));
+    memcpy(h, ipc.handle, sizeof ipc.handle);
+    info->shards[i]->ipc_handle = (ProtobufCBinaryData){sizeof ipc.handle, h};
+    info->shards[i]->ipc_offset = ipc.offset;
+  }
+  uint64_t lease = 0;
+  QDP_TRY(rc, state_store_lease_open(c->srv->store, st, c->client, pid, &lease, err));
+  for (size_t i = 0; i < info->n_shards; i++) {
+    info->shards[i]->lease_id = lease;
+  }
+  info->leases++;
+out:
+  return rc;
+}
+
+/* Commits a new state (Encode, Gather) and packs the reply that hands over its handle and token,
+ * with views when asked. st is the store's from here in every case (destroyed on failure). The
+ * state is released again when its reply cannot be built, since no one else could. */
+static qdp_status commit_state(struct rpc_call *c, struct state_reservation *res,
+                               struct runtime_state *st, uint64_t ttl_seconds, const char *label,
+                               bool views, int32_t pid, grpc_byte_buffer **ret_reply,
+                               char *ret_handle, struct qdp_error *err) {
+  struct rpc_server *s = c->srv;
+  struct arena a = {0};
+  char token[STATE_TOKEN_LEN] = "";
+  qdp_status rc = state_store_commit(s->store, res, st, destroy_state, rpc_ttl_ms(ttl_seconds),
+                                     label, ret_handle, token, err);
+  if (rc != QDP_OK) {
+    runtime_state_destroy(st);
+    return rc;
+  }
+  struct runtime_state *kept = st;
+  struct state_meta meta;
+  void *payload = NULL;
+  if (state_store_get(s->store, ret_handle, token, &payload, &meta, NULL) != QDP_OK) {
+    /* Released or expired already (a TTL shorter than this reply): describe it from here. */
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.handle, sizeof meta.handle, "%s", ret_handle);
+    snprintf(meta.owner, sizeof meta.owner, "%.63s", c->client);
+    snprintf(meta.label, sizeof meta.label, "%s", label ? label : "");
+    meta.created_unix_ms = rpc_now_unix_ms();
+    payload = NULL;
+    if (views) {
+      return qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
+                           "state '%s' expired before its views could be opened", ret_handle);
+    }
+  }
+  Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
+  er.state = state_info(s, &a, &meta, payload ? payload : kept, token);
+  rc = arena_check(&a, err);
+  if (rc == QDP_OK && views) {
+    rc = open_views(c, &a, payload, pid, er.state, err);
+  }
+  if (rc == QDP_OK) {
+    *ret_reply = rpc_codec_pack(&er.base);
+  }
+  if (payload) {
+    state_store_put(s->store, payload);
+  }
+  if (rc != QDP_OK) {
+    /* The state exists but its handle could not be sent: release it rather than leak it. */
+    state_store_release(s->store, ret_handle, token, NULL, NULL);
+  }
+  arena_free(&a);
+  return rc;
 }
 
 /* Input from a registered region: offset and length within it, read through its mapping. */
@@ -327,7 +406,6 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   struct arena a = {0};
   struct runtime_input in;
   char handle[STATE_HANDLE_LEN] = "";
-  char token[STATE_TOKEN_LEN] = "";
 
   if (!dry_run) {
     atomic_fetch_add(&s->jobs_total, 1);
@@ -396,13 +474,9 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     QDP_TRY(rc, arena_check(&a, &err));
     goto out;
   }
-  if (r->ipc) {
-    bool cpu = strcmp(runtime_mesh_backend(s->mesh), "cpu") == 0;
-    rc = qdp_error_set(&err, cpu ? QDP_ERR_FAILED_PRECONDITION : QDP_ERR_UNIMPLEMENTED, "ipc",
-                       cpu ? "ipc handles need the CUDA backend; this daemon runs on host memory "
-                             "(cpu devices)"
-                           : "CUDA IPC export is not available in this build of qdpd");
-    goto out;
+  if (r->views) {
+    /* Refused before anything is encoded. */
+    QDP_TRY(rc, runtime_mesh_check_views(s->mesh, &err));
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
   QDP_TRY(rc, state_store_admit(s->store, c->client, p->total_bytes, &res, &err));
@@ -420,38 +494,12 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
       goto out;
     }
   }
-  rc = state_store_commit(s->store, res, st, destroy_state, rpc_ttl_ms(r->ttl_seconds), r->label,
-                          handle, token, &err);
-  res = NULL; /* consumed either way */
+  rc = commit_state(c, res, st, r->ttl_seconds, r->label, r->views, r->client_pid, &reply, handle,
+                    &err);
+  res = NULL; /* consumed either way, and st with it */
+  st = NULL;
   if (rc != QDP_OK) {
     goto out;
-  }
-  struct runtime_state *kept = st;
-  st = NULL; /* the store's now */
-
-  struct state_meta meta;
-  void *payload = NULL;
-  if (state_store_get(s->store, handle, token, &payload, &meta, NULL) != QDP_OK) {
-    /* Released or expired already (a TTL shorter than this reply): describe it from here. */
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.handle, sizeof meta.handle, "%s", handle);
-    snprintf(meta.owner, sizeof meta.owner, "%.63s", c->client);
-    snprintf(meta.label, sizeof meta.label, "%s", r->label ? r->label : "");
-    meta.created_unix_ms = rpc_now_unix_ms();
-    payload = NULL;
-  }
-  Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
-  er.state = state_info(s, &a, &meta, payload ? payload : kept, token);
-  if (!a.failed) {
-    reply = rpc_codec_pack(&er.base);
-  }
-  if (payload) {
-    state_store_put(s->store, payload);
-  }
-  if (a.failed) {
-    /* The state exists but its handle could not be sent: release it rather than leak it. */
-    state_store_release(s->store, handle, token, NULL, NULL);
-    QDP_TRY(rc, arena_check(&a, &err));
   }
   log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
            rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)r->encoding), r->qubits,
@@ -514,25 +562,98 @@ void rpc_h_upload_encode(struct rpc_job *j) {
 void rpc_h_describe(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   struct rpc_server *s = c->srv;
-  const Qdp__StateRef *ref = (const Qdp__StateRef *)c->req;
+  const Qdp__DescribeRequest *r = (const Qdp__DescribeRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
   struct arena a = {0};
   grpc_byte_buffer *reply = NULL;
   void *payload = NULL;
   struct state_meta meta;
-  qdp_status rc = check_ref(ref, "state", &err);
+  qdp_status rc = QDP_OK;
+  if (!r->handle || !r->handle[0]) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
+  }
+  if (rc == QDP_OK && r->views) {
+    rc = runtime_mesh_check_views(s->mesh, &err);
+  }
   if (rc == QDP_OK) {
-    rc = state_store_get(s->store, ref->handle, ref->token, &payload, &meta, &err);
+    rc = state_store_get(s->store, r->handle, r->token, &payload, &meta, &err);
   }
   if (rc == QDP_OK) {
     Qdp__StateInfo *info = state_info(s, &a, &meta, payload, NULL);
-    if (info && !a.failed) {
+    rc = arena_check(&a, &err);
+    if (rc == QDP_OK && r->views) {
+      rc = open_views(c, &a, payload, r->client_pid, info, &err);
+    }
+    if (rc == QDP_OK) {
       reply = rpc_codec_pack(&info->base);
     }
     state_store_put(s->store, payload);
-    rc = arena_check(&a, &err);
   }
   arena_free(&a);
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+}
+
+void rpc_h_close_view(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__CloseViewRequest *r = (const Qdp__CloseViewRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  uint64_t freed = 0;
+  qdp_status rc = QDP_OK;
+  if (!r->handle || !r->handle[0]) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
+  } else {
+    /* The last lease of a released state frees device memory: this runs on a worker. */
+    rc = state_store_lease_close(c->srv->store, r->handle, r->token, r->lease_id, &freed, &err);
+  }
+  if (rc != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "CloseView from %s: %s lease %" PRIu64 " (%" PRIu64 " B freed)", c->client,
+           r->handle, r->lease_id, freed);
+  Qdp__CloseViewReply cr = QDP__CLOSE_VIEW_REPLY__INIT;
+  cr.freed_bytes = freed;
+  rpc_finish(c, rpc_codec_pack(&cr.base), NULL);
+}
+
+void rpc_h_gather(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  struct rpc_server *s = c->srv;
+  const Qdp__GatherRequest *r = (const Qdp__GatherRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  qdp_status rc = QDP_OK;
+  void *payload = NULL;
+  struct state_reservation *res = NULL;
+  struct runtime_state *g = NULL;
+  grpc_byte_buffer *reply = NULL;
+  char handle[STATE_HANDLE_LEN] = "";
+  size_t device = 0;
+  QDP_TRY(rc, check_ref(r->state, "state", &err));
+  QDP_TRY(rc, check_deadline(c, &err));
+  if (c->client_long) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
+                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
+    goto out;
+  }
+  QDP_TRY(rc, runtime_mesh_find_device(s->mesh, r->device, "device", &device, &err));
+  QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, NULL, &err));
+  uint64_t bytes = runtime_state_bytes(payload);
+  QDP_TRY(rc, state_store_admit(s->store, c->client, bytes, &res, &err));
+  QDP_TRY(rc, runtime_state_gather(s->mesh, payload, device, &g, &err));
+  rc = commit_state(c, res, g, r->ttl_seconds, r->label, false, 0, &reply, handle, &err);
+  res = NULL; /* consumed either way, and g with it */
+  g = NULL;
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  log_info("rpc", "Gather from %s: %s -> %s on %s (%" PRIu64 " B)", c->client, r->state->handle,
+           handle, r->device, bytes);
+out:
+  runtime_state_destroy(g);
+  state_reservation_cancel(res);
+  if (payload) {
+    state_store_put(s->store, payload);
+  }
   rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
 }
 

@@ -32,8 +32,8 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                     rpc_h_plan},
     [RPC_M_UPLOAD] = {"/qdp.Qdp/EncodeUpload", "EncodeUpload", RPC_CLIENT_STREAM,
                       &qdp__upload_chunk__descriptor, rpc_h_upload_encode},
-    [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY, &qdp__state_ref__descriptor,
-                        rpc_h_describe},
+    [RPC_M_DESCRIBE] = {"/qdp.Qdp/Describe", "Describe", RPC_UNARY,
+                        &qdp__describe_request__descriptor, rpc_h_describe},
     [RPC_M_LIST] = {"/qdp.Qdp/List", "List", RPC_UNARY, &qdp__list_request__descriptor, rpc_h_list},
     [RPC_M_RELEASE] = {"/qdp.Qdp/Release", "Release", RPC_UNARY, &qdp__state_ref__descriptor,
                        rpc_h_release},
@@ -49,6 +49,10 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                                &qdp__register_region_request__descriptor, rpc_h_register_region},
     [RPC_M_UNREGISTER_REGION] = {"/qdp.Qdp/UnregisterRegion", "UnregisterRegion", RPC_UNARY,
                                  &qdp__region_ref__descriptor, rpc_h_unregister_region},
+    [RPC_M_CLOSE_VIEW] = {"/qdp.Qdp/CloseView", "CloseView", RPC_UNARY,
+                          &qdp__close_view_request__descriptor, rpc_h_close_view},
+    [RPC_M_GATHER] = {"/qdp.Qdp/Gather", "Gather", RPC_UNARY, &qdp__gather_request__descriptor,
+                      rpc_h_gather},
 };
 
 /* ---- time
@@ -321,10 +325,11 @@ static void identify(struct rpc_call *c) {
 static bool runs_inline(const struct rpc_call *c) {
   switch (c->method) {
   case RPC_M_PLAN:
-  case RPC_M_DESCRIBE:
   case RPC_M_LIST:
   case RPC_M_STATUS:
     return true;
+  case RPC_M_DESCRIBE: /* views call into the driver: a worker's job */
+    return !((const Qdp__DescribeRequest *)c->req)->views;
   case RPC_M_ENCODE: {
     const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
     if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
@@ -557,6 +562,10 @@ static void expire_run(struct rpc_job *j) {
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
              n == 1 ? "its" : "their");
+  }
+  n = state_store_sweep_leases(s->store, rpc_now_unix_ms());
+  if (n > 0) {
+    log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
   }
   atomic_store(&s->expire_busy, 0);
 }

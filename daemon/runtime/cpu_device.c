@@ -124,6 +124,30 @@ static void cpu_work_done(struct runtime_device *d, struct runtime_shard_work *w
   (void)w;
 }
 
+static qdp_status cpu_export_ipc(struct runtime_device *d, const void *ptr,
+                                 unsigned char *ret_handle, uint64_t *ret_offset,
+                                 struct qdp_error *reterr) {
+  (void)ptr;
+  (void)ret_handle;
+  (void)ret_offset;
+  return qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, d->info.ordinal, -1,
+                          "%s is host memory, which has no CUDA IPC handle: zero-copy views "
+                          "need GPUs",
+                          d->info.name);
+}
+
+static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                                struct runtime_device *src_dev, const void *src, uint64_t src_pitch,
+                                uint64_t row_bytes, uint64_t rows, struct qdp_error *reterr) {
+  (void)d;
+  (void)src_dev;
+  (void)reterr;
+  for (uint64_t r = 0; r < rows; r++) {
+    memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+  }
+  return QDP_OK;
+}
+
 static const struct runtime_device_ops cpu_ops = {
     .backend = "cpu",
     .query = cpu_query,
@@ -136,6 +160,8 @@ static const struct runtime_device_ops cpu_ops = {
     .encode = cpu_encode,
     .butterfly = cpu_butterfly,
     .work_done = cpu_work_done,
+    .export_ipc = cpu_export_ipc,
+    .copy_rows = cpu_copy_rows,
 };
 
 qdp_status runtime_cpu_devices_create(unsigned count, uint64_t bytes_each,

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "device_comm.h"
@@ -955,6 +956,71 @@ static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *
   w->scratch = NULL;
 }
 
+/* cuMemGetAddressRange, which the runtime API lacks, is taken from the driver through the
+ * runtime, so that qdpd does not link libcuda (absent where there is no driver). */
+typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+
+/* The handle names the whole cudaMalloc allocation, so the offset is taken from its base: a shard
+ * need not start an allocation. */
+static qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr,
+                                  unsigned char *ret_handle, uint64_t *ret_offset,
+                                  struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  cudaIpcMemHandle_t h;
+  _Static_assert(sizeof h == RUNTIME_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
+  QDP_TRY(rc, use_device(d, reterr));
+  /* 12000: the cuMemGetAddressRange of CUDA 12 and later (the _v2 ABI). */
+  CU_TRY(rc, d, "cudaGetDriverEntryPointByVersion",
+         cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                          &found));
+  if (found != cudaDriverEntryPointSuccess || !fn) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
+                          "%s: the driver has no cuMemGetAddressRange (lookup result %d)",
+                          d->info.name, (int)found);
+    goto out;
+  }
+  CUresult cu = ((mem_range_fn)fn)(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  if (cu != CUDA_SUCCESS) {
+    rc =
+        qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)cu,
+                         "%s: cuMemGetAddressRange failed with CUresult %d", d->info.name, (int)cu);
+    goto out;
+  }
+  CU_TRY(rc, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
+  memcpy(ret_handle, &h, sizeof h);
+  *ret_offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)base);
+out:
+  return rc;
+}
+
+/* Peer copies run on the destination's stream: peer access is enabled between the mesh's GPUs
+ * (enable_peers), so they go over NVLink where there is one; without it the driver stages them
+ * through the host, slower but correct. */
+static qdp_status cuda_copy_rows(struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                                 struct runtime_device *src_dev, const void *src,
+                                 uint64_t src_pitch, uint64_t row_bytes, uint64_t rows,
+                                 struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  QDP_TRY(rc, use_device(d, reterr));
+  for (uint64_t r = 0; r < rows; r++) {
+    CU_TRY(rc, d, "cudaMemcpyPeerAsync",
+           cudaMemcpyPeerAsync((char *)dst + r * dst_pitch, d->info.ordinal,
+                               (const char *)src + r * src_pitch, src_dev->info.ordinal,
+                               (size_t)row_bytes, c->stream));
+  }
+  QDP_TRY(rc, finish(c, reterr));
+out:
+  if (rc != QDP_OK) {
+    drain(c);
+  }
+  return rc;
+}
+
 static const struct runtime_device_ops cuda_ops = {
     .backend = "cuda",
     .query = cuda_query,
@@ -970,6 +1036,8 @@ static const struct runtime_device_ops cuda_ops = {
     .encode = cuda_encode,
     .butterfly = cuda_butterfly,
     .work_done = cuda_work_done,
+    .export_ipc = cuda_export_ipc,
+    .copy_rows = cuda_copy_rows,
 };
 
 /* ---- discovery and the mesh -------------------------------------------------------------------

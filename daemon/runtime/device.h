@@ -87,6 +87,18 @@ struct runtime_device_ops {
                           qdp_dtype out, uint64_t count, struct qdp_error *reterr);
   /* Frees what amp_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
+
+  /* Zero-copy views (views.c). The CUDA IPC handle (RUNTIME_IPC_HANDLE_BYTES) of the allocation
+   * that holds ptr, and ptr's byte offset from that allocation's base. The CPU backend has no
+   * such handle: FAILED_PRECONDITION. */
+  qdp_status (*export_ipc)(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,
+                           uint64_t *ret_offset, struct qdp_error *reterr);
+  /* Gather (views.c): `rows` rows of row_bytes each from src on device `src_dev` (rows src_pitch
+   * bytes apart) to dst on device d (dst_pitch apart), device to device; returns when they are
+   * done. Runs on the destination device's thread. */
+  qdp_status (*copy_rows)(struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                          struct runtime_device *src_dev, const void *src, uint64_t src_pitch,
+                          uint64_t row_bytes, uint64_t rows, struct qdp_error *reterr);
 };
 
 /* What every backend's device struct starts with. */

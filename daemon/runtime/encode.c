@@ -14,15 +14,7 @@
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
-
-struct runtime_state {
-  struct runtime_mesh *mesh;
-  struct plan plan; /* a private copy: shards and needs arrays owned here */
-  void **bufs;      /* per shard of plan.shards; NULL for shards of other ranks */
-  uint64_t bytes;
-  const char *collective;
-  double encode_ms;
-};
+#include "runtime/state.h"
 
 /* One shard of the job in flight. */
 struct shard_task {

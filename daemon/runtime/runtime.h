@@ -142,4 +142,63 @@ double runtime_state_encode_ms(const struct runtime_state *s);
 qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,
                               struct qdp_error *reterr);
 
+/* ---- Shard views and gather (views.c) ----------------------------------------------------------
+ *
+ * A state's shards as clients see them, zero-copy handles to them, and a copy of the whole state
+ * onto one device. Any thread, like the reads above. */
+
+/* Bytes of a cudaIpcMemHandle_t. */
+#define RUNTIME_IPC_HANDLE_BYTES 64
+
+/* Where one shard of a state lives and what it holds: rows [row_first, row_first + rows) of the
+ * batch, amplitudes [first, first + count) of each, row-major [rows][count] of dtype. */
+struct runtime_shard_layout {
+  int rank;
+  size_t device; /* index into the mesh (Status's device list) */
+  char name[32]; /* "cuda:1"; "" for a shard of another rank */
+  int ordinal;
+  char uuid[48]; /* "GPU-…"; "" on the CPU backend */
+  uint64_t row_first, rows;
+  uint64_t first, count;
+  uint64_t bytes;
+  qdp_dtype dtype;
+};
+
+/* Shard i (i < runtime_state_plan(s)->nshards) of s. */
+void runtime_state_shard_layout(const struct runtime_state *s, size_t i,
+                                struct runtime_shard_layout *ret);
+
+/* A zero-copy handle to one shard: the allocation's IPC handle and the shard's byte offset in it
+ * (not always 0: allocations may hold more than one shard). */
+struct runtime_ipc {
+  unsigned char handle[RUNTIME_IPC_HANDLE_BYTES];
+  uint64_t offset;
+};
+
+/* QDP_OK when the mesh's devices can export zero-copy views (GPUs); else FAILED_PRECONDITION
+ * saying so and naming the mesh. */
+qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_error *reterr);
+
+/* The IPC handle of shard i. FAILED_PRECONDITION on the CPU backend (zero-copy views need GPUs;
+ * the message names the mesh) and for a shard this rank does not hold; QDP_ERR_CUDA naming the
+ * device when the driver refuses. The state must outlive every process that opened the handle:
+ * that is what the store's leases are for. */
+qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct runtime_ipc *ret,
+                                    struct qdp_error *reterr);
+
+/* A new state holding all of s (every row, every amplitude) as one shard on mesh device `device`,
+ * copied device to device (peer copies between GPUs). The bytes are reserved on the device first:
+ * RESOURCE_EXHAUSTED naming the device, the bytes needed and what its budget has left when they
+ * do not fit (need_bytes/free_bytes set); INVALID_ARGUMENT (field "device") for a device index
+ * outside the mesh; FAILED_PRECONDITION when s has shards on other ranks. The new state is
+ * independent of s: destroy both. */
+qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_state *s,
+                                size_t device, struct runtime_state **ret_state,
+                                struct qdp_error *reterr);
+
+/* The mesh index of the device named `name` ("cuda:1", "cpu:0") or given by its index ("1").
+ * INVALID_ARGUMENT (field `field`) naming the devices there are. */
+qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,
+                                    size_t *ret_index, struct qdp_error *reterr);
+
 #endif /* QDP_RUNTIME_H */

@@ -4,6 +4,7 @@
  *   by_payload  every state whose payload is not yet destroyed, live or unlinked-but-pinned, keyed
  *               by payload pointer (what state_store_put names)
  *   owners      per-owner bytes and slots (reservations + states), dropped when both reach zero
+ *   by_lease    every open lease, keyed by lease id (what CloseView names, also after Release)
  *
  * Buckets double when the load passes 1, so every lookup stays O(1) at 10k states and beyond; a
  * failed grow keeps the old table (longer chains, still correct). Payload destroy callbacks always
@@ -12,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,17 @@ struct owner {
   uint32_t slots; /* committed states + outstanding reservations */
 };
 
+struct lease {
+  struct hnode node;  /* in store->by_lease */
+  struct lease *next; /* the entry's other leases */
+  struct entry *entry;
+  uint64_t id;
+  char client[OWNER_MAX];
+  int pid; /* 0: unknown, never swept */
+  int64_t opened_unix_ms;
+  int64_t gone_since_ms; /* when a sweep first found pid gone; 0 while it exists */
+};
+
 struct entry {
   struct hnode by_handle; /* in store->by_handle while linked */
   struct hnode by_payload;
@@ -55,6 +68,7 @@ struct entry {
   void *payload;
   void (*payload_destroy)(void *);
   uint32_t pins;
+  struct lease *leases; /* meta.leases of them */
   bool linked;
   struct entry *dead_next; /* on a to-destroy list built under the lock */
 };
@@ -68,7 +82,8 @@ struct state_reservation {
 struct state_store {
   pthread_mutex_t mu;
   struct state_store_limits lim;
-  struct htable by_handle, by_payload, owners;
+  struct htable by_handle, by_payload, owners, by_lease;
+  uint64_t next_lease_id;
   uint64_t bytes;  /* committed + reserved */
   uint32_t slots;  /* committed + reserved */
   uint32_t states; /* committed and linked */
@@ -193,13 +208,15 @@ qdp_status state_store_create(const struct state_store_limits *lim, struct state
   if (lim) {
     s->lim = *lim;
   }
-  if (ht_init(&s->by_handle) || ht_init(&s->by_payload) || ht_init(&s->owners)) {
+  if (ht_init(&s->by_handle) || ht_init(&s->by_payload) || ht_init(&s->owners) ||
+      ht_init(&s->by_lease)) {
     free(s->by_handle.buckets);
     free(s->by_payload.buckets);
     free(s->owners.buckets);
+    free(s->by_lease.buckets);
     free(s);
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "the state store could not allocate its hash tables (3 x %zu B)",
+                         "the state store could not allocate its hash tables (4 x %zu B)",
                          HT_INITIAL * sizeof(struct hnode *));
   }
   int err = pthread_mutex_init(&s->mu, NULL);
@@ -207,6 +224,7 @@ qdp_status state_store_create(const struct state_store_limits *lim, struct state
     free(s->by_handle.buckets);
     free(s->by_payload.buckets);
     free(s->owners.buckets);
+    free(s->by_lease.buckets);
     free(s);
     return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err,
                             "the state store could not create its mutex: %s", strerror(err));
@@ -220,6 +238,11 @@ static void destroy_list(struct entry *dead) {
     struct entry *next = dead->dead_next;
     if (dead->payload_destroy) {
       dead->payload_destroy(dead->payload);
+    }
+    while (dead->leases) { /* only at state_store_destroy: leases are closed one by one else */
+      struct lease *l = dead->leases;
+      dead->leases = l->next;
+      free(l);
     }
     free(dead);
     dead = next;
@@ -250,6 +273,7 @@ void state_store_destroy(struct state_store *s) {
   free(s->by_handle.buckets);
   free(s->by_payload.buckets);
   free(s->owners.buckets);
+  free(s->by_lease.buckets);
   pthread_mutex_destroy(&s->mu);
   free(s);
   destroy_list(dead);
@@ -520,7 +544,7 @@ static struct entry *unlink_entry(struct state_store *s, struct entry *e) {
   s->states--;
   unaccount(s, e->owner, e->meta.bytes);
   e->owner = NULL;
-  if (e->pins) {
+  if (e->pins || e->leases) {
     return NULL;
   }
   ht_remove(&s->by_payload, &e->by_payload);
@@ -536,7 +560,7 @@ void state_store_put(struct state_store *s, void *payload) {
   struct entry *e = find_payload(s, payload);
   if (e && e->pins) {
     e->pins--;
-    if (!e->pins && !e->linked) {
+    if (!e->pins && !e->linked && !e->leases) {
       ht_remove(&s->by_payload, &e->by_payload);
       dead = e;
       dead->dead_next = NULL;
@@ -604,6 +628,160 @@ size_t state_store_expire(struct state_store *s, int64_t now) {
   pthread_mutex_unlock(&s->mu);
   destroy_list(dead);
   return count;
+}
+
+/* ---- leases ---------------------------------------------------------------------------------- */
+
+qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
+                                  uint64_t *ret_lease_id, struct qdp_error *reterr) {
+  if (!client) {
+    client = "";
+  }
+  size_t clen = strlen(client);
+  if (clen >= OWNER_MAX) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client",
+                         "client name of %zu B is too long; at most %zu B", clen, OWNER_MAX - 1);
+  }
+  if (pid < 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_pid",
+                         "client_pid %d is negative: give the viewing process's pid, or 0", pid);
+  }
+  struct lease *l = calloc(1, sizeof *l);
+  if (!l) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B lease record", sizeof *l);
+  }
+  qdp_status rc = QDP_OK;
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = find_payload(s, payload);
+  if (!e || !e->linked) {
+    rc = qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "handle",
+                       "state '%s' was released while its views were being opened",
+                       e ? e->meta.handle : "?");
+    goto out;
+  }
+  if (e->meta.leases >= STATE_LEASES_MAX) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state '%s' has %" PRIu32
+                       " open view leases, its limit "
+                       "(STATE_LEASES_MAX); close some with CloseView",
+                       e->meta.handle, e->meta.leases);
+    goto out;
+  }
+  memcpy(l->client, client, clen + 1);
+  l->pid = pid;
+  l->opened_unix_ms = capability_now_unix_ms();
+  l->id = ++s->next_lease_id;
+  l->entry = e;
+  l->next = e->leases;
+  e->leases = l;
+  e->meta.leases++;
+  ht_insert(&s->by_lease, &l->node, hash_ptr((const void *)(uintptr_t)l->id));
+  *ret_lease_id = l->id;
+  l = NULL;
+out:
+  pthread_mutex_unlock(&s->mu);
+  free(l);
+  return rc;
+}
+
+static struct lease *find_lease(struct state_store *s, uint64_t id) {
+  uint64_t h = hash_ptr((const void *)(uintptr_t)id);
+  for (struct hnode *n = s->by_lease.buckets[h & (s->by_lease.nbuckets - 1)]; n; n = n->next) {
+    struct lease *l = CONTAINER(n, struct lease, node);
+    if (l->id == id) {
+      return l;
+    }
+  }
+  return NULL;
+}
+
+/* Ends lease l; returns its entry when that was the payload's last hold and it must be destroyed
+ * now. Under the lock. */
+static struct entry *end_lease(struct state_store *s, struct lease *l) {
+  struct entry *e = l->entry;
+  ht_remove(&s->by_lease, &l->node);
+  struct lease **pp = &e->leases;
+  while (*pp != l) {
+    pp = &(*pp)->next;
+  }
+  *pp = l->next;
+  e->meta.leases--;
+  free(l);
+  if (e->linked || e->pins || e->leases) {
+    return NULL;
+  }
+  ht_remove(&s->by_payload, &e->by_payload);
+  e->dead_next = NULL;
+  return e;
+}
+
+qdp_status state_store_lease_close(struct state_store *s, const char *handle, const char *token,
+                                   uint64_t lease_id, uint64_t *ret_freed_bytes,
+                                   struct qdp_error *reterr) {
+  static const char dummy[STATE_TOKEN_LEN] = "00000000000000000000000000000000";
+  pthread_mutex_lock(&s->mu);
+  struct lease *l = find_lease(s, lease_id);
+  struct entry *e = l ? l->entry : NULL;
+  /* As lookup(): a token is compared whatever else matched, so refusals cost the same. */
+  bool ok = capability_equal(e ? e->token : dummy, token, STATE_TOKEN_LEN - 1);
+  if (!e || !ok || !handle || strcmp(e->meta.handle, handle) != 0) {
+    pthread_mutex_unlock(&s->mu);
+    return qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "lease_id",
+                         "lease %" PRIu64
+                         " of state '%.64s' not found: unknown lease, handle "
+                         "or token",
+                         lease_id, handle ? handle : "");
+  }
+  uint64_t bytes = e->meta.bytes;
+  struct entry *dead = end_lease(s, l);
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+  if (ret_freed_bytes) {
+    *ret_freed_bytes = dead ? bytes : 0;
+  }
+  return QDP_OK;
+}
+
+/* Whether process pid exists: kill(pid, 0) fails with ESRCH only when it does not (EPERM means
+ * it exists but belongs to someone else). */
+static bool pid_exists(int pid) {
+  return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
+  struct entry *dead = NULL;
+  size_t ended = 0;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->by_lease.nbuckets; i++) {
+    struct hnode *n = s->by_lease.buckets[i];
+    while (n) {
+      struct hnode *next = n->next; /* n may leave the chain below */
+      struct lease *l = CONTAINER(n, struct lease, node);
+      n = next;
+      if (l->pid == 0) {
+        continue;
+      }
+      if (pid_exists(l->pid)) {
+        l->gone_since_ms = 0;
+        continue;
+      }
+      if (l->gone_since_ms == 0) {
+        l->gone_since_ms = now;
+      }
+      if (now - l->gone_since_ms >= (int64_t)s->lim.lease_grace_ms) {
+        struct entry *d = end_lease(s, l);
+        if (d) {
+          d->dead_next = dead;
+          dead = d;
+        }
+        ended++;
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+  return ended;
 }
 
 void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states) {

@@ -2,12 +2,22 @@
  * owner, TTL, byte accounting and admission.
  *
  * Admission reserves bytes against the global budget and the owner's budget before anything is
- * allocated (state_store_admit); a reservation becomes a state (state_store_commit) or is given back
- * (state_reservation_cancel). A handle is an opaque id; its token is 128 random bits, compared in
- * constant time; an unknown handle and a wrong token give the same NOT_FOUND. Lookups pin the
+ * allocated (state_store_admit); a reservation becomes a state (state_store_commit) or is given
+ * back (state_reservation_cancel). A handle is an opaque id; its token is 128 random bits, compared
+ * in constant time; an unknown handle and a wrong token give the same NOT_FOUND. Lookups pin the
  * state's payload (state_store_get / state_store_put): Release and expiry unlink a state at once
  * (its bytes are no longer listed) but the payload is destroyed only when the last pin is put, so
  * a Fetch in flight never reads freed memory.
+ *
+ * Leases (zero-copy views): a client that opened a state's shards in its own address space holds a
+ * lease on it, (lease id, client, pid or 0, opened at). Release and expiry unlink a leased state
+ * like any other (its handle answers NOT_FOUND from then on: no new pins, views or leases), but
+ * the payload, and with it the device memory the client's views point to, is destroyed only when
+ * the last pin is put and the last lease is closed (state_store_lease_close, by the lease id,
+ * with the handle and token, which keep working for that) or swept: a lease whose client pid no
+ * longer exists (kill(pid, 0) gives ESRCH) for lease_grace_ms ends at the next sweep. A lease
+ * with pid 0 (a client that could not say its pid) ends only when closed. At most
+ * STATE_LEASES_MAX leases per state.
  *
  * Thread-safe: every function may be called from any thread (one internal mutex; payload destroy
  * callbacks run outside it). The store owns payloads once committed and destroys them through the
@@ -23,6 +33,9 @@
 
 #define STATE_HANDLE_LEN 24 /* "s" + hex digits, NUL included */
 #define STATE_TOKEN_LEN 33  /* 32 hex digits + NUL */
+/* Open leases one state may have: a client opens one per Describe/Encode with views, so more than
+ * this is a client that never closes them. */
+#define STATE_LEASES_MAX 256
 
 struct state_store_limits {
   uint64_t budget_bytes;        /* all states together; 0 = unlimited */
@@ -31,6 +44,7 @@ struct state_store_limits {
   uint32_t max_client_states;   /* 0 = unlimited */
   uint64_t default_ttl_ms;      /* used when a request asks for 0; 0 = no expiry */
   uint64_t max_ttl_ms;          /* cap on any TTL; 0 = no cap */
+  uint64_t lease_grace_ms;      /* a lease whose client pid is gone this long ends */
 };
 
 /* What the store keeps beside the payload; returned by get and list. */
@@ -41,6 +55,7 @@ struct state_meta {
   uint64_t bytes;
   int64_t created_unix_ms;
   int64_t expires_unix_ms; /* 0 = never */
+  uint32_t leases;         /* open leases (zero-copy views held by clients) */
 };
 
 struct state_store;
@@ -73,7 +88,8 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
 /* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token.
  * A state past its expiry is NOT_FOUND here even before state_store_expire unlinks it. */
 qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
-                           void **ret_payload, struct state_meta *ret_meta, struct qdp_error *reterr);
+                           void **ret_payload, struct state_meta *ret_meta,
+                           struct qdp_error *reterr);
 /* Unpins a payload returned by state_store_get. */
 void state_store_put(struct state_store *s, void *payload);
 
@@ -89,6 +105,26 @@ void state_store_foreach(struct state_store *s,
 
 /* Releases every state whose expiry is <= now_unix_ms; returns how many. */
 size_t state_store_expire(struct state_store *s, int64_t now_unix_ms);
+
+/* Opens a lease on the live state whose payload the caller pinned (state_store_get) for `client`
+ * (at most 63 B; NULL = "") in process `pid` (0 = unknown). *ret_lease_id is never 0.
+ * NOT_FOUND when the state was released or expired meanwhile; INVALID_ARGUMENT for a negative pid
+ * or a long client name; RESOURCE_EXHAUSTED past STATE_LEASES_MAX. */
+qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
+                                  uint64_t *ret_lease_id, struct qdp_error *reterr);
+
+/* Closes lease `lease_id` of the state (handle, token), live or released. *ret_freed_bytes
+ * (may be NULL) gets the state's bytes when this close destroyed its payload (it was released and
+ * this was its last lease and pin), else 0. NOT_FOUND for an unknown lease, handle or token, all
+ * alike. */
+qdp_status state_store_lease_close(struct state_store *s, const char *handle, const char *token,
+                                   uint64_t lease_id, uint64_t *ret_freed_bytes,
+                                   struct qdp_error *reterr);
+
+/* Ends every lease whose client pid has not existed for lease_grace_ms as of now_unix_ms (the
+ * first sweep that finds a pid gone starts its grace), destroying released states left with no
+ * lease and no pin; returns how many leases ended. */
+size_t state_store_sweep_leases(struct state_store *s, int64_t now_unix_ms);
 
 /* Bytes held (committed + reserved) and live states. */
 void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states);

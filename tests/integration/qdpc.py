@@ -20,7 +20,8 @@ _MESSAGES = (
     "ListRequest", "ListReply", "ReleaseReply", "FetchRequest", "FetchChunk", "ExportRequest",
     "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
-    "UnregisterRegionReply",
+    "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
+    "GatherRequest",
 )
 
 
@@ -52,6 +53,8 @@ _UNARY = {
     "Health": ("HealthRequest", "HealthReply"),
     "RegisterRegion": ("RegisterRegionRequest", "RegionInfo"),
     "UnregisterRegion": ("RegionRef", "UnregisterRegionReply"),
+    "CloseView": ("CloseViewRequest", "CloseViewReply"),
+    "Gather": ("GatherRequest", "EncodeReply"),
 }
 
 
@@ -70,6 +73,11 @@ class Client:
                 "/qdp.Qdp/" + method,
                 request_serializer=getattr(self.pb, req).SerializeToString,
                 response_deserializer=getattr(self.pb, rep).FromString))
+        # Describe as clients of the views era send it; "Describe" above sends a StateRef, as
+        # older clients do (the two are the same on the wire for fields 1 and 2).
+        self._DescribeViews = self.channel.unary_unary(
+            "/qdp.Qdp/Describe", request_serializer=self.pb.DescribeRequest.SerializeToString,
+            response_deserializer=self.pb.StateInfo.FromString)
         self._Fetch = self.channel.unary_stream(
             "/qdp.Qdp/Fetch", request_serializer=self.pb.FetchRequest.SerializeToString,
             response_deserializer=self.pb.FetchChunk.FromString)

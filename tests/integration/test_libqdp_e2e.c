@@ -488,6 +488,62 @@ struct worker {
   char why[1400];
 };
 
+/* Gather through libqdp (bits equal to the sharded fetch), refusals with the numbers, and views,
+ * which a daemon on host memory refuses (and a libqdp without CUDA refuses itself). */
+START_TEST(test_gather_and_views_on_four_cpu_devices) {
+  enum { N = 10, AMPS = 1 << N };
+  double x[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = 0.2 + 0.3 * i;
+  }
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_ANGLE;
+  eo.qubits = N;
+  eo.policy = QDP_POLICY_EVEN;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = x;
+  in.data_bytes = sizeof x;
+  struct qdp_state_info *s = NULL, *g = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &s));
+  ck_assert_uint_eq(s->nshards, 4);
+  CK_QDP(qdp_gather(cl, s->handle, s->token, "cpu:1", 0, &g));
+  ck_assert_uint_eq(g->nshards, 1);
+  ck_assert_str_eq(g->shards[0]->device, "cpu:1");
+  ck_assert_uint_eq(g->shards[0]->count, AMPS);
+  double complex *want = malloc(AMPS * sizeof *want), *got = malloc(AMPS * sizeof *got);
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, want, AMPS * sizeof *want, NULL));
+  CK_QDP(qdp_fetch(cl, g->handle, g->token, NULL, got, AMPS * sizeof *got, NULL));
+  ck_assert(memcmp(got, want, AMPS * sizeof *got) == 0);
+  ck_assert_int_eq(qdp_gather(cl, s->handle, s->token, "cpu:9", 0, &g), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "device");
+
+  const struct qdp_views *v = NULL;
+  qdp_status rc = qdp_views_open(cl, s->handle, s->token, &v);
+  ck_assert_msg(rc == QDP_ERR_FAILED_PRECONDITION || rc == QDP_ERR_UNIMPLEMENTED, "%s: %s",
+                qdp_status_name(rc), qdp_last_error()->msg);
+  ck_assert_ptr_null(v);
+  ck_assert_msg(strstr(qdp_last_error()->msg, "zero-copy views") ||
+                    strstr(qdp_last_error()->msg, "without CUDA"),
+                "%s", qdp_last_error()->msg);
+  ck_assert_int_eq(qdp_views_close(cl, s->handle), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(qdp_close_view(cl, s->handle, s->token, 12345, NULL), QDP_ERR_NOT_FOUND);
+  struct qdp_state_info *d = NULL;
+  CK_QDP(qdp_describe(cl, s->handle, s->token, &d));
+  ck_assert_uint_eq(d->leases, 0);
+  ck_assert_uint_eq(d->nshards, 4);
+  ck_assert_uint_eq(d->shards[3]->first, 3 * AMPS / 4);
+  qdp_state_info_free(d);
+  CK_QDP(qdp_release(cl, g->handle, g->token, NULL));
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  free(want);
+  free(got);
+  qdp_state_info_free(g);
+  qdp_state_info_free(s);
+}
+END_TEST
+
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   double x[4];
@@ -576,6 +632,7 @@ int main(void) {
   tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);
   tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);
   tcase_add_test(t, test_32_threads_share_one_client);
+  tcase_add_test(t, test_gather_and_views_on_four_cpu_devices);
   suite_add_tcase(s, t);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

@@ -1,0 +1,17 @@
+/* state.h — the insides of a runtime_state, shared by the executor (encode.c) and the views and
+ * gather (views.c). Internal to runtime/. */
+#ifndef QDP_RUNTIME_STATE_H
+#define QDP_RUNTIME_STATE_H
+
+#include "runtime/mesh.h"
+
+struct runtime_state {
+  struct runtime_mesh *mesh;
+  struct plan plan; /* a private copy: shards and needs arrays owned here */
+  void **bufs;      /* per shard of plan.shards; NULL for shards of other ranks */
+  uint64_t bytes;
+  const char *collective;
+  double encode_ms;
+};
+
+#endif /* QDP_RUNTIME_STATE_H */

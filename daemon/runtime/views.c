@@ -1,0 +1,188 @@
+/* Shard views and gather (runtime.h): the layout of a state's shards, zero-copy IPC handles to
+ * them through the backend's export_ipc, and the copy of a sharded state onto one device through
+ * the backend's copy_rows (peer copies between GPUs, memcpy between host-memory devices). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/mesh.h"
+#include "runtime/state.h"
+
+void runtime_state_shard_layout(const struct runtime_state *s, size_t i,
+                                struct runtime_shard_layout *ret) {
+  const struct plan_shard *sh = &s->plan.shards[i];
+  memset(ret, 0, sizeof *ret);
+  ret->rank = sh->rank;
+  ret->device = sh->device;
+  ret->ordinal = sh->ordinal;
+  ret->row_first = sh->row_first;
+  ret->rows = sh->rows;
+  ret->first = sh->first;
+  ret->count = sh->count;
+  ret->bytes = sh->bytes;
+  ret->dtype = s->plan.out_dtype;
+  /* Device indices name this rank's mesh only for this rank's shards. */
+  if (sh->rank == 0 && sh->device < s->mesh->count) {
+    const struct runtime_device_info *d = &s->mesh->devs[sh->device]->info;
+    snprintf(ret->name, sizeof ret->name, "%s", d->name);
+    snprintf(ret->uuid, sizeof ret->uuid, "%s", d->uuid);
+  }
+}
+
+qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_error *reterr) {
+  if (strcmp(m->backend, "cpu") != 0) {
+    return QDP_OK;
+  }
+  return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "views",
+                       "zero-copy views need GPUs (CUDA IPC), but this daemon's mesh is cpu:%zu "
+                       "(host memory); read the state with Fetch or Export instead",
+                       m->count);
+}
+
+qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct runtime_ipc *ret,
+                                    struct qdp_error *reterr) {
+  qdp_status rc = runtime_mesh_check_views(s->mesh, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (i >= s->plan.nshards || !s->bufs[i]) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "views",
+                         "shard %zu of %zu is not held by this rank, so it has no view here", i,
+                         s->plan.nshards);
+  }
+  struct runtime_device *d = s->mesh->devs[s->plan.shards[i].device];
+  return d->ops->export_ipc(d, s->bufs[i], ret->handle, &ret->offset, reterr);
+}
+
+qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,
+                                    size_t *ret_index, struct qdp_error *reterr) {
+  for (size_t i = 0; name && i < m->count; i++) {
+    if (strcmp(m->devs[i]->info.name, name) == 0) {
+      *ret_index = i;
+      return QDP_OK;
+    }
+  }
+  if (name && name[0] >= '0' && name[0] <= '9') {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(name, &end, 10);
+    if (errno == 0 && *end == '\0' && v < m->count) {
+      *ret_index = (size_t)v;
+      return QDP_OK;
+    }
+  }
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                       "%s '%.64s' is not a device of this daemon: give a name from %s to %s, or "
+                       "an index below %zu",
+                       field, name ? name : "", m->count ? m->devs[0]->info.name : "(none)",
+                       m->count ? m->devs[m->count - 1]->info.name : "(none)", m->count);
+}
+
+/* The one-shard plan of a state gathered onto device d: src's job, every row and amplitude in one
+ * shard. Returns -1 when the arrays cannot be allocated. */
+static int gathered_plan(const struct plan *src, size_t device, const struct runtime_device *d,
+                         struct plan *ret) {
+  *ret = *src;
+  ret->policy = PLAN_SINGLE;
+  ret->global_bits = 0;
+  ret->nshards = 1;
+  ret->nneeds = 1;
+  ret->shards = calloc(1, sizeof *ret->shards);
+  ret->needs = calloc(1, sizeof *ret->needs);
+  if (!ret->shards || !ret->needs) {
+    free(ret->shards);
+    free(ret->needs);
+    ret->shards = NULL;
+    ret->needs = NULL;
+    return -1;
+  }
+  ret->shards[0] = (struct plan_shard){.device = device,
+                                       .rank = 0,
+                                       .ordinal = d->info.ordinal,
+                                       .first = 0,
+                                       .count = src->amplitudes,
+                                       .row_first = 0,
+                                       .rows = src->batch,
+                                       .bytes = src->total_bytes};
+  struct plan_need *n = &ret->needs[0];
+  n->device = device;
+  n->ordinal = d->info.ordinal;
+  snprintf(n->name, sizeof n->name, "%s", d->info.name);
+  n->shard_bytes = src->total_bytes;
+  n->need_bytes = src->total_bytes;
+  n->budget_bytes = d->info.budget_bytes;
+  n->fits = 1;
+  return 0;
+}
+
+qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_state *s,
+                                size_t device, struct runtime_state **ret_state,
+                                struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  struct runtime_state *g = NULL;
+  if (device >= m->count) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "device",
+                         "device index %zu is outside the mesh of %zu devices", device, m->count);
+  }
+  const struct plan *p = &s->plan;
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (!s->bufs[i]) {
+      return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "state",
+                           "shard %zu of the state is on rank %d: gather assembles states of "
+                           "this rank only",
+                           i, p->shards[i].rank);
+    }
+  }
+  struct runtime_device *dst = m->devs[device];
+  /* The budget first: nothing is allocated for a gather that cannot fit. */
+  rc = runtime_device_reserve(dst, p->total_bytes, reterr);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(reterr, "gather of a %" PRIu64 " B state (%zu shard%s) onto %s",
+                     p->total_bytes, p->nshards, p->nshards == 1 ? "" : "s", dst->info.name);
+    return rc;
+  }
+  g = calloc(1, sizeof *g);
+  if (!g || gathered_plan(p, device, dst, &g->plan) != 0) {
+    free(g);
+    runtime_device_unreserve(dst, p->total_bytes);
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for the gathered state's record");
+  }
+  g->mesh = m;
+  g->collective = s->collective;
+  g->encode_ms = s->encode_ms;
+  g->bufs = calloc(1, sizeof *g->bufs);
+  if (!g->bufs) {
+    runtime_device_unreserve(dst, p->total_bytes);
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "no host memory for the gathered state's shard table");
+    goto out;
+  }
+  rc = dst->ops->alloc(dst, p->total_bytes, &g->bufs[0], reterr);
+  if (rc != QDP_OK) {
+    runtime_device_unreserve(dst, p->total_bytes);
+    goto out;
+  }
+  g->bytes = p->total_bytes; /* from here runtime_state_destroy gives the bytes back */
+
+  /* Each shard is [rows][count] contiguous; in the gathered [batch][2^n] array its rows are 2^n
+   * amplitudes apart, so a shard of whole rows is one run and any other one run per row. */
+  unsigned esize = qdp_dtype_size(p->out_dtype);
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    struct runtime_device *src = m->devs[sh->device];
+    uint64_t row_bytes = sh->count * esize, pitch = p->amplitudes * esize;
+    char *at = (char *)g->bufs[0] + (sh->row_first * p->amplitudes + sh->first) * esize;
+    bool whole_rows = sh->count == p->amplitudes;
+    QDP_TRY(rc, dst->ops->copy_rows(dst, at, pitch, src, s->bufs[i], row_bytes,
+                                    whole_rows ? sh->bytes : row_bytes, whole_rows ? 1 : sh->rows,
+                                    reterr));
+  }
+  *ret_state = g;
+  g = NULL;
+out:
+  runtime_state_destroy(g);
+  return rc;
+}
