@@ -1,7 +1,7 @@
 #!/bin/bash
-# The two-GPU run: the topology the driver reports, the runtime's GPU suite (two-GPU sharding over
-# NCCL and the host fallback, registered input), the two-GPU benchmark, and the daemon end to end
-# on every GPU. Builds nothing; writes each output under OUT_DIR.
+# The two-GPU run: the topology the driver reports, the runtime's GPU suites (two-GPU sharding over
+# NCCL and the host fallback, registered input, views and gather), the two-GPU benchmark, views
+# opened from other processes, and the daemon end to end on every GPU. Builds nothing; writes each output under OUT_DIR.
 # Usage: bench/run-mesh.sh BUILD_DIR OUT_DIR     (LD_LIBRARY_PATH pointing at .gpu/lib)
 set -uo pipefail
 build=${1:?usage: run-mesh.sh BUILD_DIR OUT_DIR}
@@ -25,10 +25,12 @@ run() {
   tail -n 40 "$out/$name.txt"
   [ $r -eq 0 ] || rc=1
 }
-for t in ${QDP_MESH_TESTS:-test_runtime_cuda}; do
+for t in ${QDP_MESH_TESTS:-test_runtime_cuda test_views_cuda}; do
   run "$t" 300 "$build/tests/gpu/$t"
 done
 run mesh_bench 300 "$build/bench/mesh_bench" ${QDP_MESH_BENCH:-}
+bash "$root/tests/gpu/views_gpu.sh" "$build" "$out/views" > "$out/views.txt" 2>&1 || rc=1
+echo "== views"; tail -n 40 "$out/views.txt"
 if [ -z "${QDP_MESH_NO_DAEMON:-}" ]; then
   bash "$root/tests/gpu/daemon_gpu.sh" "$build" "$out/daemon" > "$out/daemon.txt" 2>&1 || rc=1
   echo "== daemon"; head -n 40 "$out/daemon.txt"
