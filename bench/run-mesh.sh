@@ -31,6 +31,25 @@ done
 run mesh_bench 300 "$build/bench/mesh_bench" ${QDP_MESH_BENCH:-}
 bash "$root/tests/gpu/views_gpu.sh" "$build" "$out/views" > "$out/views.txt" 2>&1 || rc=1
 echo "== views"; tail -n 40 "$out/views.txt"
+# Small batches from a registered region through a one-GPU daemon (the single-GPU figure), then
+# through one owning both GPUs (batches split by sample).
+for devs in 0 0,1; do
+  d=$(mktemp -d)
+  "$build/daemon/qdpd" --socket "$d/s" --devices "$devs" 2>"$out/qdpd-shm-$devs.log" &
+  qpid=$!
+  for _ in $(seq 300); do
+    grep -q "listening on unix:" "$out/qdpd-shm-$devs.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  for clients in 4 16; do
+    echo "== shm batches, devices $devs, $clients clients"
+    QDP_TARGET="unix:$d/s" timeout 60 "$build/bench/qdpd_bench" --shm-batch 16:64 \
+      --clients "$clients" --seconds 3 | tee -a "$out/shm-batch.txt" || rc=1
+  done
+  kill -TERM "$qpid"
+  wait "$qpid" || rc=1
+  rm -rf "$d"
+done
 if [ -z "${QDP_MESH_NO_DAEMON:-}" ]; then
   bash "$root/tests/gpu/daemon_gpu.sh" "$build" "$out/daemon" > "$out/daemon.txt" 2>&1 || rc=1
   echo "== daemon"; head -n 40 "$out/daemon.txt"

@@ -35,8 +35,9 @@ static qdp_status cpu_alloc(struct runtime_device *d, uint64_t bytes, void **ret
   return QDP_OK;
 }
 
-static void cpu_free(struct runtime_device *d, void *ptr) {
+static void cpu_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   (void)d;
+  (void)bytes;
   free(ptr);
 }
 

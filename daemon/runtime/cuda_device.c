@@ -52,6 +52,14 @@
 /* Reads up to this size go straight to the caller's memory (the driver stages them itself);
  * larger ones through the pinned staging, two slots in flight. */
 #define CUDA_READ_DIRECT (UINT64_C(1) << 20)
+/* Freed state buffers up to CUDA_CACHE_ENTRY_MAX are kept (CUDA_CACHE_SLOTS of them, at most
+ * CUDA_CACHE_BYTES in all) for the next state of the same size: a stream of small jobs then
+ * neither pays cudaMalloc nor cudaFree, whose implicit device-wide synchronization would stall
+ * every other job on the GPU. Kept buffers count as free memory; a cudaMalloc that fails empties
+ * the cache and tries again. */
+#define CUDA_CACHE_ENTRY_MAX (UINT64_C(256) << 20)
+#define CUDA_CACHE_BYTES (UINT64_C(1) << 30)
+#define CUDA_CACHE_SLOTS 32
 
 struct cuda_device {
   struct runtime_device base; /* first: the executor sees only this */
@@ -63,6 +71,13 @@ struct cuda_device {
   void *stage_dev[2];
   cudaEvent_t stage_free[2];            /* recorded after the last GPU use of the slot */
   unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
+  pthread_mutex_t cache_lock;           /* the kept buffers */
+  struct {
+    void *ptr;
+    uint64_t bytes;
+  } cache[CUDA_CACHE_SLOTS];
+  size_t ncache;
+  uint64_t cache_bytes;
 };
 
 /* Amplitude's per-job device memory, between amp_load and work_done. */
@@ -261,7 +276,21 @@ static uint32_t log2_of(uint64_t pow2) {
 /* ---- the ops ----------------------------------------------------------------------------------
  */
 
+/* Frees every kept buffer. */
+static void cache_drop(struct cuda_device *c) {
+  pthread_mutex_lock(&c->cache_lock);
+  for (size_t i = 0; i < c->ncache; i++) {
+    if (cudaFree(c->cache[i].ptr) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+  c->ncache = 0;
+  c->cache_bytes = 0;
+  pthread_mutex_unlock(&c->cache_lock);
+}
+
 static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
+  struct cuda_device *c = cuda_of(d);
   size_t free_b = 0, total_b = 0;
   if (cudaSetDevice(d->info.ordinal) != cudaSuccess ||
       cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
@@ -270,19 +299,57 @@ static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *
     *ret_free = 0; /* a device that cannot answer has nothing to offer */
     return;
   }
+  pthread_mutex_lock(&c->cache_lock);
+  uint64_t kept = c->cache_bytes;
+  pthread_mutex_unlock(&c->cache_lock);
   *ret_total = total_b;
-  *ret_free = free_b;
+  *ret_free = free_b + kept;
 }
 
 static qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                              struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
   qdp_status rc = use_device(d, reterr);
-  return rc == QDP_OK ? dev_malloc(d, bytes, ret_ptr, reterr) : rc;
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (bytes <= CUDA_CACHE_ENTRY_MAX) {
+    pthread_mutex_lock(&c->cache_lock);
+    for (size_t i = 0; i < c->ncache; i++) {
+      if (c->cache[i].bytes == bytes) {
+        *ret_ptr = c->cache[i].ptr;
+        c->cache_bytes -= bytes;
+        c->cache[i] = c->cache[--c->ncache];
+        pthread_mutex_unlock(&c->cache_lock);
+        return QDP_OK;
+      }
+    }
+    pthread_mutex_unlock(&c->cache_lock);
+  }
+  rc = dev_malloc(d, bytes, ret_ptr, reterr);
+  if (rc == QDP_ERR_RESOURCE_EXHAUSTED && c->ncache > 0) {
+    cache_drop(c);
+    rc = dev_malloc(d, bytes, ret_ptr, reterr);
+  }
+  return rc;
 }
 
-static void cuda_free(struct runtime_device *d, void *ptr) {
+static void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
+  struct cuda_device *c = cuda_of(d);
   if (!ptr) {
     return;
+  }
+  if (bytes <= CUDA_CACHE_ENTRY_MAX) {
+    pthread_mutex_lock(&c->cache_lock);
+    if (c->ncache < CUDA_CACHE_SLOTS && c->cache_bytes + bytes <= CUDA_CACHE_BYTES) {
+      c->cache[c->ncache].ptr = ptr;
+      c->cache[c->ncache].bytes = bytes;
+      c->ncache++;
+      c->cache_bytes += bytes;
+      pthread_mutex_unlock(&c->cache_lock);
+      return;
+    }
+    pthread_mutex_unlock(&c->cache_lock);
   }
   /* Freed even when the device cannot be made current: with unified addressing cudaFree finds
    * the pointer's device itself. Errors are dropped, as nothing a caller freeing memory could do
@@ -398,27 +465,51 @@ static qdp_status host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, 
   return QDP_OK;
 }
 
-/* Whether a shard's input goes up once, into the tail of its own buffer: a single sample (the
- * in-place expansion below walks one row), an output element at least twice the input's (so the
- * input fits beside what is already written), and more input than a staging slot (below that,
- * streaming costs nothing). */
+/* Whether a shard's input goes up once, into the tail of its own buffer, instead of streaming
+ * through the staging in each pass:
+ *  - a batch whose whole input fits one staging slot (the second pass then reads its copy in the
+ *    slot instead of the host again), or
+ *  - one large sample with an output element at least twice the input's, so the input fits
+ *    beside what is already written while pass 2 expands it in place (scale_resident). */
 static bool resident_input(const struct cuda_device *c, const struct runtime_shard_work *w) {
   unsigned isize = qdp_dtype_size(w->in), osize = qdp_dtype_size(w->plan->out_dtype);
-  return w->shard->rows == 1 && osize >= 2 * isize && w->len * isize > c->stage_bytes;
+  uint64_t rows = w->shard->rows;
+  if (w->len == 0) {
+    return false;
+  }
+  if (rows > 1) {
+    return w->len <= c->stage_bytes / isize / rows;
+  }
+  return osize >= 2 * isize && w->len * isize > c->stage_bytes;
 }
 
-/* Uploads the slice to s->resident: one DMA from registered memory, else piece by piece through
- * the pinned staging (two slots in flight). With the staging held. */
+/* Uploads the slice, rows packed [rows][len], to s->resident: one DMA from registered memory,
+ * else through the pinned staging (a batch in one slot; one large row piece by piece, two slots
+ * in flight). With the staging held. */
 static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_work *w,
                                   struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
-  uint64_t bytes = w->len * qdp_dtype_size(w->in);
+  unsigned isize = qdp_dtype_size(w->in);
+  uint64_t rows = w->shard->rows, row_bytes = w->len * isize, bytes = rows * row_bytes;
   if (w->pinned) {
+    CU_TRY(rc, d, "cudaMemcpy2DAsync",
+           cudaMemcpy2DAsync((void *)s->resident, (size_t)row_bytes, w->x,
+                             (size_t)(w->in_stride * isize), (size_t)row_bytes, (size_t)rows,
+                             cudaMemcpyHostToDevice, c->stream));
+    goto out;
+  }
+  if (rows > 1) {
+    CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
+    for (uint64_t r = 0; r < rows; r++) {
+      memcpy((char *)c->stage_host[0] + r * row_bytes,
+             (const char *)w->x + r * w->in_stride * isize, (size_t)row_bytes);
+    }
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync((void *)s->resident, w->x, (size_t)bytes, cudaMemcpyHostToDevice,
-                           c->stream));
+           cudaMemcpyAsync((void *)s->resident, c->stage_host[0], (size_t)bytes,
+                           cudaMemcpyHostToDevice, c->stream));
+    QDP_TRY(rc, stage_release(c, 0, reterr));
     goto out;
   }
   for (uint64_t at = 0, k = 0; at < bytes; at += c->stage_bytes, k++) {
@@ -451,9 +542,11 @@ static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_w
   QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), &s->norms, reterr));
   w->scratch = s;
   if (resident_input(c, w)) {
-    uint64_t end = w->shard->count * qdp_dtype_size(w->plan->out_dtype);
+    uint64_t rows = w->shard->rows;
+    uint64_t end = rows * w->shard->count * qdp_dtype_size(w->plan->out_dtype);
     /* 16-byte aligned for the kernels' vector loads. */
-    s->resident = (const char *)w->out + ((end - w->len * qdp_dtype_size(w->in)) & ~(uint64_t)15);
+    s->resident =
+        (const char *)w->out + ((end - rows * w->len * qdp_dtype_size(w->in)) & ~(uint64_t)15);
     QDP_TRY(rc, stage_begin(c, reterr));
     rc = upload_resident(c, w, reterr);
     /* Not waited for: everything that reads it is queued behind it on the stream. */
@@ -574,14 +667,15 @@ static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_
   if (s->resident) {
     /* The whole block in one launch: the tree over the smallest power of two holding len, which
      * is the block's (the rest is zeros). */
-    uint64_t sub = pow2_ceil(len);
-    QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, sizeof(double), reterr));
-    QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, 1), reterr));
+    uint64_t sub = pow2_ceil(len), rows = w->shard->rows;
+    QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
+    QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows), reterr));
     K_TRY(rc, d, "qdpk_sumsq",
-          qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, len, len, sub, 1,
+          qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, w->len, len, sub, rows,
                      w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync(ret_sums, s->sums, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
+                           c->stream));
     goto out;
   }
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
@@ -601,12 +695,13 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
   unsigned isize = qdp_dtype_size(w->in), osize = qdp_dtype_size(w->plan->out_dtype);
-  uint64_t count = w->shard->count, len = w->len;
+  uint64_t count = w->shard->count, len = w->len, rows = w->shard->rows;
   char *o = w->out;
   uint64_t base = (uint64_t)(s->resident - o);
   struct qdpk_span span = {.qubits = w->plan->qubits, .rows = 1, .out = w->plan->out_dtype};
   uint64_t e0 = 0;
-  while ((len - e0) * isize > c->stage_bytes) {
+  /* A batch is resident only when it fits a slot: it goes there whole (below). */
+  while (rows == 1 && (len - e0) * isize > c->stage_bytes) {
     uint64_t e1 = (base + e0 * isize) / osize;
     e1 = e1 < len ? e1 : len;
     span.first = w->shard->first + e0;
@@ -618,10 +713,11 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
   }
   /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
   CU_TRY(rc, d, "cudaMemcpyAsync",
-         cudaMemcpyAsync(c->stage_dev[0], s->resident + e0 * isize, (size_t)((len - e0) * isize),
-                         cudaMemcpyDeviceToDevice, c->stream));
+         cudaMemcpyAsync(c->stage_dev[0], s->resident + e0 * isize,
+                         (size_t)(rows * (len - e0) * isize), cudaMemcpyDeviceToDevice, c->stream));
   span.first = w->shard->first + e0;
   span.count = count - e0;
+  span.rows = rows;
   K_TRY(rc, d, "qdpk_amplitude",
         qdpk_amplitude(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
                        o + e0 * osize, c->stream));
@@ -742,10 +838,15 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
     }
     QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
     if (s->resident) {
+      QDP_TRY(rc,
+              scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows), reterr));
       K_TRY(rc, d, "qdpk_sumsq",
-            qdpk_sumsq(s->resident + pt->offset * isize, w->in, pt->len, pt->len, sub, 1,
-                       w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->send + k,
-                       c->stream));
+            qdpk_sumsq(s->resident + pt->offset * isize, w->in, w->len, pt->len, sub, rows,
+                       w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+      CU_TRY(
+          rc, d, "cudaMemcpy2DAsync",
+          cudaMemcpy2DAsync((double *)s->send + k, stride * sizeof(double), s->sums, sizeof(double),
+                            sizeof(double), (size_t)rows, cudaMemcpyDeviceToDevice, c->stream));
       continue;
     }
     const char *x = (const char *)w->x + pt->offset * isize;
@@ -940,7 +1041,9 @@ out:
     if (rc != QDP_OK) {
       drain(ca);
     }
-    cuda_free(da, tmp);
+    if (cudaFree(tmp) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
   }
   return rc;
 }
@@ -1066,6 +1169,9 @@ static void cuda_device_destroy(struct runtime_device *d) {
   if (c->stream) {
     drain(c);
   }
+  if (c->lock_ready) {
+    cache_drop(c);
+  }
   for (int i = 0; i < 2; i++) {
     if (c->stage_free[i]) {
       (void)cudaEventDestroy(c->stage_free[i]);
@@ -1083,6 +1189,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
   (void)cudaGetLastError();
   if (c->lock_ready) {
     pthread_mutex_destroy(&c->stage_lock);
+    pthread_mutex_destroy(&c->cache_lock);
   }
   free(c);
 }
@@ -1111,6 +1218,12 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
   d->info.ordinal = ordinal;
   c->stage_bytes = stage_bytes;
   if (pthread_mutex_init(&c->stage_lock, NULL) != 0) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
+                          d->info.name);
+    goto out;
+  }
+  if (pthread_mutex_init(&c->cache_lock, NULL) != 0) {
+    pthread_mutex_destroy(&c->stage_lock);
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
                           d->info.name);
     goto out;

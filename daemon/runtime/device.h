@@ -47,7 +47,8 @@ struct runtime_device_ops {
   void (*query)(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free);
   qdp_status (*alloc)(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                       struct qdp_error *reterr);
-  void (*free)(struct runtime_device *d, void *ptr);
+  /* ptr came from alloc with these bytes. */
+  void (*free)(struct runtime_device *d, void *ptr, uint64_t bytes);
   /* Device memory -> host memory. */
   qdp_status (*read)(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);

@@ -526,7 +526,7 @@ static void state_free_buffers(struct runtime_state *st) {
   for (size_t i = 0; st->bufs && i < st->plan.nshards; i++) {
     if (st->bufs[i]) {
       struct runtime_device *d = st->mesh->devs[st->plan.shards[i].device];
-      d->ops->free(d, st->bufs[i]);
+      d->ops->free(d, st->bufs[i], st->plan.shards[i].bytes);
       runtime_device_unreserve(d, st->plan.shards[i].bytes);
     }
   }

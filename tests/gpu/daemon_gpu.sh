@@ -67,6 +67,11 @@ PY
 step "30-qubit angle state" env ROOT="$root" bash -c "$(declare -f py big); big"
 step "end-to-end benchmark (GPU daemon)" env LD_LIBRARY_PATH="$libs" "$build/bench/qdpd_bench" \
   --seconds 2
+for clients in 4 16; do
+  step "16-qubit batches of 64 from a registered region, $clients clients" \
+    env LD_LIBRARY_PATH="$libs" "$build/bench/qdpd_bench" --shm-batch 16:64 --clients "$clients" \
+    --seconds 3
+done
 echo "== SIGTERM"
 kill -TERM "$pid"
 wait "$pid"
