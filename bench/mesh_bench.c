@@ -438,6 +438,36 @@ static void bench_host(void) {
     }
   }
   double one = median(t1, 3), two = median(t2, 3), pageable = median(tp, 3);
+  /* The ceiling: the same registered input copied to GPU 0 alone, then to both GPUs at once
+   * (each its half), with nothing else. */
+  double th1[3], th2[3];
+  void *d0 = dev_alloc(0, N * 8, 0), *d1 = dev_alloc(1, N * 4, 0);
+  for (int r = 0; r < 3; r++) {
+    CK(cudaSetDevice(0));
+    double t0 = now_ms();
+    CK(cudaMemcpy(d0, x, N * 8, cudaMemcpyHostToDevice));
+    th1[r] = now_ms() - t0;
+    cudaStream_t st[2];
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      CK(cudaStreamCreateWithFlags(&st[g], cudaStreamNonBlocking));
+    }
+    t0 = now_ms();
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpyAsync(d0, x, N * 4, cudaMemcpyHostToDevice, st[0]));
+    CK(cudaSetDevice(1));
+    CK(cudaMemcpyAsync(d1, x + N / 2, N * 4, cudaMemcpyHostToDevice, st[1]));
+    for (int g = 0; g < 2; g++) {
+      CK(cudaSetDevice(g));
+      CK(cudaStreamSynchronize(st[g]));
+      CK(cudaStreamDestroy(st[g]));
+    }
+    th2[r] = now_ms() - t0;
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaFree(d0));
+  CK(cudaSetDevice(1));
+  CK(cudaFree(d1));
   /* What allocating the state costs inside those figures (the runtime allocates per job). */
   double talloc[3];
   for (int r = 0; r < 3; r++) {
@@ -452,9 +482,10 @@ static void bench_host(void) {
   printf(
       "mesh_bench host qubits=30 input_gib=8 register_ms=%.0f one_gpu_ms=%.1f two_gpu_ms=%.1f "
       "speedup=%.3f target=1.8 one_gpu_input_gb_s=%.1f two_gpu_input_gb_s=%.1f "
-      "one_gpu_unregistered_ms=%.1f collective=%s cudamalloc_16gib_ms=%.1f\n",
+      "one_gpu_unregistered_ms=%.1f collective=%s cudamalloc_16gib_ms=%.1f "
+      "copy_only_one_gpu_gb_s=%.1f copy_only_two_gpus_gb_s=%.1f\n",
       tr, one, two, one / two, gb / (one * 1e-3), gb / (two * 1e-3), pageable, how2,
-      median(talloc, 3));
+      median(talloc, 3), gb / (median(th1, 3) * 1e-3), gb / (median(th2, 3) * 1e-3));
   fflush(stdout);
   plan_destroy(p1);
   plan_destroy(p2);
