@@ -50,6 +50,35 @@ for devs in 0 0,1; do
   wait "$qpid" || rc=1
   rm -rf "$d"
 done
+# Placement on a GPU another process is using: 100 GiB taken on cuda:1 by PyTorch, then a
+# capacity plan over both GPUs gives cuda:1 the smaller shard.
+d=$(mktemp -d)
+env -u LD_LIBRARY_PATH python3 -c "
+import time, torch
+x = torch.empty(100 * 2**30, dtype=torch.uint8, device='cuda:1')
+open('$d/held', 'w').close()
+time.sleep(60)" &
+hog=$!
+for _ in $(seq 300); do [ -e "$d/held" ] && break; sleep 0.1; done
+"$build/daemon/qdpd" --socket "$d/s" --devices 0,1 2>"$out/qdpd-shared.log" &
+qpid=$!
+for _ in $(seq 300); do
+  grep -q "listening on unix:" "$out/qdpd-shared.log" 2>/dev/null && break
+  sleep 0.1
+done
+{
+  echo "== a GPU shared with another process (100 GiB held on cuda:1)"
+  "$build/client/qdpctl" --socket "$d/s" status
+  "$build/client/qdpctl" --socket "$d/s" plan --encoding angle --qubits 33 --policy capacity \
+    --values "$(seq -s, 0.1 0.1 3.3)"
+  "$build/client/qdpctl" --socket "$d/s" plan --encoding angle --qubits 34 --policy auto \
+    --values "$(seq -s, 0.1 0.1 3.4)"
+} 2>&1 | tee "$out/shared-gpu.txt"
+kill -TERM "$qpid"
+wait "$qpid" || rc=1
+kill "$hog" 2>/dev/null
+wait "$hog" 2>/dev/null
+rm -rf "$d"
 if [ -z "${QDP_MESH_NO_DAEMON:-}" ]; then
   bash "$root/tests/gpu/daemon_gpu.sh" "$build" "$out/daemon" > "$out/daemon.txt" 2>&1 || rc=1
   echo "== daemon"; head -n 40 "$out/daemon.txt"
