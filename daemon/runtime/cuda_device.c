@@ -196,6 +196,19 @@ static qdp_status finish(struct cuda_device *c, struct qdp_error *reterr) {
   return err == cudaSuccess ? QDP_OK : cuda_failed(&c->base, err, "cudaStreamSynchronize", reterr);
 }
 
+/* Copies nrows rows of row_bytes, src_stride apart, to dst packed, on the device's stream: one
+ * linear copy when the rows are contiguous (a pitched copy of one very wide row runs well below
+ * the link's rate), a pitched one otherwise. */
+static cudaError_t copy_rows_async(struct cuda_device *c, const void *dst, const void *src,
+                                   uint64_t src_stride, uint64_t row_bytes, uint64_t nrows,
+                                   enum cudaMemcpyKind kind) {
+  if (nrows == 1 || src_stride == row_bytes) {
+    return cudaMemcpyAsync((void *)dst, src, (size_t)(row_bytes * nrows), kind, c->stream);
+  }
+  return cudaMemcpy2DAsync((void *)dst, (size_t)row_bytes, src, (size_t)src_stride,
+                           (size_t)row_bytes, (size_t)nrows, kind, c->stream);
+}
+
 /* Staging. The caller holds stage_lock. A slot is used as: stage_put (wait until the GPU is done
  * with it, pack rows into the pinned buffer, queue the upload), launches that read stage_dev[slot],
  * stage_release (record the slot's event after them). Source memory that is itself page-locked
@@ -213,9 +226,9 @@ static qdp_status stage_put(struct cuda_device *c, int slot, const char *src, ui
                             (unsigned long long)c->stage_bytes);
   }
   if (pinned) {
-    CU_TRY(rc, &c->base, "cudaMemcpy2DAsync",
-           cudaMemcpy2DAsync(c->stage_dev[slot], (size_t)row_bytes, src, (size_t)src_stride,
-                             (size_t)row_bytes, (size_t)nrows, cudaMemcpyHostToDevice, c->stream));
+    CU_TRY(rc, &c->base, "cudaMemcpyAsync",
+           copy_rows_async(c, c->stage_dev[slot], src, src_stride, row_bytes, nrows,
+                           cudaMemcpyHostToDevice));
     goto out;
   }
   CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
@@ -494,10 +507,9 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   unsigned isize = qdp_dtype_size(w->in);
   uint64_t rows = w->shard->rows, row_bytes = w->len * isize, bytes = rows * row_bytes;
   if (w->pinned) {
-    CU_TRY(rc, d, "cudaMemcpy2DAsync",
-           cudaMemcpy2DAsync((void *)s->resident, (size_t)row_bytes, w->x,
-                             (size_t)(w->in_stride * isize), (size_t)row_bytes, (size_t)rows,
-                             cudaMemcpyHostToDevice, c->stream));
+    CU_TRY(rc, d, "cudaMemcpyAsync",
+           copy_rows_async(c, s->resident, w->x, w->in_stride * isize, row_bytes, rows,
+                           cudaMemcpyHostToDevice));
     goto out;
   }
   if (rows > 1) {
