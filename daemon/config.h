@@ -67,6 +67,7 @@ struct config {
   double mem_fraction;
   uint64_t staging_bytes;
   bool host_collectives;
+  bool nccl_exchange;
   uint64_t store_budget;
   uint64_t client_budget;
   uint64_t max_states;

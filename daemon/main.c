@@ -338,6 +338,7 @@ int main(int argc, char **argv) {
       .mem_fraction = d.cfg.mem_fraction,
       .staging_bytes = d.cfg.staging_bytes,
       .host_collectives = d.cfg.host_collectives,
+      .nccl_exchange = d.cfg.nccl_exchange,
   };
   if (runtime_mesh_create(&mc, &d.mesh, &err) != QDP_OK) {
     rc = fail("devices", &err);

@@ -112,11 +112,13 @@ static qdp_status cpu_encode(struct runtime_device *d, struct runtime_shard_work
 }
 
 static qdp_status cpu_butterfly(struct runtime_device *da, void *a, struct runtime_device *db,
-                                void *b, qdp_dtype out, uint64_t count, struct qdp_error *reterr) {
+                                void *b, qdp_dtype out, uint64_t count, const char **ret_how,
+                                struct qdp_error *reterr) {
   (void)da;
   (void)db;
   (void)reterr;
   qdpk_cpu_butterfly(a, b, out, count);
+  *ret_how = "local";
   return QDP_OK;
 }
 

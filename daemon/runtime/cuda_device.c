@@ -72,6 +72,9 @@ struct cuda_device {
   cudaEvent_t stage_free[2];            /* recorded after the last GPU use of the slot */
   unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
   pthread_mutex_t cache_lock;           /* the kept buffers */
+  struct device_comm *comm; /* the mesh's, with this device as member `member`; NULL: none */
+  size_t member;
+  bool nccl_exchange; /* swap global-bit stages over NCCL even with peer access */
   struct {
     void *ptr;
     uint64_t bytes;
@@ -1019,20 +1022,70 @@ static qdp_status cuda_encode(struct runtime_device *d, struct runtime_shard_wor
 
 /* (a, b) <- (a + b, a - b) on da's stream: b read and written in place over peer access, else
  * through a bounded buffer on da, one piece at a time. */
+/* The stage over NCCL, piece by piece: a's piece lands in a buffer on b's GPU and b's in one on
+ * a's, then each side keeps its half of the butterfly (a + b on a's, a - b on b's). */
+static qdp_status butterfly_nccl(struct cuda_device *ca, void *a, struct cuda_device *cb, void *b,
+                                 qdp_dtype out, uint64_t count, struct qdp_error *reterr) {
+  struct runtime_device *da = &ca->base, *db = &cb->base;
+  qdp_status rc = QDP_OK;
+  unsigned esize = qdp_dtype_size(out);
+  uint64_t piece =
+      count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count : PLAN_EXCHANGE_CHUNK_BYTES / esize;
+  void *ta = NULL, *tb = NULL;
+  QDP_TRY(rc, use_device(db, reterr));
+  QDP_TRY(rc, dev_malloc(db, piece * esize, &tb, reterr));
+  QDP_TRY(rc, use_device(da, reterr));
+  QDP_TRY(rc, dev_malloc(da, piece * esize, &ta, reterr));
+  for (uint64_t at = 0; at < count; at += piece) {
+    uint64_t n = count - at < piece ? count - at : piece;
+    char *pa = (char *)a + at * esize, *pb = (char *)b + at * esize;
+    QDP_TRY(rc, device_comm_swap(ca->comm, ca->member, pa, ta, cb->member, pb, tb, n * esize,
+                                 ca->stream, cb->stream, reterr));
+    /* (pa, ta) <- (a + b, a - b): a's side keeps a + b. */
+    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(pa, ta, out, n, ca->stream));
+    QDP_TRY(rc, use_device(db, reterr));
+    /* (tb, pb) <- (a + b, a - b): b's side keeps a - b. */
+    K_TRY(rc, db, "qdpk_butterfly", qdpk_butterfly(tb, pb, out, n, cb->stream));
+    QDP_TRY(rc, use_device(da, reterr));
+  }
+  QDP_TRY(rc, finish(cb, reterr));
+  QDP_TRY(rc, finish(ca, reterr));
+out:
+  if (rc != QDP_OK) {
+    drain(ca);
+    drain(cb);
+  }
+  if (tb && (cudaSetDevice(db->info.ordinal) != cudaSuccess || cudaFree(tb) != cudaSuccess)) {
+    (void)cudaGetLastError();
+  }
+  if (ta && (cudaSetDevice(da->info.ordinal) != cudaSuccess || cudaFree(ta) != cudaSuccess)) {
+    (void)cudaGetLastError();
+  }
+  return rc;
+}
+
 static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_device *db,
-                                 void *b, qdp_dtype out, uint64_t count, struct qdp_error *reterr) {
-  struct cuda_device *ca = cuda_of(da);
+                                 void *b, qdp_dtype out, uint64_t count, const char **ret_how,
+                                 struct qdp_error *reterr) {
+  struct cuda_device *ca = cuda_of(da), *cb = cuda_of(db);
   qdp_status rc = QDP_OK;
   void *tmp = NULL;
   unsigned esize = qdp_dtype_size(out);
   QDP_TRY(rc, use_device(da, reterr));
-  if (da == db || ca->peer[db->info.ordinal]) {
+  if (da == db || (ca->peer[db->info.ordinal] && !(ca->nccl_exchange && ca->comm))) {
+    *ret_how = da == db ? "local" : "peer";
     K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, count, ca->stream));
     QDP_TRY(rc, finish(ca, reterr));
     goto out;
   }
+  if (ca->comm && cb->comm == ca->comm) {
+    *ret_how = "nccl";
+    rc = butterfly_nccl(ca, a, cb, b, out, count, reterr);
+    goto out;
+  }
   /* No peer access: b's piece comes over into tmp, the kernel leaves a - b there, and it goes
    * back. PLAN_EXCHANGE_CHUNK_BYTES is what the planner counted for this buffer. */
+  *ret_how = "copy";
   uint64_t piece =
       count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count : PLAN_EXCHANGE_CHUNK_BYTES / esize;
   QDP_TRY(rc, dev_malloc(da, piece * esize, &tmp, reterr));
@@ -1505,8 +1558,15 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   } else {
     struct qdp_error ce = QDP_ERROR_INIT;
     if (device_comm_create_local(ords, n, &m->device_comm, &ce) == QDP_OK) {
-      snprintf(m->collectives, sizeof m->collectives, "nccl (NCCL %d, %zu GPUs)",
-               device_comm_nccl_version(), n);
+      snprintf(m->collectives, sizeof m->collectives, "nccl (NCCL %d, %zu GPUs)%s",
+               device_comm_nccl_version(), n,
+               cfg->nccl_exchange ? "; global-bit stages over NCCL" : "");
+      for (size_t i = 0; i < n; i++) {
+        struct cuda_device *c = cuda_of(m->devs[i]);
+        c->comm = m->device_comm;
+        c->member = i;
+        c->nccl_exchange = cfg->nccl_exchange;
+      }
     } else {
       m->device_comm = NULL;
       snprintf(m->collectives, sizeof m->collectives, "host (%.170s)", ce.msg);

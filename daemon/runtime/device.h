@@ -83,9 +83,13 @@ struct runtime_device_ops {
   /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform. */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);
-  /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b). */
+  /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b).
+   * *ret_how names the path the data took: "local" (one memory or one device), "peer" (a kernel
+   * reading the partner's memory over a peer link), "nccl" (swapped over NCCL), "copy" (copied
+   * over and back without peer access). */
   qdp_status (*butterfly)(struct runtime_device *da, void *a, struct runtime_device *db, void *b,
-                          qdp_dtype out, uint64_t count, struct qdp_error *reterr);
+                          qdp_dtype out, uint64_t count, const char **ret_how,
+                          struct qdp_error *reterr);
   /* Frees what amp_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
 

@@ -147,6 +147,7 @@ static void *task_encode(void *arg) {
 struct pair_task {
   struct shard_task *lo, *hi;
   qdp_dtype out;
+  const char *how;
   qdp_status rc;
   struct qdp_error err;
 };
@@ -154,7 +155,7 @@ struct pair_task {
 static void *task_butterfly(void *arg) {
   struct pair_task *p = arg;
   p->rc = p->lo->dev->ops->butterfly(p->lo->dev, p->lo->work.out, p->hi->dev, p->hi->work.out,
-                                     p->out, p->lo->work.shard->count, &p->err);
+                                     p->out, p->lo->work.shard->count, &p->how, &p->err);
   return NULL;
 }
 
@@ -515,6 +516,7 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
         }
         goto out;
       }
+      st->collective = pairs[i].how;
     }
   }
 out:
@@ -627,7 +629,6 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     if (rc == QDP_OK && st->plan.global_bits > 0 &&
         (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z)) {
       rc = run_global_stages(st, t, n, reterr);
-      st->collective = "host";
     }
   }
   if (rc != QDP_OK) {

@@ -69,6 +69,8 @@ struct runtime_mesh_config {
   uint64_t staging_bytes;       /* per device for host input staging; 0 = backend default */
   /* Reduce on the host even where a device collective (NCCL) could be used. */
   bool host_collectives;
+  /* Swap iqp's global-bit stages over NCCL even between GPUs with peer access. */
+  bool nccl_exchange;
 };
 
 struct runtime_mesh;
@@ -128,9 +130,11 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
 void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every shard */
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
-/* How shards exchanged: "none" (nothing to exchange), "host" (partials combined on the host in
- * the fixed order; global-bit stages by peer copies), "nccl" (partials all-gathered over NCCL and
- * combined on every device in the same fixed order). */
+/* How shards exchanged: "none" (nothing to exchange); for the amplitude norm "host" (partials
+ * combined on the host in the fixed order) or "nccl" (partials all-gathered over NCCL and combined
+ * on every device in the same fixed order); for iqp's global-bit stages the path the shards took:
+ * "local" (one memory), "peer" (kernels reading the partner over a peer link), "nccl" (swapped
+ * over NCCL), "copy" (copied over and back without peer access). */
 const char *runtime_state_collective(const struct runtime_state *s);
 /* Bytes of device memory the state holds. */
 uint64_t runtime_state_bytes(const struct runtime_state *s);

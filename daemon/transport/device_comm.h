@@ -54,6 +54,12 @@ qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *co
                                          double *const *recv, size_t count, void *const *streams,
                                          struct qdp_error *reterr);
 
+/* Local members la and lb swap `bytes`: la's send_a lands in lb's recv_b and lb's send_b in la's
+ * recv_a, each on its member's stream, from one thread (NCCL group). */
+qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a, void *recv_a,
+                            size_t lb, const void *send_b, void *recv_b, size_t bytes,
+                            void *stream_a, void *stream_b, struct qdp_error *reterr);
+
 /* Local member `local` sends `bytes` at send to member `peer` and receives as many from it into
  * recv, as one step (no deadlock whoever calls first). */
 qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, const void *send,

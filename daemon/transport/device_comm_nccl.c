@@ -146,6 +146,29 @@ qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *co
   return r == ncclSuccess ? QDP_OK : nccl_failed(c, failed, r, "ncclAllGather", reterr);
 }
 
+qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a, void *recv_a,
+                            size_t lb, const void *send_b, void *recv_b, size_t bytes,
+                            void *stream_a, void *stream_b, struct qdp_error *reterr) {
+  if (la >= c->nlocal || lb >= c->nlocal || la == lb) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
+                         "swap between local members %zu and %zu of a group holding %zu here", la,
+                         lb, c->nlocal);
+  }
+  int ma = c->first_member + (int)la, mb = c->first_member + (int)lb;
+  ncclResult_t r = ncclGroupStart(), s[4] = {ncclSuccess, ncclSuccess, ncclSuccess, ncclSuccess};
+  if (r == ncclSuccess) {
+    s[0] = ncclSend(send_a, bytes, ncclChar, mb, c->comms[la], (cudaStream_t)stream_a);
+    s[1] = ncclRecv(recv_a, bytes, ncclChar, mb, c->comms[la], (cudaStream_t)stream_a);
+    s[2] = ncclSend(send_b, bytes, ncclChar, ma, c->comms[lb], (cudaStream_t)stream_b);
+    s[3] = ncclRecv(recv_b, bytes, ncclChar, ma, c->comms[lb], (cudaStream_t)stream_b);
+    r = ncclGroupEnd();
+  }
+  for (int i = 0; i < 4 && r == ncclSuccess; i++) {
+    r = s[i];
+  }
+  return r == ncclSuccess ? QDP_OK : nccl_failed(c, la, r, "ncclSend/ncclRecv", reterr);
+}
+
 qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, const void *send,
                                 void *recv, size_t bytes, void *stream, struct qdp_error *reterr) {
   if (local >= c->nlocal || peer < 0 || peer >= c->size) {

@@ -399,6 +399,13 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
   printf("  collectives: %s; fallback mesh: %s\n", runtime_mesh_collectives(m),
          runtime_mesh_collectives(host));
   ck_assert_str_eq(runtime_mesh_collectives(host), "host (configured)");
+  /* And one swapping the global-bit stages over NCCL though the GPUs could read each other. */
+  struct runtime_mesh_config xcfg = {
+      .devices = "auto", .staging_bytes = SMALL_STAGING, .nccl_exchange = true};
+  struct runtime_mesh *xm = NULL;
+  ck_assert_msg(runtime_mesh_create(&xcfg, &xm, &he) == QDP_OK, "nccl mesh: %s", he.msg);
+  struct runtime_link l01;
+  runtime_mesh_link(m, 0, 1, &l01);
   static const struct {
     qdp_encoding enc;
     uint32_t n;
@@ -437,15 +444,31 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     struct qdp_error e = QDP_ERROR_INIT;
     ck_assert_msg(runtime_encode(m, p2, &input, &st, &e) == QDP_OK, "encode: %s", e.msg);
     const char *how = runtime_state_collective(st);
-    const char *want = amp                                  ? (nccl ? "nccl" : "host")
-                       : cases[i].enc == QDP_ENCODING_ANGLE ? "none"
-                                                            : "host";
+    int iqp = cases[i].enc == QDP_ENCODING_IQP || cases[i].enc == QDP_ENCODING_IQP_Z;
+    const char *want = amp    ? (nccl ? "nccl" : "host")
+                       : !iqp ? "none"
+                              : (l01.peer ? "peer"
+                                 : nccl   ? "nccl"
+                                          : "copy");
     ck_assert_str_eq(how, want);
     runtime_state_destroy(st);
     void *two = encode_all(m, p2, &input, NULL);
     void *fallback = encode_all(host, p2, &input, NULL);
     int same = memcmp(one, two, (size_t)p1->total_bytes) == 0;
     int same_host = memcmp(one, fallback, (size_t)p1->total_bytes) == 0;
+    if (iqp && nccl) {
+      st = NULL;
+      ck_assert_msg(runtime_encode(xm, p2, &input, &st, &e) == QDP_OK, "encode: %s", e.msg);
+      ck_assert_str_eq(runtime_state_collective(st), "nccl");
+      runtime_state_destroy(st);
+      void *swapped = encode_all(xm, p2, &input, NULL);
+      int same_swap = memcmp(one, swapped, (size_t)p1->total_bytes) == 0;
+      printf("  %s n=%u: global-bit stages over NCCL %s\n", qdp_encoding_name(cases[i].enc), n,
+             same_swap ? "bit-identical" : "DIFFER");
+      ck_assert_msg(same_swap, "%s with stages over NCCL differs from 1 GPU",
+                    qdp_encoding_name(cases[i].enc));
+      free(swapped);
+    }
     printf("  %s %s->%s n=%u batch=%" PRIu64 ": 1 GPU vs 2 GPUs (%s) %s, vs 2 GPUs (host) %s\n",
            qdp_encoding_name(cases[i].enc), qdp_dtype_name(cases[i].in),
            qdp_dtype_name(cases[i].out), n, rows, how, same ? "bit-identical" : "DIFFER",
@@ -479,6 +502,7 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     plan_destroy(p2);
     free(x);
   }
+  runtime_mesh_destroy(xm);
   runtime_mesh_destroy(host);
   runtime_mesh_destroy(m);
 }
