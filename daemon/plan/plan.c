@@ -464,17 +464,71 @@ static qdp_status place_single(struct plan *p, const struct plan_world *w, const
   return rc;
 }
 
+/* The cost of the global-bit stages with order[i] holding shard i: the shards whose indices
+ * differ in bit b exchange in stage b, all pairs at once, so a stage costs its worst pair. */
+static unsigned stages_cost(const struct plan_world *w, const size_t *order, size_t n) {
+  unsigned total = 0;
+  for (size_t bit = 1; bit < n; bit <<= 1) {
+    unsigned worst = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (!(i & bit)) {
+        unsigned c = w->link_cost[order[i] * w->count + order[i | bit]];
+        worst = c > worst ? c : worst;
+      }
+    }
+    total += worst;
+  }
+  return total;
+}
+
+/* Reorders idx (4 to 8 devices) to the cheapest stages, trying every order that keeps the
+ * first device first (the stages are symmetric under relabelling the shards by xor, so that loses
+ * nothing); the first of equally cheap orders wins, so a uniform topology keeps S's order. */
+static void order_for_exchange(const struct plan_world *w, size_t *idx, size_t n) {
+  size_t cur[8], best[8];
+  memcpy(cur, idx, n * sizeof *cur);
+  memcpy(best, cur, n * sizeof *best);
+  unsigned best_cost = stages_cost(w, cur, n);
+  /* Heap's algorithm over positions 1..n-1, iteratively. */
+  size_t c[8] = {0};
+  for (size_t i = 1; i < n - 1;) {
+    if (c[i] < i) {
+      size_t j = i % 2 ? c[i] : 0;
+      size_t t = cur[1 + j];
+      cur[1 + j] = cur[1 + i];
+      cur[1 + i] = t;
+      unsigned cost = stages_cost(w, cur, n);
+      if (cost < best_cost) {
+        best_cost = cost;
+        memcpy(best, cur, n * sizeof *best);
+      }
+      c[i]++;
+      i = 1;
+    } else {
+      c[i] = 0;
+      i++;
+    }
+  }
+  memcpy(idx, best, n * sizeof *best);
+}
+
 static qdp_status place_even(struct plan *p, const struct plan_world *w, const struct devset *set,
                              struct qdp_error *reterr) {
   qdp_status rc = alloc_shards(p, set->n, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
+  size_t order[8];
+  int ordered = w->link_cost && set->n >= 4 && set->n <= 8;
+  if (ordered) {
+    memcpy(order, set->idx, set->n * sizeof *order);
+    order_for_exchange(w, order, set->n);
+  }
   p->policy = PLAN_EVEN;
   p->global_bits = log2_floor(set->n);
   const uint64_t size = p->amplitudes >> p->global_bits;
   for (size_t i = 0; i < set->n; i++) {
-    set_shard(p, i, w, set->idx[i], (uint64_t)i * size, size, 0, p->batch);
+    set_shard(p, i, w, ordered ? order[i] : set->idx[i], (uint64_t)i * size, size, 0, p->batch);
   }
   return QDP_OK;
 }

@@ -69,6 +69,9 @@ struct plan_world {
   const struct plan_device *devices;
   size_t count;
   int ranks;
+  /* Optional [count][count]: the cost of an exchange between devices i and j over what joins
+   * them (lower is faster, e.g. NVLink 1, PCIe 2, no peer path 3); NULL: every pair alike. */
+  const uint8_t *link_cost;
 };
 
 /* A zero field means "no limit of its own"; max_qubits is capped at PLAN_MAX_QUBITS in any case.
@@ -143,7 +146,9 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
  *
  * Policies, over the device set S (D devices, N = 2^qubits amplitudes, B = batch):
  *  SINGLE    one shard on the device of S with the largest budget (ties: earliest in S).
- *  EVEN      D = 2^g equal shards of N / 2^g amplitudes; global_bits = g.
+ *  EVEN      D = 2^g equal shards of N / 2^g amplitudes; global_bits = g. With link costs and
+ *            4 <= D <= 8, the devices take the shards in the order that makes the global-bit
+ *            stages cheapest (each stage as slow as its worst pair; ties keep S's order).
  *  UNEVEN    D contiguous ranges: the first N mod D get ceil(N / D) amplitudes, the rest floor.
  *  CAPACITY  D contiguous ranges proportional to each device's usable bytes (budget minus
  *            staging; all-zero usable bytes count as equal), largest-remainder rounding, and a

@@ -399,6 +399,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   int guard = -1;
   struct plan_device *devs = NULL;
   size_t *subset = NULL;
+  uint8_t *links = NULL;
   struct plan *p = NULL;
   struct state_reservation *res = NULL;
   struct runtime_state *st = NULL;
@@ -462,7 +463,12 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
       .device_subset_count = nsub,
       .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
   };
-  struct plan_world world = {.devices = devs, .count = n, .ranks = 1};
+  /* Links order the shards of an even plan so that exchange partners are the best joined. */
+  links = malloc(n ? n * n : 1);
+  if (links) {
+    runtime_mesh_link_costs(s->mesh, links);
+  }
+  struct plan_world world = {.devices = devs, .count = n, .ranks = 1, .link_cost = links};
   struct plan_limits lim = {
       .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
       .max_batch = atomic_load(&s->max_batch),
@@ -519,6 +525,7 @@ out:
   }
   free(devs);
   free(subset);
+  free(links);
   arena_free(&a);
   if (uploaded) {
     /* The upload's buffer goes back to upload_budget now, not when the client reads the reply. */

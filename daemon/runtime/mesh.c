@@ -147,6 +147,19 @@ const char *runtime_mesh_collectives(const struct runtime_mesh *m) {
   return m->collectives[0] ? m->collectives : "host (one memory)";
 }
 
+void runtime_mesh_link_costs(const struct runtime_mesh *m, uint8_t *ret) {
+  static const uint8_t cost[] = {
+      [RUNTIME_LINK_SELF] = 0, [RUNTIME_LINK_HOST] = 1, [RUNTIME_LINK_NVLINK] = 1,
+      [RUNTIME_LINK_PCIE] = 2, [RUNTIME_LINK_PEER] = 2, [RUNTIME_LINK_NONE] = 3};
+  for (size_t i = 0; i < m->count; i++) {
+    for (size_t j = 0; j < m->count; j++) {
+      struct runtime_link l;
+      runtime_mesh_link(m, i, j, &l);
+      ret[i * m->count + j] = cost[l.kind];
+    }
+  }
+}
+
 const char *runtime_mesh_topology_source(const struct runtime_mesh *m) {
   return m->topology_source ? m->topology_source : "host";
 }

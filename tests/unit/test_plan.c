@@ -198,6 +198,47 @@ START_TEST(test_even_31_qubits_over_2_devices_gives_two_halves) {
 }
 END_TEST
 
+/* Four GPUs where NVLink joins 0-3 and 1-2 (cost 1), PCIe 0-2 and 1-3 (2), and nothing usable
+ * 0-1 and 2-3 (3). In S's order the stages pair (0,1),(2,3) then (0,2),(1,3): 3 + 2. The
+ * cheapest order puts an NVLink pair in one stage and a PCIe pair in the other: 1 + 2. */
+START_TEST(test_even_orders_exchange_partners_by_link_cost) {
+  struct world_buf wb;
+  world_same(&wb, 4, 139 * GIB);
+  static const uint8_t cost[16] = {0, 3, 2, 1, /**/ 3, 0, 1, 2, /**/ 2, 1, 0, 3, /**/ 1, 2, 3, 0};
+  struct plan_request r = req_for(QDP_ENCODING_IQP_Z, 30, PLAN_EVEN);
+  struct plan *p = compute_ok(&r, &wb.w);
+  size_t d[4];
+  for (size_t i = 0; i < 4; i++) {
+    d[i] = p->shards[i].device;
+  }
+  ck_assert(d[0] == 0 && d[1] == 1 && d[2] == 2 && d[3] == 3); /* no costs: S's order */
+  plan_destroy(p);
+
+  wb.w.link_cost = cost;
+  p = compute_ok(&r, &wb.w);
+  for (size_t i = 0; i < 4; i++) {
+    d[i] = p->shards[i].device;
+  }
+  unsigned stage0 =
+      cost[d[0] * 4 + d[1]] > cost[d[2] * 4 + d[3]] ? cost[d[0] * 4 + d[1]] : cost[d[2] * 4 + d[3]];
+  unsigned stage1 =
+      cost[d[0] * 4 + d[2]] > cost[d[1] * 4 + d[3]] ? cost[d[0] * 4 + d[2]] : cost[d[1] * 4 + d[3]];
+  ck_assert_uint_eq(stage0 + stage1, 3);
+  ck_assert_uint_eq(d[0], 0); /* the first device keeps shard 0 */
+  assert_tiles(p, &wb.w);
+  plan_destroy(p);
+
+  /* Every pair alike (one NVSwitch): S's order stays. */
+  static const uint8_t flat[16] = {0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0};
+  wb.w.link_cost = flat;
+  p = compute_ok(&r, &wb.w);
+  for (size_t i = 0; i < 4; i++) {
+    ck_assert_uint_eq(p->shards[i].device, i);
+  }
+  plan_destroy(p);
+}
+END_TEST
+
 START_TEST(test_even_refuses_a_device_count_that_is_not_a_power_of_two) {
   struct world_buf wb;
   world_same(&wb, 6, 10 * GIB);
@@ -1140,6 +1181,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(t, test_even_refuses_1_qubit_over_4_devices);
   tcase_add_test(t, test_even_31_qubits_over_2_devices_gives_two_halves);
   tcase_add_test(t, test_even_refuses_a_device_count_that_is_not_a_power_of_two);
+  tcase_add_test(t, test_even_orders_exchange_partners_by_link_cost);
   tcase_add_test(t, test_capacity_splits_by_budget_80_40_40);
   tcase_add_test(t, test_capacity_rounds_by_largest_remainder_and_leaves_no_shard_empty);
   tcase_add_test(t, test_capacity_weighs_budget_minus_staging);
