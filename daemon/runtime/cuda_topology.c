@@ -31,6 +31,7 @@ struct nvml_pci_info {
 #define NVML_NVLINK_LINKS_MAX 18 /* links per GPU the API enumerates */
 #define NVML_P2P_CAPS_INDEX_NVLINK 2
 #define NVML_P2P_STATUS_OK 0
+#define NVML_NVLINK_DEVICE_TYPE_SWITCH 2
 
 struct nvml {
   void *lib;
@@ -41,6 +42,7 @@ struct nvml {
   nvml_return (*link_state)(nvml_device dev, unsigned link, int *ret_active);
   nvml_return (*link_remote_pci)(nvml_device dev, unsigned link, struct nvml_pci_info *ret);
   nvml_return (*p2p_status)(nvml_device a, nvml_device b, int caps_index, int *ret_status);
+  nvml_return (*link_remote_type)(nvml_device dev, unsigned link, int *ret_type); /* may be NULL */
 };
 
 /* Loads and initializes NVML; 0 on success. */
@@ -73,6 +75,9 @@ static int nvml_open(struct nvml *n) {
     }
     memcpy((char *)n + syms[i].offset, &f, sizeof f);
   }
+  /* Newer than the rest (NVML 11.4): optional. */
+  void *rt = dlsym(n->lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
+  memcpy(&n->link_remote_type, &rt, sizeof rt);
   if (n->init() != NVML_OK) {
     dlclose(n->lib);
     n->lib = NULL;
@@ -98,9 +103,9 @@ static int same_pci(const struct nvml_pci_info *a, const struct nvml_pci_info *b
          a->device == b->device;
 }
 
-/* NVLink between a and b by NVML: *ret_links counts a's active links whose far end is b (0 when
- * they meet through NVSwitch). Returns 1 for an NVLink path, 0 for none, -1 when NVML cannot say.
- */
+/* NVLink between a and b by NVML: *ret_links counts a's active links whose far end is b or, when
+ * they meet through NVSwitch, a's active links into the switch fabric (as nvidia-smi's NV#
+ * does). Returns 1 for an NVLink path, 0 for none, -1 when NVML cannot say. */
 static int nvml_nvlink(struct nvml *n, nvml_device a, nvml_device b, int *ret_links) {
   struct nvml_pci_info pb;
   int status = -1;
@@ -109,17 +114,25 @@ static int nvml_nvlink(struct nvml *n, nvml_device a, nvml_device b, int *ret_li
       n->p2p_status(a, b, NVML_P2P_CAPS_INDEX_NVLINK, &status) != NVML_OK) {
     return -1;
   }
+  int to_switch = 0;
   for (unsigned l = 0; l < NVML_NVLINK_LINKS_MAX; l++) {
-    int active = 0;
+    int active = 0, type = -1;
     struct nvml_pci_info far;
     if (n->link_state(a, l, &active) != NVML_OK || !active) {
       continue; /* NOT_SUPPORTED past the last link, or an inactive one */
     }
     if (n->link_remote_pci(a, l, &far) == NVML_OK && same_pci(&far, &pb)) {
       (*ret_links)++;
+    } else if (n->link_remote_type && n->link_remote_type(a, l, &type) == NVML_OK &&
+               type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+      to_switch++;
     }
   }
-  return status == NVML_P2P_STATUS_OK || *ret_links > 0;
+  int nvlink = status == NVML_P2P_STATUS_OK || *ret_links > 0;
+  if (nvlink && *ret_links == 0) {
+    *ret_links = to_switch;
+  }
+  return nvlink;
 }
 
 /* The NUMA node of a GPU from sysfs (by its PCI bus id), -1 when unknown. */

@@ -52,7 +52,8 @@ enum runtime_link_kind {
 
 struct runtime_link {
   enum runtime_link_kind kind;
-  int nvlinks;   /* NVLink links joining the pair directly; 0 through a switch or none */
+  int nvlinks;   /* NVLink links joining the pair, or i's links into the NVSwitch fabric that
+                    joins them; 0 none or unknown */
   bool peer;     /* peer access is enabled: i's kernels and copies reach j's memory directly */
   int perf_rank; /* CUDA's relative rank of the pair's path (0 best), -1 unknown */
 };
