@@ -860,6 +860,8 @@ START_TEST(test_mesh_describes_gpus_and_refuses_bad_specs) {
                     runtime_link_kind_name(l.kind));
       ck_assert(l.kind != RUNTIME_LINK_NVLINK ||
                 strcmp(runtime_mesh_topology_source(m), "nvml") == 0);
+      /* NVML always knows how many links a pair it calls NVLink has (directly or via NVSwitch). */
+      ck_assert_msg(l.kind != RUNTIME_LINK_NVLINK || l.nvlinks > 0, "an NVLink pair with 0 links");
     }
   }
   runtime_mesh_destroy(m);
