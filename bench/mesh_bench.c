@@ -166,6 +166,22 @@ static void gpu_teardown(struct gpu *g) {
   CK(cudaStreamDestroy(g->stream));
 }
 
+/* Frees a one-GPU job's buffers (on GPU 0) and a two-GPU job's (one per GPU). */
+static void side_by_side_free(struct gpu *g1, void **x1, void **o1, struct gpu *g2, void **x2,
+                              void **o2) {
+  for (int i = 0; i < 2; i++) {
+    CK(cudaSetDevice(i));
+    CK(cudaFree(x2[i]));
+    CK(cudaFree(o2[i]));
+  }
+  CK(cudaSetDevice(0));
+  CK(cudaFree(x1[0]));
+  CK(cudaFree(o1[0]));
+  gpu_teardown(&g1[0]);
+  gpu_teardown(&g2[0]);
+  gpu_teardown(&g2[1]);
+}
+
 /* Each GPU's two parts: the halves of the index space, GPU i's sums in column i of recv. */
 static void set_halves(struct gpu *g, uint32_t qubits) {
   struct qdpk_norm_part parts[2] = {{0, qubits - 1, 0},
@@ -215,17 +231,7 @@ static void bench_amplitude(struct device_comm *comm) {
       "target_us=30\n",
       two, given, (two - given) * 1e3);
   fflush(stdout);
-  for (int i = 0; i < 2; i++) {
-    CK(cudaSetDevice(i));
-    CK(cudaFree(x2[i]));
-    CK(cudaFree(o2[i]));
-  }
-  CK(cudaSetDevice(0));
-  CK(cudaFree(x1[0]));
-  CK(cudaFree(o1[0]));
-  gpu_teardown(&g1[0]);
-  gpu_teardown(&g2[0]);
-  gpu_teardown(&g2[1]);
+  side_by_side_free(g1, x1, o1, g2, x2, o2);
 }
 
 static void bench_collective(struct device_comm *comm) {
@@ -290,17 +296,7 @@ static void bench_batch(struct device_comm *comm) {
       "speedup=%.3f target=1.9 two_gpu_samples_s=%.3g\n",
       one, two, one / two, (double)B / (two * 1e-3));
   fflush(stdout);
-  for (int i = 0; i < 2; i++) {
-    CK(cudaSetDevice(i));
-    CK(cudaFree(x2[i]));
-    CK(cudaFree(o2[i]));
-  }
-  CK(cudaSetDevice(0));
-  CK(cudaFree(x1[0]));
-  CK(cudaFree(o1[0]));
-  gpu_teardown(&g1[0]);
-  gpu_teardown(&g2[0]);
-  gpu_teardown(&g2[1]);
+  side_by_side_free(g1, x1, o1, g2, x2, o2);
 }
 
 static void bench_gather(void) {

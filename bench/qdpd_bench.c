@@ -92,6 +92,21 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+/* Runs fn on each of n items of `size` bytes, one client thread each, and waits for them all. */
+static int run_clients(void *items, unsigned long n, size_t size, void *(*fn)(void *),
+                       pthread_t *tid) {
+  for (unsigned long i = 0; i < n; i++) {
+    if (pthread_create(&tid[i], NULL, fn, (char *)items + i * size) != 0) {
+      fprintf(stderr, "qdpd_bench: cannot start client thread %lu\n", i);
+      return 1;
+    }
+  }
+  for (unsigned long i = 0; i < n; i++) {
+    pthread_join(tid[i], NULL);
+  }
+  return 0;
+}
+
 /* ---- batches from a registered region ---- */
 
 #define SHM_SLICES 16
@@ -180,14 +195,12 @@ static int shm_batches(uint32_t qubits, uint64_t batch, unsigned long clients,
                                .batch = batch,
                                .slice_bytes = slice,
                                .index = (unsigned)i};
-    if (pthread_create(&tid[i], NULL, shm_worker_main, &w[i]) != 0) {
-      fprintf(stderr, "qdpd_bench: cannot start client thread %lu\n", i);
-      return 1;
-    }
+  }
+  if (run_clients(w, clients, sizeof *w, shm_worker_main, tid) != 0) {
+    return 1;
   }
   uint64_t total = 0;
   for (unsigned long i = 0; i < clients; i++) {
-    pthread_join(tid[i], NULL);
     total += w[i].jobs;
   }
   double elapsed = (now_us() - t0) / 1e6;
@@ -293,14 +306,12 @@ int main(int argc, char **argv) {
   double t0 = now_us();
   for (unsigned long i = 0; i < clients; i++) {
     w[i] = (struct worker){.seconds = (double)seconds, .x = x};
-    if (pthread_create(&tid[i], NULL, worker_main, &w[i]) != 0) {
-      fprintf(stderr, "qdpd_bench: cannot start client thread %lu\n", i);
-      return 1;
-    }
+  }
+  if (run_clients(w, clients, sizeof *w, worker_main, tid) != 0) {
+    return 1;
   }
   uint64_t total = 0;
   for (unsigned long i = 0; i < clients; i++) {
-    pthread_join(tid[i], NULL);
     total += w[i].jobs;
   }
   double elapsed = (now_us() - t0) / 1e6;
