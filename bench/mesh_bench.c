@@ -14,6 +14,10 @@
  *               spot-checked against the closed form
  *   big         a 33-qubit complex128 amplitude state (128 GiB) on one GPU from 64 GiB of
  *               registered host input, uploaded once into the state's buffer
+ * Named only (`mesh_bench scaling,iqp,capacity_max`), over every GPU of the machine: strong scaling
+ * of amplitude over 1, 2, 4, 8 GPUs, iqp 30 qubits over 1, 2, 4, 8 GPUs, the largest angle states
+ * the GPUs hold together, and the topology. `mpirun -n R mesh_bench ranks`: R processes of one GPU
+ * each, the norm over NCCL across them, against one process alone.
  *
  * Times are host wall clock around work on both GPUs (synchronized before and after), median of
  * the repetitions after one warm-up. Lines: "mesh_bench NAME key=value ...". Exit 77 without two
@@ -28,6 +32,9 @@
 #include <time.h>
 
 #include <cuda_runtime_api.h>
+#ifdef QDP_BENCH_MPI
+#include <mpi.h>
+#endif
 
 #include "device_comm.h"
 #include "qdpk_cuda.h"
@@ -35,6 +42,7 @@
 
 #define GIB (UINT64_C(1) << 30)
 #define REPS 7
+#define MAXG 8 /* GPUs one process drives here */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -109,9 +117,14 @@ static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *
                   n == 1 ? g[i].norms : g[i].sums, g[i].stream));
   }
   if (gather && n > 1) {
-    const double *send[2] = {g[0].sums, g[1].sums};
-    double *recv[2] = {g[0].recv, g[1].recv};
-    void *streams[2] = {g[0].stream, g[1].stream};
+    const double *send[MAXG];
+    double *recv[MAXG];
+    void *streams[MAXG];
+    for (int i = 0; i < n; i++) {
+      send[i] = g[i].sums;
+      recv[i] = g[i].recv;
+      streams[i] = g[i].stream;
+    }
     struct qdp_error e = QDP_ERROR_INIT;
     QK(device_comm_allgather_f64_all(comm, send, recv, rows, streams, &e));
     for (int i = 0; i < n; i++) {
@@ -151,9 +164,9 @@ static void gpu_setup(struct gpu *g, int ordinal, uint64_t ws_block, uint64_t ws
   g->ws_bytes = qdpk_sumsq_workspace_bytes(ws_block, ws_rows);
   CK(cudaMalloc(&g->ws, g->ws_bytes ? g->ws_bytes : 1));
   CK(cudaMalloc((void **)&g->sums, rows * sizeof(double)));
-  CK(cudaMalloc((void **)&g->recv, 2 * rows * sizeof(double)));
+  CK(cudaMalloc((void **)&g->recv, MAXG * rows * sizeof(double)));
   CK(cudaMalloc((void **)&g->norms, rows * sizeof(double)));
-  CK(cudaMalloc((void **)&g->parts, 2 * sizeof(struct qdpk_norm_part)));
+  CK(cudaMalloc((void **)&g->parts, MAXG * sizeof(struct qdpk_norm_part)));
 }
 
 static void gpu_teardown(struct gpu *g) {
@@ -182,13 +195,17 @@ static void side_by_side_free(struct gpu *g1, void **x1, void **o1, struct gpu *
   gpu_teardown(&g2[1]);
 }
 
-/* Each GPU's two parts: the halves of the index space, GPU i's sums in column i of recv. */
-static void set_halves(struct gpu *g, uint32_t qubits) {
-  struct qdpk_norm_part parts[2] = {{0, qubits - 1, 0},
-                                    {UINT64_C(1) << (qubits - 1), qubits - 1, 1}};
-  for (int i = 0; i < 2; i++) {
+/* The parts of n equal shards: shard k's sum of squares in column k of recv. Loaded on the
+ * `local` GPUs of g (all n in one process; one per rank across processes). */
+static void set_parts(struct gpu *g, int local, int n, uint32_t qubits) {
+  struct qdpk_norm_part parts[MAXG];
+  uint32_t lg = qubits - (uint32_t)__builtin_ctz((unsigned)n);
+  for (int k = 0; k < n; k++) {
+    parts[k] = (struct qdpk_norm_part){(uint64_t)k << lg, lg, (uint64_t)k};
+  }
+  for (int i = 0; i < local; i++) {
     CK(cudaSetDevice(g[i].ordinal));
-    CK(cudaMemcpy(g[i].parts, parts, sizeof parts, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(g[i].parts, parts, (size_t)n * sizeof *parts, cudaMemcpyHostToDevice));
   }
 }
 
@@ -199,7 +216,7 @@ static void bench_amplitude(struct device_comm *comm) {
   gpu_setup(&g1[0], 0, N, 1, 1);
   gpu_setup(&g2[0], 0, N / 2, 1, 1);
   gpu_setup(&g2[1], 1, N / 2, 1, 1);
-  set_halves(g2, n);
+  set_parts(g2, 2, 2, n);
   /* 0x3F in every byte: each double is about 4.8e-4. */
   void *x1[1] = {dev_alloc(0, N * 8, 0x3F)};
   void *o1[1] = {dev_alloc(0, N * 16, 0)};
@@ -622,8 +639,353 @@ static void bench_big(void) {
   free(x);
 }
 
+/* ---- every GPU of the machine (the eight-GPU run; checked on two) ---- */
+
+/* Strong scaling of amplitude complex128 2^qubits with its input on the GPUs, over 1, 2, 4, ...
+ * GPUs of this process: each GPU count its own communicator, the same job, the same bits. */
+static void bench_scaling(int count, uint32_t qubits) {
+  const uint64_t N = UINT64_C(1) << qubits;
+  double one = 0, norm1 = 0;
+  for (int k = 1; k <= count && k <= MAXG; k *= 2) {
+    struct gpu g[MAXG];
+    void *x[MAXG], *o[MAXG];
+    int ords[MAXG];
+    struct device_comm *comm = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    for (int i = 0; i < k; i++) {
+      ords[i] = i;
+      gpu_setup(&g[i], i, N / (uint64_t)k, 1, 1);
+      x[i] = dev_alloc(i, N / (uint64_t)k * 8, 0x3F);
+      o[i] = dev_alloc(i, N / (uint64_t)k * 16, 0);
+    }
+    if (k > 1) {
+      QK(device_comm_create_local(ords, (size_t)k, &comm, &e));
+      set_parts(g, k, k, qubits);
+    }
+    double ms =
+        time_amplitude(g, k, comm, x, o, qubits, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, true);
+    double ag = 0;
+    if (k > 1) {
+      double t[100];
+      for (int r = -10; r < 100; r++) {
+        const double *send[MAXG];
+        double *recv[MAXG];
+        void *streams[MAXG];
+        for (int i = 0; i < k; i++) {
+          send[i] = g[i].sums;
+          recv[i] = g[i].recv;
+          streams[i] = g[i].stream;
+        }
+        double t0 = now_ms();
+        QK(device_comm_allgather_f64_all(comm, send, recv, 1, streams, &e));
+        sync_all(g, k);
+        if (r >= 0) {
+          t[r] = now_ms() - t0;
+        }
+      }
+      ag = median(t, 100) * 1e3;
+    }
+    double norm = 0;
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(&norm, g[0].norms, 8, cudaMemcpyDeviceToHost));
+    if (k == 1) {
+      one = ms;
+      norm1 = norm;
+    }
+    printf(
+        "mesh_bench scaling qubits=%u out=complex128 gpus=%d ms=%.3f speedup=%.3f "
+        "allgather_one_double_us=%.1f same_norm_bits=%s\n",
+        qubits, k, ms, one / ms, ag, memcmp(&norm, &norm1, 8) == 0 ? "yes" : "NO");
+    fflush(stdout);
+    device_comm_destroy(comm);
+    for (int i = 0; i < k; i++) {
+      CK(cudaSetDevice(i));
+      CK(cudaFree(x[i]));
+      CK(cudaFree(o[i]));
+      gpu_teardown(&g[i]);
+    }
+  }
+}
+
+/* iqp with pair terms over 1, 2, 4, ... GPUs through the runtime: the global-bit stages exchange
+ * halves between GPUs. Every GPU count gives the one-GPU bits (checked on 4096 amplitudes at each
+ * end and the middle). */
+static void bench_iqp(int count, uint32_t qubits) {
+  uint64_t np = qubits + (uint64_t)qubits * (qubits - 1) / 2, N = UINT64_C(1) << qubits;
+  double *x = malloc(np * sizeof *x);
+  double(*ref)[2] = malloc(3 * 4096 * sizeof *ref), (*got)[2] = malloc(3 * 4096 * sizeof *got);
+  if (!x || !ref || !got) {
+    exit(1);
+  }
+  for (uint64_t i = 0; i < np; i++) {
+    x[i] = 0.01 * (double)(i % 37) - 0.15;
+  }
+  const uint64_t at[3] = {0, N / 2 - 2048, N - 4096};
+  double one = 0;
+  for (int k = 1; k <= count && k <= MAXG; k *= 2) {
+    char spec[32] = "0";
+    for (int i = 1; i < k; i++) {
+      snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",%d", i);
+    }
+    struct runtime_mesh *m = mesh(spec, 0);
+    struct plan *p = plan_for(m, k == 1 ? PLAN_SINGLE : PLAN_EVEN, QDP_ENCODING_IQP, qubits, np,
+                              QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = np};
+    double t[3];
+    const char *how = "";
+    struct qdp_error e = QDP_ERROR_INIT;
+    int same = 1;
+    for (int r = -1; r < 3; r++) {
+      struct runtime_state *st = NULL;
+      double t0 = now_ms();
+      if (runtime_encode(m, p, &in, &st, &e) != QDP_OK) {
+        fprintf(stderr, "iqp encode: %s\n", e.msg);
+        exit(1);
+      }
+      if (r >= 0) {
+        t[r] = now_ms() - t0;
+      }
+      how = runtime_state_collective(st);
+      for (int j = 0; r == 2 && j < 3; j++) {
+        QK(runtime_state_read(st, at[j], 4096, k == 1 ? ref[j * 4096] : got[j * 4096], &e));
+      }
+      runtime_state_destroy(st);
+    }
+    if (k > 1) {
+      same = memcmp(ref, got, 3 * 4096 * sizeof *ref) == 0;
+    }
+    double ms = median(t, 3);
+    one = k == 1 ? ms : one;
+    printf(
+        "mesh_bench iqp qubits=%u out=complex128 gpus=%d ms=%.2f speedup=%.3f stages=%s "
+        "same_bits=%s\n",
+        qubits, k, ms, one / ms, k == 1 ? "none" : how, same ? "yes" : "NO");
+    fflush(stdout);
+    plan_destroy(p);
+    runtime_mesh_destroy(m);
+  }
+  free(x);
+  free(ref);
+  free(got);
+}
+
+/* The largest angle states every GPU together holds (complex128 and complex64), encoded, described
+ * (its shards) and read back in part against the closed form; and the topology and placement. */
+static void bench_capacity_max(void) {
+  struct runtime_mesh *m = mesh("auto", 0.97);
+  size_t n = runtime_mesh_count(m);
+  printf("mesh_bench topology source=%s collectives=\"%s\"\n", runtime_mesh_topology_source(m),
+         runtime_mesh_collectives(m));
+  for (size_t i = 0; i < n; i++) {
+    printf("mesh_bench topology cuda:%zu", i);
+    for (size_t j = 0; j < n; j++) {
+      struct runtime_link l;
+      runtime_mesh_link(m, i, j, &l);
+      printf(" %s%s%d", runtime_link_kind_name(l.kind), l.peer ? "+peer/" : "/", l.nvlinks);
+    }
+    printf("\n");
+  }
+  uint64_t budget = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(m, i, &info);
+    budget += info.budget_bytes - runtime_mesh_staging_bytes(m);
+  }
+  for (int c64 = 0; c64 < 2; c64++) {
+    unsigned osize = c64 ? 8 : 16;
+    uint32_t q = 0;
+    while (((UINT64_C(1) << (q + 1)) * osize) <= budget / n * n && q < 40) {
+      q++;
+    }
+    /* Even shards over a power-of-two GPU count: each must fit its own GPU's budget. */
+    while (q > 0 && ((UINT64_C(1) << q) * osize) / n > budget / n) {
+      q--;
+    }
+    double x[40];
+    for (uint32_t k = 0; k < q; k++) {
+      x[k] = 0.05 + 0.07 * k;
+    }
+    qdp_dtype out = c64 ? QDP_DTYPE_COMPLEX64 : QDP_DTYPE_COMPLEX128;
+    struct plan *p = plan_for(m, PLAN_AUTO, QDP_ENCODING_ANGLE, q, q, QDP_DTYPE_FLOAT64, out);
+    struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = q};
+    struct runtime_state *st = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    double t0 = now_ms();
+    if (runtime_encode(m, p, &in, &st, &e) != QDP_OK) {
+      fprintf(stderr, "capacity encode: %s\n", e.msg);
+      exit(1);
+    }
+    double ms = now_ms() - t0;
+    double worst = 0;
+    uint64_t N = UINT64_C(1) << q;
+    const uint64_t at[] = {0, 1, N / 3, N / 2, N - 1};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+      double v[2] = {0, 0};
+      float f[2] = {0, 0};
+      QK(runtime_state_read(st, at[i], 1, c64 ? (void *)f : (void *)v, &e));
+      if (c64) {
+        v[0] = f[0];
+        v[1] = f[1];
+      }
+      double want = 1;
+      for (uint32_t k = 0; k < q; k++) {
+        want *= (at[i] >> k & 1) ? sin(x[k]) : cos(x[k]);
+      }
+      double err = fabs(v[0] - want) / fabs(want) + fabs(v[1]);
+      worst = err > worst ? err : worst;
+    }
+    printf(
+        "mesh_bench capacity_max qubits=%u out=%s gib=%.0f gpus=%zu policy=%s encode_ms=%.1f "
+        "worst_rel_err=%.2e shards=",
+        q, c64 ? "complex64" : "complex128", (double)p->total_bytes / (double)GIB, n,
+        plan_policy_name(p->policy), ms, worst);
+    for (size_t i = 0; i < p->nshards; i++) {
+      printf("%s%s:[%" PRIu64 ",+%" PRIu64 ")", i ? "," : "", p->needs[i].name, p->shards[i].first,
+             p->shards[i].count);
+    }
+    printf("\n");
+    fflush(stdout);
+    runtime_state_destroy(st);
+    plan_destroy(p);
+  }
+  runtime_mesh_destroy(m);
+}
+
+#ifdef QDP_BENCH_MPI
+/* ---- ranks: one GPU per process, the norm over NCCL across the processes ----
+ * Under `mpirun -n R mesh_bench ranks`: each rank drives the GPU of its local index on its node,
+ * joins a NCCL group whose unique id rank 0 broadcasts over MPI (never a device pointer through
+ * MPI), and runs its 1/R of amplitude complex128 2^31. Baseline in the same run: rank 0 alone
+ * with the whole state on its GPU. Times are the slowest rank's, median of REPS. */
+static double ranks_job(struct gpu *g, struct device_comm *comm, int size, void *x, void *o,
+                        uint32_t qubits, bool gather) {
+  uint64_t per = (UINT64_C(1) << qubits) / (uint64_t)size;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = now_ms();
+  CK(cudaSetDevice(g->ordinal));
+  QK(qdpk_sumsq(x, QDP_DTYPE_FLOAT64, per, per, per, 1, QDP_DTYPE_COMPLEX128, g->ws, g->ws_bytes,
+                size == 1 ? g->norms : g->sums, g->stream));
+  if (size > 1 && gather) {
+    struct qdp_error e = QDP_ERROR_INIT;
+    QK(device_comm_allgather_f64(comm, 0, g->sums, g->recv, 1, g->stream, &e));
+    QK(qdpk_norm_combine(g->parts, (size_t)size, qubits, 0, g->recv, 1, 1, g->norms, g->stream));
+  }
+  struct qdpk_span span = {.qubits = qubits,
+                           .first = (uint64_t)rank * per,
+                           .count = per,
+                           .rows = 1,
+                           .out = QDP_DTYPE_COMPLEX128};
+  QK(qdpk_amplitude(&span, x, QDP_DTYPE_FLOAT64, per, per, g->norms, o, g->stream));
+  CK(cudaStreamSynchronize(g->stream));
+  double ms = now_ms() - t0, worst = 0;
+  MPI_Allreduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+static int bench_ranks(int argc, char **argv, uint32_t qubits) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int ordinal = lr ? atoi(lr) : rank, count = 0;
+  CK(cudaGetDeviceCount(&count));
+  if (size > MAXG || (size & (size - 1)) != 0 || ordinal >= count) {
+    if (rank == 0) {
+      printf("mesh_bench ranks: needs a power-of-two rank count up to %d, one GPU each\n", MAXG);
+    }
+    MPI_Finalize();
+    return 77;
+  }
+  const uint64_t N = UINT64_C(1) << qubits, per = N / (uint64_t)size;
+  unsigned char id[DEVICE_COMM_ID_BYTES];
+  struct qdp_error e = QDP_ERROR_INIT;
+  if (rank == 0) {
+    QK(device_comm_unique_id(id, &e));
+  }
+  MPI_Bcast(id, DEVICE_COMM_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
+  struct device_comm *comm = NULL;
+  double t0 = now_ms();
+  QK(device_comm_create_member(id, size, rank, ordinal, &comm, &e));
+  double create_ms = now_ms() - t0;
+  struct gpu g, g1;
+  gpu_setup(&g, ordinal, per, 1, 1);
+  set_parts(&g, 1, size, qubits);
+  void *x = dev_alloc(ordinal, per * 8, 0x3F), *o = dev_alloc(ordinal, per * 16, 0);
+  /* Rank 0 alone, the whole state: the baseline. */
+  double one = 0, base_norm = 0;
+  if (rank == 0) {
+    gpu_setup(&g1, ordinal, N, 1, 1);
+    void *x1 = dev_alloc(ordinal, N * 8, 0x3F), *o1 = dev_alloc(ordinal, N * 16, 0);
+    double t[REPS];
+    for (int r = -1; r < REPS; r++) {
+      double s0 = now_ms();
+      QK(qdpk_sumsq(x1, QDP_DTYPE_FLOAT64, N, N, N, 1, QDP_DTYPE_COMPLEX128, g1.ws, g1.ws_bytes,
+                    g1.norms, g1.stream));
+      struct qdpk_span span = {
+          .qubits = qubits, .first = 0, .count = N, .rows = 1, .out = QDP_DTYPE_COMPLEX128};
+      QK(qdpk_amplitude(&span, x1, QDP_DTYPE_FLOAT64, N, N, g1.norms, o1, g1.stream));
+      CK(cudaStreamSynchronize(g1.stream));
+      if (r >= 0) {
+        t[r] = now_ms() - s0;
+      }
+    }
+    one = median(t, REPS);
+    CK(cudaMemcpy(&base_norm, g1.norms, 8, cudaMemcpyDeviceToHost));
+    CK(cudaFree(x1));
+    CK(cudaFree(o1));
+    gpu_teardown(&g1);
+  }
+  double tw[REPS], tg[REPS], ta[100];
+  ranks_job(&g, comm, size, x, o, qubits, true);
+  for (int r = 0; r < REPS; r++) {
+    tw[r] = ranks_job(&g, comm, size, x, o, qubits, true);
+    tg[r] = ranks_job(&g, comm, size, x, o, qubits, false);
+  }
+  for (int r = -10; r < 100; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double s0 = now_ms();
+    QK(device_comm_allgather_f64(comm, 0, g.sums, g.recv, 1, g.stream, &e));
+    CK(cudaStreamSynchronize(g.stream));
+    double ms = now_ms() - s0, worst = 0;
+    MPI_Allreduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (r >= 0) {
+      ta[r] = worst;
+    }
+  }
+  double norm = 0;
+  ranks_job(&g, comm, size, x, o, qubits, true);
+  CK(cudaMemcpy(&norm, g.norms, 8, cudaMemcpyDeviceToHost));
+  if (rank == 0) {
+    double with = median(tw, REPS), given = median(tg, REPS);
+    printf(
+        "mesh_bench ranks=%d gpus_per_rank=1 amplitude qubits=%u out=complex128 "
+        "comm_create_ms=%.0f one_rank_ms=%.3f ranks_ms=%.3f speedup=%.3f target=1.8 "
+        "norm_given_ms=%.3f norm_overhead_us=%.1f allgather_one_double_us=%.1f "
+        "target_collective_us=60 same_norm_bits=%s\n",
+        size, qubits, create_ms, one, with, one / with, given, (with - given) * 1e3,
+        median(ta, 100) * 1e3, memcmp(&norm, &base_norm, 8) == 0 ? "yes" : "NO");
+    fflush(stdout);
+  }
+  CK(cudaSetDevice(ordinal));
+  CK(cudaFree(x));
+  CK(cudaFree(o));
+  gpu_teardown(&g);
+  device_comm_destroy(comm);
+  MPI_Finalize();
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   int count = 0;
+#ifdef QDP_BENCH_MPI
+  if (argc > 1 && strcmp(argv[1], "ranks") == 0) {
+    return bench_ranks(argc, argv, 31);
+  }
+#endif
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {
     printf("mesh_bench: needs two GPUs, found %d\n", count);
     return 77;
@@ -659,11 +1021,21 @@ int main(int argc, char **argv) {
   if (!*only || strstr(only, "host")) {
     bench_host();
   }
-  if (!*only || strstr(only, "capacity")) {
+  if (!*only || (strstr(only, "capacity") && !strstr(only, "capacity_max"))) {
     bench_capacity();
   }
   if (!*only || strstr(only, "big")) {
     bench_big();
+  }
+  /* Named only: every GPU of the machine. */
+  if (strstr(only, "scaling")) {
+    bench_scaling(count, count >= 8 ? 32 : 31);
+  }
+  if (strstr(only, "iqp")) {
+    bench_iqp(count, 30);
+  }
+  if (strstr(only, "capacity_max")) {
+    bench_capacity_max();
   }
   return 0;
 }
