@@ -1072,6 +1072,21 @@ static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runt
   void *tmp = NULL;
   unsigned esize = qdp_dtype_size(out);
   QDP_TRY(rc, use_device(da, reterr));
+  if (da != db && ca->peer[db->info.ordinal] && cb->peer[da->info.ordinal] &&
+      !(ca->nccl_exchange && ca->comm)) {
+    /* Both GPUs at once, each on half of the pair's range: the link carries traffic both ways
+     * and neither GPU waits for the other's memory alone. */
+    *ret_how = "peer";
+    uint64_t h = count / 2;
+    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, h, ca->stream));
+    QDP_TRY(rc, use_device(db, reterr));
+    K_TRY(rc, db, "qdpk_butterfly",
+          qdpk_butterfly((char *)a + h * esize, (char *)b + h * esize, out, count - h, cb->stream));
+    QDP_TRY(rc, finish(cb, reterr));
+    QDP_TRY(rc, use_device(da, reterr));
+    QDP_TRY(rc, finish(ca, reterr));
+    goto out;
+  }
   if (da == db || (ca->peer[db->info.ordinal] && !(ca->nccl_exchange && ca->comm))) {
     *ret_how = da == db ? "local" : "peer";
     K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, count, ca->stream));
@@ -1102,13 +1117,13 @@ static qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runt
   }
   QDP_TRY(rc, finish(ca, reterr));
 out:
-  if (tmp) {
-    if (rc != QDP_OK) {
-      drain(ca);
-    }
-    if (cudaFree(tmp) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
+  if (rc != QDP_OK) {
+    /* Nothing either GPU still runs may touch the shards once the caller frees them. */
+    drain(ca);
+    drain(cb);
+  }
+  if (tmp && (cudaSetDevice(da->info.ordinal) != cudaSuccess || cudaFree(tmp) != cudaSuccess)) {
+    (void)cudaGetLastError();
   }
   return rc;
 }
