@@ -81,11 +81,14 @@ struct cuda_device {
   } cache[CUDA_CACHE_SLOTS];
   size_t ncache;
   uint64_t cache_bytes;
+  struct cuda_scratch *spares; /* under cache_lock */
+  size_t nspares;
 };
 
 /* Amplitude's per-job device memory, between amp_load and work_done. */
 struct cuda_scratch {
-  void *norms;       /* device doubles: each row's total sum of squares, for pass 2 */
+  void *norms; /* device doubles: each row's total sum of squares, for pass 2 */
+  uint64_t norms_cap;
   void *sums;        /* device doubles: the sums pass 1 computes, one per launch row */
   uint64_t sums_cap; /* bytes */
   double *host_sums; /* their host copy */
@@ -99,7 +102,14 @@ struct cuda_scratch {
   /* One-pass input: the slice uploaded once into the tail of the shard's own buffer (the state
    * takes at least twice the input's bytes), read there by both passes; NULL: streamed. */
   const char *resident;
+  struct cuda_scratch *next; /* in the device's spares */
 };
+
+/* Scratch descriptions with their device buffers are kept (up to CUDA_SPARE_SCRATCH, each holding
+ * at most CUDA_SPARE_SCRATCH_BYTES) for the next amplitude job: a small job then allocates and
+ * frees no device memory at all (a cudaFree waits for the whole device). */
+#define CUDA_SPARE_SCRATCH 8
+#define CUDA_SPARE_SCRATCH_BYTES (UINT64_C(64) << 20)
 
 static struct cuda_device *cuda_of(struct runtime_device *d) {
   return (struct cuda_device *)d;
@@ -292,7 +302,9 @@ static uint32_t log2_of(uint64_t pow2) {
 /* ---- the ops ----------------------------------------------------------------------------------
  */
 
-/* Frees every kept buffer. */
+static void scratch_free(struct cuda_scratch *s);
+
+/* Frees every kept buffer and scratch description. */
 static void cache_drop(struct cuda_device *c) {
   pthread_mutex_lock(&c->cache_lock);
   for (size_t i = 0; i < c->ncache; i++) {
@@ -302,7 +314,15 @@ static void cache_drop(struct cuda_device *c) {
   }
   c->ncache = 0;
   c->cache_bytes = 0;
+  struct cuda_scratch *spares = c->spares;
+  c->spares = NULL;
+  c->nspares = 0;
   pthread_mutex_unlock(&c->cache_lock);
+  while (spares) {
+    struct cuda_scratch *next = spares->next;
+    scratch_free(spares);
+    spares = next;
+  }
 }
 
 static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
@@ -343,7 +363,7 @@ static qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **re
     pthread_mutex_unlock(&c->cache_lock);
   }
   rc = dev_malloc(d, bytes, ret_ptr, reterr);
-  if (rc == QDP_ERR_RESOURCE_EXHAUSTED && c->ncache > 0) {
+  if (rc == QDP_ERR_RESOURCE_EXHAUSTED && (c->ncache > 0 || c->nspares > 0)) {
     cache_drop(c);
     rc = dev_malloc(d, bytes, ret_ptr, reterr);
   }
@@ -483,8 +503,8 @@ static qdp_status host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, 
 
 /* Whether a shard's input goes up once, into the tail of its own buffer, instead of streaming
  * through the staging in each pass:
- *  - a batch whose whole input fits one staging slot (the second pass then reads its copy in the
- *    slot instead of the host again), or
+ *  - an input (one sample or a batch) that fits one staging slot whole (the second pass then
+ *    reads its copy in the slot instead of the host again), or
  *  - one large sample with an output element at least twice the input's, so the input fits
  *    beside what is already written while pass 2 expands it in place (scale_resident). */
 static bool resident_input(const struct cuda_device *c, const struct runtime_shard_work *w) {
@@ -493,10 +513,10 @@ static bool resident_input(const struct cuda_device *c, const struct runtime_sha
   if (w->len == 0) {
     return false;
   }
-  if (rows > 1) {
-    return w->len <= c->stage_bytes / isize / rows;
+  if (w->len <= c->stage_bytes / isize / rows) {
+    return true;
   }
-  return osize >= 2 * isize && w->len * isize > c->stage_bytes;
+  return rows == 1 && osize >= 2 * isize;
 }
 
 /* Uploads the slice, rows packed [rows][len], to s->resident: one DMA from registered memory,
@@ -541,6 +561,38 @@ out:
   return rc;
 }
 
+/* A kept scratch description, or a new empty one. */
+static struct cuda_scratch *scratch_take(struct cuda_device *c) {
+  pthread_mutex_lock(&c->cache_lock);
+  struct cuda_scratch *s = c->spares;
+  if (s) {
+    c->spares = s->next;
+    c->nspares--;
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+  if (s) {
+    s->next = NULL;
+    s->resident = NULL;
+    return s;
+  }
+  return calloc(1, sizeof *s);
+}
+
+/* Keeps s for the next job when there is room and it is small, else frees it. */
+static void scratch_give(struct cuda_device *c, struct cuda_scratch *s) {
+  uint64_t bytes =
+      s->norms_cap + s->sums_cap + s->ws_cap + s->send_cap + s->recv_cap + s->parts_cap;
+  pthread_mutex_lock(&c->cache_lock);
+  if (c->nspares < CUDA_SPARE_SCRATCH && bytes <= CUDA_SPARE_SCRATCH_BYTES) {
+    s->next = c->spares;
+    c->spares = s;
+    c->nspares++;
+    s = NULL;
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+  scratch_free(s);
+}
+
 static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
                                 struct qdp_error *reterr) {
   /* Small slices are not uploaded here: both passes stream them through the staging. Large ones
@@ -548,13 +600,13 @@ static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_w
    * the device never holds more than the state and the staging. */
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
-  struct cuda_scratch *s = calloc(1, sizeof *s);
+  struct cuda_scratch *s = scratch_take(c);
   if (!s) {
     return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, ENOMEM,
                             "%s: cannot allocate the job's scratch description", d->info.name);
   }
   QDP_TRY(rc, use_device(d, reterr));
-  QDP_TRY(rc, dev_malloc(d, w->shard->rows * sizeof(double), &s->norms, reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->norms, &s->norms_cap, w->shard->rows * sizeof(double), reterr));
   w->scratch = s;
   if (resident_input(c, w)) {
     uint64_t rows = w->shard->rows;
@@ -1135,7 +1187,7 @@ static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *
   if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
     (void)cudaGetLastError();
   }
-  scratch_free(w->scratch);
+  scratch_give(cuda_of(d), w->scratch);
   w->scratch = NULL;
 }
 
