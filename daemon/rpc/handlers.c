@@ -211,8 +211,10 @@ static qdp_status resolve_region(struct rpc_call *c, const Qdp__Input *in,
     }
     return rc;
   }
-  *ret = (struct runtime_input){(const char *)g->map.data + sh->offset, (qdp_dtype)in->dtype, rows,
-                                cols};
+  *ret = (struct runtime_input){.data = (const char *)g->map.data + sh->offset,
+                                .dtype = (qdp_dtype)in->dtype,
+                                .rows = rows,
+                                .cols = cols};
 out:
   return rc;
 }
@@ -233,7 +235,8 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
   case QDP__INPUT__SOURCE_DATA:
     rc = rpc_input_shape(in->dtype, in->rows, in->cols, in->data.len, "input", &rows, &cols, err);
     if (rc == QDP_OK) {
-      *ret = (struct runtime_input){in->data.data, (qdp_dtype)in->dtype, rows, cols};
+      *ret = (struct runtime_input){
+          .data = in->data.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     }
     return rc;
   case QDP__INPUT__SOURCE_PATH: {
@@ -244,7 +247,8 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, io_map_npy(in->path, map, &hdr, err));
     /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
      * take (complex files, say). */
-    *ret = (struct runtime_input){map->data, hdr.dtype, hdr.rows, hdr.cols};
+    *ret = (struct runtime_input){
+        .data = map->data, .dtype = hdr.dtype, .rows = hdr.rows, .cols = hdr.cols};
     return QDP_OK;
   }
   case QDP__INPUT__SOURCE_SHM: {
@@ -264,7 +268,8 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows,
                                 &cols, err));
     QDP_TRY(rc, io_map_shm(sh->name, sh->pid, sh->fd, sh->offset, sh->length, map, err));
-    *ret = (struct runtime_input){map->data, (qdp_dtype)in->dtype, rows, cols};
+    *ret = (struct runtime_input){
+        .data = map->data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     return QDP_OK;
   }
   default:
@@ -345,7 +350,8 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     uint64_t rows, cols;
     QDP_TRY(rc, rpc_declared_shape(r->input->dtype, r->input->rows, r->input->cols, "input", &rows,
                                    &cols, &err));
-    in = (struct runtime_input){NULL, (qdp_dtype)r->input->dtype, rows, cols};
+    in = (struct runtime_input){
+        .data = NULL, .dtype = (qdp_dtype)r->input->dtype, .rows = rows, .cols = cols};
   } else {
     QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &region, &err));
   }
@@ -506,7 +512,8 @@ void rpc_h_upload_encode(struct rpc_job *j) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  struct runtime_input in = {c->up.buf, (qdp_dtype)decl->dtype, rows, cols};
+  struct runtime_input in = {
+      .data = c->up.buf, .dtype = (qdp_dtype)decl->dtype, .rows = rows, .cols = cols};
   /* The request stays alive (c->up.req) until the call is freed, after the answer. */
   run_encode(c, c->up.req, &in, false);
 }

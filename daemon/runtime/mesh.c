@@ -124,6 +124,13 @@ size_t runtime_mesh_count(const struct runtime_mesh *m) {
   return m->count;
 }
 
+void runtime_mesh_set_world(struct runtime_mesh *m, int rank, const struct runtime_world_ops *ops,
+                            void *ctx) {
+  m->rank = ops ? rank : 0;
+  m->world_ops = ops;
+  m->world_ctx = ops ? ctx : NULL;
+}
+
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
   return m->staging_bytes;
 }

@@ -17,6 +17,10 @@ struct runtime_mesh {
                               struct qdp_error *reterr);
   void (*unregister_host)(struct runtime_mesh *m, void *ptr);
   void *backend_data;
+  /* The world this mesh is a rank of (runtime_mesh_set_world); world_ops NULL: a world of one. */
+  int rank;
+  const struct runtime_world_ops *world_ops;
+  void *world_ctx;
 };
 
 /* Reserves bytes of device d's budget (atomic); RESOURCE_EXHAUSTED with the numbers. */
