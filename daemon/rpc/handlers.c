@@ -18,6 +18,7 @@
 #include "runtime/runtime.h"
 #include "state/regions.h"
 #include "state/store.h"
+#include "world/world.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
  */
@@ -143,7 +144,7 @@ static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan
     sh[i].row_first = ps->row_first;
     sh[i].rows = ps->rows;
     sh[i].bytes = ps->bytes;
-    sh[i].host = s->host;
+    sh[i].host = s->world ? (char *)world_host(s->world, ps->rank) : s->host;
     arr[i] = &sh[i];
   }
   *ret_n = p->nshards;
@@ -374,7 +375,11 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
     goto out;
   }
-  runtime_mesh_plan_devices(s->mesh, 0, devs);
+  if (s->world) {
+    world_plan_devices(s->world, devs);
+  } else {
+    runtime_mesh_plan_devices(s->mesh, 0, devs);
+  }
   enum plan_policy policy;
   size_t nsub = 0;
   QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
@@ -390,7 +395,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
       .device_subset_count = nsub,
       .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
   };
-  struct plan_world world = {.devices = devs, .count = n, .ranks = 1};
+  struct plan_world world = {.devices = devs, .count = n, .ranks = rpc_world_ranks(s)};
   struct plan_limits lim = {
       .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
       .max_batch = atomic_load(&s->max_batch),
@@ -412,7 +417,8 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
   QDP_TRY(rc, state_store_admit(s->store, c->client, p->total_bytes, &res, &err));
-  QDP_TRY(rc, runtime_encode(s->mesh, p, &in, &st, &err));
+  QDP_TRY(rc, s->world ? world_encode(s->world, p, &in, &st, &err)
+                       : runtime_encode(s->mesh, p, &in, &st, &err));
   if (guard >= 0) {
     bool lost = rpc_guard_remove(guard);
     guard = -1;
@@ -797,6 +803,40 @@ out:
 /* ---- Status
  * --------------------------------------------------------------------------------------------- */
 
+/* The world's part of Status: every rank, whether it is lost, and how the ranks talk. */
+static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply *r) {
+  int ranks = rpc_world_ranks(s);
+  Qdp__RankInfo **arr = arena_alloc(a, (size_t)ranks * sizeof *arr);
+  Qdp__RankInfo *ri = arena_alloc(a, (size_t)ranks * sizeof *ri);
+  struct world_rank_info *wi = arena_alloc(a, (size_t)ranks * sizeof *wi);
+  bool mpi = s->world && strcmp(world_transport_name(s->world), "mpi") == 0;
+  r->transport = mpi ? "mpi" : "local";
+  r->host_collectives = mpi ? "mpi (point to point, host memory)" : "in-process";
+  r->mpi_threads = mpi ? (char *)world_threads_name(s->world) : "";
+  r->rank_timeout_ms = s->world ? world_timeout_ms(s->world) : 0;
+  if (!arr || !ri || !wi) {
+    return;
+  }
+  for (int i = 0; i < ranks; i++) {
+    qdp__rank_info__init(&ri[i]);
+    if (s->world) {
+      world_rank_info(s->world, i, &wi[i]);
+    } else {
+      memset(&wi[i], 0, sizeof wi[i]);
+      snprintf(wi[i].host, sizeof wi[i].host, "%.63s", s->host);
+      wi[i].devices = (uint32_t)s->ndev;
+    }
+    ri[i].rank = i;
+    ri[i].host = wi[i].host;
+    ri[i].devices = wi[i].devices;
+    ri[i].lost = wi[i].lost;
+    ri[i].reason = wi[i].reason;
+    arr[i] = &ri[i];
+  }
+  r->n_rank_info = (size_t)ranks;
+  r->rank_info = arr;
+}
+
 void rpc_h_status(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   struct rpc_server *s = c->srv;
@@ -810,17 +850,27 @@ void rpc_h_status(struct rpc_job *j) {
   uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   r.uptime_ms = now - s->start_mono_ms;
   r.backend = (char *)runtime_mesh_backend(s->mesh);
-  r.ranks = 1;
+  r.ranks = rpc_world_ranks(s);
   Qdp__Device **devs = arena_alloc(&a, s->ndev * sizeof *devs);
   Qdp__Device *d = arena_alloc(&a, s->ndev * sizeof *d);
   struct runtime_device_info *info = arena_alloc(&a, s->ndev * sizeof *info);
   if (devs && d && info) {
     for (size_t i = 0; i < s->ndev; i++) {
-      runtime_mesh_device_info(s->mesh, i, &info[i]);
+      int rank = 0;
+      const char *host = s->host;
+      if (s->world) {
+        struct world_device wd;
+        world_device_at(s->world, i, &wd);
+        info[i] = wd.info;
+        rank = wd.rank;
+        host = wd.host;
+      } else {
+        runtime_mesh_device_info(s->mesh, i, &info[i]);
+      }
       qdp__device__init(&d[i]);
       d[i].name = info[i].name;
       d[i].kind = info[i].kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";
-      d[i].rank = 0;
+      d[i].rank = rank;
       d[i].ordinal = info[i].ordinal;
       d[i].uuid = info[i].uuid;
       d[i].model = info[i].model;
@@ -830,7 +880,7 @@ void rpc_h_status(struct rpc_job *j) {
       d[i].used_bytes = info[i].used_bytes;
       d[i].cc_major = info[i].cc_major;
       d[i].cc_minor = info[i].cc_minor;
-      d[i].host = s->host;
+      d[i].host = (char *)host;
       devs[i] = &d[i];
     }
     r.n_devices = s->ndev;
@@ -844,6 +894,7 @@ void rpc_h_status(struct rpc_job *j) {
   r.jobs_failed = atomic_load(&s->jobs_failed);
   r.max_qubits = (uint32_t)atomic_load(&s->max_qubits);
   region_registry_usage(s->regions, &r.regions, &r.region_bytes);
+  status_world(s, &a, &r);
   grpc_byte_buffer *reply = NULL;
   qdp_status rc = arena_check(&a, &err);
   if (rc == QDP_OK) {

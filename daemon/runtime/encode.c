@@ -661,7 +661,7 @@ qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t
     run = run < count ? run : count;
     if (sh && !s->bufs[i] && sh->rank != s->mesh->rank && s->world_job && s->mesh->world_ops) {
       qdp_status rc = s->mesh->world_ops->read(s->mesh->world_ctx, sh->rank, s->world_job, offset,
-                                               run, out, reterr);
+                                               run, out, run * esize, reterr);
       if (rc != QDP_OK) {
         return rc;
       }

@@ -127,9 +127,10 @@ struct runtime_world_ops {
   /* Sends `bytes` of mine to rank peer and receives as many of the peer's into ret. */
   qdp_status (*exchange)(void *ctx, int peer, const void *mine, void *ret, size_t bytes,
                          struct qdp_error *reterr);
-  /* Amplitudes [offset, offset + count) of job's state, all held by `rank`, into dst. */
+  /* Amplitudes [offset, offset + count) of job's state, all held by `rank`, into dst (`bytes`:
+   * count times the state's dtype size). */
   qdp_status (*read)(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count, void *dst,
-                     struct qdp_error *reterr);
+                     size_t bytes, struct qdp_error *reterr);
   /* Frees job's shards on every other rank that holds some (p->shards names them). */
   void (*release)(void *ctx, uint64_t job, const struct plan *p);
 };
