@@ -299,13 +299,46 @@ static void *device_from_pb(const void *pb) {
   return d;
 }
 
+static void rank_info_free(void *item) {
+  struct qdp_rank_info *r = item;
+  if (!r) {
+    return;
+  }
+  free(r->host);
+  free(r->reason);
+  free(r);
+}
+
+static void *rank_info_from_pb(const void *pb) {
+  const Qdp__RankInfo *p = pb;
+  struct qdp_rank_info *r = calloc(1, sizeof *r);
+  if (!r) {
+    return NULL;
+  }
+  r->struct_size = sizeof *r;
+  r->rank = p->rank;
+  r->devices = p->devices;
+  r->lost = p->lost;
+  r->host = dup0(p->host);
+  r->reason = dup0(p->reason);
+  if (!r->host || !r->reason) {
+    rank_info_free(r);
+    return NULL;
+  }
+  return r;
+}
+
 void qdp_server_status_free(struct qdp_server_status *s) {
   if (!s) {
     return;
   }
   free(s->version);
   free(s->backend);
+  free(s->transport);
+  free(s->host_collectives);
+  free(s->mpi_threads);
   array_free(s->devices, s->ndevices, device_free);
+  array_free(s->rank_info, s->nrank_info, rank_info_free);
   free(s);
 }
 
@@ -328,7 +361,14 @@ static void *status_from_pb(const void *pb) {
   s->backend = dup0(r->backend);
   s->devices = array_from_pb(r->devices, r->n_devices, device_from_pb, device_free);
   s->ndevices = s->devices ? r->n_devices : 0;
-  if (!s->version || !s->backend || (r->n_devices && !s->devices)) {
+  s->transport = dup0(r->transport);
+  s->host_collectives = dup0(r->host_collectives);
+  s->mpi_threads = dup0(r->mpi_threads);
+  s->rank_timeout_ms = r->rank_timeout_ms;
+  s->rank_info = array_from_pb(r->rank_info, r->n_rank_info, rank_info_from_pb, rank_info_free);
+  s->nrank_info = s->rank_info ? r->n_rank_info : 0;
+  if (!s->version || !s->backend || (r->n_devices && !s->devices) || !s->transport ||
+      !s->host_collectives || !s->mpi_threads || (r->n_rank_info && !s->rank_info)) {
     qdp_server_status_free(s);
     return NULL;
   }

@@ -283,6 +283,16 @@ struct qdp_device_info {
   int cc_major, cc_minor;
 };
 
+/* One rank of a qdpd world (a plain qdpd is a world of one). */
+struct qdp_rank_info {
+  size_t struct_size;
+  int rank;
+  char *host;
+  uint32_t devices;
+  int lost;     /* stopped answering: jobs that need it fail with QDP_ERR_UNAVAILABLE */
+  char *reason; /* why it was marked lost; "" while live */
+};
+
 struct qdp_server_status {
   size_t struct_size;
   char *version;
@@ -295,6 +305,13 @@ struct qdp_server_status {
   uint32_t states;
   uint64_t jobs_total, jobs_failed;
   uint32_t max_qubits;
+  /* The world (appended; present when struct_size covers them). */
+  char *transport;        /* "local" or "mpi" */
+  char *host_collectives; /* how scalars travel between ranks */
+  char *mpi_threads;      /* MPI's thread level; "" without MPI */
+  uint64_t rank_timeout_ms;
+  size_t nrank_info;
+  struct qdp_rank_info **rank_info; /* in rank order */
 };
 
 typedef enum qdp_health {

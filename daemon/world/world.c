@@ -786,6 +786,12 @@ static void serve_job(struct world *w, const struct msg_header *h) {
     goto out;
   }
   QDP_TRY(rc, runtime_encode(w->mesh, &p, &in, &st, &err));
+  /* Tests read this line to check that a rank got only its own slice of the input. */
+  log_info("world",
+           "job %" PRIu64 ": %" PRIu64 " B in %zu shards here; input slice [%" PRIu64 ", %" PRIu64
+           ") of %" PRIu64 " values",
+           h->job, runtime_state_bytes(st), plan_rank_shards(&p, me, NULL, 0), h->b, h->b + h->c,
+           p.batch * h->d);
   held->job = h->job;
   held->st = st;
   held->next = w->held;
@@ -827,6 +833,8 @@ static void serve_release(struct world *w, uint64_t job) {
     return; /* the job failed here, or never reached this rank */
   }
   *at = h->next;
+  log_info("world", "job %" PRIu64 " released: %" PRIu64 " B freed", job,
+           runtime_state_bytes(h->st));
   runtime_state_destroy(h->st);
   free(h);
 }

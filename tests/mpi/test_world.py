@@ -8,6 +8,7 @@ with QDP_DESC in the environment. QDP_WORLD_MODE=two-hosts: the ranks must be on
 
 import os
 import re
+import subprocess
 import sys
 import time
 import unittest
@@ -97,6 +98,11 @@ class World(unittest.TestCase):
             mine = [d for d in s.devices if d.rank == r.rank]
             self.assertEqual(sorted(d.name for d in mine), ["cpu:0", "cpu:1"])
             self.assertTrue(all(d.host == r.host for d in mine))
+        text = subprocess.run([os.environ["QDPCTL"], "status"], check=True, capture_output=True,
+                              text=True).stdout
+        self.assertIn(f"world: {self.ranks} ranks over mpi", text)
+        for r in s.rank_info:
+            self.assertRegex(text, rf"\n +{r.rank}  {re.escape(r.host)} +2  live\n")
         if os.environ.get("QDP_WORLD_MODE") == "two-hosts":
             self.assertEqual(len({r.host for r in s.rank_info}), self.ranks, "distinct hosts")
 

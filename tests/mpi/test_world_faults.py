@@ -6,9 +6,11 @@ Run by with_world.sh with --rank-timeout 2 (QDP_TARGET, QDP_REF_TARGET, QDP_WORL
 QDP_WORLD_RANKS), QDP_DESC in the environment.
 """
 
+import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -71,6 +73,10 @@ class Faults(unittest.TestCase):
             lost = [r.rank for r in s.rank_info if r.lost]
             self.assertEqual(lost, [victim])
             self.assertIn("did not", s.rank_info[victim].reason)
+            out = subprocess.run([os.environ["QDPCTL"], "status", "--json"], check=True,
+                                 capture_output=True, text=True).stdout
+            shown = json.loads(out)["rank_info"]
+            self.assertEqual([r["lost"] for r in shown], [r == victim for r in range(ranks)])
 
             # Later jobs and reads that need it fail at once, naming it.
             for call in (lambda: c.encode("angle", 6, x, policy="even", devices=everywhere),
