@@ -3,7 +3,8 @@
 #   with_world.sh WORLD QDPD [QDPD_ARGS...] -- COMMAND [ARGS...]
 # WORLD is the number of ranks (mpirun -n WORLD on this host, shared memory between the ranks), or
 # "two-hosts": 2 ranks on two simulated hosts joined over TCP (two_hosts.sh, beside this script).
-# Every rank runs QDPD --devices cpu:2 QDPD_ARGS; the reference runs QDPD --devices cpu:1.
+# Every rank runs QDPD --devices $QDP_WORLD_DEVICES (default cpu:2) QDPD_ARGS; the reference runs
+# QDPD --devices $QDP_REF_DEVICES (default cpu:1). QDPD may be a script that execs qdpd.
 # COMMAND runs with QDP_TARGET (the world's coordinator), QDP_REF_TARGET (the reference),
 # QDP_WORLD_LOG (every rank's log lines), QDP_WORLD_RANKS and QDP_TEST_DIR set. Afterwards the
 # world gets SIGTERM; a trap kills whatever is left and removes the folder. Exit: COMMAND's status,
@@ -49,14 +50,15 @@ trap 'exit 143' TERM
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # shellcheck disable=SC2086  # daemon_args is a word list on purpose
-"$qdpd" --socket "$dir/ref.sock" --devices cpu:1 $daemon_args 2>"$dir/ref.log" &
+"$qdpd" --socket "$dir/ref.sock" --devices "${QDP_REF_DEVICES:-cpu:1}" $daemon_args 2>"$dir/ref.log" &
 ref_pid=$!
 
 case $world in
   two-hosts)
     ranks=2
     # shellcheck disable=SC2086
-    sh "$here/two_hosts.sh" "$qdpd" --socket "$dir/world.sock" --devices cpu:2 $daemon_args \
+    sh "$here/two_hosts.sh" "$qdpd" --socket "$dir/world.sock" \
+      --devices "${QDP_WORLD_DEVICES:-cpu:2}" $daemon_args \
       >"$dir/world.log" 2>&1 &
     ;;
   *)
@@ -65,7 +67,8 @@ case $world in
     # must outlive a lost rank and say so.
     # shellcheck disable=SC2086
     mpirun --enable-recovery -n "$ranks" --oversubscribe --mca pml ob1 --mca btl self,vader \
-      "$qdpd" --socket "$dir/world.sock" --devices cpu:2 $daemon_args >"$dir/world.log" 2>&1 &
+      "$qdpd" --socket "$dir/world.sock" --devices "${QDP_WORLD_DEVICES:-cpu:2}" $daemon_args \
+      >"$dir/world.log" 2>&1 &
     ;;
 esac
 world_pid=$!
