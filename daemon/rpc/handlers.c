@@ -248,8 +248,12 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, io_map_npy(in->path, map, &hdr, err));
     /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
      * take (complex files, say). */
-    *ret = (struct runtime_input){
-        .data = map->data, .dtype = hdr.dtype, .rows = hdr.rows, .cols = hdr.cols};
+    *ret = (struct runtime_input){.data = map->data,
+                                  .dtype = hdr.dtype,
+                                  .rows = hdr.rows,
+                                  .cols = hdr.cols,
+                                  .file = in->path,
+                                  .file_offset = hdr.data_offset};
     return QDP_OK;
   }
   case QDP__INPUT__SOURCE_SHM: {

@@ -86,6 +86,12 @@ struct runtime_input {
   uint64_t rows, cols;
   bool windowed;
   uint64_t window_first, window_count;
+  /* Where the values are a file on the node (an .npy read by path): its path and the byte offset
+   * of the first value. In a world of several ranks each rank reads its own window from the file
+   * (which must be at the same path on every rank: a shared filesystem) instead of receiving it.
+   * NULL: the values exist only here. */
+  const char *file;
+  uint64_t file_offset;
 };
 
 struct runtime_state;

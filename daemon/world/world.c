@@ -6,11 +6,14 @@
  * the exchanges of the global-bit stages) goes on tags derived from its sequence number, so a
  * message a failed job left behind can never be taken for one of a later job.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "qdp_build_config.h"
@@ -36,13 +39,18 @@ static int peer_tag(uint64_t seq) {
 enum msg_type { MSG_JOB = 1, MSG_RELEASE = 2, MSG_READ = 3, MSG_STOP = 4 };
 
 /* A control message. JOB: a = plan bytes, b/c = the input window's first value and count,
- * d = input values per sample; the plan and the window follow. READ: job = the state's job,
- * a = offset, b = count, c = the read's sequence number (its reply tag), d = bytes. STOP: flags 1
- * = a rank was lost, do not finalize MPI. */
+ * d = input values per sample, e = bytes of the third message; the plan and then the window
+ * follow, or with JOB_FROM_FILE the file's path (the rank reads its window itself, from byte
+ * f + b * value size on). READ: job = the state's job, a = offset, b = count, c = the read's
+ * sequence number (its reply tag), d = bytes. STOP: flags STOP_LOST: a rank was lost, do not
+ * finalize MPI. */
 struct msg_header {
   uint32_t type, flags;
-  uint64_t job, a, b, c, d;
+  uint64_t job, a, b, c, d, e, f;
 };
+
+#define JOB_FROM_FILE 1u
+#define STOP_LOST 1u
 
 struct msg_reply {
   int32_t status;
@@ -665,15 +673,21 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
     struct msg_header *h = &hdr[ranks[i]];
     *h = (struct msg_header){.type = MSG_JOB, .job = job, .a = blob_bytes, .d = in->cols};
     rank_window(p, in->cols, ranks[i], &h->b, &h->c);
+    /* A file every rank can read is read by each rank itself: only its path travels. */
+    const void *third = (const char *)in->data + h->b * esize;
+    h->e = h->c * esize;
+    if (in->file) {
+      h->flags = JOB_FROM_FILE;
+      h->f = in->file_offset;
+      third = in->file;
+      h->e = strlen(in->file) + 1;
+    }
     items[k++] = (struct transport_io){
         .buf = h, .bytes = sizeof *h, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
     items[k++] = (struct transport_io){
         .buf = blob, .bytes = blob_bytes, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
-    items[k++] = (struct transport_io){.buf = (char *)in->data + h->b * esize,
-                                       .bytes = h->c * esize,
-                                       .peer = ranks[i],
-                                       .tag = TAG_CONTROL,
-                                       .send = 1};
+    items[k++] = (struct transport_io){
+        .buf = (void *)third, .bytes = h->e, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
   }
   sent = true;
   QDP_TRY(rc, exchange_bounded(w, items, k, true, reterr));
@@ -743,12 +757,45 @@ out:
 
 /* ---- ranks other than 0 ---- */
 
+/* Reads `bytes` at `offset` of the file at `path` (the job's input on a shared filesystem). */
+static qdp_status read_window(int rank, const char *path, uint64_t offset, void *buf, size_t bytes,
+                              struct qdp_error *reterr) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_SYSTEM, -1, e,
+                            "rank %d cannot open '%s': %s; an input file given by path must be at "
+                            "that path on every rank (a shared filesystem)",
+                            rank, path, strerror(e));
+  }
+  size_t done = 0;
+  qdp_status rc = QDP_OK;
+  while (done < bytes) {
+    ssize_t n = pread(fd, (char *)buf + done, bytes - done, (off_t)(offset + done));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      int e = n < 0 ? errno : 0;
+      rc = qdp_error_set_at(reterr, n < 0 ? QDP_ERR_SYSTEM : QDP_ERR_DATA_LOSS, -1, e,
+                            "rank %d read %zu of %zu B at offset %" PRIu64 " of '%s': %s", rank,
+                            done, bytes, offset, path,
+                            n < 0 ? strerror(e) : "the file is shorter than the coordinator's");
+      break;
+    }
+    done += (size_t)n;
+  }
+  close(fd);
+  return rc;
+}
+
 static void serve_job(struct world *w, const struct msg_header *h) {
   qdp_status rc = QDP_OK;
   struct qdp_error err = QDP_ERROR_INIT;
   struct plan p = {0};
   unsigned char *blob = malloc(h->a ? h->a : 1);
   void *window = NULL;
+  char *path = NULL;
   struct runtime_state *st = NULL;
   struct held_state *held = NULL;
   if (!blob) {
@@ -761,17 +808,24 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   size_t shards_bytes = p.nshards * sizeof *p.shards, needs_bytes = p.nneeds * sizeof *p.needs;
   size_t wbytes = h->c * qdp_dtype_size(p.in_dtype);
   window = malloc(wbytes ? wbytes : 1);
+  path = (h->flags & JOB_FROM_FILE) ? malloc(h->e ? h->e : 1) : NULL;
   p.shards = malloc(shards_bytes ? shards_bytes : 1);
   p.needs = malloc(needs_bytes ? needs_bytes : 1);
-  if (!window || !p.shards || !p.needs) {
+  if (!window || !p.shards || !p.needs || ((h->flags & JOB_FROM_FILE) && !path)) {
     /* The slice cannot be taken: the coordinator's send of it ends at the rank timeout. */
     rc = no_memory(&err, "the job's input slice", wbytes);
     goto out;
   }
   memcpy(p.shards, blob + sizeof p, shards_bytes);
   memcpy(p.needs, blob + sizeof p + shards_bytes, needs_bytes);
-  item = (struct transport_io){.buf = window, .bytes = wbytes, .peer = 0, .tag = TAG_CONTROL};
+  item = (struct transport_io){
+      .buf = path ? (void *)path : window, .bytes = h->e, .peer = 0, .tag = TAG_CONTROL};
   QDP_TRY(rc, exchange_bounded(w, &item, 1, false, &err));
+  if (path) {
+    path[h->e ? h->e - 1 : 0] = '\0';
+    QDP_TRY(rc, read_window(world_rank(w), path, h->f + h->b * qdp_dtype_size(p.in_dtype), window,
+                            wbytes, &err));
+  }
   /* The plan indexes the world's device table; this rank's mesh indexes its own devices. */
   int me = world_rank(w);
   for (size_t i = 0; i < p.nshards; i++) {
@@ -796,9 +850,10 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   /* Tests read this line to check that a rank got only its own slice of the input. */
   log_info("world",
            "job %" PRIu64 ": %" PRIu64 " B in %zu shards here; input slice [%" PRIu64 ", %" PRIu64
-           ") of %" PRIu64 " values",
+           ") of %" PRIu64 " values %s%s%s",
            h->job, runtime_state_bytes(st), plan_rank_shards(&p, me, NULL, 0), h->b, h->b + h->c,
-           p.batch * h->d);
+           p.batch * h->d, path ? "read here from '" : "from the coordinator", path ? path : "",
+           path ? "'" : "");
   held->job = h->job;
   held->st = st;
   held->next = w->held;
@@ -821,6 +876,7 @@ out:;
   free(held);
   free(p.shards);
   free(p.needs);
+  free(path);
   free(window);
   free(blob);
 }
@@ -894,7 +950,7 @@ qdp_status world_serve(struct world *w, volatile sig_atomic_t *stop, struct qdp_
       serve_read(w, &h);
       break;
     case MSG_STOP:
-      w->any_lost = h.flags & 1;
+      w->any_lost = h.flags & STOP_LOST;
       log_info("world", "rank %d: the coordinator says stop", world_rank(w));
       return QDP_OK;
     default:
@@ -916,7 +972,7 @@ void world_destroy(struct world *w) {
   }
   if (w->t && world_rank(w) == 0 && w->nranks > 1 && w->ranks) {
     pthread_mutex_lock(&w->mu);
-    struct msg_header h = {.type = MSG_STOP, .flags = w->any_lost ? 1 : 0};
+    struct msg_header h = {.type = MSG_STOP, .flags = w->any_lost ? STOP_LOST : 0};
     for (int r = 1; r < w->nranks; r++) {
       if (is_lost(w, r)) {
         continue;

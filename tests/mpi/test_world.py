@@ -37,7 +37,8 @@ def rank_lines(log, pattern):
         for line in f:
             m = re.search(r" qdpd r(\d+) " + pattern, line)
             if m:
-                found[int(m.group(1))] = tuple(int(g) for g in m.groups()[1:])
+                found[int(m.group(1))] = tuple(int(g) if g.isdigit() else g
+                                               for g in m.groups()[1:])
     return found
 
 
@@ -139,6 +140,25 @@ class World(unittest.TestCase):
             self.assertEqual(job[3:], (first, end, 1 << n), f"rank {r}'s slice")
             self.assertLess(end - first, 1 << n, "no rank but the coordinator sees all")
             self.assertEqual(job[1:3], (sum(s.bytes for s in mine), len(mine)))
+        self.c.release(st)
+
+    def test_a_file_input_is_read_by_each_rank_at_its_offsets(self):
+        n, rows = 8, 1
+        x = RNG.normal(size=1 << n)
+        path = os.path.join(self.dir, "shared-input.npy")
+        np.save(path, x)
+        st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=path)
+        one = self.ref.encode("amplitude", n, None, path=path)
+        self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes())
+        qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(x, n), "complex128", "file")
+        lines = rank_lines(self.log, r"world: job (\d+): (\d+) B in (\d+) shards here; "
+                           r"input slice \[(\d+), (\d+)\) of (\d+) values read here from '(.*)'$")
+        for r in range(1, self.ranks):
+            mine = [s for s in st.shards if s.rank == r]
+            self.assertIn(r, lines, f"rank {r} did not read the file itself")
+            self.assertEqual(lines[r][3:5], (min(s.first for s in mine),
+                                             max(s.first + s.count for s in mine)))
+        self.ref.release(one)
         self.c.release(st)
 
     def test_fetch_and_export_stream_from_the_owning_ranks(self):
