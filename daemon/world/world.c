@@ -974,14 +974,18 @@ void world_destroy(struct world *w) {
     pthread_mutex_lock(&w->mu);
     struct msg_header h = {.type = MSG_STOP, .flags = w->any_lost ? STOP_LOST : 0};
     for (int r = 1; r < w->nranks; r++) {
-      if (is_lost(w, r)) {
-        continue;
-      }
+      /* A lost rank is told too, briefly: one that only hung may be running again, and would
+       * otherwise wait for the coordinator for ever. */
+      bool lost = is_lost(w, r);
       struct transport_io item = {
           .buf = &h, .bytes = sizeof h, .peer = r, .tag = TAG_CONTROL, .send = 1};
       struct qdp_error err = QDP_ERROR_INIT;
-      if (exchange_bounded(w, &item, 1, true, &err) != QDP_OK) {
+      int pinned = 0;
+      if (transport_io_within(w->t, &item, 1, lost ? 100 : w->timeout_ms, &pinned, &err) !=
+              QDP_OK &&
+          !lost) {
         log_warning("world", "cannot tell rank %d to stop: %s", r, err.msg);
+        w->any_lost = true;
       }
     }
     pthread_mutex_unlock(&w->mu);

@@ -6,8 +6,10 @@
 # Every rank runs QDPD --devices $QDP_WORLD_DEVICES (default cpu:2) QDPD_ARGS; the reference runs
 # QDPD --devices $QDP_REF_DEVICES (default cpu:1). QDPD may be a script that execs qdpd.
 # COMMAND runs with QDP_TARGET (the world's coordinator), QDP_REF_TARGET (the reference),
-# QDP_WORLD_LOG (every rank's log lines), QDP_WORLD_RANKS and QDP_TEST_DIR set. Afterwards the
-# world gets SIGTERM; a trap kills whatever is left and removes the folder. Exit: COMMAND's status,
+# QDP_WORLD_LOG (every rank's log lines), QDP_WORLD_RANKS and QDP_TEST_DIR set. Afterwards rank 0
+# (the pid in its lock file) gets SIGTERM, the way a world is stopped gracefully: it drains, tells
+# the other ranks to stop, and mpirun exits; with QDP_WORLD_CLEAN_EXIT=1 that must happen within
+# 20 s with status 0. A trap kills whatever is left and removes the folder. Exit: COMMAND's status,
 # 77 when the world cannot be made here (two-hosts without root), 1 when a daemon misbehaves.
 set -u
 world=$1
@@ -102,6 +104,27 @@ wait_for "$dir/world.sock" "$dir/world.log" "$world_pid" "the world"
 QDP_TARGET="unix:$dir/world.sock" QDP_REF_TARGET="unix:$dir/ref.sock" \
   QDP_WORLD_LOG="$dir/world.log" QDP_WORLD_RANKS="$ranks" QDP_TEST_DIR="$dir" "$@"
 rc=$?
+
+# A graceful stop: SIGTERM to rank 0 only (a SIGTERM to mpirun makes Open MPI kill every rank
+# within a second, drained or not).
+kill -TERM "$(cat "$dir/world.sock.lock" 2>/dev/null)" 2>/dev/null
+i=0
+while kill -0 "$world_pid" 2>/dev/null && [ "$i" -lt 200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+if kill -0 "$world_pid" 2>/dev/null; then
+  world_rc=timeout
+else
+  wait "$world_pid"
+  world_rc=$?
+  world_pid=
+fi
+echo "with_world: the world stopped with status $world_rc"
+if [ "${QDP_WORLD_CLEAN_EXIT:-0}" = 1 ] && [ "$world_rc" != 0 ] && [ "$rc" -eq 0 ]; then
+  echo "with_world: the world did not stop cleanly on SIGTERM to rank 0" >&2
+  rc=1
+fi
 if [ "$rc" -ne 0 ]; then
   echo "with_world: the test failed ($rc); the world's log:" >&2
   cat "$dir/world.log" >&2
