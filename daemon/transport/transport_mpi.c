@@ -247,10 +247,11 @@ static qdp_status mpi_recv(struct transport *t, void *buf, size_t bytes, int fro
   return QDP_OK;
 }
 
-static uint64_t mono_ms(void) {
+/* Microseconds, so that a wait of N ms never ends before N ms have passed. */
+static uint64_t mono_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 /* After a timeout: cancel a pending request and give it a moment to settle. 1 when it completed
@@ -259,13 +260,13 @@ static uint64_t mono_ms(void) {
 static int settle_cancelled(MPI_Request *req, MPI_Status *st) {
   MPI_Cancel(req);
   /* Cancelling an unmatched message completes at once in ob1; 100 ms is generous. */
-  uint64_t until = mono_ms() + 100;
+  uint64_t until = mono_us() + 100000;
   int flag = 0;
   while (!flag) {
     if (MPI_Test(req, &flag, st) != MPI_SUCCESS) {
       break;
     }
-    if (!flag && mono_ms() >= until) {
+    if (!flag && mono_us() >= until) {
       MPI_Request_free(req);
       return -1;
     }
@@ -318,7 +319,7 @@ static qdp_status mpi_io_within(struct transport *t, struct transport_io *items,
     }
   }
 wait:;
-  uint64_t start = mono_ms();
+  uint64_t start = mono_us();
   size_t pending = posted;
   unsigned idle = 0;
   while (pending > 0) {
@@ -357,8 +358,7 @@ wait:;
     if (pending == 0 || rc != QDP_OK) {
       break;
     }
-    uint64_t waited = mono_ms() - start;
-    if (timeout_ms && waited >= timeout_ms) {
+    if (timeout_ms && mono_us() - start >= timeout_ms * 1000) {
       break;
     }
     /* Spin while messages are moving (a job's round trip is well under a millisecond); sleep
@@ -396,7 +396,7 @@ wait:;
                             "rank %d did not %s %zu B (tag %d) within %" PRIu64
                             " ms: it is dead, hung or unreachable (rank %d of %d waited)",
                             it->peer, it->send ? "take" : "send", it->bytes, it->tag,
-                            mono_ms() - start, t->rank, t->size);
+                            (mono_us() - start) / 1000, t->rank, t->size);
       if (reterr) {
         reterr->rank = it->peer;
       }

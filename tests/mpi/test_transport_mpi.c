@@ -611,7 +611,7 @@ START_TEST(test_io_within_names_the_silent_peer_after_the_timeout) {
     ck_assert_int_eq(transport_io_within(t, &item, 1, 300, NULL, &e), QDP_ERR_UNAVAILABLE);
     double took = mono_s() - t0;
     ck_assert_double_ge(took, 0.3);
-    ck_assert_double_lt(took, 2.0);
+    ck_assert_double_lt(took, 5.0); /* generous: a loaded CI machine may be slow to schedule */
     ck_assert_int_eq(e.rank, 1);
     ck_assert_int_eq(item.done, 0);
     ck_assert_msg(strstr(e.msg, "rank 1 did not send 32 B (tag 12)"), "%s", e.msg);
