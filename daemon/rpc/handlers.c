@@ -387,6 +387,9 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   enum plan_policy policy;
   size_t nsub = 0;
   QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
+  if (nsub == 0 && s->world) {
+    nsub = world_live_devices(s->world, subset); /* 0 while no rank is lost: all of them */
+  }
   struct plan_request pr = {
       .encoding = (qdp_encoding)r->encoding,
       .qubits = r->qubits,

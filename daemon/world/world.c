@@ -403,6 +403,20 @@ void world_plan_devices(struct world *w, struct plan_device *devs) {
   pthread_mutex_unlock(&w->info_mu);
 }
 
+size_t world_live_devices(struct world *w, size_t *ret) {
+  size_t n = 0;
+  pthread_mutex_lock(&w->info_mu);
+  if (w->any_lost) {
+    for (size_t i = 0; i < w->ndev; i++) {
+      if (!w->ranks[w->devs[i].rank].lost) {
+        ret[n++] = i;
+      }
+    }
+  }
+  pthread_mutex_unlock(&w->info_mu);
+  return n;
+}
+
 /* ---- the runtime's collectives, on the ranks of the job running here ---- */
 
 static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void **ret,

@@ -90,6 +90,11 @@ void world_rank_info(struct world *w, int rank, struct world_rank_info *ret);
  * rank's devices in its mesh order; names "rN/cpu:0" when the world has more than one rank. */
 void world_plan_devices(struct world *w, struct plan_device *devs);
 
+/* While a rank is lost: the indices (into world_plan_devices' table) of the live ranks' devices,
+ * in table order, into ret (world_device_count entries), and how many; a request that names no
+ * devices is planned over these. 0 while every rank is live (plan over all). */
+size_t world_live_devices(struct world *w, size_t *ret);
+
 /* Coordinator: runs plan p (made from world_plan_devices) across the world, in is the whole input
  * (rank 0 reads it and sends each rank its slice only). The returned state is rank 0's part and
  * reaches the others' shards (reads, release) through the world. */

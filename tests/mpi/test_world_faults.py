@@ -94,7 +94,15 @@ class Faults(unittest.TestCase):
             self.assertEqual(c.fetch(kept).tobytes(), want.tobytes())
             again = c.encode("angle", 6, x, policy="even", devices=survivors)
             self.assertEqual(c.fetch(again).tobytes(), want.tobytes())
-            for st in (again, kept, spread):
+            # A request that names no devices is planned over the live ranks only.
+            auto = c.encode("amplitude", 7, np.arange(1, 129.0), policy="capacity")
+            self.assertNotIn(victim, {s.rank for s in auto.shards})
+            self.assertGreater(len(auto.shards), 1)
+            one_amp = ref.encode("amplitude", 7, np.arange(1, 129.0))
+            self.assertEqual(c.fetch(auto).tobytes(), ref.fetch(one_amp).tobytes())
+            ref.release(one_amp)
+            ref.release(one)
+            for st in (auto, again, kept, spread):
                 c.release(st)
             self.assertEqual(c.status().states, 0)
         finally:
