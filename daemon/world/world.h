@@ -11,9 +11,11 @@
  *
  * Faults: every wait on another rank is bounded by the rank timeout. A rank that does not answer in
  * time is marked lost (it stays lost until the world is restarted); the job fails with
- * QDP_ERR_UNAVAILABLE naming the rank (reterr->rank), later jobs that would touch it fail at once,
- * and everything else goes on: Status, and states held wholly by live ranks. Launch with
- * `mpirun --enable-recovery` (else Open MPI kills every rank when one dies).
+ * QDP_ERR_UNAVAILABLE naming the rank (reterr->rank), later jobs that would touch it fail at once
+ * (requests that name no devices are planned over the live ranks: world_live_devices), and
+ * everything else goes on: Status, and states held wholly by live ranks. Launch with
+ * `mpirun --enable-recovery` (else Open MPI kills every rank when one dies). Stop a world with
+ * SIGTERM to rank 0: it drains, releases, and tells the others to stop.
  *
  * Threads: world_create first, on the main thread, before any other thread exists (MPI_Init);
  * world_start and world_destroy on the main thread. On the coordinator world_encode and the
