@@ -4,6 +4,7 @@
  */
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,12 +362,17 @@ wait:;
     if (timeout_ms && mono_us() - start >= timeout_ms * 1000) {
       break;
     }
-    /* Spin while messages are moving (a job's round trip is well under a millisecond); sleep
-     * 100 us between polls once nothing has moved for a while, so a long wait costs no CPU. */
+    /* Poll while messages are moving (a job's round trip is well under a millisecond), giving
+     * the processor away between polls: where ranks share processors (several on one host, or
+     * a busy node) the peer being waited for may need it, and spinning on it made a message
+     * between two ranks wait a scheduler time slice, about 5 ms. Once nothing has moved for a
+     * while, sleep 100 us between polls, so a long wait costs little CPU. */
     idle = pending == before ? idle + 1 : 0;
     if (idle > 2000) {
       struct timespec ts = {0, 100000};
       nanosleep(&ts, NULL);
+    } else if (idle > 0) {
+      sched_yield();
     }
   }
   if (pending > 0) {

@@ -139,13 +139,6 @@ qdp_status world_create(bool use_mpi, int *argc, char ***argv, struct world **re
   pthread_mutex_init(&w->mu, &attr);
   pthread_mutexattr_destroy(&attr);
   pthread_mutex_init(&w->info_mu, NULL);
-  if (use_mpi) {
-    /* Open MPI's TCP transport notices incoming data only on a coarse timer unless a progress
-     * thread watches its sockets: between two hosts a small job took 4.8 ms without one and
-     * 0.42 ms with it (bench/results/world-cpu). An explicit setting (environment, mpirun --mca)
-     * wins. */
-    setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
-  }
   rc = use_mpi ? transport_mpi_create(argc, argv, &w->t, reterr)
                : transport_local_create(&w->t, reterr);
   if (rc != QDP_OK) {
@@ -963,10 +956,20 @@ qdp_status world_serve(struct world *w, volatile sig_atomic_t *stop, struct qdp_
     case MSG_READ:
       serve_read(w, &h);
       break;
-    case MSG_STOP:
+    case MSG_STOP: {
+      /* The answer tells the coordinator that nothing of this rank's is still on its way, so
+       * both enter MPI_Finalize with no message in flight. */
       w->any_lost = h.flags & STOP_LOST;
       log_info("world", "rank %d: the coordinator says stop", world_rank(w));
+      struct msg_reply r = {.status = QDP_OK, .err = QDP_ERROR_INIT};
+      struct transport_io ack = {
+          .buf = &r, .bytes = sizeof r, .peer = 0, .tag = reply_tag(h.c), .send = 1};
+      struct qdp_error err = QDP_ERROR_INIT;
+      if (transport_io_within(w->t, &ack, 1, w->timeout_ms, NULL, &err) != QDP_OK) {
+        w->any_lost = true; /* the coordinator is gone: MPI_Finalize would wait for it */
+      }
       return QDP_OK;
+    }
     default:
       return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
                            "rank %d got control message type %u from the coordinator",
@@ -986,16 +989,19 @@ void world_destroy(struct world *w) {
   }
   if (w->t && world_rank(w) == 0 && w->nranks > 1 && w->ranks) {
     pthread_mutex_lock(&w->mu);
-    struct msg_header h = {.type = MSG_STOP, .flags = w->any_lost ? STOP_LOST : 0};
     for (int r = 1; r < w->nranks; r++) {
       /* A lost rank is told too, briefly: one that only hung may be running again, and would
-       * otherwise wait for the coordinator for ever. */
+       * otherwise wait for the coordinator for ever. A live one answers. */
       bool lost = is_lost(w, r);
-      struct transport_io item = {
-          .buf = &h, .bytes = sizeof h, .peer = r, .tag = TAG_CONTROL, .send = 1};
+      uint64_t seq = ++w->seq;
+      struct msg_header h = {.type = MSG_STOP, .flags = w->any_lost ? STOP_LOST : 0, .c = seq};
+      struct msg_reply ack;
+      struct transport_io items[2] = {
+          {.buf = &h, .bytes = sizeof h, .peer = r, .tag = TAG_CONTROL, .send = 1},
+          {.buf = &ack, .bytes = sizeof ack, .peer = r, .tag = reply_tag(seq)},
+      };
       struct qdp_error err = QDP_ERROR_INIT;
-      int pinned = 0;
-      if (transport_io_within(w->t, &item, 1, lost ? 100 : w->timeout_ms, &pinned, &err) !=
+      if (transport_io_within(w->t, items, lost ? 1 : 2, lost ? 100 : w->timeout_ms, NULL, &err) !=
               QDP_OK &&
           !lost) {
         log_warning("world", "cannot tell rank %d to stop: %s", r, err.msg);

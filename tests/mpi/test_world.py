@@ -31,15 +31,29 @@ def values(encoding, n, rows=1):
 
 
 def rank_lines(log, pattern):
-    """The last line of each rank matching pattern: {rank: the pattern's groups as ints}."""
+    """Every line of each rank matching pattern, in order: {rank: [the pattern's groups]}."""
     found = {}
     with open(log, errors="replace") as f:
         for line in f:
             m = re.search(r" qdpd r(\d+) " + pattern, line)
             if m:
-                found[int(m.group(1))] = tuple(int(g) if g.isdigit() else g
-                                               for g in m.groups()[1:])
+                found.setdefault(int(m.group(1)), []).append(
+                    tuple(int(g) if g.isdigit() else g for g in m.groups()[1:]))
     return found
+
+
+def new_rank_lines(log, pattern, before, ranks, timeout=60):
+    """The first line of each of `ranks` matching pattern after the counts in `before` (an earlier
+    rank_lines): the ranks' lines reach the log through Open MPI's output forwarding, which across
+    hosts may lag, so this waits for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = rank_lines(log, pattern)
+        got = {r: now[r][len(before.get(r, []))] for r in ranks
+               if len(now.get(r, [])) > len(before.get(r, []))}
+        if len(got) == len(ranks) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
 
 
 class World(unittest.TestCase):
@@ -125,12 +139,15 @@ class World(unittest.TestCase):
             self.assertEqual(len(st.shards), len(self.all))
             self.c.release(st)
 
+    JOB_LINE = (r"world: job (\d+): (\d+) B in (\d+) shards here; "
+                r"input slice \[(\d+), (\d+)\) of (\d+) values")
+
     def test_each_rank_gets_only_its_slice_of_the_input(self):
         n = 8
         x = RNG.normal(size=1 << n)
+        before = rank_lines(self.log, self.JOB_LINE)
         st = self.assert_same_bits("amplitude", n, x)
-        lines = rank_lines(self.log, r"world: job (\d+): (\d+) B in (\d+) shards here; "
-                           r"input slice \[(\d+), (\d+)\) of (\d+) values")
+        lines = new_rank_lines(self.log, self.JOB_LINE, before, range(1, self.ranks))
         for r in range(1, self.ranks):
             mine = [s for s in st.shards if s.rank == r]
             first = min(s.first for s in mine)
@@ -147,17 +164,19 @@ class World(unittest.TestCase):
         x = RNG.normal(size=1 << n)
         path = os.path.join(self.dir, "shared-input.npy")
         np.save(path, x)
+        pattern = self.JOB_LINE + r" read here from '(.*)'$"
+        before = rank_lines(self.log, pattern)
         st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=path)
         one = self.ref.encode("amplitude", n, None, path=path)
         self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes())
         qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(x, n), "complex128", "file")
-        lines = rank_lines(self.log, r"world: job (\d+): (\d+) B in (\d+) shards here; "
-                           r"input slice \[(\d+), (\d+)\) of (\d+) values read here from '(.*)'$")
+        lines = new_rank_lines(self.log, pattern, before, range(1, self.ranks))
         for r in range(1, self.ranks):
             mine = [s for s in st.shards if s.rank == r]
             self.assertIn(r, lines, f"rank {r} did not read the file itself")
             self.assertEqual(lines[r][3:5], (min(s.first for s in mine),
                                              max(s.first + s.count for s in mine)))
+            self.assertEqual(lines[r][6], path)
         self.ref.release(one)
         self.c.release(st)
 
@@ -188,18 +207,16 @@ class World(unittest.TestCase):
         self.c.release(st)
 
     def test_release_frees_the_shards_on_every_rank(self):
+        jobs_before = rank_lines(self.log, self.JOB_LINE)
+        freed_before = rank_lines(self.log, r"world: job (\d+) released: (\d+) B freed")
         st = self.c.encode("iqp", 7, values("iqp", 7)[0], policy="even", devices=self.spread)
-        jobs = rank_lines(self.log, r"world: job (\d+): (\d+) B in")
+        others = range(1, self.ranks)
+        jobs = new_rank_lines(self.log, self.JOB_LINE, jobs_before, others)
         self.c.release(st)
-        want = {r: sum(s.bytes for s in st.shards if s.rank == r) for r in range(1, self.ranks)}
-        deadline = time.monotonic() + 10
-        while True:
-            freed = rank_lines(self.log, r"world: job (\d+) released: (\d+) B freed")
-            got = {r: f[1] for r, f in freed.items() if r in jobs and f[0] == jobs[r][0]}
-            if got == want or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        self.assertEqual(got, want)
+        freed = new_rank_lines(self.log, r"world: job (\d+) released: (\d+) B freed",
+                               freed_before, others)
+        want = {r: (jobs[r][0], sum(s.bytes for s in st.shards if s.rank == r)) for r in others}
+        self.assertEqual(freed, want)
         used = {(d.rank, d.name): d.used_bytes for d in self.c.status().devices}
         self.assertEqual([u for (r, _), u in used.items() if r > 0], [0] * (2 * self.ranks - 2))
 
