@@ -333,6 +333,35 @@ static void *link_from_pb(const void *pb) {
   return l;
 }
 
+static void rank_info_free(void *item) {
+  struct qdp_rank_info *r = item;
+  if (!r) {
+    return;
+  }
+  free(r->host);
+  free(r->reason);
+  free(r);
+}
+
+static void *rank_info_from_pb(const void *pb) {
+  const Qdp__RankInfo *p = pb;
+  struct qdp_rank_info *r = calloc(1, sizeof *r);
+  if (!r) {
+    return NULL;
+  }
+  r->struct_size = sizeof *r;
+  r->rank = p->rank;
+  r->devices = p->devices;
+  r->lost = p->lost;
+  r->host = dup0(p->host);
+  r->reason = dup0(p->reason);
+  if (!r->host || !r->reason) {
+    rank_info_free(r);
+    return NULL;
+  }
+  return r;
+}
+
 void qdp_server_status_free(struct qdp_server_status *s) {
   if (!s) {
     return;
@@ -341,8 +370,12 @@ void qdp_server_status_free(struct qdp_server_status *s) {
   free(s->backend);
   free(s->topology_source);
   free(s->collectives);
+  free(s->transport);
+  free(s->host_collectives);
+  free(s->mpi_threads);
   array_free(s->devices, s->ndevices, device_free);
   array_free(s->links, s->nlinks, link_free);
+  array_free(s->rank_info, s->nrank_info, rank_info_free);
   free(s);
 }
 
@@ -371,8 +404,15 @@ static void *status_from_pb(const void *pb) {
   s->ndevices = s->devices ? r->n_devices : 0;
   s->links = array_from_pb(r->links, r->n_links, link_from_pb, link_free);
   s->nlinks = s->links ? r->n_links : 0;
+  s->transport = dup0(r->transport);
+  s->host_collectives = dup0(r->host_collectives);
+  s->mpi_threads = dup0(r->mpi_threads);
+  s->rank_timeout_ms = r->rank_timeout_ms;
+  s->rank_info = array_from_pb(r->rank_info, r->n_rank_info, rank_info_from_pb, rank_info_free);
+  s->nrank_info = s->rank_info ? r->n_rank_info : 0;
   if (!s->version || !s->backend || !s->topology_source || !s->collectives ||
-      (r->n_devices && !s->devices) || (r->n_links && !s->links)) {
+      (r->n_devices && !s->devices) || (r->n_links && !s->links) || !s->transport ||
+      !s->host_collectives || !s->mpi_threads || (r->n_rank_info && !s->rank_info)) {
     qdp_server_status_free(s);
     return NULL;
   }

@@ -297,6 +297,16 @@ struct qdp_link_info {
   int perf_rank; /* CUDA's relative rank of the path, 0 best; -1 unknown */
 };
 
+/* One rank of a qdpd world (a plain qdpd is a world of one). */
+struct qdp_rank_info {
+  size_t struct_size;
+  int rank;
+  char *host;
+  uint32_t devices;
+  int lost;     /* stopped answering: jobs that need it fail with QDP_ERR_UNAVAILABLE */
+  char *reason; /* why it was marked lost; "" while live */
+};
+
 struct qdp_server_status {
   size_t struct_size;
   char *version;
@@ -316,6 +326,13 @@ struct qdp_server_status {
   size_t nlinks;         /* ndevices * ndevices: every ordered pair */
   struct qdp_link_info **links;
   char *collectives; /* what reductions over sharded states use, and why */
+  /* The world (appended; present when struct_size covers them). */
+  char *transport;        /* "local" or "mpi" */
+  char *host_collectives; /* how scalars travel between ranks */
+  char *mpi_threads;      /* MPI's thread level; "" without MPI */
+  uint64_t rank_timeout_ms;
+  size_t nrank_info;
+  struct qdp_rank_info **rank_info; /* in rank order */
 };
 
 typedef enum qdp_health {

@@ -541,8 +541,11 @@ static void fmt_u64(char *buf, size_t size, uint64_t v) {
 /* The link matrix, in the spirit of nvidia-smi topo -m: NV<n> for n direct NVLink links, NV
  * through a switch, PCIe, P2P (a peer path NVML did not name), HOST (one memory), '-' none. */
 static void print_topology(const struct qdp_server_status *s) {
-  size_t n = s->ndevices;
-  if (n < 2 || s->nlinks != n * n) {
+  size_t n = 0; /* the links cover this node's devices, the first of the list */
+  while ((n + 1) * (n + 1) <= s->nlinks) {
+    n++;
+  }
+  if (n < 2 || n > s->ndevices || s->nlinks != n * n) {
     return;
   }
   int w = 6;
@@ -577,6 +580,29 @@ static void print_topology(const struct qdp_server_status *s) {
   printf("\n");
 }
 
+/* The ranks of a multi-rank world: how they talk, then one line each. */
+static void print_world(const struct qdp_server_status *s) {
+  printf("world: %d ranks over %s (MPI threads %s), host collectives %s, rank timeout %" PRIu64
+         " ms\n",
+         s->ranks, s->transport, s->mpi_threads, s->host_collectives, s->rank_timeout_ms);
+  static const char *const head[] = {"RANK", "HOST", "DEVICES", "STATE"};
+  static const int right[] = {1, 0, 1, 0};
+  struct table t;
+  table_init(&t, 4, head, right);
+  for (size_t i = 0; i < s->nrank_info; i++) {
+    const struct qdp_rank_info *r = s->rank_info[i];
+    char rank[16], devs[16], state[192];
+    snprintf(rank, sizeof rank, "%d", r->rank);
+    snprintf(devs, sizeof devs, "%" PRIu32, r->devices);
+    snprintf(state, sizeof state, "%s%s%.170s", r->lost ? "lost" : "live", r->lost ? ": " : "",
+             r->reason);
+    char *row[] = {rank, r->host, devs, state};
+    table_row(&t, row);
+  }
+  table_print(&t, stdout);
+  putchar('\n');
+}
+
 static int cmd_status(struct global *g, qdp_client *c) {
   struct qdp_server_status *s = NULL;
   if (qdp_get_status(c, &s) != QDP_OK) {
@@ -596,6 +622,22 @@ static int cmd_status(struct global *g, qdp_client *c) {
     jw_u(&w, "jobs_total", s->jobs_total);
     jw_u(&w, "jobs_failed", s->jobs_failed);
     jw_u(&w, "max_qubits", s->max_qubits);
+    jw_s(&w, "transport", s->transport);
+    jw_s(&w, "host_collectives", s->host_collectives);
+    jw_s(&w, "mpi_threads", s->mpi_threads);
+    jw_u(&w, "rank_timeout_ms", s->rank_timeout_ms);
+    jw_open(&w, "rank_info", '[');
+    for (size_t i = 0; i < s->nrank_info; i++) {
+      const struct qdp_rank_info *r = s->rank_info[i];
+      jw_open(&w, NULL, '{');
+      jw_i(&w, "rank", r->rank);
+      jw_s(&w, "host", r->host);
+      jw_u(&w, "devices", r->devices);
+      jw_b(&w, "lost", r->lost);
+      jw_s(&w, "reason", r->reason);
+      jw_close(&w, '}');
+    }
+    jw_close(&w, ']');
     jw_open(&w, "devices", '[');
     for (size_t i = 0; i < s->ndevices; i++) {
       const struct qdp_device_info *d = s->devices[i];
@@ -648,6 +690,9 @@ static int cmd_status(struct global *g, qdp_client *c) {
            s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits,
            s->regions, s->region_bytes);
     printf("collectives: %s\n\n", s->collectives);
+    if (s->ranks > 1) {
+      print_world(s);
+    }
     static const char *const head[] = {"DEVICE", "KIND",  "RANK", "HOST",   "MODEL",
                                        "NUMA",   "TOTAL", "FREE", "BUDGET", "USED"};
     static const int right[] = {0, 0, 1, 0, 0, 1, 1, 1, 1, 1};

@@ -96,6 +96,9 @@ static const struct config_option options[] = {
         "worker threads for encode, fetch and export jobs (concurrent jobs)"),
     OPT(shutdown_timeout, CONFIG_SECONDS, "30", 0, 86400, "seconds", false, NULL,
         "on SIGTERM, how long calls in flight may finish before they are cancelled; 0: no limit"),
+    OPT(rank_timeout, CONFIG_SECONDS, "10", 1, 3600, "seconds", false, NULL,
+        "multi-rank worlds: how long a rank may take to answer before its jobs fail (UNAVAILABLE) "
+        "and it is marked lost"),
     OPT(log_level, CONFIG_LEVEL, "info", 3, 7, "level", true, NULL,
         "err, warning, notice, info or debug"),
     OPT(log_subsys, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "list", true, NULL,

@@ -85,6 +85,7 @@ struct config {
   uint64_t fetch_chunk;
   uint64_t workers;
   uint64_t shutdown_timeout;
+  uint64_t rank_timeout;
   int log_level;
   char log_subsys[CONFIG_STR_MAX];
   bool watchdog;

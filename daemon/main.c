@@ -3,6 +3,10 @@
  *
  * Threads: main runs the libuv loop (signals, timers, the server's hand-over); the server adds a
  * completion-queue thread and its workers (daemon/rpc/server.h). Only main calls exit().
+ *
+ * Under mpirun or srun every rank runs this program: rank 0 is the coordinator and does all of the
+ * above; the other ranks build their mesh, join the world and serve the coordinator's jobs
+ * (daemon/world/world.h) without a socket of their own.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include "rpc/server.h"
 #include "runtime/runtime.h"
 #include "state/store.h"
+#include "world/world.h"
 
 extern char **environ;
 
@@ -39,6 +44,7 @@ struct daemon {
   int lock_fd;
   bool socket_bound;
   struct runtime_mesh *mesh;
+  struct world *world;
   struct state_store *store;
   struct rpc_server *server;
   uv_loop_t *loop;
@@ -285,6 +291,41 @@ static int fail(const char *what, const struct qdp_error *err) {
   return 1;
 }
 
+static volatile sig_atomic_t rank_stop;
+
+static void on_rank_signal(int sig) {
+  (void)sig;
+  rank_stop = 1;
+}
+
+/* A rank other than 0: its mesh, the world, then the coordinator's jobs until it says stop. */
+static int run_rank(struct daemon *d, const struct runtime_mesh_config *mc) {
+  struct qdp_error err = QDP_ERROR_INIT, start_err = QDP_ERROR_INIT;
+  int rc = 1;
+  qdp_status mesh_rc = runtime_mesh_create(mc, &d->mesh, &err);
+  if (world_start(d->world, mesh_rc, &err, d->mesh, d->cfg.rank_timeout * 1000, &start_err) !=
+      QDP_OK) {
+    rc = fail("cannot join the world", &start_err);
+    goto out;
+  }
+  struct sigaction sa = {.sa_handler = on_rank_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  log_info("main", "qdpd %s rank %d of %d ready: %zu %s devices, pid %ld", QDP_VERSION,
+           world_rank(d->world), world_size(d->world), runtime_mesh_count(d->mesh),
+           runtime_mesh_backend(d->mesh), (long)getpid());
+  if (world_serve(d->world, &rank_stop, &err) != QDP_OK) {
+    rc = fail("serving the coordinator", &err);
+    goto out;
+  }
+  rc = 0;
+out:
+  world_destroy(d->world);
+  runtime_mesh_destroy(d->mesh);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   static struct daemon d;
   d.argc = argc;
@@ -319,19 +360,13 @@ int main(int argc, char **argv) {
   /* A client vanishing mid-write must not kill the daemon. */
   signal(SIGPIPE, SIG_IGN);
 
-  bool own_dir = true;
-  if (d.cfg.socket[0]) {
-    snprintf(d.socket_path, sizeof d.socket_path, "%s", d.cfg.socket);
-  } else if (default_socket(d.socket_path, sizeof d.socket_path, &own_dir, &err) != QDP_OK) {
-    return fail("socket", &err);
+  /* MPI first, before any thread exists; a plain qdpd is a world of one without MPI. */
+  if (world_create(world_launched_by_mpi(), &d.argc, &d.argv, &d.world, &err) != QDP_OK) {
+    return fail("cannot join the world", &err);
   }
-  if (own_dir && make_socket_dir(d.socket_path, &err) != QDP_OK) {
-    return fail("socket", &err);
+  if (world_size(d.world) > 1) {
+    log_set_rank(world_rank(d.world));
   }
-  if (take_lock(&d, &err) != QDP_OK) {
-    return fail("cannot start", &err);
-  }
-
   struct runtime_mesh_config mc = {
       .devices = d.cfg.devices,
       .device_budget_bytes = d.cfg.device_budget,
@@ -340,8 +375,33 @@ int main(int argc, char **argv) {
       .host_collectives = d.cfg.host_collectives,
       .nccl_exchange = d.cfg.nccl_exchange,
   };
-  if (runtime_mesh_create(&mc, &d.mesh, &err) != QDP_OK) {
-    rc = fail("devices", &err);
+  if (world_rank(d.world) != 0) {
+    return run_rank(&d, &mc);
+  }
+
+  /* Whatever fails here, the other ranks learn it in world_start and stop with this rank. */
+  bool own_dir = true;
+  const char *what = "socket";
+  qdp_status src = QDP_OK;
+  if (d.cfg.socket[0]) {
+    snprintf(d.socket_path, sizeof d.socket_path, "%s", d.cfg.socket);
+  } else {
+    src = default_socket(d.socket_path, sizeof d.socket_path, &own_dir, &err);
+  }
+  if (src == QDP_OK && own_dir) {
+    src = make_socket_dir(d.socket_path, &err);
+  }
+  if (src == QDP_OK) {
+    what = "cannot start";
+    src = take_lock(&d, &err);
+  }
+  if (src == QDP_OK) {
+    what = "devices";
+    src = runtime_mesh_create(&mc, &d.mesh, &err);
+  }
+  struct qdp_error start_err = QDP_ERROR_INIT;
+  if (world_start(d.world, src, &err, d.mesh, d.cfg.rank_timeout * 1000, &start_err) != QDP_OK) {
+    rc = fail(src != QDP_OK ? what : "cannot join the world", src != QDP_OK ? &err : &start_err);
     goto out;
   }
   struct state_store_limits lim = {
@@ -359,11 +419,12 @@ int main(int argc, char **argv) {
   }
 
   d.loop = uv_default_loop();
-  struct rpc_server_deps deps = {.cfg = &d.cfg, .mesh = d.mesh, .store = d.store, .loop = d.loop};
+  struct rpc_server_deps deps = {
+      .cfg = &d.cfg, .mesh = d.mesh, .world = d.world, .store = d.store, .loop = d.loop};
   int tcp_port = 0;
   /* The socket is created 0660 (owner and group: the qdp group are the clients). */
   mode_t old_umask = umask(0117);
-  qdp_status src = rpc_server_create(&deps, d.socket_path, &d.server, &tcp_port, &err);
+  src = rpc_server_create(&deps, d.socket_path, &d.server, &tcp_port, &err);
   umask(old_umask);
   if (src != QDP_OK) {
     rc = fail("cannot listen", &err);
@@ -426,6 +487,10 @@ int main(int argc, char **argv) {
   notify(ready);
   log_info("main", "qdpd %s ready: %zu %s device%s, %" PRIu64 " workers, pid %ld", QDP_VERSION,
            ndev, runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s", d.cfg.workers, (long)getpid());
+  if (world_size(d.world) > 1) {
+    log_info("main", "coordinator of %d ranks: %zu devices in the world", world_size(d.world),
+             world_device_count(d.world));
+  }
 
   uv_run(d.loop, UV_RUN_DEFAULT);
   rc = 0;
@@ -435,6 +500,7 @@ out:
   rpc_server_destroy(d.server);
   d.server = NULL;
   state_store_destroy(d.store);
+  world_destroy(d.world); /* after the store: releasing states talks to the ranks */
   runtime_mesh_destroy(d.mesh);
   if (d.socket_bound && unlink(d.socket_path) != 0 && errno != ENOENT) {
     log_warning("main", "cannot remove '%s': %s", d.socket_path, strerror(errno));

@@ -18,6 +18,7 @@
 #include "runtime/runtime.h"
 #include "state/regions.h"
 #include "state/store.h"
+#include "world/world.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
  */
@@ -143,7 +144,7 @@ static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan
     sh[i].row_first = ps->row_first;
     sh[i].rows = ps->rows;
     sh[i].bytes = ps->bytes;
-    sh[i].host = s->host;
+    sh[i].host = s->world ? (char *)world_host(s->world, ps->rank) : s->host;
     arr[i] = &sh[i];
   }
   *ret_n = p->nshards;
@@ -290,8 +291,11 @@ static qdp_status resolve_region(struct rpc_call *c, const Qdp__Input *in,
     }
     return rc;
   }
-  *ret = (struct runtime_input){(const char *)g->map.data + sh->offset, (qdp_dtype)in->dtype, rows,
-                                cols, g->pinned};
+  *ret = (struct runtime_input){.data = (const char *)g->map.data + sh->offset,
+                                .dtype = (qdp_dtype)in->dtype,
+                                .rows = rows,
+                                .cols = cols,
+                                .pinned = g->pinned};
 out:
   return rc;
 }
@@ -312,7 +316,8 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
   case QDP__INPUT__SOURCE_DATA:
     rc = rpc_input_shape(in->dtype, in->rows, in->cols, in->data.len, "input", &rows, &cols, err);
     if (rc == QDP_OK) {
-      *ret = (struct runtime_input){in->data.data, (qdp_dtype)in->dtype, rows, cols, false};
+      *ret = (struct runtime_input){
+          .data = in->data.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     }
     return rc;
   case QDP__INPUT__SOURCE_PATH: {
@@ -323,7 +328,12 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, io_map_npy(in->path, map, &hdr, err));
     /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
      * take (complex files, say). */
-    *ret = (struct runtime_input){map->data, hdr.dtype, hdr.rows, hdr.cols, false};
+    *ret = (struct runtime_input){.data = map->data,
+                                  .dtype = hdr.dtype,
+                                  .rows = hdr.rows,
+                                  .cols = hdr.cols,
+                                  .file = in->path,
+                                  .file_offset = hdr.data_offset};
     return QDP_OK;
   }
   case QDP__INPUT__SOURCE_SHM: {
@@ -343,7 +353,8 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows,
                                 &cols, err));
     QDP_TRY(rc, io_map_shm(sh->name, sh->pid, sh->fd, sh->offset, sh->length, map, err));
-    *ret = (struct runtime_input){map->data, (qdp_dtype)in->dtype, rows, cols, false};
+    *ret = (struct runtime_input){
+        .data = map->data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     return QDP_OK;
   }
   default:
@@ -424,7 +435,8 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     uint64_t rows, cols;
     QDP_TRY(rc, rpc_declared_shape(r->input->dtype, r->input->rows, r->input->cols, "input", &rows,
                                    &cols, &err));
-    in = (struct runtime_input){NULL, (qdp_dtype)r->input->dtype, rows, cols, false};
+    in = (struct runtime_input){
+        .data = NULL, .dtype = (qdp_dtype)r->input->dtype, .rows = rows, .cols = cols};
   } else {
     QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &region, &err));
   }
@@ -447,10 +459,17 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
     goto out;
   }
-  runtime_mesh_plan_devices(s->mesh, 0, devs);
+  if (s->world) {
+    world_plan_devices(s->world, devs);
+  } else {
+    runtime_mesh_plan_devices(s->mesh, 0, devs);
+  }
   enum plan_policy policy;
   size_t nsub = 0;
   QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
+  if (nsub == 0 && s->world) {
+    nsub = world_live_devices(s->world, subset); /* 0 while no rank is lost: all of them */
+  }
   struct plan_request pr = {
       .encoding = (qdp_encoding)r->encoding,
       .qubits = r->qubits,
@@ -463,12 +482,16 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
       .device_subset_count = nsub,
       .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
   };
-  /* Links order the shards of an even plan so that exchange partners are the best joined. */
-  links = malloc(n ? n * n : 1);
-  if (links) {
-    runtime_mesh_link_costs(s->mesh, links);
+  /* Links order the shards of an even plan so that exchange partners are the best joined (on
+   * this node: the mesh knows only its own links). */
+  size_t ranks = rpc_world_ranks(s);
+  if (ranks == 1) {
+    links = malloc(n ? n * n : 1);
+    if (links) {
+      runtime_mesh_link_costs(s->mesh, links);
+    }
   }
-  struct plan_world world = {.devices = devs, .count = n, .ranks = 1, .link_cost = links};
+  struct plan_world world = {.devices = devs, .count = n, .ranks = (int)ranks, .link_cost = links};
   struct plan_limits lim = {
       .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
       .max_batch = atomic_load(&s->max_batch),
@@ -486,7 +509,8 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
   QDP_TRY(rc, state_store_admit(s->store, c->client, p->total_bytes, &res, &err));
-  QDP_TRY(rc, runtime_encode(s->mesh, p, &in, &st, &err));
+  QDP_TRY(rc, s->world ? world_encode(s->world, p, &in, &st, &err)
+                       : runtime_encode(s->mesh, p, &in, &st, &err));
   if (guard >= 0) {
     bool lost = rpc_guard_remove(guard);
     guard = -1;
@@ -561,7 +585,8 @@ void rpc_h_upload_encode(struct rpc_job *j) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  struct runtime_input in = {c->up.buf, (qdp_dtype)decl->dtype, rows, cols, false};
+  struct runtime_input in = {
+      .data = c->up.buf, .dtype = (qdp_dtype)decl->dtype, .rows = rows, .cols = cols};
   /* The request stays alive (c->up.req) until the call is freed, after the answer. */
   run_encode(c, c->up.req, &in, false);
 }
@@ -918,6 +943,40 @@ out:
 /* ---- Status
  * --------------------------------------------------------------------------------------------- */
 
+/* The world's part of Status: every rank, whether it is lost, and how the ranks talk. */
+static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply *r) {
+  int ranks = rpc_world_ranks(s);
+  Qdp__RankInfo **arr = arena_alloc(a, (size_t)ranks * sizeof *arr);
+  Qdp__RankInfo *ri = arena_alloc(a, (size_t)ranks * sizeof *ri);
+  struct world_rank_info *wi = arena_alloc(a, (size_t)ranks * sizeof *wi);
+  bool mpi = s->world && strcmp(world_transport_name(s->world), "mpi") == 0;
+  r->transport = mpi ? "mpi" : "local";
+  r->host_collectives = mpi ? "mpi (point to point, host memory)" : "in-process";
+  r->mpi_threads = mpi ? (char *)world_threads_name(s->world) : "";
+  r->rank_timeout_ms = s->world ? world_timeout_ms(s->world) : 0;
+  if (!arr || !ri || !wi) {
+    return;
+  }
+  for (int i = 0; i < ranks; i++) {
+    qdp__rank_info__init(&ri[i]);
+    if (s->world) {
+      world_rank_info(s->world, i, &wi[i]);
+    } else {
+      memset(&wi[i], 0, sizeof wi[i]);
+      snprintf(wi[i].host, sizeof wi[i].host, "%.63s", s->host);
+      wi[i].devices = (uint32_t)s->ndev;
+    }
+    ri[i].rank = i;
+    ri[i].host = wi[i].host;
+    ri[i].devices = wi[i].devices;
+    ri[i].lost = wi[i].lost;
+    ri[i].reason = wi[i].reason;
+    arr[i] = &ri[i];
+  }
+  r->n_rank_info = (size_t)ranks;
+  r->rank_info = arr;
+}
+
 void rpc_h_status(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   struct rpc_server *s = c->srv;
@@ -931,17 +990,27 @@ void rpc_h_status(struct rpc_job *j) {
   uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
   r.uptime_ms = now - s->start_mono_ms;
   r.backend = (char *)runtime_mesh_backend(s->mesh);
-  r.ranks = 1;
+  r.ranks = rpc_world_ranks(s);
   Qdp__Device **devs = arena_alloc(&a, s->ndev * sizeof *devs);
   Qdp__Device *d = arena_alloc(&a, s->ndev * sizeof *d);
   struct runtime_device_info *info = arena_alloc(&a, s->ndev * sizeof *info);
   if (devs && d && info) {
     for (size_t i = 0; i < s->ndev; i++) {
-      runtime_mesh_device_info(s->mesh, i, &info[i]);
+      int rank = 0;
+      const char *host = s->host;
+      if (s->world) {
+        struct world_device wd;
+        world_device_at(s->world, i, &wd);
+        info[i] = wd.info;
+        rank = wd.rank;
+        host = wd.host;
+      } else {
+        runtime_mesh_device_info(s->mesh, i, &info[i]);
+      }
       qdp__device__init(&d[i]);
       d[i].name = info[i].name;
       d[i].kind = info[i].kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";
-      d[i].rank = 0;
+      d[i].rank = rank;
       d[i].ordinal = info[i].ordinal;
       d[i].uuid = info[i].uuid;
       d[i].model = info[i].model;
@@ -951,7 +1020,7 @@ void rpc_h_status(struct rpc_job *j) {
       d[i].used_bytes = info[i].used_bytes;
       d[i].cc_major = info[i].cc_major;
       d[i].cc_minor = info[i].cc_minor;
-      d[i].host = s->host;
+      d[i].host = (char *)host;
       d[i].numa_node = info[i].numa_node;
       devs[i] = &d[i];
     }
@@ -960,16 +1029,17 @@ void rpc_h_status(struct rpc_job *j) {
   }
   r.topology_source = (char *)runtime_mesh_topology_source(s->mesh);
   r.collectives = (char *)runtime_mesh_collectives(s->mesh);
-  size_t nl = s->ndev * s->ndev;
+  /* This node's links: its devices are the first of the list (a world lists rank 0's first). */
+  size_t nloc = runtime_mesh_count(s->mesh), nl = nloc * nloc;
   Qdp__Link **links = arena_alloc(&a, nl * sizeof *links);
   Qdp__Link *l = arena_alloc(&a, nl * sizeof *l);
   if (links && l) {
     for (size_t k = 0; k < nl; k++) {
       struct runtime_link rl;
-      runtime_mesh_link(s->mesh, k / s->ndev, k % s->ndev, &rl);
+      runtime_mesh_link(s->mesh, k / nloc, k % nloc, &rl);
       qdp__link__init(&l[k]);
-      l[k].from = (uint32_t)(k / s->ndev);
-      l[k].to = (uint32_t)(k % s->ndev);
+      l[k].from = (uint32_t)(k / nloc);
+      l[k].to = (uint32_t)(k % nloc);
       l[k].kind = (char *)runtime_link_kind_name(rl.kind);
       l[k].nvlinks = rl.nvlinks;
       l[k].peer = rl.peer;
@@ -987,6 +1057,7 @@ void rpc_h_status(struct rpc_job *j) {
   r.jobs_failed = atomic_load(&s->jobs_failed);
   r.max_qubits = (uint32_t)atomic_load(&s->max_qubits);
   region_registry_usage(s->regions, &r.regions, &r.region_bytes);
+  status_world(s, &a, &r);
   grpc_byte_buffer *reply = NULL;
   qdp_status rc = arena_check(&a, &err);
   if (rc == QDP_OK) {

@@ -133,6 +133,7 @@ struct rpc_call {
 struct rpc_server {
   uv_loop_t *loop;
   struct runtime_mesh *mesh;
+  struct world *world; /* NULL: a world of this mesh alone */
   struct state_store *store;
   struct region_registry *regions; /* the server's own: created and destroyed with it */
   grpc_server *server;
@@ -186,6 +187,8 @@ struct rpc_server {
 };
 
 int64_t rpc_now_unix_ms(void);
+/* The ranks of the server's world (1 without one). */
+int rpc_world_ranks(const struct rpc_server *s);
 const char *rpc_method_name(const struct rpc_call *c);
 
 void rpc_submit(struct rpc_server *s, struct rpc_job *j);

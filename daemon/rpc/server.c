@@ -20,6 +20,7 @@
 #include "runtime/runtime.h"
 #include "state/regions.h"
 #include "state/store.h"
+#include "world/world.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
  * arrive before the completion-queue thread gets to re-arm. */
@@ -57,6 +58,10 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
 
 /* ---- time
  * ---------------------------------------------------------------------------------------- */
+
+int rpc_world_ranks(const struct rpc_server *s) {
+  return s->world ? world_size(s->world) : 1;
+}
 
 int64_t rpc_now_unix_ms(void) {
   struct timespec ts;
@@ -332,6 +337,9 @@ static bool runs_inline(const struct rpc_call *c) {
     return !((const Qdp__DescribeRequest *)c->req)->views;
   case RPC_M_ENCODE: {
     const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
+    if (rpc_world_ranks(c->srv) > 1) {
+      return false; /* it waits on other ranks, up to the rank timeout */
+    }
     if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
       return false;
     }
@@ -619,6 +627,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->grpc_inited = true;
   s->loop = deps->loop;
   s->mesh = deps->mesh;
+  s->world = deps->world;
   s->store = deps->store;
   s->start_unix_ms = rpc_now_unix_ms();
   s->start_mono_ms = mono_ms();
@@ -642,8 +651,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   uv_cond_init(&s->pool_cv);
   s->sync_inited = true;
 
-  /* The devices' fixed facts (names, UUIDs) for replies; budgets and use are read per call. */
-  s->ndev = runtime_mesh_count(s->mesh);
+  /* The devices' fixed facts (names, UUIDs) for replies; budgets and use are read per call. In a
+   * world of several ranks these are every rank's devices, in the planner's order. */
+  s->ndev = s->world ? world_device_count(s->world) : runtime_mesh_count(s->mesh);
   s->devs = calloc(s->ndev ? s->ndev : 1, sizeof *s->devs);
   if (!s->devs) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices",
@@ -651,7 +661,13 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
     goto out;
   }
   for (size_t i = 0; i < s->ndev; i++) {
-    runtime_mesh_device_info(s->mesh, i, &s->devs[i]);
+    if (s->world) {
+      struct world_device wd;
+      world_device_at(s->world, i, &wd);
+      s->devs[i] = wd.info;
+    } else {
+      runtime_mesh_device_info(s->mesh, i, &s->devs[i]);
+    }
   }
 
   QDP_TRY(rc, rpc_guard_install(reterr));

@@ -36,10 +36,12 @@
 
 struct runtime_mesh;
 struct state_store;
+struct world;
 
 struct rpc_server_deps {
   const struct config *cfg; /* read at create; runtime-changeable values again at apply_config */
   struct runtime_mesh *mesh;
+  struct world *world; /* the ranks this coordinator plans over; NULL: this mesh alone */
   struct state_store *store;
   uv_loop_t *loop;
 };

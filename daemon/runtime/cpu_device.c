@@ -122,6 +122,20 @@ static qdp_status cpu_butterfly(struct runtime_device *da, void *a, struct runti
   return QDP_OK;
 }
 
+static qdp_status cpu_combine_host(struct runtime_device *d, void *mine, void *partner_host,
+                                   qdp_dtype out, uint64_t count, int high,
+                                   struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  /* The butterfly leaves a + b in its first operand and a - b in its second. */
+  if (high) {
+    qdpk_cpu_butterfly(partner_host, mine, out, count);
+  } else {
+    qdpk_cpu_butterfly(mine, partner_host, out, count);
+  }
+  return QDP_OK;
+}
+
 static void cpu_work_done(struct runtime_device *d, struct runtime_shard_work *w) {
   (void)d;
   (void)w;
@@ -162,6 +176,7 @@ static const struct runtime_device_ops cpu_ops = {
     .amp_scale = cpu_amp_scale,
     .encode = cpu_encode,
     .butterfly = cpu_butterfly,
+    .combine_host = cpu_combine_host,
     .work_done = cpu_work_done,
     .export_ipc = cpu_export_ipc,
     .copy_rows = cpu_copy_rows,

@@ -1180,6 +1180,36 @@ out:
   return rc;
 }
 
+static qdp_status cuda_combine_host(struct runtime_device *d, void *mine, void *partner_host,
+                                    qdp_dtype out, uint64_t count, int high,
+                                    struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  void *tmp = NULL;
+  size_t bytes = (size_t)(count * qdp_dtype_size(out));
+  QDP_TRY(rc, use_device(d, reterr));
+  /* The partner's range comes up into a device buffer (count is at most one exchange chunk,
+   * which the planner counted as this shard's workspace), and the butterfly kernel leaves a + b
+   * in its first operand and a - b in its second. */
+  QDP_TRY(rc, dev_malloc(d, bytes, &tmp, reterr));
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(tmp, partner_host, bytes, cudaMemcpyHostToDevice, c->stream));
+  K_TRY(rc, d, "qdpk_butterfly",
+        high ? qdpk_butterfly(tmp, mine, out, count, c->stream)
+             : qdpk_butterfly(mine, tmp, out, count, c->stream));
+  QDP_TRY(rc, finish(c, reterr));
+out:
+  if (tmp) {
+    if (rc != QDP_OK) {
+      drain(c);
+    }
+    if (cudaFree(tmp) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+  return rc;
+}
+
 static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *w) {
   if (!w->scratch) {
     return;
@@ -1270,6 +1300,7 @@ static const struct runtime_device_ops cuda_ops = {
     .amp_combine = cuda_amp_combine,
     .encode = cuda_encode,
     .butterfly = cuda_butterfly,
+    .combine_host = cuda_combine_host,
     .work_done = cuda_work_done,
     .export_ipc = cuda_export_ipc,
     .copy_rows = cuda_copy_rows,

@@ -90,6 +90,12 @@ struct runtime_device_ops {
   qdp_status (*butterfly)(struct runtime_device *da, void *a, struct runtime_device *db, void *b,
                           qdp_dtype out, uint64_t count, const char **ret_how,
                           struct qdp_error *reterr);
+  /* A global-bit stage whose partner shard is on another rank: `mine` (count amplitudes on d)
+   * combines with the partner's same range, received into host memory (which it may overwrite):
+   * high = 0 (mine is the low side a) leaves a + b, high = 1 (mine is b) leaves a - b, with the
+   * butterfly's own arithmetic, so the result has the same bits as a butterfly on one rank. */
+  qdp_status (*combine_host)(struct runtime_device *d, void *mine, void *partner_host,
+                             qdp_dtype out, uint64_t count, int high, struct qdp_error *reterr);
   /* Frees what amp_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
 

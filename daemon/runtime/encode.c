@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -159,12 +160,26 @@ static void *task_butterfly(void *arg) {
   return NULL;
 }
 
+/* The flattened input values this rank holds: all of them, or its window (runtime_input). */
+static uint64_t input_first(const struct runtime_input *in) {
+  return in->windowed ? in->window_first : 0;
+}
+
+static uint64_t input_count(const struct runtime_input *in) {
+  return in->windowed ? in->window_count : in->rows * in->cols;
+}
+
+/* The address of flattened value `flat`, which the caller knows is held here. */
+static const char *input_at(const struct runtime_input *in, uint64_t flat) {
+  return (const char *)in->data + (flat - input_first(in)) * qdp_dtype_size(in->dtype);
+}
+
 /* Describes the first non-finite value of sample `row` for an error message. */
 static qdp_status bad_value(struct qdp_error *reterr, const char *what,
                             const struct runtime_input *in, uint64_t index) {
   uint64_t row = index / in->cols, col = index % in->cols;
-  double v = in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index]
-                                            : ((const double *)in->data)[index];
+  const void *at = input_at(in, index);
+  double v = in->dtype == QDP_DTYPE_FLOAT32 ? *(const float *)at : *(const double *)at;
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
                        "input sample %" PRIu64 " value %" PRIu64 " is %g: %s must be finite", row,
                        col, v, what);
@@ -178,7 +193,8 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
   case QDP_ENCODING_PHASE:
   case QDP_ENCODING_IQP:
   case QDP_ENCODING_IQP_Z:
-    if (qdpk_cpu_find_nonfinite(in->data, in->dtype, in->rows * in->cols, &index)) {
+    if (qdpk_cpu_find_nonfinite(in->data, in->dtype, input_count(in), &index)) {
+      index += input_first(in);
       return bad_value(reterr,
                        p->encoding == QDP_ENCODING_ANGLE   ? "angles"
                        : p->encoding == QDP_ENCODING_PHASE ? "phases"
@@ -187,14 +203,17 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
     }
     return QDP_OK;
   case QDP_ENCODING_BASIS: {
-    enum qdpk_basis_fault f =
-        qdpk_cpu_check_basis(in->data, in->dtype, in->cols, in->rows, p->qubits, &index);
+    /* Basis input is whole rows (one index each), so a window is whole rows too. */
+    enum qdpk_basis_fault f = qdpk_cpu_check_basis(in->data, in->dtype, in->cols,
+                                                   input_count(in) / in->cols, p->qubits, &index);
     if (f == QDPK_BASIS_OK) {
       return QDP_OK;
     }
-    double v = in->dtype == QDP_DTYPE_INT64 ? (double)((const int64_t *)in->data)[index * in->cols]
-               : in->dtype == QDP_DTYPE_FLOAT32 ? ((const float *)in->data)[index * in->cols]
-                                                : ((const double *)in->data)[index * in->cols];
+    index += input_first(in) / in->cols;
+    const void *at = input_at(in, index * in->cols);
+    double v = in->dtype == QDP_DTYPE_INT64     ? (double)*(const int64_t *)at
+               : in->dtype == QDP_DTYPE_FLOAT32 ? *(const float *)at
+                                                : *(const double *)at;
     static const char *const why[] = {
         [QDPK_BASIS_NOT_FINITE] = "is not finite",
         [QDPK_BASIS_NOT_INTEGER] = "is not an integer",
@@ -229,6 +248,51 @@ static qdp_status check_input_shape(const struct plan *p, const struct runtime_i
   return QDP_OK;
 }
 
+/* Whether the plan's shards are on more than one rank (then its collectives go through the world).
+ */
+static bool spans_ranks(const struct plan *p) {
+  for (size_t i = 1; i < p->nshards; i++) {
+    if (p->shards[i].rank != p->shards[0].rank) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* One norm block of one sample, as the ranks exchange them. */
+struct norm_record {
+  uint64_t row;
+  struct norm_block block;
+};
+
+static int record_order(const void *a, const void *b) {
+  const struct norm_record *x = a, *y = b;
+  if (x->row != y->row) {
+    return x->row < y->row ? -1 : 1;
+  }
+  return x->block.first < y->block.first ? -1 : x->block.first > y->block.first;
+}
+
+/* The first non-finite value of sample `row` among the values held here, as an error; else the
+ * overflow it must be (or, when other ranks hold part of the sample, either). */
+static qdp_status bad_norm(struct qdp_error *reterr, const struct runtime_input *in, uint64_t row,
+                           int single) {
+  uint64_t lo = row * in->cols, hi = lo + in->cols;
+  uint64_t have_lo = input_first(in), have_hi = have_lo + input_count(in);
+  lo = lo > have_lo ? lo : have_lo;
+  hi = hi < have_hi ? hi : have_hi;
+  uint64_t index = 0;
+  if (lo < hi && qdpk_cpu_find_nonfinite(input_at(in, lo), in->dtype, hi - lo, &index)) {
+    return bad_value(reterr, "amplitudes", in, lo + index);
+  }
+  bool whole = lo == row * in->cols && hi == lo + in->cols;
+  return qdp_error_set(
+      reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+      "input sample %" PRIu64 " has %s: scale the values down", row,
+      whole ? (single ? "a norm that overflows float32" : "a norm that overflows float64")
+            : "a non-finite value on another rank or a norm that overflows");
+}
+
 /* A row's total sum of squares must be positive and finite: zero norm and NaN/Inf are refused,
  * naming the sample (never a silent zero state). */
 static qdp_status check_norm(const struct plan *p, const struct runtime_input *in, uint64_t row,
@@ -239,49 +303,70 @@ static qdp_status check_norm(const struct plan *p, const struct runtime_input *i
                          " has zero norm: amplitude encoding needs at least one non-zero value",
                          row);
   }
-  if (isfinite(s)) {
-    return QDP_OK;
-  }
-  uint64_t index = 0;
-  if (qdpk_cpu_find_nonfinite((const char *)in->data + row * in->cols * qdp_dtype_size(in->dtype),
-                              in->dtype, in->cols, &index)) {
-    return bad_value(reterr, "amplitudes", in, row * in->cols + index);
-  }
-  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                       "input sample %" PRIu64
-                       " has a norm that overflows %s: scale the values down",
-                       row, p->out_dtype == QDP_DTYPE_COMPLEX64 ? "float32" : "float64");
+  return isfinite(s) ? QDP_OK : bad_norm(reterr, in, row, p->out_dtype == QDP_DTYPE_COMPLEX64);
 }
 
-/* Reduces each sample's blocks along the tree, checks the totals, and points tasks at them. */
+/* Reduces each sample's blocks along the tree, checks the totals, and points tasks at them. The
+ * blocks of every shard of a sample (other ranks' too, all-gathered: never an MPI reduction on
+ * floating point) are combined in index order, so every rank computes the same bits. */
 static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, size_t n,
                                const struct runtime_input *in, double *sumsq,
                                struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
+  const struct runtime_mesh *m = st->mesh;
   int single = p->out_dtype == QDP_DTYPE_COMPLEX64;
-  struct norm_block *all = malloc(n * NORM_BLOCKS_MAX * sizeof *all);
-  if (!all) {
+  qdp_status rc = QDP_OK;
+  size_t nmine = 0;
+  for (size_t i = 0; i < n; i++) {
+    nmine += t[i].work.shard->rows * t[i].nblocks;
+  }
+  struct norm_record *mine = calloc(nmine ? nmine : 1, sizeof *mine);
+  struct norm_record *all = mine;
+  void *gathered = NULL;
+  struct norm_block *row_blocks = NULL;
+  size_t nall = nmine;
+  if (!mine) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
   }
-  qdp_status rc = QDP_OK;
-  for (uint64_t row = 0; row < p->batch && rc == QDP_OK; row++) {
-    size_t nb = 0;
-    for (size_t i = 0; i < n; i++) {
-      const struct plan_shard *sh = t[i].work.shard;
-      if (row >= sh->row_first && row - sh->row_first < sh->rows) {
-        memcpy(&all[nb], &t[i].blocks[(row - sh->row_first) * t[i].nblocks],
-               t[i].nblocks * sizeof *all);
-        nb += t[i].nblocks;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (uint64_t r = 0; r < t[i].work.shard->rows; r++) {
+      for (size_t b = 0; b < t[i].nblocks; b++) {
+        mine[k].row = t[i].work.shard->row_first + r;
+        mine[k].block = t[i].blocks[r * t[i].nblocks + b];
+        k++;
       }
     }
-    /* Shards are ordered by first within a row, so the blocks are ascending. */
-    sumsq[row] = norm_combine(all, nb, p->qubits, single);
-    rc = check_norm(p, in, row, sumsq[row], reterr);
   }
-  free(all);
-  for (size_t i = 0; rc == QDP_OK && i < n; i++) {
+  if (m->world_ops && spans_ranks(p)) {
+    size_t bytes = 0;
+    QDP_TRY(rc, m->world_ops->allgather(m->world_ctx, mine, nmine * sizeof *mine, &gathered, &bytes,
+                                        reterr));
+    all = gathered;
+    nall = bytes / sizeof *all;
+  }
+  qsort(all, nall, sizeof *all, record_order);
+  row_blocks = malloc((nall ? nall : 1) * sizeof *row_blocks);
+  if (!row_blocks) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
+    goto out;
+  }
+  size_t at = 0;
+  for (uint64_t row = 0; row < p->batch; row++) {
+    size_t nb = 0;
+    for (; at < nall && all[at].row == row; at++) {
+      row_blocks[nb++] = all[at].block;
+    }
+    sumsq[row] = norm_combine(row_blocks, nb, p->qubits, single);
+    QDP_TRY(rc, check_norm(p, in, row, sumsq[row], reterr));
+  }
+  for (size_t i = 0; i < n; i++) {
     t[i].sumsq = sumsq + t[i].work.shard->row_first;
   }
+out:
+  free(row_blocks);
+  free(gathered);
+  free(mine);
   return rc;
 }
 
@@ -296,7 +381,9 @@ static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, s
  * sample, which needs no exchange at all). */
 static bool device_norm_possible(const struct runtime_mesh *m, const struct shard_task *t, size_t n,
                                  const struct plan *p) {
-  if (!m->device_comm || n < 2 || n != m->count || n > 64) {
+  /* The mesh's communicator joins this node's GPUs only: a job across ranks reduces through the
+   * world. */
+  if (!m->device_comm || n < 2 || n != m->count || n > 64 || spans_ranks(p)) {
     return false;
   }
   uint64_t seen = 0;
@@ -472,7 +559,7 @@ static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, 
   /* Only a sample split over shards needs an exchange; a batch split by sample does not. */
   for (size_t i = 0; i < n; i++) {
     if (t[i].work.shard->count != st->plan.amplitudes) {
-      st->collective = "host";
+      st->collective = spans_ranks(&st->plan) ? "mpi" : "host";
     }
   }
 out:
@@ -484,26 +571,63 @@ out:
   return rc;
 }
 
+/* A global-bit stage whose partner shard is on rank `peer`: the two ranks trade the shard's data
+ * in chunks through host memory (the exchange buffer the planner counted) and each combines its
+ * own half. Both ranks walk the same chunks in the same order. */
+static qdp_status exchange_stage(struct runtime_state *st, struct shard_task *mine, int peer,
+                                 int high, struct qdp_error *reterr) {
+  const struct runtime_mesh *m = st->mesh;
+  struct runtime_device *d = mine->dev;
+  qdp_dtype out = st->plan.out_dtype;
+  unsigned esize = qdp_dtype_size(out);
+  uint64_t count = mine->work.shard->bytes / esize;
+  uint64_t piece =
+      PLAN_EXCHANGE_CHUNK_BYTES / esize < count ? PLAN_EXCHANGE_CHUNK_BYTES / esize : count;
+  qdp_status rc = QDP_OK;
+  char *send = malloc(piece * esize), *recv = malloc(piece * esize);
+  if (!send || !recv) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "cannot allocate 2 x %" PRIu64 " B of exchange buffers", piece * esize);
+    goto out;
+  }
+  for (uint64_t at = 0; at < count; at += piece) {
+    uint64_t len = count - at < piece ? count - at : piece;
+    char *chunk = (char *)mine->work.out + at * esize;
+    QDP_TRY(rc, d->ops->read(d, chunk, len * esize, send, reterr));
+    QDP_TRY(rc, m->world_ops->exchange(m->world_ctx, peer, send, recv, len * esize, reterr));
+    QDP_TRY(rc, d->ops->combine_host(d, chunk, recv, out, len, high, reterr));
+  }
+out:
+  free(send);
+  free(recv);
+  return rc;
+}
+
 /* The global-bit stages of the Walsh-Hadamard transform of a sharded iqp state: for each global
  * bit, ascending, every shard pair differing in that bit exchanges and combines. Shards of an even
- * plan are in index order, so shard i holds global index bits i. */
+ * plan are in index order, so shard i holds global index bits i. Pairs on this rank run
+ * concurrently; pairs split with another rank run one after another in shard order, the same
+ * order on every rank, so two ranks always meet at their lowest pending pair. */
 static qdp_status run_global_stages(struct runtime_state *st, struct shard_task *t, size_t n,
                                     struct qdp_error *reterr) {
-  size_t npairs = n / 2;
-  struct pair_task *pairs = calloc(npairs, sizeof *pairs);
+  const struct plan *p = &st->plan;
+  size_t npairs = p->nshards / 2;
+  struct pair_task *pairs = calloc(npairs ? npairs : 1, sizeof *pairs);
+  struct shard_task **local = calloc(p->nshards, sizeof *local); /* by shard index */
   qdp_status rc = QDP_OK;
-  if (!pairs) {
+  if (!pairs || !local) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate exchange pairs");
     goto out;
   }
-  for (uint32_t bit = 0; bit < st->plan.global_bits; bit++) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (!(i & ((size_t)1 << bit))) {
-        pairs[k] = (struct pair_task){.lo = &t[i],
-                                      .hi = &t[i | ((size_t)1 << bit)],
-                                      .out = st->plan.out_dtype,
-                                      .err = QDP_ERROR_INIT};
+  for (size_t i = 0; i < n; i++) {
+    local[t[i].index] = &t[i];
+  }
+  for (uint32_t bit = 0; bit < p->global_bits; bit++) {
+    size_t k = 0, stride = (size_t)1 << bit;
+    for (size_t i = 0; i < p->nshards; i++) {
+      if (!(i & stride) && local[i] && local[i | stride]) {
+        pairs[k] = (struct pair_task){
+            .lo = local[i], .hi = local[i | stride], .out = p->out_dtype, .err = QDP_ERROR_INIT};
         k++;
       }
     }
@@ -518,8 +642,24 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
       }
       st->collective = pairs[i].how;
     }
+    for (size_t i = 0; i < p->nshards; i++) {
+      size_t j = i | stride;
+      if ((i & stride) || !local[i] == !local[j]) {
+        continue;
+      }
+      if (!st->mesh->world_ops) {
+        rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                           "shards %zu and %zu are on different ranks but the mesh has no world", i,
+                           j);
+        goto out;
+      }
+      int high = local[i] == NULL;
+      QDP_TRY(rc, exchange_stage(st, high ? local[j] : local[i], p->shards[high ? i : j].rank, high,
+                                 reterr));
+    }
   }
 out:
+  free(local);
   free(pairs);
   return rc;
 }
@@ -539,6 +679,9 @@ static void state_free_buffers(struct runtime_state *st) {
 void runtime_state_destroy(struct runtime_state *s) {
   if (!s) {
     return;
+  }
+  if (s->world_job && s->mesh->world_ops) {
+    s->mesh->world_ops->release(s->mesh->world_ctx, s->world_job, &s->plan);
   }
   state_free_buffers(s);
   free(s->plan.shards);
@@ -560,7 +703,7 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
                          "the plan is not feasible; nothing was encoded");
   }
   for (size_t i = 0; i < p->nshards; i++) {
-    if (p->shards[i].rank == 0 && p->shards[i].device >= m->count) {
+    if (p->shards[i].rank == m->rank && p->shards[i].device >= m->count) {
       return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
                            "shard %zu names device %zu but the mesh has %zu", i,
                            p->shards[i].device, m->count);
@@ -586,10 +729,9 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
   }
 
   /* Reserve and allocate every local shard before any work starts. */
-  unsigned esize = qdp_dtype_size(in->dtype);
   for (size_t i = 0; i < st->plan.nshards; i++) {
     const struct plan_shard *sh = &st->plan.shards[i];
-    if (sh->rank != 0) {
+    if (sh->rank != m->rank) {
       continue;
     }
     struct runtime_device *d = m->devs[sh->device];
@@ -611,13 +753,13 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
                                           .in = in->dtype,
                                           .in_stride = in->cols,
                                           .pinned = in->pinned};
-    const char *row0 = (const char *)in->data + sh->row_first * in->cols * esize;
+    uint64_t row0 = sh->row_first * in->cols;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       uint64_t present = in->cols > sh->first ? in->cols - sh->first : 0;
       k->work.len = present < sh->count ? present : sh->count;
-      k->work.x = row0 + (present ? sh->first * esize : 0);
+      k->work.x = present ? input_at(in, row0 + sh->first) : in->data;
     } else {
-      k->work.x = row0;
+      k->work.x = input_at(in, row0);
     }
   }
 
@@ -629,6 +771,9 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     if (rc == QDP_OK && st->plan.global_bits > 0 &&
         (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z)) {
       rc = run_global_stages(st, t, n, reterr);
+      if (spans_ranks(&st->plan)) {
+        st->collective = "mpi";
+      }
     }
   }
   if (rc != QDP_OK) {
@@ -646,6 +791,10 @@ out:
   free(t);
   runtime_state_destroy(st);
   return rc;
+}
+
+void runtime_state_set_world_job(struct runtime_state *s, uint64_t job) {
+  s->world_job = job;
 }
 
 const struct plan *runtime_state_plan(const struct runtime_state *s) {
@@ -683,13 +832,24 @@ qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t
              idx >= p->shards[i].first && idx - p->shards[i].first < p->shards[i].count)) {
       i++;
     }
-    if (i == p->nshards || !s->bufs[i]) {
+    const struct plan_shard *sh = i < p->nshards ? &p->shards[i] : NULL;
+    uint64_t run = sh ? sh->first + sh->count - idx : 0;
+    run = run < count ? run : count;
+    if (sh && !s->bufs[i] && sh->rank != s->mesh->rank && s->world_job && s->mesh->world_ops) {
+      qdp_status rc = s->mesh->world_ops->read(s->mesh->world_ctx, sh->rank, s->world_job, offset,
+                                               run, out, run * esize, reterr);
+      if (rc != QDP_OK) {
+        return rc;
+      }
+      out += run * esize;
+      offset += run;
+      count -= run;
+      continue;
+    }
+    if (!sh || !s->bufs[i]) {
       return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
                            "amplitude %" PRIu64 " is in no local shard", offset);
     }
-    const struct plan_shard *sh = &p->shards[i];
-    uint64_t run = sh->first + sh->count - idx;
-    run = run < count ? run : count;
     uint64_t at = ((row - sh->row_first) * sh->count + (idx - sh->first)) * esize;
     struct runtime_device *d = s->mesh->devs[sh->device];
     qdp_status rc = d->ops->read(d, (const char *)s->bufs[i] + at, run * esize, out, reterr);

@@ -164,6 +164,13 @@ const char *runtime_mesh_topology_source(const struct runtime_mesh *m) {
   return m->topology_source ? m->topology_source : "host";
 }
 
+void runtime_mesh_set_world(struct runtime_mesh *m, int rank, const struct runtime_world_ops *ops,
+                            void *ctx) {
+  m->rank = ops ? rank : 0;
+  m->world_ops = ops;
+  m->world_ctx = ops ? ctx : NULL;
+}
+
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
   return m->staging_bytes;
 }

@@ -21,6 +21,10 @@ struct runtime_mesh {
   char collectives[192];           /* what reductions use and why (runtime_mesh_collectives) */
   struct runtime_link *links;      /* [count][count]; NULL: all host links (CPU backend) */
   const char *topology_source;     /* "nvml", "cuda"; NULL: "host" */
+  /* The world this mesh is a rank of (runtime_mesh_set_world); world_ops NULL: a world of one. */
+  int rank;
+  const struct runtime_world_ops *world_ops;
+  void *world_ctx;
 };
 
 /* Reserves bytes of device d's budget (atomic); RESOURCE_EXHAUSTED with the numbers. */

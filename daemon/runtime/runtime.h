@@ -113,7 +113,10 @@ qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_
 void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr);
 
 /* Input values resident in host memory (inline bytes, a mapped .npy file or shared-memory region,
- * an assembled upload), row-major [rows][cols] of dtype. Only read, never kept after the call. */
+ * an assembled upload), row-major [rows][cols] of dtype. Only read, never kept after the call.
+ * A rank of a larger world holds only its slice: with `windowed` set, data holds the values
+ * [window_first, window_first + window_count) of the flattened input, which must cover every value
+ * this rank's shards read (world.h computes it). */
 struct runtime_input {
   const void *data;
   qdp_dtype dtype;
@@ -121,6 +124,14 @@ struct runtime_input {
   /* data lies in memory runtime_mesh_register_host prepared: uploads read it directly (DMA),
    * without first packing it into the staging buffers. */
   bool pinned;
+  bool windowed;
+  uint64_t window_first, window_count;
+  /* Where the values are a file on the node (an .npy read by path): its path and the byte offset
+   * of the first value. In a world of several ranks each rank reads its own window from the file
+   * (which must be at the same path on every rank: a shared filesystem) instead of receiving it.
+   * NULL: the values exist only here. */
+  const char *file;
+  uint64_t file_offset;
 };
 
 struct runtime_state;
@@ -208,5 +219,38 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
  * INVALID_ARGUMENT (field `field`) naming the devices there are. */
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,
                                     size_t *ret_index, struct qdp_error *reterr);
+
+/* ---- a world of several ranks (daemon/world drives it; a mesh without a world is rank 0 of 1)
+ *
+ * Every rank runs runtime_encode on the same plan, each materializing the shards whose rank is its
+ * own; the executor reaches the other ranks only through these host collectives (host memory
+ * only: no device pointer ever reaches the transport). Each returns QDP_ERR_UNAVAILABLE naming the
+ * rank when a peer does not answer in time. Called on the thread running runtime_encode (allgather,
+ * exchange) or runtime_state_read / runtime_state_destroy (read, release). */
+struct runtime_world_ops {
+  /* Every rank of the job contributes `bytes` (may differ, 0 included); *ret gets all
+   * contributions concatenated in rank order (malloc'd, free()), *ret_bytes their total. */
+  qdp_status (*allgather)(void *ctx, const void *mine, size_t bytes, void **ret, size_t *ret_bytes,
+                          struct qdp_error *reterr);
+  /* Sends `bytes` of mine to rank peer and receives as many of the peer's into ret. */
+  qdp_status (*exchange)(void *ctx, int peer, const void *mine, void *ret, size_t bytes,
+                         struct qdp_error *reterr);
+  /* Amplitudes [offset, offset + count) of job's state, all held by `rank`, into dst (`bytes`:
+   * count times the state's dtype size). */
+  qdp_status (*read)(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count, void *dst,
+                     size_t bytes, struct qdp_error *reterr);
+  /* Frees job's shards on every other rank that holds some (p->shards names them). */
+  void (*release)(void *ctx, uint64_t job, const struct plan *p);
+};
+
+/* Makes m rank `rank` of a world reached through ops (NULL: back to a world of one). Plans given to
+ * runtime_encode then index this mesh's devices for this rank's shards. Main thread, before jobs.
+ */
+void runtime_mesh_set_world(struct runtime_mesh *m, int rank, const struct runtime_world_ops *ops,
+                            void *ctx);
+
+/* The coordinator names a state's world job, so runtime_state_read fetches other ranks' shards
+ * through ops->read and runtime_state_destroy frees them through ops->release (0: none). */
+void runtime_state_set_world_job(struct runtime_state *s, uint64_t job);
 
 #endif /* QDP_RUNTIME_H */

@@ -384,6 +384,24 @@ out:
   return rc;
 }
 
+qdp_status transport_io_within(struct transport *t, struct transport_io *items, size_t n,
+                               uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  if (ret_pinned) {
+    *ret_pinned = 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    items[i].done = 0;
+    QDP_TRY(rc, check_peer(t, items[i].peer, items[i].tag, reterr));
+    QDP_TRY(rc, check_buf(t, items[i].buf, items[i].bytes, reterr));
+  }
+  if (n > 0) {
+    rc = t->ops->io_within(t, items, n, timeout_ms, ret_pinned, reterr);
+  }
+out:
+  return rc;
+}
+
 /* ---- the local family: one rank, so every collective is a copy ---- */
 
 static void local_destroy(struct transport *t) {
@@ -459,6 +477,15 @@ static qdp_status local_recv(struct transport *t, void *buf, size_t bytes, int f
   return local_p2p(t, reterr);
 }
 
+static qdp_status local_io_within(struct transport *t, struct transport_io *items, size_t n,
+                                  uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr) {
+  (void)items;
+  (void)n;
+  (void)timeout_ms;
+  (void)ret_pinned;
+  return local_p2p(t, reterr);
+}
+
 static const struct transport_ops local_ops = {
     .destroy = local_destroy,
     .barrier = local_barrier,
@@ -468,6 +495,7 @@ static const struct transport_ops local_ops = {
     .allreduce_u64 = local_allreduce_u64,
     .send = local_send,
     .recv = local_recv,
+    .io_within = local_io_within,
 };
 
 qdp_status transport_local_create(struct transport **ret, struct qdp_error *reterr) {

@@ -161,4 +161,27 @@ qdp_status transport_send(struct transport *t, const void *buf, size_t bytes, in
 qdp_status transport_recv(struct transport *t, void *buf, size_t bytes, int from, int tag,
                           struct qdp_error *reterr);
 
+/* Bounded point to point: the world protocol's primitive, so that a dead or hung peer can never
+ * block the caller (a lost rank must fail the jobs that touch it within a bounded time, and Open
+ * MPI launched with --enable-recovery leaves the survivors running but reports nothing: operations
+ * towards a dead process simply never complete).
+ *
+ * One item per message, host memory only, sizes as in transport_send/recv (any size; cut into
+ * pieces as above). transport_io_within posts every send and receive at once, then polls them until
+ * all are done or timeout_ms have passed (0: wait forever). On timeout it cancels what is still
+ * pending and returns QDP_ERR_UNAVAILABLE with rank = the first peer (in item order) whose message
+ * did not complete, naming it and the time waited; items[i].done says which completed. A receive
+ * that completed while it was being cancelled counts as done. A send that could not be cancelled
+ * may still read its buffer later: the caller keeps a send buffer alive once a call timed out
+ * (transport_io_within reports that with *ret_pinned = 1, may be NULL). */
+struct transport_io {
+  void *buf; /* const for sends */
+  size_t bytes;
+  int peer, tag;
+  int send; /* 1: send buf to peer; 0: receive exactly bytes from peer */
+  int done; /* out */
+};
+qdp_status transport_io_within(struct transport *t, struct transport_io *items, size_t n,
+                               uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr);
+
 #endif /* QDP_TRANSPORT_H */

@@ -24,6 +24,9 @@ struct transport_ops {
                      struct qdp_error *reterr);
   qdp_status (*recv)(struct transport *t, void *buf, size_t bytes, int from, int tag,
                      struct qdp_error *reterr);
+  /* Items checked (peers, tags, buffers); timeout_ms 0 = none. */
+  qdp_status (*io_within)(struct transport *t, struct transport_io *items, size_t n,
+                          uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr);
 };
 
 struct transport {

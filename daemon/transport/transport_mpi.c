@@ -2,11 +2,14 @@
  * call cut into pieces of at most chunk_bytes (MPI counts are int), byte buffers only (host memory:
  * Open MPI here is not CUDA-aware).
  */
+#include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mpi.h>
 
@@ -245,6 +248,174 @@ static qdp_status mpi_recv(struct transport *t, void *buf, size_t bytes, int fro
   return QDP_OK;
 }
 
+/* Microseconds, so that a wait of N ms never ends before N ms have passed. */
+static uint64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* After a timeout: cancel a pending request and give it a moment to settle. 1 when it completed
+ * after all (a receive that matched meanwhile, status in *st), 0 when cancelled, -1 when it could
+ * neither be cancelled nor completed (the request is freed; MPI may still use its buffer). */
+static int settle_cancelled(MPI_Request *req, MPI_Status *st) {
+  MPI_Cancel(req);
+  /* Cancelling an unmatched message completes at once in ob1; 100 ms is generous. */
+  uint64_t until = mono_us() + 100000;
+  int flag = 0;
+  while (!flag) {
+    if (MPI_Test(req, &flag, st) != MPI_SUCCESS) {
+      break;
+    }
+    if (!flag && mono_us() >= until) {
+      MPI_Request_free(req);
+      return -1;
+    }
+  }
+  if (!flag) {
+    return -1;
+  }
+  int cancelled = 0;
+  MPI_Test_cancelled(st, &cancelled);
+  return cancelled ? 0 : 1;
+}
+
+static qdp_status mpi_io_within(struct transport *t, struct transport_io *items, size_t n,
+                                uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    total += items[i].bytes ? transport_chunk_count(items[i].bytes, t->chunk_bytes) : 1;
+  }
+  MPI_Request *reqs = malloc(total * sizeof *reqs);
+  size_t *owner = malloc(total * sizeof *owner);
+  size_t *plen = malloc(total * sizeof *plen);
+  size_t *left = calloc(n, sizeof *left); /* pieces of item i not done */
+  if (!reqs || !owner || !plen || !left) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "cannot allocate the request table of %zu messages", total);
+    goto out;
+  }
+  size_t posted = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct transport_io *it = &items[i];
+    size_t pieces = it->bytes ? transport_chunk_count(it->bytes, t->chunk_bytes) : 1;
+    for (size_t k = 0; k < pieces; k++) {
+      size_t len = transport_chunk_len(it->bytes, t->chunk_bytes, k);
+      unsigned char *at = len ? (unsigned char *)it->buf + k * t->chunk_bytes : NULL;
+      int mpirc =
+          it->send
+              ? MPI_Isend(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), &reqs[posted])
+              : MPI_Irecv(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), &reqs[posted]);
+      if (mpirc != MPI_SUCCESS) {
+        rc = mpi_fail(t, mpirc, reterr, "%s of %zu B %s rank %d, tag %d",
+                      it->send ? "MPI_Isend" : "MPI_Irecv", it->bytes, it->send ? "to" : "from",
+                      it->peer, it->tag);
+        timeout_ms = 1; /* cancel what was posted below */
+        goto wait;
+      }
+      plen[posted] = len;
+      owner[posted++] = i;
+      left[i]++;
+    }
+  }
+wait:;
+  uint64_t start = mono_us();
+  size_t pending = posted;
+  unsigned idle = 0;
+  while (pending > 0) {
+    size_t before = pending;
+    for (size_t r = 0; r < posted; r++) {
+      if (reqs[r] == MPI_REQUEST_NULL) {
+        continue;
+      }
+      int flag = 0;
+      MPI_Status st;
+      int mpirc = MPI_Test(&reqs[r], &flag, &st);
+      if (mpirc != MPI_SUCCESS && rc == QDP_OK) {
+        rc = mpi_fail(t, mpirc, reterr, "waiting for a message %s rank %d",
+                      items[owner[r]].send ? "to" : "from", items[owner[r]].peer);
+        reqs[r] = MPI_REQUEST_NULL;
+        pending--;
+        continue;
+      }
+      if (!flag) {
+        continue;
+      }
+      pending--;
+      struct transport_io *it = &items[owner[r]];
+      int got = 0;
+      if (!it->send && rc == QDP_OK && MPI_Get_count(&st, MPI_BYTE, &got) == MPI_SUCCESS &&
+          (got < 0 || (size_t)got != plen[r])) {
+        rc = qdp_error_set_at(reterr, QDP_ERR_INVALID_ARGUMENT, -1, 0,
+                              "rank %d expected a piece of %zu B from rank %d, tag %d, and got %d "
+                              "B; the two ranks disagree on the size",
+                              t->rank, plen[r], it->peer, it->tag, got);
+      }
+      if (--left[owner[r]] == 0) {
+        it->done = 1;
+      }
+    }
+    if (pending == 0 || rc != QDP_OK) {
+      break;
+    }
+    if (timeout_ms && mono_us() - start >= timeout_ms * 1000) {
+      break;
+    }
+    /* Poll while messages are moving (a job's round trip is well under a millisecond), giving
+     * the processor away between polls: where ranks share processors (several on one host, or
+     * a busy node) the peer being waited for may need it, and spinning on it made a message
+     * between two ranks wait a scheduler time slice, about 5 ms. Once nothing has moved for a
+     * while, sleep 100 us between polls, so a long wait costs little CPU. */
+    idle = pending == before ? idle + 1 : 0;
+    if (idle > 2000) {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    } else if (idle > 0) {
+      sched_yield();
+    }
+  }
+  if (pending > 0) {
+    int pinned = 0;
+    size_t first_late = n;
+    for (size_t r = 0; r < posted; r++) {
+      if (reqs[r] == MPI_REQUEST_NULL) {
+        continue;
+      }
+      MPI_Status st;
+      int s = settle_cancelled(&reqs[r], &st);
+      if (s == 1) {
+        if (--left[owner[r]] == 0) {
+          items[owner[r]].done = 1;
+        }
+        continue;
+      }
+      pinned |= s < 0;
+      first_late = owner[r] < first_late ? owner[r] : first_late;
+    }
+    if (ret_pinned) {
+      *ret_pinned = pinned;
+    }
+    if (rc == QDP_OK && first_late < n) {
+      const struct transport_io *it = &items[first_late];
+      rc = qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, -1, 0,
+                            "rank %d did not %s %zu B (tag %d) within %" PRIu64
+                            " ms: it is dead, hung or unreachable (rank %d of %d waited)",
+                            it->peer, it->send ? "take" : "send", it->bytes, it->tag,
+                            (mono_us() - start) / 1000, t->rank, t->size);
+      if (reterr) {
+        reterr->rank = it->peer;
+      }
+    }
+  }
+out:
+  free(reqs);
+  free(owner);
+  free(plen);
+  free(left);
+  return rc;
+}
+
 static const struct transport_ops mpi_ops = {
     .destroy = mpi_destroy,
     .barrier = mpi_barrier,
@@ -254,6 +425,7 @@ static const struct transport_ops mpi_ops = {
     .allreduce_u64 = mpi_allreduce_u64,
     .send = mpi_send,
     .recv = mpi_recv,
+    .io_within = mpi_io_within,
 };
 
 static enum transport_threads threads_of(int provided) {

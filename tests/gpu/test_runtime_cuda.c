@@ -1,9 +1,11 @@
 /* The runtime's CUDA backend against its CPU backend: every encoding in complex64 and complex128,
  * single samples and batches, on a "cuda" mesh and a "cpu" mesh with the same plan; amplitude
  * inputs far larger than the staging (the chunk sums must combine into the bits of one launch);
- * sharding over two GPUs giving the one-GPU bits; the CPU backend's refusals and messages; budget
- * and cudaMalloc exhaustion; reads across shards and through the staging; concurrent jobs on one
- * GPU; and every device's used bytes back to 0 after each job.
+ * sharding over two GPUs giving the one-GPU bits; the same state split over two ranks (threads of
+ * this process, one GPU each where there are two: the cross-rank norm and the cross-rank global-bit
+ * stage through host memory) giving the one-GPU bits; the CPU backend's refusals and messages;
+ * budget and cudaMalloc exhaustion; reads across shards and through the staging; concurrent jobs on
+ * one GPU; and every device's used bytes back to 0 after each job.
  *
  * Runs only where a GPU is visible (exit 77 otherwise, which meson reports as a skip), in Check's
  * no-fork mode (a CUDA context does not survive fork). Prints one line per check with the numbers
@@ -22,6 +24,7 @@
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/runtime.h"
+#include "world_harness.h"
 
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -508,6 +511,76 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
 }
 END_TEST
 
+START_TEST(test_two_ranks_give_one_gpu_bits) {
+  /* Each rank a mesh of its own GPU (both on cuda:0 when there is one): amplitude's norm blocks go
+   * through the ranks' all-gather, iqp's last global bit through combine_host (the partner's half
+   * in host memory, uploaded and combined by the butterfly kernel). */
+  struct runtime_mesh *probe = mesh_of("auto", 0, SMALL_STAGING);
+  int gpus = (int)runtime_mesh_count(probe);
+  runtime_mesh_destroy(probe);
+  struct runtime_mesh *ranks[2] = {mesh_of("cuda:0", 0, SMALL_STAGING),
+                                   mesh_of(gpus > 1 ? "cuda:1" : "cuda:0", 0, SMALL_STAGING)};
+  struct runtime_mesh *one = mesh_of("cuda:0", 0, SMALL_STAGING);
+  static const struct {
+    qdp_encoding enc;
+    uint32_t n;
+    qdp_dtype in, out;
+  } cases[] = {
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_IQP, 14, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP_Z, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint32_t n = cases[i].n;
+    uint64_t cols = cases[i].enc == QDP_ENCODING_AMPLITUDE
+                        ? (UINT64_C(1) << n) - 5
+                        : qdpk_params_per_sample(cases[i].enc, n);
+    double *x64 = values_for(cases[i].enc, n, 1, cols, 91 + i);
+    void *x = as_dtype(x64, cols, cases[i].in);
+    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
+    struct plan_device devs[2];
+    harness_plan_devices(ranks, 2, 1, devs);
+    struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
+    struct plan_request req = {.encoding = cases[i].enc,
+                               .qubits = n,
+                               .batch = 1,
+                               .values_per_sample = cols,
+                               .in_dtype = cases[i].in,
+                               .out_dtype = cases[i].out,
+                               .policy = PLAN_EVEN,
+                               .staging_bytes = runtime_mesh_staging_bytes(one)};
+    struct plan *p2 = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_msg(plan_compute(&req, &world, NULL, &p2, &e) == QDP_OK, "%s", e.msg);
+    ck_assert_int_eq(p2->shards[1].rank, 1);
+    struct plan *p1 =
+        plan_on(one, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
+    void *want = encode_all(one, p1, &input, NULL);
+    void *got = NULL;
+    ck_assert_msg(harness_encode(ranks, 2, 1, p2, &input, &got, &e) == QDP_OK, "%s", e.msg);
+    int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
+    printf("  %s %s->%s n=%u: 1 GPU vs 2 ranks (%s) %s\n", qdp_encoding_name(cases[i].enc),
+           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
+           gpus > 1 ? "cuda:0 + cuda:1" : "both on cuda:0", same ? "bit-identical" : "DIFFER");
+    fflush(stdout);
+    ck_assert_msg(same, "%s over 2 ranks differs from 1 GPU", qdp_encoding_name(cases[i].enc));
+    for (int r = 0; r < 2; r++) {
+      assert_mesh_idle(ranks[r]);
+    }
+    free(got);
+    free(want);
+    plan_destroy(p2);
+    plan_destroy(p1);
+    free(x);
+    free(x64);
+  }
+  runtime_mesh_destroy(ranks[0]);
+  runtime_mesh_destroy(ranks[1]);
+  runtime_mesh_destroy(one);
+}
+END_TEST
+
 /* ---- refusals ----------------------------------------------------------------------------------
  */
 
@@ -892,6 +965,7 @@ static Suite *runtime_cuda_suite(void) {
   tcase_add_test(tc, test_amplitude_larger_than_staging_chunk_gives_one_launch_bits);
   tcase_add_test(tc, test_amplitude_batch_rows_longer_and_shorter_than_a_chunk);
   tcase_add_test(tc, test_two_gpus_even_shards_give_one_gpu_bits);
+  tcase_add_test(tc, test_two_ranks_give_one_gpu_bits);
   tcase_add_test(tc, test_concurrent_jobs_share_one_gpu_staging);
   suite_add_tcase(s, tc);
   tc = tcase_create("refusals");

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -549,6 +550,102 @@ START_TEST(test_send_recv_past_int_max_bytes) {
 }
 END_TEST
 
+/* ---- bounded point to point ---- */
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_io_within_exchanges_with_every_peer_at_once) {
+  /* Every rank sends to and receives from every other rank in one call, in pieces, large enough
+   * for the rendezvous protocol: sends and receives are posted together, so nobody waits. */
+  struct qdp_error e = QDP_ERROR_INIT;
+  int rank = transport_rank(t), size = transport_size(t);
+  size_t bytes = 3 * 65536 + 17;
+  set_chunk(65536);
+  unsigned char *out = malloc(bytes), *in = malloc((size_t)size * bytes);
+  struct transport_io *items = calloc(2 * (size_t)size, sizeof *items);
+  ck_assert_ptr_nonnull(out);
+  ck_assert_ptr_nonnull(in);
+  ck_assert_ptr_nonnull(items);
+  fill(out, bytes, rank);
+  size_t k = 0;
+  for (int p = 0; p < size; p++) {
+    if (p == rank) {
+      continue;
+    }
+    items[k++] = (struct transport_io){.buf = out, .bytes = bytes, .peer = p, .tag = 11, .send = 1};
+    items[k++] =
+        (struct transport_io){.buf = in + (size_t)p * bytes, .bytes = bytes, .peer = p, .tag = 11};
+  }
+  int pinned = -1;
+  CK_OK(transport_io_within(t, items, k, 10000, &pinned, &e), e);
+  ck_assert_int_eq(pinned, 0);
+  for (size_t i = 0; i < k; i++) {
+    ck_assert_int_eq(items[i].done, 1);
+  }
+  for (int p = 0; p < size; p++) {
+    if (p != rank) {
+      ck_assert_uint_eq(first_bad(in + (size_t)p * bytes, bytes, p), bytes);
+    }
+  }
+  free(items);
+  free(in);
+  free(out);
+  restore_chunk();
+  CK_OK(transport_barrier(t, &e), e);
+}
+END_TEST
+
+START_TEST(test_io_within_names_the_silent_peer_after_the_timeout) {
+  /* Rank 0 waits 300 ms for a message rank 1 never sends: UNAVAILABLE naming rank 1, within a
+   * bounded time, the receive cancelled; then the same tag carries a real message intact. */
+  struct qdp_error e = QDP_ERROR_INIT;
+  int rank = transport_rank(t);
+  char buf[32] = {0};
+  if (rank == 0) {
+    struct transport_io item = {.buf = buf, .bytes = sizeof buf, .peer = 1, .tag = 12};
+    double t0 = mono_s();
+    ck_assert_int_eq(transport_io_within(t, &item, 1, 300, NULL, &e), QDP_ERR_UNAVAILABLE);
+    double took = mono_s() - t0;
+    ck_assert_double_ge(took, 0.3);
+    ck_assert_double_lt(took, 5.0); /* generous: a loaded CI machine may be slow to schedule */
+    ck_assert_int_eq(e.rank, 1);
+    ck_assert_int_eq(item.done, 0);
+    ck_assert_msg(strstr(e.msg, "rank 1 did not send 32 B (tag 12)"), "%s", e.msg);
+  }
+  CK_OK(transport_barrier(t, &e), e);
+  if (rank == 1) {
+    fill((unsigned char *)buf, sizeof buf, 1);
+    struct transport_io item = {.buf = buf, .bytes = sizeof buf, .peer = 0, .tag = 12, .send = 1};
+    CK_OK(transport_io_within(t, &item, 1, 10000, NULL, &e), e);
+  } else if (rank == 0) {
+    struct transport_io item = {.buf = buf, .bytes = sizeof buf, .peer = 1, .tag = 12};
+    CK_OK(transport_io_within(t, &item, 1, 10000, NULL, &e), e);
+    ck_assert_uint_eq(first_bad((unsigned char *)buf, sizeof buf, 1), sizeof buf);
+  }
+  CK_OK(transport_barrier(t, &e), e);
+}
+END_TEST
+
+START_TEST(test_io_within_reports_a_size_mismatch) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  unsigned char buf[64] = {0};
+  if (transport_rank(t) == 0) {
+    struct transport_io item = {.buf = buf, .bytes = 40, .peer = 1, .tag = 13, .send = 1};
+    CK_OK(transport_io_within(t, &item, 1, 10000, NULL, &e), e);
+  } else if (transport_rank(t) == 1) {
+    struct transport_io item = {.buf = buf, .bytes = 64, .peer = 0, .tag = 13};
+    ck_assert_int_eq(transport_io_within(t, &item, 1, 10000, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(e.msg, "expected a piece of 64 B from rank 0, tag 13, and got 40 B"), "%s",
+                  e.msg);
+  }
+  CK_OK(transport_barrier(t, &e), e);
+}
+END_TEST
+
 static Suite *transport_mpi_suite(void) {
   Suite *s = suite_create("transport_mpi");
   TCase *tc = tcase_create("mpi");
@@ -574,6 +671,9 @@ static Suite *transport_mpi_suite(void) {
   tcase_add_test(tc, test_recv_of_a_shorter_message_names_both_sizes);
   tcase_add_test(tc, test_recv_of_a_longer_message_is_an_mpi_truncate_error);
   tcase_add_test(tc, test_invalid_peers_tags_and_roots_are_refused_locally);
+  tcase_add_test(tc, test_io_within_exchanges_with_every_peer_at_once);
+  tcase_add_test(tc, test_io_within_names_the_silent_peer_after_the_timeout);
+  tcase_add_test(tc, test_io_within_reports_a_size_mismatch);
   tcase_add_test(tc, test_send_recv_past_int_max_bytes);
   suite_add_tcase(s, tc);
   return s;

@@ -258,6 +258,21 @@ END_TEST
 
 /* ---- chunking ---- */
 
+START_TEST(test_io_within_has_no_peer_in_a_world_of_one) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  char c = 0;
+  /* Nothing to do is done. */
+  CK_OK(transport_io_within(t, NULL, 0, 100, NULL, &e), e);
+  struct transport_io item = {.buf = &c, .bytes = 1, .peer = 0, .tag = 1};
+  ck_assert_int_eq(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "peer");
+  item.peer = 1;
+  ck_assert_int_eq(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "peer");
+  ck_assert_int_eq(item.done, 0);
+}
+END_TEST
+
 START_TEST(test_chunk_count_and_lengths_by_hand) {
   ck_assert_uint_eq(transport_chunk_count(0, 3), 0);
   ck_assert_uint_eq(transport_chunk_len(0, 3, 0), 0);
@@ -359,6 +374,7 @@ static Suite *transport_suite(void) {
   tcase_add_test(tc, test_agree_returns_my_failure_with_its_numbers);
   tcase_add_test(tc, test_agree_without_detail_names_the_status);
   tcase_add_test(tc, test_send_and_recv_have_no_peer_in_a_world_of_one);
+  tcase_add_test(tc, test_io_within_has_no_peer_in_a_world_of_one);
   tcase_add_test(tc, test_set_chunk_bytes_accepts_1_to_int_max_only);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("chunking");

@@ -1,0 +1,246 @@
+"""A multi-rank qdpd world against a single-rank qdpd: every encoding sharded across ranks has the
+single rank's bits, each rank gets only its own slice of the input, Fetch and Export stream from
+the owning ranks, Release frees on every rank, and Status shows the world.
+
+Run by with_world.sh (QDP_TARGET, QDP_REF_TARGET, QDP_WORLD_LOG, QDP_WORLD_RANKS, QDP_TEST_DIR),
+with QDP_DESC in the environment. QDP_WORLD_MODE=two-hosts: the ranks must be on distinct hosts.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+import qdpc
+
+RNG = np.random.default_rng(20261129)
+ENCODINGS = ("amplitude", "angle", "basis", "iqp", "iqp-z", "phase")
+
+
+def values(encoding, n, rows=1):
+    k = qdpc.params_per_sample(encoding, n)
+    if encoding == "basis":
+        return RNG.integers(0, 1 << n, size=(rows, 1)).astype(np.float64)
+    if encoding == "amplitude":
+        return RNG.normal(size=(rows, k - 3))  # L < 2^n: the padding lands on the last rank
+    return RNG.uniform(-np.pi, np.pi, size=(rows, k))
+
+
+def rank_lines(log, pattern):
+    """Every line of each rank matching pattern, in order: {rank: [the pattern's groups]}."""
+    found = {}
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = re.search(r" qdpd r(\d+) " + pattern, line)
+            if m:
+                found.setdefault(int(m.group(1)), []).append(
+                    tuple(int(g) if g.isdigit() else g for g in m.groups()[1:]))
+    return found
+
+
+def new_rank_lines(log, pattern, before, ranks, timeout=60):
+    """The first line of each of `ranks` matching pattern after the counts in `before` (an earlier
+    rank_lines): the ranks' lines reach the log through Open MPI's output forwarding, which across
+    hosts may lag, so this waits for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = rank_lines(log, pattern)
+        got = {r: now[r][len(before.get(r, []))] for r in ranks
+               if len(now.get(r, [])) > len(before.get(r, []))}
+        if len(got) == len(ranks) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def job_lines(log, pattern, jobs, timeout=60):
+    """Each rank's line matching pattern whose first group is that rank's job in `jobs`
+    ({rank: job}), waiting for it: lines of earlier jobs may still be on their way through Open
+    MPI's output forwarding, so the next new line is not necessarily this job's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = rank_lines(log, pattern)
+        got = {r: next((g for g in now.get(r, []) if g[0] == j), None) for r, j in jobs.items()}
+        if all(got.values()) or time.monotonic() > deadline:
+            return {r: g for r, g in got.items() if g}
+        time.sleep(0.05)
+
+
+class World(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = qdpc.Client()
+        cls.ref = qdpc.Client(target=os.environ["QDP_REF_TARGET"], proto=cls.c.pb)
+        cls.ranks = int(os.environ["QDP_WORLD_RANKS"])
+        cls.log = os.environ["QDP_WORLD_LOG"]
+        cls.dir = os.environ["QDP_TEST_DIR"]
+        # A power-of-two set of devices with some on every rank (even plans need 2^g devices).
+        devs = [f"r{r}/cpu:0" for r in range(cls.ranks)]
+        extra = [f"r{r}/cpu:1" for r in range(cls.ranks)]
+        while len(devs) & (len(devs) - 1):
+            devs.append(extra.pop())
+        cls.spread = devs
+        cls.all = [f"r{r}/cpu:{d}" for r in range(cls.ranks) for d in (0, 1)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.ref.close()
+
+    def ranks_of(self, st):
+        return sorted({s.rank for s in st.shards})
+
+    def assert_same_bits(self, encoding, n, x, dtype="complex128", policy="even", devices=None):
+        """Encodes x on the world and on the reference; both fetches must be equal bit for bit,
+        and close to the NumPy formula. Returns the world's state (still held)."""
+        devices = self.spread if devices is None else devices
+        st = self.c.encode(encoding, n, x, dtype=dtype, policy=policy, devices=devices)
+        self.assertEqual(self.ranks_of(st), list(range(self.ranks)), "shards on every rank")
+        if encoding in ("amplitude", "iqp", "iqp-z") and policy != "batch":
+            self.assertEqual(st.collective, "mpi")
+        one = self.ref.encode(encoding, n, x, dtype=dtype)
+        got, want = self.c.fetch(st), self.ref.fetch(one)
+        self.ref.release(one)
+        self.assertEqual(got.dtype, want.dtype)
+        self.assertEqual(got.tobytes(), want.tobytes(),
+                         f"{encoding} {dtype} {policy}: world and single rank differ")
+        rows = np.asarray(x).reshape(-1, np.asarray(x).shape[-1])
+        for r, row in enumerate(rows):
+            qdpc.assert_close(got[r << n:(r + 1) << n], qdpc.reference(encoding, row, n), dtype,
+                              f"{encoding} {dtype} row {r}")
+        return st
+
+    def test_status_shows_every_rank_and_its_devices(self):
+        s = self.c.status()
+        self.assertEqual(s.ranks, self.ranks)
+        self.assertEqual(s.transport, "mpi")
+        self.assertIn(s.mpi_threads, ("serialized", "multiple"))
+        self.assertEqual([r.rank for r in s.rank_info], list(range(self.ranks)))
+        for r in s.rank_info:
+            self.assertEqual(r.devices, 2)
+            self.assertFalse(r.lost, r.reason)
+            self.assertTrue(r.host)
+            mine = [d for d in s.devices if d.rank == r.rank]
+            self.assertEqual(sorted(d.name for d in mine), ["cpu:0", "cpu:1"])
+            self.assertTrue(all(d.host == r.host for d in mine))
+        text = subprocess.run([os.environ["QDPCTL"], "status"], check=True, capture_output=True,
+                              text=True).stdout
+        self.assertIn(f"world: {self.ranks} ranks over mpi", text)
+        for r in s.rank_info:
+            self.assertRegex(text, rf"\n +{r.rank}  {re.escape(r.host)} +2  live\n")
+        if os.environ.get("QDP_WORLD_MODE") == "two-hosts":
+            self.assertEqual(len({r.host for r in s.rank_info}), self.ranks, "distinct hosts")
+
+    def test_every_encoding_across_ranks_has_the_single_rank_bits(self):
+        n = 6
+        for encoding in ENCODINGS:
+            for dtype in ("complex64", "complex128"):
+                st = self.assert_same_bits(encoding, n, values(encoding, n)[0], dtype)
+                self.assertEqual(len(st.shards), len(self.spread))
+                self.c.release(st)
+
+    def test_uneven_and_batch_plans_across_ranks(self):
+        for encoding in ("amplitude", "angle", "phase", "basis"):
+            st = self.assert_same_bits(encoding, 5, values(encoding, 5)[0], policy="uneven",
+                                       devices=self.all)
+            self.c.release(st)
+            x = values(encoding, 4, rows=2 * len(self.all) + 1)
+            st = self.assert_same_bits(encoding, 4, x, policy="batch", devices=self.all)
+            self.assertEqual(len(st.shards), len(self.all))
+            self.c.release(st)
+
+    JOB_LINE = (r"world: job (\d+): (\d+) B in (\d+) shards here; "
+                r"input slice \[(\d+), (\d+)\) of (\d+) values")
+
+    def test_each_rank_gets_only_its_slice_of_the_input(self):
+        n = 8
+        x = RNG.normal(size=1 << n)
+        before = rank_lines(self.log, self.JOB_LINE)
+        st = self.assert_same_bits("amplitude", n, x)
+        lines = new_rank_lines(self.log, self.JOB_LINE, before, range(1, self.ranks))
+        for r in range(1, self.ranks):
+            mine = [s for s in st.shards if s.rank == r]
+            first = min(s.first for s in mine)
+            end = max(s.first + s.count for s in mine)
+            job = lines.get(r)
+            self.assertIsNotNone(job, f"rank {r} logged no job")
+            self.assertEqual(job[3:], (first, end, 1 << n), f"rank {r}'s slice")
+            self.assertLess(end - first, 1 << n, "no rank but the coordinator sees all")
+            self.assertEqual(job[1:3], (sum(s.bytes for s in mine), len(mine)))
+        self.c.release(st)
+
+    def test_a_file_input_is_read_by_each_rank_at_its_offsets(self):
+        n, rows = 8, 1
+        x = RNG.normal(size=1 << n)
+        path = os.path.join(self.dir, "shared-input.npy")
+        np.save(path, x)
+        pattern = self.JOB_LINE + r" read here from '(.*)'$"
+        before = rank_lines(self.log, pattern)
+        st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=path)
+        one = self.ref.encode("amplitude", n, None, path=path)
+        self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes())
+        qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(x, n), "complex128", "file")
+        lines = new_rank_lines(self.log, pattern, before, range(1, self.ranks))
+        for r in range(1, self.ranks):
+            mine = [s for s in st.shards if s.rank == r]
+            self.assertIn(r, lines, f"rank {r} did not read the file itself")
+            self.assertEqual(lines[r][3:5], (min(s.first for s in mine),
+                                             max(s.first + s.count for s in mine)))
+            self.assertEqual(lines[r][6], path)
+        self.ref.release(one)
+        self.c.release(st)
+
+    def test_fetch_and_export_stream_from_the_owning_ranks(self):
+        n = 9
+        st = self.assert_same_bits("phase", n, values("phase", n)[0])
+        whole = self.c.fetch(st)
+        bounds = sorted({s.first for s in st.shards})
+        for lo, count in ((0, 1 << n), (bounds[1] - 3, 7), (bounds[-1] - 1, 2), (5, 400)):
+            part = self.c.fetch(st, offset=lo, count=count, chunk_bytes=4096 + 16)
+            self.assertEqual(part.tobytes(), whole[lo:lo + count].tobytes(), (lo, count))
+        req = self.c.pb.ExportRequest()
+        req.state.CopyFrom(self.c.ref(st))
+        req.path = os.path.join(self.dir, "world.npy")
+        rep = self.c.call("Export", req)
+        self.assertEqual(rep.bytes, os.path.getsize(req.path))
+        self.assertEqual(np.load(req.path).tobytes(), whole.tobytes())
+        self.c.release(st)
+
+    def test_describe_names_each_shards_rank_and_host(self):
+        st = self.c.encode("angle", 6, values("angle", 6)[0], policy="even", devices=self.spread)
+        hosts = {r.rank: r.host for r in self.c.status().rank_info}
+        info = self.c.call("Describe", self.c.ref(st))
+        self.assertEqual([s.rank for s in info.shards], [int(d[1]) for d in
+                                                         (x.split("/")[0] for x in self.spread)])
+        for s in info.shards:
+            self.assertEqual(s.host, hosts[s.rank])
+        self.c.release(st)
+
+    def test_release_frees_the_shards_on_every_rank(self):
+        st = self.c.encode("iqp", 7, values("iqp", 7)[0], policy="even", devices=self.spread)
+        others = range(1, self.ranks)
+        held = {r: sum(s.bytes for s in st.shards if s.rank == r) for r in others}
+        # The job each rank logged for this state: the latest with its bytes (lines of earlier jobs
+        # may still be arriving through Open MPI's output forwarding).
+        deadline = time.monotonic() + 60
+        while True:
+            lines = rank_lines(self.log, self.JOB_LINE)
+            jobs = {r: [g[0] for g in lines.get(r, []) if g[1] == held[r]] for r in others}
+            if all(jobs.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        jobs = {r: max(j) for r, j in jobs.items() if j}
+        self.c.release(st)
+        freed = job_lines(self.log, r"world: job (\d+) released: (\d+) B freed", jobs)
+        want = {r: (jobs.get(r), held[r]) for r in others}
+        self.assertEqual(freed, want)
+        used = {(d.rank, d.name): d.used_bytes for d in self.c.status().devices}
+        self.assertEqual([u for (r, _), u in used.items() if r > 0], [0] * (2 * self.ranks - 2))
+
+
+if __name__ == "__main__":
+    r = unittest.main(verbosity=2, exit=False)
+    sys.exit(0 if r.result.wasSuccessful() else 1)
