@@ -17,4 +17,7 @@ for f in daemon/qdpd client/qdpctl 'client/libqdp.so*' bench/qdpd_bench bench/qd
     cp -a "$p" "$dst/$rel"
   done
 done
+# Debug sections are most of the size and the GPU machine does not need them.
+find "$dst" -type f -perm -u+x -exec strip --strip-debug {} + 2>/dev/null
+find "$dst" -type f -name '*.so*' -exec strip --strip-debug {} + 2>/dev/null
 du -sh "$dst"
