@@ -522,6 +522,30 @@ static void bench_host(void) {
   free(x);
 }
 
+/* The worst relative error of an angle state's amplitudes at `at` against the product of
+ * per-qubit cos/sin (the imaginary parts must be zero). */
+static double angle_spot_error(struct runtime_state *st, const double *x, uint32_t q,
+                               const uint64_t *at, size_t nat, int c64) {
+  double worst = 0;
+  struct qdp_error e = QDP_ERROR_INIT;
+  for (size_t i = 0; i < nat; i++) {
+    double v[2] = {0, 0};
+    float f[2] = {0, 0};
+    QK(runtime_state_read(st, at[i], 1, c64 ? (void *)f : (void *)v, &e));
+    if (c64) {
+      v[0] = f[0];
+      v[1] = f[1];
+    }
+    double want = 1;
+    for (uint32_t k = 0; k < q; k++) {
+      want *= (at[i] >> k & 1) ? sin(x[k]) : cos(x[k]);
+    }
+    double err = fabs(v[0] - want) / fabs(want) + fabs(v[1]);
+    worst = err > worst ? err : worst;
+  }
+  return worst;
+}
+
 static void bench_capacity(void) {
   const uint32_t n = 34;
   double x[34];
@@ -548,20 +572,7 @@ static void bench_capacity(void) {
                          (UINT64_C(1) << 34) - 1,
                          0x2AAAAAAAAull,
                          0x15555555Bull};
-  double worst = 0;
-  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
-    double got[2];
-    if (runtime_state_read(s, at[i], 1, got, &e) != QDP_OK) {
-      fprintf(stderr, "read: %s\n", e.msg);
-      exit(1);
-    }
-    double want = 1;
-    for (uint32_t k = 0; k < n; k++) {
-      want *= (at[i] >> k & 1) ? sin(x[k]) : cos(x[k]);
-    }
-    double err = fabs(got[0] - want) / fabs(want) + fabs(got[1]);
-    worst = err > worst ? err : worst;
-  }
+  double worst = angle_spot_error(s, x, n, at, sizeof at / sizeof at[0], 0);
   printf(
       "mesh_bench capacity qubits=34 out=complex128 gib=%.0f shards=%zu policy=%s "
       "encode_ms=%.1f spot_checks=%zu worst_rel_err=%.2e\n",
@@ -816,24 +827,9 @@ static void bench_capacity_max(void) {
       exit(1);
     }
     double ms = now_ms() - t0;
-    double worst = 0;
     uint64_t N = UINT64_C(1) << q;
     const uint64_t at[] = {0, 1, N / 3, N / 2, N - 1};
-    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
-      double v[2] = {0, 0};
-      float f[2] = {0, 0};
-      QK(runtime_state_read(st, at[i], 1, c64 ? (void *)f : (void *)v, &e));
-      if (c64) {
-        v[0] = f[0];
-        v[1] = f[1];
-      }
-      double want = 1;
-      for (uint32_t k = 0; k < q; k++) {
-        want *= (at[i] >> k & 1) ? sin(x[k]) : cos(x[k]);
-      }
-      double err = fabs(v[0] - want) / fabs(want) + fabs(v[1]);
-      worst = err > worst ? err : worst;
-    }
+    double worst = angle_spot_error(st, x, q, at, sizeof at / sizeof at[0], c64);
     printf(
         "mesh_bench capacity_max qubits=%u out=%s gib=%.0f gpus=%zu policy=%s encode_ms=%.1f "
         "worst_rel_err=%.2e shards=",
