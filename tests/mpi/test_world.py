@@ -42,6 +42,21 @@ def rank_lines(log, pattern):
     return found
 
 
+def settle(log, quiet=0.3, timeout=10):
+    """Waits until the log has not grown for `quiet` seconds: lines of earlier jobs reach it
+    through Open MPI's output forwarding, which across hosts may lag, and must be in before a test
+    counts the lines that are already there."""
+    deadline = time.monotonic() + timeout
+    size, since = os.path.getsize(log), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = os.path.getsize(log)
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+
+
 def new_rank_lines(log, pattern, before, ranks, timeout=60):
     """The first line of each of `ranks` matching pattern after the counts in `before` (an earlier
     rank_lines): the ranks' lines reach the log through Open MPI's output forwarding, which across
@@ -158,6 +173,7 @@ class World(unittest.TestCase):
     def test_each_rank_gets_only_its_slice_of_the_input(self):
         n = 8
         x = RNG.normal(size=1 << n)
+        settle(self.log)
         before = rank_lines(self.log, self.JOB_LINE)
         st = self.assert_same_bits("amplitude", n, x)
         lines = new_rank_lines(self.log, self.JOB_LINE, before, range(1, self.ranks))
@@ -178,6 +194,7 @@ class World(unittest.TestCase):
         path = os.path.join(self.dir, "shared-input.npy")
         np.save(path, x)
         pattern = self.JOB_LINE + r" read here from '(.*)'$"
+        settle(self.log)
         before = rank_lines(self.log, pattern)
         st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=path)
         one = self.ref.encode("amplitude", n, None, path=path)
