@@ -51,7 +51,8 @@ static const struct config_option options[] = {
     OPT(export_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
         "Export writes only under this directory; empty: anywhere the daemon may write"),
     OPT(devices, CONFIG_STRING, "auto", 1, CONFIG_STR_MAX - 1, "list", false, NULL,
-        "devices to own: 'auto' (all GPUs, else cpu:1), 'cpu:N', or GPU ordinals '0,1'"),
+        "devices to own: 'auto' (all GPUs, else cpu:1), 'cpu:N', GPU ordinals '0,1', or "
+        "'local-rank' (one GPU per rank: the rank's index on its node)"),
     OPT(device_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "bytes qdp may hold per device; 0: mem_fraction of the device's free memory at start"),
     DOPT(mem_fraction, "0.9", 0.01, 1.0, "fraction", false,

@@ -54,6 +54,26 @@ qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "mem_fraction",
                          "mem_fraction %g is outside (0, 1]", fraction);
   }
+  /* One GPU per rank on a node: the rank's index among the node's ranks, as the launcher tells. */
+  char local[32];
+  if (strcmp(spec, "local-rank") == 0) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                       "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
+    const char *v = NULL;
+    for (size_t i = 0; !v && i < sizeof vars / sizeof vars[0]; i++) {
+      v = getenv(vars[i]);
+    }
+    char *end = NULL;
+    unsigned long n = v ? strtoul(v, &end, 10) : 0;
+    if (!v || end == v || *end != '\0' || n > 1023) {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
+                           "devices 'local-rank' takes the GPU of the rank's index on its node, "
+                           "which the launcher did not give (OMPI_COMM_WORLD_LOCAL_RANK, "
+                           "SLURM_LOCALID, MPI_LOCALRANKID or PMIX_LOCAL_RANK)");
+    }
+    snprintf(local, sizeof local, "cuda:%lu", n);
+    spec = local;
+  }
   unsigned ncpu = 0;
   int cpu = parse_cpu_spec(spec, &ncpu);
   if (cpu < 0) {

@@ -62,8 +62,9 @@ struct runtime_link {
 const char *runtime_link_kind_name(enum runtime_link_kind k);
 
 struct runtime_mesh_config {
-  /* "cpu:N" (N host-memory devices), "auto" (all GPUs, else cpu:1), or GPU ordinals "0,1" /
-   * "cuda:0,cuda:1". */
+  /* "cpu:N" (N host-memory devices), "auto" (all GPUs, else cpu:1), GPU ordinals "0,1" /
+   * "cuda:0,cuda:1", or "local-rank" (the one GPU whose ordinal is this rank's index on its node,
+   * for one rank per GPU). */
   const char *devices;
   uint64_t device_budget_bytes; /* per device; 0 = mem_fraction of free memory at start */
   double mem_fraction;          /* (0, 1]; default 0.9 */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # A world of 2 qdpd ranks on GPUs against a single-rank qdpd (tests/gpu/test_world_gpu.py): the
-# cross-rank amplitude norm and iqp global-bit stage on the CUDA backend. Each rank uses GPU
-# $QDP_WORLD_GPU (default 0: on a one-GPU machine both ranks share it).
+# cross-rank amplitude norm and iqp global-bit stage on the CUDA backend. With two GPUs or more each
+# rank owns its own (--devices local-rank) and the reference is one rank owning both (2 ranks x 1
+# GPU against 1 rank x 2 GPUs); with one GPU both ranks share it and the reference uses it too.
 # Usage: world_gpu.sh QDPD QDP_DESC [PYTHON]     Exits 77 without a GPU.
 set -u
 qdpd=$1
@@ -12,6 +13,10 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "world_gpu: SKIP: no GPU"
   exit 77
 fi
-QDP_DESC=$desc PYTHONPATH="$here/../integration" \
-  QDP_WORLD_DEVICES="${QDP_WORLD_GPU:-0}" QDP_REF_DEVICES="${QDP_WORLD_GPU:-0}" \
+if [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ]; then
+  world=local-rank ref=0,1
+else
+  world=0 ref=0
+fi
+QDP_DESC=$desc PYTHONPATH="$here/../integration" QDP_WORLD_DEVICES=$world QDP_REF_DEVICES=$ref \
   sh "$here/../mpi/with_world.sh" 2 "$qdpd" -- "$python" "$here/test_world_gpu.py"

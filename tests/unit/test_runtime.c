@@ -108,6 +108,29 @@ START_TEST(test_mesh_refuses_bad_specs) {
 }
 END_TEST
 
+/* 'local-rank' needs the launcher's local index; given one, it asks for that GPU (cuda:999, which
+ * no machine has, so the refusal names it). */
+START_TEST(test_mesh_local_rank_takes_the_launchers_index) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                     "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    unsetenv(vars[i]);
+  }
+  struct runtime_mesh_config cfg = {.devices = "local-rank", .device_budget_bytes = GIB};
+  struct runtime_mesh *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "devices");
+  ck_assert_ptr_nonnull(strstr(e.msg, "OMPI_COMM_WORLD_LOCAL_RANK"));
+  setenv("SLURM_LOCALID", "999", 1);
+  e = (struct qdp_error)QDP_ERROR_INIT;
+  ck_assert_int_ne(runtime_mesh_create(&cfg, &m, &e), QDP_OK);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(e.msg, "cuda:999") != NULL, "message: %s", e.msg);
+  unsetenv("SLURM_LOCALID");
+}
+END_TEST
+
 START_TEST(test_norm_split_covers_range_with_aligned_blocks) {
   struct norm_block b[NORM_BLOCKS_MAX];
   /* [0, 2863311531): the first shard of 34 qubits over 6 devices. */
@@ -540,6 +563,7 @@ static Suite *runtime_suite(void) {
   TCase *tc = tcase_create("mesh");
   tcase_add_test(tc, test_mesh_cpu_spec_gives_named_devices);
   tcase_add_test(tc, test_mesh_refuses_bad_specs);
+  tcase_add_test(tc, test_mesh_local_rank_takes_the_launchers_index);
   suite_add_tcase(s, tc);
   tc = tcase_create("norm");
   tcase_add_test(tc, test_norm_split_covers_range_with_aligned_blocks);
