@@ -1455,8 +1455,11 @@ static const char rm_help[] =
 static const char status_help[] =
     "Usage: qdpctl status\n"
     "\n"
-    "Prints qdpd's version, backend, ranks, budgets, counters and one line per device (total,\n"
-    "free, budget and used bytes).\n"
+    "Prints qdpd's version, backend, budgets, counters, registered regions, what reductions over\n"
+    "sharded states use (NCCL or the host), the world's ranks when there are several, one line\n"
+    "per device (NUMA node, total, free, budget and used bytes), and the link matrix of this\n"
+    "node's devices: NV<n> (NVLink, n links), PCIe, P2P (a peer path of unknown kind), HOST (one\n"
+    "memory), '-' (none); '!' marks a pair whose peer access is off.\n"
     "\n"
     "Examples:\n"
     "  qdpctl status\n"
