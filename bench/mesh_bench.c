@@ -102,6 +102,34 @@ static void *dev_alloc(int ordinal, uint64_t bytes, unsigned char fill) {
   return p;
 }
 
+/* Enqueues the all-gather of `count` doubles from every GPU's sums into every GPU's recv. */
+static void gather_sums(struct gpu *g, int n, struct device_comm *comm, uint64_t count) {
+  const double *send[MAXG];
+  double *recv[MAXG];
+  void *streams[MAXG];
+  for (int i = 0; i < n; i++) {
+    send[i] = g[i].sums;
+    recv[i] = g[i].recv;
+    streams[i] = g[i].stream;
+  }
+  struct qdp_error e = QDP_ERROR_INIT;
+  QK(device_comm_allgather_f64_all(comm, send, recv, count, streams, &e));
+}
+
+/* Median microseconds of a bare all-gather of one double over n GPUs, stream syncs included. */
+static double time_gather_one(struct gpu *g, int n, struct device_comm *comm) {
+  double t[200];
+  for (int r = -20; r < 200; r++) {
+    double t0 = now_ms();
+    gather_sums(g, n, comm, 1);
+    sync_all(g, n);
+    if (r >= 0) {
+      t[r] = now_ms() - t0;
+    }
+  }
+  return median(t, 200) * 1e3;
+}
+
 /* One amplitude job over `n` GPUs: GPU i holds amplitudes [i * per, (i + 1) * per) of each of
  * `rows` samples (per = 2^qubits / n, inputs x[i] of per values per row). With gather, the norm
  * goes over the communicator (all-gather of one part per GPU, combined on each); without, each
@@ -117,16 +145,7 @@ static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *
                   n == 1 ? g[i].norms : g[i].sums, g[i].stream));
   }
   if (gather && n > 1) {
-    const double *send[MAXG];
-    double *recv[MAXG];
-    void *streams[MAXG];
-    for (int i = 0; i < n; i++) {
-      send[i] = g[i].sums;
-      recv[i] = g[i].recv;
-      streams[i] = g[i].stream;
-    }
-    struct qdp_error e = QDP_ERROR_INIT;
-    QK(device_comm_allgather_f64_all(comm, send, recv, rows, streams, &e));
+    gather_sums(g, n, comm, rows);
     for (int i = 0; i < n; i++) {
       CK(cudaSetDevice(g[i].ordinal));
       QK(qdpk_norm_combine(g[i].parts, (size_t)n, qubits, outt == QDP_DTYPE_COMPLEX64, g[i].recv,
@@ -255,21 +274,8 @@ static void bench_collective(struct device_comm *comm) {
   struct gpu g[2];
   gpu_setup(&g[0], 0, 1, 1, 1);
   gpu_setup(&g[1], 1, 1, 1, 1);
-  double t[200];
-  for (int r = -20; r < 200; r++) {
-    const double *send[2] = {g[0].sums, g[1].sums};
-    double *recv[2] = {g[0].recv, g[1].recv};
-    void *streams[2] = {g[0].stream, g[1].stream};
-    struct qdp_error e = QDP_ERROR_INIT;
-    double t0 = now_ms();
-    QK(device_comm_allgather_f64_all(comm, send, recv, 1, streams, &e));
-    sync_all(g, 2);
-    if (r >= 0) {
-      t[r] = now_ms() - t0;
-    }
-  }
-  printf("mesh_bench collective allgather_one_double_us=%.1f nccl=%d\n", median(t, 200) * 1e3,
-         device_comm_nccl_version());
+  printf("mesh_bench collective allgather_one_double_us=%.1f nccl=%d\n",
+         time_gather_one(g, 2, comm), device_comm_nccl_version());
   fflush(stdout);
   gpu_teardown(&g[0]);
   gpu_teardown(&g[1]);
@@ -677,24 +683,7 @@ static void bench_scaling(int count, uint32_t qubits) {
         time_amplitude(g, k, comm, x, o, qubits, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, true);
     double ag = 0;
     if (k > 1) {
-      double t[100];
-      for (int r = -10; r < 100; r++) {
-        const double *send[MAXG];
-        double *recv[MAXG];
-        void *streams[MAXG];
-        for (int i = 0; i < k; i++) {
-          send[i] = g[i].sums;
-          recv[i] = g[i].recv;
-          streams[i] = g[i].stream;
-        }
-        double t0 = now_ms();
-        QK(device_comm_allgather_f64_all(comm, send, recv, 1, streams, &e));
-        sync_all(g, k);
-        if (r >= 0) {
-          t[r] = now_ms() - t0;
-        }
-      }
-      ag = median(t, 100) * 1e3;
+      ag = time_gather_one(g, k, comm);
     }
     double norm = 0;
     CK(cudaSetDevice(0));

@@ -69,22 +69,10 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-struct angle_launch {
-  const struct qdpk_span *s;
-  uint64_t in_stride;
-  void *out;
-  cudaStream_t stream;
-
+struct angle_kernels {
   template <typename TI, typename R, int K>
-  qdp_status run(const TI *x) const {
-    uint64_t nbx = blocks_for(s->count, K);
-    /* 256 threads (the low 8 index bits), K amplitudes each, 256 apart: coalesced 16-byte stores.
-     * x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
-    dim3 grid(grid_x(nbx), grid_y(s->rows));
-    angle_kernel<TI, R, K>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, s->qubits, s->first, s->count, s->rows,
-                                            nbx, static_cast<typename cplx<R>::type *>(out));
-    return launched();
+  static auto get() {
+    return angle_kernel<TI, R, K>;
   }
 };
 
@@ -96,5 +84,5 @@ extern "C" qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_d
     return QDP_ERR_INVALID_ARGUMENT;
   }
   return run_closed_form(s, in, per_thread(qdpk_tune_angle_per_thread, 4), x,
-                         angle_launch{s, in_stride, out, stream});
+                         product_launch<angle_kernels>{s, in_stride, out, stream});
 }

@@ -156,6 +156,28 @@ qdp_status run_closed_form(const struct qdpk_span *s, qdp_dtype in, int k, const
                                        : run_input<double, Indices>(in, k, x, op);
 }
 
+/* The launch of a per-qubit product kernel (angle, phase: the same arguments) over a span, for
+ * run_closed_form: 256 threads (the low 8 index bits), K amplitudes each, 256 apart, for coalesced
+ * 16-byte stores; x: the span's amplitudes, y: rows, both folded into loops past the grid limits.
+ * Kernels::get<TI, R, K>() names the kernel. */
+template <class Kernels>
+struct product_launch {
+  const struct qdpk_span *s;
+  uint64_t in_stride;
+  void *out;
+  cudaStream_t stream;
+
+  template <typename TI, typename R, int K>
+  qdp_status run(const TI *x) const {
+    uint64_t nbx = blocks_for(s->count, K);
+    dim3 grid(grid_x(nbx), grid_y(s->rows));
+    auto kernel = Kernels::template get<TI, R, K>();
+    kernel<<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, s->qubits, s->first, s->count, s->rows,
+                                              nbx, static_cast<typename cplx<R>::type *>(out));
+    return launched();
+  }
+};
+
 }  // namespace qdpk
 
 #endif /* QDPK_CUDA_INTERNAL_CUH */

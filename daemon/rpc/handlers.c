@@ -410,7 +410,6 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   int guard = -1;
   struct plan_device *devs = NULL;
   size_t *subset = NULL;
-  uint8_t *links = NULL;
   struct plan *p = NULL;
   struct state_reservation *res = NULL;
   struct runtime_state *st = NULL;
@@ -485,13 +484,10 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   /* Links order the shards of an even plan so that exchange partners are the best joined (on
    * this node: the mesh knows only its own links). */
   size_t ranks = rpc_world_ranks(s);
-  if (ranks == 1) {
-    links = malloc(n ? n * n : 1);
-    if (links) {
-      runtime_mesh_link_costs(s->mesh, links);
-    }
-  }
-  struct plan_world world = {.devices = devs, .count = n, .ranks = (int)ranks, .link_cost = links};
+  struct plan_world world = {.devices = devs,
+                             .count = n,
+                             .ranks = (int)ranks,
+                             .link_cost = ranks == 1 ? runtime_mesh_link_costs(s->mesh) : NULL};
   struct plan_limits lim = {
       .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
       .max_batch = atomic_load(&s->max_batch),
@@ -549,7 +545,6 @@ out:
   }
   free(devs);
   free(subset);
-  free(links);
   arena_free(&a);
   if (uploaded) {
     /* The upload's buffer goes back to upload_budget now, not when the client reads the reply. */

@@ -287,6 +287,17 @@ static qdp_status stage_end(struct cuda_device *c, qdp_status rc, struct qdp_err
   return rc;
 }
 
+/* Ends a staged op whose results only later work on the same stream reads: on success the staging
+ * is handed back without waiting (the slots' events and stream order keep the next holder behind
+ * it); on failure as stage_end. */
+static qdp_status stage_end_queued(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr) {
+  if (rc != QDP_OK) {
+    return stage_end(c, rc, reterr);
+  }
+  pthread_mutex_unlock(&c->stage_lock);
+  return QDP_OK;
+}
+
 static uint64_t pow2_floor(uint64_t v) {
   return v ? UINT64_C(1) << (63 - __builtin_clzll(v)) : 0;
 }
@@ -615,13 +626,8 @@ static qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_w
     s->resident =
         (const char *)w->out + ((end - rows * w->len * qdp_dtype_size(w->in)) & ~(uint64_t)15);
     QDP_TRY(rc, stage_begin(c, reterr));
-    rc = upload_resident(c, w, reterr);
     /* Not waited for: everything that reads it is queued behind it on the stream. */
-    if (rc == QDP_OK) {
-      pthread_mutex_unlock(&c->stage_lock);
-    } else {
-      rc = stage_end(c, rc, reterr);
-    }
+    rc = stage_end_queued(c, upload_resident(c, w, reterr), reterr);
   }
   s = NULL;
 out:
@@ -959,14 +965,8 @@ static qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_sha
   CU_TRY(rc, d, "cudaMemsetAsync",
          cudaMemsetAsync(s->send, 0, (size_t)(rows * stride * sizeof(double)), c->stream));
   QDP_TRY(rc, stage_begin(c, reterr));
-  rc = partials_staged(c, w, parts, nparts, stride, reterr);
-  /* The staging is handed back without waiting for the partials: the slots' events say when
-   * the GPU is done with them, and the gather runs on the same stream after them. */
-  if (rc == QDP_OK) {
-    pthread_mutex_unlock(&c->stage_lock);
-  } else {
-    rc = stage_end(c, rc, reterr);
-  }
+  /* Not waited for: the gather runs on the same stream after the partials. */
+  rc = stage_end_queued(c, partials_staged(c, w, parts, nparts, stride, reterr), reterr);
   *ret_send = s->send;
   *ret_recv = s->recv;
   *ret_stream = c->stream;

@@ -46,8 +46,9 @@ static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
   return 1;
 }
 
-qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
-                               struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
+/* The backend's mesh for cfg: the CUDA backend's or the CPU backend's. */
+static qdp_status mesh_create_backend(const struct runtime_mesh_config *cfg,
+                                      struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   const char *spec = cfg->devices && cfg->devices[0] ? cfg->devices : "auto";
   double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : DEFAULT_MEM_FRACTION;
   if (fraction > 1.0) {
@@ -133,6 +134,7 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
   device_comm_destroy(m->device_comm);
   free(m->devs);
   free(m->links);
+  free(m->link_costs);
   if (m->backend_fini) {
     m->backend_fini(m);
   }
@@ -167,17 +169,36 @@ const char *runtime_mesh_collectives(const struct runtime_mesh *m) {
   return m->collectives[0] ? m->collectives : "host (one memory)";
 }
 
-void runtime_mesh_link_costs(const struct runtime_mesh *m, uint8_t *ret) {
+qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
+                               struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   static const uint8_t cost[] = {
       [RUNTIME_LINK_SELF] = 0, [RUNTIME_LINK_HOST] = 1, [RUNTIME_LINK_NVLINK] = 1,
       [RUNTIME_LINK_PCIE] = 2, [RUNTIME_LINK_PEER] = 2, [RUNTIME_LINK_NONE] = 3};
+  struct runtime_mesh *m = NULL;
+  qdp_status rc = mesh_create_backend(cfg, &m, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  /* The links are fixed for the mesh's life: their costs are worked out once, not per plan. */
+  m->link_costs = malloc(m->count * m->count);
+  if (!m->link_costs) {
+    runtime_mesh_destroy(m);
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "cannot allocate the link costs of the mesh");
+  }
   for (size_t i = 0; i < m->count; i++) {
     for (size_t j = 0; j < m->count; j++) {
       struct runtime_link l;
       runtime_mesh_link(m, i, j, &l);
-      ret[i * m->count + j] = cost[l.kind];
+      m->link_costs[i * m->count + j] = cost[l.kind];
     }
   }
+  *ret_mesh = m;
+  return QDP_OK;
+}
+
+const uint8_t *runtime_mesh_link_costs(const struct runtime_mesh *m) {
+  return m->link_costs;
 }
 
 const char *runtime_mesh_topology_source(const struct runtime_mesh *m) {

@@ -20,6 +20,7 @@ struct runtime_mesh {
   struct device_comm *device_comm; /* over every device, in mesh order; NULL: host reductions */
   char collectives[192];           /* what reductions use and why (runtime_mesh_collectives) */
   struct runtime_link *links;      /* [count][count]; NULL: all host links (CPU backend) */
+  uint8_t *link_costs;             /* [count][count], from the links (runtime_mesh_link_costs) */
   const char *topology_source;     /* "nvml", "cuda"; NULL: "host" */
   /* The world this mesh is a rank of (runtime_mesh_set_world); world_ops NULL: a world of one. */
   int rank;

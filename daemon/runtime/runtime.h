@@ -92,8 +92,9 @@ void runtime_mesh_plan_devices(struct runtime_mesh *m, int rank, struct plan_dev
 /* The link from device i to device j. */
 void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct runtime_link *ret);
 /* The planner's link costs (plan_world.link_cost) for this mesh's devices, [count][count]: 0 for
- * a device itself, 1 for NVLink or one memory, 2 for PCIe or another peer path, 3 for none. */
-void runtime_mesh_link_costs(const struct runtime_mesh *m, uint8_t *ret);
+ * a device itself, 1 for NVLink or one memory, 2 for PCIe or another peer path, 3 for none.
+ * Owned by the mesh. */
+const uint8_t *runtime_mesh_link_costs(const struct runtime_mesh *m);
 /* Where the link kinds come from: "nvml" (the driver's management library: NVLink vs PCIe and
  * link counts), "cuda" (peer attributes only), "host" (CPU backend). */
 const char *runtime_mesh_topology_source(const struct runtime_mesh *m);
