@@ -893,7 +893,7 @@ static int bench_ranks(int argc, char **argv, uint32_t qubits) {
   MPI_Bcast(id, DEVICE_COMM_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
   struct device_comm *comm = NULL;
   double t0 = now_ms();
-  QK(device_comm_create_member(id, size, rank, ordinal, &comm, &e));
+  QK(device_comm_create_members(id, size, rank, &ordinal, 1, 60000, &comm, &e));
   double create_ms = now_ms() - t0;
   struct gpu g, g1;
   gpu_setup(&g, ordinal, per, 1, 1);

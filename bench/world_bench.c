@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
   }
   struct runtime_mesh_config mc = {.devices = "cpu:2", .mem_fraction = 0.9};
   qdp_status mrc = runtime_mesh_create(&mc, &mesh, &err);
-  if (world_start(w, mrc, &err, mesh, 10000, &err) != QDP_OK) {
+  if (world_start(w, mrc, &err, mesh, 10000, true, &err) != QDP_OK) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
     goto out;
   }

@@ -372,6 +372,7 @@ void qdp_server_status_free(struct qdp_server_status *s) {
   free(s->collectives);
   free(s->transport);
   free(s->host_collectives);
+  free(s->device_collectives);
   free(s->mpi_threads);
   array_free(s->devices, s->ndevices, device_free);
   array_free(s->links, s->nlinks, link_free);
@@ -406,13 +407,14 @@ static void *status_from_pb(const void *pb) {
   s->nlinks = s->links ? r->n_links : 0;
   s->transport = dup0(r->transport);
   s->host_collectives = dup0(r->host_collectives);
+  s->device_collectives = dup0(r->device_collectives);
   s->mpi_threads = dup0(r->mpi_threads);
   s->rank_timeout_ms = r->rank_timeout_ms;
   s->rank_info = array_from_pb(r->rank_info, r->n_rank_info, rank_info_from_pb, rank_info_free);
   s->nrank_info = s->rank_info ? r->n_rank_info : 0;
   if (!s->version || !s->backend || !s->topology_source || !s->collectives ||
       (r->n_devices && !s->devices) || (r->n_links && !s->links) || !s->transport ||
-      !s->host_collectives || !s->mpi_threads || (r->n_rank_info && !s->rank_info)) {
+      !s->host_collectives || !s->device_collectives || !s->mpi_threads || (r->n_rank_info && !s->rank_info)) {
     qdp_server_status_free(s);
     return NULL;
   }

@@ -333,6 +333,7 @@ struct qdp_server_status {
   uint64_t rank_timeout_ms;
   size_t nrank_info;
   struct qdp_rank_info **rank_info; /* in rank order */
+  char *device_collectives; /* jobs across ranks: "nccl (...)", "mpi (why not NCCL)", "none" */
 };
 
 typedef enum qdp_health {

@@ -583,8 +583,9 @@ static void print_topology(const struct qdp_server_status *s) {
 /* The ranks of a multi-rank world: how they talk, then one line each. */
 static void print_world(const struct qdp_server_status *s) {
   printf("world: %d ranks over %s (MPI threads %s), host collectives %s, rank timeout %" PRIu64
-         " ms\n",
-         s->ranks, s->transport, s->mpi_threads, s->host_collectives, s->rank_timeout_ms);
+         " ms\ndevice collectives across ranks: %s\n",
+         s->ranks, s->transport, s->mpi_threads, s->host_collectives, s->rank_timeout_ms,
+         s->device_collectives);
   static const char *const head[] = {"RANK", "HOST", "DEVICES", "STATE"};
   static const int right[] = {1, 0, 1, 0};
   struct table t;
@@ -624,6 +625,7 @@ static int cmd_status(struct global *g, qdp_client *c) {
     jw_u(&w, "max_qubits", s->max_qubits);
     jw_s(&w, "transport", s->transport);
     jw_s(&w, "host_collectives", s->host_collectives);
+    jw_s(&w, "device_collectives", s->device_collectives);
     jw_s(&w, "mpi_threads", s->mpi_threads);
     jw_u(&w, "rank_timeout_ms", s->rank_timeout_ms);
     jw_open(&w, "rank_info", '[');

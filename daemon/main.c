@@ -303,7 +303,8 @@ static int run_rank(struct daemon *d, const struct runtime_mesh_config *mc) {
   struct qdp_error err = QDP_ERROR_INIT, start_err = QDP_ERROR_INIT;
   int rc = 1;
   qdp_status mesh_rc = runtime_mesh_create(mc, &d->mesh, &err);
-  if (world_start(d->world, mesh_rc, &err, d->mesh, d->cfg.rank_timeout * 1000, &start_err) !=
+  if (world_start(d->world, mesh_rc, &err, d->mesh, d->cfg.rank_timeout * 1000,
+                  !d->cfg.host_collectives, &start_err) !=
       QDP_OK) {
     rc = fail("cannot join the world", &start_err);
     goto out;
@@ -400,7 +401,8 @@ int main(int argc, char **argv) {
     src = runtime_mesh_create(&mc, &d.mesh, &err);
   }
   struct qdp_error start_err = QDP_ERROR_INIT;
-  if (world_start(d.world, src, &err, d.mesh, d.cfg.rank_timeout * 1000, &start_err) != QDP_OK) {
+  if (world_start(d.world, src, &err, d.mesh, d.cfg.rank_timeout * 1000,
+                  !d.cfg.host_collectives, &start_err) != QDP_OK) {
     rc = fail(src != QDP_OK ? what : "cannot join the world", src != QDP_OK ? &err : &start_err);
     goto out;
   }

@@ -949,6 +949,13 @@ static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply
   r->host_collectives = mpi ? "mpi (point to point, host memory)" : "in-process";
   r->mpi_threads = mpi ? (char *)world_threads_name(s->world) : "";
   r->rank_timeout_ms = s->world ? world_timeout_ms(s->world) : 0;
+  char *dc = arena_alloc(a, 192);
+  if (dc && s->world) {
+    world_device_collectives(s->world, dc, 192);
+  } else if (dc) {
+    snprintf(dc, 192, "none (one rank)");
+  }
+  r->device_collectives = dc ? dc : "";
   if (!arr || !ri || !wi) {
     return;
   }

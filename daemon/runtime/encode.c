@@ -376,33 +376,59 @@ out:
  * combines the same parts along the same tree, so each holds the bits the host path would get,
  * and the scale pass reads its totals where they already are. */
 
-/* Whether this job can use it: a collective needs every device of the mesh, so each must hold
- * exactly one shard, and every shard every row (a sample split by index, not a batch split by
- * sample, which needs no exchange at all). */
-static bool device_norm_possible(const struct runtime_mesh *m, const struct shard_task *t, size_t n,
-                                 const struct plan *p) {
-  /* The mesh's communicator joins this node's GPUs only: a job across ranks reduces through the
-   * world. */
-  if (!m->device_comm || n < 2 || n != m->count || n > 64 || spans_ranks(p)) {
+/* The group a job's norm can gather over: the mesh's for a job on this rank's GPUs, the world's
+ * for one across ranks (when the coordinator allows it); NULL: none. */
+static struct device_comm *job_group(const struct runtime_mesh *m, const struct plan *p) {
+  if (!spans_ranks(p)) {
+    return m->device_comm;
+  }
+  return m->world_ops && m->world_ops->device_group ? m->world_ops->device_group(m->world_ctx)
+                                                     : NULL;
+}
+
+/* A shard's member number in group c: this rank's devices from the group's first member on,
+ * another rank's by its index in the world's device table (as the plan names them). */
+static size_t shard_member(const struct runtime_mesh *m, const struct device_comm *c,
+                           const struct plan_shard *sh) {
+  return sh->rank == m->rank ? (size_t)device_comm_first_member(c) + sh->device : sh->device;
+}
+
+/* Whether this job can use group c: a collective needs every member, so each must hold exactly
+ * one shard, and every shard every row (a sample split by index, not a batch split by sample,
+ * which needs no exchange at all). Every rank decides the same from the same plan. */
+static bool device_norm_possible(const struct runtime_mesh *m, const struct device_comm *c,
+                                 const struct shard_task *t, size_t n, const struct plan *p) {
+  if (!c || p->nshards < 2 || p->nshards > 64 || p->nshards != (size_t)device_comm_size(c) ||
+      n != device_comm_local_members(c)) {
     return false;
   }
   uint64_t seen = 0;
-  for (size_t i = 0; i < n; i++) {
-    const struct plan_shard *sh = t[i].work.shard;
-    if (sh->row_first != 0 || sh->rows != p->batch || !t[i].dev->ops->amp_partials ||
-        (seen >> sh->device & 1)) {
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    size_t member = shard_member(m, c, sh);
+    if (sh->row_first != 0 || sh->rows != p->batch || member >= 64 || (seen >> member & 1)) {
       return false;
     }
-    seen |= UINT64_C(1) << sh->device;
+    seen |= UINT64_C(1) << member;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (!t[i].dev->ops->amp_partials) {
+      return false;
+    }
   }
   return true;
 }
 
-/* The shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
+/* The values of a shard's range present in each sample (the rest is zero padding). */
+static uint64_t shard_len(const struct plan_shard *sh, uint64_t cols) {
+  uint64_t present = cols > sh->first ? cols - sh->first : 0;
+  return present < sh->count ? present : sh->count;
+}
+
+/* A shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
  * the values present only (an absent subtree is zero in the tree). ret NULL: only counts. */
-static size_t shard_parts(const struct shard_task *t, uint32_t span, struct runtime_amp_part *ret) {
-  const struct plan_shard *sh = t->work.shard;
-  uint64_t len = t->work.len;
+static size_t shard_parts(const struct plan_shard *sh, uint64_t len, uint32_t span,
+                          struct runtime_amp_part *ret) {
   struct norm_block split[NORM_BLOCKS_MAX];
   size_t nb = norm_split(sh->first, sh->first + sh->count, split), k = 0;
   for (size_t b = 0; b < nb; b++) {
@@ -417,6 +443,49 @@ static size_t shard_parts(const struct shard_task *t, uint32_t span, struct runt
     }
   }
   return k;
+}
+
+/* Across ranks, before the gather: every rank says whether its partials are queued and its group
+ * still usable, so that no rank enters a collective another will never join. A rank that failed
+ * reports its own error with the job; the others fail with UNAVAILABLE, which the coordinator
+ * ranks below it. */
+static qdp_status agree_before_gather(const struct runtime_mesh *m, const struct device_comm *c,
+                                      qdp_status mine, struct qdp_error *reterr) {
+  struct ready {
+    int32_t rank, status, usable, pad;
+  } me = {m->rank, mine, device_comm_usable(c), 0};
+  struct qdp_error own = QDP_ERROR_INIT;
+  if (reterr) {
+    own = *reterr;
+  }
+  void *got = NULL;
+  size_t bytes = 0;
+  qdp_status rc = m->world_ops->allgather(m->world_ctx, &me, sizeof me, &got, &bytes, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (mine != QDP_OK) {
+    free(got);
+    if (reterr) {
+      *reterr = own;
+    }
+    return mine;
+  }
+  const struct ready *all = got;
+  for (size_t i = 0; rc == QDP_OK && i < bytes / sizeof *all; i++) {
+    if (all[i].status != QDP_OK) {
+      rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, NULL,
+                         "rank %d failed before the norm's all-gather (%s); nothing was gathered",
+                         all[i].rank, qdp_status_name((qdp_status)all[i].status));
+    } else if (!all[i].usable) {
+      rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, NULL,
+                         "the device group across ranks was aborted on rank %d; later jobs reduce "
+                         "over MPI",
+                         all[i].rank);
+    }
+  }
+  free(got);
+  return rc;
 }
 
 static void *task_partials(void *arg) {
@@ -438,60 +507,81 @@ static void *task_combine(void *arg) {
 }
 
 static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_task *t, size_t n,
-                                       const struct runtime_input *in, struct qdp_error *reterr) {
+                                       const struct runtime_input *in, struct device_comm *c,
+                                       struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
-  struct runtime_mesh *m = st->mesh;
+  const struct runtime_mesh *m = st->mesh;
+  bool world = spans_ranks(p);
   uint64_t rows = p->batch;
   uint32_t span = t[0].dev->ops->amp_part_log2(t[0].dev, in->dtype);
-  size_t stride = 1, nall = 0;
-  for (size_t i = 0; i < n; i++) {
-    t[i].nparts = shard_parts(&t[i], span, NULL);
-    stride = t[i].nparts > stride ? t[i].nparts : stride;
-    nall += t[i].nparts;
+  size_t stride = 1, nall = 0, most = 1;
+  for (size_t i = 0; i < p->nshards; i++) {
+    size_t k = shard_parts(&p->shards[i], shard_len(&p->shards[i], in->cols), span, NULL);
+    stride = k > stride ? k : stride;
+    most = k > most ? k : most;
+    nall += k;
   }
   qdp_status rc = QDP_OK;
   struct qdpk_norm_part *all = calloc(nall ? nall : 1, sizeof *all);
+  struct runtime_amp_part *parts = calloc(most, sizeof *parts);
   double *totals = calloc(n * rows, sizeof *totals);
-  const double **send = calloc(m->count, sizeof *send);
-  double **recv = calloc(m->count, sizeof *recv);
-  void **streams = calloc(m->count, sizeof *streams);
-  if (!all || !totals || !send || !recv || !streams) {
+  const double **send = calloc(n, sizeof *send);
+  double **recv = calloc(n, sizeof *recv);
+  void **streams = calloc(n, sizeof *streams);
+  if (!all || !parts || !totals || !send || !recv || !streams) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                        "cannot allocate the norm's %zu part descriptions", nall);
     goto out;
   }
-  /* Shards are in index order, so the parts are ascending; member = the device's mesh index,
-   * which is its place in the communicator and in the gathered buffer. */
+  /* Every shard's parts, this rank's and the others', ascending (shards are in index order);
+   * a part's column in the gathered buffer is its shard's member number. */
   size_t j = 0;
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    size_t k = shard_parts(sh, shard_len(sh, in->cols), span, parts);
+    size_t member = shard_member(m, c, sh);
+    for (size_t q = 0; q < k; q++) {
+      all[j++] = (struct qdpk_norm_part){.first = sh->first + parts[q].offset,
+                                         .log2 = parts[q].log2,
+                                         .src = member * rows * stride + q};
+    }
+  }
   for (size_t i = 0; i < n; i++) {
     const struct plan_shard *sh = t[i].work.shard;
+    t[i].nparts = shard_parts(sh, t[i].work.len, span, NULL);
     t[i].parts = malloc((t[i].nparts ? t[i].nparts : 1) * sizeof *t[i].parts);
     if (!t[i].parts) {
       rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm parts");
       goto out;
     }
-    shard_parts(&t[i], span, t[i].parts);
-    for (size_t k = 0; k < t[i].nparts; k++) {
-      all[j++] = (struct qdpk_norm_part){.first = sh->first + t[i].parts[k].offset,
-                                         .log2 = t[i].parts[k].log2,
-                                         .src = sh->device * rows * stride + k};
-    }
+    shard_parts(sh, t[i].work.len, span, t[i].parts);
     t[i].stride = stride;
-    t[i].members = m->count;
+    t[i].members = (size_t)device_comm_size(c);
     t[i].all = all;
     t[i].nall = nall;
     t[i].totals = totals + i * rows;
   }
   run_all(t, n, sizeof *t, task_partials);
-  QDP_TRY(rc, first_failure(t, n, reterr));
-  for (size_t i = 0; i < n; i++) {
-    size_t member = t[i].work.shard->device;
-    send[member] = t[i].send;
-    recv[member] = t[i].recv;
-    streams[member] = t[i].stream;
+  rc = first_failure(t, n, reterr);
+  if (world) {
+    rc = agree_before_gather(m, c, rc, reterr);
   }
-  QDP_TRY(rc, device_comm_allgather_f64_all(m->device_comm, send, recv, rows * stride, streams,
-                                            reterr));
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  /* Local member i is this rank's device i. */
+  for (size_t i = 0; i < n; i++) {
+    size_t local = t[i].work.shard->device;
+    send[local] = t[i].send;
+    recv[local] = t[i].recv;
+    streams[local] = t[i].stream;
+  }
+  QDP_TRY(rc, device_comm_allgather_f64_all(c, send, recv, rows * stride, streams, reterr));
+  /* Across processes the gather is waited for within the rank timeout, so a rank that died in
+   * the middle fails the job instead of hanging this one. */
+  for (size_t i = 0; world && i < n; i++) {
+    QDP_TRY(rc, device_comm_wait(c, i, streams[i], reterr));
+  }
   run_all(t, n, sizeof *t, task_combine);
   QDP_TRY(rc, first_failure(t, n, reterr));
   for (uint64_t r = 0; r < rows; r++) {
@@ -520,6 +610,7 @@ out:
     t[i].parts = NULL;
   }
   free(all);
+  free(parts);
   free(totals);
   free(send);
   free(recv);
@@ -529,8 +620,12 @@ out:
 
 static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
                                 const struct runtime_input *in, struct qdp_error *reterr) {
-  if (device_norm_possible(st->mesh, t, n, &st->plan)) {
-    return run_amplitude_device(st, t, n, in, reterr);
+  if (n == 0 && !spans_ranks(&st->plan)) {
+    return QDP_OK; /* the coordinator of a job held wholly by another rank */
+  }
+  struct device_comm *c = job_group(st->mesh, &st->plan);
+  if (device_norm_possible(st->mesh, c, t, n, &st->plan)) {
+    return run_amplitude_device(st, t, n, in, c, reterr);
   }
   qdp_status rc = QDP_OK;
   double *sumsq = malloc(st->plan.batch * sizeof *sumsq);

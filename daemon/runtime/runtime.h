@@ -76,6 +76,7 @@ struct runtime_mesh_config {
 };
 
 struct runtime_mesh;
+struct device_comm;
 
 qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
                                struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
@@ -243,6 +244,11 @@ struct runtime_world_ops {
                      size_t bytes, struct qdp_error *reterr);
   /* Frees job's shards on every other rank that holds some (p->shards names them). */
   void (*release)(void *ctx, uint64_t job, const struct plan *p);
+  /* The device group (NCCL) joining every GPU of the world, when the job running now may use it
+   * (the coordinator decides, the same for every rank of the job); NULL: the job's collectives
+   * run on the host. This rank's device i is member device_comm_first_member + i, another
+   * rank's device its index in the world's device table. May be NULL. */
+  struct device_comm *(*device_group)(void *ctx);
 };
 
 /* Makes m rank `rank` of a world reached through ops (NULL: back to a world of one). Plans given to

@@ -1,6 +1,6 @@
 /* device_comm.h — device collectives over NCCL: one communicator per GPU of a group (the GPUs of
- * one process: ncclCommInitAll; or one GPU per rank across processes: a unique id every member
- * gets from the coordinator), created once and reused by every job.
+ * one process: ncclCommInitAll; or the GPUs of several processes: a unique id every process gets
+ * from the coordinator, each joining with all of its GPUs), created once and reused by every job.
  *
  * Buffers are device memory of the member's GPU; calls enqueue work on the caller's CUDA stream
  * (a cudaStream_t passed as void *) and return without waiting for it. Every member of a group
@@ -11,14 +11,22 @@
  * the sharding, which no NCCL reduction promises. All-gather the partials and combine them in a
  * fixed order (runtime/norm.h).
  *
+ * A group across processes is bounded in time: no call waits for another process longer than the
+ * group's timeout. A member that does not join, or a collective that does not complete in time
+ * (device_comm_wait), aborts the group here (ncclCommAbort): every later call fails at once with
+ * QDP_ERR_UNAVAILABLE, and device_comm_usable says so. A group of one process never times out.
+ *
  * Statuses: QDP_OK; QDP_ERR_NCCL (cause = the ncclResult_t, message = NCCL's error string and the
- * member's GPU); QDP_ERR_INVALID_ARGUMENT (bad member or peer); QDP_ERR_UNIMPLEMENTED (built
- * without CUDA/NCCL).
+ * member's GPU); QDP_ERR_UNAVAILABLE (timed out, or aborted earlier); QDP_ERR_CUDA (the stream
+ * failed); QDP_ERR_INVALID_ARGUMENT (bad member or peer); QDP_ERR_UNIMPLEMENTED (built without
+ * CUDA/NCCL).
  */
 #ifndef QDP_DEVICE_COMM_H
 #define QDP_DEVICE_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "error.h"
 
@@ -31,16 +39,27 @@ qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device
                                     struct qdp_error *reterr);
 /* The id a coordinator makes and sends (over MPI) to every member of a cross-process group. */
 qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct qdp_error *reterr);
-/* This process's one member `member` of `size`, on GPU `ordinal`; blocks until all have joined. */
-qdp_status device_comm_create_member(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
-                                     int member, int ordinal, struct device_comm **ret,
-                                     struct qdp_error *reterr);
+/* This process's members first_member .. first_member + n - 1 of a group of `size`, member
+ * first_member + i on GPU ordinals[i]. Returns once every member of every process has joined, or
+ * after timeout_ms (>= 1) with QDP_ERR_UNAVAILABLE and nothing left behind. */
+qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
+                                      int first_member, const int *ordinals, size_t n,
+                                      uint64_t timeout_ms, struct device_comm **ret,
+                                      struct qdp_error *reterr);
 void device_comm_destroy(struct device_comm *c); /* NULL-safe; no call may be in flight */
 
-/* Members held by this process (n for a local group, 1 for a cross-process member), and the
- * group's size. */
+/* Members held by this process, the group's size, and the group number of local member 0. */
 size_t device_comm_local_members(const struct device_comm *c);
 int device_comm_size(const struct device_comm *c);
+int device_comm_first_member(const struct device_comm *c);
+
+/* Waits until everything queued on `stream` (local member `local`'s) is done. In a group across
+ * processes the wait is bounded by the group's timeout and watches NCCL's error state: a timeout
+ * or an error aborts the group (see above). */
+qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
+                            struct qdp_error *reterr);
+/* False once the group was aborted. */
+bool device_comm_usable(const struct device_comm *c);
 
 /* Local member `local` contributes `count` doubles at send; recv receives size * count doubles in
  * member order. */

@@ -19,13 +19,16 @@ qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct 
   return absent(reterr);
 }
 
-qdp_status device_comm_create_member(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
-                                     int member, int ordinal, struct device_comm **ret,
-                                     struct qdp_error *reterr) {
+qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
+                                      int first_member, const int *ordinals, size_t n,
+                                      uint64_t timeout_ms, struct device_comm **ret,
+                                      struct qdp_error *reterr) {
   (void)id;
   (void)size;
-  (void)member;
-  (void)ordinal;
+  (void)first_member;
+  (void)ordinals;
+  (void)n;
+  (void)timeout_ms;
   (void)ret;
   return absent(reterr);
 }
@@ -42,6 +45,24 @@ size_t device_comm_local_members(const struct device_comm *c) {
 int device_comm_size(const struct device_comm *c) {
   (void)c;
   return 0;
+}
+
+int device_comm_first_member(const struct device_comm *c) {
+  (void)c;
+  return 0;
+}
+
+qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
+                            struct qdp_error *reterr) {
+  (void)c;
+  (void)local;
+  (void)stream;
+  return absent(reterr);
+}
+
+bool device_comm_usable(const struct device_comm *c) {
+  (void)c;
+  return false;
 }
 
 qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const double *send,

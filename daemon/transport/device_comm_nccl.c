@@ -1,6 +1,10 @@
 /* Device collectives over NCCL (device_comm.h). */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -13,7 +17,74 @@ struct device_comm {
   int first_member;     /* the group member number of local member 0 */
   int ordinals[64];     /* of the local members */
   ncclComm_t comms[64]; /* one per local member */
+  /* A communicator is not thread-safe, and the calls of concurrent jobs must reach every
+   * member's stream in one order: each call enqueues under this lock (waits happen outside). */
+  pthread_mutex_t lock;
+  /* Across processes: communicators are non-blocking (NCCL returns ncclInProgress instead of
+   * waiting) and every wait ends after timeout_ms; 0: a group of one process, blocking. */
+  uint64_t timeout_ms;
+  bool aborted;
+  char why[160]; /* why it was aborted */
 };
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Spins for the first stretch of a wait (a collective usually ends within microseconds), then
+ * yields the core. */
+static void pause_after(uint64_t start_us) {
+  if (now_us() - start_us > 200) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  } else {
+    sched_yield();
+  }
+}
+
+static void abort_group(struct device_comm *c, const char *why) {
+  if (c->aborted) {
+    return;
+  }
+  for (size_t i = 0; i < c->nlocal; i++) {
+    if (c->comms[i]) {
+      (void)ncclCommAbort(c->comms[i]);
+      c->comms[i] = NULL;
+    }
+  }
+  snprintf(c->why, sizeof c->why, "%.159s", why);
+  __atomic_store_n(&c->aborted, true, __ATOMIC_RELEASE);
+}
+
+static qdp_status aborted_error(const struct device_comm *c, struct qdp_error *reterr) {
+  return qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, c->ordinals[0], -1,
+                          "the device group across processes was aborted (%s); its collectives "
+                          "run on the host from now on",
+                          c->why);
+}
+
+static struct device_comm *group_new(size_t n, int size, int first_member, const int *ordinals) {
+  struct device_comm *c = calloc(1, sizeof *c);
+  if (!c) {
+    return NULL;
+  }
+  c->nlocal = n;
+  c->size = size;
+  c->first_member = first_member;
+  memcpy(c->ordinals, ordinals, n * sizeof *ordinals);
+  if (pthread_mutex_init(&c->lock, NULL) != 0) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+static void group_free(struct device_comm *c) {
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
 
 static qdp_status nccl_failed(const struct device_comm *c, size_t local, ncclResult_t r,
                               const char *call, struct qdp_error *reterr) {
@@ -24,26 +95,59 @@ static qdp_status nccl_failed(const struct device_comm *c, size_t local, ncclRes
                           last ? last : "");
 }
 
+/* A call on a non-blocking group may return ncclInProgress: the work is being set up (a
+ * connection on first use, say). Polls every local member until it is ready, at most the group's
+ * timeout; a timeout or an error aborts the group. */
+static qdp_status settle(struct device_comm *c, ncclResult_t r, const char *call,
+                         struct qdp_error *reterr) {
+  uint64_t start = now_us();
+  size_t at = 0;
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    r = ncclCommGetAsyncError(c->comms[at], &state);
+    r = r != ncclSuccess ? r : state;
+    if (r == ncclSuccess && ++at < c->nlocal) {
+      r = ncclInProgress; /* the next member */
+    } else if (r == ncclInProgress) {
+      if (now_us() - start > c->timeout_ms * 1000) {
+        qdp_status rc = qdp_error_set_at(
+            reterr, QDP_ERR_UNAVAILABLE, c->ordinals[at], -1,
+            "cuda:%d: %s did not complete within %llu ms: another process of the device group "
+            "is gone or hung; the group is aborted",
+            c->ordinals[at], call, (unsigned long long)c->timeout_ms);
+        abort_group(c, reterr ? reterr->msg : call);
+        return rc;
+      }
+      pause_after(start);
+    }
+  }
+  if (r != ncclSuccess) {
+    qdp_status rc = nccl_failed(c, at, r, call, reterr);
+    if (c->timeout_ms) {
+      abort_group(c, reterr ? reterr->msg : call);
+    }
+    return rc;
+  }
+  return QDP_OK;
+}
+
 qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device_comm **ret,
                                     struct qdp_error *reterr) {
   if (n == 0 || n > 64) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
                          "a device group holds 1 to 64 GPUs, not %zu", n);
   }
-  struct device_comm *c = calloc(1, sizeof *c);
+  struct device_comm *c = group_new(n, (int)n, 0, ordinals);
   if (!c) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "cannot allocate a device group");
   }
-  c->nlocal = n;
-  c->size = (int)n;
-  memcpy(c->ordinals, ordinals, n * sizeof *ordinals);
   ncclResult_t r = ncclCommInitAll(c->comms, (int)n, c->ordinals);
   if (r != ncclSuccess) {
     qdp_status rc =
         qdp_error_set_at(reterr, QDP_ERR_NCCL, ordinals[0], (int)r,
                          "ncclCommInitAll over %zu GPUs failed: %s", n, ncclGetErrorString(r));
-    free(c);
+    group_free(c);
     return rc;
   }
   *ret = c;
@@ -62,38 +166,51 @@ qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct 
   return QDP_OK;
 }
 
-qdp_status device_comm_create_member(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
-                                     int member, int ordinal, struct device_comm **ret,
-                                     struct qdp_error *reterr) {
-  if (size < 1 || member < 0 || member >= size) {
+qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
+                                      int first_member, const int *ordinals, size_t n,
+                                      uint64_t timeout_ms, struct device_comm **ret,
+                                      struct qdp_error *reterr) {
+  if (size < 1 || n == 0 || n > 64 || first_member < 0 || (size_t)first_member + n > (size_t)size) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
-                         "member %d of a device group of %d does not exist", member, size);
+                         "members %d..%d of a device group of %d do not exist", first_member,
+                         first_member + (int)n - 1, size);
   }
-  struct device_comm *c = calloc(1, sizeof *c);
+  struct device_comm *c = group_new(n, size, first_member, ordinals);
   if (!c) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "cannot allocate a device group");
   }
-  c->nlocal = 1;
-  c->size = size;
-  c->first_member = member;
-  c->ordinals[0] = ordinal;
+  c->timeout_ms = timeout_ms ? timeout_ms : 1;
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
-  cudaError_t err = cudaSetDevice(ordinal);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    free(c);
-    return qdp_error_set_at(reterr, QDP_ERR_CUDA, ordinal, (int)err, "cuda:%d: cudaSetDevice: %s",
-                            ordinal, cudaGetErrorName(err));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  qdp_status rc = QDP_OK;
+  ncclResult_t r = ncclGroupStart();
+  for (size_t i = 0; r == ncclSuccess && i < n; i++) {
+    cudaError_t err = cudaSetDevice(ordinals[i]);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)ncclGroupEnd();
+      rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, ordinals[i], (int)err,
+                            "cuda:%d: cudaSetDevice: %s", ordinals[i], cudaGetErrorName(err));
+      goto out;
+    }
+    r = ncclCommInitRankConfig(&c->comms[i], size, u, first_member + (int)i, &config);
+    r = r == ncclInProgress ? ncclSuccess : r;
   }
-  ncclResult_t r = ncclCommInitRank(&c->comms[0], size, u, member);
-  if (r != ncclSuccess) {
-    qdp_status rc = qdp_error_set_at(reterr, QDP_ERR_NCCL, ordinal, (int)r,
-                                     "cuda:%d: joining the device group as member %d of %d "
-                                     "failed: %s",
-                                     ordinal, member, size, ncclGetErrorString(r));
-    free(c);
+  ncclResult_t end = ncclGroupEnd();
+  rc = settle(c, r != ncclSuccess ? r : end, "joining the device group", reterr);
+  if (rc != QDP_OK && reterr) {
+    char msg[sizeof reterr->msg];
+    snprintf(msg, sizeof msg, "%s", reterr->msg);
+    snprintf(reterr->msg, sizeof reterr->msg, "members %d..%d of %d: %.900s", first_member,
+             first_member + (int)n - 1, size, msg);
+  }
+out:
+  if (rc != QDP_OK) {
+    abort_group(c, "");
+    group_free(c);
     return rc;
   }
   *ret = c;
@@ -106,10 +223,11 @@ void device_comm_destroy(struct device_comm *c) {
   }
   for (size_t i = 0; i < c->nlocal; i++) {
     if (c->comms[i]) {
-      (void)ncclCommDestroy(c->comms[i]);
+      /* A group across processes may have lost a member: destroying would wait for it. */
+      (void)(c->timeout_ms ? ncclCommAbort(c->comms[i]) : ncclCommDestroy(c->comms[i]));
     }
   }
-  free(c);
+  group_free(c);
 }
 
 size_t device_comm_local_members(const struct device_comm *c) {
@@ -120,6 +238,63 @@ int device_comm_size(const struct device_comm *c) {
   return c ? c->size : 0;
 }
 
+int device_comm_first_member(const struct device_comm *c) {
+  return c ? c->first_member : 0;
+}
+
+bool device_comm_usable(const struct device_comm *c) {
+  return c && !__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE);
+}
+
+qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
+                            struct qdp_error *reterr) {
+  if (local >= c->nlocal) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
+                         "local member %zu of a group holding %zu here", local, c->nlocal);
+  }
+  if (!device_comm_usable(c)) {
+    return aborted_error(c, reterr);
+  }
+  int ordinal = c->ordinals[local];
+  cudaError_t err = cudaSuccess;
+  if (!c->timeout_ms) {
+    err = cudaStreamSynchronize((cudaStream_t)stream);
+  } else {
+    uint64_t start = now_us();
+    while ((err = cudaStreamQuery((cudaStream_t)stream)) == cudaErrorNotReady) {
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(c->comms[local], &state);
+      r = r != ncclSuccess ? r : state;
+      if (r != ncclSuccess && r != ncclInProgress) {
+        pthread_mutex_lock(&c->lock);
+        qdp_status rc = nccl_failed(c, local, r, "a collective", reterr);
+        abort_group(c, reterr ? reterr->msg : "a collective failed");
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+      }
+      if (now_us() - start > c->timeout_ms * 1000) {
+        qdp_status rc = qdp_error_set_at(
+            reterr, QDP_ERR_UNAVAILABLE, ordinal, -1,
+            "cuda:%d: a collective of the device group did not complete within %llu ms: "
+            "another process of the group is gone or hung; the group is aborted",
+            ordinal, (unsigned long long)c->timeout_ms);
+        pthread_mutex_lock(&c->lock);
+        abort_group(c, reterr ? reterr->msg : "a collective timed out");
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+      }
+      pause_after(start);
+    }
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return qdp_error_set_at(reterr, QDP_ERR_CUDA, ordinal, (int)err,
+                            "cuda:%d: waiting for a collective: %s", ordinal,
+                            cudaGetErrorName(err));
+  }
+  return QDP_OK;
+}
+
 qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const double *send,
                                      double *recv, size_t count, void *stream,
                                      struct qdp_error *reterr) {
@@ -127,23 +302,37 @@ qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const 
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
                          "local member %zu of a group holding %zu here", local, c->nlocal);
   }
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    qdp_status rc = aborted_error(c, reterr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+  }
   ncclResult_t r =
       ncclAllGather(send, recv, count, ncclDouble, c->comms[local], (cudaStream_t)stream);
-  return r == ncclSuccess ? QDP_OK : nccl_failed(c, local, r, "ncclAllGather", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclAllGather", reterr);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *const *send,
                                          double *const *recv, size_t count, void *const *streams,
                                          struct qdp_error *reterr) {
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    qdp_status rc = aborted_error(c, reterr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+  }
   ncclResult_t r = ncclGroupStart();
-  size_t failed = 0;
-  for (size_t i = 0; r == ncclSuccess && i < c->nlocal; i++) {
+  for (size_t i = 0; (r == ncclSuccess || r == ncclInProgress) && i < c->nlocal; i++) {
     r = ncclAllGather(send[i], recv[i], count, ncclDouble, c->comms[i], (cudaStream_t)streams[i]);
-    failed = i;
   }
   ncclResult_t end = ncclGroupEnd();
-  r = r != ncclSuccess ? r : end;
-  return r == ncclSuccess ? QDP_OK : nccl_failed(c, failed, r, "ncclAllGather", reterr);
+  r = r != ncclSuccess && r != ncclInProgress ? r : end;
+  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclAllGather", reterr);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a, void *recv_a,
@@ -153,6 +342,12 @@ qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
                          "swap between local members %zu and %zu of a group holding %zu here", la,
                          lb, c->nlocal);
+  }
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    qdp_status rc = aborted_error(c, reterr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
   }
   int ma = c->first_member + (int)la, mb = c->first_member + (int)lb;
   ncclResult_t r = ncclGroupStart(), s[4] = {ncclSuccess, ncclSuccess, ncclSuccess, ncclSuccess};
@@ -164,9 +359,11 @@ qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a
     r = ncclGroupEnd();
   }
   for (int i = 0; i < 4 && r == ncclSuccess; i++) {
-    r = s[i];
+    r = s[i] == ncclInProgress ? ncclSuccess : s[i];
   }
-  return r == ncclSuccess ? QDP_OK : nccl_failed(c, la, r, "ncclSend/ncclRecv", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclSend/ncclRecv", reterr);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, const void *send,
@@ -176,14 +373,24 @@ qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, c
                          "exchange between local member %zu and member %d of a group of %d", local,
                          peer, c->size);
   }
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    qdp_status rc = aborted_error(c, reterr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+  }
   ncclResult_t r = ncclGroupStart();
   if (r == ncclSuccess) {
     ncclResult_t s = ncclSend(send, bytes, ncclChar, peer, c->comms[local], (cudaStream_t)stream);
     ncclResult_t v = ncclRecv(recv, bytes, ncclChar, peer, c->comms[local], (cudaStream_t)stream);
     r = ncclGroupEnd();
+    s = s == ncclInProgress ? ncclSuccess : s;
+    v = v == ncclInProgress ? ncclSuccess : v;
     r = s != ncclSuccess ? s : v != ncclSuccess ? v : r;
   }
-  return r == ncclSuccess ? QDP_OK : nccl_failed(c, local, r, "ncclSend/ncclRecv", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclSend/ncclRecv", reterr);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
 }
 
 int device_comm_nccl_version(void) {

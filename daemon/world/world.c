@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device_comm.h"
 #include "log.h"
 #include "qdp_build_config.h"
 #include "transport.h"
@@ -50,11 +51,12 @@ struct msg_header {
 };
 
 #define JOB_FROM_FILE 1u
+#define JOB_DEVICE_GROUP 2u /* the job's collectives may use the world's device group */
 #define STOP_LOST 1u
 
 struct msg_reply {
   int32_t status;
-  int32_t pad;
+  int32_t group_lost; /* this rank's device group was aborted: the coordinator stops using it */
   struct qdp_error err;
 };
 
@@ -103,7 +105,13 @@ struct world {
   uint64_t job;
   int *parts;
   size_t nparts;
+  bool job_group; /* the job may use the device group */
   struct held_state *held;
+  /* NCCL across every GPU of the world, made at start when every device is a GPU; NULL: device
+   * collectives of jobs across ranks run on the host over MPI. */
+  struct device_comm *group;
+  bool group_on; /* coordinator: jobs use it (until a rank reports it aborted) */
+  char group_desc[192];
 };
 
 static qdp_status no_memory(struct qdp_error *reterr, const char *what, size_t bytes) {
@@ -247,15 +255,97 @@ static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, ui
                           void *dst, size_t bytes, struct qdp_error *reterr);
 static void op_release(void *ctx, uint64_t job, const struct plan *p);
 
+static struct device_comm *op_device_group(void *ctx) {
+  struct world *w = ctx;
+  return w->job_group ? w->group : NULL;
+}
+
 static const struct runtime_world_ops world_ops = {
     .allgather = op_allgather,
     .exchange = op_exchange,
     .read = op_read,
     .release = op_release,
+    .device_group = op_device_group,
 };
 
+/* One NCCL group over every GPU of the world, made once at start: rank 0 makes the id, every rank
+ * joins with all of its GPUs (member = the device's index in the world table), within the rank
+ * timeout. Any failure leaves the world on MPI host collectives, said in the description; it never
+ * fails the start. Collective: every rank calls it. */
+static void join_device_group(struct world *w, bool wanted) {
+  struct qdp_error err = QDP_ERROR_INIT, agreed = QDP_ERROR_INIT;
+  bool gpus = w->ndev <= 64;
+  for (size_t i = 0; i < w->ndev; i++) {
+    gpus = gpus && w->devs[i].info.kind == RUNTIME_DEVICE_CUDA;
+  }
+  uint64_t want = wanted && gpus, all_want = 0;
+  if (transport_allreduce_u64(w->t, &want, 1, TRANSPORT_MIN, &all_want, &err) != QDP_OK) {
+    snprintf(w->group_desc, sizeof w->group_desc, "mpi (%.180s)", err.msg);
+    return;
+  }
+  if (!all_want) {
+    snprintf(w->group_desc, sizeof w->group_desc, "mpi (%s)",
+             !gpus ? "not every device of the world is a GPU"
+                   : "host_collectives is set on some rank");
+    return;
+  }
+  unsigned char id[DEVICE_COMM_ID_BYTES] = {0};
+  qdp_status local = world_rank(w) == 0 ? device_comm_unique_id(id, &err) : QDP_OK;
+  qdp_status rc = transport_agree(w->t, local, &err, &agreed);
+  if (rc == QDP_OK) {
+    rc = transport_bcast(w->t, id, sizeof id, 0, &agreed);
+  }
+  if (rc == QDP_OK) {
+    const struct rank_entry *me = &w->ranks[world_rank(w)];
+    int ords[64];
+    for (size_t i = 0; i < me->ndev; i++) {
+      ords[i] = w->devs[me->dev_first + i].info.ordinal;
+    }
+    local = device_comm_create_members(id, (int)w->ndev, (int)me->dev_first, ords, me->ndev,
+                                       w->timeout_ms, &w->group, &err);
+    rc = transport_agree(w->t, local, &err, &agreed);
+  }
+  if (rc != QDP_OK) {
+    device_comm_destroy(w->group);
+    w->group = NULL;
+    snprintf(w->group_desc, sizeof w->group_desc, "mpi (NCCL across ranks: %.160s)", agreed.msg);
+    log_warning("world", "device collectives across ranks run on the host: %s", agreed.msg);
+    return;
+  }
+  w->group_on = true;
+  snprintf(w->group_desc, sizeof w->group_desc, "nccl (NCCL %d, %d ranks, %zu GPUs)",
+           device_comm_nccl_version(), w->nranks, w->ndev);
+}
+
+void world_device_collectives(struct world *w, char *buf, size_t size) {
+  pthread_mutex_lock(&w->info_mu);
+  snprintf(buf, size, "%s", w->nranks == 1 ? "none (one rank)" : w->group_desc);
+  pthread_mutex_unlock(&w->info_mu);
+}
+
+/* Coordinator, after a job that used the device group: once any rank's copy of the group was
+ * aborted (a rank died or hung inside a collective), jobs go back to MPI for the world's life. */
+static void group_check(struct world *w, const struct msg_reply *replies, const int *ranks,
+                        size_t nranks) {
+  int lost = device_comm_usable(w->group) ? -1 : 0;
+  for (size_t i = 0; lost < 0 && i < nranks; i++) {
+    lost = replies[ranks[i]].group_lost ? ranks[i] : -1;
+  }
+  if (lost < 0) {
+    return;
+  }
+  pthread_mutex_lock(&w->info_mu);
+  w->group_on = false;
+  snprintf(w->group_desc, sizeof w->group_desc,
+           "mpi (the NCCL group across ranks was aborted on rank %d)", lost);
+  pthread_mutex_unlock(&w->info_mu);
+  log_warning("world", "the NCCL group across ranks was aborted on rank %d: jobs across ranks "
+              "reduce over MPI from now on", lost);
+}
+
 qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_error *mesh_err,
-                       struct runtime_mesh *mesh, uint64_t timeout_ms, struct qdp_error *reterr) {
+                       struct runtime_mesh *mesh, uint64_t timeout_ms, bool device_collectives,
+                       struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct transport_gathered g = {0};
   struct wire_mesh *mine = NULL;
@@ -330,12 +420,13 @@ qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_err
     }
   }
   if (w->nranks > 1) {
+    join_device_group(w, device_collectives);
     runtime_mesh_set_world(mesh, world_rank(w), &world_ops, w);
     log_info("world",
              "rank %d of %d on %s: %zu devices in the world, MPI thread level %s, rank "
-             "timeout %" PRIu64 " ms",
+             "timeout %" PRIu64 " ms, device collectives %s",
              world_rank(w), w->nranks, w->ranks[world_rank(w)].host, w->ndev, world_threads_name(w),
-             w->timeout_ms);
+             w->timeout_ms, w->group_desc);
   }
 out:
   transport_gathered_fini(&g);
@@ -665,6 +756,7 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
     }
   }
   job = ++w->seq;
+  w->job_group = w->group_on;
   struct plan copy = *p;
   copy.shards = NULL;
   copy.needs = NULL;
@@ -678,13 +770,17 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
   unsigned esize = qdp_dtype_size(in->dtype);
   for (size_t i = 0; i < nranks; i++) {
     struct msg_header *h = &hdr[ranks[i]];
-    *h = (struct msg_header){.type = MSG_JOB, .job = job, .a = blob_bytes, .d = in->cols};
+    *h = (struct msg_header){.type = MSG_JOB,
+                             .flags = w->job_group ? JOB_DEVICE_GROUP : 0,
+                             .job = job,
+                             .a = blob_bytes,
+                             .d = in->cols};
     rank_window(p, in->cols, ranks[i], &h->b, &h->c);
     /* A file every rank can read is read by each rank itself: only its path travels. */
     const void *third = (const char *)in->data + h->b * esize;
     h->e = h->c * esize;
     if (in->file) {
-      h->flags = JOB_FROM_FILE;
+      h->flags |= JOB_FROM_FILE;
       h->f = in->file_offset;
       third = in->file;
       h->e = strlen(in->file) + 1;
@@ -712,6 +808,9 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
   }
   /* A rank that did not answer at all is the cause (the others' waits on it failed too). */
   QDP_TRY(rc, exchange_bounded(w, items, k, true, reterr));
+  if (w->job_group) {
+    group_check(w, replies, ranks, nranks);
+  }
   /* Else a failure of the job itself, in rank order, before a rank's complaint that another did
    * not answer (that one failed early, and its own error says why). */
   const struct qdp_error *unavailable = NULL;
@@ -848,6 +947,7 @@ static void serve_job(struct world *w, const struct msg_header *h) {
                              .window_first = h->b,
                              .window_count = h->c};
   QDP_TRY(rc, set_parts(w, &p, h->job, &err));
+  w->job_group = h->flags & JOB_DEVICE_GROUP;
   held = malloc(sizeof *held);
   if (!held) {
     rc = no_memory(&err, "the state table", sizeof *held);
@@ -868,7 +968,8 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   held = NULL;
   st = NULL;
 out:;
-  struct msg_reply r = {.status = rc, .err = err};
+  struct msg_reply r = {
+      .status = rc, .group_lost = w->group && !device_comm_usable(w->group), .err = err};
   struct transport_io back = {
       .buf = &r, .bytes = sizeof r, .peer = 0, .tag = reply_tag(h->job), .send = 1};
   struct qdp_error send_err = QDP_ERROR_INIT;
@@ -1022,6 +1123,7 @@ void world_destroy(struct world *w) {
   } else {
     transport_destroy(w->t);
   }
+  device_comm_destroy(w->group);
   pthread_mutex_destroy(&w->mu);
   pthread_mutex_destroy(&w->info_mu);
   free(w->parts);

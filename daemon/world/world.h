@@ -52,9 +52,14 @@ qdp_status world_create(bool use_mpi, int *argc, char ***argv, struct world **re
 
 /* Every rank calls it once its mesh is built (mesh_rc != QDP_OK: building it failed with mesh_err):
  * the ranks agree (one failure fails every rank, naming the rank), exchange their meshes, and hook
- * this rank's mesh into the world. timeout_ms bounds every later wait on another rank (>= 1). */
+ * this rank's mesh into the world. timeout_ms bounds every later wait on another rank (>= 1).
+ * With device_collectives on every rank and a GPU for every device of the world, the ranks also
+ * join one NCCL group over all those GPUs, which jobs across ranks use for their device
+ * collectives; when that fails the world still starts, reducing over MPI
+ * (world_device_collectives says which and why). */
 qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_error *mesh_err,
-                       struct runtime_mesh *mesh, uint64_t timeout_ms, struct qdp_error *reterr);
+                       struct runtime_mesh *mesh, uint64_t timeout_ms, bool device_collectives,
+                       struct qdp_error *reterr);
 
 /* Coordinator: tells the other ranks to stop, then leaves MPI (MPI_Finalize, skipped when a rank
  * was lost: it would wait for the dead). Any rank: frees everything. NULL-safe. */
@@ -75,6 +80,12 @@ struct world_device {
 };
 size_t world_device_count(const struct world *w);
 void world_device_at(struct world *w, size_t i, struct world_device *ret);
+
+/* What the device collectives of jobs across ranks use, into buf: "nccl (NCCL 22803, 2 ranks,
+ * 2 GPUs)", "mpi (why not NCCL)", "none (one rank)". Once a rank's copy of the NCCL group is
+ * aborted (a rank died or hung inside a collective) the world reduces over MPI for the rest of
+ * its life. Never waits for a job. */
+void world_device_collectives(struct world *w, char *buf, size_t size);
 
 /* Rank's host name as exchanged at start; fixed for the world's life. */
 const char *world_host(const struct world *w, int rank);

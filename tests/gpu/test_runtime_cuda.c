@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda_runtime_api.h>
+
+#include "device_comm.h"
 #include "plan/plan.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
@@ -581,6 +584,208 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
 }
 END_TEST
 
+/* ---- one NCCL group across ranks (threads here, one GPU each) ---------------------------------
+ */
+
+struct joiner {
+  const unsigned char *id;
+  int size, member, ordinal;
+  uint64_t timeout_ms;
+  struct device_comm *group;
+  qdp_status rc;
+  struct qdp_error err;
+  double ms;
+};
+
+static void *join_group(void *arg) {
+  struct joiner *j = arg;
+  double t0 = now_ms();
+  j->err = (struct qdp_error)QDP_ERROR_INIT;
+  j->rc = device_comm_create_members(j->id, j->size, j->member, &j->ordinal, 1, j->timeout_ms,
+                                     &j->group, &j->err);
+  j->ms = now_ms() - t0;
+  return NULL;
+}
+
+/* Members 0..n-1 of one group, member r on cuda:r, each joined from its own thread as the ranks
+ * of a world do from their processes. */
+static void make_group(int n, uint64_t timeout_ms, struct device_comm **ret) {
+  unsigned char id[DEVICE_COMM_ID_BYTES];
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(device_comm_unique_id(id, &e) == QDP_OK, "%s", e.msg);
+  struct joiner j[2];
+  pthread_t tid[2];
+  for (int r = 0; r < n; r++) {
+    j[r] = (struct joiner){.id = id, .size = n, .member = r, .ordinal = r, .timeout_ms = timeout_ms};
+    ck_assert_int_eq(pthread_create(&tid[r], NULL, join_group, &j[r]), 0);
+  }
+  for (int r = 0; r < n; r++) {
+    pthread_join(tid[r], NULL);
+    ck_assert_msg(j[r].rc == QDP_OK, "member %d: %s", r, j[r].err.msg);
+    ret[r] = j[r].group;
+  }
+}
+
+START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
+  /* The world's path when every device is a GPU: the amplitude norm's partial sums all-gathered
+   * over one NCCL group joining both ranks' GPUs (after the ranks agree that all partials are
+   * queued), each GPU combining them along the same tree. */
+  if (runtime_cuda_device_count() < 2) {
+    printf("  SKIP: NCCL across ranks needs two GPUs (a GPU can be one member only)\n");
+    return;
+  }
+  struct runtime_mesh *ranks[2] = {mesh_of("cuda:0", 0, SMALL_STAGING),
+                                   mesh_of("cuda:1", 0, SMALL_STAGING)};
+  struct runtime_mesh *one = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct device_comm *groups[2];
+  make_group(2, 20000, groups);
+  static const struct {
+    uint32_t n;
+    uint64_t rows, cols;
+    qdp_dtype in, out;
+  } cases[] = {
+      {20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {20, 1, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {18, 3, UINT64_C(1) << 18, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {16, 2, 1000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128}, /* rank 1 holds padding only */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint32_t n = cases[i].n;
+    uint64_t rows = cases[i].rows, cols = cases[i].cols;
+    double *x64 = values_for(QDP_ENCODING_AMPLITUDE, n, rows, cols, 191 + i);
+    void *x = as_dtype(x64, rows * cols, cases[i].in);
+    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = rows, .cols = cols};
+    struct plan_device devs[2];
+    harness_plan_devices(ranks, 2, 1, devs);
+    struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
+    struct plan_request req = {.encoding = QDP_ENCODING_AMPLITUDE,
+                               .qubits = n,
+                               .batch = rows,
+                               .values_per_sample = cols,
+                               .in_dtype = cases[i].in,
+                               .out_dtype = cases[i].out,
+                               .policy = PLAN_EVEN,
+                               .staging_bytes = runtime_mesh_staging_bytes(one)};
+    struct plan *p2 = NULL;
+    struct qdp_error e = QDP_ERROR_INIT;
+    ck_assert_msg(plan_compute(&req, &world, NULL, &p2, &e) == QDP_OK, "%s", e.msg);
+    ck_assert_int_eq(p2->shards[1].rank, 1);
+    ck_assert_uint_eq(p2->shards[0].rows, rows);
+    struct plan *p1 = plan_on(one, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, rows, cols,
+                              cases[i].in, cases[i].out);
+    void *want = encode_all(one, p1, &input, NULL);
+    void *got = NULL;
+    const char *how = NULL;
+    double t0 = now_ms();
+    ck_assert_msg(harness_encode_grouped(ranks, 2, 1, groups, p2, &input, &got, &how, &e) ==
+                      QDP_OK,
+                  "%s", e.msg);
+    double ms = now_ms() - t0;
+    int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
+    printf("  amplitude %s->%s n=%u rows=%" PRIu64 " cols=%" PRIu64
+           ": 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
+           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n, rows, cols, how, ms,
+           same ? "bit-identical" : "DIFFER");
+    fflush(stdout);
+    ck_assert_str_eq(how, "nccl");
+    ck_assert_msg(same, "amplitude over 2 ranks and NCCL differs from 1 GPU");
+    for (int r = 0; r < 2; r++) {
+      assert_mesh_idle(ranks[r]);
+    }
+    free(got);
+    free(want);
+    plan_destroy(p2);
+    plan_destroy(p1);
+    free(x);
+    free(x64);
+  }
+  /* A zero sample is refused on both ranks with the message one GPU gives. */
+  double *zeros = calloc(1 << 12, sizeof *zeros);
+  struct runtime_input zin = {.data = zeros, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 1 << 12};
+  struct plan_device devs[2];
+  harness_plan_devices(ranks, 2, 1, devs);
+  struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
+  struct plan_request req = {.encoding = QDP_ENCODING_AMPLITUDE,
+                             .qubits = 12,
+                             .batch = 1,
+                             .values_per_sample = 1 << 12,
+                             .in_dtype = QDP_DTYPE_FLOAT64,
+                             .out_dtype = QDP_DTYPE_COMPLEX128,
+                             .policy = PLAN_EVEN,
+                             .staging_bytes = runtime_mesh_staging_bytes(one)};
+  struct plan *pz = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(plan_compute(&req, &world, NULL, &pz, &e) == QDP_OK, "%s", e.msg);
+  void *got = NULL;
+  ck_assert_int_eq(harness_encode_grouped(ranks, 2, 1, groups, pz, &zin, &got, NULL, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  printf("  zero sample over 2 ranks and NCCL refused: %s\n", e.msg);
+  ck_assert_ptr_nonnull(strstr(e.msg, "zero norm"));
+  ck_assert_ptr_null(got);
+  for (int r = 0; r < 2; r++) {
+    assert_mesh_idle(ranks[r]);
+    ck_assert(device_comm_usable(groups[r]));
+    device_comm_destroy(groups[r]);
+  }
+  plan_destroy(pz);
+  free(zeros);
+  runtime_mesh_destroy(ranks[0]);
+  runtime_mesh_destroy(ranks[1]);
+  runtime_mesh_destroy(one);
+}
+END_TEST
+
+START_TEST(test_device_group_bounds_every_wait_on_another_process) {
+  /* A member that never joins, and a collective another member never enters: both end within the
+   * group's timeout with UNAVAILABLE, and an aborted group fails every later call at once. */
+  if (runtime_cuda_device_count() < 2) {
+    printf("  SKIP: needs two GPUs\n");
+    return;
+  }
+  unsigned char id[DEVICE_COMM_ID_BYTES];
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(device_comm_unique_id(id, &e), QDP_OK);
+  struct joiner alone = {.id = id, .size = 2, .member = 0, .ordinal = 0, .timeout_ms = 700};
+  join_group(&alone);
+  printf("  joining alone: %s after %.0f ms: %s\n", qdp_status_name(alone.rc), alone.ms,
+         alone.err.msg);
+  ck_assert_int_eq(alone.rc, QDP_ERR_UNAVAILABLE);
+  ck_assert_ptr_null(alone.group);
+  ck_assert(alone.ms >= 600 && alone.ms < 5000);
+
+  struct device_comm *groups[2];
+  make_group(2, 3000, groups); /* joining takes most of a second: leave it room */
+  double *buf = NULL;
+  ck_assert_int_eq(cudaSetDevice(0), 0);
+  ck_assert_int_eq(cudaMalloc((void **)&buf, 3 * sizeof *buf), 0);
+  cudaStream_t stream;
+  ck_assert_int_eq(cudaStreamCreate(&stream), 0);
+  const double *send[1] = {buf};
+  double *recv[1] = {buf + 1};
+  void *streams[1] = {stream};
+  ck_assert_int_eq(device_comm_allgather_f64_all(groups[0], send, recv, 1, streams, &e), QDP_OK);
+  double t0 = now_ms();
+  qdp_status rc = device_comm_wait(groups[0], 0, stream, &e);
+  double waited = now_ms() - t0;
+  printf("  member 1 never gathers: %s after %.0f ms: %s\n", qdp_status_name(rc), waited, e.msg);
+  ck_assert_int_eq(rc, QDP_ERR_UNAVAILABLE);
+  ck_assert(waited >= 2900 && waited < 8000);
+  ck_assert(!device_comm_usable(groups[0]));
+  t0 = now_ms();
+  ck_assert_int_eq(device_comm_allgather_f64_all(groups[0], send, recv, 1, streams, &e),
+                   QDP_ERR_UNAVAILABLE);
+  ck_assert(now_ms() - t0 < 100);
+  printf("  later call on the aborted group: %s\n", e.msg);
+  /* The aborted collective must not leave the stream stuck. */
+  ck_assert_int_eq(cudaStreamSynchronize(stream), 0);
+  ck_assert_int_eq(cudaStreamDestroy(stream), 0);
+  ck_assert_int_eq(cudaFree(buf), 0);
+  device_comm_destroy(groups[0]);
+  device_comm_destroy(groups[1]);
+  fflush(stdout);
+}
+END_TEST
+
 /* ---- refusals ----------------------------------------------------------------------------------
  */
 
@@ -966,6 +1171,8 @@ static Suite *runtime_cuda_suite(void) {
   tcase_add_test(tc, test_amplitude_batch_rows_longer_and_shorter_than_a_chunk);
   tcase_add_test(tc, test_two_gpus_even_shards_give_one_gpu_bits);
   tcase_add_test(tc, test_two_ranks_give_one_gpu_bits);
+  tcase_add_test(tc, test_two_ranks_over_nccl_give_one_gpu_bits);
+  tcase_add_test(tc, test_device_group_bounds_every_wait_on_another_process);
   tcase_add_test(tc, test_concurrent_jobs_share_one_gpu_staging);
   suite_add_tcase(s, tc);
   tc = tcase_create("refusals");

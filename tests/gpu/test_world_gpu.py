@@ -1,7 +1,8 @@
 """A world of 2 qdpd ranks on GPUs (each rank's mesh: QDP_WORLD_DEVICES, one GPU) against a
-single-rank qdpd on one GPU: the amplitude norm gathered across ranks and the iqp global-bit stage
-between ranks (through host memory, the CUDA backend's combine_host) must give the single rank's
-bits. Run by tests/gpu/world_gpu.sh through tests/mpi/with_world.sh.
+single-rank qdpd: the amplitude norm gathered across ranks and the iqp global-bit stage between
+ranks must give the single rank's bits. With a GPU per rank the ranks join one NCCL group at start
+and the amplitude norm goes over it ("nccl"); ranks sharing one GPU cannot (a GPU is one member of
+a group), so theirs goes over MPI. Run by tests/gpu/world_gpu.sh through tests/mpi/with_world.sh.
 """
 
 import os
@@ -24,9 +25,18 @@ class WorldGpu(unittest.TestCase):
         self.assertEqual(status.backend, "cuda")
         devices = [f"r{d.rank}/{d.name}" for d in status.devices][:2]
         print("world devices:", devices, [r.host for r in status.rank_info], flush=True)
+        print("device collectives across ranks:", status.device_collectives, flush=True)
+        own_gpus = os.environ.get("QDP_WORLD_DEVICES") == "local-rank"
+        if own_gpus:
+            self.assertTrue(status.device_collectives.startswith("nccl ("),
+                            status.device_collectives)
+        else:
+            self.assertTrue(status.device_collectives.startswith("mpi ("),
+                            status.device_collectives)
         cases = [
             ("amplitude", 20, RNG.normal(size=(1 << 20) - 5), "complex128"),
             ("amplitude", 20, RNG.normal(size=(1 << 20) - 5).astype(np.float32), "complex64"),
+            ("amplitude", 18, RNG.normal(size=(3, 1 << 18)), "complex128"),
             ("iqp", 14, RNG.uniform(-3, 3, size=14 + 91), "complex128"),
             ("iqp-z", 16, RNG.uniform(-3, 3, size=16).astype(np.float32), "complex64"),
             ("angle", 16, RNG.uniform(-3, 3, size=16), "complex128"),
@@ -37,9 +47,12 @@ class WorldGpu(unittest.TestCase):
             one = ref.encode(encoding, n, x, dtype=dtype)
             got, want = c.fetch(st), ref.fetch(one)
             same = got.tobytes() == want.tobytes()
-            print(f"{encoding} {dtype} n={n} collective={st.collective}: 2 ranks vs 1 rank "
+            print(f"{encoding} {dtype} n={n} rows={np.asarray(x).ndim} "
+                  f"collective={st.collective}: 2 ranks vs 1 rank "
                   f"{'bit-identical' if same else 'DIFFER'}", flush=True)
             self.assertTrue(same, f"{encoding} {dtype}")
+            if encoding == "amplitude":
+                self.assertEqual(st.collective, "nccl" if own_gpus else "mpi")
             c.release(st)
             ref.release(one)
         c.close()

@@ -144,6 +144,9 @@ class World(unittest.TestCase):
         text = subprocess.run([os.environ["QDPCTL"], "status"], check=True, capture_output=True,
                               text=True).stdout
         self.assertIn(f"world: {self.ranks} ranks over mpi", text)
+        # Host-memory devices cannot join an NCCL group: the choice and its reason are shown.
+        self.assertEqual(s.device_collectives, "mpi (not every device of the world is a GPU)")
+        self.assertIn(f"device collectives across ranks: {s.device_collectives}", text)
         for r in s.rank_info:
             self.assertRegex(text, rf"\n +{r.rank}  {re.escape(r.host)} +2  live\n")
         if os.environ.get("QDP_WORLD_MODE") == "two-hosts":
@@ -165,6 +168,18 @@ class World(unittest.TestCase):
             x = values(encoding, 4, rows=2 * len(self.all) + 1)
             st = self.assert_same_bits(encoding, 4, x, policy="batch", devices=self.all)
             self.assertEqual(len(st.shards), len(self.all))
+            self.c.release(st)
+
+    def test_a_state_held_wholly_by_another_rank(self):
+        # The coordinator holds none of it and takes no part in the work, for every encoding;
+        # amplitude's norm is then wholly the other rank's.
+        for encoding in ENCODINGS:
+            x = values(encoding, 6)[0]
+            st = self.c.encode(encoding, 6, x, policy="even", devices=["r1/cpu:0", "r1/cpu:1"])
+            self.assertEqual({s.rank for s in st.shards}, {1})
+            one = self.ref.encode(encoding, 6, x)
+            self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes(), encoding)
+            self.ref.release(one)
             self.c.release(st)
 
     JOB_LINE = (r"world: job (\d+): (\d+) B in (\d+) shards here; "

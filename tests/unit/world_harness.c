@@ -27,6 +27,7 @@ struct rank {
   struct plan plan; /* this rank's copy: its shards' devices index its own mesh */
   struct runtime_input in;
   struct runtime_state *st;
+  struct device_comm *group;
   qdp_status rc;
   struct qdp_error err;
 };
@@ -118,8 +119,15 @@ static void h_release(void *ctx, uint64_t job, const struct plan *p) {
   (void)ctx, (void)job, (void)p;
 }
 
-static const struct runtime_world_ops harness_ops = {
-    .allgather = h_allgather, .exchange = h_exchange, .read = h_read, .release = h_release};
+static struct device_comm *h_device_group(void *ctx) {
+  return ((struct rank *)ctx)->group;
+}
+
+static const struct runtime_world_ops harness_ops = {.allgather = h_allgather,
+                                                     .exchange = h_exchange,
+                                                     .read = h_read,
+                                                     .release = h_release,
+                                                     .device_group = h_device_group};
 
 void harness_plan_devices(struct runtime_mesh **meshes, int ranks, size_t per_rank,
                           struct plan_device *ret) {
@@ -164,6 +172,13 @@ static void *run_rank(void *arg) {
 qdp_status harness_encode(struct runtime_mesh **meshes, int ranks, size_t per_rank,
                           const struct plan *p, const struct runtime_input *in, void **ret_amps,
                           struct qdp_error *reterr) {
+  return harness_encode_grouped(meshes, ranks, per_rank, NULL, p, in, ret_amps, NULL, reterr);
+}
+
+qdp_status harness_encode_grouped(struct runtime_mesh **meshes, int ranks, size_t per_rank,
+                                  struct device_comm *const *groups, const struct plan *p,
+                                  const struct runtime_input *in, void **ret_amps,
+                                  const char **ret_collective, struct qdp_error *reterr) {
   struct shared w = {.ranks = ranks};
   struct rank rk[HARNESS_MAX_RANKS];
   pthread_t tid[HARNESS_MAX_RANKS];
@@ -181,6 +196,7 @@ qdp_status harness_encode(struct runtime_mesh **meshes, int ranks, size_t per_ra
     k->w = &w;
     k->rank = r;
     k->mesh = meshes[r];
+    k->group = groups ? groups[r] : NULL;
     k->err = (struct qdp_error)QDP_ERROR_INIT;
     k->plan = *p;
     k->plan.shards = malloc(p->nshards * sizeof *p->shards);
@@ -225,6 +241,9 @@ qdp_status harness_encode(struct runtime_mesh **meshes, int ranks, size_t per_ra
       uint64_t at = row * p->amplitudes + s->first;
       rc = runtime_state_read(rk[s->rank].st, at, s->count, amps + at * osize, reterr);
     }
+  }
+  if (ret_collective) {
+    *ret_collective = rk[0].st ? runtime_state_collective(rk[0].st) : "";
   }
   for (int r = 0; r < ranks; r++) {
     runtime_state_destroy(rk[r].st);

@@ -26,4 +26,12 @@ qdp_status harness_encode(struct runtime_mesh **meshes, int ranks, size_t per_ra
                           const struct plan *p, const struct runtime_input *in, void **ret_amps,
                           struct qdp_error *reterr);
 
+/* The same, with groups[r] as rank r's copy of a device group joining every rank's devices (the
+ * world's NCCL group; NULL: none), and *ret_collective (may be NULL) set to what rank 0's state
+ * says its collectives used. */
+qdp_status harness_encode_grouped(struct runtime_mesh **meshes, int ranks, size_t per_rank,
+                                  struct device_comm *const *groups, const struct plan *p,
+                                  const struct runtime_input *in, void **ret_amps,
+                                  const char **ret_collective, struct qdp_error *reterr);
+
 #endif /* QDP_TEST_WORLD_HARNESS_H */
