@@ -1,24 +1,30 @@
-/* world_bench — what a world of ranks adds to each job: the coordinator's plan across the world
- * plus sending the job to the ranks that own shards, collecting their answers and releasing, for a
- * small job whose own work is a few microseconds.
+/* world_bench — what a world of ranks adds to each job, and how a job scales over ranks.
  *
- * Run under mpirun (each rank builds a cpu:2 mesh): rank 0 times, for N jobs of a 4-qubit angle
- * state,
- *  - local:  plan + encode + release on one device of rank 0, no other rank involved: rank 0's
- *            own share of the world job below;
- *  - world:  plan + encode + release over rank 0's second device and the other ranks' devices
- *            (the largest power of two of them): one shard on rank 0, the rest on the others, so
- *            the job goes to every other rank (with 2 ranks: one shard each);
- * and prints `bench op=... p50_us= p99_us=` lines and the overhead, world - local at p50: what
- * planning across the world, sending the job, waiting for the answers and releasing add to the
- * coordinator's own work. The other ranks serve until rank 0 is done.
+ * Run under mpirun (or alone, a world of one). Every rank builds a mesh of --devices (default
+ * cpu:2); rank 0 times, for --jobs jobs of --encoding (angle or amplitude, default angle) with
+ * --qubits qubits (default 4),
+ *  - local:  plan + encode + release on rank 0's first device alone, no other rank involved;
+ *  - world:  the same over the spread: with --all every device of the world, else rank 0's second
+ *            device and the other ranks' devices (the largest power of two of them), so that the
+ *            job goes to every other rank (with 2 ranks of cpu:2: one shard each);
+ * and prints `bench op=... p50_us= p99_us=` lines, the state's collective, and the difference
+ * world - local at p50 (for a small job: what planning across the world, sending the job, the
+ * collectives and collecting the answers add) and local / world (for a large one: the scaling).
+ * Amplitude input is --file PATH (float64, 2^qubits values from byte --offset on, on a filesystem
+ * every rank sees: each rank reads only its window), else values made here. The other ranks
+ * serve until rank 0 is done.
  *
- * Usage: mpirun -n 2 world_bench [--jobs N] */
+ * Usage: mpirun -n 2 world_bench [--jobs N] [--devices SPEC] [--encoding E] [--qubits N]
+ *                                [--all] [--host-collectives] [--file PATH [--offset B]]
+ * --host-collectives keeps the ranks off NCCL (their collectives over MPI), for comparison. */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "plan/plan.h"
@@ -36,14 +42,18 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+struct job {
+  qdp_encoding encoding;
+  uint32_t qubits;
+  struct runtime_input in;
+};
+
 /* Times `jobs` rounds of plan + encode + release over the devices in subset; fills t_plan and
- * t_job (microseconds, sorted). */
-static int run(struct world *w, const size_t *subset, size_t nsub, int jobs, double *t_plan,
-               double *t_job) {
+ * t_job (microseconds, sorted) and *how (the states' collective). */
+static int run(struct world *w, const struct job *job, const size_t *subset, size_t nsub, int jobs,
+               double *t_plan, double *t_job, double *t_norm, const char **how) {
   size_t ndev = world_device_count(w);
   struct plan_device *devs = calloc(ndev, sizeof *devs);
-  double x[4] = {0.1, 0.2, 0.3, 0.4};
-  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 4};
   if (!devs) {
     return -1;
   }
@@ -53,13 +63,13 @@ static int run(struct world *w, const size_t *subset, size_t nsub, int jobs, dou
     struct runtime_state *st = NULL;
     double t0 = now_us();
     world_plan_devices(w, devs);
-    struct plan_request req = {.encoding = QDP_ENCODING_ANGLE,
-                               .qubits = 4,
+    struct plan_request req = {.encoding = job->encoding,
+                               .qubits = job->qubits,
                                .batch = 1,
-                               .values_per_sample = 4,
+                               .values_per_sample = job->in.cols,
                                .in_dtype = QDP_DTYPE_FLOAT64,
                                .out_dtype = QDP_DTYPE_COMPLEX128,
-                               .policy = PLAN_EVEN,
+                               .policy = nsub > 1 ? PLAN_EVEN : PLAN_SINGLE,
                                .device_subset = subset,
                                .device_subset_count = nsub};
     struct plan_world pw = {.devices = devs, .count = ndev, .ranks = world_size(w)};
@@ -69,7 +79,11 @@ static int run(struct world *w, const size_t *subset, size_t nsub, int jobs, dou
       return -1;
     }
     double t1 = now_us();
-    qdp_status rc = world_encode(w, p, &in, &st, &err);
+    qdp_status rc = world_encode(w, p, &job->in, &st, &err);
+    if (rc == QDP_OK) {
+      *how = runtime_state_collective(st);
+      t_norm[j] = runtime_state_norm_us(st);
+    }
     runtime_state_destroy(st);
     double t2 = now_us();
     plan_destroy(p);
@@ -83,50 +97,113 @@ static int run(struct world *w, const size_t *subset, size_t nsub, int jobs, dou
   }
   qsort(t_plan, (size_t)jobs, sizeof *t_plan, cmp_double);
   qsort(t_job, (size_t)jobs, sizeof *t_job, cmp_double);
+  qsort(t_norm, (size_t)jobs, sizeof *t_norm, cmp_double);
   free(devs);
   return 0;
 }
 
 int main(int argc, char **argv) {
-  int jobs = 5000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--jobs") == 0) {
-      jobs = (int)strtol(argv[i + 1], NULL, 10);
+  int jobs = 5000, all = 0, host_collectives = 0;
+  const char *spec = "cpu:2", *file = NULL;
+  uint64_t offset = 0;
+  struct job job = {.encoding = QDP_ENCODING_ANGLE, .qubits = 4};
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : "";
+    if (strcmp(argv[i], "--all") == 0 || strcmp(argv[i], "--host-collectives") == 0) {
+      all |= strcmp(argv[i], "--all") == 0;
+      host_collectives |= strcmp(argv[i], "--host-collectives") == 0;
+      continue;
     }
+    if (strcmp(argv[i], "--jobs") == 0) {
+      jobs = (int)strtol(v, NULL, 10);
+    } else if (strcmp(argv[i], "--devices") == 0) {
+      spec = v;
+    } else if (strcmp(argv[i], "--encoding") == 0) {
+      job.encoding = strcmp(v, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE : QDP_ENCODING_ANGLE;
+    } else if (strcmp(argv[i], "--qubits") == 0) {
+      job.qubits = (uint32_t)strtoul(v, NULL, 10);
+    } else if (strcmp(argv[i], "--file") == 0) {
+      file = v;
+    } else if (strcmp(argv[i], "--offset") == 0) {
+      offset = strtoull(v, NULL, 10);
+    }
+    i++;
   }
-  if (jobs < 10) {
-    jobs = 10;
+  if (jobs < 3) {
+    jobs = 3;
+  }
+  if (job.qubits < 1 || job.qubits > 34) {
+    fprintf(stderr, "world_bench: --qubits 1..34\n");
+    return 2;
   }
   struct qdp_error err = QDP_ERROR_INIT;
   struct world *w = NULL;
   struct runtime_mesh *mesh = NULL;
-  double *tp = NULL, *tj = NULL, *wp = NULL, *wj = NULL;
+  double *tp = NULL, *tj = NULL, *tn = NULL, *wp = NULL, *wj = NULL, *wn = NULL, *made = NULL;
+  void *mapped = NULL;
+  size_t mapped_bytes = 0;
+  const char *how_local = "none", *how_world = "none";
   int rc = 1;
   log_set_level(4); /* warnings only: the ranks log every job at info */
   if (world_create(true, &argc, &argv, &w, &err) != QDP_OK) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
     return 1;
   }
-  struct runtime_mesh_config mc = {.devices = "cpu:2", .mem_fraction = 0.9};
+  struct runtime_mesh_config mc = {.devices = spec, .mem_fraction = 0.9};
   qdp_status mrc = runtime_mesh_create(&mc, &mesh, &err);
-  if (world_start(w, mrc, &err, mesh, 10000, true, &err) != QDP_OK) {
+  if (world_start(w, mrc, &err, mesh, 10000, !host_collectives, &err) != QDP_OK) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
     goto out;
+  }
+  if (world_rank(w) == 0) {
+    char dc[192];
+    world_device_collectives(w, dc, sizeof dc);
+    printf("bench op=world_start ranks=%d devices=%zu device_collectives=\"%s\"\n", world_size(w),
+           world_device_count(w), dc);
   }
   if (world_rank(w) != 0) {
     static volatile sig_atomic_t never;
     rc = world_serve(w, &never, &err) == QDP_OK ? 0 : 1;
     goto out;
   }
-  if (world_size(w) < 2) {
-    fprintf(stderr, "world_bench: run it under mpirun -n 2 (or more)\n");
+  if (world_size(w) < 2 && !all) {
+    fprintf(stderr, "world_bench: run it under mpirun -n 2 (or more), or give --all\n");
     goto out;
   }
-  /* Local: rank 0's first device. World: rank 0's second device and every other rank's devices,
-   * the largest power of two of them (even plans need 2^g devices). */
+  /* The input: angles, or amplitudes made here or mapped from the file every rank reads. */
+  uint64_t cols = job.encoding == QDP_ENCODING_ANGLE ? job.qubits : UINT64_C(1) << job.qubits;
+  size_t in_bytes = (size_t)cols * sizeof(double);
+  job.in = (struct runtime_input){.dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = cols};
+  if (file) {
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    void *map = fd >= 0 ? mmap(NULL, offset + in_bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) {
+      close(fd);
+    }
+    if (map == MAP_FAILED) {
+      fprintf(stderr, "world_bench: cannot map %zu B of '%s'\n", in_bytes, file);
+      goto out;
+    }
+    mapped = map;
+    mapped_bytes = offset + in_bytes;
+    job.in.data = (const char *)map + offset;
+    job.in.file = file;
+    job.in.file_offset = offset;
+  } else {
+    made = malloc(in_bytes);
+    if (!made) {
+      goto out;
+    }
+    for (uint64_t i = 0; i < cols; i++) {
+      made[i] = 0.1 + (double)(i % 97) * 0.01;
+    }
+    job.in.data = made;
+  }
+  /* Local: rank 0's first device. World: every device with --all, else rank 0's second device and
+   * every other rank's devices; the largest power of two of them (even plans need 2^g devices). */
   size_t local[1] = {0}, spread[64];
   size_t nspread = 0, ndev = world_device_count(w);
-  for (size_t i = 1; i < ndev && nspread < 64; i++) {
+  for (size_t i = all ? 0 : 1; i < ndev && nspread < 64; i++) {
     spread[nspread++] = i;
   }
   size_t pow2 = 1;
@@ -137,25 +214,41 @@ int main(int argc, char **argv) {
   tj = calloc((size_t)jobs, sizeof *tj);
   wp = calloc((size_t)jobs, sizeof *wp);
   wj = calloc((size_t)jobs, sizeof *wj);
-  if (!tp || !tj || !wp || !wj) {
+  tn = calloc((size_t)jobs, sizeof *tn);
+  wn = calloc((size_t)jobs, sizeof *wn);
+  if (!tp || !tj || !wp || !wj || !tn || !wn) {
     goto out;
   }
   /* Warm-up, then the two series. */
-  if (run(w, local, 1, 10, tp, tj) || run(w, spread, pow2, 10, wp, wj) ||
-      run(w, local, 1, jobs, tp, tj) || run(w, spread, pow2, jobs, wp, wj)) {
+  int warm = jobs < 10 ? 1 : 10;
+  if (run(w, &job, local, 1, warm, tp, tj, tn, &how_local) ||
+      run(w, &job, spread, pow2, warm, wp, wj, wn, &how_world) ||
+      run(w, &job, local, 1, jobs, tp, tj, tn, &how_local) ||
+      run(w, &job, spread, pow2, jobs, wp, wj, wn, &how_world)) {
     goto out;
   }
   size_t p50 = (size_t)jobs / 2, p99 = (size_t)jobs * 99 / 100;
-  printf("bench op=local ranks=1 devices=1 jobs=%d plan_p50_us=%.1f p50_us=%.1f p99_us=%.1f\n",
-         jobs, tp[p50], tj[p50], tj[p99]);
-  printf("bench op=world ranks=%d devices=%zu jobs=%d plan_p50_us=%.1f p50_us=%.1f p99_us=%.1f\n",
-         world_size(w), pow2, jobs, wp[p50], wj[p50], wj[p99]);
-  printf("bench op=overhead ranks=%d plan_broadcast_p50_us=%.1f target_us=1000 %s\n", world_size(w),
-         wj[p50] - tj[p50], wj[p50] - tj[p50] <= 1000 ? "met" : "missed");
+  const char *enc = qdp_encoding_name(job.encoding);
+  printf("bench op=local encoding=%s qubits=%u ranks=1 devices=1 jobs=%d plan_p50_us=%.1f "
+         "p50_us=%.1f p99_us=%.1f collective=%s\n",
+         enc, job.qubits, jobs, tp[p50], tj[p50], tj[p99], how_local);
+  printf("bench op=world encoding=%s qubits=%u ranks=%d devices=%zu jobs=%d plan_p50_us=%.1f "
+         "p50_us=%.1f p99_us=%.1f collective=%s norm_p50_us=%.1f norm_p99_us=%.1f\n",
+         enc, job.qubits, world_size(w), pow2, jobs, wp[p50], wj[p50], wj[p99], how_world,
+         wn[p50], wn[p99]);
+  printf("bench op=overhead encoding=%s qubits=%u ranks=%d world_minus_local_p50_us=%.1f "
+         "local_over_world=%.3f\n",
+         enc, job.qubits, world_size(w), wj[p50] - tj[p50], tj[p50] / wj[p50]);
   rc = 0;
 out:
+  free(made);
+  if (mapped) {
+    munmap(mapped, mapped_bytes);
+  }
   free(tp);
   free(tj);
+  free(tn);
+  free(wn);
   free(wp);
   free(wj);
   world_destroy(w);

@@ -1210,6 +1210,42 @@ out:
   return rc;
 }
 
+static qdp_status cuda_combine_group(struct runtime_device *d, void *mine, qdp_dtype out,
+                                     uint64_t count, int high, struct device_comm *g, size_t local,
+                                     int peer, struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  void *tmp = NULL;
+  unsigned esize = qdp_dtype_size(out);
+  uint64_t piece =
+      count < PLAN_EXCHANGE_CHUNK_BYTES / esize ? count : PLAN_EXCHANGE_CHUNK_BYTES / esize;
+  QDP_TRY(rc, use_device(d, reterr));
+  /* One piece buffer (the exchange workspace the planner counted); the stream orders each
+   * piece's swap after the previous piece's kernel. */
+  QDP_TRY(rc, dev_malloc(d, piece * esize, &tmp, reterr));
+  for (uint64_t at = 0; at < count; at += piece) {
+    uint64_t n = count - at < piece ? count - at : piece;
+    char *pm = (char *)mine + at * esize;
+    QDP_TRY(rc, device_comm_exchange(g, local, peer, pm, tmp, n * esize, c->stream, reterr));
+    K_TRY(rc, d, "qdpk_butterfly",
+          high ? qdpk_butterfly(tmp, pm, out, n, c->stream)
+               : qdpk_butterfly(pm, tmp, out, n, c->stream));
+  }
+  QDP_TRY(rc, device_comm_wait(g, local, c->stream, reterr));
+out:
+  if (tmp) {
+    /* After a failure the group is aborted or the stream failed: either way nothing queued
+     * still runs once drained. */
+    if (rc != QDP_OK) {
+      drain(c);
+    }
+    if (cudaFree(tmp) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+  return rc;
+}
+
 static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *w) {
   if (!w->scratch) {
     return;
@@ -1301,6 +1337,7 @@ static const struct runtime_device_ops cuda_ops = {
     .encode = cuda_encode,
     .butterfly = cuda_butterfly,
     .combine_host = cuda_combine_host,
+    .combine_group = cuda_combine_group,
     .work_done = cuda_work_done,
     .export_ipc = cuda_export_ipc,
     .copy_rows = cuda_copy_rows,

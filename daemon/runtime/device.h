@@ -96,6 +96,13 @@ struct runtime_device_ops {
    * butterfly's own arithmetic, so the result has the same bits as a butterfly on one rank. */
   qdp_status (*combine_host)(struct runtime_device *d, void *mine, void *partner_host,
                              qdp_dtype out, uint64_t count, int high, struct qdp_error *reterr);
+  /* The same stage over device group c (the world's NCCL group; this device is local member
+   * `local`): mine goes to member `peer` and the partner's range comes back, piece by piece
+   * through a device buffer, each piece combined as combine_host does. Waits within the group's
+   * bounds. NULL where the backend has no device group. */
+  qdp_status (*combine_group)(struct runtime_device *d, void *mine, qdp_dtype out, uint64_t count,
+                              int high, struct device_comm *c, size_t local, int peer,
+                              struct qdp_error *reterr);
   /* Frees what amp_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
 

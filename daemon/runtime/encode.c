@@ -445,22 +445,24 @@ static size_t shard_parts(const struct plan_shard *sh, uint64_t len, uint32_t sp
   return k;
 }
 
-/* Across ranks, before the gather: every rank says whether its partials are queued and its group
- * still usable, so that no rank enters a collective another will never join. A rank that failed
- * reports its own error with the job; the others fail with UNAVAILABLE, which the coordinator
- * ranks below it. */
-static qdp_status agree_before_gather(const struct runtime_mesh *m, const struct device_comm *c,
-                                      qdp_status mine, struct qdp_error *reterr) {
+/* Across ranks, before an exchange (`what`): every rank says whether its part so far succeeded and
+ * its group c (NULL: none) is still usable, so that no rank enters an exchange another will never
+ * join. A rank that failed reports its own error with the job; the others fail with UNAVAILABLE,
+ * which the coordinator ranks below it. */
+static qdp_status agree_before(const char *what, const struct runtime_mesh *m,
+                               const struct device_comm *c, qdp_status mine,
+                               struct qdp_error *reterr) {
   struct ready {
     int32_t rank, status, usable, pad;
-  } me = {m->rank, mine, device_comm_usable(c), 0};
+  } me = {m->rank, mine, !c || device_comm_usable(c), 0};
   struct qdp_error own = QDP_ERROR_INIT;
   if (reterr) {
     own = *reterr;
   }
   void *got = NULL;
   size_t bytes = 0;
-  qdp_status rc = m->world_ops->allgather(m->world_ctx, &me, sizeof me, &got, &bytes, reterr);
+  qdp_status rc =
+      m->world_ops->allgather_fixed(m->world_ctx, &me, sizeof me, &got, &bytes, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -475,8 +477,8 @@ static qdp_status agree_before_gather(const struct runtime_mesh *m, const struct
   for (size_t i = 0; rc == QDP_OK && i < bytes / sizeof *all; i++) {
     if (all[i].status != QDP_OK) {
       rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, NULL,
-                         "rank %d failed before the norm's all-gather (%s); nothing was gathered",
-                         all[i].rank, qdp_status_name((qdp_status)all[i].status));
+                         "rank %d failed before %s (%s); nothing was exchanged", all[i].rank, what,
+                         qdp_status_name((qdp_status)all[i].status));
     } else if (!all[i].usable) {
       rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, NULL,
                          "the device group across ranks was aborted on rank %d; later jobs reduce "
@@ -562,9 +564,10 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
     t[i].totals = totals + i * rows;
   }
   run_all(t, n, sizeof *t, task_partials);
+  double t0 = now_ms();
   rc = first_failure(t, n, reterr);
   if (world) {
-    rc = agree_before_gather(m, c, rc, reterr);
+    rc = agree_before("the norm's all-gather", m, c, rc, reterr);
   }
   if (rc != QDP_OK) {
     goto out;
@@ -584,6 +587,7 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
   }
   run_all(t, n, sizeof *t, task_combine);
   QDP_TRY(rc, first_failure(t, n, reterr));
+  st->norm_us = (now_ms() - t0) * 1e3;
   for (uint64_t r = 0; r < rows; r++) {
     /* Every device walked the same parts along the same tree: anything else is a defect. */
     for (size_t i = 1; i < n; i++) {
@@ -648,7 +652,9 @@ static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, 
   }
   run_all(t, n, sizeof *t, task_sumsq);
   QDP_TRY(rc, first_failure(t, n, reterr));
+  double t0 = now_ms();
   QDP_TRY(rc, reduce_norms(st, t, n, in, sumsq, reterr));
+  st->norm_us = n > 1 || spans_ranks(&st->plan) ? (now_ms() - t0) * 1e3 : 0;
   run_all(t, n, sizeof *t, task_scale);
   QDP_TRY(rc, first_failure(t, n, reterr));
   /* Only a sample split over shards needs an exchange; a batch split by sample does not. */
@@ -707,6 +713,8 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
                                     struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
   size_t npairs = p->nshards / 2;
+  struct device_comm *group = spans_ranks(p) ? job_group(st->mesh, p) : NULL;
+  const char *cross = NULL;
   struct pair_task *pairs = calloc(npairs ? npairs : 1, sizeof *pairs);
   struct shard_task **local = calloc(p->nshards, sizeof *local); /* by shard index */
   qdp_status rc = QDP_OK;
@@ -749,10 +757,23 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
         goto out;
       }
       int high = local[i] == NULL;
-      QDP_TRY(rc, exchange_stage(st, high ? local[j] : local[i], p->shards[high ? i : j].rank, high,
-                                 reterr));
+      struct shard_task *mine = high ? local[j] : local[i];
+      const struct plan_shard *partner = &p->shards[high ? i : j];
+      if (group && mine->dev->ops->combine_group) {
+        QDP_TRY(rc, mine->dev->ops->combine_group(mine->dev, mine->work.out, p->out_dtype,
+                                                  mine->work.shard->count, high, group,
+                                                  mine->work.shard->device,
+                                                  (int)shard_member(st->mesh, group, partner),
+                                                  reterr));
+        cross = "nccl";
+      } else {
+        QDP_TRY(rc, exchange_stage(st, mine, partner->rank, high, reterr));
+        cross = "mpi";
+      }
     }
   }
+  /* A stage between ranks is what the state's collectives cost most: it names them. */
+  st->collective = cross ? cross : st->collective;
 out:
   free(local);
   free(pairs);
@@ -863,12 +884,13 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
   } else {
     run_all(t, n, sizeof *t, task_encode);
     rc = first_failure(t, n, reterr);
-    if (rc == QDP_OK && st->plan.global_bits > 0 &&
-        (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z)) {
+    bool staged = st->plan.global_bits > 0 && (st->plan.encoding == QDP_ENCODING_IQP ||
+                                               st->plan.encoding == QDP_ENCODING_IQP_Z);
+    if (staged && spans_ranks(&st->plan)) {
+      rc = agree_before("the global-bit exchange", m, job_group(m, &st->plan), rc, reterr);
+    }
+    if (rc == QDP_OK && staged) {
       rc = run_global_stages(st, t, n, reterr);
-      if (spans_ranks(&st->plan)) {
-        st->collective = "mpi";
-      }
     }
   }
   if (rc != QDP_OK) {
@@ -906,6 +928,10 @@ uint64_t runtime_state_bytes(const struct runtime_state *s) {
 
 double runtime_state_encode_ms(const struct runtime_state *s) {
   return s->encode_ms;
+}
+
+double runtime_state_norm_us(const struct runtime_state *s) {
+  return s->norm_us;
 }
 
 qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,

@@ -149,8 +149,10 @@ void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every s
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
 /* How shards exchanged: "none" (nothing to exchange); for the amplitude norm "host" (partials
- * combined on the host in the fixed order) or "nccl" (partials all-gathered over NCCL and combined
- * on every device in the same fixed order); for iqp's global-bit stages the path the shards took:
+ * combined on the host in the fixed order), "mpi" (the same, gathered from the other ranks over
+ * MPI) or "nccl" (partials all-gathered over NCCL, across ranks too, and combined on every device
+ * in the same fixed order); for iqp's global-bit stages the path the shards took (between ranks:
+ * "mpi" through host memory, "nccl" device to device):
  * "local" (one memory), "peer" (kernels reading the partner over a peer link), "nccl" (swapped
  * over NCCL), "copy" (copied over and back without peer access). */
 const char *runtime_state_collective(const struct runtime_state *s);
@@ -158,6 +160,10 @@ const char *runtime_state_collective(const struct runtime_state *s);
 uint64_t runtime_state_bytes(const struct runtime_state *s);
 /* Milliseconds runtime_encode spent on this state. */
 double runtime_state_encode_ms(const struct runtime_state *s);
+/* Amplitude split across devices: microseconds from the partial sums being queued (device path)
+ * or on the host (host path) to every device holding the totals; 0 otherwise. On the device path
+ * it includes waiting for the slowest device's partial sums. */
+double runtime_state_norm_us(const struct runtime_state *s);
 
 /* Copies amplitudes [offset, offset + count) of the flattened [batch][2^n] array, in the state's
  * dtype, to host memory dst (count * dtype size bytes). OUT_OF_RANGE past the end. */
@@ -235,6 +241,10 @@ struct runtime_world_ops {
    * contributions concatenated in rank order (malloc'd, free()), *ret_bytes their total. */
   qdp_status (*allgather)(void *ctx, const void *mine, size_t bytes, void **ret, size_t *ret_bytes,
                           struct qdp_error *reterr);
+  /* The same when every rank contributes exactly `bytes` (a fixed record): one round instead of
+   * two. */
+  qdp_status (*allgather_fixed)(void *ctx, const void *mine, size_t bytes, void **ret,
+                                size_t *ret_bytes, struct qdp_error *reterr);
   /* Sends `bytes` of mine to rank peer and receives as many of the peer's into ret. */
   qdp_status (*exchange)(void *ctx, int peer, const void *mine, void *ret, size_t bytes,
                          struct qdp_error *reterr);

@@ -12,6 +12,7 @@ struct runtime_state {
   uint64_t bytes;
   const char *collective;
   double encode_ms;
+  double norm_us; /* amplitude across devices: the norm's exchange and combine (wall time) */
   uint64_t world_job; /* the coordinator's name for the state on the other ranks; 0: none */
 };
 

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "device_comm.h"
@@ -249,6 +251,8 @@ static qdp_status exchange_bounded(struct world *w, struct transport_io *items, 
 
 static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void **ret,
                                size_t *ret_bytes, struct qdp_error *reterr);
+static qdp_status op_allgather_fixed(void *ctx, const void *mine, size_t bytes, void **ret,
+                                     size_t *ret_bytes, struct qdp_error *reterr);
 static qdp_status op_exchange(void *ctx, int peer, const void *mine, void *ret, size_t bytes,
                               struct qdp_error *reterr);
 static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count,
@@ -262,6 +266,7 @@ static struct device_comm *op_device_group(void *ctx) {
 
 static const struct runtime_world_ops world_ops = {
     .allgather = op_allgather,
+    .allgather_fixed = op_allgather_fixed,
     .exchange = op_exchange,
     .read = op_read,
     .release = op_release,
@@ -503,9 +508,9 @@ size_t world_live_devices(struct world *w, size_t *ret) {
 
 /* ---- the runtime's collectives, on the ranks of the job running here ---- */
 
-static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void **ret,
-                               size_t *ret_bytes, struct qdp_error *reterr) {
-  struct world *w = ctx;
+/* fixed: every rank contributes `bytes`, so the sizes need not travel. */
+static qdp_status allgather(struct world *w, const void *mine, size_t bytes, bool fixed, void **ret,
+                            size_t *ret_bytes, struct qdp_error *reterr) {
   int me = world_rank(w);
   size_t n = w->nparts;
   qdp_status rc = QDP_OK;
@@ -521,7 +526,7 @@ static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void *
    * blobs (rendezvous) never wait on each other. */
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    if (w->parts[i] == me) {
+    if (w->parts[i] == me || fixed) {
       sizes[i] = bytes;
       continue;
     }
@@ -533,7 +538,9 @@ static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void *
     items[k++] = (struct transport_io){
         .buf = &sizes[i], .bytes = sizeof sizes[i], .peer = w->parts[i], .tag = peer_tag(w->job)};
   }
-  QDP_TRY(rc, exchange_bounded(w, items, k, false, reterr));
+  if (k) {
+    QDP_TRY(rc, exchange_bounded(w, items, k, false, reterr));
+  }
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     total += sizes[i];
@@ -568,6 +575,16 @@ out:
   free(items);
   free(sizes);
   return rc;
+}
+
+static qdp_status op_allgather(void *ctx, const void *mine, size_t bytes, void **ret,
+                               size_t *ret_bytes, struct qdp_error *reterr) {
+  return allgather(ctx, mine, bytes, false, ret, ret_bytes, reterr);
+}
+
+static qdp_status op_allgather_fixed(void *ctx, const void *mine, size_t bytes, void **ret,
+                                     size_t *ret_bytes, struct qdp_error *reterr) {
+  return allgather(ctx, mine, bytes, true, ret, ret_bytes, reterr);
 }
 
 static qdp_status op_exchange(void *ctx, int peer, const void *mine, void *ret, size_t bytes,
@@ -863,9 +880,12 @@ out:
 
 /* ---- ranks other than 0 ---- */
 
-/* Reads `bytes` at `offset` of the file at `path` (the job's input on a shared filesystem). */
-static qdp_status read_window(int rank, const char *path, uint64_t offset, void *buf, size_t bytes,
-                              struct qdp_error *reterr) {
+/* Maps `bytes` at `offset` of the file at `path` (the job's input on a shared filesystem)
+ * read-only: the page cache's pages, never a copy. *ret_map / *ret_len are what to munmap;
+ * *ret_data the window's first byte. */
+static qdp_status map_window(int rank, const char *path, uint64_t offset, size_t bytes,
+                             void **ret_map, size_t *ret_len, const void **ret_data,
+                             struct qdp_error *reterr) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -874,22 +894,31 @@ static qdp_status read_window(int rank, const char *path, uint64_t offset, void 
                             "that path on every rank (a shared filesystem)",
                             rank, path, strerror(e));
   }
-  size_t done = 0;
+  struct stat sb;
   qdp_status rc = QDP_OK;
-  while (done < bytes) {
-    ssize_t n = pread(fd, (char *)buf + done, bytes - done, (off_t)(offset + done));
-    if (n < 0 && errno == EINTR) {
-      continue;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset - offset % page;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "rank %d cannot stat '%s': %s", rank,
+                          path, strerror(e));
+  } else if ((uint64_t)sb.st_size < offset + bytes) {
+    /* Mapping past the end would fault on the first read of it. */
+    rc = qdp_error_set(reterr, QDP_ERR_DATA_LOSS, NULL,
+                       "rank %d needs %zu B at offset %" PRIu64 " of '%s', which has %lld B: the "
+                       "file is shorter than the coordinator's",
+                       rank, bytes, offset, path, (long long)sb.st_size);
+  } else if (bytes > 0) {
+    size_t len = (size_t)(offset - start) + bytes;
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)start);
+    if (map == MAP_FAILED) {
+      int e = errno;
+      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e,
+                            "rank %d cannot map %zu B of '%s': %s", rank, len, path, strerror(e));
+    } else {
+      *ret_map = map;
+      *ret_len = len;
+      *ret_data = (const char *)map + (offset - start);
     }
-    if (n <= 0) {
-      int e = n < 0 ? errno : 0;
-      rc = qdp_error_set_at(reterr, n < 0 ? QDP_ERR_SYSTEM : QDP_ERR_DATA_LOSS, -1, e,
-                            "rank %d read %zu of %zu B at offset %" PRIu64 " of '%s': %s", rank,
-                            done, bytes, offset, path,
-                            n < 0 ? strerror(e) : "the file is shorter than the coordinator's");
-      break;
-    }
-    done += (size_t)n;
   }
   close(fd);
   return rc;
@@ -900,7 +929,9 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   struct qdp_error err = QDP_ERROR_INIT;
   struct plan p = {0};
   unsigned char *blob = malloc(h->a ? h->a : 1);
-  void *window = NULL;
+  void *window = NULL, *map = NULL;
+  size_t map_len = 0;
+  const void *data = NULL;
   char *path = NULL;
   struct runtime_state *st = NULL;
   struct held_state *held = NULL;
@@ -913,11 +944,13 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   memcpy(&p, blob, sizeof p);
   size_t shards_bytes = p.nshards * sizeof *p.shards, needs_bytes = p.nneeds * sizeof *p.needs;
   size_t wbytes = h->c * qdp_dtype_size(p.in_dtype);
-  window = malloc(wbytes ? wbytes : 1);
-  path = (h->flags & JOB_FROM_FILE) ? malloc(h->e ? h->e : 1) : NULL;
+  bool from_file = h->flags & JOB_FROM_FILE;
+  /* A slice sent here needs memory; one in a file is mapped below. */
+  window = from_file ? NULL : malloc(wbytes ? wbytes : 1);
+  path = from_file ? malloc(h->e ? h->e : 1) : NULL;
   p.shards = malloc(shards_bytes ? shards_bytes : 1);
   p.needs = malloc(needs_bytes ? needs_bytes : 1);
-  if (!window || !p.shards || !p.needs || ((h->flags & JOB_FROM_FILE) && !path)) {
+  if (!(window || path) || !p.shards || !p.needs) {
     /* The slice cannot be taken: the coordinator's send of it ends at the rank timeout. */
     rc = no_memory(&err, "the job's input slice", wbytes);
     goto out;
@@ -927,10 +960,11 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   item = (struct transport_io){
       .buf = path ? (void *)path : window, .bytes = h->e, .peer = 0, .tag = TAG_CONTROL};
   QDP_TRY(rc, exchange_bounded(w, &item, 1, false, &err));
+  data = window;
   if (path) {
     path[h->e ? h->e - 1 : 0] = '\0';
-    QDP_TRY(rc, read_window(world_rank(w), path, h->f + h->b * qdp_dtype_size(p.in_dtype), window,
-                            wbytes, &err));
+    QDP_TRY(rc, map_window(world_rank(w), path, h->f + h->b * qdp_dtype_size(p.in_dtype), wbytes,
+                           &map, &map_len, &data, &err));
   }
   /* The plan indexes the world's device table; this rank's mesh indexes its own devices. */
   int me = world_rank(w);
@@ -939,7 +973,7 @@ static void serve_job(struct world *w, const struct msg_header *h) {
       p.shards[i].device -= w->ranks[me].dev_first;
     }
   }
-  struct runtime_input in = {.data = window,
+  struct runtime_input in = {.data = data ? data : (const void *)"",
                              .dtype = p.in_dtype,
                              .rows = p.batch,
                              .cols = h->d,
@@ -984,6 +1018,9 @@ out:;
   free(held);
   free(p.shards);
   free(p.needs);
+  if (map) {
+    munmap(map, map_len);
+  }
   free(path);
   free(window);
   free(blob);

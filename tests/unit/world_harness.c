@@ -124,6 +124,7 @@ static struct device_comm *h_device_group(void *ctx) {
 }
 
 static const struct runtime_world_ops harness_ops = {.allgather = h_allgather,
+                                                     .allgather_fixed = h_allgather,
                                                      .exchange = h_exchange,
                                                      .read = h_read,
                                                      .release = h_release,

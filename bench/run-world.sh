@@ -1,0 +1,58 @@
+#!/bin/bash
+# The multi-rank GPU run: the runtime's GPU suite (NCCL across ranks as threads, the bounded waits),
+# a qdpd world of 2 ranks x 1 GPU against 1 rank x 2 GPUs through the daemon, and the scaling and
+# collective figures of jobs across ranks (bench/world_bench) beside the bare kernels
+# (mesh_bench ranks). Builds nothing; writes each output under OUT_DIR.
+# Usage: bench/run-world.sh BUILD_DIR OUT_DIR [QUBITS]   (LD_LIBRARY_PATH pointing at .gpu/lib;
+#        QUBITS of the large amplitude job, default 31: its 16 GiB float64 input is written to
+#        $TMPDIR first)
+set -uo pipefail
+build=${1:?usage: run-world.sh BUILD_DIR OUT_DIR [QUBITS]}
+out=${2:?usage: run-world.sh BUILD_DIR OUT_DIR [QUBITS]}
+big=${3:-31}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+rc=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi="mpirun --oversubscribe --mca pml ob1 --mca btl self,vader"
+{
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$(date +%s)
+  CK_FORK=no timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local r=$?
+  echo "== $name: exit $r ($(( $(date +%s) - start )) s)"
+  tail -n "${TAIL:-30}" "$out/$name.txt"
+  [ $r -eq 0 ] || rc=1
+}
+run test_runtime_cuda 300 "$build/tests/gpu/test_runtime_cuda"
+# numpy lives in the python on PATH there, not in /usr/bin/python3.
+py=$(env -u LD_LIBRARY_PATH which python3)
+run world_gpu 300 sh "$root/tests/gpu/world_gpu.sh" "$build/daemon/qdpd" "$build/proto/qdp.desc" "$py"
+wb="$build/bench/world_bench"
+# Small jobs: what the collective and the job's trip to the other rank add.
+TAIL=4 run small-2r1-nccl 120 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits 16 --jobs 2000
+TAIL=4 run small-2r1-mpi 120 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits 16 --jobs 2000 --host-collectives
+TAIL=4 run small-1r2-nccl 120 $mpi -n 1 "$wb" --devices 0,1 --all --encoding amplitude --qubits 16 --jobs 2000
+# A large job from a file every rank reads at its own offsets.
+f=${TMPDIR:-/tmp}/qdp-world-amp-$big.f64
+"$py" -c "
+import numpy as np, sys
+n = 1 << $big
+with open('$f', 'wb') as fh:
+    step = 1 << 26
+    for at in range(0, n, step):
+        fh.write((0.5 + np.arange(at, at + step, dtype=np.float64) % 1013 / 1013.0).tobytes())
+" || rc=1
+TAIL=4 run big-2r1 300 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
+TAIL=4 run big-1r2 300 $mpi -n 1 "$wb" --devices 0,1 --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
+rm -f "$f"
+TAIL=12 run mesh_bench_ranks 300 $mpi -n 2 "$build/bench/mesh_bench" ranks
+echo "== summary"
+grep -h "op=overhead\|op=world_start" "$out"/small-*.txt "$out"/big-*.txt
+exit $rc
