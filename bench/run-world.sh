@@ -5,7 +5,7 @@
 # (mesh_bench ranks). Builds nothing; writes each output under OUT_DIR.
 # Usage: bench/run-world.sh BUILD_DIR OUT_DIR [QUBITS]   (LD_LIBRARY_PATH pointing at .gpu/lib;
 #        QUBITS of the large amplitude job, default 31: its 16 GiB float64 input is written to
-#        $TMPDIR first)
+#        $TMPDIR first; 0 leaves the large job out)
 set -uo pipefail
 build=${1:?usage: run-world.sh BUILD_DIR OUT_DIR [QUBITS]}
 out=${2:?usage: run-world.sh BUILD_DIR OUT_DIR [QUBITS]}
@@ -40,6 +40,7 @@ TAIL=4 run small-2r1-nccl 120 $mpi -n 2 "$wb" --devices local-rank --all --encod
 TAIL=4 run small-2r1-mpi 120 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits 16 --jobs 2000 --host-collectives
 TAIL=4 run small-1r2-nccl 120 $mpi -n 1 "$wb" --devices 0,1 --all --encoding amplitude --qubits 16 --jobs 2000
 # A large job from a file every rank reads at its own offsets.
+if [ "$big" -gt 0 ]; then
 f=${TMPDIR:-/tmp}/qdp-world-amp-$big.f64
 "$py" -c "
 import numpy as np, sys
@@ -52,6 +53,7 @@ with open('$f', 'wb') as fh:
 TAIL=4 run big-2r1 300 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
 TAIL=4 run big-1r2 300 $mpi -n 1 "$wb" --devices 0,1 --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
 rm -f "$f"
+fi
 TAIL=12 run mesh_bench_ranks 300 $mpi -n 2 "$build/bench/mesh_bench" ranks
 echo "== summary"
 grep -h "op=overhead\|op=world_start" "$out"/small-*.txt "$out"/big-*.txt

@@ -99,6 +99,8 @@ struct cuda_scratch {
    * descriptors the combine walks. */
   void *send, *recv, *parts;
   uint64_t send_cap, recv_cap, parts_cap;
+  void *pinned; /* page-locked host memory: the descriptors going up, then the totals coming back */
+  uint64_t pinned_cap;
   /* One-pass input: the slice uploaded once into the tail of the shard's own buffer (the state
    * takes at least twice the input's bytes), read there by both passes; NULL: streamed. */
   const char *resident;
@@ -471,6 +473,9 @@ static void scratch_free(struct cuda_scratch *s) {
     if (dev[i] && cudaFree(dev[i]) != cudaSuccess) {
       (void)cudaGetLastError();
     }
+  }
+  if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
+    (void)cudaGetLastError();
   }
   free(s->host_sums);
   free(s);
@@ -942,10 +947,17 @@ out:
   return rc;
 }
 
+/* The pinned area: nall descriptors, then rows totals (at a double's alignment). */
+static uint64_t pinned_totals_at(size_t nall) {
+  uint64_t at = nall * sizeof(struct qdpk_norm_part);
+  return (at + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
+
 static qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work *w,
                                     const struct runtime_amp_part *parts, size_t nparts,
-                                    uint64_t stride, size_t members, double **ret_send,
-                                    double **ret_recv, void **ret_stream,
+                                    uint64_t stride, size_t members,
+                                    const struct qdpk_norm_part *all, size_t nall,
+                                    double **ret_send, double **ret_recv, void **ret_stream,
                                     struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   struct cuda_scratch *s = w->scratch;
@@ -957,10 +969,28 @@ static qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_sha
                             s ? "with fewer columns than parts" : "before the slice was loaded");
   }
   QDP_TRY(rc, use_device(d, reterr));
+  /* Everything the combine needs is allocated here, before the gather: growing a buffer later
+   * would wait for the stream, and so for the other members. */
   QDP_TRY(rc, scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
   QDP_TRY(rc, scratch_grow(c, &s->send, &s->send_cap, rows * stride * sizeof(double), reterr));
   QDP_TRY(rc, scratch_grow(c, &s->recv, &s->recv_cap, members * rows * stride * sizeof(double),
                            reterr));
+  QDP_TRY(rc, scratch_grow(c, &s->parts, &s->parts_cap, nall * sizeof *all, reterr));
+  uint64_t pinned = pinned_totals_at(nall) + rows * sizeof(double);
+  if (pinned > s->pinned_cap) {
+    drain(c);
+    if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    s->pinned = NULL;
+    s->pinned_cap = 0;
+    CU_TRY(rc, d, "cudaMallocHost", cudaMallocHost(&s->pinned, (size_t)pinned));
+    s->pinned_cap = pinned;
+  }
+  memcpy(s->pinned, all, nall * sizeof *all);
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(s->parts, s->pinned, nall * sizeof *all, cudaMemcpyHostToDevice,
+                         c->stream));
   /* Columns past this shard's parts are never read; zero them so the buffers hold no garbage. */
   CU_TRY(rc, d, "cudaMemsetAsync",
          cudaMemsetAsync(s->send, 0, (size_t)(rows * stride * sizeof(double)), c->stream));
@@ -975,24 +1005,22 @@ out:
 }
 
 static qdp_status cuda_amp_combine(struct runtime_device *d, struct runtime_shard_work *w,
-                                   const struct qdpk_norm_part *all, size_t nall, uint64_t stride,
-                                   double *ret_totals, struct qdp_error *reterr) {
+                                   size_t nall, uint64_t stride, const double **ret_totals,
+                                   struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   struct cuda_scratch *s = w->scratch;
   uint64_t rows = w->shard->rows;
   qdp_status rc = QDP_OK;
+  double *totals = (double *)((char *)s->pinned + pinned_totals_at(nall));
   QDP_TRY(rc, use_device(d, reterr));
-  QDP_TRY(rc, scratch_grow(c, &s->parts, &s->parts_cap, nall * sizeof *all, reterr));
-  CU_TRY(rc, d, "cudaMemcpyAsync",
-         cudaMemcpyAsync(s->parts, all, nall * sizeof *all, cudaMemcpyHostToDevice, c->stream));
   K_TRY(
       rc, d, "qdpk_norm_combine",
       qdpk_norm_combine(s->parts, nall, w->plan->qubits, w->plan->out_dtype == QDP_DTYPE_COMPLEX64,
                         s->recv, stride, rows, s->norms, c->stream));
   CU_TRY(rc, d, "cudaMemcpyAsync",
-         cudaMemcpyAsync(ret_totals, s->norms, (size_t)rows * sizeof(double),
-                         cudaMemcpyDeviceToHost, c->stream));
-  QDP_TRY(rc, finish(c, reterr));
+         cudaMemcpyAsync(totals, s->norms, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
+                         c->stream));
+  *ret_totals = totals;
 out:
   return rc;
 }

@@ -68,18 +68,21 @@ struct runtime_device_ops {
    * loaded slice (runtime_amp_part); one part covers at most 2^amp_part_log2 values. */
   uint32_t (*amp_part_log2)(struct runtime_device *d, qdp_dtype in);
   /* Enqueues each row's sum of squares of every part into the device buffer *ret_send
-   * ([rows][stride] doubles, part k in column k) and sizes *ret_recv for `members` such buffers;
-   * *ret_stream is the stream they are ordered on. Does not wait. */
+   * ([rows][stride] doubles, part k in column k), sizes *ret_recv for `members` such buffers, and
+   * uploads `all` (the combine's descriptors, src indexing the recv buffer); *ret_stream is the
+   * stream it is all ordered on. Does not wait for the device. */
   qdp_status (*amp_partials)(struct runtime_device *d, struct runtime_shard_work *w,
                              const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, double **ret_send, double **ret_recv,
-                             void **ret_stream, struct qdp_error *reterr);
-  /* After the gather filled the recv buffer: combines each row's total along the tree over
-   * `all` (device-ready descriptors, src indexing the recv buffer) into the device's norms for
-   * amp_scale, and copies the totals to ret_totals (rows doubles, host). Waits. */
-  qdp_status (*amp_combine)(struct runtime_device *d, struct runtime_shard_work *w,
-                            const struct qdpk_norm_part *all, size_t nall, uint64_t stride,
-                            double *ret_totals, struct qdp_error *reterr);
+                             size_t members, const struct qdpk_norm_part *all, size_t nall,
+                             double **ret_send, double **ret_recv, void **ret_stream,
+                             struct qdp_error *reterr);
+  /* Enqueues, behind the gather that fills the recv buffer: each row's total along the tree into
+   * the device's norms for amp_scale, and a copy of the totals into host memory at *ret_totals
+   * (rows doubles, readable once the stream is done, until work_done). Neither waits nor
+   * allocates, so a gather that never completes cannot block it: the caller waits on the stream
+   * (within its bounds). */
+  qdp_status (*amp_combine)(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
+                            uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
   /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform. */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);

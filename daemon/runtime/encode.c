@@ -34,7 +34,8 @@ struct shard_task {
   size_t nall;
   uint64_t stride;
   size_t members;
-  double *send, *recv, *totals;
+  double *send, *recv;
+  const double *totals; /* host copy of the totals its device combined, once its stream is done */
   void *stream;
   int loaded;
   struct qdp_error err;
@@ -496,15 +497,8 @@ static void *task_partials(void *arg) {
   t->loaded = t->rc == QDP_OK;
   if (t->rc == QDP_OK) {
     t->rc = t->dev->ops->amp_partials(t->dev, &t->work, t->parts, t->nparts, t->stride, t->members,
-                                      &t->send, &t->recv, &t->stream, &t->err);
+                                      t->all, t->nall, &t->send, &t->recv, &t->stream, &t->err);
   }
-  return NULL;
-}
-
-static void *task_combine(void *arg) {
-  struct shard_task *t = arg;
-  t->rc =
-      t->dev->ops->amp_combine(t->dev, &t->work, t->all, t->nall, t->stride, t->totals, &t->err);
   return NULL;
 }
 
@@ -526,11 +520,10 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
   qdp_status rc = QDP_OK;
   struct qdpk_norm_part *all = calloc(nall ? nall : 1, sizeof *all);
   struct runtime_amp_part *parts = calloc(most, sizeof *parts);
-  double *totals = calloc(n * rows, sizeof *totals);
   const double **send = calloc(n, sizeof *send);
   double **recv = calloc(n, sizeof *recv);
   void **streams = calloc(n, sizeof *streams);
-  if (!all || !parts || !totals || !send || !recv || !streams) {
+  if (!all || !parts || !send || !recv || !streams) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                        "cannot allocate the norm's %zu part descriptions", nall);
     goto out;
@@ -561,7 +554,6 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
     t[i].members = (size_t)device_comm_size(c);
     t[i].all = all;
     t[i].nall = nall;
-    t[i].totals = totals + i * rows;
   }
   run_all(t, n, sizeof *t, task_partials);
   double t0 = now_ms();
@@ -580,27 +572,31 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
     streams[local] = t[i].stream;
   }
   QDP_TRY(rc, device_comm_allgather_f64_all(c, send, recv, rows * stride, streams, reterr));
-  /* Across processes the gather is waited for within the rank timeout, so a rank that died in
-   * the middle fails the job instead of hanging this one. */
-  for (size_t i = 0; world && i < n; i++) {
-    QDP_TRY(rc, device_comm_wait(c, i, streams[i], reterr));
+  /* The combine goes behind the gather without waiting; then one wait per device, which across
+   * processes ends within the rank timeout: a rank that died in the middle fails the job instead
+   * of hanging this one. */
+  for (size_t i = 0; i < n; i++) {
+    QDP_TRY(rc, t[i].dev->ops->amp_combine(t[i].dev, &t[i].work, nall, stride, &t[i].totals,
+                                           reterr));
   }
-  run_all(t, n, sizeof *t, task_combine);
-  QDP_TRY(rc, first_failure(t, n, reterr));
+  for (size_t i = 0; i < n; i++) {
+    QDP_TRY(rc, device_comm_wait(c, t[i].work.shard->device, streams[t[i].work.shard->device],
+                                 reterr));
+  }
   st->norm_us = (now_ms() - t0) * 1e3;
   for (uint64_t r = 0; r < rows; r++) {
     /* Every device walked the same parts along the same tree: anything else is a defect. */
     for (size_t i = 1; i < n; i++) {
-      if (memcmp(&totals[i * rows + r], &totals[r], sizeof *totals) != 0) {
+      if (memcmp(&t[i].totals[r], &t[0].totals[r], sizeof(double)) != 0) {
         rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
                            "sample %" PRIu64
                            ": device %zu combined the norm to %.17g, device 0 "
                            "to %.17g",
-                           r, i, totals[i * rows + r], totals[r]);
+                           r, i, t[i].totals[r], t[0].totals[r]);
         goto out;
       }
     }
-    QDP_TRY(rc, check_norm(p, in, r, totals[r], reterr));
+    QDP_TRY(rc, check_norm(p, in, r, t[0].totals[r], reterr));
   }
   for (size_t i = 0; i < n; i++) {
     t[i].sumsq = NULL;
@@ -610,12 +606,16 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
   st->collective = "nccl";
 out:
   for (size_t i = 0; i < n; i++) {
+    /* After a failure nothing queued may still write the scratch when it goes back: wait (within
+     * the group's bounds; a group that times out is aborted, which ends its work). */
+    if (rc != QDP_OK && t[i].stream) {
+      (void)device_comm_wait(c, t[i].work.shard->device, t[i].stream, NULL);
+    }
     free(t[i].parts);
     t[i].parts = NULL;
   }
   free(all);
   free(parts);
-  free(totals);
   free(send);
   free(recv);
   free(streams);
