@@ -50,11 +50,33 @@ with open('$f', 'wb') as fh:
     for at in range(0, n, step):
         fh.write((0.5 + np.arange(at, at + step, dtype=np.float64) % 1013 / 1013.0).tobytes())
 " || rc=1
+# How fast one process reads the mapped file into memory, with one thread and with two (each
+# half): the ceiling of a job that ingests it.
+"$py" -c "
+import numpy as np, threading, time
+m = np.memmap('$f', dtype=np.float64, mode='r')
+h = len(m) // 2
+dst = np.empty(h, dtype=np.float64)
+dst2 = np.empty(h, dtype=np.float64)
+for rep in range(2):
+    t = time.perf_counter(); np.copyto(dst, m[:h]); one = time.perf_counter() - t
+    t = time.perf_counter()
+    th = [threading.Thread(target=np.copyto, args=(d, s)) for d, s in ((dst, m[:h]), (dst2, m[h:]))]
+    [x.start() for x in th]; [x.join() for x in th]
+    two = time.perf_counter() - t
+    print(f'file_read pass={rep} one_thread_half_gb_s={h * 8 / one / 1e9:.2f} two_threads_whole_gb_s={2 * h * 8 / two / 1e9:.2f}')
+" > "$out/file-read.txt" 2>&1
+cat "$out/file-read.txt"
 TAIL=4 run big-2r1 300 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
 TAIL=4 run big-1r2 300 $mpi -n 1 "$wb" --devices 0,1 --all --encoding amplitude --qubits "$big" --file "$f" --jobs 5
 rm -f "$f"
 fi
+# iqp at 30 qubits: the global-bit stage between the ranks over NCCL, over MPI, and between the
+# GPUs of one process.
+TAIL=4 run iqp-2r1-nccl 300 $mpi -n 2 "$wb" --devices local-rank --all --encoding iqp --qubits 30 --jobs 3
+TAIL=4 run iqp-2r1-mpi 300 $mpi -n 2 "$wb" --devices local-rank --all --encoding iqp --qubits 30 --jobs 3 --host-collectives
+TAIL=4 run iqp-1r2 300 $mpi -n 1 "$wb" --devices 0,1 --all --encoding iqp --qubits 30 --jobs 3
 TAIL=12 run mesh_bench_ranks 300 $mpi -n 2 "$build/bench/mesh_bench" ranks
 echo "== summary"
-grep -h "op=overhead\|op=world_start" "$out"/small-*.txt "$out"/big-*.txt
+grep -h "op=world \|op=overhead" "$out"/small-*.txt "$out"/big-*.txt "$out"/iqp-*.txt
 exit $rc

@@ -1,7 +1,7 @@
 /* world_bench — what a world of ranks adds to each job, and how a job scales over ranks.
  *
  * Run under mpirun (or alone, a world of one). Every rank builds a mesh of --devices (default
- * cpu:2); rank 0 times, for --jobs jobs of --encoding (angle or amplitude, default angle) with
+ * cpu:2); rank 0 times, for --jobs jobs of --encoding (angle, amplitude or iqp; default angle) with
  * --qubits qubits (default 4),
  *  - local:  plan + encode + release on rank 0's first device alone, no other rank involved;
  *  - world:  the same over the spread: with --all every device of the world, else rank 0's second
@@ -28,6 +28,8 @@
 
 #include "log.h"
 #include "plan/plan.h"
+#include "qdpk.h"
+#include "qdpk.h"
 #include "runtime/runtime.h"
 #include "world/world.h"
 
@@ -119,7 +121,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--devices") == 0) {
       spec = v;
     } else if (strcmp(argv[i], "--encoding") == 0) {
-      job.encoding = strcmp(v, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE : QDP_ENCODING_ANGLE;
+      job.encoding = strcmp(v, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE
+                     : strcmp(v, "iqp") == 0     ? QDP_ENCODING_IQP
+                                                 : QDP_ENCODING_ANGLE;
     } else if (strcmp(argv[i], "--qubits") == 0) {
       job.qubits = (uint32_t)strtoul(v, NULL, 10);
     } else if (strcmp(argv[i], "--file") == 0) {
@@ -171,7 +175,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* The input: angles, or amplitudes made here or mapped from the file every rank reads. */
-  uint64_t cols = job.encoding == QDP_ENCODING_ANGLE ? job.qubits : UINT64_C(1) << job.qubits;
+  uint64_t cols = qdpk_params_per_sample(job.encoding, job.qubits);
   size_t in_bytes = (size_t)cols * sizeof(double);
   job.in = (struct runtime_input){.dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = cols};
   if (file) {
