@@ -12,7 +12,8 @@ rc=0
 {
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   nvidia-smi topo -m
-  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # QDP_COMMIT: the commit the tree was built from (a copied tree may carry a stale .git).
+  echo "commit ${QDP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 } > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 run() {

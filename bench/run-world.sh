@@ -17,7 +17,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi="mpirun --oversubscribe --mca pml ob1 --mca btl self,vader"
 {
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # QDP_COMMIT: the commit the tree was built from (a copied tree may carry a stale .git).
+  echo "commit ${QDP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 } > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 run() {
