@@ -1208,6 +1208,20 @@ out:
   return rc;
 }
 
+/* Frees an exchange piece buffer (NULL: nothing); after a failure first waits out what the stream
+ * still has queued, which may read or write it. */
+static void piece_free(struct cuda_device *c, void *tmp, qdp_status rc) {
+  if (!tmp) {
+    return;
+  }
+  if (rc != QDP_OK) {
+    drain(c);
+  }
+  if (cudaFree(tmp) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+}
+
 static qdp_status cuda_combine_host(struct runtime_device *d, void *mine, void *partner_host,
                                     qdp_dtype out, uint64_t count, int high,
                                     struct qdp_error *reterr) {
@@ -1227,14 +1241,7 @@ static qdp_status cuda_combine_host(struct runtime_device *d, void *mine, void *
              : qdpk_butterfly(mine, tmp, out, count, c->stream));
   QDP_TRY(rc, finish(c, reterr));
 out:
-  if (tmp) {
-    if (rc != QDP_OK) {
-      drain(c);
-    }
-    if (cudaFree(tmp) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-  }
+  piece_free(c, tmp, rc);
   return rc;
 }
 
@@ -1261,16 +1268,9 @@ static qdp_status cuda_combine_group(struct runtime_device *d, void *mine, qdp_d
   }
   QDP_TRY(rc, device_comm_wait(g, local, c->stream, reterr));
 out:
-  if (tmp) {
-    /* After a failure the group is aborted or the stream failed: either way nothing queued
-     * still runs once drained. */
-    if (rc != QDP_OK) {
-      drain(c);
-    }
-    if (cudaFree(tmp) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-  }
+  /* After a failure the group is aborted or the stream failed: either way nothing queued still
+   * runs once drained. */
+  piece_free(c, tmp, rc);
   return rc;
 }
 

@@ -514,6 +514,29 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
 }
 END_TEST
 
+/* An even plan of one sample over two ranks of one GPU each (ranks[r]: rank r's mesh), counting
+ * the staging of `one`; shard 1 must land on rank 1. */
+static struct plan *plan_two_ranks(struct runtime_mesh **ranks, struct runtime_mesh *one,
+                                   qdp_encoding enc, uint32_t n, uint64_t cols, qdp_dtype in,
+                                   qdp_dtype out) {
+  struct plan_device devs[2];
+  harness_plan_devices(ranks, 2, 1, devs);
+  struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
+  struct plan_request req = {.encoding = enc,
+                             .qubits = n,
+                             .batch = 1,
+                             .values_per_sample = cols,
+                             .in_dtype = in,
+                             .out_dtype = out,
+                             .policy = PLAN_EVEN,
+                             .staging_bytes = runtime_mesh_staging_bytes(one)};
+  struct plan *p = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
+  ck_assert_int_eq(p->shards[1].rank, 1);
+  return p;
+}
+
 START_TEST(test_two_ranks_give_one_gpu_bits) {
   /* Each rank a mesh of its own GPU (both on cuda:0 when there is one): amplitude's norm blocks go
    * through the ranks' all-gather, iqp's last global bit through combine_host (the partner's half
@@ -542,21 +565,8 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     double *x64 = values_for(cases[i].enc, n, 1, cols, 91 + i);
     void *x = as_dtype(x64, cols, cases[i].in);
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
-    struct plan_device devs[2];
-    harness_plan_devices(ranks, 2, 1, devs);
-    struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
-    struct plan_request req = {.encoding = cases[i].enc,
-                               .qubits = n,
-                               .batch = 1,
-                               .values_per_sample = cols,
-                               .in_dtype = cases[i].in,
-                               .out_dtype = cases[i].out,
-                               .policy = PLAN_EVEN,
-                               .staging_bytes = runtime_mesh_staging_bytes(one)};
-    struct plan *p2 = NULL;
+    struct plan *p2 = plan_two_ranks(ranks, one, cases[i].enc, n, cols, cases[i].in, cases[i].out);
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_msg(plan_compute(&req, &world, NULL, &p2, &e) == QDP_OK, "%s", e.msg);
-    ck_assert_int_eq(p2->shards[1].rank, 1);
     struct plan *p1 =
         plan_on(one, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
     void *want = encode_all(one, p1, &input, NULL);
@@ -643,44 +653,29 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
   static const struct {
     qdp_encoding enc;
     uint32_t n;
-    uint64_t rows, cols;
+    uint64_t cols;
     qdp_dtype in, out;
   } cases[] = {
-      {QDP_ENCODING_AMPLITUDE, 20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64,
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64,
        QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_AMPLITUDE, 20, 1, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT32,
-       QDP_DTYPE_COMPLEX64},
-      {QDP_ENCODING_AMPLITUDE, 18, 1, UINT64_C(1) << 18, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_AMPLITUDE, 18, UINT64_C(1) << 18, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
       /* rank 1 holds padding only */
-      {QDP_ENCODING_AMPLITUDE, 16, 1, 1000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 16, 1000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
       /* 2^22 complex128 per rank: 4 exchange pieces of 16 MiB */
-      {QDP_ENCODING_IQP, 23, 1, 23 + 23 * 22 / 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_IQP_Z, 16, 1, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_IQP, 23, 23 + 23 * 22 / 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP_Z, 16, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     qdp_encoding enc = cases[i].enc;
     uint32_t n = cases[i].n;
-    uint64_t rows = cases[i].rows, cols = cases[i].cols;
-    double *x64 = values_for(enc, n, rows, cols, 191 + i);
-    void *x = as_dtype(x64, rows * cols, cases[i].in);
-    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = rows, .cols = cols};
-    struct plan_device devs[2];
-    harness_plan_devices(ranks, 2, 1, devs);
-    struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
-    struct plan_request req = {.encoding = enc,
-                               .qubits = n,
-                               .batch = rows,
-                               .values_per_sample = cols,
-                               .in_dtype = cases[i].in,
-                               .out_dtype = cases[i].out,
-                               .policy = PLAN_EVEN,
-                               .staging_bytes = runtime_mesh_staging_bytes(one)};
-    struct plan *p2 = NULL;
+    uint64_t cols = cases[i].cols;
+    double *x64 = values_for(enc, n, 1, cols, 191 + i);
+    void *x = as_dtype(x64, cols, cases[i].in);
+    struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
+    struct plan *p2 = plan_two_ranks(ranks, one, enc, n, cols, cases[i].in, cases[i].out);
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_msg(plan_compute(&req, &world, NULL, &p2, &e) == QDP_OK, "%s", e.msg);
-    ck_assert_int_eq(p2->shards[1].rank, 1);
-    ck_assert_uint_eq(p2->shards[0].rows, rows);
-    struct plan *p1 = plan_on(one, 1, PLAN_SINGLE, enc, n, rows, cols, cases[i].in, cases[i].out);
+    struct plan *p1 = plan_on(one, 1, PLAN_SINGLE, enc, n, 1, cols, cases[i].in, cases[i].out);
     void *want = encode_all(one, p1, &input, NULL);
     void *got = NULL;
     const char *how = NULL;
@@ -690,10 +685,9 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
                   "%s", e.msg);
     double ms = now_ms() - t0;
     int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
-    printf("  %s %s->%s n=%u rows=%" PRIu64 " cols=%" PRIu64
-           ": 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
+    printf("  %s %s->%s n=%u cols=%" PRIu64 ": 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
            qdp_encoding_name(enc), qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
-           rows, cols, how, ms, same ? "bit-identical" : "DIFFER");
+           cols, how, ms, same ? "bit-identical" : "DIFFER");
     fflush(stdout);
     ck_assert_str_eq(how, "nccl");
     ck_assert_msg(same, "%s over 2 ranks and NCCL differs from 1 GPU", qdp_encoding_name(enc));
@@ -710,20 +704,9 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
   /* A zero sample is refused on both ranks with the message one GPU gives. */
   double *zeros = calloc(1 << 12, sizeof *zeros);
   struct runtime_input zin = {.data = zeros, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 1 << 12};
-  struct plan_device devs[2];
-  harness_plan_devices(ranks, 2, 1, devs);
-  struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
-  struct plan_request req = {.encoding = QDP_ENCODING_AMPLITUDE,
-                             .qubits = 12,
-                             .batch = 1,
-                             .values_per_sample = 1 << 12,
-                             .in_dtype = QDP_DTYPE_FLOAT64,
-                             .out_dtype = QDP_DTYPE_COMPLEX128,
-                             .policy = PLAN_EVEN,
-                             .staging_bytes = runtime_mesh_staging_bytes(one)};
-  struct plan *pz = NULL;
+  struct plan *pz = plan_two_ranks(ranks, one, QDP_ENCODING_AMPLITUDE, 12, 1 << 12,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &pz, &e) == QDP_OK, "%s", e.msg);
   void *got = NULL;
   ck_assert_int_eq(harness_encode_grouped(ranks, 2, 1, groups, pz, &zin, &got, NULL, &e),
                    QDP_ERR_INVALID_ARGUMENT);
