@@ -41,7 +41,8 @@ qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device
 qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct qdp_error *reterr);
 /* This process's members first_member .. first_member + n - 1 of a group of `size`, member
  * first_member + i on GPU ordinals[i]. Returns once every member of every process has joined, or
- * after timeout_ms (>= 1) with QDP_ERR_UNAVAILABLE and nothing left behind. */
+ * after timeout_ms with QDP_ERR_UNAVAILABLE and nothing left behind. timeout_ms 0 makes a group
+ * whose waits have no bound (NCCL's blocking mode), for measurements. */
 qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
                                       int first_member, const int *ordinals, size_t n,
                                       uint64_t timeout_ms, struct device_comm **ret,

@@ -180,11 +180,11 @@ qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTE
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "cannot allocate a device group");
   }
-  c->timeout_ms = timeout_ms ? timeout_ms : 1;
+  c->timeout_ms = timeout_ms;
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = timeout_ms == 0;
   qdp_status rc = QDP_OK;
   ncclResult_t r = ncclGroupStart();
   for (size_t i = 0; r == ncclSuccess && i < n; i++) {
