@@ -40,9 +40,10 @@ qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device
 /* The id a coordinator makes and sends (over MPI) to every member of a cross-process group. */
 qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct qdp_error *reterr);
 /* This process's members first_member .. first_member + n - 1 of a group of `size`, member
- * first_member + i on GPU ordinals[i]. Returns once every member of every process has joined, or
- * after timeout_ms with QDP_ERR_UNAVAILABLE and nothing left behind. timeout_ms 0 makes a group
- * whose waits have no bound (NCCL's blocking mode), for measurements. */
+ * first_member + i on GPU ordinals[i]. Returns once every member of every process has joined and
+ * every pair of members is connected (so that no later call waits for a peer on the host), or
+ * after timeout_ms with QDP_ERR_UNAVAILABLE (the join goes on in a thread of its own, which drops
+ * it whenever it ends). timeout_ms 0: no bound on joining or on device_comm_wait. */
 qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
                                       int first_member, const int *ordinals, size_t n,
                                       uint64_t timeout_ms, struct device_comm **ret,

@@ -20,8 +20,10 @@ struct device_comm {
   /* A communicator is not thread-safe, and the calls of concurrent jobs must reach every
    * member's stream in one order: each call enqueues under this lock (waits happen outside). */
   pthread_mutex_t lock;
-  /* Across processes: communicators are non-blocking (NCCL returns ncclInProgress instead of
-   * waiting) and every wait ends after timeout_ms; 0: a group of one process, blocking. */
+  /* Across processes every wait on the group ends after timeout_ms (0: no bound). The
+   * communicators themselves are blocking: NCCL's non-blocking mode costs 15-20 us per collective
+   * (measured), so the bound comes from how qdp waits instead: joining runs on a thread of its
+   * own, and streams are polled, the group aborted on a timeout. */
   uint64_t timeout_ms;
   bool aborted;
   char why[160]; /* why it was aborted */
@@ -95,40 +97,14 @@ static qdp_status nccl_failed(const struct device_comm *c, size_t local, ncclRes
                           last ? last : "");
 }
 
-/* A call on a non-blocking group may return ncclInProgress: the work is being set up (a
- * connection on first use, say). Polls every local member until it is ready, at most the group's
- * timeout; a timeout or an error aborts the group. */
-static qdp_status settle(struct device_comm *c, ncclResult_t r, const char *call,
-                         struct qdp_error *reterr) {
-  uint64_t start = now_us();
-  size_t at = 0;
-  while (r == ncclInProgress) {
-    ncclResult_t state = ncclSuccess;
-    r = ncclCommGetAsyncError(c->comms[at], &state);
-    r = r != ncclSuccess ? r : state;
-    if (r == ncclSuccess && ++at < c->nlocal) {
-      r = ncclInProgress; /* the next member */
-    } else if (r == ncclInProgress) {
-      if (now_us() - start > c->timeout_ms * 1000) {
-        qdp_status rc = qdp_error_set_at(
-            reterr, QDP_ERR_UNAVAILABLE, c->ordinals[at], -1,
-            "cuda:%d: %s did not complete within %llu ms: another process of the device group "
-            "is gone or hung; the group is aborted",
-            c->ordinals[at], call, (unsigned long long)c->timeout_ms);
-        abort_group(c, reterr ? reterr->msg : call);
-        return rc;
-      }
-      pause_after(start);
-    }
+/* A failed call: its error; a group across processes is aborted, so that no member waits on it. */
+static qdp_status call_failed(struct device_comm *c, ncclResult_t r, const char *call,
+                              struct qdp_error *reterr) {
+  qdp_status rc = nccl_failed(c, 0, r, call, reterr);
+  if (c->timeout_ms) {
+    abort_group(c, reterr ? reterr->msg : call);
   }
-  if (r != ncclSuccess) {
-    qdp_status rc = nccl_failed(c, at, r, call, reterr);
-    if (c->timeout_ms) {
-      abort_group(c, reterr ? reterr->msg : call);
-    }
-    return rc;
-  }
-  return QDP_OK;
+  return rc;
 }
 
 qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device_comm **ret,
@@ -166,6 +142,94 @@ qdp_status device_comm_unique_id(unsigned char id[DEVICE_COMM_ID_BYTES], struct 
   return QDP_OK;
 }
 
+/* Joining a group across processes, on a thread of its own so the caller can stop waiting: NCCL
+ * cannot abort a communicator before its creation returns. A join the caller gave up on is
+ * finished (and its communicators destroyed) by the thread, whenever the others turn up. */
+struct join {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct device_comm *c;
+  ncclUniqueId id;
+  ncclResult_t r;
+  cudaError_t cuda;
+  int failed_ordinal;
+  bool done, abandoned;
+};
+
+/* Connects every pair of members now (NCCL connects them on first use, which would wait for the
+ * peer inside a job): one all-gather and a one-byte exchange with every other member. */
+static ncclResult_t connect_all(struct device_comm *c, void *const *bufs) {
+  ncclResult_t r = ncclGroupStart();
+  for (size_t i = 0; r == ncclSuccess && i < c->nlocal; i++) {
+    char *b = bufs[i]; /* size + 1 doubles on member i's GPU */
+    r = ncclAllGather(b, b + sizeof(double), 1, ncclDouble, c->comms[i], 0);
+    for (int peer = 0; r == ncclSuccess && peer < c->size; peer++) {
+      if (peer != c->first_member + (int)i) {
+        r = ncclSend(b, 1, ncclChar, peer, c->comms[i], 0);
+        r = r == ncclSuccess ? ncclRecv(b + 1, 1, ncclChar, peer, c->comms[i], 0) : r;
+      }
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  return r != ncclSuccess ? r : end;
+}
+
+static void *join_main(void *arg) {
+  struct join *j = arg;
+  struct device_comm *c = j->c;
+  ncclResult_t r = ncclGroupStart();
+  cudaError_t cuda = cudaSuccess;
+  void *bufs[64] = {0};
+  for (size_t i = 0; r == ncclSuccess && cuda == cudaSuccess && i < c->nlocal; i++) {
+    cuda = cudaSetDevice(c->ordinals[i]);
+    if (cuda == cudaSuccess) {
+      r = ncclCommInitRank(&c->comms[i], c->size, j->id, c->first_member + (int)i);
+    } else {
+      j->failed_ordinal = c->ordinals[i];
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  r = r != ncclSuccess ? r : end;
+  /* One scratch buffer per member on its GPU; the default stream, synchronized below. */
+  for (size_t i = 0; r == ncclSuccess && cuda == cudaSuccess && i < c->nlocal; i++) {
+    cuda = cudaSetDevice(c->ordinals[i]);
+    cuda = cuda == cudaSuccess
+               ? cudaMalloc(&bufs[i], (size_t)(c->size + 1) * sizeof(double))
+               : cuda;
+    j->failed_ordinal = c->ordinals[i];
+  }
+  if (r == ncclSuccess && cuda == cudaSuccess) {
+    r = connect_all(c, bufs);
+  }
+  for (size_t i = 0; i < c->nlocal; i++) {
+    if (bufs[i]) {
+      cudaError_t e = cudaSetDevice(c->ordinals[i]);
+      e = e == cudaSuccess ? cudaDeviceSynchronize() : e;
+      cuda = cuda == cudaSuccess ? e : cuda;
+      (void)cudaFree(bufs[i]);
+    }
+  }
+  pthread_mutex_lock(&j->mu);
+  j->r = r;
+  j->cuda = cuda;
+  j->done = true;
+  bool abandoned = j->abandoned;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (abandoned) {
+    for (size_t i = 0; i < c->nlocal; i++) {
+      if (c->comms[i]) {
+        (void)ncclCommAbort(c->comms[i]);
+      }
+    }
+    group_free(c);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+  }
+  return NULL;
+}
+
 qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTES], int size,
                                       int first_member, const int *ordinals, size_t n,
                                       uint64_t timeout_ms, struct device_comm **ret,
@@ -176,38 +240,66 @@ qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTE
                          first_member + (int)n - 1, size);
   }
   struct device_comm *c = group_new(n, size, first_member, ordinals);
-  if (!c) {
+  struct join *j = calloc(1, sizeof *j);
+  if (!c || !j) {
+    free(j);
+    if (c) {
+      group_free(c);
+    }
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "cannot allocate a device group");
   }
   c->timeout_ms = timeout_ms;
-  ncclUniqueId u;
-  memcpy(&u, id, sizeof u);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = timeout_ms == 0;
-  qdp_status rc = QDP_OK;
-  ncclResult_t r = ncclGroupStart();
-  for (size_t i = 0; r == ncclSuccess && i < n; i++) {
-    cudaError_t err = cudaSetDevice(ordinals[i]);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      (void)ncclGroupEnd();
-      rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, ordinals[i], (int)err,
-                            "cuda:%d: cudaSetDevice: %s", ordinals[i], cudaGetErrorName(err));
-      goto out;
+  j->c = c;
+  memcpy(&j->id, id, sizeof j->id);
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  pthread_t tid;
+  if (pthread_create(&tid, NULL, join_main, j) != 0) {
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+    group_free(c);
+    return qdp_error_set(reterr, QDP_ERR_SYSTEM, NULL, "cannot start a thread to join the group");
+  }
+  pthread_detach(tid);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  uint64_t ns = (uint64_t)until.tv_nsec + (timeout_ms % 1000) * 1000000u;
+  until.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000u);
+  until.tv_nsec = (long)(ns % 1000000000u);
+  pthread_mutex_lock(&j->mu);
+  while (!j->done) {
+    if (timeout_ms == 0) {
+      pthread_cond_wait(&j->cv, &j->mu);
+    } else if (pthread_cond_timedwait(&j->cv, &j->mu, &until) != 0 && !j->done) {
+      break;
     }
-    r = ncclCommInitRankConfig(&c->comms[i], size, u, first_member + (int)i, &config);
-    r = r == ncclInProgress ? ncclSuccess : r;
   }
-  ncclResult_t end = ncclGroupEnd();
-  rc = settle(c, r != ncclSuccess ? r : end, "joining the device group", reterr);
-  if (rc != QDP_OK && reterr) {
-    char msg[sizeof reterr->msg];
-    snprintf(msg, sizeof msg, "%s", reterr->msg);
-    snprintf(reterr->msg, sizeof reterr->msg, "members %d..%d of %d: %.900s", first_member,
-             first_member + (int)n - 1, size, msg);
+  bool done = j->done;
+  j->abandoned = !done; /* the thread finishes it and frees both */
+  pthread_mutex_unlock(&j->mu);
+  if (!done) {
+    return qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, ordinals[0], -1,
+                            "members %d..%d of %d: joining the device group did not complete "
+                            "within %llu ms: another process of the group is gone or hung",
+                            first_member, first_member + (int)n - 1, size,
+                            (unsigned long long)timeout_ms);
   }
-out:
+  qdp_status rc = QDP_OK;
+  if (j->cuda != cudaSuccess) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, j->failed_ordinal, (int)j->cuda,
+                          "cuda:%d: joining the device group: %s", j->failed_ordinal,
+                          cudaGetErrorName(j->cuda));
+  } else if (j->r != ncclSuccess) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_NCCL, ordinals[0], (int)j->r,
+                          "members %d..%d of %d: joining the device group failed: %s",
+                          first_member, first_member + (int)n - 1, size,
+                          ncclGetErrorString(j->r));
+  }
+  pthread_mutex_destroy(&j->mu);
+  pthread_cond_destroy(&j->cv);
+  free(j);
   if (rc != QDP_OK) {
     abort_group(c, "");
     group_free(c);
@@ -265,7 +357,7 @@ qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
       ncclResult_t state = ncclSuccess;
       ncclResult_t r = ncclCommGetAsyncError(c->comms[local], &state);
       r = r != ncclSuccess ? r : state;
-      if (r != ncclSuccess && r != ncclInProgress) {
+      if (r != ncclSuccess) {
         pthread_mutex_lock(&c->lock);
         qdp_status rc = nccl_failed(c, local, r, "a collective", reterr);
         abort_group(c, reterr ? reterr->msg : "a collective failed");
@@ -310,7 +402,7 @@ qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const 
   }
   ncclResult_t r =
       ncclAllGather(send, recv, count, ncclDouble, c->comms[local], (cudaStream_t)stream);
-  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclAllGather", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclAllGather", reterr);
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
@@ -325,12 +417,12 @@ qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *co
     return rc;
   }
   ncclResult_t r = ncclGroupStart();
-  for (size_t i = 0; (r == ncclSuccess || r == ncclInProgress) && i < c->nlocal; i++) {
+  for (size_t i = 0; r == ncclSuccess && i < c->nlocal; i++) {
     r = ncclAllGather(send[i], recv[i], count, ncclDouble, c->comms[i], (cudaStream_t)streams[i]);
   }
   ncclResult_t end = ncclGroupEnd();
-  r = r != ncclSuccess && r != ncclInProgress ? r : end;
-  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclAllGather", reterr);
+  r = r != ncclSuccess ? r : end;
+  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclAllGather", reterr);
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
@@ -359,9 +451,9 @@ qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a
     r = ncclGroupEnd();
   }
   for (int i = 0; i < 4 && r == ncclSuccess; i++) {
-    r = s[i] == ncclInProgress ? ncclSuccess : s[i];
+    r = s[i];
   }
-  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclSend/ncclRecv", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclSend/ncclRecv", reterr);
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
@@ -384,11 +476,9 @@ qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, c
     ncclResult_t s = ncclSend(send, bytes, ncclChar, peer, c->comms[local], (cudaStream_t)stream);
     ncclResult_t v = ncclRecv(recv, bytes, ncclChar, peer, c->comms[local], (cudaStream_t)stream);
     r = ncclGroupEnd();
-    s = s == ncclInProgress ? ncclSuccess : s;
-    v = v == ncclInProgress ? ncclSuccess : v;
     r = s != ncclSuccess ? s : v != ncclSuccess ? v : r;
   }
-  qdp_status rc = r == ncclSuccess ? QDP_OK : settle(c, r, "ncclSend/ncclRecv", reterr);
+  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclSend/ncclRecv", reterr);
   pthread_mutex_unlock(&c->lock);
   return rc;
 }
