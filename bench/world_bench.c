@@ -15,8 +15,9 @@
  * serve until rank 0 is done.
  *
  * Usage: mpirun -n 2 world_bench [--jobs N] [--devices SPEC] [--encoding E] [--qubits N]
- *                                [--all] [--host-collectives] [--file PATH [--offset B]]
- * --host-collectives keeps the ranks off NCCL (their collectives over MPI), for comparison. */
+ *                                [--all] [--host-collectives] [--probe] [--file PATH [--offset B]]
+ * --host-collectives keeps the ranks off NCCL (their collectives over MPI), for comparison;
+ * --probe then times plain copies of the input as this process sees it. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,15 +106,17 @@ static int run(struct world *w, const struct job *job, const size_t *subset, siz
 }
 
 int main(int argc, char **argv) {
-  int jobs = 5000, all = 0, host_collectives = 0;
+  int jobs = 5000, all = 0, host_collectives = 0, probe = 0;
   const char *spec = "cpu:2", *file = NULL;
   uint64_t offset = 0;
   struct job job = {.encoding = QDP_ENCODING_ANGLE, .qubits = 4};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : "";
-    if (strcmp(argv[i], "--all") == 0 || strcmp(argv[i], "--host-collectives") == 0) {
+    if (strcmp(argv[i], "--all") == 0 || strcmp(argv[i], "--host-collectives") == 0 ||
+        strcmp(argv[i], "--probe") == 0) {
       all |= strcmp(argv[i], "--all") == 0;
       host_collectives |= strcmp(argv[i], "--host-collectives") == 0;
+      probe |= strcmp(argv[i], "--probe") == 0;
       continue;
     }
     if (strcmp(argv[i], "--jobs") == 0) {
@@ -243,6 +246,20 @@ int main(int argc, char **argv) {
   printf("bench op=overhead encoding=%s qubits=%u ranks=%d world_minus_local_p50_us=%.1f "
          "local_over_world=%.3f\n",
          enc, job.qubits, world_size(w), wj[p50] - tj[p50], tj[p50] / wj[p50]);
+  if (probe) {
+    /* How fast this process reads the input where it lies (a mapped file: the page cache), into
+     * memory already touched: the ceiling of ingesting it here. */
+    char *dst = malloc(in_bytes);
+    for (int k = 0; dst && k < 3; k++) {
+      memset(dst, k, in_bytes);
+      double t0 = now_us();
+      memcpy(dst, job.in.data, in_bytes);
+      double us = now_us() - t0;
+      printf("bench op=probe pass=%d read_gb_s=%.2f sum=%d\n", k, (double)in_bytes / us / 1e3,
+             dst[in_bytes / 2]);
+    }
+    free(dst);
+  }
   rc = 0;
 out:
   free(made);
