@@ -34,7 +34,8 @@ run() {
 run test_runtime_cuda 300 "$build/tests/gpu/test_runtime_cuda"
 # numpy lives in the python on PATH there, not in /usr/bin/python3.
 py=$(env -u LD_LIBRARY_PATH which python3)
-run world_gpu 300 sh "$root/tests/gpu/world_gpu.sh" "$build/daemon/qdpd" "$build/proto/qdp.desc" "$py"
+run world_gpu 300 sh "$root/tests/gpu/world_gpu.sh" "$build/daemon/qdpd" "$build/proto/qdp.desc" "$py" \
+  "$build/tests/gpu/views_client"
 wb="$build/bench/world_bench"
 # Small jobs: what the collective and the job's trip to the other rank add.
 TAIL=4 run small-2r1-nccl 120 $mpi -n 2 "$wb" --devices local-rank --all --encoding amplitude --qubits 16 --jobs 2000

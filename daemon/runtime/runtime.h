@@ -254,6 +254,11 @@ struct runtime_world_ops {
                      size_t bytes, struct qdp_error *reterr);
   /* Frees job's shards on every other rank that holds some (p->shards names them). */
   void (*release)(void *ctx, uint64_t job, const struct plan *p);
+  /* The zero-copy view (runtime_state_export_ipc) of shard `shard` of job's state, held by
+   * `rank`; FAILED_PRECONDITION when that rank is on another node (an IPC handle opens on its
+   * own node only). May be NULL. */
+  qdp_status (*export_ipc)(void *ctx, int rank, uint64_t job, size_t shard,
+                           struct runtime_ipc *ret, struct qdp_error *reterr);
   /* The device group (NCCL) joining every GPU of the world, when the job running now may use it
    * (the coordinator decides, the same for every rank of the job); NULL: the job's collectives
    * run on the host. This rank's device i is member device_comm_first_member + i, another

@@ -43,7 +43,14 @@ qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_err
 
 qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct runtime_ipc *ret,
                                     struct qdp_error *reterr) {
-  qdp_status rc = runtime_mesh_check_views(s->mesh, reterr);
+  const struct runtime_mesh *m = s->mesh;
+  if (i < s->plan.nshards && !s->bufs[i] && s->plan.shards[i].rank != m->rank && s->world_job &&
+      m->world_ops && m->world_ops->export_ipc) {
+    /* Another rank's shard: its process exports it (a rank on this node shares its GPUs). */
+    return m->world_ops->export_ipc(m->world_ctx, s->plan.shards[i].rank, s->world_job, i, ret,
+                                    reterr);
+  }
+  qdp_status rc = runtime_mesh_check_views(m, reterr);
   if (rc != QDP_OK) {
     return rc;
   }

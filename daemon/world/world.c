@@ -39,14 +39,14 @@ static int peer_tag(uint64_t seq) {
 /* Ranks other than 0 wait for the coordinator in slices of this length, to notice a stop. */
 #define SERVE_POLL_MS 200
 
-enum msg_type { MSG_JOB = 1, MSG_RELEASE = 2, MSG_READ = 3, MSG_STOP = 4 };
+enum msg_type { MSG_JOB = 1, MSG_RELEASE = 2, MSG_READ = 3, MSG_STOP = 4, MSG_EXPORT = 5 };
 
 /* A control message. JOB: a = plan bytes, b/c = the input window's first value and count,
  * d = input values per sample, e = bytes of the third message; the plan and then the window
  * follow, or with JOB_FROM_FILE the file's path (the rank reads its window itself, from byte
  * f + b * value size on). READ: job = the state's job, a = offset, b = count, c = the read's
- * sequence number (its reply tag), d = bytes. STOP: flags STOP_LOST: a rank was lost, do not
- * finalize MPI. */
+ * sequence number (its reply tag), d = bytes. EXPORT: job, a = the shard's index, c = the
+ * sequence number. STOP: flags STOP_LOST: a rank was lost, do not finalize MPI. */
 struct msg_header {
   uint32_t type, flags;
   uint64_t job, a, b, c, d, e, f;
@@ -258,6 +258,8 @@ static qdp_status op_exchange(void *ctx, int peer, const void *mine, void *ret, 
 static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count,
                           void *dst, size_t bytes, struct qdp_error *reterr);
 static void op_release(void *ctx, uint64_t job, const struct plan *p);
+static qdp_status op_export_ipc(void *ctx, int rank, uint64_t job, size_t shard,
+                                struct runtime_ipc *ret, struct qdp_error *reterr);
 
 static struct device_comm *op_device_group(void *ctx) {
   struct world *w = ctx;
@@ -270,6 +272,7 @@ static const struct runtime_world_ops world_ops = {
     .exchange = op_exchange,
     .read = op_read,
     .release = op_release,
+    .export_ipc = op_export_ipc,
     .device_group = op_device_group,
 };
 
@@ -597,9 +600,10 @@ static qdp_status op_exchange(void *ctx, int peer, const void *mine, void *ret, 
   return exchange_bounded(w, items, 2, false, reterr);
 }
 
-static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count,
-                          void *dst, size_t bytes, struct qdp_error *reterr) {
-  struct world *w = ctx;
+/* Asks `rank` for something of a state it holds (h: its type and arguments; the sequence number
+ * is set here) and takes the reply and `bytes` of data into dst. */
+static qdp_status ask_rank(struct world *w, int rank, struct msg_header *h, void *dst, size_t bytes,
+                          struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   pthread_mutex_lock(&w->mu);
   if (is_lost(w, rank)) {
@@ -607,11 +611,10 @@ static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, ui
     goto out;
   }
   uint64_t seq = ++w->seq;
-  struct msg_header h = {
-      .type = MSG_READ, .job = job, .a = offset, .b = count, .c = seq, .d = bytes};
+  h->c = seq;
   struct msg_reply reply;
   struct transport_io items[3] = {
-      {.buf = &h, .bytes = sizeof h, .peer = rank, .tag = TAG_CONTROL, .send = 1},
+      {.buf = h, .bytes = sizeof *h, .peer = rank, .tag = TAG_CONTROL, .send = 1},
       {.buf = &reply, .bytes = sizeof reply, .peer = rank, .tag = reply_tag(seq)},
       {.buf = dst, .bytes = bytes, .peer = rank, .tag = reply_tag(seq)},
   };
@@ -625,6 +628,27 @@ static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, ui
 out:
   pthread_mutex_unlock(&w->mu);
   return rc;
+}
+
+static qdp_status op_read(void *ctx, int rank, uint64_t job, uint64_t offset, uint64_t count,
+                          void *dst, size_t bytes, struct qdp_error *reterr) {
+  struct msg_header h = {.type = MSG_READ, .job = job, .a = offset, .b = count, .d = bytes};
+  return ask_rank(ctx, rank, &h, dst, bytes, reterr);
+}
+
+static qdp_status op_export_ipc(void *ctx, int rank, uint64_t job, size_t shard,
+                                struct runtime_ipc *ret, struct qdp_error *reterr) {
+  struct world *w = ctx;
+  const char *there = world_host(w, rank), *here = world_host(w, world_rank(w));
+  if (strcmp(there, here) != 0) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "views",
+                         "shard %zu is on rank %d at host '%s', and a zero-copy view opens only on "
+                         "the node holding the shard (this daemon's clients are on '%s'): read it "
+                         "with Fetch or Export, or ask for views on that node",
+                         shard, rank, there, here);
+  }
+  struct msg_header h = {.type = MSG_EXPORT, .job = job, .a = shard, .d = sizeof *ret};
+  return ask_rank(w, rank, &h, ret, sizeof *ret, reterr);
 }
 
 /* The ranks other than this one holding shards of p, ascending; returns how many. */
@@ -1047,7 +1071,8 @@ static void serve_release(struct world *w, uint64_t job) {
   free(h);
 }
 
-static void serve_read(struct world *w, const struct msg_header *h) {
+/* A read of a held state's amplitudes (MSG_READ) or the view of one of its shards (MSG_EXPORT). */
+static void serve_ask(struct world *w, const struct msg_header *h) {
   struct msg_reply r = {.status = QDP_OK, .err = QDP_ERROR_INIT};
   void *data = calloc(1, h->d ? h->d : 1);
   struct held_state *held = *find_held(w, h->job);
@@ -1056,6 +1081,11 @@ static void serve_read(struct world *w, const struct msg_header *h) {
   } else if (!held) {
     r.status = qdp_error_set(&r.err, QDP_ERR_NOT_FOUND, NULL,
                              "rank %d holds no shard of job %" PRIu64, world_rank(w), h->job);
+  } else if (h->type == MSG_EXPORT) {
+    r.status = h->d == sizeof(struct runtime_ipc)
+                   ? runtime_state_export_ipc(held->st, (size_t)h->a, data, &r.err)
+                   : qdp_error_set(&r.err, QDP_ERR_INTERNAL, NULL, "a view asked for %" PRIu64
+                                   " B", h->d);
   } else {
     r.status = runtime_state_read(held->st, h->a, h->b, data, &r.err);
   }
@@ -1066,8 +1096,8 @@ static void serve_read(struct world *w, const struct msg_header *h) {
   };
   struct qdp_error err = QDP_ERROR_INIT;
   if (exchange_bounded(w, items, 2, false, &err) != QDP_OK) {
-    log_warning("world", "read of job %" PRIu64 ": cannot answer the coordinator: %s", h->job,
-                err.msg);
+    log_warning("world", "%s of job %" PRIu64 ": cannot answer the coordinator: %s",
+                h->type == MSG_EXPORT ? "view" : "read", h->job, err.msg);
   }
   free(data);
 }
@@ -1092,7 +1122,8 @@ qdp_status world_serve(struct world *w, volatile sig_atomic_t *stop, struct qdp_
       serve_release(w, h.job);
       break;
     case MSG_READ:
-      serve_read(w, &h);
+    case MSG_EXPORT:
+      serve_ask(w, &h);
       break;
     case MSG_STOP: {
       /* The answer tells the coordinator that nothing of this rank's is still on its way, so

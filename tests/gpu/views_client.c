@@ -10,6 +10,8 @@
  *  4. Gather onto cuda:0 equals the sharded Fetch bit for bit.
  * Usage: views_client              (QDP_TARGET names the daemon)
  *        views_client hold REF     (opens the views of REF and exits without closing them)
+ *        views_client world        (QDP_TARGET: the coordinator of 2 ranks on this node, rank r
+ *                                   on cuda:r: views of a state across both ranks equal Fetch)
  * Exits 77 when this process does not see two GPUs or the daemon is not on two GPUs; 0 when
  * every check passes, 1 otherwise, printing one line per check. */
 #include <inttypes.h>
@@ -71,9 +73,10 @@ static uint64_t used_on(qdp_client *c, const char *name) {
   return used;
 }
 
-/* An angle state of n qubits, complex128, split evenly over cuda:0 and cuda:1. */
-static struct qdp_state_info *encode_two(qdp_client *c, unsigned n) {
-  static const char *const devs[] = {"cuda:0", "cuda:1"};
+/* An angle state of n qubits, complex128, split evenly over devs[0] and devs[1] (NULL: cuda:0 and
+ * cuda:1). */
+static struct qdp_state_info *encode_two(qdp_client *c, unsigned n, const char *const *devs) {
+  static const char *const gpus[] = {"cuda:0", "cuda:1"};
   double x[64];
   for (unsigned i = 0; i < n; i++) {
     x[i] = 0.1 + 0.11 * i;
@@ -83,7 +86,7 @@ static struct qdp_state_info *encode_two(qdp_client *c, unsigned n) {
   eo.qubits = n;
   eo.dtype = QDP_DTYPE_COMPLEX128;
   eo.policy = QDP_POLICY_EVEN;
-  eo.devices = devs;
+  eo.devices = devs ? devs : gpus;
   eo.ndevices = 2;
   struct qdp_input in = QDP_INPUT_INIT;
   in.kind = QDP_INPUT_INLINE;
@@ -147,6 +150,33 @@ static int hold(const char *ref) {
   _exit(0); /* no qdp_client_destroy: the lease stays open on the daemon */
 }
 
+/* A state across the two ranks of a world on this node (rank r on cuda:r): the view of rank 1's
+ * shard is exported by rank 1's process, handed out by the coordinator, and opened here. */
+static int world_views(void) {
+  static const char *const devs[] = {"r0/cuda:0", "r1/cuda:1"};
+  qdp_client *c = client_new("views-world");
+  struct qdp_state_info *s = encode_two(c, 24, devs);
+  CHECK(s->nshards == 2 && s->shards[0]->rank == 0 && s->shards[1]->rank == 1,
+        "state of %" PRIu64 " B over rank 0 (%s) and rank 1 (%s)", s->bytes,
+        s->shards[0]->device, s->shards[1]->device);
+  unsigned char *want = fetch_all(c, s);
+  const struct qdp_views *v = NULL;
+  QDP_OK_OR_DIE(qdp_views_open(c, s->handle, s->token, &v));
+  for (size_t i = 0; i < v->count; i++) {
+    printf("     shard %zu: rank %d %s '%s' -> this process's GPU %d\n", i, v->views[i].shard->rank,
+           v->views[i].shard->device, v->views[i].shard->uuid, v->views[i].device_id);
+  }
+  CHECK(v->count == 2 && v->views[0].device_id == 0 && v->views[1].device_id == 1,
+        "views of both ranks' shards opened on GPUs 0 and 1");
+  CHECK(views_equal(v, want, 16), "both views copied back equal Fetch bit for bit");
+  QDP_OK_OR_DIE(qdp_views_close(c, s->handle));
+  QDP_OK_OR_DIE(qdp_release(c, s->handle, s->token, NULL));
+  free(want);
+  qdp_state_info_free(s);
+  qdp_client_destroy(c);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "hold") == 0) {
     return hold(argv[2]);
@@ -155,6 +185,9 @@ int main(int argc, char **argv) {
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2) {
     printf("SKIP: this process sees %d GPUs; views need two\n", ngpu);
     return 77;
+  }
+  if (argc == 2 && strcmp(argv[1], "world") == 0) {
+    return world_views();
   }
   qdp_client *c = client_new("views-client");
   qdp_client *other = client_new("views-releaser");
@@ -166,7 +199,7 @@ int main(int argc, char **argv) {
   uint64_t base0 = used_on(c, "cuda:0"), base1 = used_on(c, "cuda:1");
 
   /* 1. Views equal Fetch; DLPack device ids. */
-  struct qdp_state_info *s = encode_two(c, n);
+  struct qdp_state_info *s = encode_two(c, n, NULL);
   CHECK(s->nshards == 2 && strcmp(s->shards[0]->device, "cuda:0") == 0 &&
             strcmp(s->shards[1]->device, "cuda:1") == 0,
         "state of %" PRIu64 " B sharded over cuda:0 and cuda:1", s->bytes);
@@ -222,7 +255,7 @@ int main(int argc, char **argv) {
   qdp_state_info_free(s);
 
   /* 3. A process that exits with its views open loses its lease after the grace. */
-  s = encode_two(c, 24);
+  s = encode_two(c, 24, NULL);
   char ref[256];
   snprintf(ref, sizeof ref, "%s:%s", s->handle, s->token);
   CHECK(run_holder(argv[0], ref) == 0, "a separate process opened the views and exited");
@@ -241,7 +274,7 @@ int main(int argc, char **argv) {
   qdp_state_info_free(s);
 
   /* 4. Gather onto cuda:0. */
-  s = encode_two(c, n);
+  s = encode_two(c, n, NULL);
   struct qdp_state_info *g = NULL;
   QDP_OK_OR_DIE(qdp_gather(c, s->handle, s->token, "cuda:0", 0, &g));
   CHECK(g->nshards == 1 && strcmp(g->shards[0]->device, "cuda:0") == 0 && g->bytes == s->bytes,

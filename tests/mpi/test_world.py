@@ -13,6 +13,7 @@ import sys
 import time
 import unittest
 
+import grpc
 import numpy as np
 
 import qdpc
@@ -181,6 +182,21 @@ class World(unittest.TestCase):
             self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes(), encoding)
             self.ref.release(one)
             self.c.release(st)
+
+    def test_views_of_a_state_across_ranks_are_refused_on_host_memory(self):
+        # A GPU world hands out every shard's view on the coordinator's node, asking the rank
+        # that holds it (tests/gpu/world_gpu.sh); host memory has none, and nothing is left.
+        st = self.c.encode("angle", 6, values("angle", 6)[0], policy="even", devices=self.spread)
+        r = self.c.pb.DescribeRequest(handle=st.handle, token=st.token, views=True,
+                                      client_pid=os.getpid())
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.c._DescribeViews(r, timeout=30, metadata=self.c.metadata)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("zero-copy views need GPUs", cm.exception.details())
+        plain = self.c.pb.DescribeRequest(handle=st.handle, token=st.token)
+        self.assertEqual(self.c._DescribeViews(plain, timeout=30, metadata=self.c.metadata).leases,
+                         0, "no lease left behind")
+        self.c.release(st)
 
     JOB_LINE = (r"world: job (\d+): (\d+) B in (\d+) shards here; "
                 r"input slice \[(\d+), (\d+)\) of (\d+) values")
