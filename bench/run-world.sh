@@ -14,7 +14,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 rc=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi="mpirun --oversubscribe --mca pml ob1 --mca btl self,vader"
+# --bind-to none: a lone rank is otherwise bound to one core, which its GPUs' threads then share.
+mpi="mpirun --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader"
 {
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   # QDP_COMMIT: the commit the tree was built from (a copied tree may carry a stale .git).

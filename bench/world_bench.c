@@ -54,7 +54,8 @@ struct job {
 /* Times `jobs` rounds of plan + encode + release over the devices in subset; fills t_plan and
  * t_job (microseconds, sorted) and *how (the states' collective). */
 static int run(struct world *w, const struct job *job, const size_t *subset, size_t nsub, int jobs,
-               double *t_plan, double *t_job, double *t_norm, const char **how) {
+               double *t_plan, double *t_job, double *t_norm, double *t_encode,
+               const char **how) {
   size_t ndev = world_device_count(w);
   struct plan_device *devs = calloc(ndev, sizeof *devs);
   if (!devs) {
@@ -86,6 +87,7 @@ static int run(struct world *w, const struct job *job, const size_t *subset, siz
     if (rc == QDP_OK) {
       *how = runtime_state_collective(st);
       t_norm[j] = runtime_state_norm_us(st);
+      t_encode[j] = runtime_state_encode_ms(st) * 1e3;
     }
     runtime_state_destroy(st);
     double t2 = now_us();
@@ -101,6 +103,7 @@ static int run(struct world *w, const struct job *job, const size_t *subset, siz
   qsort(t_plan, (size_t)jobs, sizeof *t_plan, cmp_double);
   qsort(t_job, (size_t)jobs, sizeof *t_job, cmp_double);
   qsort(t_norm, (size_t)jobs, sizeof *t_norm, cmp_double);
+  qsort(t_encode, (size_t)jobs, sizeof *t_encode, cmp_double);
   free(devs);
   return 0;
 }
@@ -146,7 +149,8 @@ int main(int argc, char **argv) {
   struct qdp_error err = QDP_ERROR_INIT;
   struct world *w = NULL;
   struct runtime_mesh *mesh = NULL;
-  double *tp = NULL, *tj = NULL, *tn = NULL, *wp = NULL, *wj = NULL, *wn = NULL, *made = NULL;
+  double *tp = NULL, *tj = NULL, *tn = NULL, *te = NULL, *wp = NULL, *wj = NULL, *wn = NULL,
+         *we = NULL, *made = NULL;
   void *mapped = NULL;
   size_t mapped_bytes = 0;
   const char *how_local = "none", *how_world = "none";
@@ -223,25 +227,28 @@ int main(int argc, char **argv) {
   wj = calloc((size_t)jobs, sizeof *wj);
   tn = calloc((size_t)jobs, sizeof *tn);
   wn = calloc((size_t)jobs, sizeof *wn);
-  if (!tp || !tj || !wp || !wj || !tn || !wn) {
+  te = calloc((size_t)jobs, sizeof *te);
+  we = calloc((size_t)jobs, sizeof *we);
+  if (!tp || !tj || !wp || !wj || !tn || !wn || !te || !we) {
     goto out;
   }
   /* Warm-up, then the two series. */
   int warm = jobs < 10 ? 1 : 10;
-  if (run(w, &job, local, 1, warm, tp, tj, tn, &how_local) ||
-      run(w, &job, spread, pow2, warm, wp, wj, wn, &how_world) ||
-      run(w, &job, local, 1, jobs, tp, tj, tn, &how_local) ||
-      run(w, &job, spread, pow2, jobs, wp, wj, wn, &how_world)) {
+  if (run(w, &job, local, 1, warm, tp, tj, tn, te, &how_local) ||
+      run(w, &job, spread, pow2, warm, wp, wj, wn, we, &how_world) ||
+      run(w, &job, local, 1, jobs, tp, tj, tn, te, &how_local) ||
+      run(w, &job, spread, pow2, jobs, wp, wj, wn, we, &how_world)) {
     goto out;
   }
   size_t p50 = (size_t)jobs / 2, p99 = (size_t)jobs * 99 / 100;
   const char *enc = qdp_encoding_name(job.encoding);
   printf("bench op=local encoding=%s qubits=%u ranks=1 devices=1 jobs=%d plan_p50_us=%.1f "
-         "p50_us=%.1f p99_us=%.1f collective=%s\n",
-         enc, job.qubits, jobs, tp[p50], tj[p50], tj[p99], how_local);
+         "p50_us=%.1f p99_us=%.1f encode_p50_us=%.1f collective=%s\n",
+         enc, job.qubits, jobs, tp[p50], tj[p50], tj[p99], te[p50], how_local);
   printf("bench op=world encoding=%s qubits=%u ranks=%d devices=%zu jobs=%d plan_p50_us=%.1f "
-         "p50_us=%.1f p99_us=%.1f collective=%s norm_p50_us=%.1f norm_p99_us=%.1f\n",
-         enc, job.qubits, world_size(w), pow2, jobs, wp[p50], wj[p50], wj[p99], how_world,
+         "p50_us=%.1f p99_us=%.1f encode_p50_us=%.1f collective=%s norm_p50_us=%.1f "
+         "norm_p99_us=%.1f\n",
+         enc, job.qubits, world_size(w), pow2, jobs, wp[p50], wj[p50], wj[p99], we[p50], how_world,
          wn[p50], wn[p99]);
   printf("bench op=overhead encoding=%s qubits=%u ranks=%d world_minus_local_p50_us=%.1f "
          "local_over_world=%.3f\n",
@@ -270,6 +277,8 @@ out:
   free(tj);
   free(tn);
   free(wn);
+  free(te);
+  free(we);
   free(wp);
   free(wj);
   world_destroy(w);

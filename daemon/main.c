@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,25 @@ static int fail(const char *what, const struct qdp_error *err) {
   return 1;
 }
 
+/* A launcher may bind a rank to a core or two (Open MPI binds a lone rank to one core); the
+ * daemon's threads (RPC, workers, one per shard of a job) then share them, which halves a
+ * two-GPU ingest (measured). Said once at start, with the fix. */
+static void warn_if_bound(void) {
+  cpu_set_t set;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || online <= 0) {
+    return;
+  }
+  int mine = CPU_COUNT(&set);
+  if (mine < online && mine < 4) {
+    log_warning("main",
+                "this qdpd may run on %d of the node's %ld CPUs (its CPU affinity, which "
+                "launchers set), and its threads share them, one per GPU of a job among them: "
+                "start it with `mpirun --bind-to none` or `srun --cpu-bind=none`",
+                mine, online);
+  }
+}
+
 static volatile sig_atomic_t rank_stop;
 
 static void on_rank_signal(int sig) {
@@ -368,6 +388,7 @@ int main(int argc, char **argv) {
   if (world_size(d.world) > 1) {
     log_set_rank(world_rank(d.world));
   }
+  warn_if_bound();
   struct runtime_mesh_config mc = {
       .devices = d.cfg.devices,
       .device_budget_bytes = d.cfg.device_budget,

@@ -130,7 +130,7 @@ start=$(date +%s)
 # the agent. In the background and waited for: a signal (meson's timeout) interrupts the wait, so
 # the trap deletes the namespaces at once instead of after mpirun's own shutdown.
 ip netns exec "$ns_a" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' sh "$host_a" \
-  mpirun -n 2 --hostfile "$tmp/hostfile" \
+  mpirun -n 2 --bind-to none --hostfile "$tmp/hostfile" \
   --mca plm_rsh_agent "$tmp/agent" \
   --mca pml ob1 --mca btl self,tcp \
   --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \

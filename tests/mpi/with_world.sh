@@ -68,7 +68,8 @@ case $world in
     # --enable-recovery: Open MPI's default is to kill every rank when one dies; the coordinator
     # must outlive a lost rank and say so.
     # shellcheck disable=SC2086
-    mpirun --enable-recovery -n "$ranks" --oversubscribe --mca pml ob1 --mca btl self,vader \
+    mpirun --enable-recovery -n "$ranks" --oversubscribe --bind-to none --mca pml ob1 \
+      --mca btl self,vader \
       "$qdpd" --socket "$dir/world.sock" --devices "${QDP_WORLD_DEVICES:-cpu:2}" $daemon_args \
       >"$dir/world.log" 2>&1 &
     ;;
