@@ -9,23 +9,7 @@ out=${2:?usage: run-mesh.sh BUILD_DIR OUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 rc=0
-{
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  nvidia-smi topo -m
-  # QDP_COMMIT: the commit the tree was built from (a copied tree may carry a stale .git).
-  echo "commit ${QDP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-} > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
-run() {
-  local name=$1 limit=$2
-  shift 2
-  local start=$(date +%s)
-  CK_FORK=no timeout "$limit" "$@" > "$out/$name.txt" 2>&1
-  local r=$?
-  echo "== $name: exit $r ($(( $(date +%s) - start )) s)"
-  tail -n 40 "$out/$name.txt"
-  [ $r -eq 0 ] || rc=1
-}
+. "$root/bench/run-common.sh"
 for t in ${QDP_MESH_TESTS:-test_runtime_cuda test_views_cuda}; do
   run "$t" 300 "$build/tests/gpu/$t"
 done

@@ -16,22 +16,7 @@ rc=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # --bind-to none: a lone rank is otherwise bound to one core, which its GPUs' threads then share.
 mpi="mpirun --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader"
-{
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  # QDP_COMMIT: the commit the tree was built from (a copied tree may carry a stale .git).
-  echo "commit ${QDP_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-} > "$out/gpu.txt" 2>&1
-cat "$out/gpu.txt"
-run() {
-  local name=$1 limit=$2
-  shift 2
-  local start=$(date +%s)
-  CK_FORK=no timeout "$limit" "$@" > "$out/$name.txt" 2>&1
-  local r=$?
-  echo "== $name: exit $r ($(( $(date +%s) - start )) s)"
-  tail -n "${TAIL:-30}" "$out/$name.txt"
-  [ $r -eq 0 ] || rc=1
-}
+. "$root/bench/run-common.sh"
 run test_runtime_cuda 300 "$build/tests/gpu/test_runtime_cuda"
 # numpy lives in the python on PATH there, not in /usr/bin/python3.
 py=$(env -u LD_LIBRARY_PATH which python3)
