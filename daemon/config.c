@@ -60,7 +60,8 @@ static const struct config_option options[] = {
     OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "host-input staging buffer per device; 0: the backend's default"),
     OPT(host_collectives, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
-        "reduce sharded norms on the host even where NCCL could (the fallback, for comparison)"),
+        "reduce sharded norms on the host even where NCCL could, and keep a world's ranks out of "
+        "one NCCL group (the fallback, for comparison)"),
     OPT(nccl_exchange, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "swap iqp's global-bit stages over NCCL even between GPUs that can read each other "
         "directly (for comparison)"),
