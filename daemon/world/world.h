@@ -6,8 +6,9 @@
  * budgets), and on ranks other than 0 the states they hold. Rank 0 is the coordinator: it plans
  * across the world's devices, sends each job (the plan and each rank's slice of the input, to the
  * ranks that own shards and to no one else), runs its own shards and collects the others'
- * outcomes. Fetches of shards held elsewhere and releases go to the owning ranks. The other ranks
- * run world_serve: they never serve clients.
+ * outcomes. Fetches of shards held elsewhere, views of those on this node, and releases go to the
+ * owning ranks. When every device is a GPU the ranks also share one NCCL group (world_start).
+ * The other ranks run world_serve: they never serve clients.
  *
  * Faults: every wait on another rank is bounded by the rank timeout. A rank that does not answer in
  * time is marked lost (it stays lost until the world is restarted); the job fails with
