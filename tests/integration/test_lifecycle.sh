@@ -5,7 +5,9 @@
 #     keeps serving;
 #  2. TCP with a token: the right token is served, none or a wrong one is UNAUTHENTICATED (4);
 #  3. SIGTERM while a Fetch stream is in flight: the stream completes (calls in flight drain),
-#     qdpd exits 0 and removes its socket.
+#     qdpd exits 0 and removes its socket;
+#  4. a qdpd whose CPU affinity allows one CPU of several (as mpirun binds a lone rank) warns at
+#     start with the fix; one free to use them all does not.
 # Every daemon runs in a `mktemp -d` folder; a trap kills what is left and removes the folder.
 set -u
 qdpd=$1
@@ -177,6 +179,32 @@ else
   rc=$?
   forget "$t"
   [ "$rc" -eq 0 ] || fail "the TCP qdpd exited with $rc after SIGTERM"
+fi
+
+# ---- 4. a daemon bound to one CPU says so ----
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc --all)" -ge 2 ]; then
+  taskset -c 0 "$qdpd" --socket "$dir/one.sock" --devices cpu:1 2>"$dir/one.log" &
+  o=$!
+  pids="$pids $o"
+  if ! wait_for_line "$dir/one.log" "listening on unix:" "$o"; then
+    fail "qdpd on one CPU did not start: $(cat "$dir/one.log")"
+  elif grep -q "may run on 1 of the node's .*--bind-to none" "$dir/one.log"; then
+    ok "qdpd on one CPU warns: $(grep -o 'may run on 1 of[^:]*' "$dir/one.log")"
+  else
+    fail "qdpd on one CPU gave no warning: $(cat "$dir/one.log")"
+  fi
+  kill -TERM "$o"
+  wait_exit "$o" 30 >/dev/null
+  forget "$o"
+  if [ "$(nproc)" -ne "$(nproc --all)" ]; then
+    echo "skip: this test itself runs on $(nproc) of $(nproc --all) CPUs"
+  elif grep -q "may run on" "$dir/a.log"; then
+    fail "the unbound qdpd warned about its CPUs: $(grep 'may run on' "$dir/a.log")"
+  else
+    ok "the unbound qdpd does not warn"
+  fi
+else
+  echo "skip: a single-CPU machine (or no taskset) cannot show the CPU warning"
 fi
 
 if [ "$fails" -ne 0 ]; then
