@@ -175,6 +175,12 @@ static const char *input_at(const struct runtime_input *in, uint64_t flat) {
   return (const char *)in->data + (flat - input_first(in)) * qdp_dtype_size(in->dtype);
 }
 
+/* The values of a shard's range present in each sample (the rest is zero padding). */
+static uint64_t shard_len(const struct plan_shard *sh, uint64_t cols) {
+  uint64_t present = cols > sh->first ? cols - sh->first : 0;
+  return present < sh->count ? present : sh->count;
+}
+
 /* Describes the first non-finite value of sample `row` for an error message. */
 static qdp_status bad_value(struct qdp_error *reterr, const char *what,
                             const struct runtime_input *in, uint64_t index) {
@@ -418,12 +424,6 @@ static bool device_norm_possible(const struct runtime_mesh *m, const struct devi
     }
   }
   return true;
-}
-
-/* The values of a shard's range present in each sample (the rest is zero padding). */
-static uint64_t shard_len(const struct plan_shard *sh, uint64_t cols) {
-  uint64_t present = cols > sh->first ? cols - sh->first : 0;
-  return present < sh->count ? present : sh->count;
 }
 
 /* A shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
@@ -871,9 +871,8 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
                                           .pinned = in->pinned};
     uint64_t row0 = sh->row_first * in->cols;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
-      uint64_t present = in->cols > sh->first ? in->cols - sh->first : 0;
-      k->work.len = present < sh->count ? present : sh->count;
-      k->work.x = present ? input_at(in, row0 + sh->first) : in->data;
+      k->work.len = shard_len(sh, in->cols);
+      k->work.x = k->work.len ? input_at(in, row0 + sh->first) : in->data;
     } else {
       k->work.x = input_at(in, row0);
     }

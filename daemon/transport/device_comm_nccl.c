@@ -357,21 +357,19 @@ qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
       ncclResult_t state = ncclSuccess;
       ncclResult_t r = ncclCommGetAsyncError(c->comms[local], &state);
       r = r != ncclSuccess ? r : state;
+      qdp_status rc = QDP_OK;
       if (r != ncclSuccess) {
-        pthread_mutex_lock(&c->lock);
-        qdp_status rc = nccl_failed(c, local, r, "a collective", reterr);
-        abort_group(c, reterr ? reterr->msg : "a collective failed");
-        pthread_mutex_unlock(&c->lock);
-        return rc;
-      }
-      if (now_us() - start > c->timeout_ms * 1000) {
-        qdp_status rc = qdp_error_set_at(
+        rc = nccl_failed(c, local, r, "a collective", reterr);
+      } else if (now_us() - start > c->timeout_ms * 1000) {
+        rc = qdp_error_set_at(
             reterr, QDP_ERR_UNAVAILABLE, ordinal, -1,
             "cuda:%d: a collective of the device group did not complete within %llu ms: "
             "another process of the group is gone or hung; the group is aborted",
             ordinal, (unsigned long long)c->timeout_ms);
+      }
+      if (rc != QDP_OK) {
         pthread_mutex_lock(&c->lock);
-        abort_group(c, reterr ? reterr->msg : "a collective timed out");
+        abort_group(c, reterr ? reterr->msg : "a collective failed or timed out");
         pthread_mutex_unlock(&c->lock);
         return rc;
       }
