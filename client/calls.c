@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -489,6 +491,8 @@ struct request {
   Qdp__Input input;
   Qdp__Placement placement;
   Qdp__SharedMemory shm;
+  char path[PATH_MAX];
+  char ticket[64];
 };
 
 static qdp_status build_request(const struct qdp_encode_opts *opts, const struct qdp_input *in,
@@ -581,6 +585,67 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
                           "The input kind %d is not one of qdp_input_kind.", (int)in->kind);
   }
   return QDP_OK;
+}
+
+/* An absolute form of path into buf (PATH_MAX): the daemon names files absolutely. */
+static qdp_status absolute(const char *path, char *buf, const char *field) {
+  int n;
+  if (path[0] == '/') {
+    n = snprintf(buf, PATH_MAX, "%s", path);
+  } else {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) {
+      return qdp__err_local(QDP_ERR_SYSTEM, errno, field,
+                            "'%s' is relative and the working directory is unknown: %s.", path,
+                            strerror(errno));
+    }
+    n = snprintf(buf, PATH_MAX, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, path);
+  }
+  if (n < 0 || n >= PATH_MAX) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, field, "'%s' is too long a path.", path);
+  }
+  return QDP_OK;
+}
+
+/* A file or shared memory of this node travels as a descriptor this process opened (the daemon
+ * opens nothing for its callers); over TCP a file is named by path, beneath the daemon's
+ * input_dir. */
+static qdp_status hand_over_input(qdp_client *c, const struct qdp_input *in, struct request *r) {
+  char sock[PATH_MAX];
+  qdp_status rc = QDP_OK;
+  int fd = -1;
+  if (r->input.source_case == QDP__INPUT__SOURCE_PATH) {
+    rc = absolute(in->path, r->path, "input.path");
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    r->input.path = r->path;
+    if (!qdp__unix_path(c, sock, sizeof sock)) {
+      return QDP_OK;
+    }
+    fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+      int err = errno;
+      return qdp__err_local(err == ENOENT || err == ENOTDIR ? QDP_ERR_NOT_FOUND
+                            : err == EACCES || err == EPERM ? QDP_ERR_PERMISSION_DENIED
+                                                            : QDP_ERR_SYSTEM,
+                            err, "input.path",
+                            "Cannot open '%s': %s (qdpd reads only what this process can open).",
+                            r->path, strerror(err));
+    }
+    rc = qdp__handoff(c, fd, 1, "input.path", r->ticket, sizeof r->ticket);
+    r->input.fd_ticket = r->ticket;
+  } else if (r->input.source_case == QDP__INPUT__SOURCE_SHM && !*r->shm.region) {
+    fd = qdp__open_shm(in->shm_name, in->shm_pid, in->shm_fd, &rc);
+    if (fd >= 0) {
+      rc = qdp__handoff(c, fd, 1, "input.shm", r->ticket, sizeof r->ticket);
+      r->shm.fd_ticket = r->ticket;
+    }
+  }
+  if (fd >= 0) {
+    close(fd);
+  }
+  return rc;
 }
 
 static qdp_status reply_state(Qdp__EncodeReply *rep, struct qdp_state_info **ret) {
@@ -693,10 +758,17 @@ static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned 
     }
   }
   grpc_byte_buffer *recv = NULL;
-  grpc_op ops[3];
+  grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   size_t nops = 0;
+  /* The daemon encodes an upload only when it sees its end marked: a stream cut short by a
+   * crash ends without it. */
+  static const unsigned char last[] = {0x18, 0x01}; /* field 3 (last), varint 1 */
+  grpc_slice ls = grpc_slice_from_static_buffer(last, sizeof last);
+  grpc_byte_buffer *lbb = grpc_raw_byte_buffer_create(&ls, 1);
   if (ok) {
+    ops[nops].op = GRPC_OP_SEND_MESSAGE;
+    ops[nops++].data.send_message.send_message = lbb;
     ops[nops++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   }
   ops[nops].op = GRPC_OP_RECV_INITIAL_METADATA;
@@ -704,6 +776,7 @@ static qdp_status upload(qdp_client *c, Qdp__EncodeRequest *req, const unsigned 
   ops[nops].op = GRPC_OP_RECV_MESSAGE;
   ops[nops++].data.recv_message.recv_message = &recv;
   qdp__call_batch(&k, ops, nops);
+  grpc_byte_buffer_destroy(lbb);
   rc = qdp__call_end(&k, QDP_OK);
   if (rc == QDP_OK) {
     Qdp__EncodeReply *rep =
@@ -738,6 +811,9 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
                                  struct qdp_plan_info **ret_plan) {
   struct request r;
   qdp_status rc = build_request(opts, in, &r);
+  if (rc == QDP_OK) {
+    rc = hand_over_input(c, in, &r);
+  }
   if (rc != QDP_OK) {
     return rc;
   }
@@ -937,16 +1013,25 @@ qdp_status qdp_gather(qdp_client *c, const char *handle, const char *token, cons
   return rc;
 }
 
-qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret) {
+static qdp_status list(qdp_client *c, int all, struct qdp_state_list **ret) {
   qdp__err_reset();
   qdp_status rc = check_ret(check_client(c), ret);
   if (rc != QDP_OK) {
     return rc;
   }
   Qdp__ListRequest req = QDP__LIST_REQUEST__INIT;
+  req.all = all != 0;
   *ret = unary_copy(c, M_LIST, &req.base, &qdp__list_reply__descriptor, list_from_pb,
                     "copying the list reply", &rc);
   return rc;
+}
+
+qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret) {
+  return list(c, 0, ret);
+}
+
+qdp_status qdp_list_all(qdp_client *c, struct qdp_state_list **ret) {
+  return list(c, 1, ret);
 }
 
 qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
@@ -1120,7 +1205,10 @@ static void cursor_copy(void *arg, void *dst, uint64_t n) {
 }
 
 static void binary_copy(void *arg, void *dst, uint64_t n) {
-  memcpy(dst, ((const ProtobufCBinaryData *)arg)->data, n);
+  /* A chunk without data has (NULL, 0) there, and memcpy wants valid pointers even for 0 bytes. */
+  if (n) {
+    memcpy(dst, ((const ProtobufCBinaryData *)arg)->data, n);
+  }
 }
 
 /* Delivers one received FetchChunk to the sink. qdpd writes offset, dtype and total before the data
@@ -1174,6 +1262,17 @@ static qdp_status read_chunk(grpc_byte_buffer *bb, struct sink *s) {
   return rc;
 }
 
+/* A stream that ended with OK must have delivered every amplitude it announced. */
+static qdp_status sink_end(const struct sink *s) {
+  uint64_t want = s->total * qdp_dtype_size(s->dtype);
+  if (s->dtype == QDP_DTYPE_UNSPECIFIED || s->received != want) {
+    return qdp__err_local(QDP_ERR_DATA_LOSS, -1, NULL,
+                          "The fetch stream ended after %" PRIu64 " of %" PRIu64 " bytes.",
+                          s->received, want);
+  }
+  return QDP_OK;
+}
+
 static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *token,
                                const struct qdp_fetch_opts *o, struct sink *s) {
   Qdp__StateRef ref = state_ref(handle, token);
@@ -1213,15 +1312,7 @@ static qdp_status fetch_stream(qdp_client *c, const char *handle, const char *to
     }
   }
   rc = qdp__call_end(&k, rc);
-  if (rc == QDP_OK) {
-    uint64_t want = s->total * qdp_dtype_size(s->dtype);
-    if (s->dtype == QDP_DTYPE_UNSPECIFIED || s->received != want) {
-      rc = qdp__err_local(QDP_ERR_DATA_LOSS, -1, NULL,
-                          "The fetch stream ended after %" PRIu64 " of %" PRIu64 " bytes.",
-                          s->received, want);
-    }
-  }
-  return rc;
+  return rc == QDP_OK ? sink_end(s) : rc;
 }
 
 static qdp_status fetch_opts(const struct qdp_fetch_opts *opts, struct qdp_fetch_opts *o) {
@@ -1378,12 +1469,78 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
   return rc;
 }
 
+/* Export from a client on the daemon's node: this process creates the file beside its target
+ * with its own rights, hands it over for the daemon to fill, and names it once it is complete,
+ * so the daemon writes nowhere this process could not and a failure leaves no partial file. */
+static qdp_status export_local(qdp_client *c, Qdp__ExportRequest *req, const char *path,
+                               int overwrite, Qdp__ExportReply **rep) {
+  char tmp[PATH_MAX], ticket[64];
+  const char *slash = strrchr(path, '/');
+  const char *base = slash + 1;
+  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "'%s' does not name a file.",
+                          path);
+  }
+  struct stat st;
+  if (!overwrite && lstat(path, &st) == 0) {
+    return qdp__err_local(QDP_ERR_ALREADY_EXISTS, -1, "path",
+                          "'%s' exists; choose another path or ask to overwrite it.", path);
+  }
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+      r ^= (uint32_t)getpid() * 2654435761u + (uint32_t)attempt;
+    }
+    if (snprintf(tmp, sizeof tmp, "%.*s.%s.%08x", (int)(base - path), path, base, r) >=
+        (int)sizeof tmp) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path",
+                            "'%s' is too long for a temporary name beside it.", path);
+    }
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0 && errno != EEXIST) {
+      int err = errno;
+      return qdp__err_local(err == ENOENT || err == ENOTDIR ? QDP_ERR_NOT_FOUND
+                            : err == EACCES || err == EPERM || err == EROFS
+                                ? QDP_ERR_PERMISSION_DENIED
+                                : QDP_ERR_SYSTEM,
+                            err, "path", "Cannot create a file beside '%s': %s.", path,
+                            strerror(err));
+    }
+  }
+  if (fd < 0) {
+    return qdp__err_local(QDP_ERR_SYSTEM, EEXIST, "path",
+                          "Cannot find a free temporary name beside '%s'.", path);
+  }
+  qdp_status rc = qdp__handoff(c, fd, 2, "path", ticket, sizeof ticket);
+  close(fd);
+  if (rc == QDP_OK) {
+    req->path = tmp;
+    req->fd_ticket = ticket;
+    rc = qdp__unary(c, M_EXPORT, &req->base, &qdp__export_reply__descriptor,
+                    (ProtobufCMessage **)rep);
+  }
+  if (rc == QDP_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, overwrite ? 0 : RENAME_NOREPLACE)) {
+    int err = errno;
+    rc = qdp__err_local(err == EEXIST ? QDP_ERR_ALREADY_EXISTS : QDP_ERR_SYSTEM, err, "path",
+                        "Cannot name the exported file '%s': %s.", path, strerror(err));
+  }
+  if (rc != QDP_OK) {
+    unlink(tmp);
+  }
+  return rc;
+}
+
 qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, const char *path,
                       int overwrite, char **ret_path, uint64_t *ret_bytes) {
   qdp__err_reset();
   qdp_status rc = check_ref(c, handle, token);
   if (rc == QDP_OK && (!path || !*path)) {
     rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "The export path is empty.");
+  }
+  char abs[PATH_MAX];
+  if (rc == QDP_OK) {
+    rc = absolute(path, abs, "path");
   }
   if (rc != QDP_OK) {
     return rc;
@@ -1394,17 +1551,22 @@ qdp_status qdp_export(qdp_client *c, const char *handle, const char *token, cons
   Qdp__StateRef ref = state_ref(handle, token);
   Qdp__ExportRequest req = QDP__EXPORT_REQUEST__INIT;
   req.state = &ref;
-  req.path = (char *)path;
+  req.path = abs;
   req.overwrite = overwrite != 0;
   Qdp__ExportReply *rep = NULL;
-  rc =
-      qdp__unary(c, M_EXPORT, &req.base, &qdp__export_reply__descriptor, (ProtobufCMessage **)&rep);
+  char sock[PATH_MAX];
+  if (qdp__unix_path(c, sock, sizeof sock)) {
+    rc = export_local(c, &req, abs, overwrite, &rep);
+  } else {
+    rc = qdp__unary(c, M_EXPORT, &req.base, &qdp__export_reply__descriptor,
+                    (ProtobufCMessage **)&rep);
+  }
   if (rc == QDP_OK) {
     if (ret_bytes) {
       *ret_bytes = rep->bytes;
     }
     if (ret_path) {
-      *ret_path = strdup(rep->path && *rep->path ? rep->path : path);
+      *ret_path = strdup(abs);
       if (!*ret_path) {
         rc = qdp__err_nomem("copying the export reply");
       }
@@ -1470,6 +1632,18 @@ qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
     req.pid = pid;
     req.fd = fd;
   }
+  /* The daemon maps what this process opened, with this process's rights. */
+  char ticket[64];
+  int f = qdp__open_shm(name, pid, fd, &rc);
+  if (f < 0) {
+    return rc;
+  }
+  rc = qdp__handoff(c, f, 1, "region", ticket, sizeof ticket);
+  close(f);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  req.fd_ticket = ticket;
   Qdp__RegionInfo *rep = NULL;
   rc = qdp__unary(c, M_REGISTER_REGION, &req.base, &qdp__region_info__descriptor,
                   (ProtobufCMessage **)&rep);
@@ -1507,5 +1681,47 @@ qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *
   if (rep) {
     qdp__unregister_region_reply__free_unpacked(rep, NULL);
   }
+  return rc;
+}
+
+/* ---- Decoding without a call (libqdp_int.h) ---- */
+
+void *qdp__reply_from_pb(const ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  if (d == &qdp__state_info__descriptor) {
+    return state_from_pb(m);
+  }
+  if (d == &qdp__plan_reply__descriptor) {
+    return plan_from_pb(m);
+  }
+  if (d == &qdp__list_reply__descriptor) {
+    return list_from_pb(m);
+  }
+  if (d == &qdp__status_reply__descriptor) {
+    return status_from_pb(m);
+  }
+  return NULL;
+}
+
+qdp_status qdp__fetch_deliver(grpc_byte_buffer *const *msgs, size_t n, uint64_t offset,
+                              uint64_t count, qdp_dtype want_dtype, void *dst, size_t dst_bytes,
+                              int fd, uint64_t *ret_bytes) {
+  struct sink s;
+  memset(&s, 0, sizeof s);
+  s.dst = dst;
+  s.dst_bytes = dst_bytes;
+  s.fd = dst ? -1 : fd;
+  s.path = "the fetch's file";
+  s.want_dtype = want_dtype;
+  s.offset = offset;
+  s.expect = count;
+  qdp_status rc = QDP_OK;
+  for (size_t i = 0; i < n && rc == QDP_OK; i++) {
+    rc = read_chunk(msgs[i], &s);
+  }
+  if (rc == QDP_OK) {
+    rc = sink_end(&s);
+  }
+  *ret_bytes = s.received;
   return rc;
 }

@@ -92,6 +92,20 @@ QDP__HIDDEN ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb,
 /* Resolves the default target (see qdp_client_opts.target) into buf. */
 QDP__HIDDEN qdp_status qdp__default_target(char *buf, size_t size);
 
+/* ---- handoff.c: descriptors this process opened, handed to the daemon (proto/qdp.proto) ---- */
+
+/* The socket path of a "unix:" target into buf; 0 for any other target (TCP). */
+QDP__HIDDEN int qdp__unix_path(const qdp_client *c, char *buf, size_t len);
+/* Hands fd (kept open here) to the daemon for reading (access 1) or writing (2); the ticket it
+ * answers goes to ticket (len bytes). INVALID_ARGUMENT (field) on a target that is not a Unix
+ * socket; the daemon's refusal keeps its status. */
+QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field,
+                                    char *ticket, size_t len);
+/* Opens shared memory for reading with this process's rights: by name (shm_open), or as fd of
+ * process pid (this process: a duplicate; another: /proc/<pid>/fd/<fd>, regular files only).
+ * Returns the descriptor, or -1 with *rc set and recorded. */
+QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc);
+
 /* ---- calls.c and views.c: views and their leases ---- */
 
 /* Describe, with views when `views` (this process's pid as the lease's owner). */
@@ -105,6 +119,24 @@ QDP__HIDDEN qdp_status qdp__close_view(qdp_client *c, const char *handle, const 
 QDP__HIDDEN void qdp__views_forget(qdp_client *c, const char *handle);
 /* Closes every view of the client (qdp_client_destroy). */
 QDP__HIDDEN void qdp__views_forget_all(qdp_client *c);
+
+/* ---- calls.c: the decoding of what the daemon sends, reachable without a call (unit tests and
+ * fuzzers feed it bytes directly) ---- */
+
+/* The libqdp struct an unpacked unary reply becomes, as the public call returns it: a StateInfo
+ * gives a struct qdp_state_info (free with qdp_state_info_free), a PlanReply a qdp_plan_info, a
+ * ListReply a qdp_state_list, a StatusReply a qdp_server_status. NULL when out of memory or for
+ * any other message type. */
+QDP__HIDDEN void *qdp__reply_from_pb(const ProtobufCMessage *m);
+
+/* Delivers the n FetchChunk messages of a fetch stream of amplitudes [offset, offset + count)
+ * (count 0: as many as the stream announces) exactly as qdp_fetch does, into dst (dst_bytes), or
+ * when dst is NULL into fd as qdp_fetch_npy does (want_dtype: the dtype the state must have,
+ * UNSPECIFIED for any); then checks, as at the end of a stream, that every announced amplitude
+ * came. *ret_bytes: the bytes delivered. The first refused message stops it, with its status. */
+QDP__HIDDEN qdp_status qdp__fetch_deliver(grpc_byte_buffer *const *msgs, size_t n, uint64_t offset,
+                                          uint64_t count, qdp_dtype want_dtype, void *dst,
+                                          size_t dst_bytes, int fd, uint64_t *ret_bytes);
 
 /* ---- npy.c: the NumPy .npy format (versions 1.0-3.0, little-endian, C order) ---- */
 

@@ -98,7 +98,8 @@ struct qdp_client_opts {
   const char *target;
   /* Sent as "authorization: Bearer <token>" (TCP daemons ask for one). NULL: $QDP_TOKEN. */
   const char *token;
-  /* The identity per-client budgets count against ("qdp-client" metadata). NULL: user@host:pid. */
+  /* A label for the daemon's logs ("qdp-client" metadata); NULL: user@host:pid. The identity
+   * budgets and ownership count against is the daemon's own finding (uid, or token principal). */
   const char *client_name;
   /* Deadline of each unary call in milliseconds; 0 = none. */
   int64_t timeout_ms;
@@ -169,8 +170,10 @@ struct qdp_encode_opts {
 typedef enum qdp_input_kind {
   QDP_INPUT_NONE = 0,        /* shape only (dtype, rows, cols): for qdp_plan */
   QDP_INPUT_INLINE = 1,      /* data/data_bytes, sent in the request (one message) */
-  QDP_INPUT_SERVER_FILE = 2, /* path: a .npy (or raw, with dtype/rows/cols) on the daemon's node */
-  QDP_INPUT_SHM = 3,         /* shm_name, or shm_pid + shm_fd; offset and length in bytes */
+  QDP_INPUT_SERVER_FILE = 2, /* path: a .npy on the daemon's node, opened by this process (over
+                                TCP: named, beneath the daemon's input_dir) */
+  QDP_INPUT_SHM = 3,         /* shm_name, or shm_pid + shm_fd, opened by this process; offset and
+                                length in bytes */
   QDP_INPUT_UPLOAD = 4,      /* data/data_bytes, streamed in chunk_bytes pieces */
   QDP_INPUT_LOCAL_FILE = 5   /* path: a local .npy or raw file; inline up to inline_max bytes,
                                 streamed beyond */
@@ -364,9 +367,15 @@ QDP_EXPORT qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts
 QDP_EXPORT qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
                                    struct qdp_state_info **ret);
 
+/* The calling identity's own states (its uid on the Unix socket, its token's principal over TCP). */
 QDP_EXPORT qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret);
 
-/* Releases a state; ret_freed_bytes may be NULL. */
+/* Every identity's states (since 0.4): for the daemon's own user and root; PERMISSION_DENIED for
+ * anyone else. */
+QDP_EXPORT qdp_status qdp_list_all(qdp_client *c, struct qdp_state_list **ret);
+
+/* Releases a state; ret_freed_bytes may be NULL. token "" (since 0.4) releases one of the calling
+ * identity's own states by its handle alone, so a lost token strands no memory. */
 QDP_EXPORT qdp_status qdp_release(qdp_client *c, const char *handle, const char *token,
                                   uint64_t *ret_freed_bytes);
 
@@ -398,8 +407,12 @@ QDP_EXPORT qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const cha
                                     const struct qdp_fetch_opts *opts, const char *path,
                                     int overwrite);
 
-/* Has the daemon write the state as .npy at path (absolute, on its node). ret_path (may be NULL;
- * free with qdp_free) gets the path written, ret_bytes (may be NULL) the file's size. */
+/* Has the daemon write the state as .npy at path, on its node. Over the Unix socket this process
+ * creates the file beside path with its own rights (relative paths are taken from the working
+ * directory) and hands it to the daemon, which fills it; the file then gets its name, complete
+ * or not at all. Over TCP path is absolute and must lie beneath the daemon's export_dir. An
+ * existing file is refused unless overwrite. ret_path (may be NULL; free with qdp_free) gets the
+ * path written, ret_bytes (may be NULL) the file's size. */
 QDP_EXPORT qdp_status qdp_export(qdp_client *c, const char *handle, const char *token,
                                  const char *path, int overwrite, char **ret_path,
                                  uint64_t *ret_bytes);
@@ -428,7 +441,9 @@ struct qdp_region_info {
 /* clang-format on */
 
 /* Registers a shared-memory region of this node with the daemon: by name ("/my-input"), or name
- * NULL and pid + fd (the daemon opens /proc/<pid>/fd/<fd>). The daemon maps the whole object once
+ * NULL and pid + fd (this process's own fd, or /proc/<pid>/fd/<fd> opened with this process's
+ * rights); the descriptor is handed to the daemon, so a Unix socket target is needed. The
+ * daemon maps the whole object once
  * (and pins it on GPUs); encodes then name it with qdp_input.region / region_token. ret_info must
  * be initialised with QDP_REGION_INFO_INIT. */
 QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,

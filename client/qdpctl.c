@@ -441,6 +441,8 @@ enum {
   OPT_FD,
   OPT_VIEWS,
   OPT_DEVICE,
+  OPT_MINE,
+  OPT_ALL,
 };
 
 /* clang-format off */
@@ -884,8 +886,9 @@ static const char encode_help[] =
     "  --values V,V,...  inline values (float64 unless --input-dtype says otherwise)\n"
     "  --input FILE      a local .npy (or raw, with --input-dtype) file: sent inline when it is\n"
     "                    at most 1 MiB, streamed in 1 MiB chunks otherwise\n"
-    "  --server-file P   a .npy or raw file on qdpd's node, read by the daemon\n"
-    "  --shm NAME        a POSIX shared-memory region on qdpd's node (shm_open name)\n"
+    "  --server-file P   a .npy file on qdpd's node, read in place: qdpctl opens it (with your\n"
+    "                    rights) and hands it to qdpd; over TCP, a path beneath qdpd's input_dir\n"
+    "  --shm NAME        a POSIX shared-memory region on qdpd's node (shm_open name), likewise\n"
     "  --shm-fd FD       ... or an open fd of process --shm-pid PID (default: qdpctl itself)\n"
     "  --region REF      a region registered with 'qdpctl region add' (mapped once)\n"
     "    --offset N      bytes into the region\n"
@@ -1407,13 +1410,16 @@ static const char view_close_help[] =
     "  qdpctl view-close 4f1c2a...:9b0e... 7\n";
 
 static const char ls_help[] =
-    "Usage: qdpctl ls\n"
+    "Usage: qdpctl ls [--mine | --all]\n"
     "\n"
-    "Lists the states qdpd holds (handles only: tokens are never listed): encoding, qubits,\n"
-    "batch, dtype, bytes, policy, shards, owner, expiry and label.\n"
+    "Lists your states (handles only: tokens are never listed): encoding, qubits, batch, dtype,\n"
+    "bytes, policy, shards, owner, expiry and label. You are who the daemon finds you to be: your\n"
+    "uid on its socket, your token's principal over TCP. --mine (the default) says so; --all\n"
+    "lists every identity's states, for the daemon's own user and root.\n"
     "\n"
     "Examples:\n"
     "  qdpctl ls\n"
+    "  sudo qdpctl ls --all\n"
     "  qdpctl --json ls | python3 -c 'import json,sys; "
     "print(len(json.load(sys.stdin)[\"states\"]))'\n";
 
@@ -1438,7 +1444,9 @@ static const char fetch_help[] =
 static const char export_help[] =
     "Usage: qdpctl export REF PATH [--force]\n"
     "\n"
-    "Has qdpd write the state as a .npy file at PATH, an absolute path on the daemon's node.\n"
+    "Has qdpd write the state as a .npy file at PATH on the daemon's node. qdpctl creates the file\n"
+    "beside PATH with your rights and hands it to qdpd, which fills it; it then gets its name,\n"
+    "complete or not at all. Over TCP, PATH is absolute and must lie beneath qdpd's export_dir.\n"
     "An existing file is refused unless --force. (To get the file on this machine instead, use\n"
     "fetch.)\n"
     "\n"
@@ -1447,12 +1455,18 @@ static const char export_help[] =
 
 static const char rm_help[] =
     "Usage: qdpctl rm REF [REF...]\n"
+    "       qdpctl rm --mine HANDLE [HANDLE...]\n"
+    "       qdpctl rm --mine --all\n"
     "\n"
-    "Releases states and frees their memory on the devices. Stops at the first REF that fails\n"
-    "(and exits with its code); the ones before it are released.\n"
+    "Releases states and frees their memory on the devices. Stops at the first one that fails\n"
+    "(and exits with its code); the ones before it are released. With --mine, your own states\n"
+    "are released by handle alone, no token needed (a lost token strands no memory); --mine --all\n"
+    "releases every state of yours.\n"
     "\n"
-    "Example:\n"
-    "  qdpctl rm 4f1c2a...:9b0e... 77d0e1...:c4a2...\n";
+    "Examples:\n"
+    "  qdpctl rm 4f1c2a...:9b0e... 77d0e1...:c4a2...\n"
+    "  qdpctl rm --mine s4f1c2a0b9e8d7c6\n"
+    "  qdpctl rm --mine --all\n";
 
 static const char status_help[] =
     "Usage: qdpctl status\n"
@@ -1708,18 +1722,63 @@ static int cmd_view_close(struct global *g, int argc, char **argv) {
   return rc;
 }
 
+/* The options of ls and rm: --mine, --all, and up to max_pos positional arguments. */
+static int parse_owned(struct global *g, const char *cmd, const char *help, int argc, char **argv,
+                       int max_pos, const char **pos, int *npos, int *mine, int *all) {
+  static const struct option opts[] = {
+      {"mine", no_argument, NULL, OPT_MINE},
+      {"all", no_argument, NULL, OPT_ALL},
+      COMMON_LONG_OPTS,
+      {NULL, 0, NULL, 0},
+  };
+  optind = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int r = common_opt(g, opt, optarg);
+    if (r < 0) {
+      return usage_error(cmd, "bad value '%s'", optarg);
+    }
+    if (r > 0) {
+      continue;
+    }
+    switch (opt) {
+    case OPT_HELP:
+      print_help(help, "\n");
+      return -1;
+    case OPT_MINE:
+      *mine = 1;
+      break;
+    case OPT_ALL:
+      *all = 1;
+      break;
+    default:
+      return usage_error(cmd, "unknown option");
+    }
+  }
+  *npos = 0;
+  for (int i = optind; i < argc; i++) {
+    if (*npos >= max_pos) {
+      return usage_error(cmd, "unexpected argument '%s'", argv[i]);
+    }
+    pos[(*npos)++] = argv[i];
+  }
+  return EXIT_OK;
+}
+
 static int cmd_ls(struct global *g, int argc, char **argv) {
   const char *pos[1];
-  int npos;
-  int rc =
-      parse_simple(g, "ls", ls_help, argc, argv, 0, 0, pos, &npos, NULL, NULL, NULL, NULL, NULL);
+  int npos, mine = 0, all = 0;
+  int rc = parse_owned(g, "ls", ls_help, argc, argv, 0, pos, &npos, &mine, &all);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
+  }
+  if (mine && all) {
+    return usage_error("ls", "--mine and --all contradict each other");
   }
   qdp_client *c = NULL;
   rc = connect_client(g, "ls", &c);
   struct qdp_state_list *l = NULL;
-  if (rc == EXIT_OK && qdp_list(c, &l) != QDP_OK) {
+  if (rc == EXIT_OK && (all ? qdp_list_all(c, &l) : qdp_list(c, &l)) != QDP_OK) {
     rc = fail(g, "ls");
   } else if (rc == EXIT_OK) {
     if (g->json) {
@@ -1860,21 +1919,42 @@ static int cmd_export(struct global *g, int argc, char **argv) {
 
 static int cmd_rm(struct global *g, int argc, char **argv) {
   const char *pos[256];
-  int npos;
-  int rc =
-      parse_simple(g, "rm", rm_help, argc, argv, 1, 256, pos, &npos, NULL, NULL, NULL, NULL, NULL);
+  int npos, mine = 0, all = 0;
+  int rc = parse_owned(g, "rm", rm_help, argc, argv, 256, pos, &npos, &mine, &all);
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
-  char bufs[256][256];
+  if (all && (!mine || npos > 0)) {
+    return usage_error("rm", "--all releases every state of yours: give it with --mine and no "
+                             "handles");
+  }
+  if (!all && npos == 0) {
+    return usage_error("rm", "missing REF");
+  }
+  static char bufs[256][256];
   const char *handles[256], *tokens[256];
   for (int i = 0; i < npos; i++) {
-    if (split_ref("rm", pos[i], bufs[i], sizeof bufs[i], &handles[i], &tokens[i]) != EXIT_OK) {
+    if (mine && !strchr(pos[i], ':')) {
+      handles[i] = pos[i]; /* your own, by handle: no token */
+      tokens[i] = "";
+    } else if (split_ref("rm", pos[i], bufs[i], sizeof bufs[i], &handles[i], &tokens[i]) !=
+               EXIT_OK) {
       return EXIT_USAGE;
     }
   }
   qdp_client *c = NULL;
   rc = connect_client(g, "rm", &c);
+  struct qdp_state_list *l = NULL;
+  if (rc == EXIT_OK && all) {
+    if (qdp_list(c, &l) != QDP_OK) {
+      rc = fail(g, "rm");
+    } else {
+      for (size_t k = 0; k < l->count && k < 256; k++) {
+        handles[npos] = l->states[k]->handle;
+        tokens[npos++] = "";
+      }
+    }
+  }
   struct jw w = {stdout, 0, {0}};
   if (rc == EXIT_OK && g->json) {
     jw_open(&w, NULL, '{');
@@ -1910,6 +1990,7 @@ static int cmd_rm(struct global *g, int argc, char **argv) {
       rc = exit_code_for(e);
     }
   }
+  qdp_state_list_free(l);
   qdp_client_destroy(c);
   return rc;
 }
@@ -1922,7 +2003,8 @@ static const char region_help[] =
     "GPUs) and prints the region's REF (HANDLE:TOKEN); 'encode --region REF --offset N --length "
     "N'\n"
     "then reads it in place, as many times as needed, without mapping it again. The region is\n"
-    "named by its shm_open NAME, or by an open fd of a process (qdpd opens /proc/PID/fd/FD).\n"
+    "named by its shm_open NAME, or by an open fd of a process (/proc/PID/fd/FD); qdpctl opens it\n"
+    "with your rights and hands the descriptor to qdpd (so it must run on qdpd's node).\n"
     "rm unregisters it; an encode reading it finishes first.\n"
     "\n"
     "Examples:\n"

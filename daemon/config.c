@@ -37,19 +37,25 @@ static const struct config_option options[] = {
     OPT(socket, CONFIG_STRING, "", 0, 107, "path", false, NULL,
         "Unix socket; empty: $RUNTIME_DIRECTORY/qdpd.sock, /run/qdp/qdpd.sock (root) or "
         "$XDG_RUNTIME_DIR/qdp/qdpd.sock"),
+    OPT(socket_mode, CONFIG_MODE, "0660", 0, 0777, "mode", false, NULL,
+        "permission bits of the Unix socket (octal); whoever may connect is a client"),
+    OPT(socket_group, CONFIG_STRING, "", 0, 63, "group", false, NULL,
+        "group of the Unix socket (name or number); empty: the daemon's own group"),
     OPT(tcp, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "host:port", false, NULL,
-        "also listen on TCP at HOST:PORT (port 0 picks one); empty: TCP off"),
+        "also listen on TCP at HOST:PORT (port 0 picks one); needs tcp_token or tcp_tokens_file; "
+        "empty: TCP off"),
     OPT(tcp_token, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "text", false, "QDP_TOKEN",
-        "when set, TCP clients must send metadata 'authorization: Bearer <token>'"),
+        "a bearer token for TCP clients ('authorization: Bearer <token>'), principal 'tcp'"),
+    OPT(tcp_tokens_file, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
+        "file of TCP bearer tokens, one 'PRINCIPAL TOKEN' per line; each principal is an identity"),
     OPT(tcp_node_paths, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
-        "let TCP clients name files and shared memory on this node (.npy inputs, shm, Export)"),
-    OPT(shm_by_pid, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
-        "accept shared memory named by pid + fd; qdpd cannot tell whether the caller is that "
-        "process, so allow it only where every socket user may read the others' memory"),
+        "let TCP clients read .npy files beneath input_dir and Export beneath export_dir"),
     OPT(input_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
-        ".npy inputs must lie under this directory; empty: any file the daemon may read"),
+        ".npy inputs named by path must lie beneath this folder (also files Unix clients hand "
+        "over); empty: no folder (TCP clients then name none)"),
     OPT(export_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
-        "Export writes only under this directory; empty: anywhere the daemon may write"),
+        "Export writes only beneath this folder (also files Unix clients hand over); empty: no "
+        "folder (TCP clients then export nowhere)"),
     OPT(devices, CONFIG_STRING, "auto", 1, CONFIG_STR_MAX - 1, "list", false, NULL,
         "devices to own: 'auto' (all GPUs, else cpu:1), 'cpu:N', GPU ordinals '0,1', or "
         "'local-rank' (one GPU per rank: the rank's index on its node)"),
@@ -92,6 +98,10 @@ static const struct config_option options[] = {
         "largest input one EncodeUpload may send"),
     OPT(upload_budget, CONFIG_BYTES, "4Gi", 0, UINT64_MAX, "bytes", true, NULL,
         "host memory all uploads in flight together may hold"),
+    OPT(client_upload_budget, CONFIG_BYTES, "1Gi", 0, UINT64_MAX, "bytes", true, NULL,
+        "host memory the uploads in flight of one client may hold"),
+    OPT(upload_idle_timeout, CONFIG_SECONDS, "30", 1, 86400, "seconds", true, NULL,
+        "an upload that sends nothing for this long is cancelled and its memory freed"),
     OPT(fetch_chunk, CONFIG_BYTES, "1Mi", 4 * KI, 64 * MI, "bytes", true, NULL,
         "Fetch chunk size when the request gives none"),
     OPT(workers, CONFIG_U64, "4", 1, 256, "count", false, NULL,
@@ -212,6 +222,22 @@ qdp_status config_parse_u64(const char *s, uint64_t min, uint64_t max, const cha
     *ret = v;
   }
   return rc;
+}
+
+qdp_status config_parse_mode(const char *s, const char *field, uint64_t *ret,
+                             struct qdp_error *reterr) {
+  uint64_t v = 0;
+  size_t n = 0;
+  for (; s[n] >= '0' && s[n] <= '7' && n < 5; n++) {
+    v = v * 8 + (uint64_t)(s[n] - '0');
+  }
+  if (n == 0 || s[n] != '\0' || v > 0777) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                         "%s = '%s' is not permission bits in octal (0000 to 0777, e.g. 0660)",
+                         field, s);
+  }
+  *ret = v;
+  return QDP_OK;
 }
 
 static qdp_status scaled(const char *s, const char *suffix, uint64_t v, uint64_t mul, uint64_t min,
@@ -368,6 +394,8 @@ static qdp_status set_value(struct config *c, const struct config_option *o, con
     return config_parse_bool(value, o->name, (bool *)p, reterr);
   case CONFIG_U64:
     return config_parse_u64(value, o->min, o->max, o->name, (uint64_t *)p, reterr);
+  case CONFIG_MODE:
+    return config_parse_mode(value, o->name, (uint64_t *)p, reterr);
   case CONFIG_BYTES:
     return config_parse_bytes(value, o->min, o->max, o->name, (uint64_t *)p, reterr);
   case CONFIG_SECONDS:
@@ -719,6 +747,18 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
                          "max_upload_bytes = %" PRIu64 " B is above upload_budget = %" PRIu64 " B",
                          c->max_upload_bytes, c->upload_budget);
   }
+  if (c->tcp[0] && !c->tcp_token[0] && !c->tcp_tokens_file[0]) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
+                         "tcp = '%s' needs tcp_token or tcp_tokens_file: a TCP caller's identity "
+                         "is the principal of the token it presents",
+                         c->tcp);
+  }
+  if (c->client_upload_budget > c->upload_budget) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_upload_budget",
+                         "client_upload_budget = %" PRIu64 " B is above upload_budget = %" PRIu64
+                         " B",
+                         c->client_upload_budget, c->upload_budget);
+  }
   if (c->tcp[0]) {
     const char *colon = strrchr(c->tcp, ':');
     uint64_t port;
@@ -731,7 +771,10 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
   /* Paths that, when set, must be absolute. */
   const struct {
     const char *name, *value;
-  } paths[] = {{"input_dir", c->input_dir}, {"export_dir", c->export_dir}, {"socket", c->socket}};
+  } paths[] = {{"input_dir", c->input_dir},
+               {"export_dir", c->export_dir},
+               {"socket", c->socket},
+               {"tcp_tokens_file", c->tcp_tokens_file}};
   for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
     if (paths[i].value[0] && paths[i].value[0] != '/') {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, paths[i].name,
@@ -762,6 +805,9 @@ void config_format_value(const struct config *c, const struct config_option *o, 
   case CONFIG_BYTES:
   case CONFIG_SECONDS:
     snprintf(buf, len, "%" PRIu64, *(const uint64_t *)p);
+    break;
+  case CONFIG_MODE:
+    snprintf(buf, len, "%04" PRIo64, *(const uint64_t *)p);
     break;
   case CONFIG_DOUBLE:
     snprintf(buf, len, "%g", *(const double *)p);

@@ -35,6 +35,7 @@ enum config_type {
   CONFIG_BYTES,   /* uint64_t bytes, with size suffixes */
   CONFIG_SECONDS, /* uint64_t seconds, with s/m/h/d suffixes */
   CONFIG_DOUBLE,
+  CONFIG_MODE,  /* uint64_t permission bits, in octal */
   CONFIG_LEVEL /* int syslog level 3..7, by name (err, warning, notice, info, debug) or number */
 };
 
@@ -56,10 +57,12 @@ struct config_option {
 struct config {
   char config[CONFIG_STR_MAX];
   char socket[CONFIG_STR_MAX];
+  uint64_t socket_mode;
+  char socket_group[CONFIG_STR_MAX];
   char tcp[CONFIG_STR_MAX];
   char tcp_token[CONFIG_STR_MAX];
+  char tcp_tokens_file[CONFIG_STR_MAX];
   bool tcp_node_paths;
-  bool shm_by_pid;
   char input_dir[CONFIG_STR_MAX];
   char export_dir[CONFIG_STR_MAX];
   char devices[CONFIG_STR_MAX];
@@ -82,6 +85,8 @@ struct config {
   uint64_t max_message_bytes;
   uint64_t max_upload_bytes;
   uint64_t upload_budget;
+  uint64_t client_upload_budget;
+  uint64_t upload_idle_timeout;
   uint64_t fetch_chunk;
   uint64_t workers;
   uint64_t shutdown_timeout;
@@ -157,6 +162,8 @@ qdp_status config_parse_bytes(const char *s, uint64_t min, uint64_t max, const c
                               uint64_t *ret, struct qdp_error *reterr);
 qdp_status config_parse_seconds(const char *s, uint64_t min, uint64_t max, const char *field,
                                 uint64_t *ret, struct qdp_error *reterr);
+qdp_status config_parse_mode(const char *s, const char *field, uint64_t *ret,
+                             struct qdp_error *reterr);
 qdp_status config_parse_double(const char *s, double min, double max, const char *field,
                                double *ret, struct qdp_error *reterr);
 qdp_status config_parse_bool(const char *s, const char *field, bool *ret, struct qdp_error *reterr);

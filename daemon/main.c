@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "io/map.h"
 #include "log.h"
 #include "qdp_build_config.h"
 #include "rpc/server.h"
@@ -43,7 +44,6 @@ struct daemon {
   char socket_path[CONFIG_STR_MAX];
   char lock_path[CONFIG_STR_MAX + 8];
   int lock_fd;
-  bool socket_bound;
   struct runtime_mesh *mesh;
   struct world *world;
   struct state_store *store;
@@ -442,20 +442,28 @@ int main(int argc, char **argv) {
   }
 
   d.loop = uv_default_loop();
-  struct rpc_server_deps deps = {
-      .cfg = &d.cfg, .mesh = d.mesh, .world = d.world, .store = d.store, .loop = d.loop};
+  /* The daemon's own files: no caller reads or replaces them through it. */
+  struct io_file_id own[RPC_OWN_FILES_MAX];
+  size_t nown = 0;
+  const char *own_paths[] = {d.lock_path, d.cfg.config, d.cfg.tcp_tokens_file};
+  for (size_t i = 0; i < sizeof own_paths / sizeof own_paths[0]; i++) {
+    struct stat st;
+    if (own_paths[i][0] && stat(own_paths[i], &st) == 0) {
+      own[nown++] = (struct io_file_id){.dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
+    }
+  }
+  struct rpc_server_deps deps = {.cfg = &d.cfg,
+                                 .own_files = own,
+                                 .nown = nown,
+                                 .mesh = d.mesh,
+                                 .world = d.world,
+                                 .store = d.store,
+                                 .loop = d.loop};
   int tcp_port = 0;
-  /* The socket is created 0660 (owner and group: the qdp group are the clients). */
-  mode_t old_umask = umask(0117);
   src = rpc_server_create(&deps, d.socket_path, &d.server, &tcp_port, &err);
-  umask(old_umask);
   if (src != QDP_OK) {
     rc = fail("cannot listen", &err);
     goto out;
-  }
-  d.socket_bound = true;
-  if (chmod(d.socket_path, 0660) != 0) {
-    log_warning("main", "cannot set mode 0660 on '%s': %s", d.socket_path, strerror(errno));
   }
   if (rpc_server_start(d.server, &err) != QDP_OK) {
     rc = fail("cannot start", &err);
@@ -483,12 +491,6 @@ int main(int argc, char **argv) {
   if (d.cfg.tcp[0]) {
     const char *colon = strrchr(d.cfg.tcp, ':');
     snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d.cfg.tcp), d.cfg.tcp, tcp_port);
-    if (!d.cfg.tcp_token[0]) {
-      log_warning("main",
-                  "TCP is on at %s without tcp_token: anyone who reaches it may use the "
-                  "daemon",
-                  tcp_addr);
-    }
   }
   if (log_journal()) {
     log_notice("main", "listening on unix:%s", d.socket_path);
@@ -525,9 +527,6 @@ out:
   state_store_destroy(d.store);
   world_destroy(d.world); /* after the store: releasing states talks to the ranks */
   runtime_mesh_destroy(d.mesh);
-  if (d.socket_bound && unlink(d.socket_path) != 0 && errno != ENOENT) {
-    log_warning("main", "cannot remove '%s': %s", d.socket_path, strerror(errno));
-  }
   release_lock(&d);
   if (d.loop) {
     uv_loop_close(d.loop);

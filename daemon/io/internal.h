@@ -15,13 +15,24 @@
  * characters and single quotes replaced by '?', so a message stays one line whose quotes match. */
 void io_quote(char *dst, size_t cap, const char *src);
 
-/* Maps [offset, offset + length) of the regular file open on fd read-only. The caller has
- * checked the bounds. errno-style failures are SYSTEM with `what` (already quoted) leading. */
-qdp_status io_map_fd(int fd, uint64_t offset, uint64_t length, const char *what,
-                     struct io_mapping *ret, struct qdp_error *reterr);
+/* Maps [offset, offset + length) of the regular file open on fd read-only; on success the
+ * mapping holds fd (not closed on failure). The caller has checked the bounds. errno-style
+ * failures are SYSTEM with `what` (already quoted) leading. */
+qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *what,
+                        struct io_mapping *ret, struct qdp_error *reterr);
 
 /* The status for a failed open(2) of `what` (already quoted): NOT_FOUND, PERMISSION_DENIED or
  * SYSTEM, cause = err. */
 qdp_status io_open_error(int err, const char *what, const char *field, struct qdp_error *reterr);
+
+/* 16 lowercase hex digits of getrandom(2) and a NUL into out (17 bytes): names of temporary
+ * files. SYSTEM when the kernel gives no randomness. */
+qdp_status io_random_hex(char *out, struct qdp_error *reterr);
+
+/* io_folder_open_file for `rel`, already relative to the folder; `what` (quoted) leads the
+ * messages. */
+qdp_status io_folder_open_rel(const struct io_folder *f, const char *rel, int flags,
+                              const char *field, const char *what, int *ret_fd,
+                              struct qdp_error *reterr);
 
 #endif /* QDP_IO_INTERNAL_H */

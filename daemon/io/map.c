@@ -1,14 +1,19 @@
-/* map.c — shared-memory mappings and the helpers npy.c shares. */
+/* map.c — mappings of node-local inputs, confinement folders, and the helpers npy.c shares. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include "io/internal.h"
 #include "io/map.h"
@@ -74,8 +79,26 @@ qdp_status io_open_error(int err, const char *what, const char *field, struct qd
   return code;
 }
 
-qdp_status io_map_fd(int fd, uint64_t offset, uint64_t length, const char *what,
-                     struct io_mapping *ret, struct qdp_error *reterr) {
+qdp_status io_random_hex(char *out, struct qdp_error *reterr) {
+  unsigned char b[8];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno != EINTR) {
+      int err = errno;
+      return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "getrandom failed: %s",
+                              strerror(err));
+    }
+    got += n > 0 ? (size_t)n : 0;
+  }
+  for (size_t i = 0; i < sizeof b; i++) {
+    snprintf(out + 2 * i, 3, "%02x", b[i]);
+  }
+  return QDP_OK;
+}
+
+qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *what,
+                        struct io_mapping *ret, struct qdp_error *reterr) {
   long ps = sysconf(_SC_PAGESIZE);
   uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
   uint64_t aligned = offset - offset % page;
@@ -90,9 +113,12 @@ qdp_status io_map_fd(int fd, uint64_t offset, uint64_t length, const char *what,
   void *base = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)aligned);
   if (base == MAP_FAILED) {
     int err = errno;
-    qdp_status code = err == ENOMEM ? QDP_ERR_RESOURCE_EXHAUSTED : QDP_ERR_SYSTEM;
-    qdp_error_set(reterr, code, NULL, "%s: mmap of %zu B at offset %" PRIu64 " failed: %s", what,
-                  map_len, aligned, strerror(err));
+    qdp_status code = err == ENOMEM ? QDP_ERR_RESOURCE_EXHAUSTED
+                      : err == EACCES ? QDP_ERR_PERMISSION_DENIED
+                                      : QDP_ERR_SYSTEM;
+    qdp_error_set(reterr, code, NULL, "%s: mmap of %zu B at offset %" PRIu64 " failed: %s%s", what,
+                  map_len, aligned, strerror(err),
+                  err == EACCES ? " (the descriptor is not open for reading)" : "");
     if (reterr) {
       reterr->cause = err;
       reterr->need_bytes = map_len;
@@ -103,6 +129,8 @@ qdp_status io_map_fd(int fd, uint64_t offset, uint64_t length, const char *what,
   ret->map_len = map_len;
   ret->data = (const char *)base + delta;
   ret->bytes = length;
+  ret->fd = fd;
+  ret->file_end = offset + length;
 #ifdef F_GET_SEALS
   int seals = fcntl(fd, F_GET_SEALS);
   ret->sealed = seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
@@ -112,82 +140,32 @@ qdp_status io_map_fd(int fd, uint64_t offset, uint64_t length, const char *what,
   return QDP_OK;
 }
 
+bool io_mapping_shrunk(const struct io_mapping *m) {
+  struct stat st;
+  if (!m || !m->base) {
+    return false;
+  }
+  /* A descriptor fstat cannot read says nothing good about the object either. */
+  return fstat(m->fd, &st) != 0 || (uint64_t)st.st_size < m->file_end;
+}
+
 void io_unmap(struct io_mapping *m) {
   if (!m) {
     return;
   }
   if (m->base) {
     munmap(m->base, m->map_len);
+    close(m->fd);
   }
   *m = (struct io_mapping)IO_MAPPING_INIT;
 }
 
-/* Opens the region read-only; *ret_fd on success, with `what` describing it for messages. */
-static qdp_status open_region(const char *name, int pid, int fd, char *what, size_t what_cap,
-                              int *ret_fd, struct qdp_error *reterr) {
-  if (name && *name) {
-    char q[IO_QUOTE_CAP];
-    io_quote(q, sizeof q, name);
-    snprintf(what, what_cap, "shared memory '%s'", q);
-    size_t len = strlen(name);
-    if (name[0] != '/' || strchr(name + 1, '/') || len < 2 || len > NAME_MAX) {
-      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "shm.name",
-                           "%s: a shared-memory name is '/' then 1 to %d characters with no "
-                           "other '/'",
-                           what, NAME_MAX - 1);
-    }
-    /* shm_open always sets FD_CLOEXEC (POSIX, and glibc passes O_CLOEXEC itself). */
-    int f = shm_open(name, O_RDONLY, 0);
-    if (f < 0) {
-      return io_open_error(errno, what, "shm.name", reterr);
-    }
-    *ret_fd = f;
-    return QDP_OK;
-  }
-  if (pid <= 0 || fd < 0) {
-    snprintf(what, what_cap, "shared memory");
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, pid <= 0 ? "shm.pid" : "shm.fd",
-                         "shared memory needs a name, or a pid > 0 and an fd >= 0 (got pid %d, "
-                         "fd %d)",
-                         pid, fd);
-  }
-  snprintf(what, what_cap, "fd %d of process %d", fd, pid);
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
-  /* stat before open: opening a FIFO would block and opening a device may have side effects, so
-   * anything but a regular file is refused before it is touched. */
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    int err = errno;
-    if (err == ENOENT) {
-      return qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "shm.fd",
-                           "%s: no such process or no such open fd", what);
-    }
-    return io_open_error(err, what, "shm.fd", reterr);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "shm.fd",
-                         "%s is not shared memory or a regular file (mode 0%o)", what,
-                         (unsigned)(st.st_mode & S_IFMT));
-  }
-  int f = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (f < 0) {
-    return io_open_error(errno, what, "shm.fd", reterr);
-  }
-  *ret_fd = f;
-  return QDP_OK;
-}
-
-/* io_map_shm, or with `whole` the entire object (offset and length ignored). */
-static qdp_status map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
-                          bool whole, struct io_mapping *ret, struct qdp_error *reterr) {
+qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, bool whole,
+                     struct io_mapping *ret, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
-  char what[IO_QUOTE_CAP + 32];
-  int f = -1;
   *ret = (struct io_mapping)IO_MAPPING_INIT;
-  QDP_TRY(rc, open_region(name, pid, fd, what, sizeof what, &f, reterr));
   struct stat st;
-  if (fstat(f, &st) != 0) {
+  if (fstat(fd, &st) != 0) {
     int err = errno;
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", what,
                           strerror(err));
@@ -227,20 +205,192 @@ static qdp_status map_shm(const char *name, int pid, int fd, uint64_t offset, ui
     }
     goto out;
   }
-  QDP_TRY(rc, io_map_fd(f, offset, length, what, ret, reterr));
+  rc = io_map_range(fd, offset, length, what, ret, reterr);
 out:
-  if (f >= 0) {
-    close(f);
+  if (rc != QDP_OK) {
+    close(fd);
   }
   return rc;
 }
 
-qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
-                      struct io_mapping *ret, struct qdp_error *reterr) {
-  return map_shm(name, pid, fd, offset, length, false, ret, reterr);
+/* ---- file identities and folders -------------------------------------------------------------- */
+
+qdp_status io_file_id_of(int fd, struct io_file_id *ret, struct qdp_error *reterr) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "fstat of a descriptor failed: %s",
+                            strerror(err));
+  }
+  *ret = (struct io_file_id){.dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
+  return QDP_OK;
 }
 
-qdp_status io_map_shm_whole(const char *name, int pid, int fd, struct io_mapping *ret,
+qdp_status io_check_not_own(int fd, const struct io_file_id *own, size_t n, const char *field,
                             struct qdp_error *reterr) {
-  return map_shm(name, pid, fd, 0, 0, true, ret, reterr);
+  struct io_file_id id;
+  qdp_status rc = io_file_id_of(fd, &id, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (own[i].dev == id.dev && own[i].ino == id.ino) {
+      return qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, field,
+                           "%s names one of the daemon's own files (its socket, lock, "
+                           "configuration or token file), which it neither reads nor writes "
+                           "for a caller",
+                           field);
+    }
+  }
+  return QDP_OK;
+}
+
+qdp_status io_folder_open(const char *path, const char *option, struct io_folder *f,
+                          struct qdp_error *reterr) {
+  *f = (struct io_folder)IO_FOLDER_INIT;
+  if (!path || !path[0]) {
+    return QDP_OK;
+  }
+  char q[IO_QUOTE_CAP];
+  io_quote(q, sizeof q, path);
+  if (path[0] != '/' || strlen(path) >= sizeof f->path) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, option,
+                         "%s = '%s' is not an absolute path shorter than %zu B", option, q,
+                         sizeof f->path);
+  }
+  int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    char what[IO_QUOTE_CAP + 64];
+    snprintf(what, sizeof what, "%s = '%s'", option, q);
+    return io_open_error(errno, what, option, reterr);
+  }
+  char *real = realpath(path, NULL);
+  snprintf(f->path, sizeof f->path, "%s", path);
+  snprintf(f->real, sizeof f->real, "%s", real ? real : path);
+  free(real);
+  /* "/data/" and "/data" name the same folder. */
+  for (char *p = f->path; strlen(p) > 1 && p[strlen(p) - 1] == '/';) {
+    p[strlen(p) - 1] = '\0';
+  }
+  f->fd = fd;
+  return QDP_OK;
+}
+
+void io_folder_close(struct io_folder *f) {
+  if (f && f->fd >= 0) {
+    close(f->fd);
+    f->fd = -1;
+  }
+}
+
+/* The rest of path after folder prefix dir, or NULL when path is not strictly below it. */
+static const char *below(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  if (n == 1 && dir[0] == '/') {
+    return path[0] == '/' && path[1] ? path + 1 : NULL;
+  }
+  if (strncmp(path, dir, n) != 0 || path[n] != '/') {
+    return NULL;
+  }
+  const char *rest = path + n;
+  while (*rest == '/') {
+    rest++;
+  }
+  return *rest ? rest : NULL;
+}
+
+qdp_status io_folder_relative(const struct io_folder *f, const char *path, const char *field,
+                              char *rel, struct qdp_error *reterr) {
+  qdp_status rc = io_check_path(path, field, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  const char *rest = below(path, f->path);
+  if (!rest) {
+    rest = below(path, f->real);
+  }
+  if (!rest) {
+    char q[IO_QUOTE_CAP], d[IO_QUOTE_CAP];
+    io_quote(q, sizeof q, path);
+    io_quote(d, sizeof d, f->path);
+    return qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, field,
+                         "%s = '%s' is outside '%s', the only folder this daemon allows for it",
+                         field, q, d);
+  }
+  snprintf(rel, PATH_MAX, "%s", rest);
+  return QDP_OK;
+}
+
+qdp_status io_folder_open_rel(const struct io_folder *f, const char *rel, int flags,
+                              const char *field, const char *what, int *ret_fd,
+                              struct qdp_error *reterr) {
+  /* openat2 refuses O_PATH with any flag but O_CLOEXEC, O_DIRECTORY and O_NOFOLLOW. */
+  struct open_how how = {
+      .flags = (uint64_t)(flags | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY)),
+      .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+  };
+  long fd;
+  do {
+    fd = syscall(SYS_openat2, f->fd, rel, &how, sizeof how);
+  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+  if (fd < 0) {
+    int err = errno;
+    if (err == EXDEV) {
+      qdp_error_set_at(reterr, QDP_ERR_PERMISSION_DENIED, -1, err,
+                       "%s: a '..' or a symbolic link leads out of the folder it must stay in "
+                       "(links inside it must be relative and stay inside)",
+                       what);
+      if (reterr) {
+        snprintf(reterr->field, sizeof reterr->field, "%s", field);
+      }
+      return QDP_ERR_PERMISSION_DENIED;
+    }
+    if (err == ENOSYS) {
+      return qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, -1, err,
+                              "%s: this kernel has no openat2(2) (Linux 5.6 or later is needed "
+                              "to open files beneath a folder safely)",
+                              what);
+    }
+    return io_open_error(err, what, field, reterr);
+  }
+  *ret_fd = (int)fd;
+  return QDP_OK;
+}
+
+qdp_status io_folder_open_file(const struct io_folder *f, const char *path, int flags,
+                               const char *field, int *ret_fd, struct qdp_error *reterr) {
+  char rel[PATH_MAX];
+  qdp_status rc = io_folder_relative(f, path, field, rel, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  char q[IO_QUOTE_CAP + 2];
+  char name[IO_QUOTE_CAP];
+  io_quote(name, sizeof name, path);
+  snprintf(q, sizeof q, "'%s'", name);
+  return io_folder_open_rel(f, rel, flags, field, q, ret_fd, reterr);
+}
+
+qdp_status io_folder_check_fd(const struct io_folder *f, const char *path, int fd,
+                              const char *field, struct qdp_error *reterr) {
+  int there = -1;
+  qdp_status rc = io_folder_open_file(f, path, O_PATH, field, &there, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  struct io_file_id a, b;
+  rc = io_file_id_of(fd, &a, reterr);
+  if (rc == QDP_OK) {
+    rc = io_file_id_of(there, &b, reterr);
+  }
+  close(there);
+  if (rc == QDP_OK && (a.dev != b.dev || a.ino != b.ino)) {
+    char q[IO_QUOTE_CAP];
+    io_quote(q, sizeof q, path);
+    rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, field,
+                       "the descriptor handed over for %s is not the file '%s' names in the "
+                       "folder",
+                       field, q);
+  }
+  return rc;
 }

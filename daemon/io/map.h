@@ -1,26 +1,29 @@
-/* map.h — read-only mappings of inputs on the daemon's node: a client's POSIX shared memory (by
- * name, or by pid + fd through /proc) and, through npy.h, .npy files. Pure POSIX; no gRPC.
+/* map.h — read-only mappings of inputs on the daemon's node (a client's shared memory, a file,
+ * and through npy.h .npy files), and the confinement folders node-local paths are opened beneath.
+ * Pure POSIX; no gRPC.
  *
  * Contract:
  *  - Every function may be called from any thread; a mapping belongs to its caller, who gives it
  *    back with io_unmap (NULL-safe, and safe on a zeroed or already unmapped mapping).
- *  - Every file descriptor is opened with O_CLOEXEC and closed before the function returns: the
- *    mapping alone keeps the object alive.
- *  - Only regular files (which includes POSIX shm objects and memfds) are mapped; a pipe, socket
- *    or device reached through /proc/<pid>/fd is refused before it is read.
- *  - Statuses: INVALID_ARGUMENT (a malformed name, path or length), NOT_FOUND (no such name, file,
- *    process or fd), PERMISSION_DENIED, OUT_OF_RANGE (offset + length past the region's end),
- *    SYSTEM (any other failed system call; cause = errno). Messages quote user input in single
- *    quotes and carry the sizes.
- *  - A mapping reads the client's memory in place. If the client shrinks the object afterwards,
- *    reading the lost pages raises SIGBUS; `sealed` says the object cannot shrink (a memfd with
- *    F_SEAL_SHRINK), otherwise callers copy out promptly and may prefer to trust only sealed input.
- *  - Opening /proc/<pid>/fd/<fd> succeeds whenever the daemon may ptrace that process: the caller
- *    must first check that `pid` is the peer it is talking to (SO_PEERCRED).
+ *  - The daemon opens no node-local object by name for a caller: descriptors come either from
+ *    the caller itself (handed over, state/tickets.h) or, for callers that cannot hand one over
+ *    (TCP), from io_folder_open_file beneath a folder the operator configured. Functions taking a
+ *    descriptor take it in every case: a mapping keeps it (closed by io_unmap) to tell later
+ *    whether the object shrank; on failure it is closed.
+ *  - Only regular files (which includes POSIX shm objects and memfds) are mapped; anything else
+ *    is refused before it is read.
+ *  - Statuses: INVALID_ARGUMENT (a malformed path or length, not a regular file), NOT_FOUND,
+ *    PERMISSION_DENIED (outside a folder, or the daemon's own file), OUT_OF_RANGE (offset + length
+ *    past the object's end), SYSTEM (any other failed system call; cause = errno). Messages quote
+ *    user input in single quotes and carry the sizes; they never quote the object's bytes.
+ *  - A mapping reads the object in place. If it shrinks afterwards, reading the lost pages raises
+ *    SIGBUS (the daemon's guard, rpc/guard.h, turns that into DATA_LOSS) and io_mapping_shrunk says so; `sealed`
+ *    says it cannot shrink (a memfd with F_SEAL_SHRINK).
  */
 #ifndef QDP_IO_MAP_H
 #define QDP_IO_MAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,32 +33,80 @@ struct io_mapping {
   const void *data; /* the first byte asked for */
   uint64_t bytes;   /* bytes readable at data */
   int sealed;       /* 1: the object can no longer shrink (F_SEAL_SHRINK) */
-  /* private: */
+  /* private (fd is valid only while base is set): */
   void *base;
   size_t map_len;
+  int fd;
+  uint64_t file_end; /* the object's size needed for every mapped byte to exist */
 };
 
 #define IO_MAPPING_INIT \
-  { NULL, 0, 0, NULL, 0 }
+  { NULL, 0, 0, NULL, 0, -1, 0 }
+
+/* A file's identity: a descriptor names the same file as another when both match. */
+struct io_file_id {
+  uint64_t dev, ino;
+};
+
+/* A confinement folder: opened once, at start; paths beneath it are resolved from its descriptor
+ * by the kernel (openat2 RESOLVE_BENEATH), never by checking a path and opening it again. */
+struct io_folder {
+  int fd;                 /* -1: no folder configured */
+  char path[4096];        /* as configured */
+  char real[4096];        /* the same, symbolic links resolved */
+};
+
+#define IO_FOLDER_INIT \
+  { -1, "", "" }
 
 /* OK when `path` is absolute, not empty and shorter than PATH_MAX; INVALID_ARGUMENT naming
  * `field` otherwise. Server-side files are always named absolutely: the daemon's working
  * directory is nobody's business. */
 qdp_status io_check_path(const char *path, const char *field, struct qdp_error *reterr);
 
-/* Maps `length` bytes at `offset` of a shared-memory region, read-only. The region is named by
- * `name` (shm_open, "/name", no other '/') when it is non-empty, else by pid > 0 and fd >= 0
- * (/proc/<pid>/fd/<fd>). length 0 is refused; offset + length is checked against the object's
- * size without overflow. The mapping starts at offset rounded down to the page size. */
-qdp_status io_map_shm(const char *name, int pid, int fd, uint64_t offset, uint64_t length,
-                      struct io_mapping *ret, struct qdp_error *reterr);
+/* Maps `length` bytes at `offset` of the regular file or shared memory open on fd (taken),
+ * read-only; with `whole`, the entire object (offset and length ignored; an empty object is
+ * INVALID_ARGUMENT). length 0 is refused; offset + length is checked against the object's size
+ * without overflow. `what` describes the object in messages ("shared memory '/x'"). */
+qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, bool whole,
+                     struct io_mapping *ret, struct qdp_error *reterr);
 
-/* The whole object, named as for io_map_shm, for registering a region once; an empty object is
- * INVALID_ARGUMENT. */
-qdp_status io_map_shm_whole(const char *name, int pid, int fd, struct io_mapping *ret,
+/* Whether the mapped object is now shorter than the mapping needs (it was truncated: some pages
+ * read, or would read, as zeros). False for an unmapped mapping. */
+bool io_mapping_shrunk(const struct io_mapping *m);
+
+/* Unmaps, closes its descriptor and resets *m. NULL-safe. */
+void io_unmap(struct io_mapping *m);
+
+/* The identity of the file open on fd; SYSTEM when fstat fails. */
+qdp_status io_file_id_of(int fd, struct io_file_id *ret, struct qdp_error *reterr);
+
+/* PERMISSION_DENIED (field) when fd is one of the n files in own (the daemon's socket, lock,
+ * configuration, token file): no caller reads or replaces those through the daemon. */
+qdp_status io_check_not_own(int fd, const struct io_file_id *own, size_t n, const char *field,
                             struct qdp_error *reterr);
 
-/* Unmaps and zeroes *m. NULL-safe. */
-void io_unmap(struct io_mapping *m);
+/* Opens folder `path` (absolute) for io_folder_open_file; an empty path leaves f->fd -1 (no
+ * folder). NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT (not a directory) naming `option`. */
+qdp_status io_folder_open(const char *path, const char *option, struct io_folder *f,
+                          struct qdp_error *reterr);
+void io_folder_close(struct io_folder *f); /* NULL-safe; idempotent */
+
+/* The part of absolute `path` below folder f (as configured or with links resolved), into rel
+ * (PATH_MAX bytes); PERMISSION_DENIED naming `field` when path does not start with the folder. */
+qdp_status io_folder_relative(const struct io_folder *f, const char *path, const char *field,
+                              char *rel, struct qdp_error *reterr);
+
+/* Opens absolute `path` beneath folder f with open(2) `flags` (O_CLOEXEC and O_NOCTTY added) by
+ * openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from the folder's descriptor: a '..' or a
+ * symbolic link that leads out, swapped in at any time, makes it fail (PERMISSION_DENIED naming
+ * field) instead of leading out. */
+qdp_status io_folder_open_file(const struct io_folder *f, const char *path, int flags,
+                               const char *field, int *ret_fd, struct qdp_error *reterr);
+
+/* OK when fd is the file that `path` names beneath folder f (same identity); PERMISSION_DENIED
+ * naming field otherwise: a descriptor a caller handed over must also be a file of the folder. */
+qdp_status io_folder_check_fd(const struct io_folder *f, const char *path, int fd,
+                              const char *field, struct qdp_error *reterr);
 
 #endif /* QDP_IO_MAP_H */

@@ -396,31 +396,20 @@ qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols
 
 /* ---- mapping --------------------------------------------------------------------------------- */
 
-qdp_status io_map_npy(const char *path, struct io_mapping *ret, struct io_npy *ret_hdr,
-                      struct qdp_error *reterr) {
+qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct io_npy *ret_hdr,
+                         struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
-  int fd = -1;
   struct io_mapping m = IO_MAPPING_INIT;
   *ret = m;
-  QDP_TRY(rc, io_check_path(path, "path", reterr));
-  char q[IO_QUOTE_CAP + 2];
-  char name[IO_QUOTE_CAP];
-  io_quote(name, sizeof name, path);
-  snprintf(q, sizeof q, "'%s'", name);
-  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
-    rc = io_open_error(errno, q, "path", reterr);
-    goto out;
-  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
-    rc =
-        qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", q, strerror(err));
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", what,
+                          strerror(err));
     goto out;
   }
   if (!S_ISREG(st.st_mode)) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is not a regular file", q);
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is not a regular file", what);
     goto out;
   }
   uint64_t size = (uint64_t)st.st_size;
@@ -431,23 +420,23 @@ qdp_status io_map_npy(const char *path, struct io_mapping *ret, struct io_npy *r
     ssize_t got = pread(fd, small, sizeof small, 0);
     rc = io_npy_parse(small, got > 0 ? (size_t)got : 0, &hdr, reterr);
     if (rc == QDP_OK) {
-      rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL, "file shrank while read");
+      rc = qdp_error_set(reterr, QDP_ERR_DATA_LOSS, NULL, "the file shrank while it was read");
     }
-    qdp_error_prefix(reterr, "%s", q);
+    qdp_error_prefix(reterr, "%s", what);
     goto out;
   }
-  QDP_TRY(rc, io_map_fd(fd, 0, size, q, &m, reterr));
+  QDP_TRY(rc, io_map_range(fd, 0, size, what, &m, reterr));
+  fd = -1; /* the mapping's now */
   rc = io_npy_parse(m.data, (size_t)size, &hdr, reterr);
   if (rc != QDP_OK) {
-    qdp_error_prefix(reterr, "%s", q);
+    qdp_error_prefix(reterr, "%s", what);
     goto out;
   }
   madvise(m.base, m.map_len, MADV_SEQUENTIAL);
-  ret->base = m.base;
-  ret->map_len = m.map_len;
+  *ret = m;
   ret->data = (const char *)m.base + hdr.data_offset;
   ret->bytes = hdr.data_bytes;
-  ret->sealed = m.sealed;
+  ret->file_end = hdr.data_offset + hdr.data_bytes;
   m = (struct io_mapping)IO_MAPPING_INIT;
   if (ret_hdr) {
     *ret_hdr = hdr;
@@ -466,16 +455,18 @@ static qdp_status write_all(int fd, const void *buf, size_t n, uint64_t at, cons
                             struct qdp_error *reterr) {
   const char *p = buf;
   while (n) {
-    ssize_t w = write(fd, p, n);
+    ssize_t w = pwrite(fd, p, n, (off_t)at);
     if (w < 0) {
       if (errno == EINTR) {
         continue;
       }
       int err = errno;
-      qdp_status code =
-          err == ENOSPC || err == EDQUOT ? QDP_ERR_RESOURCE_EXHAUSTED : QDP_ERR_SYSTEM;
-      qdp_error_set(reterr, code, "path", "%s: write of %zu B at byte %" PRIu64 " failed: %s", q, n,
-                    at, strerror(err));
+      qdp_status code = err == ENOSPC || err == EDQUOT ? QDP_ERR_RESOURCE_EXHAUSTED
+                        : err == EBADF                 ? QDP_ERR_PERMISSION_DENIED
+                                                       : QDP_ERR_SYSTEM;
+      qdp_error_set(reterr, code, "path", "%s: write of %zu B at byte %" PRIu64 " failed: %s%s", q,
+                    n, at, strerror(err),
+                    err == EBADF ? " (the descriptor is not open for writing)" : "");
       if (reterr) {
         reterr->cause = err;
         reterr->need_bytes = n;
@@ -512,56 +503,125 @@ static qdp_status exists_error(struct qdp_error *reterr, const char *q) {
                        "%s exists; choose another path or ask to overwrite it", q);
 }
 
-/* Moves tmp to path; without overwrite, refuses atomically if path appeared meanwhile. */
-static qdp_status place(const char *tmp, const char *path, int overwrite, const char *q,
-                        struct qdp_error *reterr) {
-  if (overwrite) {
-    if (rename(tmp, path) != 0) {
-      return sys_error(reterr, q, "rename", errno);
-    }
-    return QDP_OK;
+qdp_status io_write_npy_fd(int fd, const char *what, qdp_dtype dtype, int ndim, uint64_t rows,
+                           uint64_t cols, io_npy_reader read, void *arg, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  void *chunk = NULL;
+  uint64_t count;
+  QDP_TRY(rc, shape_bytes(dtype, ndim, rows, cols, &count, reterr));
+  char hdr[IO_NPY_HEADER_CAP];
+  size_t hlen;
+  QDP_TRY(rc, io_npy_header(dtype, ndim, rows, cols, hdr, sizeof hdr, &hlen, reterr));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    rc = sys_error(reterr, what, "fstat", errno);
+    goto out;
   }
-  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) {
+  if (!S_ISREG(st.st_mode)) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is not a regular file", what);
+    goto out;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || (fl & O_APPEND)) {
+    rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "path",
+                       "%s is not open for writing in place (read-only or append-only)", what);
+    goto out;
+  }
+  /* Whatever the file held goes: what follows is exactly the .npy. */
+  if (ftruncate(fd, 0) != 0) {
+    rc = sys_error(reterr, what, "ftruncate", errno);
+    goto out;
+  }
+  QDP_TRY(rc, write_all(fd, hdr, hlen, 0, what, reterr));
+  unsigned size = qdp_dtype_size(dtype);
+  uint64_t per_chunk = IO_WRITE_CHUNK_BYTES / size;
+  uint64_t first = count < per_chunk ? count : per_chunk;
+  if (first) {
+    chunk = malloc((size_t)(first * size));
+    if (!chunk) {
+      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "%s: no host memory for a %" PRIu64 " B write buffer", what,
+                         first * size);
+      goto out;
+    }
+  }
+  for (uint64_t off = 0; off < count;) {
+    uint64_t n = count - off < per_chunk ? count - off : per_chunk;
+    QDP_TRY(rc, read(arg, off, n, chunk, reterr));
+    QDP_TRY(rc, write_all(fd, chunk, (size_t)(n * size), hlen + off * size, what, reterr));
+    off += n;
+  }
+  /* Durable before its name is given to it: after a crash the name holds all of it or nothing. */
+  if (fsync(fd) != 0) {
+    rc = sys_error(reterr, what, "fsync", errno);
+  }
+out:
+  free(chunk);
+  return rc;
+}
+
+/* Moves tmp to base within the directory open on dir; without overwrite, refuses atomically if
+ * base appeared meanwhile. */
+static qdp_status place(int dir, const char *tmp, const char *base, int overwrite, const char *q,
+                        struct qdp_error *reterr) {
+  if (renameat2(dir, tmp, dir, base, overwrite ? 0 : RENAME_NOREPLACE) == 0) {
     return QDP_OK;
   }
   int err = errno;
   if (err == EEXIST) {
     return exists_error(reterr, q);
   }
-  if (err != EINVAL && err != ENOSYS) {
+  if (overwrite || (err != EINVAL && err != ENOSYS)) {
     return sys_error(reterr, q, "rename", err);
   }
   /* A file system without RENAME_NOREPLACE: link(2) refuses an existing name atomically too. */
-  if (link(tmp, path) != 0) {
+  if (linkat(dir, tmp, dir, base, 0) != 0) {
     err = errno;
     return err == EEXIST ? exists_error(reterr, q) : sys_error(reterr, q, "link", err);
   }
-  unlink(tmp);
+  unlinkat(dir, tmp, 0);
   return QDP_OK;
 }
 
-qdp_status io_write_npy(const char *path, int overwrite, qdp_dtype dtype, int ndim, uint64_t rows,
-                        uint64_t cols, io_npy_reader read, void *arg, struct qdp_error *reterr) {
+qdp_status io_write_npy_beneath(const struct io_folder *f, const char *path, int overwrite,
+                                const struct io_file_id *own, size_t nown, qdp_dtype dtype,
+                                int ndim, uint64_t rows, uint64_t cols, io_npy_reader read,
+                                void *arg, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
-  int fd = -1;
-  char *tmp = NULL;
-  void *chunk = NULL;
-  bool created = false, placed = false;
+  int dir = -1, fd = -1;
+  bool created = false;
+  char tmp[NAME_MAX + 1] = "";
   char name[IO_QUOTE_CAP];
   char q[IO_QUOTE_CAP + 2];
-
-  QDP_TRY(rc, io_check_path(path, "path", reterr));
   io_quote(name, sizeof name, path);
   snprintf(q, sizeof q, "'%s'", name);
-  uint64_t count;
-  QDP_TRY(rc, shape_bytes(dtype, ndim, rows, cols, &count, reterr));
-  char hdr[IO_NPY_HEADER_CAP];
-  size_t hlen;
-  QDP_TRY(rc, io_npy_header(dtype, ndim, rows, cols, hdr, sizeof hdr, &hlen, reterr));
 
+  char rel[PATH_MAX];
+  QDP_TRY(rc, io_folder_relative(f, path, "path", rel, reterr));
+  char *slash = strrchr(rel, '/');
+  const char *base = slash ? slash + 1 : rel;
+  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strlen(base) > NAME_MAX - 12) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path",
+                       "%s does not name a file (or its name is too long for a temporary name "
+                       "beside it)",
+                       q);
+    goto out;
+  }
+  /* The directory once, beneath the folder; the file is then made and named within it, so no
+   * link swapped in above it can move the write elsewhere. */
+  if (slash) {
+    *slash = '\0';
+    QDP_TRY(rc, io_folder_open_rel(f, rel, O_PATH | O_DIRECTORY, "path", q, &dir, reterr));
+  } else {
+    dir = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
+    if (dir < 0) {
+      rc = sys_error(reterr, q, "dup", errno);
+      goto out;
+    }
+  }
   /* Fail fast before writing what may be gigabytes; the rename checks again atomically. */
   struct stat st;
-  if (lstat(path, &st) == 0) {
+  if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!overwrite) {
       rc = exists_error(reterr, q);
       goto out;
@@ -570,82 +630,52 @@ qdp_status io_write_npy(const char *path, int overwrite, qdp_dtype dtype, int nd
       rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is a directory", q);
       goto out;
     }
+    for (size_t i = 0; i < nown; i++) {
+      if (own[i].dev == (uint64_t)st.st_dev && own[i].ino == (uint64_t)st.st_ino) {
+        rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "path",
+                           "%s is one of the daemon's own files, which Export never replaces", q);
+        goto out;
+      }
+    }
   }
-
-  /* The temporary name: "<dir>/.<base>.XXXXXX", in the target's directory so rename(2) is a
-   * same-file-system move. */
-  const char *slash = strrchr(path, '/');
-  size_t dirlen = (size_t)(slash - path) + 1;
-  const char *base = slash + 1;
-  if (!*base) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s names a directory", q);
-    goto out;
+  for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+    char hex[17];
+    QDP_TRY(rc, io_random_hex(hex, reterr));
+    snprintf(tmp, sizeof tmp, ".%s.%s", base, hex);
+    fd = openat(dir, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno != EEXIST) {
+      rc = sys_error(reterr, q, "creating a temporary file beside it", errno);
+      goto out;
+    }
   }
-  size_t tlen = dirlen + 1 + strlen(base) + 8;
-  if (tlen >= PATH_MAX) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path",
-                       "%s is too long for a temporary name beside it (%zu B, at most %d B)", q,
-                       tlen, PATH_MAX - 1);
-    goto out;
-  }
-  tmp = malloc(tlen + 1);
-  if (!tmp) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "%s: no host memory for %zu B", q,
-                       tlen + 1);
-    goto out;
-  }
-  snprintf(tmp, tlen + 1, "%.*s.%s.XXXXXX", (int)dirlen, path, base);
-  fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0) {
-    rc = sys_error(reterr, q, "creating a temporary file beside it", errno);
+    rc = sys_error(reterr, q, "creating a temporary file beside it", EEXIST);
     goto out;
   }
   created = true;
-  /* mkostemp creates 0600; an exported file is meant to be read by its requester too. */
+  /* The umask does not narrow an exported file: it is meant to be read by its requester too. */
   if (fchmod(fd, 0644) != 0) {
     rc = sys_error(reterr, q, "fchmod", errno);
     goto out;
   }
-  QDP_TRY(rc, write_all(fd, hdr, hlen, 0, q, reterr));
-
-  unsigned size = qdp_dtype_size(dtype);
-  uint64_t per_chunk = IO_WRITE_CHUNK_BYTES / size;
-  uint64_t first = count < per_chunk ? count : per_chunk;
-  if (first) {
-    chunk = malloc((size_t)(first * size));
-    if (!chunk) {
-      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "%s: no host memory for a %" PRIu64 " B write buffer", q, first * size);
-      goto out;
-    }
-  }
-  for (uint64_t off = 0; off < count;) {
-    uint64_t n = count - off < per_chunk ? count - off : per_chunk;
-    QDP_TRY(rc, read(arg, off, n, chunk, reterr));
-    QDP_TRY(rc, write_all(fd, chunk, (size_t)(n * size), hlen + off * size, q, reterr));
-    off += n;
-  }
-  /* Durable before it becomes visible: after a crash the name holds all of it or nothing. */
-  if (fsync(fd) != 0) {
-    rc = sys_error(reterr, q, "fsync", errno);
-    goto out;
-  }
+  QDP_TRY(rc, io_write_npy_fd(fd, q, dtype, ndim, rows, cols, read, arg, reterr));
   int cfd = fd;
   fd = -1;
   if (close(cfd) != 0) {
     rc = sys_error(reterr, q, "close", errno);
     goto out;
   }
-  QDP_TRY(rc, place(tmp, path, overwrite, q, reterr));
-  placed = true;
+  QDP_TRY(rc, place(dir, tmp, base, overwrite, q, reterr));
+  created = false;
 out:
   if (fd >= 0) {
     close(fd);
   }
-  if (created && !placed) {
-    unlink(tmp);
+  if (created) {
+    unlinkat(dir, tmp, 0);
   }
-  free(chunk);
-  free(tmp);
+  if (dir >= 0) {
+    close(dir);
+  }
   return rc;
 }

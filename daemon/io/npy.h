@@ -12,8 +12,7 @@
  *    overflows 64 bits, data shorter than the shape. Extra bytes after the data are ignored.
  *  - Writing produces version 1.0 with the header padded to a multiple of 64 bytes (so the data of
  *    a mapped file is aligned for any element type), exactly as numpy.save writes it.
- *  - Any thread. Messages quote user input in single quotes; io_map_npy and io_write_npy start
- *    theirs with the quoted path.
+ *  - Any thread. Messages quote user input in single quotes and start with the quoted path.
  */
 #ifndef QDP_IO_NPY_H
 #define QDP_IO_NPY_H
@@ -49,25 +48,35 @@ qdp_status io_npy_parse(const void *buf, size_t len, struct io_npy *ret, struct 
 qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols, char *buf,
                          size_t cap, size_t *ret_len, struct qdp_error *reterr);
 
-/* Maps the .npy file at absolute `path` read-only and parses it: ret->data / ret->bytes are the
- * elements, *ret_hdr the header. NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT (not a regular
- * file, or a header io_npy_parse refuses) or SYSTEM. */
-qdp_status io_map_npy(const char *path, struct io_mapping *ret, struct io_npy *ret_hdr,
-                      struct qdp_error *reterr);
+/* Maps the .npy file open on fd (taken in every case) read-only and parses it: ret->data /
+ * ret->bytes are the elements, *ret_hdr the header. `what` names the file in messages. INVALID_ARGUMENT
+ * (not a regular file, or a header io_npy_parse refuses), PERMISSION_DENIED (not open for
+ * reading) or SYSTEM. */
+qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct io_npy *ret_hdr,
+                         struct qdp_error *reterr);
 
 /* Pulls elements for io_write_npy: writes `n` elements starting at element `offset` (elements of
  * the file's dtype, row-major) into dst. Returns QDP_OK or a status with reterr filled. */
 typedef qdp_status (*io_npy_reader)(void *arg, uint64_t offset, uint64_t n, void *dst,
                                     struct qdp_error *reterr);
 
-/* Writes a .npy file of rows * cols elements to absolute `path`: the header, then the elements
- * pulled through `read` in chunks of at most IO_WRITE_CHUNK_BYTES. The data goes to a temporary
- * file in the same directory, is flushed to disk and then renamed over `path`, so a failure at
- * any point (the reader's included) leaves no partial file and an overwritten file intact.
- * An existing path is ALREADY_EXISTS unless `overwrite` (checked again atomically at the rename).
- * The file gets mode 0644. A reader's failure is returned as the reader reported it. */
-qdp_status io_write_npy(const char *path, int overwrite, qdp_dtype dtype, int ndim, uint64_t rows,
-                        uint64_t cols, io_npy_reader read, void *arg, struct qdp_error *reterr);
+/* Writes a .npy file of rows * cols elements into the regular file open for writing on fd (not
+ * closed): whatever it held is truncated, then the header and the elements pulled through `read`
+ * in chunks of at most IO_WRITE_CHUNK_BYTES, then fsync. A reader's failure is returned as the
+ * reader reported it. PERMISSION_DENIED when fd is read-only or append-only. */
+qdp_status io_write_npy_fd(int fd, const char *what, qdp_dtype dtype, int ndim, uint64_t rows,
+                           uint64_t cols, io_npy_reader read, void *arg, struct qdp_error *reterr);
+
+/* Writes the same to absolute `path` beneath folder f (map.h): into a temporary file made in the
+ * target's directory (opened once beneath the folder), flushed, then renamed over the name, so a
+ * failure at any point (the reader's included) leaves no partial file and an overwritten file
+ * intact, and no link swapped in meanwhile can move the write out of the folder. An existing
+ * path is ALREADY_EXISTS unless `overwrite` (checked again atomically at the rename); one of the
+ * nown files in own (the daemon's) is never replaced. The file gets mode 0644. */
+qdp_status io_write_npy_beneath(const struct io_folder *f, const char *path, int overwrite,
+                                const struct io_file_id *own, size_t nown, qdp_dtype dtype,
+                                int ndim, uint64_t rows, uint64_t cols, io_npy_reader read,
+                                void *arg, struct qdp_error *reterr);
 
 /* 4 MiB: large enough that the write(2) and reader overheads vanish, small enough to stay a
  * modest host buffer whatever the state's size. */

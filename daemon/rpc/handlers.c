@@ -1,8 +1,12 @@
 /* The handlers: each translates its request, delegates to the planner, the store, io/ and the
  * runtime, and answers. Every function here runs on a worker thread unless it says otherwise. */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <grpc/support/time.h>
 
@@ -18,6 +22,7 @@
 #include "runtime/runtime.h"
 #include "state/regions.h"
 #include "state/store.h"
+#include "state/tickets.h"
 #include "world/world.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
@@ -81,16 +86,77 @@ static qdp_status check_deadline(const struct rpc_call *c, struct qdp_error *err
   return QDP_OK;
 }
 
-/* Node-local names (files, shared memory) are for clients on the node unless configured. */
-static qdp_status check_node_local(const struct rpc_call *c, const char *field,
-                                   struct qdp_error *err) {
-  if (c->tcp && !c->srv->tcp_node_paths) {
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A TCP caller may name node-local files only where the operator said so: beneath `folder`
+ * with tcp_node_paths on. */
+static qdp_status check_tcp_path(const struct rpc_call *c, const struct io_folder *folder,
+                                 const char *option, const char *field, struct qdp_error *err) {
+  if (!c->srv->tcp_node_paths) {
     return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, field,
-                         "%s names a file or shared memory on the daemon's node, which TCP clients "
-                         "may not do (tcp_node_paths = no); use inline data or EncodeUpload",
+                         "%s names a file on the daemon's node, which TCP clients may not do "
+                         "(tcp_node_paths = no); use inline data or EncodeUpload",
                          field);
   }
+  if (folder->fd < 0) {
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, field,
+                         "%s names a file on the daemon's node, but TCP clients may name files "
+                         "only beneath %s, which is not set",
+                         field, option);
+  }
   return QDP_OK;
+}
+
+/* The descriptor a Unix caller handed over under `ticket` (rpc/listener.h) for `access`; the
+ * daemon opens nothing on a caller's behalf, so an object named without one is refused. */
+static qdp_status take_fd(const struct rpc_call *c, const char *ticket, enum fd_access access,
+                          const char *what, const char *field, int *ret_fd,
+                          struct qdp_error *err) {
+  struct rpc_server *s = c->srv;
+  qdp_status rc = QDP_OK;
+  if (c->tcp) {
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, field,
+                         "%s is for callers on the daemon's node (its Unix socket), which hand "
+                         "over what they opened; TCP callers send their data inline or upload it",
+                         what);
+  }
+  if (!ticket || !ticket[0]) {
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, field,
+                         "%s is on the daemon's node, which never opens it for a caller: open it "
+                         "yourself, hand the descriptor over on the socket and name the ticket "
+                         "in %s (libqdp, qdpctl and the Python package do this)",
+                         what, field);
+  }
+  int fd = -1;
+  QDP_TRY(rc, fd_tickets_take(s->tickets, c->owner, ticket, access, mono_ms(), field, &fd, err));
+  rc = io_check_not_own(fd, s->own, s->nown, field, err);
+  if (rc != QDP_OK) {
+    close(fd);
+    return rc;
+  }
+  *ret_fd = fd;
+out:
+  return rc;
+}
+
+/* How messages name a client's shared memory: by what the caller says it opened. */
+static void shm_what(const char *name, int pid, int fd, char *buf, size_t len) {
+  if (name && name[0]) {
+    snprintf(buf, len, "shared memory '%.200s'", name);
+  } else if (pid > 0) {
+    snprintf(buf, len, "fd %d of process %d", fd, pid);
+  } else {
+    snprintf(buf, len, "the handed-over shared memory");
+  }
+  for (char *p = buf; *p; p++) {
+    if ((unsigned char)*p < 0x20) {
+      *p = '?';
+    }
+  }
 }
 
 static qdp_status check_ref(const Qdp__StateRef *ref, const char *field, struct qdp_error *err) {
@@ -198,7 +264,11 @@ static qdp_status open_views(struct rpc_call *c, struct arena *a, struct runtime
     info->shards[i]->ipc_offset = ipc.offset;
   }
   uint64_t lease = 0;
-  QDP_TRY(rc, state_store_lease_open(c->srv->store, st, c->client, pid, &lease, err));
+  /* The views' process: the one the client names, else the caller itself, as the kernel says. */
+  if (pid == 0 && !c->tcp) {
+    pid = (int32_t)c->ucred.pid;
+  }
+  QDP_TRY(rc, state_store_lease_open(c->srv->store, st, c->owner, pid, &lease, err));
   for (size_t i = 0; i < info->n_shards; i++) {
     info->shards[i]->lease_id = lease;
   }
@@ -230,7 +300,7 @@ static qdp_status commit_state(struct rpc_call *c, struct state_reservation *res
     /* Released or expired already (a TTL shorter than this reply): describe it from here. */
     memset(&meta, 0, sizeof meta);
     snprintf(meta.handle, sizeof meta.handle, "%s", ret_handle);
-    snprintf(meta.owner, sizeof meta.owner, "%.63s", c->client);
+    snprintf(meta.owner, sizeof meta.owner, "%s", c->owner);
     snprintf(meta.label, sizeof meta.label, "%s", label ? label : "");
     meta.created_unix_ms = rpc_now_unix_ms();
     payload = NULL;
@@ -322,37 +392,64 @@ static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct
     return rc;
   case QDP__INPUT__SOURCE_PATH: {
     struct io_npy hdr;
-    QDP_TRY(rc, check_node_local(c, "input.path", err));
+    int fd = -1;
     QDP_TRY(rc, io_check_path(in->path, "input.path", err));
-    QDP_TRY(rc, rpc_path_under(in->path, s->input_dir, true, "input.path", err));
-    QDP_TRY(rc, io_map_npy(in->path, map, &hdr, err));
+    if (c->tcp) {
+      QDP_TRY(rc, check_tcp_path(c, &s->input_folder, "input_dir", "input.path", err));
+      QDP_TRY(rc, io_folder_open_file(&s->input_folder, in->path, O_RDONLY | O_NONBLOCK,
+                                      "input.path", &fd, err));
+      rc = io_check_not_own(fd, s->own, s->nown, "input.path", err);
+    } else {
+      char what[CONFIG_STR_MAX + 16];
+      snprintf(what, sizeof what, "input.path '%.200s'", in->path);
+      QDP_TRY(rc, take_fd(c, in->fd_ticket, FD_ACCESS_READ, what, "input.fd_ticket", &fd, err));
+      if (s->input_folder.fd >= 0) {
+        rc = io_folder_check_fd(&s->input_folder, in->path, fd, "input.path", err);
+      }
+    }
+    if (rc != QDP_OK) {
+      close(fd);
+      goto out;
+    }
+    char q[CONFIG_STR_MAX + 4];
+    snprintf(q, sizeof q, "'%.200s'", in->path);
+    struct stat st;
+    bool have_st = fstat(fd, &st) == 0;
+    QDP_TRY(rc, io_map_npy_fd(fd, q, map, &hdr, err));
     /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
-     * take (complex files, say). */
+     * take (complex files, say). Other ranks open the path and must find this very file. */
     *ret = (struct runtime_input){.data = map->data,
                                   .dtype = hdr.dtype,
                                   .rows = hdr.rows,
                                   .cols = hdr.cols,
                                   .file = in->path,
                                   .file_offset = hdr.data_offset};
+    if (have_st) {
+      ret->file_id = (struct runtime_file_id){
+          .ino = (uint64_t)st.st_ino,
+          .size = (uint64_t)st.st_size,
+          .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec};
+    }
     return QDP_OK;
   }
   case QDP__INPUT__SOURCE_SHM: {
     const Qdp__SharedMemory *sh = in->shm;
-    QDP_TRY(rc, check_node_local(c, "input.shm", err));
     if (!sh) {
       return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.shm", "input.shm is empty");
     }
     if (sh->region && sh->region[0]) {
       return resolve_region(c, in, ret, ret_region, err);
     }
-    if ((!sh->name || !sh->name[0]) && !s->shm_by_pid) {
-      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.shm",
-                           "shared memory by pid + fd is off on this daemon (shm_by_pid = no); "
-                           "name the region instead");
+    char what[256];
+    shm_what(sh->name, sh->pid, sh->fd, what, sizeof what);
+    int fd = -1;
+    QDP_TRY(rc, take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &fd, err));
+    rc = rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows, &cols, err);
+    if (rc != QDP_OK) {
+      close(fd);
+      goto out;
     }
-    QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows,
-                                &cols, err));
-    QDP_TRY(rc, io_map_shm(sh->name, sh->pid, sh->fd, sh->offset, sh->length, map, err));
+    QDP_TRY(rc, io_map_fd(fd, what, sh->offset, sh->length, false, map, err));
     *ret = (struct runtime_input){
         .data = map->data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     return QDP_OK;
@@ -422,11 +519,6 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     atomic_fetch_add(&s->jobs_total, 1);
   }
   QDP_TRY(rc, check_deadline(c, &err));
-  if (!dry_run && c->client_long) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
-                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
-    goto out;
-  }
   if (uploaded) {
     in = *uploaded;
   } else if (dry_run && r->input && r->input->source_case == QDP__INPUT__SOURCE__NOT_SET) {
@@ -504,7 +596,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     QDP_TRY(rc, runtime_mesh_check_views(s->mesh, &err));
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
-  QDP_TRY(rc, state_store_admit(s->store, c->client, p->total_bytes, &res, &err));
+  QDP_TRY(rc, state_store_admit(s->store, c->owner, p->total_bytes, &res, &err));
   QDP_TRY(rc, s->world ? world_encode(s->world, p, &in, &st, &err)
                        : runtime_encode(s->mesh, p, &in, &st, &err));
   if (guard >= 0) {
@@ -657,15 +749,10 @@ void rpc_h_gather(struct rpc_job *j) {
   size_t device = 0;
   QDP_TRY(rc, check_ref(r->state, "state", &err));
   QDP_TRY(rc, check_deadline(c, &err));
-  if (c->client_long) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
-                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
-    goto out;
-  }
   QDP_TRY(rc, runtime_mesh_find_device(s->mesh, r->device, "device", &device, &err));
   QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, NULL, &err));
   uint64_t bytes = runtime_state_bytes(payload);
-  QDP_TRY(rc, state_store_admit(s->store, c->client, bytes, &res, &err));
+  QDP_TRY(rc, state_store_admit(s->store, c->owner, bytes, &res, &err));
   QDP_TRY(rc, runtime_state_gather(s->mesh, payload, device, &g, &err));
   rc = commit_state(c, res, g, r->ttl_seconds, r->label, false, 0, &reply, handle, &err);
   res = NULL; /* consumed either way, and g with it */
@@ -687,6 +774,7 @@ out:
 struct list_ctx {
   struct rpc_server *s;
   struct arena *a;
+  const char *owner; /* NULL: every owner's */
   Qdp__StateInfo **items;
   size_t n, cap;
   bool failed;
@@ -695,7 +783,7 @@ struct list_ctx {
 /* Under the store's lock: no store calls here. */
 static void list_one(const struct state_meta *meta, void *payload, void *arg) {
   struct list_ctx *l = arg;
-  if (l->failed) {
+  if (l->failed || (l->owner && strcmp(meta->owner, l->owner) != 0)) {
     return;
   }
   if (l->n == l->cap) {
@@ -720,11 +808,24 @@ void rpc_h_list(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   struct rpc_server *s = c->srv;
   struct arena a = {0};
-  struct list_ctx l = {.s = s, .a = &a};
+  const Qdp__ListRequest *r = (const Qdp__ListRequest *)c->req;
+  struct list_ctx l = {.s = s, .a = &a, .owner = c->owner};
   struct qdp_error err = QDP_ERROR_INIT;
   grpc_byte_buffer *reply = NULL;
-  state_store_foreach(s->store, list_one, &l);
   qdp_status rc = QDP_OK;
+  if (r->all) {
+    /* Whose states exist is the operator's business: the daemon's own user, or root. */
+    if (c->tcp || (c->ucred.uid != 0 && c->ucred.uid != s->euid)) {
+      rc = qdp_error_set(&err, QDP_ERR_PERMISSION_DENIED, "all",
+                         "listing every identity's states is for the daemon's own user and root; "
+                         "%s may list its own",
+                         c->owner);
+      rpc_finish(c, NULL, &err);
+      return;
+    }
+    l.owner = NULL;
+  }
+  state_store_foreach(s->store, list_one, &l);
   if (l.failed || a.failed) {
     rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to list %zu states",
                        l.n);
@@ -746,8 +847,11 @@ void rpc_h_release(struct rpc_job *j) {
   uint64_t freed = 0;
   qdp_status rc = check_ref(ref, "state", &err);
   if (rc == QDP_OK) {
-    /* The last pin's put frees device memory: this runs on a worker for that reason. */
-    rc = state_store_release(c->srv->store, ref->handle, ref->token, &freed, &err);
+    /* The last pin's put frees device memory: this runs on a worker for that reason. Without a
+     * token the owner releases its own state by handle. */
+    rc = ref->token && ref->token[0]
+             ? state_store_release(c->srv->store, ref->handle, ref->token, &freed, &err)
+             : state_store_release_owned(c->srv->store, ref->handle, c->owner, &freed, &err);
   }
   if (rc != QDP_OK) {
     rpc_finish(c, NULL, &err);
@@ -908,11 +1012,20 @@ void rpc_h_export(struct rpc_job *j) {
   void *payload = NULL;
   struct state_meta meta;
   grpc_byte_buffer *reply = NULL;
+  int fd = -1;
   qdp_status rc;
   QDP_TRY(rc, check_ref(r->state, "state", &err));
-  QDP_TRY(rc, check_node_local(c, "path", &err));
   QDP_TRY(rc, io_check_path(r->path, "path", &err));
-  QDP_TRY(rc, rpc_path_under(r->path, s->export_dir, false, "path", &err));
+  if (c->tcp) {
+    QDP_TRY(rc, check_tcp_path(c, &s->export_folder, "export_dir", "path", &err));
+  } else {
+    char what[CONFIG_STR_MAX + 16];
+    snprintf(what, sizeof what, "Export path '%.200s'", r->path);
+    QDP_TRY(rc, take_fd(c, r->fd_ticket, FD_ACCESS_WRITE, what, "fd_ticket", &fd, &err));
+    if (s->export_folder.fd >= 0) {
+      QDP_TRY(rc, io_folder_check_fd(&s->export_folder, r->path, fd, "path", &err));
+    }
+  }
   QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, &meta, &err));
   const struct plan *p = runtime_state_plan(payload);
   int ndim = p->batch > 1 ? 2 : 1;
@@ -920,8 +1033,16 @@ void rpc_h_export(struct rpc_job *j) {
   size_t hlen = 0;
   QDP_TRY(rc,
           io_npy_header(p->out_dtype, ndim, p->batch, p->amplitudes, hdr, sizeof hdr, &hlen, &err));
-  QDP_TRY(rc, io_write_npy(r->path, r->overwrite, p->out_dtype, ndim, p->batch, p->amplitudes,
-                           export_read, payload, &err));
+  if (fd >= 0) {
+    char q[CONFIG_STR_MAX + 4];
+    snprintf(q, sizeof q, "'%.200s'", r->path);
+    QDP_TRY(rc, io_write_npy_fd(fd, q, p->out_dtype, ndim, p->batch, p->amplitudes, export_read,
+                                payload, &err));
+  } else {
+    QDP_TRY(rc, io_write_npy_beneath(&s->export_folder, r->path, r->overwrite, s->own, s->nown,
+                                     p->out_dtype, ndim, p->batch, p->amplitudes, export_read,
+                                     payload, &err));
+  }
   log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, meta.handle, r->path,
            (uint64_t)hlen + p->total_bytes);
   Qdp__ExportReply er = QDP__EXPORT_REPLY__INIT;
@@ -929,6 +1050,9 @@ void rpc_h_export(struct rpc_job *j) {
   er.bytes = (uint64_t)hlen + p->total_bytes;
   reply = rpc_codec_pack(&er.base);
 out:
+  if (fd >= 0) {
+    close(fd);
+  }
   if (payload) {
     state_store_put(s->store, payload);
   }
@@ -1084,19 +1208,8 @@ void rpc_h_register_region(struct rpc_job *j) {
   char token[REGION_TOKEN_LEN] = "";
   struct region_meta meta;
 
-  QDP_TRY(rc, check_node_local(c, "name", &err));
-  if (c->client_long) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "qdp-client",
-                       "the qdp-client metadata is longer than %zu bytes", sizeof c->client - 9);
-    goto out;
-  }
-  if ((!r->name || !r->name[0]) && !s->shm_by_pid) {
-    rc =
-        qdp_error_set(&err, QDP_ERR_PERMISSION_DENIED, "pid",
-                      "shared memory by pid + fd is off on this daemon (shm_by_pid = no); name the "
-                      "region instead");
-    goto out;
-  }
+  char what[256];
+  shm_what(r->name, r->pid, r->fd, what, sizeof what);
   /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
   QDP_TRY(rc, region_registry_reserve(s->regions, &err));
   reserved = true;
@@ -1108,10 +1221,12 @@ void rpc_h_register_region(struct rpc_job *j) {
   }
   g->mesh = s->mesh;
   atomic_init(&g->lost, false);
-  QDP_TRY(rc, io_map_shm_whole(r->name, r->pid, r->fd, &g->map, &err));
+  int fd = -1;
+  QDP_TRY(rc, take_fd(c, r->fd_ticket, FD_ACCESS_READ, what, "fd_ticket", &fd, &err));
+  QDP_TRY(rc, io_map_fd(fd, what, 0, 0, true, &g->map, &err));
   QDP_TRY(rc, runtime_mesh_register_host(s->mesh, g->map.base, g->map.map_len, &g->pinned, &err));
   reserved = false; /* commit consumes the slot either way */
-  rc = region_registry_commit(s->regions, c->client, g->map.bytes, g, region_end, handle, token,
+  rc = region_registry_commit(s->regions, c->owner, g->map.bytes, g, region_end, handle, token,
                               &meta, &err);
   if (rc != QDP_OK) {
     goto out;

@@ -25,10 +25,24 @@
 #include "error.h"
 #include "qdp.pb-c.h"
 #include "runtime/runtime.h"
+#include "io/map.h"
+#include "listener.h"
 #include "server.h"
 
 struct rpc_server;
 struct rpc_call;
+
+/* Handed-over descriptors (state/tickets.h): a ticket waits this long to be named, and a caller
+ * may have this many waiting (the table this many in all). */
+#define RPC_TICKET_TTL_MS 60000
+#define RPC_TICKETS_PER_CALLER 64
+#define RPC_TICKETS_MAX 1024
+
+/* A TCP principal and its bearer token. */
+struct rpc_token {
+  char principal[49];
+  char *token;
+};
 
 struct rpc_ev {
   struct rpc_ev *next;
@@ -112,9 +126,14 @@ struct rpc_call {
   struct rpc_ev ev_new, ev_recv, ev_send, ev_close, ev_done;
   struct rpc_job job;
   char peer[128];
-  char client[72];  /* qdp-client metadata, else the peer */
-  bool client_long; /* qdp-client was longer than `client` holds */
+  /* Who it is: the kernel's peer credentials on the Unix socket, the token's principal on TCP.
+   * owner is the identity key its states, regions, tickets and quotas are filed under; client
+   * is how logs name it (owner, pid, and the "qdp-client" metadata as a mere label). */
   bool tcp;
+  struct rpc_peer ucred; /* Unix callers */
+  char owner[64];
+  char client[160];
+  bool job_started; /* an Encode or EncodeUpload that got as far as its job: counted in Status */
   bool live; /* counted in live_calls: it arrived and is not freed yet */
   uint64_t start_ms;
 
@@ -140,6 +159,7 @@ struct rpc_server {
   grpc_completion_queue *cq;
   void *registered[RPC_M_COUNT];
   bool grpc_inited, started, sync_inited, async_inited, timers_inited, cq_thread_started;
+  bool listener_started, handles_closing;
   bool cq_drained;
 
   uv_thread_t cq_thread;
@@ -165,11 +185,17 @@ struct rpc_server {
   void *done_arg;
   int open_handles;
 
+  struct rpc_listener *listener; /* the Unix socket; NULL without one */
+  struct fd_tickets *tickets;     /* descriptors Unix callers handed over */
+
   /* Fixed settings. */
-  char tcp_token[CONFIG_STR_MAX];
-  char input_dir[CONFIG_STR_MAX];
-  char export_dir[CONFIG_STR_MAX];
-  bool tcp_node_paths, shm_by_pid;
+  struct rpc_token *tokens; /* TCP bearer tokens and their principals */
+  size_t ntokens;
+  struct io_folder input_folder, export_folder;
+  struct io_file_id own[RPC_OWN_FILES_MAX]; /* the daemon's own files: never read or written */
+  size_t nown;
+  uid_t euid;
+  bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
   char host[256];
   struct runtime_device_info *devs;
@@ -178,7 +204,8 @@ struct rpc_server {
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (read by workers). */
-  atomic_uint_fast64_t max_qubits, max_batch, max_upload_bytes, upload_budget, fetch_chunk;
+  atomic_uint_fast64_t max_qubits, max_batch, max_upload_bytes, upload_budget, fetch_chunk,
+      client_upload_budget, upload_idle_ms;
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
   atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */

@@ -1,6 +1,6 @@
 /* request.h — the pure part of translating requests: input shapes, output dtype, placement,
- * lifetimes and path confinement, each refused with INVALID_ARGUMENT naming the request field.
- * No server state and no I/O except rpc_path_under (realpath). Any thread.
+ * lifetimes, each refused with INVALID_ARGUMENT naming the request field. No server state and no
+ * I/O. Any thread.
  */
 #ifndef QDP_RPC_REQUEST_H
 #define QDP_RPC_REQUEST_H
@@ -43,12 +43,5 @@ qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *dev
 
 /* A request's ttl in milliseconds (0 stays 0: the store's default), saturating. */
 uint64_t rpc_ttl_ms(uint64_t ttl_seconds);
-
-/* OK when `dir` is empty, or when absolute `path` resolves (symbolic links and '..' followed) to a
- * place under `dir`. For a path that need not exist yet (must_exist false) its directory is
- * resolved instead. PERMISSION_DENIED naming `field` and both paths otherwise; NOT_FOUND when a
- * path that must exist does not. */
-qdp_status rpc_path_under(const char *path, const char *dir, bool must_exist, const char *field,
-                          struct qdp_error *reterr);
 
 #endif /* QDP_RPC_REQUEST_H */

@@ -1,9 +1,13 @@
 /* The gRPC server: the completion-queue thread, the worker pool, the life of a call, and the
  * answer of a call. The handlers live in handlers.c. */
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,8 +22,10 @@
 #include "internal.h"
 #include "log.h"
 #include "runtime/runtime.h"
+#include "listener.h"
 #include "state/regions.h"
 #include "state/store.h"
+#include "state/tickets.h"
 #include "world/world.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
@@ -280,43 +286,68 @@ static const grpc_slice *md_find(const grpc_metadata_array *md, const char *key)
   return NULL;
 }
 
-/* Constant-time comparison of a slice with a string (the token must not leak by timing). */
-static bool slice_eq_ct(const grpc_slice *v, const char *prefix, const char *secret) {
-  size_t pl = strlen(prefix), sl = strlen(secret);
+/* The principal whose token the bearer value v (after "Bearer ") is, or NULL. Every token is
+ * compared over its full length in constant time, and all of them always, so neither timing nor
+ * order says which (or how much of one) matched. */
+static const char *token_principal(const struct rpc_server *s, const grpc_slice *v) {
+  static const char prefix[] = "Bearer ";
+  size_t pl = sizeof prefix - 1;
   size_t n = GRPC_SLICE_LENGTH(*v);
   const uint8_t *p = GRPC_SLICE_START_PTR(*v);
-  unsigned diff = n != pl + sl;
-  for (size_t i = 0; i < pl + sl; i++) {
-    uint8_t want = (uint8_t)(i < pl ? prefix[i] : secret[i - pl]);
-    uint8_t got = i < n ? p[i] : 0;
-    diff |= (unsigned)(want ^ got);
+  if (n <= pl || memcmp(p, prefix, pl) != 0) {
+    return NULL;
   }
-  return diff == 0;
+  p += pl;
+  n -= pl;
+  const char *found = NULL;
+  for (size_t t = 0; t < s->ntokens; t++) {
+    const char *want = s->tokens[t].token;
+    size_t wl = strlen(want);
+    unsigned diff = n != wl;
+    for (size_t i = 0; i < wl; i++) {
+      diff |= (unsigned)((uint8_t)want[i] ^ (i < n ? p[i] : 0));
+    }
+    if (diff == 0) {
+      found = s->tokens[t].principal;
+    }
+  }
+  return found;
 }
 
+/* The call's label for logs: its identity, its process, and what it calls itself. */
+static void label_call(struct rpc_call *c) {
+  char label[64] = "";
+  const grpc_slice *id = md_find(&c->md, "qdp-client");
+  if (id) {
+    size_t n = GRPC_SLICE_LENGTH(*id) < sizeof label - 1 ? GRPC_SLICE_LENGTH(*id) : sizeof label - 1;
+    memcpy(label, GRPC_SLICE_START_PTR(*id), n);
+    label[n] = '\0';
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)label[i];
+      if (ch < 0x20 || ch == 0x7f || ch == '\'') {
+        label[i] = '?'; /* it appears in log lines */
+      }
+    }
+  }
+  int k = c->tcp ? snprintf(c->client, sizeof c->client, "%s", c->owner[0] ? c->owner : c->peer)
+                 : snprintf(c->client, sizeof c->client, "%s pid %ld", c->owner,
+                            (long)c->ucred.pid);
+  if (label[0] && k > 0 && (size_t)k < sizeof c->client) {
+    snprintf(c->client + k, sizeof c->client - (size_t)k, " '%s'", label);
+  }
+}
+
+/* Who the call is from: the Unix socket's record of its connection, else TCP (whose principal
+ * on_new settles from its token). */
 static void identify(struct rpc_call *c) {
   char *peer = grpc_call_get_peer(c->call);
   snprintf(c->peer, sizeof c->peer, "%s", peer ? peer : "unknown");
-  c->tcp = !(peer && strncmp(peer, "unix", 4) == 0);
   gpr_free(peer);
-  const grpc_slice *id = md_find(&c->md, "qdp-client");
-  if (id && GRPC_SLICE_LENGTH(*id) > 0) {
-    size_t n = GRPC_SLICE_LENGTH(*id);
-    /* Longer than the store takes: kept whole here so the store refuses it by name. */
-    c->client_long = n >= sizeof c->client;
-    if (n >= sizeof c->client) {
-      n = sizeof c->client - 1;
-    }
-    memcpy(c->client, GRPC_SLICE_START_PTR(*id), n);
-    c->client[n] = '\0';
-    for (size_t i = 0; i < n; i++) {
-      if ((unsigned char)c->client[i] < 0x20) {
-        c->client[i] = '?'; /* the identity appears in log lines */
-      }
-    }
-  } else {
-    snprintf(c->client, sizeof c->client, "%.63s", c->peer);
+  c->tcp = !rpc_listener_peer(c->srv->listener, c->peer, &c->ucred);
+  if (!c->tcp) {
+    rpc_peer_key(&c->ucred, c->owner, sizeof c->owner);
   }
+  label_call(c);
 }
 
 /* Whether a call is cheap enough to serve on the completion-queue thread itself: calls that only
@@ -379,16 +410,19 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     return;
   }
   const struct rpc_method *m = &rpc_methods[c->method];
-  if (c->tcp && s->tcp_token[0]) {
+  if (c->tcp) {
     const grpc_slice *auth = md_find(&c->md, "authorization");
-    if (!auth || !slice_eq_ct(auth, "Bearer ", s->tcp_token)) {
+    const char *principal = auth ? token_principal(s, auth) : NULL;
+    if (!principal) {
       qdp_error_set(&err, QDP_ERR_UNAUTHENTICATED, "authorization",
-                    "%s over TCP needs the metadata 'authorization: Bearer <token>' with this "
-                    "daemon's tcp_token",
+                    "%s over TCP needs the metadata 'authorization: Bearer <token>' with a token "
+                    "this daemon knows (tcp_token, tcp_tokens_file)",
                     m->name);
       rpc_finish(c, NULL, &err);
       return;
     }
+    snprintf(c->owner, sizeof c->owner, "tcp:%s", principal);
+    label_call(c);
   }
   if (c->unpack_rc != QDP_OK) {
     rpc_finish(c, NULL, &c->err);
@@ -471,7 +505,7 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
     c->trailing.key = grpc_slice_from_static_string(RPC_ERROR_DETAIL_KEY);
     c->trailing.value = rpc_codec_error_detail(err);
     c->have_trailing = true;
-    if (c->method == RPC_M_ENCODE || c->method == RPC_M_UPLOAD) {
+    if (c->job_started) {
       atomic_fetch_add(&c->srv->jobs_failed, 1);
     }
   }
@@ -611,6 +645,105 @@ void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
   atomic_store(&s->max_upload_bytes, cfg->max_upload_bytes);
   atomic_store(&s->upload_budget, cfg->upload_budget);
   atomic_store(&s->fetch_chunk, cfg->fetch_chunk);
+  atomic_store(&s->client_upload_budget, cfg->client_upload_budget);
+  atomic_store(&s->upload_idle_ms, cfg->upload_idle_timeout * 1000);
+}
+
+/* Principals are identities in logs and in state owners: a short name, nothing to escape. */
+static bool principal_ok(const char *p, size_t n) {
+  if (n == 0 || n > 48) {
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if (!(isalnum(ch) || ch == '.' || ch == '_' || ch == '-' || ch == '@')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static qdp_status add_token(struct rpc_server *s, const char *principal, size_t pl,
+                            const char *token, size_t tl, struct qdp_error *err) {
+  struct rpc_token *t = realloc(s->tokens, (s->ntokens + 1) * sizeof *t);
+  if (!t) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for TCP tokens");
+  }
+  s->tokens = t;
+  t = &s->tokens[s->ntokens];
+  memcpy(t->principal, principal, pl);
+  t->principal[pl] = '\0';
+  t->token = strndup(token, tl);
+  if (!t->token) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for TCP tokens");
+  }
+  s->ntokens++;
+  if (tl < 16) {
+    log_warning("rpc", "the TCP token of principal '%s' has %zu characters; 16 or more random "
+                "ones are advised", t->principal, tl);
+  }
+  return QDP_OK;
+}
+
+/* tcp_token (principal "tcp") and every "PRINCIPAL TOKEN" line of tcp_tokens_file ('#'
+ * comments and blank lines skipped). The file must not be writable by others: whoever can
+ * change it can make themselves any principal. */
+static qdp_status load_tokens(struct rpc_server *s, const struct config *cfg,
+                              struct qdp_error *err) {
+  qdp_status rc = QDP_OK;
+  if (cfg->tcp_token[0]) {
+    rc = add_token(s, "tcp", 3, cfg->tcp_token, strlen(cfg->tcp_token), err);
+  }
+  if (rc != QDP_OK || !cfg->tcp_tokens_file[0]) {
+    return rc;
+  }
+  const char *path = cfg->tcp_tokens_file;
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    int e = errno;
+    return qdp_error_set_at(err, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_PERMISSION_DENIED, -1,
+                            e, "tcp_tokens_file = '%s' cannot be read: %s", path, strerror(e));
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && (st.st_mode & 022)) {
+    rc = qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "tcp_tokens_file",
+                       "tcp_tokens_file = '%s' is writable by its group or others (mode %04o); "
+                       "make it 0600 or 0640",
+                       path, (unsigned)(st.st_mode & 07777));
+    goto out;
+  }
+  char line[CONFIG_STR_MAX * 2];
+  unsigned lineno = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    size_t n = strcspn(line, "\r\n");
+    line[n] = '\0';
+    char *p = line + strspn(line, " \t");
+    if (!*p || *p == '#') {
+      continue;
+    }
+    size_t pl = strcspn(p, " \t");
+    char *tok = p + pl + strspn(p + pl, " \t");
+    size_t tl = strcspn(tok, " \t");
+    if (!principal_ok(p, pl) || tl == 0 || tok[tl + strspn(tok + tl, " \t")] != '\0') {
+      rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "tcp_tokens_file",
+                         "%s:%u is not 'PRINCIPAL TOKEN' (a principal is 1 to 48 of "
+                         "A-Z a-z 0-9 . _ - @; the token has no spaces)",
+                         path, lineno);
+      goto out;
+    }
+    for (size_t i = 0; i < s->ntokens; i++) {
+      if (strlen(s->tokens[i].principal) == pl && memcmp(s->tokens[i].principal, p, pl) == 0) {
+        rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "tcp_tokens_file",
+                           "%s:%u names principal '%.*s' a second time", path, lineno, (int)pl, p);
+        goto out;
+      }
+    }
+    QDP_TRY(rc, add_token(s, p, pl, tok, tl, err));
+  }
+out:
+  fclose(f);
+  return rc;
 }
 
 qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
@@ -633,14 +766,17 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->start_mono_ms = mono_ms();
   s->store_budget = cfg->store_budget;
   s->tcp_node_paths = cfg->tcp_node_paths;
-  s->shm_by_pid = cfg->shm_by_pid;
+  s->euid = geteuid();
+  s->input_folder = (struct io_folder)IO_FOLDER_INIT;
+  s->export_folder = (struct io_folder)IO_FOLDER_INIT;
+  s->nown = deps->nown < RPC_OWN_FILES_MAX ? deps->nown : RPC_OWN_FILES_MAX;
+  if (s->nown) {
+    memcpy(s->own, deps->own_files, s->nown * sizeof *s->own);
+  }
   s->max_message_bytes = cfg->max_message_bytes;
   s->nworkers_cfg = (size_t)cfg->workers;
   s->expire_interval_ms = cfg->expire_interval * 1000;
   s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
-  snprintf(s->tcp_token, sizeof s->tcp_token, "%s", cfg->tcp_token);
-  snprintf(s->input_dir, sizeof s->input_dir, "%s", cfg->input_dir);
-  snprintf(s->export_dir, sizeof s->export_dir, "%s", cfg->export_dir);
   rpc_server_apply_config(s, cfg);
   if (gethostname(s->host, sizeof s->host) != 0) {
     snprintf(s->host, sizeof s->host, "localhost");
@@ -672,6 +808,11 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
 
   QDP_TRY(rc, rpc_guard_install(reterr));
   QDP_TRY(rc, region_registry_create((uint32_t)cfg->max_regions, &s->regions, reterr));
+  QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
+                                &s->tickets, reterr));
+  QDP_TRY(rc, load_tokens(s, cfg, reterr));
+  QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
+  QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
 
   grpc_arg args[3];
   args[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
@@ -696,16 +837,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   }
 
   if (unix_path && unix_path[0]) {
-    char addr[CONFIG_STR_MAX + 8];
-    snprintf(addr, sizeof addr, "unix:%s", unix_path);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(s->server, addr, creds);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
-      rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, "socket",
-                         "cannot listen on %s (the directory is missing or not writable)", addr);
-      goto out;
-    }
+    struct rpc_listener_opts lo = {
+        .path = unix_path, .mode = (unsigned)cfg->socket_mode, .group = cfg->socket_group};
+    QDP_TRY(rc, rpc_listener_create(s->loop, &lo, s->server, s->tickets, &s->listener, reterr));
   }
   int tcp_port = 0;
   if (cfg->tcp[0]) {
@@ -741,6 +875,7 @@ qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr) {
   uv_timer_init(s->loop, &s->drain_timer);
   s->drain_timer.data = s;
   s->timers_inited = true;
+  s->open_handles = 3; /* the async handle and both timers, closed when the queue drains */
 
   s->workers = calloc(s->nworkers_cfg, sizeof *s->workers);
   if (!s->workers) {
@@ -775,15 +910,49 @@ qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr) {
   }
   s->cq_thread_started = true;
   uv_timer_start(&s->expire_timer, on_expire_timer, s->expire_interval_ms, s->expire_interval_ms);
+  if (s->listener) {
+    s->open_handles++; /* the listener's handles, closed at shutdown */
+    s->listener_started = true;
+    QDP_TRY(rc, rpc_listener_start(s->listener, reterr));
+  }
   return QDP_OK;
+out:
+  return rc;
 }
 
-static void on_handle_closed(uv_handle_t *h) {
-  struct rpc_server *s = h->data;
+static void handle_closed(struct rpc_server *s) {
   if (--s->open_handles == 0 && s->done) {
     void (*done)(void *) = s->done;
     s->done = NULL;
     done(s->done_arg);
+  }
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  handle_closed(h->data);
+}
+
+static void on_listener_stopped(void *arg) {
+  handle_closed(arg);
+}
+
+/* Closes the loop handles start made (a failed start, or the queue drained); they are closed
+ * once every handle's callback has run. Loop thread. */
+static void close_handles(struct rpc_server *s) {
+  if (s->handles_closing) {
+    return;
+  }
+  s->handles_closing = true;
+  if (s->listener_started) {
+    s->listener_started = false;
+    rpc_listener_stop(s->listener, on_listener_stopped, s);
+  }
+  if (s->async_inited) {
+    uv_close((uv_handle_t *)&s->async, on_handle_closed);
+  }
+  if (s->timers_inited) {
+    uv_close((uv_handle_t *)&s->expire_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
   }
 }
 
@@ -794,10 +963,7 @@ static void on_cq_done(struct rpc_server *s, struct rpc_ev *e) {
   s->cq_thread_started = false;
   s->cq_drained = true;
   pool_stop(s);
-  s->open_handles = 3;
-  uv_close((uv_handle_t *)&s->async, on_handle_closed);
-  uv_close((uv_handle_t *)&s->expire_timer, on_handle_closed);
-  uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
+  close_handles(s);
 }
 
 static void on_shutdown_notified(struct rpc_server *s, struct rpc_ev *e) {
@@ -825,6 +991,11 @@ void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void *ar
   s->shutting_down = true;
   s->done = done;
   s->done_arg = arg;
+  /* No new connections; the ones gRPC has drain with their calls. */
+  if (s->listener_started) {
+    s->listener_started = false;
+    rpc_listener_stop(s->listener, on_listener_stopped, s);
+  }
   uv_timer_stop(&s->expire_timer);
   if (s->shutdown_timeout_ms > 0) {
     uv_timer_start(&s->drain_timer, on_drain_timeout, s->shutdown_timeout_ms, 0);
@@ -857,6 +1028,25 @@ void rpc_server_destroy(struct rpc_server *s) {
   if (s->nworkers > 0) {
     pool_stop(s);
   }
+  /* A start that failed half way left handles on the loop: close them and let the loop run
+   * their callbacks, so nothing on it points into this server once it is freed. */
+  if (s->open_handles > 0) {
+    s->done = NULL;
+    close_handles(s);
+    while (s->open_handles > 0 && uv_run(s->loop, UV_RUN_NOWAIT) >= 0) {
+      if (s->open_handles > 0) {
+        uv_sleep(1);
+      }
+    }
+  }
+  rpc_listener_destroy(s->listener);
+  fd_tickets_destroy(s->tickets);
+  for (size_t i = 0; i < s->ntokens; i++) {
+    free(s->tokens[i].token);
+  }
+  free(s->tokens);
+  io_folder_close(&s->input_folder);
+  io_folder_close(&s->export_folder);
   if (s->server) {
     grpc_server_destroy(s->server);
   }

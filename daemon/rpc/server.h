@@ -19,9 +19,14 @@
  *  - A failed call's gRPC status is its qdp_status (1..16; local causes >= 100 as INTERNAL), the
  *    details are the qdp_error message, and the trailing metadata "qdp-error-bin" carries a
  *    serialized qdp.ErrorDetail.
- *  - The client identity, which per-client budgets count against, is the request metadata
- *    "qdp-client", else the peer address.
- *  - Over TCP with a token configured, every call needs "authorization: Bearer <token>".
+ *  - A caller's identity comes from the kernel, never from what it says: on the Unix socket its
+ *    peer credentials (rpc/listener.h: uid, gid, pid), filed as "uid:<n>"; on TCP the principal
+ *    of the bearer token it presents ("authorization: Bearer <token>", compared in constant time
+ *    over its full length), filed as "tcp:<principal>". Ownership, per-client budgets and
+ *    listing key on it; the "qdp-client" metadata is only a label in logs.
+ *  - Node-local inputs and outputs (files, shared memory, regions, Export) of a Unix caller are
+ *    descriptors it opened and handed over (state/tickets.h); a TCP caller names only files
+ *    beneath input_dir / export_dir, opened beneath those folders (tcp_node_paths).
  *  - Unknown methods are UNIMPLEMENTED; malformed messages INVALID_ARGUMENT.
  */
 #ifndef QDP_RPC_SERVER_H
@@ -34,12 +39,19 @@
 #include "config.h"
 #include "error.h"
 
+struct io_file_id;
 struct runtime_mesh;
 struct state_store;
 struct world;
 
+/* The daemon's own files (socket, lock, configuration, tokens) a caller can never have read or
+ * replaced through it. */
+#define RPC_OWN_FILES_MAX 8
+
 struct rpc_server_deps {
   const struct config *cfg; /* read at create; runtime-changeable values again at apply_config */
+  const struct io_file_id *own_files;
+  size_t nown;
   struct runtime_mesh *mesh;
   struct world *world; /* the ranks this coordinator plans over; NULL: this mesh alone */
   struct state_store *store;
@@ -48,9 +60,12 @@ struct rpc_server_deps {
 
 struct rpc_server;
 
-/* Initializes gRPC, creates the server and binds `unix:<unix_path>` (when unix_path is non-empty)
- * and cfg->tcp (when set). *ret_tcp_port (may be NULL) gets the bound TCP port, 0 without TCP.
- * UNAVAILABLE naming the address when a bind fails (in use, or no permission). Loop thread. */
+/* Initializes gRPC, creates the server and binds `unix:<unix_path>` (when unix_path is non-empty;
+ * with cfg->socket_mode and cfg->socket_group) and cfg->tcp (when set; its tokens read from
+ * cfg->tcp_token and cfg->tcp_tokens_file). *ret_tcp_port (may be NULL) gets the bound TCP
+ * port, 0 without TCP. UNAVAILABLE naming the address when a bind fails (in use, or no
+ * permission); INVALID_ARGUMENT or NOT_FOUND for a tokens file or folder that cannot be used.
+ * Loop thread. */
 qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
                              struct rpc_server **ret_server, int *ret_tcp_port,
                              struct qdp_error *reterr);

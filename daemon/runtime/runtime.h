@@ -120,6 +120,14 @@ void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr);
  * A rank of a larger world holds only its slice: with `windowed` set, data holds the values
  * [window_first, window_first + window_count) of the flattened input, which must cover every value
  * this rank's shards read (world.h computes it). */
+/* What identifies an input file across the ranks of a world: each rank opens the path itself and
+ * must find the file the caller handed over (a shared filesystem gives every node the same inode
+ * number, size and modification time). */
+struct runtime_file_id {
+  uint64_t ino, size;
+  int64_t mtime_ns;
+};
+
 struct runtime_input {
   const void *data;
   qdp_dtype dtype;
@@ -135,6 +143,7 @@ struct runtime_input {
    * NULL: the values exist only here. */
   const char *file;
   uint64_t file_offset;
+  struct runtime_file_id file_id;
 };
 
 struct runtime_state;

@@ -592,6 +592,28 @@ qdp_status state_store_release(struct state_store *s, const char *handle, const 
   return QDP_OK;
 }
 
+qdp_status state_store_release_owned(struct state_store *s, const char *handle, const char *owner,
+                                     uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = handle && owner && owner[0] ? find_handle(s, handle) : NULL;
+  /* Another identity's state reads as unknown: handles say nothing about whose they are. */
+  if (!e || strcmp(e->meta.owner, owner) != 0) {
+    pthread_mutex_unlock(&s->mu);
+    return not_found(handle, reterr);
+  }
+  uint64_t bytes = e->meta.bytes;
+  struct entry *dead = unlink_entry(s, e);
+  if (dead) {
+    dead->dead_next = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  destroy_list(dead);
+  if (ret_freed_bytes) {
+    *ret_freed_bytes = bytes;
+  }
+  return QDP_OK;
+}
+
 void state_store_foreach(struct state_store *s,
                          void (*fn)(const struct state_meta *meta, void *payload, void *arg),
                          void *arg) {

@@ -98,6 +98,11 @@ void state_store_put(struct state_store *s, void *payload);
 qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
                                uint64_t *ret_freed_bytes, struct qdp_error *reterr);
 
+/* The same for the owner of the state, without its token (a client that lost a token can still
+ * free its memory): NOT_FOUND when handle is unknown or another owner's. */
+qdp_status state_store_release_owned(struct state_store *s, const char *handle, const char *owner,
+                                     uint64_t *ret_freed_bytes, struct qdp_error *reterr);
+
 /* Calls fn for every live state (under the store's lock: fn must not call the store). */
 void state_store_foreach(struct state_store *s,
                          void (*fn)(const struct state_meta *meta, void *payload, void *arg),

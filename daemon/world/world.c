@@ -43,8 +43,9 @@ enum msg_type { MSG_JOB = 1, MSG_RELEASE = 2, MSG_READ = 3, MSG_STOP = 4, MSG_EX
 
 /* A control message. JOB: a = plan bytes, b/c = the input window's first value and count,
  * d = input values per sample, e = bytes of the third message; the plan and then the window
- * follow, or with JOB_FROM_FILE the file's path (the rank reads its window itself, from byte
- * f + b * value size on). READ: job = the state's job, a = offset, b = count, c = the read's
+ * follow, or with JOB_FROM_FILE the file's path and, after its NUL, the struct runtime_file_id
+ * of the file the caller handed over (the rank opens the path, checks that it found that very
+ * file, and reads its window itself, from byte f + b * value size on). READ: job = the state's job, a = offset, b = count, c = the read's
  * sequence number (its reply tag), d = bytes. EXPORT: job, a = the shard's index, c = the
  * sequence number. STOP: flags STOP_LOST: a rank was lost, do not finalize MPI. */
 struct msg_header {
@@ -758,6 +759,45 @@ static qdp_status set_parts(struct world *w, const struct plan *p, uint64_t job,
   return QDP_OK;
 }
 
+/* A job whose ranks open its input file themselves: before anything else every rank of the job
+ * says whether it could, so that one that could not (another file at the path, a short file)
+ * fails the job on every rank at once instead of leaving the others in its first exchange until
+ * the rank timeout. A rank that failed keeps its own error; the others fail with UNAVAILABLE
+ * naming it, which the coordinator ranks below it. */
+static qdp_status agree_input(struct world *w, qdp_status mine, struct qdp_error *reterr) {
+  struct {
+    int32_t rank, status;
+  } me = {world_rank(w), mine}, *all = NULL;
+  size_t bytes = 0;
+  struct qdp_error own = QDP_ERROR_INIT;
+  if (reterr) {
+    own = *reterr;
+  }
+  qdp_status rc = allgather(w, &me, sizeof me, true, (void **)&all, &bytes, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (mine != QDP_OK) {
+    free(all);
+    if (reterr) {
+      *reterr = own;
+    }
+    return mine;
+  }
+  for (size_t i = 0; i < bytes / sizeof *all; i++) {
+    if (all[i].status != QDP_OK) {
+      rc = qdp_error_set(reterr, QDP_ERR_UNAVAILABLE, "input.path",
+                         "rank %d could not read its part of the input file", (int)all[i].rank);
+      if (reterr) {
+        reterr->rank = all[i].rank;
+      }
+      break;
+    }
+  }
+  free(all);
+  return rc;
+}
+
 static bool spans_ranks(const struct plan *p) {
   for (size_t i = 0; i < p->nshards; i++) {
     if (p->shards[i].rank != 0) {
@@ -781,6 +821,8 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
   struct transport_io *items = calloc(3 * (size_t)w->nranks, sizeof *items);
   size_t blob_bytes = sizeof *p + p->nshards * sizeof *p->shards + p->nneeds * sizeof *p->needs;
   unsigned char *blob = malloc(blob_bytes);
+  char *file_msg = NULL;
+  size_t file_msg_bytes = 0;
   bool sent = false;
   size_t nranks = 0;
   uint64_t job = 0;
@@ -806,6 +848,18 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
   memcpy(blob + sizeof copy + p->nshards * sizeof *p->shards, p->needs,
          p->nneeds * sizeof *p->needs);
 
+  /* An input file travels as its path and the identity of the file the caller handed over. */
+  if (in->file) {
+    size_t pl = strlen(in->file) + 1;
+    file_msg_bytes = pl + sizeof in->file_id;
+    file_msg = malloc(file_msg_bytes);
+    if (!file_msg) {
+      rc = no_memory(reterr, "the job's file name", file_msg_bytes);
+      goto out;
+    }
+    memcpy(file_msg, in->file, pl);
+    memcpy(file_msg + pl, &in->file_id, sizeof in->file_id);
+  }
   /* The job goes only to the ranks that own shards, each with its own slice of the input. */
   size_t k = 0;
   unsigned esize = qdp_dtype_size(in->dtype);
@@ -823,8 +877,8 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
     if (in->file) {
       h->flags |= JOB_FROM_FILE;
       h->f = in->file_offset;
-      third = in->file;
-      h->e = strlen(in->file) + 1;
+      third = file_msg;
+      h->e = file_msg_bytes;
     }
     items[k++] = (struct transport_io){
         .buf = h, .bytes = sizeof *h, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
@@ -837,7 +891,10 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
   QDP_TRY(rc, exchange_bounded(w, items, k, true, reterr));
 
   QDP_TRY(rc, set_parts(w, p, job, reterr));
-  qdp_status local = runtime_encode(w->mesh, p, in, &st, &local_err);
+  qdp_status local = in->file ? agree_input(w, QDP_OK, &local_err) : QDP_OK;
+  if (local == QDP_OK) {
+    local = runtime_encode(w->mesh, p, in, &st, &local_err);
+  }
 
   /* Every rank answers, even after a failure, so the coordinator knows who is alive. */
   k = 0;
@@ -895,6 +952,7 @@ out:
   runtime_state_destroy(st);
   pthread_mutex_unlock(&w->mu);
   free(blob);
+  free(file_msg);
   free(items);
   free(replies);
   free(hdr);
@@ -907,9 +965,9 @@ out:
 /* Maps `bytes` at `offset` of the file at `path` (the job's input on a shared filesystem)
  * read-only: the page cache's pages, never a copy. *ret_map / *ret_len are what to munmap;
  * *ret_data the window's first byte. */
-static qdp_status map_window(int rank, const char *path, uint64_t offset, size_t bytes,
-                             void **ret_map, size_t *ret_len, const void **ret_data,
-                             struct qdp_error *reterr) {
+static qdp_status map_window(int rank, const char *path, const struct runtime_file_id *id,
+                             uint64_t offset, size_t bytes, void **ret_map, size_t *ret_len,
+                             const void **ret_data, struct qdp_error *reterr) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -925,6 +983,15 @@ static qdp_status map_window(int rank, const char *path, uint64_t offset, size_t
     int e = errno;
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "rank %d cannot stat '%s': %s", rank,
                           path, strerror(e));
+  } else if ((uint64_t)sb.st_ino != id->ino || (uint64_t)sb.st_size != id->size ||
+             (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec != id->mtime_ns) {
+    /* This rank reads with the daemon's rights, so it reads only the very file the caller
+     * handed over (a shared filesystem shows every node the same inode, size and time). */
+    rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "input.path",
+                       "rank %d finds another file at '%s' than the one the caller opened (inode, "
+                       "size or modification time differ): an input file given by path must be "
+                       "the same file on every rank (a shared filesystem)",
+                       rank, path);
   } else if ((uint64_t)sb.st_size < offset + bytes) {
     /* Mapping past the end would fault on the first read of it. */
     rc = qdp_error_set(reterr, QDP_ERR_DATA_LOSS, NULL,
@@ -986,9 +1053,21 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   QDP_TRY(rc, exchange_bounded(w, &item, 1, false, &err));
   data = window;
   if (path) {
-    path[h->e ? h->e - 1 : 0] = '\0';
-    QDP_TRY(rc, map_window(world_rank(w), path, h->f + h->b * qdp_dtype_size(p.in_dtype), wbytes,
-                           &map, &map_len, &data, &err));
+    struct runtime_file_id id = {0};
+    size_t pl = h->e > sizeof id ? h->e - sizeof id : 0;
+    if (pl == 0 || path[pl - 1] != '\0') {
+      rc = qdp_error_set(&err, QDP_ERR_INTERNAL, NULL, "rank %d got a malformed input file name",
+                         world_rank(w));
+      goto out;
+    }
+    memcpy(&id, path + pl, sizeof id);
+    rc = map_window(world_rank(w), path, &id, h->f + h->b * qdp_dtype_size(p.in_dtype), wbytes,
+                    &map, &map_len, &data, &err);
+    qdp_status parts = set_parts(w, &p, h->job, rc == QDP_OK ? &err : NULL);
+    rc = parts == QDP_OK ? agree_input(w, rc, &err) : parts;
+    if (rc != QDP_OK) {
+      goto out;
+    }
   }
   /* The plan indexes the world's device table; this rank's mesh indexes its own devices. */
   int me = world_rank(w);
@@ -1004,7 +1083,9 @@ static void serve_job(struct world *w, const struct msg_header *h) {
                              .windowed = true,
                              .window_first = h->b,
                              .window_count = h->c};
-  QDP_TRY(rc, set_parts(w, &p, h->job, &err));
+  if (!path) {
+    QDP_TRY(rc, set_parts(w, &p, h->job, &err));
+  }
   w->job_group = h->flags & JOB_DEVICE_GROUP;
   held = malloc(sizeof *held);
   if (!held) {

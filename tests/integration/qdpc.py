@@ -4,7 +4,10 @@ so it shares no code with libqdp. Also the NumPy reference of DESIGN.md section 
 the formulas (direct sums, no fast transforms), against which every fetched state is compared.
 """
 
+import array
 import os
+import socket
+import struct
 
 import grpc
 import numpy as np
@@ -58,8 +61,45 @@ _UNARY = {
 }
 
 
+READ, WRITE = 1, 2
+
+
+class HandoffError(Exception):
+    """The daemon refused a handed-over descriptor: .status ("PERMISSION_DENIED"), .message."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def handoff(sock_path, fd, access=READ, raw_header=None, fds=None):
+    """Hands fd to qdpd over its Unix socket (the wire in proto/qdp.proto); returns the ticket.
+    raw_header and fds override what is sent, for tests of the daemon's checks."""
+    hdr = raw_header if raw_header is not None else b"QDPFD/1\n" + struct.pack("<II", access, 0)
+    fds = [fd] if fds is None else fds
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(sock_path)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+        s.sendmsg([hdr], anc)
+        line = b""
+        while not line.endswith(b"\n"):
+            part = s.recv(4096)
+            if not part:
+                break
+            line += part
+    line = line.decode().rstrip("\n")
+    if line.startswith("OK "):
+        return line[3:]
+    status, _, message = line[4:].partition(" ") if line.startswith("ERR ") else ("", "", line)
+    raise HandoffError(status, message)
+
+
 class Client:
-    """One channel to qdpd; methods take and return protobuf messages."""
+    """One channel to qdpd; methods take and return protobuf messages. Over a Unix socket,
+    node-local files and shared memory are opened here and their descriptors handed over, as
+    every client on the daemon's node does."""
 
     def __init__(self, target=None, desc=None, name=None, proto=None):
         self.target = target or os.environ["QDP_TARGET"]
@@ -88,6 +128,57 @@ class Client:
     def close(self):
         self.channel.close()
 
+    @property
+    def socket_path(self):
+        """The daemon's socket path, or None over TCP."""
+        t = self.target
+        return t[5:] if t.startswith("unix:") else None
+
+    def hand(self, fd, access=READ):
+        return handoff(self.socket_path, fd, access)
+
+    def hand_file(self, path, access=READ):
+        """Opens path here (with this process's rights) and hands it over; returns the ticket."""
+        fd = os.open(path, os.O_RDONLY if access == READ else os.O_RDWR)
+        try:
+            return self.hand(fd, access)
+        finally:
+            os.close(fd)
+
+    def hand_shm(self, shm):
+        """Opens a SharedMemory message's object (name, or pid + fd) and fills its fd_ticket."""
+        if shm.name:
+            path = "/dev/shm" + shm.name
+        else:
+            path = f"/proc/{shm.pid}/fd/{shm.fd}"
+        shm.fd_ticket = self.hand_file(path)
+        return shm
+
+    def export(self, state, path, overwrite=False, token=None):
+        """Export as libqdp does it: a file created here beside path, handed over, filled by the
+        daemon, then renamed; over TCP the path alone. Returns the ExportReply."""
+        req = self.pb.ExportRequest()
+        req.state.CopyFrom(self.ref(state, token))
+        req.overwrite = overwrite
+        if self.socket_path is None:
+            req.path = path
+            return self.call("Export", req)
+        d, base = os.path.split(path)
+        tmp = os.path.join(d, f".{base}.{os.getpid()}.{id(req):x}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            req.fd_ticket = self.hand(fd, WRITE)
+            req.path = tmp
+            rep = self.call("Export", req)
+            if not overwrite and os.path.lexists(path):
+                raise FileExistsError(path)
+            os.replace(tmp, path)
+            return rep
+        finally:
+            os.close(fd)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
     def call(self, method, req, timeout=60):
         return getattr(self, "_" + method)(req, timeout=timeout, metadata=self.metadata)
 
@@ -100,7 +191,7 @@ class Client:
 
     def request(self, encoding, qubits, values=None, dtype="complex128", input_dtype=None,
                 rows=0, cols=0, policy="auto", devices=(), path=None, shm=None, ttl=0,
-                label=""):
+                label="", hand_over=True):
         r = self.pb.EncodeRequest()
         r.encoding = ENCODINGS[encoding] if isinstance(encoding, str) else encoding
         r.qubits = qubits
@@ -124,10 +215,15 @@ class Client:
                 inp.rows, inp.cols = arr.shape
         elif input_dtype is not None:
             inp.dtype = DTYPES[input_dtype] if isinstance(input_dtype, str) else input_dtype
+        unix = self.socket_path is not None
         if path is not None:
             inp.path = path
+            if hand_over and unix:
+                inp.fd_ticket = self.hand_file(path)
         if shm is not None:
             inp.shm.CopyFrom(shm)
+            if hand_over and unix and not shm.region and not shm.fd_ticket:
+                self.hand_shm(inp.shm)
         return r
 
     def encode(self, *a, **kw):

@@ -37,12 +37,16 @@ class Regions(unittest.TestCase):
         os.unlink("/dev/shm" + cls.name)
         cls.c.close()
 
-    def register(self, name=None, pid=0, fd=0):
+    def register(self, name=None, pid=0, fd=0, hand_over=True):
+        """RegisterRegion as a client on the node makes it: the object opened here, its
+        descriptor handed over."""
         r = self.pb.RegisterRegionRequest()
         if name is not None:
             r.name = name
         else:
             r.pid, r.fd = pid, fd
+        if hand_over:
+            r.fd_ticket = self.c.hand_file("/dev/shm" + name if name else f"/proc/{pid}/fd/{fd}")
         return self.c.call("RegisterRegion", r)
 
     def unregister(self, info, token=None):
@@ -180,9 +184,14 @@ class Regions(unittest.TestCase):
                 self.unregister(i)
         self.assertEqual(self.c.status().regions, 0)
 
-    def test_a_missing_region_is_not_found_and_takes_no_slot(self):
+    def test_a_refused_region_takes_no_slot(self):
+        # Named but not handed over: the daemon opens nothing for a caller.
         for _ in range(MAX_REGIONS + 1):
-            self.refused(lambda: self.register("/qdp-it-no-such-region"), SC.NOT_FOUND)
+            self.refused(lambda: self.register(self.name, hand_over=False), SC.PERMISSION_DENIED)
+        # A ticket that names nothing handed over.
+        r = self.pb.RegisterRegionRequest(name=self.name, fd_ticket="t" + "0" * 32)
+        for _ in range(MAX_REGIONS + 1):
+            self.refused(lambda: self.c.call("RegisterRegion", r), SC.NOT_FOUND)
         infos = [self.register(self.name) for _ in range(MAX_REGIONS)]
         for i in infos:
             self.unregister(i)

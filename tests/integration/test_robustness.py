@@ -129,17 +129,29 @@ class Robustness(unittest.TestCase):
 
     def test_bad_server_file_and_shared_memory_are_refused(self):
         c = self.c
+        # Named but not handed over: the daemon opens nothing for a caller, whatever the path.
         missing = os.path.join(os.environ["QDP_TEST_DIR"], "missing.npy")
-        r = c.request("amplitude", 2, None, path=missing)
-        e = self.refused("missing server file", self.encode_req(r),
-                         (SC.INVALID_ARGUMENT, SC.NOT_FOUND))
+        r = c.request("amplitude", 2, None, path=missing, hand_over=False)
+        e = self.refused("server file not handed over", self.encode_req(r),
+                         SC.PERMISSION_DENIED, ("input.fd_ticket",), ("open it yourself",))
         self.assertIn("missing.npy", e.details())
         m = self.pb.SharedMemory()
         m.name = "/qdp-it-no-such-region"
         m.length = 32
-        r = c.request("amplitude", 2, None, input_dtype="float64", shm=m)
-        e = self.refused("missing shm", self.encode_req(r), (SC.INVALID_ARGUMENT, SC.NOT_FOUND))
+        r = c.request("amplitude", 2, None, input_dtype="float64", shm=m, hand_over=False)
+        e = self.refused("shm not handed over", self.encode_req(r), SC.PERMISSION_DENIED)
         self.assertIn("qdp-it-no-such-region", e.details())
+        # A ticket that names nothing handed over, and one used twice.
+        r = c.request("amplitude", 2, None, path=missing, hand_over=False)
+        r.input.fd_ticket = "t" + "0" * 32
+        self.refused("unknown ticket", self.encode_req(r), SC.NOT_FOUND, ("input.fd_ticket",))
+        good = os.path.join(os.environ["QDP_TEST_DIR"], "good.npy")
+        np.save(good, np.array([3.0, 4.0]))
+        r = c.request("amplitude", 1, None, path=good)
+        st = c.call("Encode", r).state
+        self.assertEqual(st.qubits, 1)
+        c.release(st)
+        self.refused("ticket used twice", self.encode_req(r), SC.NOT_FOUND)
         # Not a .npy file: garbage bytes.
         bad = os.path.join(os.environ["QDP_TEST_DIR"], "garbage.npy")
         with open(bad, "wb") as f:
@@ -180,23 +192,29 @@ class Robustness(unittest.TestCase):
                          SC.RESOURCE_EXHAUSTED, words=["cpu:1"])
         self.assertEqual(self.c.error_detail(e).need_bytes > (32 << 20) - 1, True)
 
-    def test_client_budget_counts_per_client_identity(self):
+    def test_client_budget_counts_per_identity_not_per_name(self):
+        # Two names, one uid: the daemon knows both as the same caller, so they share one budget
+        # (a client cannot spend another's quota, nor widen its own, by naming itself).
         alice = qdpc.Client(proto=self.pb, name="alice@it:1")
         bob = qdpc.Client(proto=self.pb, name="bob@it:2")
         try:
-            # 2^18 complex128 = 4 MiB: two fit in alice's 8 MiB, a third does not.
+            # 2^18 complex128 = 4 MiB: two fit in the 8 MiB budget, a third does not.
             x = np.full(18, 0.5)
             a1 = alice.encode("phase", 18, x)
-            a2 = alice.encode("phase", 18, x)
-            self.assertEqual(a1.owner, "alice@it:1")
-            e = self.refused("alice over her budget", lambda: alice.encode("phase", 18, x),
+            b1 = bob.encode("phase", 18, x)
+            me = "uid:%d" % os.getuid()
+            self.assertEqual(a1.owner, me)
+            self.assertEqual(b1.owner, me)
+            e = self.refused("a third under another name", lambda: bob.encode("phase", 18, x),
                              SC.RESOURCE_EXHAUSTED)
             self.assertIn(str(CLIENT_BUDGET), e.details().replace(",", ""))
-            b1 = bob.encode("phase", 18, x)  # bob's budget is his own
-            self.assertEqual(b1.owner, "bob@it:2")
-            alice.release(a1)
+            self.assertIn(me, e.details())
+            # Either name lists and releases the identity's states, without tokens.
+            listed = {st.handle for st in bob.call("List", self.pb.ListRequest()).states}
+            self.assertEqual(listed, {a1.handle, b1.handle})
+            bob.call("Release", self.pb.StateRef(handle=a1.handle))
             a3 = alice.encode("phase", 18, x)  # released bytes are available again
-            for cl, st in ((alice, a2), (alice, a3), (bob, b1)):
+            for cl, st in ((alice, a3), (bob, b1)):
                 cl.release(st)
         finally:
             alice.close()
@@ -208,16 +226,20 @@ class Robustness(unittest.TestCase):
         fake = self.pb.StateRef(handle="0" * len(st.handle), token=st.token)
         wrong = self.pb.StateRef(handle=st.handle, token="x" + st.token[1:])
         empty = self.pb.StateRef(handle=st.handle, token="")
+        nobody = self.pb.StateRef(handle="0" * len(st.handle), token="")
         for what, ref in (("unknown handle", fake), ("wrong token", wrong), ("no token", empty)):
-            for method in ("Describe", "Release"):
+            methods = ("Describe", "Release") if ref is not empty else ("Describe",)
+            for method in methods:
                 self.refused(f"{method} {what}", lambda: self.c.call(method, ref), SC.NOT_FOUND)
             fr = self.pb.FetchRequest()
             fr.state.CopyFrom(ref)
             self.refused(f"Fetch {what}", lambda: list(self.c._Fetch(fr, timeout=10)),
                          SC.NOT_FOUND)
-            er = self.pb.ExportRequest(path=os.path.join(os.environ["QDP_TEST_DIR"], "x.npy"))
-            er.state.CopyFrom(ref)
-            self.refused(f"Export {what}", lambda: self.c.call("Export", er), SC.NOT_FOUND)
+            self.refused(f"Export {what}", lambda: self.c.export(
+                ref, os.path.join(os.environ["QDP_TEST_DIR"], "x.npy")), SC.NOT_FOUND)
+        # Without a token only an owner's own handle releases (another's reads as unknown).
+        self.refused("Release unknown handle by owner", lambda: self.c.call("Release", nobody),
+                     SC.NOT_FOUND)
         # A wrong token and an unknown handle read the same: no oracle for guessing handles.
         m1 = self.code_of(lambda: self.c.call("Describe", fake))
         m2 = self.code_of(lambda: self.c.call("Describe", wrong))
@@ -242,14 +264,18 @@ class Robustness(unittest.TestCase):
             path = os.path.join(os.environ["QDP_TEST_DIR"], "exists.npy")
             with open(path, "wb") as f:
                 f.write(b"keep me")
-            er = self.pb.ExportRequest(path=path)
+            # Not handed over: refused, the file as it was.
+            er = self.pb.ExportRequest(path=path, overwrite=True)
             er.state.CopyFrom(self.c.ref(st))
-            self.refused("export over an existing file", lambda: self.c.call("Export", er),
-                         (SC.ALREADY_EXISTS, SC.FAILED_PRECONDITION))
+            self.refused("export not handed over", lambda: self.c.call("Export", er),
+                         SC.PERMISSION_DENIED, ("fd_ticket",))
+            # Handed over for reading only: the daemon cannot write it.
+            er.fd_ticket = self.c.hand_file(path)
+            self.refused("export into a read-only descriptor", lambda: self.c.call("Export", er),
+                         SC.PERMISSION_DENIED)
             with open(path, "rb") as f:
                 self.assertEqual(f.read(), b"keep me")
-            er.overwrite = True
-            self.assertGreater(self.c.call("Export", er).bytes, 16 * 16)
+            self.assertGreater(self.c.export(st, path, overwrite=True).bytes, 16 * 16)
             self.assertEqual(np.load(path).shape, (16,))
         finally:
             self.c.release(st)

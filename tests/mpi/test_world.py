@@ -241,6 +241,29 @@ class World(unittest.TestCase):
         self.ref.release(one)
         self.c.release(st)
 
+    def test_every_rank_reads_only_the_file_the_caller_handed_over(self):
+        # The caller hands over a file it may read but names another path: the ranks that open
+        # the path themselves find another file there and refuse, instead of reading it with the
+        # daemon's rights.
+        n = 8
+        mine = os.path.join(self.dir, "mine.npy")
+        other = os.path.join(self.dir, "not-mine.npy")
+        np.save(mine, np.ones(1 << n))
+        np.save(other, np.full(1 << n, 7.0))
+        req = self.c.request("amplitude", n, None, policy="even", devices=self.spread,
+                             path=other, hand_over=False)
+        req.input.fd_ticket = self.c.hand_file(mine)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.c.call("Encode", req)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED,
+                         cm.exception.details())
+        self.assertIn("another file", cm.exception.details())
+        # The same file under its own name is read by every rank.
+        st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=mine)
+        qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(np.ones(1 << n), n),
+                          "complex128", "handed over")
+        self.c.release(st)
+
     def test_fetch_and_export_stream_from_the_owning_ranks(self):
         n = 9
         st = self.assert_same_bits("phase", n, values("phase", n)[0])
@@ -249,12 +272,10 @@ class World(unittest.TestCase):
         for lo, count in ((0, 1 << n), (bounds[1] - 3, 7), (bounds[-1] - 1, 2), (5, 400)):
             part = self.c.fetch(st, offset=lo, count=count, chunk_bytes=4096 + 16)
             self.assertEqual(part.tobytes(), whole[lo:lo + count].tobytes(), (lo, count))
-        req = self.c.pb.ExportRequest()
-        req.state.CopyFrom(self.c.ref(st))
-        req.path = os.path.join(self.dir, "world.npy")
-        rep = self.c.call("Export", req)
-        self.assertEqual(rep.bytes, os.path.getsize(req.path))
-        self.assertEqual(np.load(req.path).tobytes(), whole.tobytes())
+        path = os.path.join(self.dir, "world.npy")
+        rep = self.c.export(st, path)
+        self.assertEqual(rep.bytes, os.path.getsize(path))
+        self.assertEqual(np.load(path).tobytes(), whole.tobytes())
         self.c.release(st)
 
     def test_describe_names_each_shards_rank_and_host(self):

@@ -311,6 +311,27 @@ START_TEST(test_arguments_help_version_and_errors) {
 }
 END_TEST
 
+START_TEST(test_socket_mode_is_octal_permission_bits) {
+  struct config c;
+  struct qdp_error e = QDP_ERROR_INIT;
+  config_defaults(&c);
+  ck_assert_uint_eq(c.socket_mode, 0660);
+  ck_assert_int_eq(config_set(&c, "socket_mode", "0600", CONFIG_SRC_ARG, NULL, &e), QDP_OK);
+  ck_assert_uint_eq(c.socket_mode, 0600);
+  char buf[32];
+  config_format_value(&c, config_find("socket_mode"), false, buf, sizeof buf);
+  ck_assert_str_eq(buf, "0600");
+  ck_assert_int_eq(config_set(&c, "socket_mode", "0680", CONFIG_SRC_ARG, NULL, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "octal"));
+  ck_assert_int_eq(config_set(&c, "socket_mode", "01777", CONFIG_SRC_ARG, NULL, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(config_set(&c, "socket_mode", "", CONFIG_SRC_ARG, NULL, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(c.socket_mode, 0600);
+}
+END_TEST
+
 START_TEST(test_check_refuses_contradictions) {
   struct config c;
   struct qdp_error e = QDP_ERROR_INIT;
@@ -326,7 +347,15 @@ START_TEST(test_check_refuses_contradictions) {
   snprintf(c.tcp, sizeof c.tcp, "127.0.0.1:65536");
   ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
   snprintf(c.tcp, sizeof c.tcp, "[::1]:0");
+  /* TCP callers are the principals of their tokens: TCP without any is refused. */
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp");
+  snprintf(c.tcp_token, sizeof c.tcp_token, "0123456789abcdef");
   ck_assert_int_eq(config_check(&c, &e), QDP_OK);
+  config_defaults(&c);
+  c.client_upload_budget = c.upload_budget + 1;
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "client_upload_budget");
   config_defaults(&c);
   c.fetch_chunk = c.max_message_bytes;
   ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
@@ -479,6 +508,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_precedence_is_argument_over_environment_over_file_over_default);
   tcase_add_test(tc, test_arguments_help_version_and_errors);
   tcase_add_test(tc, test_check_refuses_contradictions);
+  tcase_add_test(tc, test_socket_mode_is_octal_permission_bits);
   suite_add_tcase(s, tc);
   tc = tcase_create("log");
   tcase_add_test(tc, test_log_formats_journal_and_timestamp_lines_and_filters);

@@ -4,11 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io/map.h"
@@ -317,6 +320,29 @@ START_TEST(test_header_round_trips_through_parse) {
 }
 END_TEST
 
+/* Maps the .npy file at path as the daemon maps a file handed to it: opened here, then mapped
+ * from its descriptor. A file that cannot be opened gives the status open(2) means. */
+static qdp_status map_path(const char *path, struct io_mapping *m, struct io_npy *h,
+                           struct qdp_error *err) {
+  *m = (struct io_mapping)IO_MAPPING_INIT;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return qdp_error_set_at(err, errno == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_SYSTEM, -1, errno,
+                            "open failed");
+  }
+  char what[600];
+  snprintf(what, sizeof what, "'%s'", path);
+  return io_map_npy_fd(fd, what, m, h, err);
+}
+
+/* tmpdir as a confinement folder. */
+static struct io_folder tmp_folder(void) {
+  struct io_folder f;
+  struct qdp_error err = QDP_ERROR_INIT;
+  ck_assert_int_eq(io_folder_open(tmpdir, "export_dir", &f, &err), QDP_OK);
+  return f;
+}
+
 /* ---- mapping .npy files ---------------------------------------------------------------------- */
 
 START_TEST(test_map_npy_reads_values_written_by_hand) {
@@ -337,7 +363,7 @@ START_TEST(test_map_npy_reads_values_written_by_hand) {
   struct io_mapping m;
   struct io_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_OK);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_uint_eq(h.rows, 2);
   ck_assert_uint_eq(h.cols, 3);
   ck_assert_uint_eq(m.bytes, 48);
@@ -360,13 +386,9 @@ START_TEST(test_map_npy_refusals_name_the_path) {
   struct io_mapping m;
   struct io_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_map_npy("data/a.npy", &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(err.msg, "'data/a.npy' is a relative path"));
-  ck_assert_str_eq(err.field, "path");
-
   char path[512];
   snprintf(path, sizeof path, "%s/missing.npy", tmpdir);
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_ERR_NOT_FOUND);
   ck_assert_int_eq(err.cause, ENOENT);
 
   snprintf(path, sizeof path, "%s/be.npy", tmpdir);
@@ -374,7 +396,7 @@ START_TEST(test_map_npy_refusals_name_the_path) {
   size_t n = make_npy(1, "{'descr': '>f8', 'fortran_order': False, 'shape': (1,), }\n", 8, &b);
   write_file(path, b, n);
   free(b);
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
   char want[600];
   snprintf(want, sizeof want,
            "'%s': dtype '>f8' is not supported; use little-endian float32 or float64", path);
@@ -383,10 +405,10 @@ START_TEST(test_map_npy_refusals_name_the_path) {
 
   snprintf(path, sizeof path, "%s/empty.npy", tmpdir);
   write_file(path, "", 0);
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.msg, "the file has 0 B"));
 
-  ck_assert_int_eq(io_map_npy(tmpdir, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(map_path(tmpdir, &m, &h, &err), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.msg, "is not a regular file"));
   remove_tmpdir();
 }
@@ -401,7 +423,7 @@ static void pattern(unsigned char *p, size_t n) {
   }
 }
 
-START_TEST(test_shm_by_name_maps_the_asked_range) {
+START_TEST(test_map_fd_maps_the_asked_range_of_shared_memory) {
   char name[64];
   snprintf(name, sizeof name, "/qdp-test-io-%d", (int)getpid());
   shm_unlink(name);
@@ -412,84 +434,227 @@ START_TEST(test_shm_by_name_maps_the_asked_range) {
   unsigned char *w = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ck_assert_ptr_ne(w, MAP_FAILED);
   pattern(w, size);
+  const char *what = "shared memory '/x'";
 
   struct io_mapping m;
   struct qdp_error err = QDP_ERROR_INIT;
   /* An offset that is not page aligned, running to the very last byte. */
-  ck_assert_int_eq(io_map_shm(name, 0, -1, 5000, size - 5000, &m, &err), QDP_OK);
+  ck_assert_int_eq(io_map_fd(shm_open(name, O_RDONLY, 0), what, 5000, size - 5000, false, &m, &err),
+                   QDP_OK);
   ck_assert_uint_eq(m.bytes, size - 5000);
   ck_assert_int_eq(memcmp(m.data, w + 5000, size - 5000), 0);
   ck_assert_int_eq(m.sealed, 0);
+  ck_assert(!io_mapping_shrunk(&m));
   io_unmap(&m);
 
   /* One byte past the end, an offset past the end, and an offset + length that wraps. */
-  ck_assert_int_eq(io_map_shm(name, 0, -1, 5000, size - 4999, &m, &err), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 5000, size - 4999, false, &m, &err),
+                   QDP_ERR_OUT_OF_RANGE);
   char want[256];
   snprintf(want, sizeof want,
            "offset 5000 B + length %zu B passes the end of the region, which has %zu B",
            size - 4999, size);
   ck_assert_ptr_nonnull(strstr(err.msg, want));
-  ck_assert_ptr_nonnull(strstr(err.msg, name));
+  ck_assert_ptr_nonnull(strstr(err.msg, what));
   ck_assert_str_eq(err.field, "shm.length");
-  ck_assert_int_eq(io_map_shm(name, 0, -1, size + 1, 1, &m, &err), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, size + 1, 1, false, &m, &err), QDP_ERR_OUT_OF_RANGE);
   ck_assert_str_eq(err.field, "shm.offset");
-  ck_assert_int_eq(io_map_shm(name, 0, -1, UINT64_MAX - 1, 4, &m, &err), QDP_ERR_OUT_OF_RANGE);
-  ck_assert_int_eq(io_map_shm(name, 0, -1, 8, UINT64_MAX, &m, &err), QDP_ERR_OUT_OF_RANGE);
-  ck_assert_int_eq(io_map_shm(name, 0, -1, 0, 0, &m, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, UINT64_MAX - 1, 4, false, &m, &err),
+                   QDP_ERR_OUT_OF_RANGE);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 8, UINT64_MAX, false, &m, &err), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 0, 0, false, &m, &err), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(err.field, "shm.length");
   ck_assert_ptr_null(m.data);
+
+  /* The whole object; then it shrinks under the mapping, and the mapping says so. */
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 0, 0, true, &m, &err), QDP_OK);
+  ck_assert_uint_eq(m.bytes, size);
+  ck_assert(!io_mapping_shrunk(&m));
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  ck_assert(io_mapping_shrunk(&m));
+  io_unmap(&m);
+  ck_assert(!io_mapping_shrunk(&m));
 
   munmap(w, size);
   close(fd);
   shm_unlink(name);
-  ck_assert_int_eq(io_map_shm(name, 0, -1, 0, 1, &m, &err), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(io_map_shm("no-slash", 0, -1, 0, 1, &m, &err), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(io_map_shm("/a/b", 0, -1, 0, 1, &m, &err), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(io_map_shm(NULL, 0, 3, 0, 1, &m, &err), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_str_eq(err.field, "shm.pid");
 }
 END_TEST
 
-START_TEST(test_shm_by_proc_fd_maps_memfd_and_checks_bounds) {
+START_TEST(test_map_fd_of_memfd_reports_seals_and_refuses_what_is_not_a_file) {
   int fd = memfd_create("qdp-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ck_assert_int_ge(fd, 0);
   const size_t size = 10000;
   unsigned char *src = malloc(size);
   pattern(src, size);
   ck_assert_int_eq(write(fd, src, size), (ssize_t)size);
+  char what[64];
+  snprintf(what, sizeof what, "fd %d of process %d", fd, (int)getpid());
 
   struct io_mapping m;
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_map_shm("", (int)getpid(), fd, 4095, 2, &m, &err), QDP_OK);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 4095, 2, false, &m, &err), QDP_OK);
   ck_assert_uint_eq(m.bytes, 2);
   ck_assert_int_eq(memcmp(m.data, src + 4095, 2), 0);
   ck_assert_int_eq(m.sealed, 0);
   io_unmap(&m);
 
-  ck_assert_int_eq(io_map_shm(NULL, (int)getpid(), fd, 9999, 2, &m, &err), QDP_ERR_OUT_OF_RANGE);
-  char want[64];
-  snprintf(want, sizeof want, "fd %d of process %d", fd, (int)getpid());
-  ck_assert_ptr_nonnull(strstr(err.msg, want));
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 9999, 2, false, &m, &err), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_ptr_nonnull(strstr(err.msg, what));
   ck_assert_ptr_nonnull(strstr(err.msg, "which has 10000 B"));
   ck_assert_uint_eq(err.free_bytes, 1);
 
   /* Sealed against shrinking: reported so callers may trust the mapping. */
   ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-  ck_assert_int_eq(io_map_shm(NULL, (int)getpid(), fd, 0, size, &m, &err), QDP_OK);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 0, size, false, &m, &err), QDP_OK);
   ck_assert_int_eq(m.sealed, 1);
   ck_assert_int_eq(memcmp(m.data, src, size), 0);
   io_unmap(&m);
 
-  /* A pipe is refused before it is opened, and an fd that is not open is NOT_FOUND. */
+  /* A pipe is refused (and its descriptor closed: the mapping takes it either way). */
   int p[2];
   ck_assert_int_eq(pipe(p), 0);
-  ck_assert_int_eq(io_map_shm(NULL, (int)getpid(), p[0], 0, 1, &m, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(io_map_fd(p[0], what, 0, 1, false, &m, &err), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err.msg, "is not shared memory or a regular file"));
-  close(p[0]);
+  ck_assert_int_eq(fcntl(p[0], F_GETFD), -1);
   close(p[1]);
-  ck_assert_int_eq(io_map_shm(NULL, (int)getpid(), 1000000, 0, 1, &m, &err), QDP_ERR_NOT_FOUND);
+  /* A write-only descriptor cannot be mapped for reading. */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ck_assert_int_eq(io_map_fd(open(path, O_WRONLY), what, 0, 1, false, &m, &err),
+                   QDP_ERR_PERMISSION_DENIED);
   close(fd);
   free(src);
+}
+END_TEST
+
+/* ---- folders --------------------------------------------------------------------------------- */
+
+START_TEST(test_folder_keeps_every_path_beneath_it) {
+  make_tmpdir();
+  char allowed[512], other[512], p[700];
+  snprintf(allowed, sizeof allowed, "%s/allowed", tmpdir);
+  snprintf(other, sizeof other, "%s/other", tmpdir);
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  ck_assert_int_eq(mkdir(other, 0700), 0);
+  snprintf(p, sizeof p, "%s/secret", other);
+  write_file(p, "secret", 6);
+  snprintf(p, sizeof p, "%s/x.npy", allowed);
+  write_file(p, "x", 1);
+  snprintf(p, sizeof p, "%s/escape", allowed);
+  ck_assert_int_eq(symlink(other, p), 0);
+  snprintf(p, sizeof p, "%s/abs", allowed);
+  ck_assert_int_eq(symlink("/etc/passwd", p), 0);
+  snprintf(p, sizeof p, "%s/inner", allowed);
+  ck_assert_int_eq(symlink("x.npy", p), 0);
+
+  struct io_folder f;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(io_folder_open(allowed, "input_dir", &f, &e), QDP_OK);
+  int fd = -1;
+  /* Inside, directly and through a link that stays inside. */
+  snprintf(p, sizeof p, "%s/x.npy", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e), QDP_OK);
+  ck_assert_int_eq(io_folder_check_fd(&f, p, fd, "input.path", &e), QDP_OK);
+  snprintf(p, sizeof p, "%s/inner", allowed);
+  ck_assert_int_eq(io_folder_check_fd(&f, p, fd, "input.path", &e), QDP_OK);
+  close(fd);
+  /* Out through a link, an absolute link, and '..'. */
+  snprintf(p, sizeof p, "%s/escape/secret", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_str_eq(e.field, "input.path");
+  snprintf(p, sizeof p, "%s/abs", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_PERMISSION_DENIED);
+  snprintf(p, sizeof p, "%s/../other/secret", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_PERMISSION_DENIED);
+  /* A sibling whose name starts with the folder's, the folder itself, a relative path. */
+  snprintf(p, sizeof p, "%s2/x.npy", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_ptr_nonnull(strstr(e.msg, "is outside"));
+  ck_assert_int_eq(io_folder_open_file(&f, allowed, O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_int_eq(io_folder_open_file(&f, "x.npy", O_RDONLY, "input.path", &fd, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  snprintf(p, sizeof p, "%s/missing.npy", allowed);
+  ck_assert_int_eq(io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e), QDP_ERR_NOT_FOUND);
+  /* A descriptor of another file is not the file a path in the folder names. */
+  snprintf(p, sizeof p, "%s/secret", other);
+  int outside = open(p, O_RDONLY);
+  snprintf(p, sizeof p, "%s/x.npy", allowed);
+  ck_assert_int_eq(io_folder_check_fd(&f, p, outside, "input.path", &e), QDP_ERR_PERMISSION_DENIED);
+  close(outside);
+  io_folder_close(&f);
+  io_folder_close(&f);
+  snprintf(p, sizeof p, "rm -rf '%s'", tmpdir);
+  ck_assert_int_eq(system(p), 0);
+}
+END_TEST
+
+struct swapper {
+  const char *link, *inside, *outside;
+  volatile int stop;
+};
+
+/* Points link at inside and outside in turn, as fast as it can. */
+static void *swap_links(void *arg) {
+  struct swapper *w = arg;
+  char tmp[700];
+  snprintf(tmp, sizeof tmp, "%s.tmp", w->link);
+  for (unsigned i = 0; !w->stop; i++) {
+    unlink(tmp);
+    if (symlink(i % 2 ? w->outside : w->inside, tmp) == 0) {
+      rename(tmp, w->link);
+    }
+  }
+  return NULL;
+}
+
+START_TEST(test_folder_holds_while_a_link_is_swapped_in_and_out) {
+  make_tmpdir();
+  char allowed[512], outside[512], inside[512], link[600], p[700];
+  snprintf(allowed, sizeof allowed, "%s/allowed", tmpdir);
+  snprintf(outside, sizeof outside, "%s/outside", tmpdir);
+  snprintf(inside, sizeof inside, "%s/allowed/in", tmpdir);
+  ck_assert_int_eq(mkdir(allowed, 0700), 0);
+  ck_assert_int_eq(mkdir(outside, 0700), 0);
+  ck_assert_int_eq(mkdir(inside, 0700), 0);
+  snprintf(p, sizeof p, "%s/f", outside);
+  write_file(p, "OUT", 3);
+  snprintf(p, sizeof p, "%s/f", inside);
+  write_file(p, "in!", 3);
+  snprintf(link, sizeof link, "%s/d", allowed);
+  /* Relative links, as a user would make them: one stays inside, one leads out. */
+  struct swapper w = {link, "in", "../outside", 0};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, swap_links, &w), 0);
+  struct io_folder f = IO_FOLDER_INIT;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(io_folder_open(allowed, "input_dir", &f, &e), QDP_OK);
+  snprintf(p, sizeof p, "%s/d/f", allowed);
+  int opened = 0;
+  /* Until enough opens landed inside (or 20 s on a loaded machine): each one that succeeds must
+   * have read the inside file, never the outside one. */
+  time_t end = time(NULL) + 20;
+  for (int i = 0; (i < 2000 || opened == 0) && opened < 200 && time(NULL) < end; i++) {
+    int fd = -1;
+    if (io_folder_open_file(&f, p, O_RDONLY, "input.path", &fd, &e) == QDP_OK) {
+      char got[4] = "";
+      ck_assert_int_eq(pread(fd, got, 3, 0), 3);
+      ck_assert_msg(memcmp(got, "in!", 3) == 0, "read '%.3s' from outside the folder", got);
+      close(fd);
+      opened++;
+    }
+  }
+  w.stop = 1;
+  pthread_join(t, NULL);
+  io_folder_close(&f);
+  ck_assert_int_gt(opened, 0); /* the swap did let some opens land inside */
+  snprintf(p, sizeof p, "rm -rf '%s'", tmpdir);
+  ck_assert_int_eq(system(p), 0);
 }
 END_TEST
 
@@ -530,7 +695,9 @@ START_TEST(test_write_npy_then_read_back_in_several_chunks) {
   const uint64_t rows = 3, cols = 700000;
   struct gen g = {8, 0, 0, UINT64_MAX};
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_write_npy(path, 0, QDP_DTYPE_FLOAT64, 2, rows, cols, gen_read, &g, &err),
+  struct io_folder f = tmp_folder();
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 2, rows, cols,
+                                        gen_read, &g, &err),
                    QDP_OK);
   ck_assert_uint_eq(g.next, rows * cols);
   ck_assert_uint_eq(g.calls, (rows * cols * 8 + IO_WRITE_CHUNK_BYTES - 1) / IO_WRITE_CHUNK_BYTES);
@@ -542,7 +709,7 @@ START_TEST(test_write_npy_then_read_back_in_several_chunks) {
 
   struct io_mapping m;
   struct io_npy h;
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_OK);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_int_eq(h.dtype, QDP_DTYPE_FLOAT64);
   ck_assert_uint_eq(h.rows, rows);
   ck_assert_uint_eq(h.cols, cols);
@@ -557,9 +724,10 @@ START_TEST(test_write_npy_then_read_back_in_several_chunks) {
   /* A 1-D complex128 file of 4 elements (8 doubles, one chunk). */
   snprintf(path, sizeof path, "%s/c.npy", tmpdir);
   struct gen g2 = {16, 0, 0, UINT64_MAX};
-  ck_assert_int_eq(io_write_npy(path, 0, QDP_DTYPE_COMPLEX128, 1, 1, 4, gen_read, &g2, &err),
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_COMPLEX128, 1, 1, 4,
+                                        gen_read, &g2, &err),
                    QDP_OK);
-  ck_assert_int_eq(io_map_npy(path, &m, &h, &err), QDP_OK);
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_int_eq(h.dtype, QDP_DTYPE_COMPLEX128);
   ck_assert_int_eq(h.ndim, 1);
   ck_assert_uint_eq(h.cols, 4);
@@ -569,6 +737,7 @@ START_TEST(test_write_npy_then_read_back_in_several_chunks) {
     ck_assert_double_eq(d[i], i * 0.5 - 7.0);
   }
   io_unmap(&m);
+  io_folder_close(&f);
   remove_tmpdir();
 }
 END_TEST
@@ -580,7 +749,9 @@ START_TEST(test_write_npy_refuses_existing_file_unless_overwrite) {
   write_file(path, "precious", 8);
   struct gen g = {8, 0, 0, UINT64_MAX};
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_write_npy(path, 0, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+  struct io_folder f = tmp_folder();
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
+                                        gen_read, &g, &err),
                    QDP_ERR_ALREADY_EXISTS);
   char want[600];
   snprintf(want, sizeof want, "'%s' exists", path);
@@ -591,16 +762,33 @@ START_TEST(test_write_npy_refuses_existing_file_unless_overwrite) {
   ck_assert_int_eq(st.st_size, 8);
   ck_assert_int_eq(dir_entries(), 1);
 
-  ck_assert_int_eq(io_write_npy(path, 1, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err), QDP_OK);
+  /* One of the daemon's own files is never replaced, overwrite or not. */
+  struct io_file_id own = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 1, &own, 1, QDP_DTYPE_FLOAT64, 1, 1, 10,
+                                        gen_read, &g, &err),
+                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(st.st_size, 8);
+
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 1, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
+                                        gen_read, &g, &err),
+                   QDP_OK);
   ck_assert_int_eq(stat(path, &st), 0);
   ck_assert_int_eq(st.st_size, 128 + 80);
   ck_assert_int_eq(dir_entries(), 1);
 
-  ck_assert_int_eq(io_write_npy("rel.npy", 1, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+  ck_assert_int_eq(io_write_npy_beneath(&f, "rel.npy", 1, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
+                                        gen_read, &g, &err),
                    QDP_ERR_INVALID_ARGUMENT);
   snprintf(path, sizeof path, "%s/no/such/dir.npy", tmpdir);
-  ck_assert_int_eq(io_write_npy(path, 0, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
+                                        gen_read, &g, &err),
                    QDP_ERR_NOT_FOUND);
+  /* Outside the folder, however named. */
+  ck_assert_int_eq(io_write_npy_beneath(&f, "/tmp/qdp-outside.npy", 0, NULL, 0, QDP_DTYPE_FLOAT64,
+                                        1, 1, 10, gen_read, &g, &err),
+                   QDP_ERR_PERMISSION_DENIED);
+  io_folder_close(&f);
   remove_tmpdir();
 }
 END_TEST
@@ -612,7 +800,9 @@ START_TEST(test_write_npy_leaves_no_partial_file_when_reader_fails) {
   /* Fails on the second chunk, after 4 MiB were written to the temporary file. */
   struct gen g = {8, 0, 0, IO_WRITE_CHUNK_BYTES / 8};
   struct qdp_error err = QDP_ERROR_INIT;
-  ck_assert_int_eq(io_write_npy(path, 0, QDP_DTYPE_FLOAT64, 2, 2, 600000, gen_read, &g, &err),
+  struct io_folder f = tmp_folder();
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 2, 2, 600000,
+                                        gen_read, &g, &err),
                    QDP_ERR_DATA_LOSS);
   ck_assert_str_eq(err.msg, "shard 1 lost at element 524288");
   ck_assert_uint_eq(g.calls, 1);
@@ -622,12 +812,50 @@ START_TEST(test_write_npy_leaves_no_partial_file_when_reader_fails) {
   /* With overwrite, a failure leaves the old file as it was. */
   write_file(path, "old", 3);
   struct gen g2 = {8, 0, 0, IO_WRITE_CHUNK_BYTES / 8};
-  ck_assert_int_eq(io_write_npy(path, 1, QDP_DTYPE_FLOAT64, 2, 2, 600000, gen_read, &g2, &err),
+  ck_assert_int_eq(io_write_npy_beneath(&f, path, 1, NULL, 0, QDP_DTYPE_FLOAT64, 2, 2, 600000,
+                                        gen_read, &g2, &err),
                    QDP_ERR_DATA_LOSS);
   struct stat st;
   ck_assert_int_eq(stat(path, &st), 0);
   ck_assert_int_eq(st.st_size, 3);
   ck_assert_int_eq(dir_entries(), 1);
+  io_folder_close(&f);
+  remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_write_npy_fd_fills_a_handed_over_file_and_refuses_read_only_ones) {
+  make_tmpdir();
+  char path[512];
+  snprintf(path, sizeof path, "%s/handed.npy", tmpdir);
+  write_file(path, "whatever was there before, longer than the result will be.....", 64);
+  int fd = open(path, O_RDWR);
+  struct gen g = {8, 0, 0, UINT64_MAX};
+  struct qdp_error err = QDP_ERROR_INIT;
+  ck_assert_int_eq(io_write_npy_fd(fd, "'handed'", QDP_DTYPE_FLOAT64, 1, 1, 3, gen_read, &g, &err),
+                   QDP_OK);
+  close(fd);
+  struct io_mapping m;
+  struct io_npy h;
+  ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
+  ck_assert_uint_eq(h.cols, 3);
+  ck_assert_double_eq(((const double *)m.data)[2], 2 * 0.5 - 7.0);
+  io_unmap(&m);
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(st.st_size, 128 + 24);
+
+  fd = open(path, O_RDONLY);
+  struct gen g2 = {8, 0, 0, UINT64_MAX};
+  ck_assert_int_eq(io_write_npy_fd(fd, "'handed'", QDP_DTYPE_FLOAT64, 1, 1, 3, gen_read, &g2, &err),
+                   QDP_ERR_PERMISSION_DENIED);
+  close(fd);
+  fd = open(path, O_WRONLY | O_APPEND);
+  ck_assert_int_eq(io_write_npy_fd(fd, "'handed'", QDP_DTYPE_FLOAT64, 1, 1, 3, gen_read, &g2, &err),
+                   QDP_ERR_PERMISSION_DENIED);
+  close(fd);
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(st.st_size, 128 + 24);
   remove_tmpdir();
 }
 END_TEST
@@ -653,16 +881,23 @@ static Suite *io_suite(void) {
   tcase_add_test(map, test_map_npy_refusals_name_the_path);
   suite_add_tcase(s, map);
 
-  TCase *shm = tcase_create("map_shm");
-  tcase_add_test(shm, test_shm_by_name_maps_the_asked_range);
-  tcase_add_test(shm, test_shm_by_proc_fd_maps_memfd_and_checks_bounds);
+  TCase *shm = tcase_create("map_fd");
+  tcase_add_test(shm, test_map_fd_maps_the_asked_range_of_shared_memory);
+  tcase_add_test(shm, test_map_fd_of_memfd_reports_seals_and_refuses_what_is_not_a_file);
   suite_add_tcase(s, shm);
+
+  TCase *fold = tcase_create("folders");
+  tcase_set_timeout(fold, 60);
+  tcase_add_test(fold, test_folder_keeps_every_path_beneath_it);
+  tcase_add_test(fold, test_folder_holds_while_a_link_is_swapped_in_and_out);
+  suite_add_tcase(s, fold);
 
   TCase *wr = tcase_create("write_npy");
   tcase_set_timeout(wr, 60);
   tcase_add_test(wr, test_write_npy_then_read_back_in_several_chunks);
   tcase_add_test(wr, test_write_npy_refuses_existing_file_unless_overwrite);
   tcase_add_test(wr, test_write_npy_leaves_no_partial_file_when_reader_fails);
+  tcase_add_test(wr, test_write_npy_fd_fills_a_handed_over_file_and_refuses_read_only_ones);
   suite_add_tcase(s, wr);
   return s;
 }

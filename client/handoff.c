@@ -1,0 +1,191 @@
+/* handoff.c — handing qdpd a descriptor this process opened, so that the daemon reads or writes
+ * exactly what this process could itself (the wire is in proto/qdp.proto's header). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libqdp_int.h"
+
+#define HANDOFF_MAGIC "QDPFD/1\n"
+
+int qdp__unix_path(const qdp_client *c, char *buf, size_t len) {
+  const char *t = c->target;
+  if (strncmp(t, "unix:", 5) != 0) {
+    return 0;
+  }
+  t += 5;
+  if (strncmp(t, "//", 2) == 0) {
+    t += 2; /* unix:///abs/path */
+  }
+  return snprintf(buf, len, "%s", t) < (int)len;
+}
+
+/* The status an answer names ("PERMISSION_DENIED"); INTERNAL for a name libqdp does not know. */
+static qdp_status status_named(const char *name) {
+  for (int i = 1; i < 256; i++) {
+    const char *n = qdp_status_name((qdp_status)i);
+    if (n && strncmp(n, "QDP_ERR_", 8) == 0 && strcmp(n + 8, name) == 0) {
+      return (qdp_status)i;
+    }
+  }
+  return QDP_ERR_INTERNAL;
+}
+
+/* Reads the daemon's one-line answer, waiting at most the client's unary deadline. */
+static qdp_status read_answer(const qdp_client *c, int s, char *line, size_t len) {
+  size_t got = 0;
+  struct timeval tv = {.tv_sec = c->timeout_ms > 0 ? c->timeout_ms / 1000 : 60,
+                       .tv_usec = c->timeout_ms > 0 ? (c->timeout_ms % 1000) * 1000 : 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (got < len - 1) {
+    ssize_t n = recv(s, line + got, len - 1 - got, 0);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      int err = n < 0 ? errno : 0;
+      return qdp__err_local(err == EAGAIN ? QDP_ERR_DEADLINE_EXCEEDED : QDP_ERR_UNAVAILABLE, err,
+                            NULL, "qdpd at '%s' did not answer a descriptor handoff%s%s.",
+                            c->target, err ? ": " : "", err ? strerror(err) : "");
+    }
+    got += (size_t)n;
+    if (memchr(line, '\n', got)) {
+      break;
+    }
+  }
+  line[got] = '\0';
+  line[strcspn(line, "\n")] = '\0';
+  return QDP_OK;
+}
+
+qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field, char *ticket,
+                        size_t len) {
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  if (!qdp__unix_path(c, path, sizeof path)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, field,
+                          "'%s' is not a Unix socket target; only a client on the daemon's node "
+                          "can hand it what it opened.",
+                          c->target);
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    return qdp__err_local(QDP_ERR_SYSTEM, errno, NULL, "socket(AF_UNIX) failed: %s.",
+                          strerror(errno));
+  }
+  qdp_status rc = QDP_OK;
+  if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    int err = errno;
+    rc = qdp__err_local(err == EACCES ? QDP_ERR_PERMISSION_DENIED : QDP_ERR_UNAVAILABLE, err, NULL,
+                        "cannot reach qdpd at '%s' to hand it a descriptor: %s.", c->target,
+                        strerror(err));
+    goto out;
+  }
+  unsigned char hdr[16];
+  uint32_t acc = (uint32_t)access, zero = 0;
+  memcpy(hdr, HANDOFF_MAGIC, 8);
+  memcpy(hdr + 8, &acc, 4);
+  memcpy(hdr + 12, &zero, 4);
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } cbuf;
+  memset(&cbuf, 0, sizeof cbuf);
+  struct iovec iov = {.iov_base = hdr, .iov_len = sizeof hdr};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  ssize_t n;
+  do {
+    n = sendmsg(s, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof hdr) {
+    int err = n < 0 ? errno : EIO;
+    rc = qdp__err_local(QDP_ERR_UNAVAILABLE, err, NULL,
+                        "handing a descriptor to qdpd at '%s' failed: %s.", c->target,
+                        strerror(err));
+    goto out;
+  }
+  char line[1200];
+  rc = read_answer(c, s, line, sizeof line);
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  if (strncmp(line, "OK ", 3) == 0 && strlen(line + 3) < len) {
+    snprintf(ticket, len, "%s", line + 3);
+  } else if (strncmp(line, "ERR ", 4) == 0) {
+    char code[48] = "";
+    const char *msgp = line + 4 + strcspn(line + 4, " ");
+    snprintf(code, sizeof code, "%.*s", (int)strcspn(line + 4, " "), line + 4);
+    rc = qdp__err_local(status_named(code), -1, field, "qdpd refused the descriptor: %s",
+                        *msgp ? msgp + 1 : code);
+    qdp__err()->remote = 1;
+  } else {
+    rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                        "qdpd answered a descriptor handoff with '%.64s'.", line);
+  }
+out:
+  close(s);
+  return rc;
+}
+
+int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
+  int f = -1;
+  if (name && *name) {
+    f = shm_open(name, O_RDONLY, 0);
+    if (f < 0) {
+      int err = errno;
+      *rc = qdp__err_local(err == ENOENT ? QDP_ERR_NOT_FOUND
+                           : err == EACCES ? QDP_ERR_PERMISSION_DENIED
+                                           : QDP_ERR_INVALID_ARGUMENT,
+                           err, "shm.name", "Cannot open shared memory '%s': %s.", name,
+                           strerror(err));
+    }
+    return f;
+  }
+  if (pid <= 0 || fd < 0) {
+    *rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "shm",
+                         "Shared memory needs a name, or a pid > 0 and an fd >= 0 (got %d, %d).",
+                         pid, fd);
+    return -1;
+  }
+  if (pid == (int)getpid()) {
+    f = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  } else {
+    /* Another process's descriptor, with this process's own rights (it must be one we could
+     * trace). stat first: opening a FIFO would block, a device may have side effects. */
+    char p[64];
+    struct stat st;
+    snprintf(p, sizeof p, "/proc/%d/fd/%d", pid, fd);
+    if (stat(p, &st) == 0 && !S_ISREG(st.st_mode)) {
+      errno = EINVAL;
+    } else {
+      f = open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    }
+  }
+  if (f < 0) {
+    int err = errno;
+    *rc = qdp__err_local(err == ENOENT ? QDP_ERR_NOT_FOUND
+                         : err == EACCES || err == EPERM ? QDP_ERR_PERMISSION_DENIED
+                                                         : QDP_ERR_INVALID_ARGUMENT,
+                         err, "shm.fd", "Cannot open fd %d of process %d: %s%s.", fd, pid,
+                         strerror(err),
+                         err == EINVAL ? " (not shared memory or a regular file)" : "");
+  }
+  return f;
+}
