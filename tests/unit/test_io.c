@@ -828,7 +828,8 @@ START_TEST(test_write_npy_fd_fills_a_handed_over_file_and_refuses_read_only_ones
   make_tmpdir();
   char path[512];
   snprintf(path, sizeof path, "%s/handed.npy", tmpdir);
-  write_file(path, "whatever was there before, longer than the result will be.....", 64);
+  static const char before[] = "whatever was there before, to be replaced";
+  write_file(path, before, sizeof before - 1);
   int fd = open(path, O_RDWR);
   struct gen g = {8, 0, 0, UINT64_MAX};
   struct qdp_error err = QDP_ERROR_INIT;
