@@ -226,6 +226,19 @@ static void on_server_done(void *arg) {
   uv_close((uv_handle_t *)&d->watchdog, NULL);
 }
 
+/* Jobs that outlived shutdown_timeout and their cancellation: the exit is bounded, so the daemon
+ * goes without them. Its memory, host and device, goes back with the process. */
+static void on_server_overdue(void *arg) {
+  struct daemon *d = arg;
+  log_warning("main", "exiting with jobs still running, %" PRIu64 " s after the stop began "
+              "(shutdown_timeout); their memory goes back with the process",
+              d->cfg.shutdown_timeout + 1);
+  notify("STATUS=stopped with jobs still running");
+  unlink(d->socket_path);
+  release_lock(d);
+  _exit(EXIT_SUCCESS);
+}
+
 static void on_stop_signal(uv_signal_t *h, int sig) {
   struct daemon *d = h->data;
   if (!d->stopping) {
@@ -234,7 +247,8 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     notify("STOPPING=1\nSTATUS=stopping: draining calls in flight");
     d->stopping = true;
   }
-  rpc_server_shutdown(d->server, on_server_done, d);
+  rpc_server_shutdown(d->server, on_server_done, d->cfg.shutdown_timeout ? on_server_overdue : NULL,
+                      d);
 }
 
 /* Re-reads the configuration and applies what may change at run time. */

@@ -24,7 +24,9 @@
 grpc_byte_buffer *rpc_codec_pack(const ProtobufCMessage *m);
 
 /* Parses bb (any number of slices, compressed or not) as a message of descriptor d.
- * INVALID_ARGUMENT (field "request") when bb is NULL or not a valid message of that type. */
+ * INVALID_ARGUMENT (field "request") when bb is NULL or not a valid message of that type, and
+ * (field: its name) when a string field, at any depth, holds a NUL byte: C strings would read it
+ * cut short (a token "TOKEN\0junk" as "TOKEN"). */
 qdp_status rpc_codec_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
                             ProtobufCMessage **ret, struct qdp_error *reterr);
 /* Parses raw bytes; as rpc_codec_unpack. */

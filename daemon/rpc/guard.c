@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,6 +25,9 @@ static atomic_int installed;
 static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
   (void)ctx;
   uintptr_t addr = (uintptr_t)si->si_addr;
+  bool ours = false;
+  /* Every job guarding the faulting range learns of the loss (jobs reading one registered
+   * region share its mapping), and the range is replaced once for all of them. */
   for (int i = 0; i < GUARD_SLOTS; i++) {
     if (atomic_load(&slots[i].state) != 2) {
       continue;
@@ -32,13 +36,16 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
     size_t n = atomic_load(&slots[i].len);
     if (addr >= b && addr - b < n) {
       /* Zero pages over the whole range: the read resumes, and the job learns of the loss. */
-      void *p = mmap((void *)b, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-      if (p != MAP_FAILED) {
-        atomic_store(&slots[i].faulted, 1);
-        return;
+      if (!ours && mmap((void *)b, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+                       MAP_FAILED) {
+        break;
       }
-      break;
+      ours = true;
+      atomic_store(&slots[i].faulted, 1);
     }
+  }
+  if (ours) {
+    return;
   }
   /* Not ours: the default action, as if no handler were installed. */
   signal(sig, SIG_DFL);

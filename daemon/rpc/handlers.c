@@ -86,6 +86,20 @@ static qdp_status check_deadline(const struct rpc_call *c, struct qdp_error *err
   return QDP_OK;
 }
 
+/* Before a new state is committed: is anyone still waiting for its handle? A caller gone
+ * (cancelled, its connection closed) or past its deadline never receives the token. */
+static qdp_status check_caller_waits(const struct rpc_call *c, struct qdp_error *err) {
+  if (atomic_load(&c->cancel_seen)) {
+    return qdp_error_set(err, QDP_ERR_CANCELLED, NULL,
+                         "the caller left before the state was ready; nothing was kept");
+  }
+  if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
+    return qdp_error_set(err, QDP_ERR_DEADLINE_EXCEEDED, NULL,
+                         "the call's deadline passed before the state was ready; nothing was kept");
+  }
+  return QDP_OK;
+}
+
 static int64_t mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -517,6 +531,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
 
   if (!dry_run) {
     atomic_fetch_add(&s->jobs_total, 1);
+    c->job_started = true;
   }
   QDP_TRY(rc, check_deadline(c, &err));
   if (uploaded) {
@@ -597,21 +612,28 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
   QDP_TRY(rc, state_store_admit(s->store, c->owner, p->total_bytes, &res, &err));
-  QDP_TRY(rc, s->world ? world_encode(s->world, p, &in, &st, &err)
-                       : runtime_encode(s->mesh, p, &in, &st, &err));
-  if (guard >= 0) {
-    bool lost = rpc_guard_remove(guard);
-    guard = -1;
-    if (lost && region) {
-      atomic_store(&region->lost, true);
-    }
-    if (lost || (region && atomic_load(&region->lost))) {
-      rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
-                         "the input file or shared memory shrank while it was being read; "
-                         "nothing was kept");
-      goto out;
-    }
+  rc = s->world ? world_encode(s->world, p, &in, &st, &err)
+                : runtime_encode(s->mesh, p, &in, &st, &err);
+  /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
+   * of them, success or a "zero norm", the true answer is the loss. */
+  const struct io_mapping *src = region ? &region->map : map.base ? &map : NULL;
+  bool lost = guard >= 0 && rpc_guard_remove(guard);
+  guard = -1;
+  lost = lost || (src && io_mapping_shrunk(src));
+  if (lost && region) {
+    atomic_store(&region->lost, true);
   }
+  if (lost || (region && atomic_load(&region->lost))) {
+    rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
+                       "the input file or shared memory shrank while it was being read; "
+                       "nothing was kept%s",
+                       region ? " (the region is lost: register it again)" : "");
+  }
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
+  QDP_TRY(rc, check_caller_waits(c, &err));
   rc = commit_state(c, res, st, r->ttl_seconds, r->label, r->views, r->client_pid, &reply, handle,
                     &err);
   res = NULL; /* consumed either way, and st with it */
@@ -668,6 +690,7 @@ void rpc_h_upload_encode(struct rpc_job *j) {
   if (rpc_input_shape(decl->dtype, decl->rows, decl->cols, c->up.len, "request.input", &rows, &cols,
                       &err) != QDP_OK) {
     atomic_fetch_add(&c->srv->jobs_total, 1);
+    c->job_started = true;
     rpc_upload_free(c);
     rpc_finish(c, NULL, &err);
     return;
@@ -754,6 +777,7 @@ void rpc_h_gather(struct rpc_job *j) {
   uint64_t bytes = runtime_state_bytes(payload);
   QDP_TRY(rc, state_store_admit(s->store, c->owner, bytes, &res, &err));
   QDP_TRY(rc, runtime_state_gather(s->mesh, payload, device, &g, &err));
+  QDP_TRY(rc, check_caller_waits(c, &err));
   rc = commit_state(c, res, g, r->ttl_seconds, r->label, false, 0, &reply, handle, &err);
   res = NULL; /* consumed either way, and g with it */
   g = NULL;
@@ -889,15 +913,6 @@ static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
   rpc_call_unref(c); /* the send batch's reference */
 }
 
-/* Completion-queue thread. */
-static void on_fetch_close(struct rpc_server *s, struct rpc_ev *e) {
-  (void)s;
-  struct rpc_call *c = e->call;
-  if (!e->ok || c->cancelled) {
-    atomic_store(&c->cancel_seen, 1);
-  }
-  rpc_call_unref(c);
-}
 
 static void fetch_step(struct rpc_job *j) {
   struct rpc_call *c = j->call;
@@ -984,15 +999,7 @@ void rpc_h_fetch(struct rpc_job *j) {
   f->chunk = chunk_bytes / f->esize ? chunk_bytes / f->esize : 1;
 
   /* Learn at once when the client leaves, not only at the next send. */
-  grpc_op op;
-  memset(&op, 0, sizeof op);
-  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  op.data.recv_close_on_server.cancelled = &c->cancelled;
-  c->ev_close = (struct rpc_ev){.fn = on_fetch_close, .call = c};
-  c->close_armed = true;
-  if (!rpc_start(c, &op, 1, &c->ev_close)) {
-    c->close_armed = false;
-  }
+  rpc_watch_close(c);
   fetch_step(j);
 }
 

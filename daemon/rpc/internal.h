@@ -95,7 +95,19 @@ struct rpc_upload {
   uint64_t len, cap;
   uint64_t limit;    /* bytes it may send in all */
   bool exact;        /* it must send exactly `limit` */
-  uint64_t reserved; /* bytes of upload_budget this call holds (== cap) */
+  bool last;         /* the message marked last came */
+  uint64_t reserved; /* bytes of the budgets this call holds (== cap) */
+  /* In the server's list of uploads in flight (under uploads_mu). */
+  bool tracked, idle;
+  struct rpc_call *next, **prev_next;
+  atomic_uint_fast64_t last_ms; /* when its last message came (monotonic) */
+};
+
+/* What one caller's uploads in flight hold (client_upload_budget). */
+struct rpc_upload_owner {
+  struct rpc_upload_owner *next;
+  char owner[64];
+  uint64_t bytes;
 };
 
 struct rpc_fetch {
@@ -182,7 +194,9 @@ struct rpc_server {
 
   atomic_bool shutting_down; /* set on the loop, read by the completion-queue thread */
   void (*done)(void *arg);
+  void (*overdue)(void *arg);
   void *done_arg;
+  bool drain_cancelled;
   int open_handles;
 
   struct rpc_listener *listener; /* the Unix socket; NULL without one */
@@ -209,6 +223,10 @@ struct rpc_server {
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
   atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
+  uv_mutex_t uploads_mu;                /* uploads and upload_owners */
+  struct rpc_call *uploads;             /* receiving, watched for idleness */
+  struct rpc_upload_owner *upload_owners;
+  uv_timer_t upload_timer;
   atomic_int live_calls;                /* calls that arrived and are not freed yet */
   atomic_int shutdown_notified, cq_shut;
 };
@@ -228,6 +246,9 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
 void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e);
+/* Arms RECV_CLOSE_ON_SERVER now, so cancel_seen tells at once when the client leaves (a stream's
+ * reader, a long job deciding whether to commit). Never concurrently with another batch of c. */
+void rpc_watch_close(struct rpc_call *c);
 
 /* Worker jobs, one per method (handlers.c). */
 void rpc_h_encode(struct rpc_job *j);
@@ -247,5 +268,6 @@ void rpc_h_gather(struct rpc_job *j);
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);
 void rpc_upload_free(struct rpc_call *c); /* any thread; idempotent */
+void rpc_upload_sweep(struct rpc_server *s); /* loop thread: cancels idle uploads */
 
 #endif /* QDP_RPC_INTERNAL_H */

@@ -446,6 +446,9 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     m->run(&c->job);
     return;
   }
+  if (c->method == RPC_M_ENCODE || c->method == RPC_M_GATHER) {
+    rpc_watch_close(c); /* a job that outlives its caller commits nothing */
+  }
   rpc_submit(s, &c->job);
 }
 
@@ -567,6 +570,28 @@ bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e) {
   return true;
 }
 
+/* Completion-queue thread. */
+static void on_close(struct rpc_server *s, struct rpc_ev *e) {
+  (void)s;
+  struct rpc_call *c = e->call;
+  if (!e->ok || c->cancelled) {
+    atomic_store(&c->cancel_seen, 1);
+  }
+  rpc_call_unref(c);
+}
+
+void rpc_watch_close(struct rpc_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  c->ev_close = (struct rpc_ev){.fn = on_close, .call = c};
+  c->close_armed = true;
+  if (!rpc_start(c, &op, 1, &c->ev_close)) {
+    c->close_armed = false;
+  }
+}
+
 /* ---- the completion-queue thread
  * ------------------------------------------------------------------ */
 
@@ -610,6 +635,13 @@ static void expire_run(struct rpc_job *j) {
     log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
   }
   atomic_store(&s->expire_busy, 0);
+}
+
+/* How often uploads are checked for idleness: upload_idle_timeout is honoured to within this. */
+#define UPLOAD_SWEEP_MS 1000
+
+static void on_upload_timer(uv_timer_t *t) {
+  rpc_upload_sweep(t->data);
 }
 
 static void on_expire_timer(uv_timer_t *t) {
@@ -783,6 +815,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   }
   s->host[sizeof s->host - 1] = '\0';
   uv_mutex_init(&s->inbox_mu);
+  uv_mutex_init(&s->uploads_mu);
   uv_mutex_init(&s->pool_mu);
   uv_cond_init(&s->pool_cv);
   s->sync_inited = true;
@@ -874,8 +907,10 @@ qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr) {
   s->expire_timer.data = s;
   uv_timer_init(s->loop, &s->drain_timer);
   s->drain_timer.data = s;
+  uv_timer_init(s->loop, &s->upload_timer);
+  s->upload_timer.data = s;
   s->timers_inited = true;
-  s->open_handles = 3; /* the async handle and both timers, closed when the queue drains */
+  s->open_handles = 4; /* the async handle and the timers, closed when the queue drains */
 
   s->workers = calloc(s->nworkers_cfg, sizeof *s->workers);
   if (!s->workers) {
@@ -910,6 +945,7 @@ qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr) {
   }
   s->cq_thread_started = true;
   uv_timer_start(&s->expire_timer, on_expire_timer, s->expire_interval_ms, s->expire_interval_ms);
+  uv_timer_start(&s->upload_timer, on_upload_timer, UPLOAD_SWEEP_MS, UPLOAD_SWEEP_MS);
   if (s->listener) {
     s->open_handles++; /* the listener's handles, closed at shutdown */
     s->listener_started = true;
@@ -953,6 +989,7 @@ static void close_handles(struct rpc_server *s) {
   if (s->timers_inited) {
     uv_close((uv_handle_t *)&s->expire_timer, on_handle_closed);
     uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&s->upload_timer, on_handle_closed);
   }
 }
 
@@ -975,14 +1012,29 @@ static void on_shutdown_notified(struct rpc_server *s, struct rpc_ev *e) {
   }
 }
 
+/* After shutdown_timeout the calls in flight are cancelled; a job that does not notice (an encode
+ * deep in a kernel) has this much longer before the daemon gives up on it. */
+#define RPC_EXIT_GRACE_MS 1000
+
 static void on_drain_timeout(uv_timer_t *t) {
   struct rpc_server *s = t->data;
-  log_warning("rpc", "calls still running %" PRIu64 " s after shutdown began; cancelling them",
-              s->shutdown_timeout_ms / 1000);
-  grpc_server_cancel_all_calls(s->server);
+  if (!s->drain_cancelled) {
+    log_warning("rpc", "calls still running %" PRIu64 " s after shutdown began; cancelling them",
+                s->shutdown_timeout_ms / 1000);
+    s->drain_cancelled = true;
+    grpc_server_cancel_all_calls(s->server);
+    uv_timer_start(&s->drain_timer, on_drain_timeout, RPC_EXIT_GRACE_MS, 0);
+    return;
+  }
+  log_warning("rpc", "%d calls still running %d ms after they were cancelled",
+              atomic_load(&s->live_calls), RPC_EXIT_GRACE_MS);
+  if (s->overdue) {
+    s->overdue(s->done_arg);
+  }
 }
 
-void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void *arg) {
+void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg),
+                         void (*overdue)(void *arg), void *arg) {
   if (s->shutting_down) {
     log_notice("rpc", "second stop request: cancelling every call in flight");
     grpc_server_cancel_all_calls(s->server);
@@ -990,6 +1042,7 @@ void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void *ar
   }
   s->shutting_down = true;
   s->done = done;
+  s->overdue = overdue;
   s->done_arg = arg;
   /* No new connections; the ones gRPC has drain with their calls. */
   if (s->listener_started) {
@@ -1060,6 +1113,7 @@ void rpc_server_destroy(struct rpc_server *s) {
   free(s->devs);
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);
+    uv_mutex_destroy(&s->uploads_mu);
     uv_mutex_destroy(&s->pool_mu);
     uv_cond_destroy(&s->pool_cv);
   }

@@ -1,11 +1,17 @@
 /* EncodeUpload's receiving side: the first message declares the request, the later ones append
- * data into one host buffer bounded by the declared size, max_upload_bytes and upload_budget. The
- * encode itself then runs as a worker job (rpc_h_upload_encode). Completion-queue thread, except
- * where noted.
+ * data into one host buffer bounded by the declared size, max_upload_bytes, upload_budget and the
+ * caller's client_upload_budget. Memory is taken as data arrives (doubling), never for a size
+ * only declared, so uploads that declare much and send little hold little. An upload that sends
+ * nothing for upload_idle_timeout is cancelled; one that ends before its declared size, or
+ * without its last chunk marked when it declares none, fails with DATA_LOSS (CANCELLED when its
+ * client is gone) and is never encoded. The encode itself then runs as a worker job
+ * (rpc_h_upload_encode). Completion-queue thread, except where noted.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <time.h>
 
 #include "codec.h"
 #include "internal.h"
@@ -28,6 +34,114 @@ static void prepare_recv(struct rpc_ev *e) {
   }
 }
 
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the uploads in flight: per-caller bytes and idle times (under uploads_mu) ---------------- */
+
+static struct rpc_upload_owner *owner_of(struct rpc_server *s, const char *owner, bool create) {
+  for (struct rpc_upload_owner *o = s->upload_owners; o; o = o->next) {
+    if (strcmp(o->owner, owner) == 0) {
+      return o;
+    }
+  }
+  struct rpc_upload_owner *o = create ? calloc(1, sizeof *o) : NULL;
+  if (o) {
+    snprintf(o->owner, sizeof o->owner, "%s", owner);
+    o->next = s->upload_owners;
+    s->upload_owners = o;
+  }
+  return o;
+}
+
+/* Takes `more` bytes of upload memory for c's caller, against upload_budget and the caller's
+ * client_upload_budget; RESOURCE_EXHAUSTED with the numbers when either would pass. */
+static qdp_status reserve(struct rpc_call *c, uint64_t more, struct qdp_error *err) {
+  struct rpc_server *s = c->srv;
+  uint64_t budget = atomic_load(&s->upload_budget);
+  uint64_t mine = atomic_load(&s->client_upload_budget);
+  qdp_status rc = QDP_OK;
+  uv_mutex_lock(&s->uploads_mu);
+  struct rpc_upload_owner *o = owner_of(s, c->owner, true);
+  uint64_t held = atomic_load(&s->upload_reserved);
+  if (!o) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data", "no memory to count an upload");
+  } else if (held + more > budget) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
+                       "uploads in flight hold %" PRIu64 " B of upload_budget = %" PRIu64
+                       " B and this one needs %" PRIu64 " B more; retry later",
+                       held, budget, more);
+    err->need_bytes = more;
+    err->free_bytes = held < budget ? budget - held : 0;
+  } else if (o->bytes + more > mine) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
+                       "uploads of %s in flight hold %" PRIu64 " B of client_upload_budget = %" PRIu64
+                       " B and this one needs %" PRIu64 " B more; finish or cancel one first",
+                       c->owner, o->bytes, mine, more);
+    err->need_bytes = more;
+    err->free_bytes = o->bytes < mine ? mine - o->bytes : 0;
+  } else {
+    o->bytes += more;
+    atomic_fetch_add(&s->upload_reserved, more);
+    c->up.reserved += more;
+  }
+  uv_mutex_unlock(&s->uploads_mu);
+  return rc;
+}
+
+/* Gives back everything c holds and stops watching it for idleness. Any thread. */
+static void untrack(struct rpc_call *c) {
+  struct rpc_server *s = c->srv;
+  struct rpc_upload *u = &c->up;
+  uv_mutex_lock(&s->uploads_mu);
+  if (u->tracked) {
+    *u->prev_next = u->next;
+    if (u->next) {
+      u->next->up.prev_next = u->prev_next;
+    }
+    u->tracked = false;
+  }
+  if (u->reserved) {
+    struct rpc_upload_owner *o = owner_of(s, c->owner, false);
+    if (o) {
+      o->bytes -= u->reserved < o->bytes ? u->reserved : o->bytes;
+    }
+    atomic_fetch_sub(&s->upload_reserved, u->reserved);
+    u->reserved = 0;
+  }
+  /* An owner with nothing in flight is forgotten. */
+  for (struct rpc_upload_owner **p = &s->upload_owners; *p;) {
+    struct rpc_upload_owner *o = *p;
+    if (o->bytes == 0) {
+      *p = o->next;
+      free(o);
+    } else {
+      p = &o->next;
+    }
+  }
+  uv_mutex_unlock(&s->uploads_mu);
+}
+
+/* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout. */
+void rpc_upload_sweep(struct rpc_server *s) {
+  uint64_t idle = atomic_load(&s->upload_idle_ms), now = now_ms();
+  uv_mutex_lock(&s->uploads_mu);
+  for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
+    struct rpc_upload *u = &c->up;
+    if (!u->idle && now - atomic_load(&u->last_ms) >= idle) {
+      u->idle = true;
+      char msg[160];
+      snprintf(msg, sizeof msg, "the upload sent nothing for %" PRIu64 " s (upload_idle_timeout)",
+               idle / 1000);
+      grpc_call_cancel_with_status(c->call, GRPC_STATUS_CANCELLED, msg, NULL);
+    }
+  }
+  uv_mutex_unlock(&s->uploads_mu);
+}
+
 static bool recv_next(struct rpc_call *c) {
   grpc_op op;
   memset(&op, 0, sizeof op);
@@ -38,6 +152,20 @@ static bool recv_next(struct rpc_call *c) {
 }
 
 void rpc_upload_begin(struct rpc_call *c) {
+  struct rpc_server *s = c->srv;
+  struct rpc_upload *u = &c->up;
+  atomic_store(&u->last_ms, now_ms());
+  uv_mutex_lock(&s->uploads_mu);
+  u->next = s->uploads;
+  if (u->next) {
+    u->next->up.prev_next = &u->next;
+  }
+  u->prev_next = &s->uploads;
+  s->uploads = c;
+  u->tracked = true;
+  uv_mutex_unlock(&s->uploads_mu);
+  /* A client that dies mid-stream shows as a cancel, not as an end of its stream. */
+  rpc_watch_close(c);
   if (!recv_next(c)) {
     rpc_finish_status(c, QDP_ERR_INTERNAL, NULL, "EncodeUpload could not start receiving");
   }
@@ -46,12 +174,9 @@ void rpc_upload_begin(struct rpc_call *c) {
 /* Any thread. */
 void rpc_upload_free(struct rpc_call *c) {
   struct rpc_upload *u = &c->up;
+  untrack(c);
   free(u->buf);
   u->buf = NULL;
-  if (u->reserved) {
-    atomic_fetch_sub(&c->srv->upload_reserved, u->reserved);
-    u->reserved = 0;
-  }
   u->len = u->cap = 0;
   rpc_codec_free(u->req ? &u->req->base : NULL);
   u->req = NULL;
@@ -85,7 +210,6 @@ static qdp_status declare(struct rpc_call *c, Qdp__UploadChunk *ch, struct qdp_e
 }
 
 static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n, struct qdp_error *err) {
-  struct rpc_server *s = c->srv;
   struct rpc_upload *u = &c->up;
   if (n == 0) {
     return QDP_OK;
@@ -108,8 +232,8 @@ static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n, stru
     return e.code;
   }
   if (u->len + n > u->cap) {
-    /* A declared size is allocated once; an undeclared one doubles up to the limit. */
-    uint64_t want = u->exact ? u->limit : (u->cap ? u->cap * 2 : UPLOAD_FIRST_CAP);
+    /* Memory follows the data: doubling up to the limit, whatever size was declared. */
+    uint64_t want = u->cap ? u->cap * 2 : UPLOAD_FIRST_CAP;
     if (want < u->len + n) {
       want = u->len + n;
     }
@@ -117,29 +241,17 @@ static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n, stru
       want = u->limit;
     }
     uint64_t more = want - u->cap;
-    uint64_t budget = atomic_load(&s->upload_budget);
-    uint64_t held = atomic_fetch_add(&s->upload_reserved, more);
-    if (held + more > budget) {
-      atomic_fetch_sub(&s->upload_reserved, more);
-      struct qdp_error e = QDP_ERROR_INIT;
-      qdp_error_set(&e, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                    "uploads in flight hold %" PRIu64 " B of upload_budget = %" PRIu64
-                    " B and this one needs %" PRIu64 " B more; retry later",
-                    held, budget, more);
-      e.need_bytes = more;
-      e.free_bytes = held < budget ? budget - held : 0;
-      *err = e;
-      return e.code;
+    qdp_status rc = reserve(c, more, err);
+    if (rc != QDP_OK) {
+      return rc;
     }
     uint8_t *nb = realloc(u->buf, (size_t)want);
     if (!nb) {
-      atomic_fetch_sub(&s->upload_reserved, more);
       return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
                            "no host memory for a %" PRIu64 " B upload buffer", want);
     }
     u->buf = nb;
     u->cap = want;
-    u->reserved += more;
   }
   memcpy(u->buf + u->len, data, n);
   u->len += n;
@@ -150,8 +262,13 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   struct qdp_error err = QDP_ERROR_INIT;
   qdp_status rc = QDP_OK;
-  if (!e->ok) {
-    rpc_finish_status(c, QDP_ERR_CANCELLED, NULL, "the client left during the upload");
+  atomic_store(&c->up.last_ms, now_ms());
+  if (!e->ok || c->up.idle) {
+    rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
+                      c->up.idle ? "the upload sent nothing for %" PRIu64
+                                   " s (upload_idle_timeout) and was cancelled; nothing was kept"
+                                 : "the client left after %" PRIu64 " B of the upload",
+                      c->up.idle ? atomic_load(&s->upload_idle_ms) / 1000 : c->up.len);
     goto drop;
   }
   if (c->unpack_rc != QDP_OK) {
@@ -160,15 +277,28 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   }
   Qdp__UploadChunk *ch = (Qdp__UploadChunk *)c->chunk;
   if (!ch) {
-    /* The end of the client's stream. */
-    if (!c->up.req) {
+    /* The end of the client's stream; a client that died also ends it, so only a complete one
+     * is encoded. */
+    untrack(c);
+    if (atomic_load(&c->cancel_seen)) {
+      rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
+                        "the client left after %" PRIu64 " B of the upload; nothing was encoded",
+                        c->up.len);
+    } else if (!c->up.req) {
       rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "request",
                         "EncodeUpload ended before its first message, which carries the request");
     } else if (c->up.exact && c->up.len != c->up.limit) {
-      rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "data",
-                        "the upload sent %" PRIu64 " bytes but request.input declares %" PRIu64
-                        " (rows x cols x dtype size)",
+      rpc_finish_status(c, QDP_ERR_DATA_LOSS, "data",
+                        "the upload ended after %" PRIu64 " of the %" PRIu64
+                        " bytes request.input declares (rows x cols x dtype size): the client "
+                        "closed its stream early or died; nothing was encoded",
                         c->up.len, c->up.limit);
+    } else if (!c->up.exact && !c->up.last) {
+      rpc_finish_status(c, QDP_ERR_DATA_LOSS, "last",
+                        "the upload ended after %" PRIu64 " B without its last chunk marked "
+                        "(UploadChunk.last): the client closed its stream early or died; "
+                        "nothing was encoded",
+                        c->up.len);
     } else {
       c->job = (struct rpc_job){.fn = rpc_h_upload_encode, .call = c, .srv = s};
       rpc_submit(s, &c->job);
@@ -180,9 +310,13 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   } else if (ch->request) {
     rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "request",
                        "only the first message of EncodeUpload may carry the request");
+  } else if (c->up.last) {
+    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "last",
+                       "a message followed the one marked last");
   }
   if (rc == QDP_OK) {
     rc = append(c, ch->data.data, ch->data.len, &err);
+    c->up.last = ch->last;
   }
   rpc_codec_free(c->chunk);
   c->chunk = NULL;

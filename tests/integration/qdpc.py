@@ -272,7 +272,10 @@ class Client:
             for i in range(0, len(data), chunk):
                 m = self.pb.UploadChunk()
                 m.data = data[i:i + chunk]
+                m.last = i + chunk >= len(data)
                 yield m
+            if not data:
+                yield self.pb.UploadChunk(last=True)
         return self._EncodeUpload(chunks(), timeout=120, metadata=self.metadata).state
 
     def error_detail(self, err):

@@ -7,7 +7,10 @@
 #  3. SIGTERM while a Fetch stream is in flight: the stream completes (calls in flight drain),
 #     qdpd exits 0 and removes its socket;
 #  4. a qdpd whose CPU affinity allows one CPU of several (as mpirun binds a lone rank) warns at
-#     start with the fix; one free to use them all does not.
+#     start with the fix; one free to use them all does not;
+#  5. shutdown_timeout bounds the whole exit: a job deep in its kernels when the calls are
+#     cancelled does not hold the daemon up (it exits within a second of the cancel, and says
+#     so), and the next daemon on the socket starts.
 # Every daemon runs in a `mktemp -d` folder; a trap kills what is left and removes the folder.
 set -u
 qdpd=$1
@@ -205,6 +208,51 @@ if command -v taskset >/dev/null 2>&1 && [ "$(nproc --all)" -ge 2 ]; then
   fi
 else
   echo "skip: a single-CPU machine (or no taskset) cannot show the CPU warning"
+fi
+
+# ---- 5. shutdown_timeout bounds the exit ----
+# 2^28 complex128 angle amplitudes (4 GiB) take the CPU backend several seconds: still running
+# when the calls are cancelled 1 s after SIGTERM.
+"$qdpd" --socket "$dir/b.sock" --devices cpu:1 --shutdown-timeout 1 2>"$dir/bound.log" &
+b=$!
+pids="$pids $b"
+if ! wait_for_line "$dir/bound.log" "listening on unix:" "$b"; then
+  fail "qdpd with --shutdown-timeout 1 did not start: $(cat "$dir/bound.log")"
+else
+  vals=0.1; for _ in $(seq 27); do vals="$vals,0.1"; done
+  "$qdpctl" --target "unix:$dir/b.sock" encode --encoding angle --qubits 28 --values "$vals"     >/dev/null 2>&1 &
+  e=$!
+  pids="$pids $e"
+  sleep 1
+  t0=$(date +%s%N)
+  kill -TERM "$b"
+  wait_exit "$b" 20
+  rc=$?
+  t1=$(date +%s%N)
+  forget "$b"
+  ms=$(((t1 - t0) / 1000000))
+  if [ "$rc" -ne 0 ]; then
+    fail "the bounded qdpd exited with $rc: $(tail -n 3 "$dir/bound.log")"
+  elif ! grep -q "exiting with jobs still running" "$dir/bound.log"; then
+    fail "the job ended before the bound was needed (machine too fast?): $(tail -n 3 "$dir/bound.log")"
+  elif [ "$ms" -gt 6000 ]; then
+    fail "qdpd took $ms ms to exit with shutdown_timeout 1 s"
+  else
+    ok "shutdown_timeout 1 s: exited $ms ms after SIGTERM with a job still running"
+  fi
+  wait "$e" 2>/dev/null
+  forget "$e"
+  "$qdpd" --socket "$dir/b.sock" --devices cpu:1 2>"$dir/bound2.log" &
+  b=$!
+  pids="$pids $b"
+  if wait_for_line "$dir/bound2.log" "listening on unix:" "$b"; then
+    ok "the next qdpd starts on the socket"
+  else
+    fail "the next qdpd did not start: $(cat "$dir/bound2.log")"
+  fi
+  kill -TERM "$b"
+  wait_exit "$b" 30 >/dev/null
+  forget "$b"
 fi
 
 if [ "$fails" -ne 0 ]; then

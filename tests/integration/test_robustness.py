@@ -303,8 +303,25 @@ class Robustness(unittest.TestCase):
         qdpc.assert_close(c.fetch(st), qdpc.ref_amplitude(np.arange(1, 9), 3), "complex128",
                           "upload in two chunks")
         c.release(st)
+        # A stream that ends early is a client that stopped or died: never encoded.
         self.refused("upload shorter than declared", lambda: send([first, data(vals[:40])]),
-                     SC.INVALID_ARGUMENT, INPUT_FIELDS)
+                     SC.DATA_LOSS, ("data",), ("40 of the 64 bytes",))
+        # Without a declared size only the marked last chunk says the stream is whole.
+        free = c.request("amplitude", 3, None, input_dtype="float64")
+        ffirst = self.pb.UploadChunk()
+        ffirst.request.CopyFrom(free)
+        self.refused("undeclared upload without its last chunk",
+                     lambda: send([ffirst, data(vals[:24]), data(vals[24:])]),
+                     SC.DATA_LOSS, ("last",))
+        last = self.pb.UploadChunk(data=vals[24:], last=True)
+        st = send([ffirst, data(vals[:24]), last]).state
+        qdpc.assert_close(c.fetch(st), qdpc.ref_amplitude(np.arange(1, 9), 3), "complex128",
+                          "undeclared upload, last marked")
+        c.release(st)
+        self.refused("a chunk after the last", lambda: send([ffirst, last, data(vals[:8])]),
+                     SC.INVALID_ARGUMENT, ("last",))
+        # Nothing is held afterwards: every refused upload gave its memory back.
+        self.assertEqual(c.status().states, 0)
 
     def test_malformed_protobuf_is_invalid_argument(self):
         garbage = [

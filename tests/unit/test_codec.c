@@ -348,11 +348,40 @@ START_TEST(test_placement_maps_names_to_indices_in_order) {
 }
 END_TEST
 
+START_TEST(test_unpack_refuses_a_nul_inside_a_string_at_any_depth) {
+  /* StateRef{handle: "s1", token: "TOKEN\0junk"}: protobuf-c would hand the token over as
+   * "TOKEN", and a token compare would see only that much. */
+  const uint8_t ref[] = {0x0a, 2, 's', '1', 0x12, 10, 'T', 'O', 'K', 'E', 'N', 0, 'j', 'u', 'n', 'k'};
+  ProtobufCMessage *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(rpc_codec_unpack_bytes(ref, sizeof ref, &qdp__state_ref__descriptor, &m, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "token");
+  ck_assert_ptr_nonnull(strstr(e.msg, "NUL"));
+  ck_assert_ptr_null(m);
+  /* The same inside a nested message: FetchRequest{state: StateRef{...}}. */
+  uint8_t fetch[2 + sizeof ref];
+  fetch[0] = 0x0a;
+  fetch[1] = (uint8_t)sizeof ref;
+  memcpy(fetch + 2, ref, sizeof ref);
+  ck_assert_int_eq(
+      rpc_codec_unpack_bytes(fetch, sizeof fetch, &qdp__fetch_request__descriptor, &m, &e),
+      QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "token");
+  /* A NUL in bytes is data, not a cut: Input{data: "\0\0..."} parses. */
+  const uint8_t in[] = {0x22, 8, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
+  ck_assert_int_eq(rpc_codec_unpack_bytes(in, sizeof in, &qdp__input__descriptor, &m, &e), QDP_OK);
+  ck_assert_uint_eq(((Qdp__Input *)m)->data.len, 8);
+  rpc_codec_free(m);
+}
+END_TEST
+
 static Suite *codec_suite(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("messages");
   tcase_add_test(tc, test_pack_then_unpack_across_slices_gives_the_same_request);
   tcase_add_test(tc, test_unpack_refuses_garbage_and_a_missing_message);
+  tcase_add_test(tc, test_unpack_refuses_a_nul_inside_a_string_at_any_depth);
   tcase_add_test(tc, test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size);
   suite_add_tcase(s, tc);
   tc = tcase_create("status");

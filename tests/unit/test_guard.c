@@ -36,6 +36,28 @@ START_TEST(test_truncated_mapping_reads_zeros_and_reports_the_loss) {
 }
 END_TEST
 
+START_TEST(test_every_job_guarding_a_faulted_range_learns_of_the_loss) {
+  /* Two jobs read one registered region through one mapping; it shrinks under them. */
+  ck_assert_int_eq(rpc_guard_install(NULL), QDP_OK);
+  long page = sysconf(_SC_PAGESIZE);
+  size_t len = (size_t)page * 2;
+  int fd = memfd_create("qdp-guard-test-2", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+  volatile unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+  ck_assert_ptr_ne((void *)p, MAP_FAILED);
+  int a = rpc_guard_add((void *)p, len);
+  int b = rpc_guard_add((void *)p, len);
+  ck_assert_int_ge(a, 0);
+  ck_assert_int_ge(b, 0);
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  ck_assert_uint_eq(p[page], 0);
+  ck_assert(rpc_guard_remove(b));
+  ck_assert(rpc_guard_remove(a));
+  munmap((void *)p, len);
+  close(fd);
+}
+END_TEST
+
 START_TEST(test_untouched_guard_reports_no_loss_and_slots_are_reused) {
   ck_assert_int_eq(rpc_guard_install(NULL), QDP_OK);
   long page = sysconf(_SC_PAGESIZE);
@@ -63,6 +85,7 @@ int main(void) {
   TCase *tc = tcase_create("guard");
   tcase_add_test(tc, test_truncated_mapping_reads_zeros_and_reports_the_loss);
   tcase_add_test(tc, test_untouched_guard_reports_no_loss_and_slots_are_reused);
+  tcase_add_test(tc, test_every_job_guarding_a_faulted_range_learns_of_the_loss);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_ENV);
