@@ -100,7 +100,9 @@ struct rpc_upload {
   /* In the server's list of uploads in flight (under uploads_mu). */
   bool tracked, idle;
   struct rpc_call *next, **prev_next;
-  atomic_uint_fast64_t last_ms; /* when its last message came (monotonic) */
+  atomic_uint_fast64_t last_ms;  /* when its last message came (monotonic) */
+  atomic_uint_fast64_t short_ms; /* its stream ended short then, verdict pending; 0: not */
+  struct rpc_call *verdict_next; /* rpc_upload_sweep's list of verdicts to give */
 };
 
 /* What one caller's uploads in flight hold (client_upload_budget). */
@@ -269,5 +271,6 @@ void rpc_h_gather(struct rpc_job *j);
 void rpc_upload_begin(struct rpc_call *c);
 void rpc_upload_free(struct rpc_call *c); /* any thread; idempotent */
 void rpc_upload_sweep(struct rpc_server *s); /* loop thread: cancels idle uploads */
+void rpc_upload_closed(struct rpc_call *c);  /* its client left: any verdict pending is CANCELLED */
 
 #endif /* QDP_RPC_INTERNAL_H */

@@ -576,6 +576,9 @@ static void on_close(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   if (!e->ok || c->cancelled) {
     atomic_store(&c->cancel_seen, 1);
+    if (c->method == RPC_M_UPLOAD) {
+      rpc_upload_closed(c);
+    }
   }
   rpc_call_unref(c);
 }

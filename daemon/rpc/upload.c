@@ -125,13 +125,54 @@ static void untrack(struct rpc_call *c) {
   uv_mutex_unlock(&s->uploads_mu);
 }
 
-/* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout. */
+/* An upload whose stream ended short: a client that died ends its stream too, and its cancel
+ * arrives a moment later, so the verdict waits for it (rpc_upload_closed) up to SHORT_WAIT_MS,
+ * then says DATA_LOSS. Whoever takes `short_ms` answers; any thread. */
+#define SHORT_WAIT_MS 200
+
+static void short_verdict(struct rpc_call *c, bool cancelled) {
+  uint64_t len = c->up.len;
+  if (cancelled) {
+    rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
+                      "the client left after %" PRIu64 " B of the upload; nothing was encoded",
+                      len);
+  } else if (c->up.exact) {
+    rpc_finish_status(c, QDP_ERR_DATA_LOSS, "data",
+                      "the upload ended after %" PRIu64 " of the %" PRIu64
+                      " bytes request.input declares (rows x cols x dtype size): the client "
+                      "closed its stream early; nothing was encoded",
+                      len, c->up.limit);
+  } else {
+    rpc_finish_status(c, QDP_ERR_DATA_LOSS, "last",
+                      "the upload ended after %" PRIu64 " B without its last chunk marked "
+                      "(UploadChunk.last): the client closed its stream early; nothing was "
+                      "encoded",
+                      len);
+  }
+}
+
+void rpc_upload_closed(struct rpc_call *c) {
+  if (atomic_exchange(&c->up.short_ms, 0) != 0) {
+    untrack(c);
+    short_verdict(c, true);
+  }
+}
+
+/* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout, and
+ * gives the verdict on short ones whose client showed no sign of leaving. */
 void rpc_upload_sweep(struct rpc_server *s) {
   uint64_t idle = atomic_load(&s->upload_idle_ms), now = now_ms();
+  struct rpc_call *done = NULL;
   uv_mutex_lock(&s->uploads_mu);
   for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
     struct rpc_upload *u = &c->up;
-    if (!u->idle && now - atomic_load(&u->last_ms) >= idle) {
+    uint64_t since = atomic_load(&u->short_ms);
+    if (since && now - since >= SHORT_WAIT_MS && atomic_exchange(&u->short_ms, 0) == since) {
+      u->verdict_next = done; /* answered below, outside the lock */
+      done = c;
+      continue;
+    }
+    if (!since && !u->idle && now - atomic_load(&u->last_ms) >= idle) {
       u->idle = true;
       char msg[160];
       snprintf(msg, sizeof msg, "the upload sent nothing for %" PRIu64 " s (upload_idle_timeout)",
@@ -140,6 +181,12 @@ void rpc_upload_sweep(struct rpc_server *s) {
     }
   }
   uv_mutex_unlock(&s->uploads_mu);
+  while (done) {
+    struct rpc_call *c = done;
+    done = c->up.verdict_next;
+    untrack(c);
+    short_verdict(c, atomic_load(&c->cancel_seen) != 0);
+  }
 }
 
 static bool recv_next(struct rpc_call *c) {
@@ -279,27 +326,21 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   if (!ch) {
     /* The end of the client's stream; a client that died also ends it, so only a complete one
      * is encoded. */
-    untrack(c);
     if (atomic_load(&c->cancel_seen)) {
+      untrack(c);
       rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
                         "the client left after %" PRIu64 " B of the upload; nothing was encoded",
                         c->up.len);
     } else if (!c->up.req) {
+      untrack(c);
       rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "request",
                         "EncodeUpload ended before its first message, which carries the request");
-    } else if (c->up.exact && c->up.len != c->up.limit) {
-      rpc_finish_status(c, QDP_ERR_DATA_LOSS, "data",
-                        "the upload ended after %" PRIu64 " of the %" PRIu64
-                        " bytes request.input declares (rows x cols x dtype size): the client "
-                        "closed its stream early or died; nothing was encoded",
-                        c->up.len, c->up.limit);
-    } else if (!c->up.exact && !c->up.last) {
-      rpc_finish_status(c, QDP_ERR_DATA_LOSS, "last",
-                        "the upload ended after %" PRIu64 " B without its last chunk marked "
-                        "(UploadChunk.last): the client closed its stream early or died; "
-                        "nothing was encoded",
-                        c->up.len);
+    } else if (c->up.exact ? c->up.len != c->up.limit : !c->up.last) {
+      /* Short: the verdict waits a moment for the client's cancel (rpc_upload_closed). */
+      atomic_store(&c->up.short_ms, now_ms());
+      goto drop;
     } else {
+      untrack(c);
       c->job = (struct rpc_job){.fn = rpc_h_upload_encode, .call = c, .srv = s};
       rpc_submit(s, &c->job);
     }
