@@ -1,0 +1,83 @@
+#!/bin/sh
+# Integration: what `meson install` puts where, and that the service units run what it installed.
+#   test_install.sh BUILD_DIR
+# Installs into a fresh DESTDIR; checks the daemon, the CLI, the library and its headers, the
+# units, the sysusers file and the config are there; that each unit's ExecStart names the
+# installed qdpd and config; that the installed qdpd reads the installed config; and that
+# `systemd-analyze verify` accepts the units (their paths taken under DESTDIR; skipped where
+# systemd-analyze is missing).
+set -eu
+build=$1
+dest=$(mktemp -d "${TMPDIR:-/tmp}/qdp-install.XXXXXX")
+trap 'rm -rf "$dest"' EXIT
+DESTDIR=$dest meson install -C "$build" --no-rebuild --quiet >/dev/null
+opts=$(meson introspect "$build" --buildoptions)
+opt() {
+  printf '%s' "$opts" | python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]))' "$1"
+}
+prefix=$(opt prefix)
+under() { case $1 in /*) echo "$1" ;; *) echo "$prefix/$1" ;; esac; }
+sbindir=$(under "$(opt sbindir)")
+bindir=$(under "$(opt bindir)")
+sysconfdir=$(under "$(opt sysconfdir)")
+unitdir=$(opt systemd_unit_dir)
+[ -n "$unitdir" ] || unitdir="$prefix/lib/systemd/system"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+for f in "$sbindir/qdpd" "$bindir/qdpctl"; do
+  [ -x "$dest$f" ] && ok "installed $f" || fail "$f is not installed"
+done
+for f in "$sysconfdir/qdp/qdpd.conf" "$unitdir/qdpd.service" "$unitdir/qdpd-world.service" \
+  "$prefix/lib/sysusers.d/qdp.conf" "$(under "$(opt includedir)")/qdp/qdp.h"; do
+  [ -f "$dest$f" ] && ok "installed $f" || fail "$f is not installed"
+done
+ls "$dest$(under "$(opt libdir)")"/libqdp.so* >/dev/null 2>&1 && ok "installed libqdp" ||
+  fail "libqdp is not installed"
+
+# What a unit's ExecStart runs: the qdpd it names and the config it passes (continuation lines
+# joined).
+exec_of() {
+  python3 - "$1" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read().replace("\\\n", " ")
+line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+m = re.search(r"(/\S*/qdpd)\s+--config\s+(\S+)", line)
+print(f"{m.group(1)} {m.group(2)}" if m else "")
+PY
+}
+for u in qdpd.service qdpd-world.service; do
+  exe=$(exec_of "$dest$unitdir/$u")
+  if [ "$exe" = "$sbindir/qdpd $sysconfdir/qdp/qdpd.conf" ]; then
+    ok "$u runs $exe"
+  else
+    fail "$u runs '$exe', not the installed $sbindir/qdpd with $sysconfdir/qdp/qdpd.conf"
+  fi
+done
+grep -q '^User=qdp$' "$dest$unitdir/qdpd.service" && grep -q '^CapabilityBoundingSet=$' \
+  "$dest$unitdir/qdpd.service" && ok "qdpd.service runs as qdp with no capabilities" ||
+  fail "qdpd.service does not run as an unprivileged qdp user without capabilities"
+grep -q '^u qdp ' "$dest$prefix/lib/sysusers.d/qdp.conf" && ok "sysusers makes the qdp user" ||
+  fail "the sysusers file makes no qdp user"
+
+if "$dest$sbindir/qdpd" --config "$dest$sysconfdir/qdp/qdpd.conf" --print-config >/dev/null; then
+  ok "the installed qdpd reads the installed config"
+else
+  fail "the installed qdpd refuses the installed config"
+fi
+
+if command -v systemd-analyze >/dev/null 2>&1; then
+  for u in qdpd.service qdpd-world.service; do
+    sed "s#$prefix/#$dest$prefix/#g" "$dest$unitdir/$u" >"$dest/$u"
+    if out=$(systemd-analyze verify "$dest/$u" 2>&1) && [ -z "$out" ]; then
+      ok "systemd-analyze verify $u"
+    else
+      fail "systemd-analyze verify $u: $out"
+    fi
+  done
+else
+  echo "skip: no systemd-analyze"
+fi
+[ "$fails" -eq 0 ] || { echo "$fails install check(s) failed" >&2; exit 1; }
+echo "all install checks passed"
