@@ -373,6 +373,16 @@ rpc("new file in a root-only folder", lambda: c.export(st, "/root/qdp-abuse.npy"
             t.join()
         self.assertEqual(outside, 0, f"{outside} of 400 reads came from outside input_dir")
         self.assertGreater(inside + refused, 0)
+        # A TCP caller names nothing else of the node: no path outside the folder, no shared
+        # memory, no region, whatever it says.
+        for what, req in (
+                ("outside input_dir", self.pb.EncodeRequest(encoding=1, qubits=1, input=self.pb.Input(
+                    path=os.path.join(d, "outside/x.npy")))),
+                ("shared memory", self.pb.EncodeRequest(encoding=1, qubits=1, input=self.pb.Input(
+                    dtype=2, shm=self.pb.SharedMemory(name="/x", length=16))))):
+            with self.assertRaises(grpc.RpcError) as cm:
+                enc(req, metadata=md, timeout=30)
+            self.assertEqual(cm.exception.code(), SC.PERMISSION_DENIED, (what, cm.exception.details()))
         # Exports: the same race on export_dir; nothing may land in the folder beside it.
         x = self.root.encode("angle", 2, np.array([0.1, 0.2]))
         stop.clear()
