@@ -570,11 +570,9 @@ void state_store_put(struct state_store *s, void *payload) {
   destroy_list(dead);
 }
 
-qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
-                               uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
-  pthread_mutex_lock(&s->mu);
-  /* An expired state not yet swept can still be released: the client is tidying up. */
-  struct entry *e = lookup(s, handle, token, INT64_MIN);
+/* Unlinks e (found under the lock, which this releases) and destroys it when nothing pins it. */
+static qdp_status release_locked(struct state_store *s, struct entry *e, const char *handle,
+                                 uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
   if (!e) {
     pthread_mutex_unlock(&s->mu);
     return not_found(handle, reterr);
@@ -592,26 +590,22 @@ qdp_status state_store_release(struct state_store *s, const char *handle, const 
   return QDP_OK;
 }
 
+qdp_status state_store_release(struct state_store *s, const char *handle, const char *token,
+                               uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
+  pthread_mutex_lock(&s->mu);
+  /* An expired state not yet swept can still be released: the client is tidying up. */
+  return release_locked(s, lookup(s, handle, token, INT64_MIN), handle, ret_freed_bytes, reterr);
+}
+
 qdp_status state_store_release_owned(struct state_store *s, const char *handle, const char *owner,
                                      uint64_t *ret_freed_bytes, struct qdp_error *reterr) {
   pthread_mutex_lock(&s->mu);
   struct entry *e = handle && owner && owner[0] ? find_handle(s, handle) : NULL;
   /* Another identity's state reads as unknown: handles say nothing about whose they are. */
-  if (!e || strcmp(e->meta.owner, owner) != 0) {
-    pthread_mutex_unlock(&s->mu);
-    return not_found(handle, reterr);
+  if (e && strcmp(e->meta.owner, owner) != 0) {
+    e = NULL;
   }
-  uint64_t bytes = e->meta.bytes;
-  struct entry *dead = unlink_entry(s, e);
-  if (dead) {
-    dead->dead_next = NULL;
-  }
-  pthread_mutex_unlock(&s->mu);
-  destroy_list(dead);
-  if (ret_freed_bytes) {
-    *ret_freed_bytes = bytes;
-  }
-  return QDP_OK;
+  return release_locked(s, e, handle, ret_freed_bytes, reterr);
 }
 
 void state_store_foreach(struct state_store *s,

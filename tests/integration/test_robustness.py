@@ -6,6 +6,7 @@ still answer.
 """
 
 import os
+import socket
 import sys
 import unittest
 
@@ -322,6 +323,55 @@ class Robustness(unittest.TestCase):
                      SC.INVALID_ARGUMENT, ("last",))
         # Nothing is held afterwards: every refused upload gave its memory back.
         self.assertEqual(c.status().states, 0)
+
+    def test_handoffs_are_checked_and_bounded(self):
+        sock = self.c.socket_path
+        path = os.path.join(os.environ["QDP_TEST_DIR"], "handed.bin")
+        with open(path, "wb") as f:
+            f.write(b"x" * 64)
+        fd = os.open(path, os.O_RDONLY)
+        wfd = os.open(path, os.O_WRONLY)
+        pfd = os.open(path, os.O_PATH)
+        r, w = os.pipe()
+        try:
+            bad = (
+                ("a wrong header", dict(raw_header=b"QDPFD/9\n" + bytes(8)), "INVALID_ARGUMENT"),
+                ("a short header", dict(raw_header=b"QDPFD/1\n"), "INVALID_ARGUMENT"),
+                ("no descriptor", dict(fds=[]), "INVALID_ARGUMENT"),
+                ("two descriptors", dict(fds=[fd, fd]), "INVALID_ARGUMENT"),
+                ("a pipe", dict(fds=[r]), "INVALID_ARGUMENT"),
+                ("an O_PATH descriptor", dict(fds=[pfd]), "PERMISSION_DENIED"),
+                ("write-only, for reading", dict(fds=[wfd]), "PERMISSION_DENIED"),
+                ("read-only, for writing", dict(access=qdpc.WRITE), "PERMISSION_DENIED"),
+            )
+            for what, kw, status in bad:
+                with self.subTest(what):
+                    with self.assertRaises(qdpc.HandoffError) as cm:
+                        qdpc.handoff(sock, fd, **kw)
+                    self.assertEqual(cm.exception.status, status, cm.exception.message)
+            # A connection that says nothing holds up no one.
+            idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            idle.connect(sock)
+            self.assertEqual(self.c.status().states, 0)
+            # One caller may have 64 descriptors waiting, not more.
+            tickets = [qdpc.handoff(sock, fd) for _ in range(64)]
+            self.assertEqual(len(set(tickets)), 64)
+            with self.assertRaises(qdpc.HandoffError) as cm:
+                qdpc.handoff(sock, fd)
+            self.assertEqual(cm.exception.status, "RESOURCE_EXHAUSTED")
+            # Using one makes room again.
+            r1 = self.c.request("amplitude", 3, None, path=path, hand_over=False)
+            r1.input.fd_ticket = tickets.pop()
+            self.refused("not a .npy", self.encode_req(r1), SC.INVALID_ARGUMENT)
+            tickets.append(qdpc.handoff(sock, fd))
+            idle.close()
+            # Naming each takes it (and closes its descriptor), used or refused.
+            for t in tickets:
+                r1.input.fd_ticket = t
+                self.refused("not a .npy", self.encode_req(r1), SC.INVALID_ARGUMENT)
+        finally:
+            for x in (fd, wfd, pfd, r, w):
+                os.close(x)
 
     def test_malformed_protobuf_is_invalid_argument(self):
         garbage = [

@@ -389,6 +389,31 @@ START_TEST(test_release_frees_bytes_and_destroys_payload) {
 }
 END_TEST
 
+START_TEST(test_owner_releases_its_own_by_handle_and_no_one_elses) {
+  struct state_store *s = make_store(0, 0, 0, 0);
+  struct qdp_error err = QDP_ERROR_INIT;
+  char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN], h2[STATE_HANDLE_LEN], t2[STATE_TOKEN_LEN];
+  add_state(s, "uid:1000", 40, 0, h, t);
+  add_state(s, "uid:1001", 60, 0, h2, t2);
+  uint64_t freed = 0;
+  /* Another identity's handle reads as unknown, and so does an empty owner. */
+  ck_assert_int_eq(state_store_release_owned(s, h2, "uid:1000", &freed, &err), QDP_ERR_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(err.msg, "not found"));
+  ck_assert_int_eq(state_store_release_owned(s, h, "", &freed, &err), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(state_store_release_owned(s, "s0", "uid:1000", &freed, &err),
+                   QDP_ERR_NOT_FOUND);
+  ck_assert_uint_eq(usage_states(s), 2);
+  ck_assert_int_eq(state_store_release_owned(s, h, "uid:1000", &freed, &err), QDP_OK);
+  ck_assert_uint_eq(freed, 40);
+  ck_assert_uint_eq(usage_bytes(s), 60);
+  ck_assert_int_eq(state_store_release_owned(s, h, "uid:1000", &freed, &err), QDP_ERR_NOT_FOUND);
+  /* The token still works for whoever holds it. */
+  ck_assert_int_eq(state_store_release(s, h2, t2, &freed, &err), QDP_OK);
+  ck_assert_uint_eq(usage_states(s), 0);
+  state_store_destroy(s);
+}
+END_TEST
+
 START_TEST(test_release_while_pinned_destroys_on_last_put_exactly_once) {
   struct state_store *s = make_store(0, 0, 0, 0);
   struct qdp_error err = QDP_ERROR_INIT;
@@ -817,6 +842,7 @@ static Suite *store_suite(void) {
 
   TCase *rel = tcase_create("release_put");
   tcase_add_test(rel, test_release_frees_bytes_and_destroys_payload);
+  tcase_add_test(rel, test_owner_releases_its_own_by_handle_and_no_one_elses);
   tcase_add_test(rel, test_release_while_pinned_destroys_on_last_put_exactly_once);
   tcase_add_test(rel, test_put_without_release_keeps_state);
   suite_add_tcase(s, rel);
