@@ -360,13 +360,6 @@ static qdp_status check_policy(const struct plan_request *req, size_t d, struct 
                          "%u qubits give %llu: use fewer devices or policy single",
                          pname, d, d, req->qubits, ull(amps));
   }
-  if (pol != PLAN_EVEN && d > 1 && is_iqp(req->encoding)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
-                         "placement policy %s cuts the state into unequal ranges over %zu devices, "
-                         "but %s encoding's Walsh-Hadamard stages exchange between equal shard "
-                         "pairs: use policy even or auto",
-                         pname, d, qdp_encoding_name(req->encoding));
-  }
   return QDP_OK;
 }
 
@@ -406,6 +399,45 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
 }
 
 /* ---- placement ------------------------------------------------------------------------------- */
+
+/* g when the shards are 2^g equal ranges of the index in order, so that the top g bits of an index
+ * pick its shard: every even plan, and an uneven or capacity plan whose ranges come out so (uneven
+ * over 2^g devices always does); else 0. */
+static void set_global_bits(struct plan *p) {
+  p->global_bits = 0;
+  if (p->nshards < 2 || !is_pow2(p->nshards)) {
+    return;
+  }
+  const uint32_t g = log2_floor(p->nshards);
+  const uint64_t size = p->amplitudes >> g;
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (p->shards[i].first != (uint64_t)i * size || p->shards[i].count != size) {
+      return;
+    }
+  }
+  p->global_bits = g;
+}
+
+/* iqp's Walsh-Hadamard transform crosses shards by pairwise exchanges over the global bits, which
+ * exist only when the shards are 2^g equal ranges: a plan that splits a sample any other way is
+ * refused with the ranges it made (whole samples per device need no exchange). */
+static qdp_status check_exchange(const struct plan *p, struct qdp_error *reterr) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (size_t i = 0; i < p->nshards; i++) {
+    lo = p->shards[i].count < lo ? p->shards[i].count : lo;
+    hi = p->shards[i].count > hi ? p->shards[i].count : hi;
+  }
+  if (!is_iqp(p->encoding) || p->global_bits > 0 || hi == p->amplitudes) {
+    return QDP_OK;
+  }
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
+                       "placement policy %s cuts the state of %llu amplitudes into %zu ranges of "
+                       "%llu to %llu, but %s encoding's Walsh-Hadamard stages exchange between "
+                       "pairs of equal shards: they need 2^g equal ranges (policy even, or uneven "
+                       "over 2^g devices); use policy even or auto",
+                       plan_policy_name(p->policy), ull(p->amplitudes), p->nshards, ull(lo),
+                       ull(hi), qdp_encoding_name(p->encoding));
+}
 
 static qdp_status alloc_shards(struct plan *p, size_t k, struct qdp_error *reterr) {
   free(p->shards);
@@ -774,6 +806,8 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
     QDP_TRY(rc, place_auto(p, world, &set, reterr));
     break;
   }
+  set_global_bits(p);
+  QDP_TRY(rc, check_exchange(p, reterr));
   compute_needs(p, world);
   *ret_plan = p;
   p = NULL;

@@ -120,7 +120,7 @@ struct plan {
   uint64_t batch;
   qdp_dtype in_dtype, out_dtype;
   uint64_t amplitudes;  /* 2^qubits */
-  uint32_t global_bits; /* g of an even plan (2^g shards), else 0 */
+  uint32_t global_bits; /* g when the shards are 2^g equal ranges in index order, else 0 */
   uint64_t total_bytes; /* batch * 2^qubits * sizeof(out dtype) */
   int feasible;         /* every need fits */
   size_t nshards;
@@ -134,8 +134,9 @@ struct plan {
 /* Checks the request against the world and the limits without placing anything: encoding, qubits,
  * batch, values per sample, dtypes, policy, device subset, total size, and what the policy needs
  * of the device set (EVEN: a power-of-two set no larger than 2^qubits; UNEVEN/CAPACITY: no more
- * devices than amplitudes, iqp/iqp-z on one device only; none but BATCH/SINGLE/AUTO with
- * batch > 1). INVALID_ARGUMENT with the field set; INTERNAL for an inconsistent world;
+ * devices than amplitudes; none but BATCH/SINGLE/AUTO with batch > 1). Whether iqp's ranges suit
+ * its global-bit exchange is known only once they are placed: plan_compute checks it.
+ * INVALID_ARGUMENT with the field set; INTERNAL for an inconsistent world;
  * RESOURCE_EXHAUSTED if the duplicate check cannot get its few bytes of host memory. */
 qdp_status plan_validate(const struct plan_request *req, const struct plan_world *world,
                          const struct plan_limits *lim, struct qdp_error *reterr);
@@ -158,6 +159,10 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
  *  AUTO      B > 1: BATCH. Else SINGLE when it fits; else EVEN over S when D is a power of two
  *            and that fits; else CAPACITY (over the N largest budgets when D > N). iqp/iqp-z use
  *            EVEN only: over the 2^k largest budgets, 2^k the largest power of two <= min(D, N).
+ * Any plan whose shards are 2^g equal ranges gets global_bits = g. An iqp/iqp-z plan that splits
+ * a sample into anything else (UNEVEN over a D that is no power of two, CAPACITY over unequal
+ * room) is refused, INVALID_ARGUMENT on placement.policy with the ranges it made: its
+ * Walsh-Hadamard stages exchange between equal shard pairs.
  */
 qdp_status plan_compute(const struct plan_request *req, const struct plan_world *world,
                         const struct plan_limits *lim, struct plan **ret_plan,

@@ -650,13 +650,6 @@ START_TEST(test_every_bad_request_names_its_field) {
   q->policy = PLAN_UNEVEN;
   q->qubits = 1;
   q->values_per_sample = 1;
-  q = CASE("iqp over capacity", "placement.policy", "iqp encoding's Walsh-Hadamard");
-  q->encoding = QDP_ENCODING_IQP;
-  q->values_per_sample = 15;
-  q->policy = PLAN_CAPACITY;
-  q = CASE("iqp-z over uneven", "placement.policy", "policy uneven");
-  q->encoding = QDP_ENCODING_IQP_Z;
-  q->policy = PLAN_UNEVEN;
 #undef CASE
   for (size_t i = 0; i < n; i++) {
     struct qdp_error e = QDP_ERROR_INIT;
@@ -1002,23 +995,73 @@ START_TEST(test_auto_iqp_uses_even_over_the_largest_power_of_two_set) {
 }
 END_TEST
 
-START_TEST(test_iqp_refuses_capacity_and_uneven_but_not_on_one_device) {
+/* iqp's global-bit exchange needs 2^g equal ranges, whatever the policy that made them: uneven
+ * over 2 or 4 devices makes them (global bits 1 and 2), uneven over 3 and capacity over unequal
+ * room do not and are refused with the ranges; one device and whole samples need no exchange. */
+START_TEST(test_iqp_needs_equal_power_of_two_ranges_not_a_policy) {
   struct world_buf wb;
-  world_same(&wb, 3, 10 * GIB);
-  struct plan_request r = req_for(QDP_ENCODING_IQP, 12, PLAN_CAPACITY);
+  world_same(&wb, 4, 10 * GIB);
+  size_t two[2] = {0, 1}, three[3] = {0, 1, 2};
+  struct plan_request r = req_for(QDP_ENCODING_IQP, 12, PLAN_UNEVEN);
+  r.device_subset = two;
+  r.device_subset_count = 2;
+  struct plan *p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->nshards, 2);
+  ck_assert_uint_eq(p->global_bits, 1);
+  ck_assert_uint_eq(p->shards[1].first, 2048);
+  ck_assert_uint_eq(p->shards[1].count, 2048);
+  ck_assert_uint_eq(p->needs[0].workspace_bytes, 2048 * 16); /* the exchange buffer */
+  plan_destroy(p);
+  r.encoding = QDP_ENCODING_IQP_Z;
+  r.values_per_sample = 12;
+  r.device_subset_count = 0; /* all 4 */
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->global_bits, 2);
+  plan_destroy(p);
+  r.policy = PLAN_CAPACITY; /* equal budgets: equal quarters */
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->policy, PLAN_CAPACITY);
+  ck_assert_uint_eq(p->global_bits, 2);
+  plan_destroy(p);
+
   struct qdp_error e = QDP_ERROR_INIT;
-  struct plan *p = NULL;
+  r = req_for(QDP_ENCODING_IQP, 12, PLAN_UNEVEN);
+  r.device_subset = three;
+  r.device_subset_count = 3;
+  p = NULL;
   ck_assert_int_eq(plan_compute(&r, &wb.w, NULL, &p, &e), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_str_eq(e.field, "placement.policy");
-  ck_assert_ptr_nonnull(strstr(e.msg, "policy capacity"));
-  ck_assert_ptr_nonnull(strstr(e.msg, "over 3 devices"));
   ck_assert_ptr_null(p);
+  ck_assert_str_eq(e.field, "placement.policy");
+  ck_assert_msg(strstr(e.msg,
+                       "placement policy uneven cuts the state of 4096 amplitudes into 3 "
+                       "ranges of 1365 to 1366") != NULL,
+                "%s", e.msg);
+  ck_assert_msg(strstr(e.msg, "iqp encoding's Walsh-Hadamard stages") != NULL, "%s", e.msg);
+  /* Capacity over unequal room: two devices, 2:1. */
+  uint64_t budgets[2] = {8 * GIB, 4 * GIB};
+  world1(&wb, "cuda", 2, budgets);
+  r = req_for(QDP_ENCODING_IQP_Z, 12, PLAN_CAPACITY);
+  e = (struct qdp_error)QDP_ERROR_INIT;
+  ck_assert_int_eq(plan_compute(&r, &wb.w, NULL, &p, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(e.msg,
+                       "policy capacity cuts the state of 4096 amplitudes into 2 ranges "
+                       "of 1365 to 2731") != NULL,
+                "%s", e.msg);
+  /* One device, and whole samples per device, exchange nothing. */
+  world_same(&wb, 3, 10 * GIB);
+  r = req_for(QDP_ENCODING_IQP, 12, PLAN_CAPACITY);
   size_t one[1] = {2};
   r.device_subset = one;
   r.device_subset_count = 1;
   p = compute_ok(&r, &wb.w);
   ck_assert_uint_eq(p->nshards, 1);
   ck_assert_uint_eq(p->shards[0].device, 2);
+  plan_destroy(p);
+  r = req_for(QDP_ENCODING_IQP, 12, PLAN_BATCH);
+  r.batch = 3;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->nshards, 3);
+  ck_assert_uint_eq(p->global_bits, 0);
   plan_destroy(p);
 }
 END_TEST
@@ -1047,6 +1090,21 @@ static uint64_t rnd(void) { /* splitmix64: fixed seed, so failures reproduce */
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+/* Whether p's shards are 2^g > 1 equal ranges of the index in order (an independent formula for
+ * the layout global_bits describes). */
+static int equal_pow2_ranges(const struct plan *p) {
+  const uint64_t k = p->nshards;
+  if (k < 2 || (k & (k - 1)) != 0) {
+    return 0;
+  }
+  for (size_t i = 0; i < k; i++) {
+    if (p->shards[i].count != p->amplitudes / k || p->shards[i].first != i * (p->amplitudes / k)) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 START_TEST(test_random_plans_tile_the_state_exactly) {
@@ -1089,10 +1147,21 @@ START_TEST(test_random_plans_tile_the_state_exactly) {
     const uint64_t n_amp = 1ull << qubits;
     const int sharded =
         r.policy == PLAN_EVEN || r.policy == PLAN_UNEVEN || r.policy == PLAN_CAPACITY;
-    const int iqp = enc == QDP_ENCODING_IQP;
-    const int refuse =
-        sharded && (r.batch > 1 || d > n_amp || (r.policy == PLAN_EVEN && (d & (d - 1)) != 0) ||
-                    (r.policy != PLAN_EVEN && d > 1 && iqp));
+    const int bad_request =
+        sharded && (r.batch > 1 || d > n_amp || (r.policy == PLAN_EVEN && (d & (d - 1)) != 0));
+    /* iqp splits a sample only into 2^g equal ranges: what the same placement of angle gives
+     * (placement does not depend on the encoding) says whether it can. */
+    int unequal = 0;
+    if (!bad_request && enc == QDP_ENCODING_IQP && d > 1 &&
+        (r.policy == PLAN_UNEVEN || r.policy == PLAN_CAPACITY)) {
+      struct plan_request ra = r;
+      ra.encoding = QDP_ENCODING_ANGLE;
+      ra.values_per_sample = qubits;
+      struct plan *pa = compute_ok(&ra, &wb.w);
+      unequal = !equal_pow2_ranges(pa);
+      plan_destroy(pa);
+    }
+    const int refuse = bad_request || unequal;
     struct plan *p = NULL;
     struct qdp_error e = QDP_ERROR_INIT;
     qdp_status rc = plan_compute(&r, &wb.w, NULL, &p, &e);
@@ -1114,6 +1183,8 @@ START_TEST(test_random_plans_tile_the_state_exactly) {
     }
     ck_assert_int_eq(p->feasible, all_fit);
     ck_assert_int_eq(plan_check_feasible(p, NULL), all_fit ? QDP_OK : QDP_ERR_RESOURCE_EXHAUSTED);
+    ck_assert_uint_eq(p->global_bits,
+                      equal_pow2_ranges(p) ? (uint32_t)__builtin_ctzll(p->nshards) : 0);
     switch (p->policy) {
     case PLAN_EVEN:
       ck_assert_uint_eq((uint64_t)1 << p->global_bits, p->nshards);
@@ -1188,7 +1259,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(t, test_single_takes_the_largest_budget_with_ties_to_the_earliest);
   tcase_add_test(t, test_subset_keeps_its_own_order);
   tcase_add_test(t, test_50_qubit_plans_over_8_devices_are_exact);
-  tcase_add_test(t, test_iqp_refuses_capacity_and_uneven_but_not_on_one_device);
+  tcase_add_test(t, test_iqp_needs_equal_power_of_two_ranges_not_a_policy);
   tcase_add_test(t, test_policy_names_round_trip);
   suite_add_tcase(s, t);
 
