@@ -16,14 +16,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Aborts with the broken condition and a formatted explanation; abort() is what libFuzzer
  * reports as a crash (and saves the input for). */
-#define FUZZ_CHECK(cond, ...)                                                       \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);      \
-      fprintf(stderr, __VA_ARGS__);                                                 \
-      fputc('\n', stderr);                                                          \
-      abort();                                                                      \
-    }                                                                               \
+#define FUZZ_CHECK(cond, ...) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__); \
+      fputc('\n', stderr); \
+      abort(); \
+    } \
   } while (0)
 
 #endif /* QDP_FUZZ_H */

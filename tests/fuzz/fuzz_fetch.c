@@ -112,8 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                e->msg);
   } else {
     FUZZ_CHECK(n > 0, "a fetch of no message completed");
-    FUZZ_CHECK(to_file || got <= dst_bytes, "%llu B delivered into %zu B",
-               (unsigned long long)got, dst_bytes);
+    FUZZ_CHECK(to_file || got <= dst_bytes, "%llu B delivered into %zu B", (unsigned long long)got,
+               dst_bytes);
     for (size_t i = got; dst && i < dst_bytes; i++) {
       FUZZ_CHECK(dst[i] == 0xA5, "byte %zu written past the %llu B fetched", i,
                  (unsigned long long)got);

@@ -82,8 +82,8 @@ static void client_file(const uint8_t *data, size_t size) {
   uint64_t rows = last & 7, cols = (last >> 3) & 7, offset = (last >> 6) * 8;
   int fd = -1;
   struct qdp__npy d;
-  qdp_status rc = qdp__input_file_open(memfd_path, raw[(last >> 4) & 3], rows, cols, offset, &fd,
-                                       &d);
+  qdp_status rc =
+      qdp__input_file_open(memfd_path, raw[(last >> 4) & 3], rows, cols, offset, &fd, &d);
   if (rc != QDP_OK) {
     const struct qdp_errinfo *e = qdp_last_error();
     FUZZ_CHECK(fd == -1 && (rc == QDP_ERR_INVALID_ARGUMENT || rc == QDP_ERR_SYSTEM) && e->msg[0],
@@ -94,9 +94,9 @@ static void client_file(const uint8_t *data, size_t size) {
   FUZZ_CHECK(fd >= 0 && es && d.data_offset <= size && d.count <= (size - d.data_offset) / es,
              "client file: %llu elements at %llu in %zu B", (unsigned long long)d.count,
              (unsigned long long)d.data_offset, size);
-  FUZZ_CHECK(d.shape[0] * d.shape[1] == d.count,
-             "client file: %llu x %llu for %llu elements", (unsigned long long)d.shape[0],
-             (unsigned long long)d.shape[1], (unsigned long long)d.count);
+  FUZZ_CHECK(d.shape[0] * d.shape[1] == d.count, "client file: %llu x %llu for %llu elements",
+             (unsigned long long)d.shape[0], (unsigned long long)d.shape[1],
+             (unsigned long long)d.count);
   close(fd);
 }
 
@@ -108,12 +108,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (daemon_ok && client_ok) {
     /* The same file must not be read two ways: a state encoded from a path on the node and from
      * the same file uploaded by libqdp must see the same values. */
-    FUZZ_CHECK(dn.dtype == cn.dtype && dn.data_offset == cn.data_offset &&
-                   dn.rows * dn.cols == cn.count,
-               "daemon: %d, %llu x %llu at %llu; client: %d, %llu elements at %llu", (int)dn.dtype,
-               (unsigned long long)dn.rows, (unsigned long long)dn.cols,
-               (unsigned long long)dn.data_offset, (int)cn.dtype, (unsigned long long)cn.count,
-               (unsigned long long)cn.data_offset);
+    FUZZ_CHECK(
+        dn.dtype == cn.dtype && dn.data_offset == cn.data_offset && dn.rows * dn.cols == cn.count,
+        "daemon: %d, %llu x %llu at %llu; client: %d, %llu elements at %llu", (int)dn.dtype,
+        (unsigned long long)dn.rows, (unsigned long long)dn.cols,
+        (unsigned long long)dn.data_offset, (int)cn.dtype, (unsigned long long)cn.count,
+        (unsigned long long)cn.data_offset);
   }
   client_file(data, size);
   return 0;

@@ -24,10 +24,10 @@ static void check_shards(struct qdp_shard *const *c, size_t nc, Qdp__Shard *cons
   for (size_t i = 0; i < n; i++) {
     const struct qdp_shard *s = c[i];
     const Qdp__Shard *p = pb[i];
-    FUZZ_CHECK(s && s->struct_size == sizeof *s && s->rank == p->rank &&
-                   s->ordinal == p->ordinal && s->first == p->first && s->count == p->count &&
-                   s->row_first == p->row_first && s->rows == p->rows && s->bytes == p->bytes &&
-                   s->ipc_offset == p->ipc_offset && s->lease_id == p->lease_id,
+    FUZZ_CHECK(s && s->struct_size == sizeof *s && s->rank == p->rank && s->ordinal == p->ordinal &&
+                   s->first == p->first && s->count == p->count && s->row_first == p->row_first &&
+                   s->rows == p->rows && s->bytes == p->bytes && s->ipc_offset == p->ipc_offset &&
+                   s->lease_id == p->lease_id,
                "shard %zu", i);
     FUZZ_CHECK(s->ipc_handle_bytes == p->ipc_handle.len &&
                    (p->ipc_handle.len == 0

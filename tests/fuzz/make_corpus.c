@@ -107,8 +107,8 @@ static void requests(void) {
   uneven.n_devices = 3;
   uneven.devices = three;
   in.data.len = 3 * sizeof(double);
-  encode_seed("encode-phase-3-uneven-three-devices", QDP__ENCODING__ENCODING_PHASE, 3, &in,
-              &uneven, 0);
+  encode_seed("encode-phase-3-uneven-three-devices", QDP__ENCODING__ENCODING_PHASE, 3, &in, &uneven,
+              0);
   Qdp__Placement capacity = QDP__PLACEMENT__INIT;
   capacity.policy = QDP__POLICY__POLICY_CAPACITY;
   encode_seed("encode-iqp-z-3-capacity", QDP__ENCODING__ENCODING_IQP_Z, 3, &in, &capacity, 0);
@@ -135,8 +135,7 @@ static void requests(void) {
   eight.n_devices = 8;
   eight.devices = gpus;
   decl.cols = 36 + 36 * 35 / 2;
-  encode_seed("plan-iqp-36-declared-even-eight", QDP__ENCODING__ENCODING_IQP, 36, &decl, &eight,
-              0);
+  encode_seed("plan-iqp-36-declared-even-eight", QDP__ENCODING__ENCODING_IQP, 36, &decl, &eight, 0);
 
   Qdp__SharedMemory shm = QDP__SHARED_MEMORY__INIT;
   shm.name = "/qdp-input";
@@ -155,8 +154,7 @@ static void requests(void) {
   region.length = 1u << 20;
   byshm.rows = 0;
   byshm.shm = &region;
-  encode_seed("encode-amplitude-17-region", QDP__ENCODING__ENCODING_AMPLITUDE, 17, &byshm, NULL,
-              0);
+  encode_seed("encode-amplitude-17-region", QDP__ENCODING__ENCODING_AMPLITUDE, 17, &byshm, NULL, 0);
 
   Qdp__Input bypath = QDP__INPUT__INIT;
   bypath.source_case = QDP__INPUT__SOURCE_PATH;
@@ -191,6 +189,8 @@ static void requests(void) {
   later.data.data = (uint8_t *)amp;
   later.data.len = sizeof amp;
   write_message("fuzz_request", "upload-data", &later.base);
+  later.last = true;
+  write_message("fuzz_request", "upload-data-last", &later.base);
 
   Qdp__StateRef ref = QDP__STATE_REF__INIT;
   ref.handle = "s00000000000000000001";

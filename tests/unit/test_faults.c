@@ -40,8 +40,7 @@ int __wrap_posix_memalign(void **ret, size_t align, size_t n);
 void *__wrap_aligned_alloc(size_t align, size_t n);
 char *__wrap_strdup(const char *s);
 char *__wrap_strndup(const char *s, size_t n);
-int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
-                          void *arg);
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 
 /* Allocations made while armed that are still live; one operation makes a few hundred at most. */
 #define LIVE_MAX 4096
@@ -246,8 +245,8 @@ static unsigned long sweep(const char *what, op_fn op, check_fn check, void *arg
     }
     if (rc != QDP_OK) {
       ck_assert_msg(rc == QDP_ERR_RESOURCE_EXHAUSTED,
-                    "%s, call %lu failed: status %d (%s), not RESOURCE_EXHAUSTED", what, n,
-                    (int)rc, e.msg);
+                    "%s, call %lu failed: status %d (%s), not RESOURCE_EXHAUSTED", what, n, (int)rc,
+                    e.msg);
       ck_assert_msg(e.code == rc && e.msg[0] != '\0', "%s, call %lu failed: no message", what, n);
     }
   }
@@ -386,10 +385,8 @@ static qdp_status op_job(void *arg, struct qdp_error *e) {
   for (size_t i = 0; i < n; i++) {
     subset[i] = i;
   }
-  struct plan_world world = {.devices = devs,
-                             .count = n,
-                             .ranks = 1,
-                             .link_cost = runtime_mesh_link_costs(j->mesh)};
+  struct plan_world world = {
+      .devices = devs, .count = n, .ranks = 1, .link_cost = runtime_mesh_link_costs(j->mesh)};
   struct plan_request req = {.encoding = js->enc,
                              .qubits = js->qubits,
                              .batch = js->rows,
@@ -445,8 +442,8 @@ static void check_job(void *arg, qdp_status rc) {
 }
 
 static const struct job_spec jobs[] = {
-    {"amplitude single", QDP_ENCODING_AMPLITUDE, 6, 1, 40, QDP_DTYPE_FLOAT64,
-     QDP_DTYPE_COMPLEX128, PLAN_SINGLE, 0},
+    {"amplitude single", QDP_ENCODING_AMPLITUDE, 6, 1, 40, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+     PLAN_SINGLE, 0},
     {"amplitude even over 4", QDP_ENCODING_AMPLITUDE, 12, 1, 3000, QDP_DTYPE_FLOAT64,
      QDP_DTYPE_COMPLEX128, PLAN_EVEN, 4},
     {"amplitude batch of 5 over 4", QDP_ENCODING_AMPLITUDE, 5, 5, 32, QDP_DTYPE_FLOAT32,
@@ -461,8 +458,8 @@ static const struct job_spec jobs[] = {
      PLAN_EVEN, 2},
     {"angle uneven over 3", QDP_ENCODING_ANGLE, 5, 1, 5, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64,
      PLAN_UNEVEN, 3},
-    {"phase capacity over 4", QDP_ENCODING_PHASE, 7, 1, 7, QDP_DTYPE_FLOAT64,
-     QDP_DTYPE_COMPLEX128, PLAN_CAPACITY, 4},
+    {"phase capacity over 4", QDP_ENCODING_PHASE, 7, 1, 7, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+     PLAN_CAPACITY, 4},
 };
 
 START_TEST(test_job_survives_every_allocation_failure) {

@@ -17,8 +17,8 @@ static grpc_byte_buffer *message(const uint8_t *bytes, size_t n, size_t piece) {
   size_t k = 0;
   for (size_t at = 0; at < n; at += piece) {
     ck_assert_uint_lt(k, sizeof parts / sizeof parts[0]);
-    parts[k++] = grpc_slice_from_copied_buffer((const char *)bytes + at,
-                                               n - at < piece ? n - at : piece);
+    parts[k++] =
+        grpc_slice_from_copied_buffer((const char *)bytes + at, n - at < piece ? n - at : piece);
   }
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, k);
   for (size_t i = 0; i < k; i++) {
@@ -51,8 +51,8 @@ START_TEST(test_fetch_chunk_without_data_completes_an_empty_fetch) {
   unsigned char dst[16];
   memset(dst, 0xA5, sizeof dst);
   uint64_t got = 1;
-  qdp_status rc = qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, sizeof dst, -1,
-                                     &got);
+  qdp_status rc =
+      qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, sizeof dst, -1, &got);
   ck_assert_int_eq(rc, QDP_OK);
   ck_assert_uint_eq(got, 0);
   for (size_t i = 0; i < sizeof dst; i++) {
@@ -69,14 +69,14 @@ START_TEST(test_fetch_chunks_in_one_byte_slices_land_in_place) {
   uint8_t buf[2][64];
   grpc_byte_buffer *bb[2];
   for (int i = 0; i < 2; i++) {
-    size_t n = daemon_chunk(buf[i], (uint8_t)(2 * i), QDP_DTYPE_COMPLEX128, 4, want[i],
-                            sizeof want[i]);
+    size_t n =
+        daemon_chunk(buf[i], (uint8_t)(2 * i), QDP_DTYPE_COMPLEX128, 4, want[i], sizeof want[i]);
     bb[i] = message(buf[i], n, 1);
   }
   double dst[8] = {0};
   uint64_t got = 0;
-  ck_assert_int_eq(
-      qdp__fetch_deliver(bb, 2, 0, 4, QDP_DTYPE_COMPLEX128, dst, sizeof dst, -1, &got), QDP_OK);
+  ck_assert_int_eq(qdp__fetch_deliver(bb, 2, 0, 4, QDP_DTYPE_COMPLEX128, dst, sizeof dst, -1, &got),
+                   QDP_OK);
   ck_assert_uint_eq(got, sizeof dst);
   ck_assert_int_eq(memcmp(dst, want, sizeof dst), 0);
   grpc_byte_buffer_destroy(bb[0]);
@@ -92,9 +92,8 @@ START_TEST(test_fetch_announcing_more_than_the_buffer_is_refused) {
   double dst[4];
   uint64_t got = 0;
   qdp__err_reset();
-  ck_assert_int_eq(
-      qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, 32, -1, &got),
-      QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, 32, -1, &got),
+                   QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(qdp_last_error()->field, "dst_bytes");
   ck_assert_uint_eq(got, 0);
   grpc_byte_buffer_destroy(bb);
@@ -108,9 +107,9 @@ START_TEST(test_fetch_that_ends_short_is_data_loss) {
   grpc_byte_buffer *bb = message(buf, n, n);
   double dst[6];
   uint64_t got = 0;
-  ck_assert_int_eq(qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, sizeof dst, -1,
-                                      &got),
-                   QDP_ERR_DATA_LOSS);
+  ck_assert_int_eq(
+      qdp__fetch_deliver(&bb, 1, 0, 0, QDP_DTYPE_UNSPECIFIED, dst, sizeof dst, -1, &got),
+      QDP_ERR_DATA_LOSS);
   ck_assert_uint_eq(got, sizeof v);
   grpc_byte_buffer_destroy(bb);
 }
