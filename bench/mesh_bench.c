@@ -141,7 +141,7 @@ static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *
   uint64_t per = (UINT64_C(1) << qubits) / (uint64_t)n;
   for (int i = 0; i < n; i++) {
     CK(cudaSetDevice(g[i].ordinal));
-    QK(qdpk_sumsq(x[i], in, per, per, per, rows, outt, g[i].ws, g[i].ws_bytes,
+    QK(qdpk_sumsq(x[i], in, per, per, per, rows, outt, NULL, g[i].ws, g[i].ws_bytes,
                   n == 1 ? g[i].norms : g[i].sums, g[i].stream));
   }
   if (gather && n > 1) {
@@ -156,7 +156,7 @@ static void amplitude_job(struct gpu *g, int n, struct device_comm *comm, void *
     CK(cudaSetDevice(g[i].ordinal));
     struct qdpk_span span = {
         .qubits = qubits, .first = (uint64_t)i * per, .count = per, .rows = rows, .out = outt};
-    QK(qdpk_amplitude(&span, x[i], in, per, per, g[i].norms, out[i], g[i].stream));
+    QK(qdpk_amplitude(&span, x[i], in, per, per, g[i].norms, NULL, out[i], g[i].stream));
   }
   sync_all(g, n);
 }
@@ -300,11 +300,12 @@ static void bench_batch(struct device_comm *comm) {
     double t1e = now_ms();
     for (int i = 0; i < 2; i++) {
       CK(cudaSetDevice(i));
-      QK(qdpk_sumsq(x2[i], QDP_DTYPE_FLOAT32, N, N, N, B / 2, QDP_DTYPE_COMPLEX64, g2[i].ws,
+      QK(qdpk_sumsq(x2[i], QDP_DTYPE_FLOAT32, N, N, N, B / 2, QDP_DTYPE_COMPLEX64, NULL, g2[i].ws,
                     g2[i].ws_bytes, g2[i].norms, g2[i].stream));
       struct qdpk_span span = {
           .qubits = n, .first = 0, .count = N, .rows = B / 2, .out = QDP_DTYPE_COMPLEX64};
-      QK(qdpk_amplitude(&span, x2[i], QDP_DTYPE_FLOAT32, N, N, g2[i].norms, o2[i], g2[i].stream));
+      QK(qdpk_amplitude(&span, x2[i], QDP_DTYPE_FLOAT32, N, N, g2[i].norms, NULL, o2[i],
+                        g2[i].stream));
     }
     sync_all(g2, 2);
     double t2e = now_ms();
@@ -868,8 +869,8 @@ static double ranks_job(struct gpu *g, struct device_comm *comm, int size, void 
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now_ms();
   CK(cudaSetDevice(g->ordinal));
-  QK(qdpk_sumsq(x, QDP_DTYPE_FLOAT64, per, per, per, 1, QDP_DTYPE_COMPLEX128, g->ws, g->ws_bytes,
-                size == 1 ? g->norms : g->sums, g->stream));
+  QK(qdpk_sumsq(x, QDP_DTYPE_FLOAT64, per, per, per, 1, QDP_DTYPE_COMPLEX128, NULL, g->ws,
+                g->ws_bytes, size == 1 ? g->norms : g->sums, g->stream));
   if (size > 1 && gather) {
     struct qdp_error e = QDP_ERROR_INIT;
     QK(device_comm_allgather_f64(comm, 0, g->sums, g->recv, 1, g->stream, &e));
@@ -880,7 +881,7 @@ static double ranks_job(struct gpu *g, struct device_comm *comm, int size, void 
                            .count = per,
                            .rows = 1,
                            .out = QDP_DTYPE_COMPLEX128};
-  QK(qdpk_amplitude(&span, x, QDP_DTYPE_FLOAT64, per, per, g->norms, o, g->stream));
+  QK(qdpk_amplitude(&span, x, QDP_DTYPE_FLOAT64, per, per, g->norms, NULL, o, g->stream));
   CK(cudaStreamSynchronize(g->stream));
   double ms = now_ms() - t0, worst = 0;
   MPI_Allreduce(&ms, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -925,11 +926,11 @@ static int bench_ranks(int argc, char **argv, uint32_t qubits) {
     double t[REPS];
     for (int r = -1; r < REPS; r++) {
       double s0 = now_ms();
-      QK(qdpk_sumsq(x1, QDP_DTYPE_FLOAT64, N, N, N, 1, QDP_DTYPE_COMPLEX128, g1.ws, g1.ws_bytes,
-                    g1.norms, g1.stream));
+      QK(qdpk_sumsq(x1, QDP_DTYPE_FLOAT64, N, N, N, 1, QDP_DTYPE_COMPLEX128, NULL, g1.ws,
+                    g1.ws_bytes, g1.norms, g1.stream));
       struct qdpk_span span = {
           .qubits = qubits, .first = 0, .count = N, .rows = 1, .out = QDP_DTYPE_COMPLEX128};
-      QK(qdpk_amplitude(&span, x1, QDP_DTYPE_FLOAT64, N, N, g1.norms, o1, g1.stream));
+      QK(qdpk_amplitude(&span, x1, QDP_DTYPE_FLOAT64, N, N, g1.norms, NULL, o1, g1.stream));
       CK(cudaStreamSynchronize(g1.stream));
       if (r >= 0) {
         t[r] = now_ms() - s0;

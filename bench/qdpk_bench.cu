@@ -165,13 +165,13 @@ static void op_amplitude(void *p, int rep) {
   void *out = c->out + set * c->out_set;
   uint64_t count = 1ull << c->n;
   if (c->pass != 2) {
-    qdp_ok(qdpk_sumsq(x, c->in_t, count, count, count, c->rows, c->out_t, c->ws, c->ws_bytes,
+    qdp_ok(qdpk_sumsq(x, c->in_t, count, count, count, c->rows, c->out_t, NULL, c->ws, c->ws_bytes,
                       c->sums, 0),
            "qdpk_sumsq");
   }
   if (c->pass != 1) {
     struct qdpk_span s = {c->n, 0, count, c->rows, c->out_t};
-    qdp_ok(qdpk_amplitude(&s, x, c->in_t, count, count, c->sums, out, 0), "qdpk_amplitude");
+    qdp_ok(qdpk_amplitude(&s, x, c->in_t, count, count, c->sums, NULL, out, 0), "qdpk_amplitude");
   }
 }
 

@@ -10,6 +10,10 @@
  *
  * Blocks run in reverse index order: pass 1 (sumsq) read the input front to back, so its tail is
  * what the L2 cache still holds when this pass starts.
+ *
+ * Rows with scale exponents (the norm's fallback) multiply each value by 2^e in the input type
+ * (ldexp, as the CPU twin) before the conversion; a launch given exponents runs kernels of its own
+ * (SCALED), so the fast path's kernels are unchanged.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -30,18 +34,29 @@ __device__ __forceinline__ double inv_sqrt_rn(double s, double) {
   return 1.0 / sqrt(s);
 }
 
+template <bool SCALED>
+__device__ __forceinline__ float scaled(float v, int e) {
+  return SCALED ? ldexpf(v, e) : v;
+}
+template <bool SCALED>
+__device__ __forceinline__ double scaled(double v, int e) {
+  return SCALED ? ldexp(v, e) : v;
+}
+
 /* K amplitudes per thread, 256 apart (complex128: 16-byte stores, coalesced). Measured on an H200:
  * one amplitude per thread over a full grid moved 4.19 TB/s, where grid-stride loops over few
  * blocks moved 2.2-3.9 TB/s; K > 1 keeps a full grid and puts K loads in flight per thread. */
-template <typename TI, typename R, int K>
+template <typename TI, typename R, int K, bool SCALED>
 __global__ void __launch_bounds__(QDPK_THREADS)
     amplitude1_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len,
-                      const double *__restrict__ sumsq, typename cplx<R>::type *__restrict__ out,
-                      uint64_t count, uint64_t rows, uint64_t nbx, int reverse, int stream) {
+                      const double *__restrict__ sumsq, const int32_t *__restrict__ scales,
+                      typename cplx<R>::type *__restrict__ out, uint64_t count, uint64_t rows,
+                      uint64_t nbx, int reverse, int stream) {
   __shared__ R inv_s;
   for (uint64_t ry = blockIdx.y; ry < rows; ry += gridDim.y) {
     const uint64_t r = reverse ? rows - 1 - ry : ry;
     const TI *xr = x + r * in_stride;
+    const int e = SCALED ? scales[r] : 0;
     typename cplx<R>::type *o = out + r * count;
     R inv = (R)0;
     for (uint64_t bx = blockIdx.x; bx < nbx; bx += gridDim.x) {
@@ -58,7 +73,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
       R v[K];
 #pragma unroll
       for (int k = 0; k < K; k++) {
-        v[k] = (R)raw[k];
+        v[k] = (R)scaled<SCALED>(raw[k], e);
       }
       if (bx == blockIdx.x) { /* block-uniform: first pass over this row */
         if (threadIdx.x == 0) {
@@ -97,15 +112,17 @@ struct in_vec<double, 2> {
 
 /* Two amplitudes per step, for complex64: one 16-byte store (float4 = two complex64); K steps per
  * thread, 256 pairs apart. vin: the two inputs can be read as one vector (row starts aligned). */
-template <typename TI, int K>
+template <typename TI, int K, bool SCALED>
 __global__ void __launch_bounds__(QDPK_THREADS)
     amplitude2_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len,
-                      const double *__restrict__ sumsq, float4 *__restrict__ out, uint64_t count,
-                      uint64_t rows, uint64_t nbx, bool vin, int reverse, int stream) {
+                      const double *__restrict__ sumsq, const int32_t *__restrict__ scales,
+                      float4 *__restrict__ out, uint64_t count, uint64_t rows, uint64_t nbx,
+                      bool vin, int reverse, int stream) {
   __shared__ float inv_s;
   for (uint64_t ry = blockIdx.y; ry < rows; ry += gridDim.y) {
     const uint64_t r = reverse ? rows - 1 - ry : ry;
     const TI *xr = x + r * in_stride;
+    const int e = SCALED ? scales[r] : 0;
     float4 *o = out + r * (count / 2); /* count is even on this path */
     float inv = 0.0f;
     for (uint64_t bx = blockIdx.x; bx < nbx; bx += gridDim.x) {
@@ -129,8 +146,8 @@ __global__ void __launch_bounds__(QDPK_THREADS)
       float v0[K], v1[K];
 #pragma unroll
       for (int k = 0; k < K; k++) {
-        v0[k] = (float)raw[k].x;
-        v1[k] = (float)raw[k].y;
+        v0[k] = (float)scaled<SCALED>(raw[k].x, e);
+        v1[k] = (float)scaled<SCALED>(raw[k].y, e);
       }
       if (bx == blockIdx.x) { /* as in amplitude1_kernel: the loads are already in flight */
         if (threadIdx.x == 0) {
@@ -166,57 +183,60 @@ static int amp_per_thread(void) {
 
 template <typename TI, typename R, int K>
 qdp_status launch1_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
-                     const double *sumsq, void *out, cudaStream_t stream) {
+                     const double *sumsq, const int32_t *scales, void *out, cudaStream_t stream) {
   uint64_t nbx = blocks_for(s->count, K);
   /* 256 threads, K amplitudes each (256 apart); x: the amplitudes of a row, y: rows (folded past
    * 65535). */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
-  amplitude1_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, len, sumsq, static_cast<typename cplx<R>::type *>(out), s->count, s->rows, nbx,
-      !qdpk_tune_amplitude_forward, qdpk_tune_amplitude_streaming == 1);
+  auto kernel = scales ? amplitude1_kernel<TI, R, K, true> : amplitude1_kernel<TI, R, K, false>;
+  kernel<<<grid, QDPK_THREADS, 0, stream>>>(
+      x, in_stride, len, sumsq, scales, static_cast<typename cplx<R>::type *>(out), s->count,
+      s->rows, nbx, !qdpk_tune_amplitude_forward, qdpk_tune_amplitude_streaming == 1);
   return launched();
 }
 
 template <typename TI, typename R>
 qdp_status launch1(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
-                   const double *sumsq, void *out, cudaStream_t stream) {
+                   const double *sumsq, const int32_t *scales, void *out, cudaStream_t stream) {
   switch (amp_per_thread()) {
   case 2:
-    return launch1_k<TI, R, 2>(s, x, in_stride, len, sumsq, out, stream);
+    return launch1_k<TI, R, 2>(s, x, in_stride, len, sumsq, scales, out, stream);
   case 4:
-    return launch1_k<TI, R, 4>(s, x, in_stride, len, sumsq, out, stream);
+    return launch1_k<TI, R, 4>(s, x, in_stride, len, sumsq, scales, out, stream);
   default:
-    return launch1_k<TI, R, 1>(s, x, in_stride, len, sumsq, out, stream);
+    return launch1_k<TI, R, 1>(s, x, in_stride, len, sumsq, scales, out, stream);
   }
 }
 
 template <typename TI, int K>
 qdp_status launch_c64_k(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
-                        const double *sumsq, void *out, cudaStream_t stream) {
+                        const double *sumsq, const int32_t *scales, void *out,
+                        cudaStream_t stream) {
   bool vin = aligned(x, 2 * sizeof(TI)) && (s->rows == 1 || in_stride % 2 == 0);
   uint64_t nbx = blocks_for(s->count / 2, K);
   /* 256 threads, K amplitude pairs (one 16-byte store each, 256 pairs apart); x: a row, y: rows
    * (folded). */
   dim3 grid(grid_x(nbx), grid_y(s->rows));
-  amplitude2_kernel<TI, K><<<grid, QDPK_THREADS, 0, stream>>>(
-      x, in_stride, len, sumsq, static_cast<float4 *>(out), s->count, s->rows, nbx, vin,
+  auto kernel = scales ? amplitude2_kernel<TI, K, true> : amplitude2_kernel<TI, K, false>;
+  kernel<<<grid, QDPK_THREADS, 0, stream>>>(
+      x, in_stride, len, sumsq, scales, static_cast<float4 *>(out), s->count, s->rows, nbx, vin,
       !qdpk_tune_amplitude_forward, qdpk_tune_amplitude_streaming == 1);
   return launched();
 }
 
 template <typename TI>
 qdp_status launch_c64(const struct qdpk_span *s, const TI *x, uint64_t in_stride, uint64_t len,
-                      const double *sumsq, void *out, cudaStream_t stream) {
+                      const double *sumsq, const int32_t *scales, void *out, cudaStream_t stream) {
   if (s->count % 2 != 0 || !aligned(out, 16)) {
-    return launch1<TI, float>(s, x, in_stride, len, sumsq, out, stream);
+    return launch1<TI, float>(s, x, in_stride, len, sumsq, scales, out, stream);
   }
   switch (amp_per_thread()) {
   case 2:
-    return launch_c64_k<TI, 2>(s, x, in_stride, len, sumsq, out, stream);
+    return launch_c64_k<TI, 2>(s, x, in_stride, len, sumsq, scales, out, stream);
   case 4:
-    return launch_c64_k<TI, 4>(s, x, in_stride, len, sumsq, out, stream);
+    return launch_c64_k<TI, 4>(s, x, in_stride, len, sumsq, scales, out, stream);
   default:
-    return launch_c64_k<TI, 1>(s, x, in_stride, len, sumsq, out, stream);
+    return launch_c64_k<TI, 1>(s, x, in_stride, len, sumsq, scales, out, stream);
   }
 }
 
@@ -224,7 +244,7 @@ qdp_status launch_c64(const struct qdpk_span *s, const TI *x, uint64_t in_stride
 
 extern "C" qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in,
                                      uint64_t in_stride, uint64_t len, const double *sumsq,
-                                     void *out, cudaStream_t stream) {
+                                     const int32_t *scale_log2, void *out, cudaStream_t stream) {
   if (!span_ok(s) || !is_real_dtype(in) || sumsq == NULL || out == NULL || (len > 0 && x == NULL)) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
@@ -232,13 +252,15 @@ extern "C" qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, q
     len = s->count; /* as the CPU twin: values past the span are not this launch's */
   }
   if (s->out == QDP_DTYPE_COMPLEX64) {
-    return in == QDP_DTYPE_FLOAT32 ? launch_c64<float>(s, static_cast<const float *>(x), in_stride,
-                                                       len, sumsq, out, stream)
-                                   : launch_c64<double>(s, static_cast<const double *>(x),
-                                                        in_stride, len, sumsq, out, stream);
+    return in == QDP_DTYPE_FLOAT32
+               ? launch_c64<float>(s, static_cast<const float *>(x), in_stride, len, sumsq,
+                                   scale_log2, out, stream)
+               : launch_c64<double>(s, static_cast<const double *>(x), in_stride, len, sumsq,
+                                    scale_log2, out, stream);
   }
-  return in == QDP_DTYPE_FLOAT32 ? launch1<float, double>(s, static_cast<const float *>(x),
-                                                          in_stride, len, sumsq, out, stream)
-                                 : launch1<double, double>(s, static_cast<const double *>(x),
-                                                           in_stride, len, sumsq, out, stream);
+  return in == QDP_DTYPE_FLOAT32
+             ? launch1<float, double>(s, static_cast<const float *>(x), in_stride, len, sumsq,
+                                      scale_log2, out, stream)
+             : launch1<double, double>(s, static_cast<const double *>(x), in_stride, len, sumsq,
+                                       scale_log2, out, stream);
 }

@@ -16,13 +16,15 @@
  *    global-bit stages between shards (butterfly) continue that order, so any even sharding gives
  * the bits of the one-device transform.
  *  - every other value depends only on its own global index and the sample's parameters.
- * Kernels never validate what the runtime already checked (finite parameters, basis indices in
- * range); the check functions below are those checks. Nothing here allocates, logs or synchronizes.
- * Any thread; the CPU twins are reentrant.
+ * Kernels never validate what the runtime already checked (finite parameters that fit the output
+ * precision, basis indices in range); the check functions below are those checks. Input may start
+ * at any byte address for the CPU twins (a mapped file is read in place). Nothing here allocates,
+ * logs or synchronizes. Any thread; the CPU twins are reentrant.
  */
 #ifndef QDPK_H
 #define QDPK_H
 
+#include <float.h>
 #include <stdint.h>
 
 #include "qdp_defs.h"
@@ -46,15 +48,24 @@ uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits);
 /* Amplitude, pass 1. For each row r: the pairwise sum of squares over the aligned block
  * [0, block) of x + r * in_stride, where values at index >= len count as zero (len <= block,
  * block a power of two). Computed in the precision of `out`; stored in ret_sums[r] as double
- * (exact for float sums). */
+ * (exact for float sums). scale_log2: NULL, or one exponent e_r per row, and each leaf is then
+ * (x_i * 2^e_r)^2 with the product x_i * 2^e_r taken in the input precision (ldexp: exact unless
+ * it falls below the input type's normal range, where it rounds once) before the conversion to
+ * the output precision; e_r = 0 gives the bits of the unscaled tree. */
 void qdpk_cpu_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t len, uint64_t block,
-                    uint64_t rows, qdp_dtype out, double *ret_sums);
+                    uint64_t rows, qdp_dtype out, const int32_t *scale_log2, double *ret_sums);
+
+/* The largest |x| of `count` values, 0 for none (NaN is skipped: qdpk_cpu_find_nonfinite finds
+ * it). The amplitude norm's fallback scales a sample by a power of two taken from it; a maximum
+ * is the same whatever the order, so the maxima of shards combine to the sample's. */
+double qdpk_cpu_absmax(const void *x, qdp_dtype in, uint64_t count);
 
 /* Amplitude, pass 2: out[r][j] = v * inv_r, v = x[r * in_stride + j] for j < len, else 0, and
  * inv_r = 1 / sqrt(sumsq[r]), both in the precision of s->out. x points at the value of global
- * index s->first in row 0; len (<= s->count) values are present from there. */
+ * index s->first in row 0; len (<= s->count) values are present from there. scale_log2 as in
+ * sumsq: v is x * 2^e_r, taken in the input precision before the conversion. */
 void qdpk_cpu_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
-                        uint64_t len, const double *sumsq, void *out);
+                        uint64_t len, const double *sumsq, const int32_t *scale_log2, void *out);
 
 /* x: [rows][in_stride], the first n values of each row are the angles x_k.
  * psi_b = prod_k (b_k ? sin x_k : cos x_k) (x, not x/2). */
@@ -90,6 +101,36 @@ void qdpk_cpu_butterfly(void *a, void *b, qdp_dtype out, uint64_t count);
 
 /* First value (in [0, count)) that is NaN or +-Inf. */
 int qdpk_cpu_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, uint64_t *ret_index);
+
+/* Parameters of the closed forms (angle, phase, iqp, iqp-z) that cannot be computed in the output
+ * precision, in the order a row is checked. */
+enum qdpk_param_fault {
+  QDPK_PARAM_OK = 0,
+  QDPK_PARAM_NOT_FINITE = 1,   /* NaN or +-Inf */
+  QDPK_PARAM_NOT_FLOAT32 = 2,  /* finite float64 that rounds to +-Inf in float32 (COMPLEX64) */
+  QDPK_PARAM_SUM_OVERFLOW = 3, /* summed: the row's |values| sum past qdpk_param_sum_limit */
+};
+
+/* The largest sum of a row's |values|, summed in double in index order, for which no partial sum
+ * of iqp's theta can overflow the precision of `out`. theta(b) is a sum of at most
+ * k = n + n(n-1)/2 <= 2016 of the row's values, converted to the output precision and added in
+ * some order (iqp.c and iqp.cu differ in the order, never in the terms). Every partial result, the
+ * conversions included, is then at most S (1 + u)^(k+1) in magnitude, S the exact sum of the
+ * |values| and u the output's unit roundoff: below S (1 + 2^-12) for float (u = 2^-24), far below
+ * for double. The sum in double is within a factor 1 + 2^-42 of S. So a computed sum of at most
+ * MAX (1 - 2^-11), MAX the output's largest finite value, overflows in no order; above it, it may
+ * (with values of one sign, theta of the all-ones index is S itself). */
+static inline double qdpk_param_sum_limit(qdp_dtype out) {
+  return (out == QDP_DTYPE_COMPLEX64 ? (double)FLT_MAX : DBL_MAX) * (1.0 - 0x1p-11);
+}
+
+/* The first row of `rows` (row r: the cols values from x[r * in_stride]) with a fault, checked
+ * value by value and then, when `summed` (iqp, iqp-z: theta adds the values), the row's sum of
+ * |values|. *ret_row and *ret_col name the row and value (col = cols for the sum), *ret_sum is the
+ * sum (written for QDPK_PARAM_SUM_OVERFLOW only). */
+enum qdpk_param_fault qdpk_cpu_check_params(const void *x, qdp_dtype in, uint64_t in_stride,
+                                            uint64_t cols, uint64_t rows, qdp_dtype out, int summed,
+                                            uint64_t *ret_row, uint64_t *ret_col, double *ret_sum);
 
 enum qdpk_basis_fault {
   QDPK_BASIS_OK = 0,

@@ -25,10 +25,11 @@ extern "C" {
 /* Workspace bytes qdpk_sumsq needs for `rows` rows of an aligned block of `block` values. */
 size_t qdpk_sumsq_workspace_bytes(uint64_t block, uint64_t rows);
 
-/* ret_sums: device array of `rows` doubles (see qdpk_cpu_sumsq; bit-identical to it). */
+/* ret_sums: device array of `rows` doubles, scale_log2 NULL or a device array of `rows` exponents
+ * (see qdpk_cpu_sumsq; bit-identical to it). */
 qdp_status qdpk_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t len, uint64_t block,
-                      uint64_t rows, qdp_dtype out, void *workspace, size_t workspace_bytes,
-                      double *ret_sums, cudaStream_t stream);
+                      uint64_t rows, qdp_dtype out, const int32_t *scale_log2, void *workspace,
+                      size_t workspace_bytes, double *ret_sums, cudaStream_t stream);
 
 /* Each row's total over n parts (ascending, disjoint) along the tree over [0, 2^log2_total),
  * absent ranges zero, added in float when single: bit-identical to runtime/norm.h's
@@ -37,10 +38,11 @@ qdp_status qdpk_norm_combine(const struct qdpk_norm_part *parts, size_t n, uint3
                              int single, const double *vals, uint64_t row_stride, uint64_t rows,
                              double *ret_totals, cudaStream_t stream);
 
-/* sumsq: device array of `rows` doubles. */
+/* sumsq: device array of `rows` doubles; scale_log2: NULL or a device array of `rows` exponents
+ * (see qdpk_cpu_amplitude). */
 qdp_status qdpk_amplitude(const struct qdpk_span *s, const void *x, qdp_dtype in,
-                          uint64_t in_stride, uint64_t len, const double *sumsq, void *out,
-                          cudaStream_t stream);
+                          uint64_t in_stride, uint64_t len, const double *sumsq,
+                          const int32_t *scale_log2, void *out, cudaStream_t stream);
 
 qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                       void *out, cudaStream_t stream);
@@ -67,6 +69,13 @@ qdp_status qdpk_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, int 
 qdp_status qdpk_check_basis(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t rows,
                             uint32_t qubits, int *ret_fault, uint64_t *ret_row,
                             cudaStream_t stream);
+
+/* The closed forms' parameter check (qdpk_cpu_check_params): writes the fault (enum
+ * qdpk_param_fault) of the first faulty row, that row and the value's column (cols for the sum),
+ * or QDPK_PARAM_OK (row and column then 0). The sum itself is not reported. */
+qdp_status qdpk_check_params(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t cols,
+                             uint64_t rows, qdp_dtype out, int summed, int *ret_fault,
+                             uint64_t *ret_row, uint64_t *ret_col, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,10 @@
  * A subtree wholly past len is +0 and adds nothing, so only tiles that overlap [0, len) run, and
  * later levels read partials past the last such tile as zero. No float atomics, no order that
  * depends on scheduling: the same input gives the same bits on any GPU, any launch.
+ *
+ * With per-row exponents (the norm's fallback) the first level's leaves are (x * 2^e)^2, the
+ * product taken in the input type by ldexp before the conversion, as in the CPU twin. A launch
+ * given exponents runs kernels of its own, so the unscaled ones are what they always were.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -89,32 +93,43 @@ struct vec_of<double, 2> {
   typedef double2 type;
 };
 
-template <typename A, typename V>
-__device__ __forceinline__ void unpack(const V &v, A *out);
-template <typename A>
-__device__ __forceinline__ void unpack(const float &v, A *out) {
-  out[0] = (A)v;
+/* A value as a leaf takes it: as is, or (SCALED) times 2^e in its own type, the ldexp of the CPU
+ * twin (correctly rounded in CUDA as in C, subnormal results included: no flush to zero here). */
+template <bool SCALED>
+__device__ __forceinline__ float scaled(float v, int e) {
+  return SCALED ? ldexpf(v, e) : v;
 }
-template <typename A>
-__device__ __forceinline__ void unpack(const double &v, A *out) {
-  out[0] = (A)v;
+template <bool SCALED>
+__device__ __forceinline__ double scaled(double v, int e) {
+  return SCALED ? ldexp(v, e) : v;
 }
-template <typename A>
-__device__ __forceinline__ void unpack(const float2 &v, A *out) {
-  out[0] = (A)v.x;
-  out[1] = (A)v.y;
+
+template <typename A, bool SCALED, typename V>
+__device__ __forceinline__ void unpack(const V &v, int e, A *out);
+template <typename A, bool SCALED>
+__device__ __forceinline__ void unpack(const float &v, int e, A *out) {
+  out[0] = (A)scaled<SCALED>(v, e);
 }
-template <typename A>
-__device__ __forceinline__ void unpack(const float4 &v, A *out) {
-  out[0] = (A)v.x;
-  out[1] = (A)v.y;
-  out[2] = (A)v.z;
-  out[3] = (A)v.w;
+template <typename A, bool SCALED>
+__device__ __forceinline__ void unpack(const double &v, int e, A *out) {
+  out[0] = (A)scaled<SCALED>(v, e);
 }
-template <typename A>
-__device__ __forceinline__ void unpack(const double2 &v, A *out) {
-  out[0] = (A)v.x;
-  out[1] = (A)v.y;
+template <typename A, bool SCALED>
+__device__ __forceinline__ void unpack(const float2 &v, int e, A *out) {
+  out[0] = (A)scaled<SCALED>(v.x, e);
+  out[1] = (A)scaled<SCALED>(v.y, e);
+}
+template <typename A, bool SCALED>
+__device__ __forceinline__ void unpack(const float4 &v, int e, A *out) {
+  out[0] = (A)scaled<SCALED>(v.x, e);
+  out[1] = (A)scaled<SCALED>(v.y, e);
+  out[2] = (A)scaled<SCALED>(v.z, e);
+  out[3] = (A)scaled<SCALED>(v.w, e);
+}
+template <typename A, bool SCALED>
+__device__ __forceinline__ void unpack(const double2 &v, int e, A *out) {
+  out[0] = (A)scaled<SCALED>(v.x, e);
+  out[1] = (A)scaled<SCALED>(v.y, e);
 }
 
 /* The subtree over one aligned group of VEC values (converted to the accumulator type on load),
@@ -138,18 +153,18 @@ __device__ __forceinline__ A group_tree(A *v) {
   return v[0];
 }
 
-/* The same for a group starting at e that may reach past len (values there are zero) or belong to
- * no row (live false). */
-template <typename TI, typename A, int VEC, bool SQUARE>
-__device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t e, uint64_t len,
-                                       bool live) {
+/* The same for a group starting at at that may reach past len (values there are zero) or belong
+ * to no row (live false). */
+template <typename TI, typename A, int VEC, bool SQUARE, bool SCALED>
+__device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t at, uint64_t len,
+                                       bool live, int e) {
   A v[VEC];
-  if (live && e + VEC <= len) {
-    unpack<A>(*reinterpret_cast<const typename vec_of<TI, VEC>::type *>(xr + e), v);
+  if (live && at + VEC <= len) {
+    unpack<A, SCALED>(*reinterpret_cast<const typename vec_of<TI, VEC>::type *>(xr + at), e, v);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
-      v[i] = (live && e + i < len) ? (A)xr[e + i] : (A)0;
+      v[i] = (live && at + i < len) ? (A)scaled<SCALED>(xr[at + i], e) : (A)0;
     }
   }
   return group_tree<A, VEC, SQUARE>(v);
@@ -158,10 +173,11 @@ __device__ __forceinline__ A group_sum(const TI *__restrict__ xr, uint64_t e, ui
 /* At least 5 resident blocks (1280 threads): a register budget of 51 per thread, which the widest
  * variants need to keep their loads in registers (with no bound ptxas settled on 40 and spilled).
  */
-template <typename TI, typename A, int VEC, bool SQUARE, int JMAX>
+template <typename TI, typename A, int VEC, bool SQUARE, bool SCALED, int JMAX>
 __global__ void __launch_bounds__(QDPK_THREADS, 5)
     sumsq_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t len, uint64_t rows, geom g,
-                 A *__restrict__ partials, double *__restrict__ sums) {
+                 const int32_t *__restrict__ scales, A *__restrict__ partials,
+                 double *__restrict__ sums) {
   __shared__ A warp_sum[WARPS];
   const uint32_t t = threadIdx.x;
   const uint32_t lane = t & 31;
@@ -175,6 +191,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 5)
     const uint64_t r = rg * g.rpb + row_in_block;
     const bool row_ok = r < rows;
     const TI *xr = x + (row_ok ? r : 0) * in_stride;
+    const int e = SCALED && row_ok ? scales[r] : 0;
     for (uint64_t p = blockIdx.x; p < g.used; p += gridDim.x) {
       const uint64_t e0 =
           p * g.tile + ((uint64_t)seg_idx * g.chunks * g.seg + seg_lane) * (uint64_t)VEC;
@@ -193,14 +210,15 @@ __global__ void __launch_bounds__(QDPK_THREADS, 5)
 #pragma unroll
         for (int j = 0; j < JMAX; j++) {
           A v[VEC];
-          unpack<A>(raw[j], v);
+          unpack<A, SCALED>(raw[j], e, v);
           c[j] = group_tree<A, VEC, SQUARE>(v);
         }
       } else {
 #pragma unroll
         for (int j = 0; j < JMAX; j++) {
-          uint64_t e = e0 + (uint64_t)j * g.seg * VEC;
-          c[j] = group_sum<TI, A, VEC, SQUARE>(xr, e, len, row_ok && (uint32_t)j < g.chunks);
+          uint64_t at = e0 + (uint64_t)j * g.seg * VEC;
+          c[j] = group_sum<TI, A, VEC, SQUARE, SCALED>(xr, at, len,
+                                                       row_ok && (uint32_t)j < g.chunks, e);
         }
       }
       /* Every lane shuffles (the mask is the whole warp); only segment leaders keep a result. */
@@ -259,31 +277,34 @@ void ws_layout(uint64_t block, uint64_t rows, size_t *ret_off_b, size_t *ret_tot
   *ret_total = p1 == 0 ? 0 : off_b + (size_t)(rows * p2 * sizeof(double));
 }
 
-template <typename TI, typename A, bool SQUARE, int JMAX>
+template <typename TI, typename A, bool SQUARE, bool SCALED, int JMAX>
 void launch_vec(uint32_t vec, dim3 grid, const TI *x, uint64_t in_stride, uint64_t len,
-                uint64_t rows, const geom &g, A *partials, double *sums, cudaStream_t stream) {
+                uint64_t rows, const geom &g, const int32_t *scales, A *partials, double *sums,
+                cudaStream_t stream) {
   switch (vec) {
   case 4:
-    sumsq_kernel<TI, A, (sizeof(TI) == 4 ? 4 : 1), SQUARE, JMAX>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    sumsq_kernel<TI, A, (sizeof(TI) == 4 ? 4 : 1), SQUARE, SCALED, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, scales, partials, sums);
     break;
   case 2:
-    sumsq_kernel<TI, A, 2, SQUARE, JMAX>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    sumsq_kernel<TI, A, 2, SQUARE, SCALED, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, scales, partials, sums);
     break;
   default:
-    sumsq_kernel<TI, A, 1, SQUARE, JMAX>
-        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, partials, sums);
+    sumsq_kernel<TI, A, 1, SQUARE, SCALED, JMAX>
+        <<<grid, QDPK_THREADS, 0, stream>>>(x, in_stride, len, rows, g, scales, partials, sums);
     break;
   }
 }
 
 /* One level over rows of `block` values of type TI. Vector width: 16 bytes where the row starts
- * and the stride allow it, else narrower; the tree does not depend on it. */
+ * and the stride allow it, else narrower; the tree does not depend on it. scales (device, one
+ * exponent per row) selects the scaled leaves of the first level; NULL, and every later level,
+ * the plain ones. */
 template <typename TI, typename A, bool SQUARE>
 qdp_status launch_level(const TI *x, uint64_t in_stride, uint64_t len, uint64_t block,
-                        uint64_t rows, A *partials, double *sums, geom *ret_g,
-                        cudaStream_t stream) {
+                        uint64_t rows, const int32_t *scales, A *partials, double *sums,
+                        geom *ret_g, cudaStream_t stream) {
   uint32_t vec = 16 / sizeof(TI);
   while (vec > 1 &&
          (block < vec || !aligned(x, vec * sizeof(TI)) || (rows > 1 && in_stride % vec != 0))) {
@@ -304,27 +325,44 @@ qdp_status launch_level(const TI *x, uint64_t in_stride, uint64_t len, uint64_t 
    * short rows); x: the tiles of a row that hold data, y: groups of rows; both folded into loops
    * past the grid limits. */
   dim3 grid(grid_x(g.used), grid_y(row_groups));
+  /* Scaled leaves exist only where values are squared, in kernels of their own: the unscaled
+   * kernels of the fast path stay as they were. */
+  if constexpr (SQUARE) {
+    if (scales) {
+      if (jmax == 8) {
+        launch_vec<TI, A, true, true, 8>(vec, grid, x, in_stride, len, rows, g, scales, partials,
+                                         sums, stream);
+      } else {
+        launch_vec<TI, A, true, true, 4>(vec, grid, x, in_stride, len, rows, g, scales, partials,
+                                         sums, stream);
+      }
+      return launched();
+    }
+  }
   if (jmax == 8) {
-    launch_vec<TI, A, SQUARE, 8>(vec, grid, x, in_stride, len, rows, g, partials, sums, stream);
+    launch_vec<TI, A, SQUARE, false, 8>(vec, grid, x, in_stride, len, rows, g, NULL, partials, sums,
+                                        stream);
   } else {
-    launch_vec<TI, A, SQUARE, 4>(vec, grid, x, in_stride, len, rows, g, partials, sums, stream);
+    launch_vec<TI, A, SQUARE, false, 4>(vec, grid, x, in_stride, len, rows, g, NULL, partials, sums,
+                                        stream);
   }
   return launched();
 }
 
 template <typename TI, typename A>
 qdp_status run_sumsq(const TI *x, uint64_t in_stride, uint64_t len, uint64_t block, uint64_t rows,
-                     unsigned char *ws, size_t ws_off_b, double *ret_sums, cudaStream_t stream) {
+                     const int32_t *scales, unsigned char *ws, size_t ws_off_b, double *ret_sums,
+                     cudaStream_t stream) {
   A *bufs[2] = {reinterpret_cast<A *>(ws), reinterpret_cast<A *>(ws + ws_off_b)};
   geom g;
-  qdp_status rc =
-      launch_level<TI, A, true>(x, in_stride, len, block, rows, bufs[0], ret_sums, &g, stream);
+  qdp_status rc = launch_level<TI, A, true>(x, in_stride, len, block, rows, scales, bufs[0],
+                                            ret_sums, &g, stream);
   int which = 0;
   while (rc == QDP_OK && g.tiles > 1) {
     const A *src = bufs[which];
     which ^= 1;
     uint64_t tiles = g.tiles;
-    rc = launch_level<A, A, false>(src, tiles, g.used, tiles, rows, bufs[which], ret_sums, &g,
+    rc = launch_level<A, A, false>(src, tiles, g.used, tiles, rows, NULL, bufs[which], ret_sums, &g,
                                    stream);
   }
   return rc;
@@ -339,8 +377,9 @@ extern "C" size_t qdpk_sumsq_workspace_bytes(uint64_t block, uint64_t rows) {
 }
 
 extern "C" qdp_status qdpk_sumsq(const void *x, qdp_dtype in, uint64_t in_stride, uint64_t len,
-                                 uint64_t block, uint64_t rows, qdp_dtype out, void *workspace,
-                                 size_t workspace_bytes, double *ret_sums, cudaStream_t stream) {
+                                 uint64_t block, uint64_t rows, qdp_dtype out,
+                                 const int32_t *scale_log2, void *workspace, size_t workspace_bytes,
+                                 double *ret_sums, cudaStream_t stream) {
   if (!is_real_dtype(in) || !is_out_dtype(out) || block == 0 || (block & (block - 1)) != 0 ||
       len > block || ret_sums == NULL || (len > 0 && x == NULL)) {
     return QDP_ERR_INVALID_ARGUMENT;
@@ -357,14 +396,14 @@ extern "C" qdp_status qdpk_sumsq(const void *x, qdp_dtype in, uint64_t in_stride
   int out32 = out == QDP_DTYPE_COMPLEX64;
   if (in == QDP_DTYPE_FLOAT32) {
     const float *xf = static_cast<const float *>(x);
-    return out32 ? run_sumsq<float, float>(xf, in_stride, len, block, rows, ws, off_b, ret_sums,
-                                           stream)
-                 : run_sumsq<float, double>(xf, in_stride, len, block, rows, ws, off_b, ret_sums,
-                                            stream);
+    return out32 ? run_sumsq<float, float>(xf, in_stride, len, block, rows, scale_log2, ws, off_b,
+                                           ret_sums, stream)
+                 : run_sumsq<float, double>(xf, in_stride, len, block, rows, scale_log2, ws, off_b,
+                                            ret_sums, stream);
   }
   const double *xd = static_cast<const double *>(x);
-  return out32 ? run_sumsq<double, float>(xd, in_stride, len, block, rows, ws, off_b, ret_sums,
-                                          stream)
-               : run_sumsq<double, double>(xd, in_stride, len, block, rows, ws, off_b, ret_sums,
-                                           stream);
+  return out32 ? run_sumsq<double, float>(xd, in_stride, len, block, rows, scale_log2, ws, off_b,
+                                          ret_sums, stream)
+               : run_sumsq<double, double>(xd, in_stride, len, block, rows, scale_log2, ws, off_b,
+                                           ret_sums, stream);
 }

@@ -59,12 +59,14 @@ static qdp_status cpu_amp_load(struct runtime_device *d, struct runtime_shard_wo
 }
 
 static qdp_status cpu_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
-                                uint64_t offset, uint64_t len, uint64_t block, double *ret_sums,
+                                uint64_t offset, uint64_t len, uint64_t block,
+                                const int32_t *scale_log2, double *ret_sums,
                                 struct qdp_error *reterr) {
   (void)d;
   (void)reterr;
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
-  qdpk_cpu_sumsq(x, w->in, w->in_stride, len, block, w->shard->rows, w->plan->out_dtype, ret_sums);
+  qdpk_cpu_sumsq(x, w->in, w->in_stride, len, block, w->shard->rows, w->plan->out_dtype, scale_log2,
+                 ret_sums);
   return QDP_OK;
 }
 
@@ -77,11 +79,12 @@ static struct qdpk_span span_of(const struct runtime_shard_work *w) {
 }
 
 static qdp_status cpu_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                                const double *sumsq, struct qdp_error *reterr) {
+                                const double *sumsq, const int32_t *scale_log2,
+                                struct qdp_error *reterr) {
   (void)d;
   (void)reterr;
   struct qdpk_span s = span_of(w);
-  qdpk_cpu_amplitude(&s, w->x, w->in, w->in_stride, w->len, sumsq, w->out);
+  qdpk_cpu_amplitude(&s, w->x, w->in, w->in_stride, w->len, sumsq, scale_log2, w->out);
   return QDP_OK;
 }
 

@@ -95,6 +95,8 @@ struct cuda_scratch {
   uint64_t host_cap;
   void *ws; /* qdpk_sumsq's workspace */
   uint64_t ws_cap;
+  void *scales; /* device int32s: each row's exponent, for the norm's fallback */
+  uint64_t scales_cap;
   /* The device-collective path: this shard's partials, every member's gathered, and the part
    * descriptors the combine walks. */
   void *send, *recv, *parts;
@@ -468,7 +470,7 @@ static void scratch_free(struct cuda_scratch *s) {
   if (!s) {
     return;
   }
-  void *dev[] = {s->norms, s->sums, s->ws, s->send, s->recv, s->parts};
+  void *dev[] = {s->norms, s->sums, s->ws, s->scales, s->send, s->recv, s->parts};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
     if (dev[i] && cudaFree(dev[i]) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -515,6 +517,26 @@ static qdp_status host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, 
   s->host_sums = p;
   s->host_cap = n;
   return QDP_OK;
+}
+
+/* The rows' exponents of the norm's fallback (host memory, NULL: none) in device memory, queued on
+ * the stream; *ret_dev gets the device copy, or NULL. */
+static qdp_status upload_scales(struct cuda_device *c, struct runtime_shard_work *w,
+                                const int32_t *scale_log2, const int32_t **ret_dev,
+                                struct qdp_error *reterr) {
+  struct cuda_scratch *s = w->scratch;
+  uint64_t bytes = w->shard->rows * sizeof(int32_t);
+  qdp_status rc = QDP_OK;
+  *ret_dev = NULL;
+  if (!scale_log2) {
+    return QDP_OK;
+  }
+  QDP_TRY(rc, scratch_grow(c, &s->scales, &s->scales_cap, bytes, reterr));
+  CU_TRY(rc, &c->base, "cudaMemcpyAsync",
+         cudaMemcpyAsync(s->scales, scale_log2, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
+  *ret_dev = s->scales;
+out:
+  return rc;
 }
 
 /* Whether a shard's input goes up once, into the tail of its own buffer, instead of streaming
@@ -596,8 +618,8 @@ static struct cuda_scratch *scratch_take(struct cuda_device *c) {
 
 /* Keeps s for the next job when there is room and it is small, else frees it. */
 static void scratch_give(struct cuda_device *c, struct cuda_scratch *s) {
-  uint64_t bytes =
-      s->norms_cap + s->sums_cap + s->ws_cap + s->send_cap + s->recv_cap + s->parts_cap;
+  uint64_t bytes = s->norms_cap + s->sums_cap + s->ws_cap + s->scales_cap + s->send_cap +
+                   s->recv_cap + s->parts_cap;
   pthread_mutex_lock(&c->cache_lock);
   if (c->nspares < CUDA_SPARE_SCRATCH && bytes <= CUDA_SPARE_SCRATCH_BYTES) {
     s->next = c->spares;
@@ -646,8 +668,8 @@ out:
 /* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
  * values [0, len) at x (zero past len up to `block`). */
 static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
-                               uint64_t len, uint64_t block, double *ret_sums,
-                               struct qdp_error *reterr) {
+                               uint64_t len, uint64_t block, const int32_t *scales,
+                               double *ret_sums, struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   struct norm_block *chunks = NULL;
@@ -670,9 +692,10 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
     for (uint64_t r0 = 0; r0 < rows; r0 += per) {
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
       QDP_TRY(rc, stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
-      K_TRY(rc, d, "qdpk_sumsq",
-            qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, s->ws, (size_t)s->ws_cap,
-                       (double *)s->sums + r0, c->stream));
+      K_TRY(
+          rc, d, "qdpk_sumsq",
+          qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, scales ? scales + r0 : NULL,
+                     s->ws, (size_t)s->ws_cap, (double *)s->sums + r0, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -702,8 +725,9 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
       QDP_TRY(rc, stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1,
                             w->pinned, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
-            qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out, s->ws,
-                       (size_t)s->ws_cap, (double *)s->sums + r * nchunks + k, c->stream));
+            qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out,
+                       scales ? scales + r : NULL, s->ws, (size_t)s->ws_cap,
+                       (double *)s->sums + r * nchunks + k, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -728,7 +752,8 @@ out:
 }
 
 static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
-                                 uint64_t offset, uint64_t len, uint64_t block, double *ret_sums,
+                                 uint64_t offset, uint64_t len, uint64_t block,
+                                 const int32_t *scale_log2, double *ret_sums,
                                  struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   if (!w->scratch || len == 0 || len > block || (block & (block - 1)) != 0) {
@@ -742,6 +767,8 @@ static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_
     return rc;
   }
   struct cuda_scratch *s = w->scratch;
+  const int32_t *scales = NULL;
+  QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
   if (s->resident) {
     /* The whole block in one launch: the tree over the smallest power of two holding len, which
      * is the block's (the rest is zeros). */
@@ -750,14 +777,15 @@ static qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_
     QDP_TRY(rc, scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows), reterr));
     K_TRY(rc, d, "qdpk_sumsq",
           qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, w->len, len, sub, rows,
-                     w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+                     w->plan->out_dtype, scales, s->ws, (size_t)s->ws_cap, (double *)s->sums,
+                     c->stream));
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
                            c->stream));
     goto out;
   }
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
-  rc = sumsq_staged(c, w, x, len, block, ret_sums, reterr);
+  rc = sumsq_staged(c, w, x, len, block, scales, ret_sums, reterr);
 out:
   return stage_end(c, rc, reterr);
 }
@@ -768,7 +796,7 @@ out:
  * than the room already freed: about half of what is left each time for a 2:1 size ratio. Once
  * the input left fits a staging slot it is copied there and the rest is one launch. */
 static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_work *w,
-                                 struct qdp_error *reterr) {
+                                 const int32_t *scales, struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
@@ -786,7 +814,7 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
     span.count = e1 - e0;
     K_TRY(rc, d, "qdpk_amplitude",
           qdpk_amplitude(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
-                         (const double *)s->norms, o + e0 * osize, c->stream));
+                         (const double *)s->norms, scales, o + e0 * osize, c->stream));
     e0 = e1;
   }
   /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
@@ -798,7 +826,7 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
   span.rows = rows;
   K_TRY(rc, d, "qdpk_amplitude",
         qdpk_amplitude(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
-                       o + e0 * osize, c->stream));
+                       scales, o + e0 * osize, c->stream));
   QDP_TRY(rc, stage_release(c, 0, reterr));
 out:
   return rc;
@@ -806,7 +834,8 @@ out:
 
 /* Pass 2 with the staging held: out = x / sqrt(sumsq) for each row's len values, zeros after. */
 static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work *w,
-                               const double *sumsq, struct qdp_error *reterr) {
+                               const double *sumsq, const int32_t *scale_log2,
+                               struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
@@ -833,8 +862,10 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
            cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
                            c->stream));
   }
+  const int32_t *scales = NULL;
+  QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
   if (s->resident) {
-    rc = scale_resident(c, w, reterr);
+    rc = scale_resident(c, w, scales, reterr);
     goto out;
   }
   uint64_t chunk = c->stage_bytes / isize;
@@ -847,7 +878,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       span.rows = nr;
       K_TRY(rc, d, "qdpk_amplitude",
             qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
-                           o + r0 * count * osize, c->stream));
+                           scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -864,7 +895,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       span.count = at + n == len ? count - at : n;
       K_TRY(rc, d, "qdpk_amplitude",
             qdpk_amplitude(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
-                           o + (r * count + at) * osize, c->stream));
+                           scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -874,7 +905,8 @@ out:
 }
 
 static qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                                 const double *sumsq, struct qdp_error *reterr) {
+                                 const double *sumsq, const int32_t *scale_log2,
+                                 struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   if (!w->scratch) {
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
@@ -884,7 +916,7 @@ static qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_
   if (rc != QDP_OK) {
     return rc;
   }
-  rc = scale_staged(c, w, sumsq, reterr);
+  rc = scale_staged(c, w, sumsq, scale_log2, reterr);
   return stage_end(c, rc, reterr);
 }
 
@@ -920,7 +952,8 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
               scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows), reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(s->resident + pt->offset * isize, w->in, w->len, pt->len, sub, rows,
-                       w->plan->out_dtype, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+                       w->plan->out_dtype, NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums,
+                       c->stream));
       CU_TRY(
           rc, d, "cudaMemcpy2DAsync",
           cudaMemcpy2DAsync((double *)s->send + k, stride * sizeof(double), s->sums, sizeof(double),
@@ -934,7 +967,7 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
                             reterr));
       K_TRY(rc, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, pt->len, pt->len, sub, nr, w->plan->out_dtype,
-                       s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
+                       NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
       QDP_TRY(rc, stage_release(c, slot, reterr));
       slot ^= 1;
       CU_TRY(rc, d, "cudaMemcpy2DAsync",

@@ -56,13 +56,17 @@ struct runtime_device_ops {
   qdp_status (*amp_load)(struct runtime_device *d, struct runtime_shard_work *w,
                          struct qdp_error *reterr);
   /* Amplitude: pairwise sums of squares (qdpk contract) per row over the aligned block
-   * [shard->first + offset, + block) of the loaded slice, len of its values present. */
+   * [shard->first + offset, + block) of the loaded slice, len of its values present. scale_log2:
+   * NULL, or one exponent per row of the shard: the leaves are then (x * 2^e)^2 (qdpk_cpu_sumsq),
+   * the norm's fallback for samples whose plain sum of squares under- or overflows. */
   qdp_status (*amp_sumsq)(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, double *ret_sums, struct qdp_error *reterr);
+                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
+                          struct qdp_error *reterr);
   /* Amplitude: write the shard's amplitudes given each row's total sum of squares (NULL: the
-   * totals amp_combine left on the device). */
+   * totals amp_combine left on the device) and, with the fallback, each row's exponent (NULL:
+   * none; host memory, as sumsq). */
   qdp_status (*amp_scale)(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, struct qdp_error *reterr);
+                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
   /* Amplitude's norm over a device collective; NULL where the backend has none (the executor
    * then reduces on the host). A part is an aligned subtree of the pairwise tree inside the
    * loaded slice (runtime_amp_part); one part covers at most 2^amp_part_log2 values. */

@@ -3,6 +3,7 @@
  * encode, run the global-bit Walsh-Hadamard stages between shard pairs — and reading states back.
  * Shards of one job run concurrently, one thread per shard; a job with one shard runs on the
  * caller's thread (no thread start on the small-job path). */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -25,7 +26,8 @@ struct shard_task {
   struct runtime_shard_work work;
   struct norm_block *blocks; /* amplitude: [rows][nblocks] */
   size_t nblocks;
-  const double *sumsq; /* amplitude: the shard's rows' totals; NULL: already on the device */
+  const double *sumsq;   /* amplitude: the shard's rows' totals; NULL: already on the device */
+  const int32_t *scales; /* amplitude: the rows' fallback exponents (settle_norms); NULL: none */
   /* The device-collective norm: this shard's parts, the buffers the gather reads and fills, and
    * the totals its device combined (host copy). */
   struct runtime_amp_part *parts;
@@ -101,11 +103,16 @@ static qdp_status first_failure(const struct shard_task *t, size_t n, struct qdp
   return QDP_OK;
 }
 
+/* The shard's norm blocks, loading its slice first unless an earlier pass did; with t->scales set,
+ * the fallback's scaled sums. */
 static void *task_sumsq(void *arg) {
   struct shard_task *t = arg;
   struct runtime_shard_work *w = &t->work;
-  t->rc = t->dev->ops->amp_load(t->dev, w, &t->err);
-  t->loaded = t->rc == QDP_OK;
+  t->rc = QDP_OK;
+  if (!t->loaded) {
+    t->rc = t->dev->ops->amp_load(t->dev, w, &t->err);
+    t->loaded = t->rc == QDP_OK;
+  }
   uint64_t rows = w->shard->rows;
   double *sums = t->rc == QDP_OK ? malloc(rows * sizeof *sums) : NULL;
   if (t->rc == QDP_OK && !sums) {
@@ -123,7 +130,7 @@ static void *task_sumsq(void *arg) {
       }
       continue;
     }
-    t->rc = t->dev->ops->amp_sumsq(t->dev, w, offset, len, size, sums, &t->err);
+    t->rc = t->dev->ops->amp_sumsq(t->dev, w, offset, len, size, t->scales, sums, &t->err);
     for (uint64_t r = 0; t->rc == QDP_OK && r < rows; r++) {
       t->blocks[r * t->nblocks + b] = *blk;
       t->blocks[r * t->nblocks + b].sum = sums[r];
@@ -135,7 +142,7 @@ static void *task_sumsq(void *arg) {
 
 static void *task_scale(void *arg) {
   struct shard_task *t = arg;
-  t->rc = t->dev->ops->amp_scale(t->dev, &t->work, t->sumsq, &t->err);
+  t->rc = t->dev->ops->amp_scale(t->dev, &t->work, t->sumsq, t->scales, &t->err);
   return NULL;
 }
 
@@ -181,15 +188,66 @@ static uint64_t shard_len(const struct plan_shard *sh, uint64_t cols) {
   return present < sh->count ? present : sh->count;
 }
 
-/* Describes the first non-finite value of sample `row` for an error message. */
-static qdp_status bad_value(struct qdp_error *reterr, const char *what,
-                            const struct runtime_input *in, uint64_t index) {
-  uint64_t row = index / in->cols, col = index % in->cols;
-  const void *at = input_at(in, index);
-  double v = in->dtype == QDP_DTYPE_FLOAT32 ? *(const float *)at : *(const double *)at;
+/* One value of the input for a message: read byte-wise, as the input may sit at any address (a
+ * mapped file is read in place). */
+static double value_at(const struct runtime_input *in, uint64_t flat) {
+  const void *at = input_at(in, flat);
+  switch (in->dtype) {
+  case QDP_DTYPE_FLOAT32: {
+    float v;
+    memcpy(&v, at, sizeof v);
+    return v;
+  }
+  case QDP_DTYPE_INT64: {
+    int64_t v;
+    memcpy(&v, at, sizeof v);
+    return (double)v;
+  }
+  default: {
+    double v;
+    memcpy(&v, at, sizeof v);
+    return v;
+  }
+  }
+}
+
+/* A non-finite value v at column col of sample row, as an error. */
+static qdp_status bad_value(struct qdp_error *reterr, const char *what, uint64_t row, uint64_t col,
+                            double v) {
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
                        "input sample %" PRIu64 " value %" PRIu64 " is %g: %s must be finite", row,
                        col, v, what);
+}
+
+/* A closed form's parameters the output precision cannot take (qdpk_cpu_check_params), as an
+ * error naming the sample, the value and what to ask for instead. */
+static qdp_status bad_params(const struct plan *p, const struct runtime_input *in,
+                             enum qdpk_param_fault f, uint64_t row, uint64_t col, double sum,
+                             struct qdp_error *reterr) {
+  const char *what = p->encoding == QDP_ENCODING_ANGLE   ? "angles"
+                     : p->encoding == QDP_ENCODING_PHASE ? "phases"
+                                                         : "coefficients";
+  int single = p->out_dtype == QDP_DTYPE_COMPLEX64;
+  switch (f) {
+  case QDPK_PARAM_NOT_FINITE:
+    return bad_value(reterr, what, row, col, value_at(in, row * in->cols + col));
+  case QDPK_PARAM_NOT_FLOAT32:
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input sample %" PRIu64 " value %" PRIu64
+                         " is %g, which does not fit float32 (largest %g), the precision "
+                         "complex64 output is computed in: ask for complex128 output",
+                         row, col, value_at(in, row * in->cols + col), (double)FLT_MAX);
+  default:
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+        "input sample %" PRIu64
+        " has %s whose magnitudes sum to %g: theta(z), "
+        "summed in %s, could overflow (its bound is %g); %s",
+        row, what, sum,
+        single ? "float32 (the precision complex64 output is computed in)" : "float64",
+        qdpk_param_sum_limit(p->out_dtype),
+        single ? "ask for complex128 output" : "scale the coefficients down");
+  }
 }
 
 static qdp_status check_values(const struct plan *p, const struct runtime_input *in,
@@ -199,16 +257,19 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
   case QDP_ENCODING_ANGLE:
   case QDP_ENCODING_PHASE:
   case QDP_ENCODING_IQP:
-  case QDP_ENCODING_IQP_Z:
-    if (qdpk_cpu_find_nonfinite(in->data, in->dtype, input_count(in), &index)) {
-      index += input_first(in);
-      return bad_value(reterr,
-                       p->encoding == QDP_ENCODING_ANGLE   ? "angles"
-                       : p->encoding == QDP_ENCODING_PHASE ? "phases"
-                                                           : "coefficients",
-                       in, index);
-    }
-    return QDP_OK;
+  case QDP_ENCODING_IQP_Z: {
+    /* A window holds whole rows (the parameters of a sample are never split). Only iqp's theta
+     * sums the values; angle and phase multiply per-qubit factors of magnitude at most 1. */
+    uint64_t row = 0, col = 0;
+    double sum = 0;
+    int summed = p->encoding == QDP_ENCODING_IQP || p->encoding == QDP_ENCODING_IQP_Z;
+    enum qdpk_param_fault f =
+        qdpk_cpu_check_params(in->data, in->dtype, in->cols, in->cols, input_count(in) / in->cols,
+                              p->out_dtype, summed, &row, &col, &sum);
+    return f == QDPK_PARAM_OK
+               ? QDP_OK
+               : bad_params(p, in, f, row + input_first(in) / in->cols, col, sum, reterr);
+  }
   case QDP_ENCODING_BASIS: {
     /* Basis input is whole rows (one index each), so a window is whole rows too. */
     enum qdpk_basis_fault f = qdpk_cpu_check_basis(in->data, in->dtype, in->cols,
@@ -217,10 +278,7 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
       return QDP_OK;
     }
     index += input_first(in) / in->cols;
-    const void *at = input_at(in, index * in->cols);
-    double v = in->dtype == QDP_DTYPE_INT64     ? (double)*(const int64_t *)at
-               : in->dtype == QDP_DTYPE_FLOAT32 ? *(const float *)at
-                                                : *(const double *)at;
+    double v = value_at(in, index * in->cols);
     static const char *const why[] = {
         [QDPK_BASIS_NOT_FINITE] = "is not finite",
         [QDPK_BASIS_NOT_INTEGER] = "is not an integer",
@@ -280,45 +338,11 @@ static int record_order(const void *a, const void *b) {
   return x->block.first < y->block.first ? -1 : x->block.first > y->block.first;
 }
 
-/* The first non-finite value of sample `row` among the values held here, as an error; else the
- * overflow it must be (or, when other ranks hold part of the sample, either). */
-static qdp_status bad_norm(struct qdp_error *reterr, const struct runtime_input *in, uint64_t row,
-                           int single) {
-  uint64_t lo = row * in->cols, hi = lo + in->cols;
-  uint64_t have_lo = input_first(in), have_hi = have_lo + input_count(in);
-  lo = lo > have_lo ? lo : have_lo;
-  hi = hi < have_hi ? hi : have_hi;
-  uint64_t index = 0;
-  if (lo < hi && qdpk_cpu_find_nonfinite(input_at(in, lo), in->dtype, hi - lo, &index)) {
-    return bad_value(reterr, "amplitudes", in, lo + index);
-  }
-  bool whole = lo == row * in->cols && hi == lo + in->cols;
-  return qdp_error_set(
-      reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-      "input sample %" PRIu64 " has %s: scale the values down", row,
-      whole ? (single ? "a norm that overflows float32" : "a norm that overflows float64")
-            : "a non-finite value on another rank or a norm that overflows");
-}
-
-/* A row's total sum of squares must be positive and finite: zero norm and NaN/Inf are refused,
- * naming the sample (never a silent zero state). */
-static qdp_status check_norm(const struct plan *p, const struct runtime_input *in, uint64_t row,
-                             double s, struct qdp_error *reterr) {
-  if (s == 0.0) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "input sample %" PRIu64
-                         " has zero norm: amplitude encoding needs at least one non-zero value",
-                         row);
-  }
-  return isfinite(s) ? QDP_OK : bad_norm(reterr, in, row, p->out_dtype == QDP_DTYPE_COMPLEX64);
-}
-
-/* Reduces each sample's blocks along the tree, checks the totals, and points tasks at them. The
+/* Reduces each sample's blocks along the tree into sumsq (one total per sample of the job). The
  * blocks of every shard of a sample (other ranks' too, all-gathered: never an MPI reduction on
  * floating point) are combined in index order, so every rank computes the same bits. */
 static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, size_t n,
-                               const struct runtime_input *in, double *sumsq,
-                               struct qdp_error *reterr) {
+                               double *sumsq, struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
   const struct runtime_mesh *m = st->mesh;
   int single = p->out_dtype == QDP_DTYPE_COMPLEX64;
@@ -365,15 +389,214 @@ static qdp_status reduce_norms(struct runtime_state *st, struct shard_task *t, s
       row_blocks[nb++] = all[at].block;
     }
     sumsq[row] = norm_combine(row_blocks, nb, p->qubits, single);
-    QDP_TRY(rc, check_norm(p, in, row, sumsq[row], reterr));
-  }
-  for (size_t i = 0; i < n; i++) {
-    t[i].sumsq = sumsq + t[i].work.shard->row_first;
   }
 out:
   free(row_blocks);
   free(gathered);
   free(mine);
+  return rc;
+}
+
+/* The host path of the norm: every shard's blocks (its slice loaded first, unless an earlier pass
+ * did), summed with the rows' exponents `scales` (one per sample of the job; NULL: none), then
+ * reduced along the tree into sumsq. */
+static qdp_status host_norms(struct runtime_state *st, struct shard_task *t, size_t n,
+                             const int32_t *scales, double *sumsq, struct qdp_error *reterr) {
+  for (size_t i = 0; i < n; i++) {
+    const struct plan_shard *sh = t[i].work.shard;
+    t[i].scales = scales ? scales + sh->row_first : NULL;
+    if (t[i].blocks) {
+      continue;
+    }
+    struct norm_block split[NORM_BLOCKS_MAX];
+    t[i].nblocks = norm_split(sh->first, sh->first + sh->count, split);
+    t[i].blocks = malloc(sh->rows * t[i].nblocks * sizeof *t[i].blocks);
+    if (!t[i].blocks) {
+      return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
+    }
+    for (uint64_t r = 0; r < sh->rows; r++) {
+      memcpy(&t[i].blocks[r * t[i].nblocks], split, t[i].nblocks * sizeof *split);
+    }
+  }
+  run_all(t, n, sizeof *t, task_sumsq);
+  qdp_status rc = first_failure(t, n, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  double t0 = now_ms();
+  rc = reduce_norms(st, t, n, sumsq, reterr);
+  st->norm_us += n > 1 || spans_ranks(&st->plan) ? (now_ms() - t0) * 1e3 : 0;
+  return rc;
+}
+
+/* Whether a sample's sum of squares S gives its state as it is: finite, and at least 2^n times
+ * the output precision's smallest normal 2^emin. A square that falls below the normal range is
+ * off by up to half the smallest subnormal, 2^(emin - p - 1) (p fraction bits), not by a relative
+ * rounding; with at most 2^n of them, S is off by at most 2^(n + emin - p - 1), which
+ * S >= 2^(n + emin) keeps within one more unit roundoff 2^-(p + 1) of S (sums of subnormals are
+ * exact). Below it, the state could be visibly wrong ([3e-162, 3e-162] once normalized to 0.675
+ * each). S == 0 (every square underflowed, or every value is zero) and S not finite (a square
+ * overflowed, or a value is NaN or Inf) fail it too. */
+static bool norm_direct(const struct plan *p, double s) {
+  double tiny = p->out_dtype == QDP_DTYPE_COMPLEX64 ? (double)FLT_MIN : DBL_MIN;
+  return isfinite(s) && s >= ldexp(tiny, (int)p->qubits);
+}
+
+/* What the norm's fallback needs of a sample from every shard that holds part of it: the largest
+ * |value| (a plain maximum: the same whatever the sharding, and the same on every rank) and the
+ * first non-finite value, if any (bad = its column, or UINT64_MAX). */
+struct norm_extreme {
+  uint64_t row, bad;
+  double max, bad_value;
+};
+
+/* The extremes of the samples `need` marks, over the values this rank's shards hold, gathered from
+ * every rank of the job: *ret (malloc'd) gets them all, rank after rank. */
+static qdp_status gather_extremes(struct runtime_state *st, struct shard_task *t, size_t n,
+                                  const struct runtime_input *in, const bool *need,
+                                  struct norm_extreme **ret, size_t *ret_count,
+                                  struct qdp_error *reterr) {
+  const struct runtime_mesh *m = st->mesh;
+  qdp_status rc = QDP_OK;
+  size_t nmine = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (uint64_t r = 0; r < t[i].work.shard->rows; r++) {
+      nmine += need[t[i].work.shard->row_first + r] && t[i].work.len > 0;
+    }
+  }
+  struct norm_extreme *mine = calloc(nmine ? nmine : 1, sizeof *mine);
+  if (!mine) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "cannot allocate %zu norm extremes", nmine);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct runtime_shard_work *w = &t[i].work;
+    size_t isize = qdp_dtype_size(w->in);
+    for (uint64_t r = 0; r < w->shard->rows && w->len > 0; r++) {
+      uint64_t row = w->shard->row_first + r, at = 0;
+      if (!need[row]) {
+        continue;
+      }
+      const char *x = (const char *)w->x + r * w->in_stride * isize;
+      mine[k] = (struct norm_extreme){
+          .row = row, .bad = UINT64_MAX, .max = qdpk_cpu_absmax(x, w->in, w->len)};
+      if (qdpk_cpu_find_nonfinite(x, w->in, w->len, &at)) {
+        mine[k].bad = w->shard->first + at;
+        mine[k].bad_value = value_at(in, row * in->cols + mine[k].bad);
+      }
+      k++;
+    }
+  }
+  if (m->world_ops && spans_ranks(&st->plan)) {
+    void *all = NULL;
+    size_t bytes = 0;
+    rc = m->world_ops->allgather(m->world_ctx, mine, nmine * sizeof *mine, &all, &bytes, reterr);
+    free(mine);
+    mine = all;
+    nmine = bytes / sizeof *mine;
+  }
+  if (rc == QDP_OK) {
+    *ret = mine;
+    *ret_count = nmine;
+    mine = NULL;
+  }
+  free(mine);
+  return rc;
+}
+
+/* Checks every sample's sum of squares and computes, where the plain sum cannot give the state,
+ * the one the math defines ("scale before summing, as a careful 2-norm does"). The fast path is
+ * untouched: samples whose S passes norm_direct keep their bits, and nothing more is read. For
+ * the others, every rank decides the same from the same S: the sample's largest |value| M is
+ * gathered (a maximum, so order does not matter), a NaN or Inf is refused with its position, a
+ * sample of zeros with zero norm, and any other is summed again along the same tree with each
+ * value multiplied by 2^e, e = -ilogb(M), in the input precision before any conversion: an exact
+ * power of two that brings M to [1, 2), so S' lies in [1, 2^(n+2)] whatever the input's range, and
+ * pass 2 writes (x 2^e) / sqrt(S'). *ret_scales gets the exponents (one per sample, 0 where none
+ * is needed), or NULL when no sample needed them. */
+static qdp_status settle_norms(struct runtime_state *st, struct shard_task *t, size_t n,
+                               const struct runtime_input *in, double *sumsq, int32_t **ret_scales,
+                               struct qdp_error *reterr) {
+  const struct plan *p = &st->plan;
+  qdp_status rc = QDP_OK;
+  bool *need = NULL;
+  int32_t *scales = NULL;
+  struct norm_extreme *ext = NULL;
+  double *scaled = NULL;
+  size_t next = 0, nneed = 0;
+  *ret_scales = NULL;
+  for (uint64_t r = 0; r < p->batch; r++) {
+    nneed += !norm_direct(p, sumsq[r]);
+  }
+  if (nneed == 0) {
+    return QDP_OK;
+  }
+  need = calloc(p->batch, sizeof *need);
+  scales = calloc(p->batch, sizeof *scales);
+  scaled = malloc(p->batch * sizeof *scaled);
+  if (!need || !scales || !scaled) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "cannot allocate the norm's fallback for %" PRIu64 " samples", p->batch);
+    goto out;
+  }
+  for (uint64_t r = 0; r < p->batch; r++) {
+    need[r] = !norm_direct(p, sumsq[r]);
+  }
+  QDP_TRY(rc, gather_extremes(st, t, n, in, need, &ext, &next, reterr));
+  for (uint64_t r = 0; r < p->batch; r++) {
+    if (!need[r]) {
+      continue;
+    }
+    double max = 0, v = 0;
+    uint64_t bad = UINT64_MAX;
+    for (size_t k = 0; k < next; k++) {
+      if (ext[k].row != r) {
+        continue;
+      }
+      max = ext[k].max > max ? ext[k].max : max;
+      if (ext[k].bad < bad) {
+        bad = ext[k].bad;
+        v = ext[k].bad_value;
+      }
+    }
+    if (bad != UINT64_MAX) {
+      rc = bad_value(reterr, "amplitudes", r, bad, v);
+      goto out;
+    }
+    if (max == 0) {
+      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input",
+                         "input sample %" PRIu64
+                         " has zero norm: every value is zero, and amplitude encoding needs at "
+                         "least one non-zero value",
+                         r);
+      goto out;
+    }
+    scales[r] = -ilogb(max);
+  }
+  QDP_TRY(rc, host_norms(st, t, n, scales, scaled, reterr));
+  for (uint64_t r = 0; r < p->batch; r++) {
+    if (!need[r]) {
+      continue;
+    }
+    /* S' lies in [1, 2^(n+2)] by construction: anything else is a defect, never a state. */
+    if (!(scaled[r] >= 1.0 && scaled[r] <= ldexp(1.0, (int)p->qubits + 2))) {
+      rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                         "sample %" PRIu64
+                         ": the sum of squares scaled by 2^%d is %g, outside "
+                         "[1, 2^%u]",
+                         r, scales[r], scaled[r], p->qubits + 2);
+      goto out;
+    }
+    sumsq[r] = scaled[r];
+  }
+  *ret_scales = scales;
+  scales = NULL;
+out:
+  free(scaled);
+  free(ext);
+  free(scales);
+  free(need);
   return rc;
 }
 
@@ -502,9 +725,11 @@ static void *task_partials(void *arg) {
   return NULL;
 }
 
-static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_task *t, size_t n,
-                                       const struct runtime_input *in, struct device_comm *c,
-                                       struct qdp_error *reterr) {
+/* The device path of the norm: every shard's parts all-gathered over group c and combined on every
+ * device; sumsq gets the totals (host copy), which the devices also keep for the scale pass. */
+static qdp_status device_norms(struct runtime_state *st, struct shard_task *t, size_t n,
+                               const struct runtime_input *in, struct device_comm *c, double *sumsq,
+                               struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
   const struct runtime_mesh *m = st->mesh;
   bool world = spans_ranks(p);
@@ -596,14 +821,8 @@ static qdp_status run_amplitude_device(struct runtime_state *st, struct shard_ta
         goto out;
       }
     }
-    QDP_TRY(rc, check_norm(p, in, r, t[0].totals[r], reterr));
+    sumsq[r] = t[0].totals[r];
   }
-  for (size_t i = 0; i < n; i++) {
-    t[i].sumsq = NULL;
-  }
-  run_all(t, n, sizeof *t, task_scale);
-  QDP_TRY(rc, first_failure(t, n, reterr));
-  st->collective = "nccl";
 out:
   for (size_t i = 0; i < n; i++) {
     /* After a failure nothing queued may still write the scratch when it goes back: wait (within
@@ -622,45 +841,42 @@ out:
   return rc;
 }
 
+/* Amplitude: each sample's sum of squares along the one tree (over the device group where there
+ * is one, else on the host), checked and, where it must be, redone scaled (settle_norms), then
+ * pass 2 on every shard. */
 static qdp_status run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
                                 const struct runtime_input *in, struct qdp_error *reterr) {
-  if (n == 0 && !spans_ranks(&st->plan)) {
+  const struct plan *p = &st->plan;
+  if (n == 0 && !spans_ranks(p)) {
     return QDP_OK; /* the coordinator of a job held wholly by another rank */
   }
-  struct device_comm *c = job_group(st->mesh, &st->plan);
-  if (device_norm_possible(st->mesh, c, t, n, &st->plan)) {
-    return run_amplitude_device(st, t, n, in, c, reterr);
-  }
+  struct device_comm *c = job_group(st->mesh, p);
+  bool on_device = device_norm_possible(st->mesh, c, t, n, p);
   qdp_status rc = QDP_OK;
-  double *sumsq = malloc(st->plan.batch * sizeof *sumsq);
+  int32_t *scales = NULL;
+  double *sumsq = malloc(p->batch * sizeof *sumsq);
   if (!sumsq) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "cannot allocate %" PRIu64 " norms", st->plan.batch);
+                         "cannot allocate %" PRIu64 " norms", p->batch);
   }
+  if (on_device) {
+    QDP_TRY(rc, device_norms(st, t, n, in, c, sumsq, reterr));
+  } else {
+    QDP_TRY(rc, host_norms(st, t, n, NULL, sumsq, reterr));
+  }
+  QDP_TRY(rc, settle_norms(st, t, n, in, sumsq, &scales, reterr));
   for (size_t i = 0; i < n; i++) {
-    const struct plan_shard *sh = t[i].work.shard;
-    struct norm_block split[NORM_BLOCKS_MAX];
-    t[i].nblocks = norm_split(sh->first, sh->first + sh->count, split);
-    t[i].blocks = malloc(sh->rows * t[i].nblocks * sizeof *t[i].blocks);
-    if (!t[i].blocks) {
-      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "cannot allocate norm blocks");
-      goto out;
-    }
-    for (uint64_t r = 0; r < sh->rows; r++) {
-      memcpy(&t[i].blocks[r * t[i].nblocks], split, t[i].nblocks * sizeof *split);
-    }
+    /* The devices hold the gathered totals; a fallback changed some, which then go up again. */
+    uint64_t r0 = t[i].work.shard->row_first;
+    t[i].sumsq = on_device && !scales ? NULL : sumsq + r0;
+    t[i].scales = scales ? scales + r0 : NULL;
   }
-  run_all(t, n, sizeof *t, task_sumsq);
-  QDP_TRY(rc, first_failure(t, n, reterr));
-  double t0 = now_ms();
-  QDP_TRY(rc, reduce_norms(st, t, n, in, sumsq, reterr));
-  st->norm_us = n > 1 || spans_ranks(&st->plan) ? (now_ms() - t0) * 1e3 : 0;
   run_all(t, n, sizeof *t, task_scale);
   QDP_TRY(rc, first_failure(t, n, reterr));
   /* Only a sample split over shards needs an exchange; a batch split by sample does not. */
   for (size_t i = 0; i < n; i++) {
-    if (t[i].work.shard->count != st->plan.amplitudes) {
-      st->collective = spans_ranks(&st->plan) ? "mpi" : "host";
+    if (t[i].work.shard->count != p->amplitudes) {
+      st->collective = on_device ? "nccl" : spans_ranks(p) ? "mpi" : "host";
     }
   }
 out:
@@ -668,6 +884,7 @@ out:
     free(t[i].blocks);
     t[i].blocks = NULL;
   }
+  free(scales);
   free(sumsq);
   return rc;
 }

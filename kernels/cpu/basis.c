@@ -9,7 +9,7 @@
 
 static uint64_t basis_index(const void *x, qdp_dtype in, uint64_t i) {
   if (in == QDP_DTYPE_INT64) {
-    return (uint64_t)((const int64_t *)x)[i];
+    return (uint64_t)cpu_load_i64(x, i);
   }
   return (uint64_t)cpu_load(x, in, i);
 }

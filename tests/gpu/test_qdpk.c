@@ -5,13 +5,15 @@
  * magnitude. Sizes spread from 1 to 26 qubits, with odd lengths that are not multiples of any block
  * or tile, odd row counts, rows beyond the 65535 grid-y limit, odd strides and misaligned inputs.
  * Sharded launches (first/count, shard-sized sumsq blocks, wht + butterfly) must give the bits of
- * one launch. Outputs are poisoned with NaN bytes before every launch, so an amplitude a kernel
- * forgets to write fails the comparison.
+ * one launch. The norm's fallback (per-row exponents, subnormal results of ldexp included) and the
+ * closed forms' parameter check are compared with the CPU the same way. Outputs are poisoned with
+ * NaN bytes before every launch, so an amplitude a kernel forgets to write fails the comparison.
  *
  * Check runs without fork (a CUDA context does not survive one); the binary exits 77 (a skip for
  * meson) when no CUDA device is usable.
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -189,7 +191,7 @@ static void gpu_sumsq(const void *dx, qdp_dtype in, uint64_t stride, uint64_t le
     poison_device(ws, ws_bytes);
   }
   poison_device(dsums, rows * sizeof(double));
-  expect_launch(qdpk_sumsq(dx, in, stride, len, block, rows, out, ws, ws_bytes, dsums, 0),
+  expect_launch(qdpk_sumsq(dx, in, stride, len, block, rows, out, NULL, ws, ws_bytes, dsums, 0),
                 "qdpk_sumsq");
   from_device(ret, dsums, rows * sizeof(double));
   cudaFree(dsums);
@@ -215,7 +217,7 @@ static void check_sumsq_case(const struct sumsq_case *c, qdp_dtype in, qdp_dtype
   double *cpu = xmalloc(c->rows * sizeof(double));
   double *gpu = xmalloc(c->rows * sizeof(double));
   poison_host(cpu, c->rows * sizeof(double));
-  qdpk_cpu_sumsq(hrow, in, c->stride, c->len, c->block, c->rows, out, cpu);
+  qdpk_cpu_sumsq(hrow, in, c->stride, c->len, c->block, c->rows, out, NULL, cpu);
   gpu_sumsq(dx, in, c->stride, c->len, c->block, c->rows, out, gpu);
   expect_same_bits(gpu, cpu, c->rows * sizeof(double), sizeof(double), what);
   /* The oracle itself: within rounding of a long double direct sum (row 0). */
@@ -315,14 +317,142 @@ START_TEST(test_sumsq_refuses_a_short_workspace) {
   double *dsums = dmalloc(rows * sizeof(double));
   void *ws = dmalloc(need);
   ck_assert_int_eq(qdpk_sumsq(dx, QDP_DTYPE_FLOAT64, block, block, block, rows,
-                              QDP_DTYPE_COMPLEX128, ws, need - 1, dsums, 0),
+                              QDP_DTYPE_COMPLEX128, NULL, ws, need - 1, dsums, 0),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(qdpk_sumsq(dx, QDP_DTYPE_FLOAT64, block, block, 3 * 1024, rows,
-                              QDP_DTYPE_COMPLEX128, ws, need, dsums, 0),
+                              QDP_DTYPE_COMPLEX128, NULL, ws, need, dsums, 0),
                    QDP_ERR_INVALID_ARGUMENT); /* block not a power of two */
   cudaFree(ws);
   cudaFree(dsums);
   cudaFree(dx);
+}
+END_TEST
+
+/* The norm's fallback: per-row exponents, rows with e = 0 among them. Row r holds values of
+ * magnitude about 2^-e_r (so x * 2^e_r is about 1); in every fifth row the odd values are tiny
+ * instead, and x * 2^e_r takes them below the normal range, where ldexp rounds: the GPU's ldexp
+ * must round as the CPU's does. Sums, and pass 2 with those sums, against the CPU twins. */
+struct scaled_case {
+  uint64_t block, len, rows, stride;
+  int misalign;
+};
+
+static int32_t scaled_exponent(qdp_dtype in, uint64_t r) {
+  static const int32_t e64[5] = {0, 600, -700, 1000, -60}, e32[5] = {0, 60, -70, 100, -40};
+  return (in == QDP_DTYPE_FLOAT32 ? e32 : e64)[r % 5];
+}
+
+static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dtype out) {
+  char what[200];
+  snprintf(what, sizeof what,
+           "scaled sumsq+amplitude in=%s out=%s block=%llu len=%llu rows=%llu stride=%llu%s",
+           qdp_dtype_name(in), qdp_dtype_name(out), (unsigned long long)c->block,
+           (unsigned long long)c->len, (unsigned long long)c->rows, (unsigned long long)c->stride,
+           c->misalign ? " misaligned" : "");
+  uint64_t n = (c->rows - 1) * c->stride + c->len + (uint64_t)c->misalign;
+  size_t isz = real_size(in);
+  char *hx = xmalloc((size_t)n * isz);
+  int32_t *e = xmalloc(c->rows * sizeof *e);
+  for (uint64_t r = 0; r < c->rows; r++) {
+    e[r] = scaled_exponent(in, r);
+    /* Rows 4, 9, ...: odd values about 2^-1000 (2^-100 in float), which e = -60 (-40) makes
+     * subnormal. */
+    int tiny = in == QDP_DTYPE_FLOAT32 ? -100 : -1000;
+    for (uint64_t i = 0; i < c->len; i++) {
+      double v = ldexp(rng_uniform(-1.0, 1.0), r % 5 == 4 && (i & 1) ? tiny : -e[r]);
+      size_t k = (size_t)(c->misalign + r * c->stride + i);
+      if (in == QDP_DTYPE_FLOAT32) {
+        ((float *)hx)[k] = (float)v;
+      } else {
+        ((double *)hx)[k] = v;
+      }
+    }
+  }
+  void *dbase = to_device(hx, (size_t)n * isz);
+  const char *hrow = hx + (size_t)c->misalign * isz;
+  const void *dx = (const char *)dbase + (size_t)c->misalign * isz;
+  int32_t *de = to_device(e, c->rows * sizeof *e);
+  double *cpu = xmalloc(c->rows * sizeof(double)), *gpu = xmalloc(c->rows * sizeof(double));
+  qdpk_cpu_sumsq(hrow, in, c->stride, c->len, c->block, c->rows, out, e, cpu);
+  size_t ws_bytes = qdpk_sumsq_workspace_bytes(c->block, c->rows);
+  void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
+  double *dsums = dmalloc(c->rows * sizeof(double));
+  poison_device(dsums, c->rows * sizeof(double));
+  expect_launch(
+      qdpk_sumsq(dx, in, c->stride, c->len, c->block, c->rows, out, de, ws, ws_bytes, dsums, 0),
+      what);
+  from_device(gpu, dsums, c->rows * sizeof(double));
+  expect_same_bits(gpu, cpu, c->rows * sizeof(double), sizeof(double), what);
+  /* Pass 2 over the whole block with those sums (a state of at least 1 qubit): each row a unit
+   * vector. */
+  uint32_t qubits = c->block > 1 ? (uint32_t)__builtin_ctzll(c->block) : 1;
+  struct qdpk_span s = {qubits, 0, c->block, c->rows, out};
+  size_t bytes = (size_t)(c->rows * c->block) * cplx_size(out);
+  void *hc = xmalloc(bytes), *hg = xmalloc(bytes), *dout = dmalloc(bytes);
+  poison_host(hc, bytes);
+  poison_device(dout, bytes);
+  qdpk_cpu_amplitude(&s, hrow, in, c->stride, c->len, cpu, e, hc);
+  expect_launch(qdpk_amplitude(&s, dx, in, c->stride, c->len, dsums, de, dout, 0), what);
+  from_device(hg, dout, bytes);
+  expect_close(hg, hc, out, c->rows * c->block, what);
+  for (uint64_t r = 0; r < c->rows; r++) {
+    long double norm = 0;
+    for (uint64_t j = 0; j < c->block; j++) {
+      double v = get_re(hg, out, r * c->block + j, 0);
+      norm += (long double)v * v;
+    }
+    ck_assert_msg(fabsl(norm - 1) < (out == QDP_DTYPE_COMPLEX64 ? 1e-5 : 1e-12),
+                  "%s: row %llu has norm %.17Lg", what, (unsigned long long)r, norm);
+  }
+  free(hc);
+  free(hg);
+  cudaFree(dout);
+  cudaFree(dsums);
+  cudaFree(ws);
+  free(gpu);
+  free(cpu);
+  cudaFree(de);
+  cudaFree(dbase);
+  free(e);
+  free(hx);
+}
+
+START_TEST(test_scaled_sumsq_and_amplitude_match_cpu) {
+  static const struct scaled_case cases[] = {
+      {1, 1, 5, 1, 0},
+      {4, 3, 7, 3, 0},
+      {64, 63, 5, 64, 1},
+      {1024, 1000, 10, 1001, 0},
+      {2048, 2047, 5, 2049, 1},
+      {1u << 16, (1u << 16) - 5, 5, 1u << 16, 0},
+      {1u << 20, 777777, 5, 777777, 0},
+      {4, 3, 70001, 3, 0},
+  };
+  static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
+  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+  static const int chunks[] = {0, 4, 8};
+  for (int k = 0; k < 3; k++) {
+    qdpk_tune_sumsq_chunks = chunks[k];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      for (int a = 0; a < 2; a++) {
+        for (int b = 0; b < 2; b++) {
+          check_scaled_case(&cases[i], ins[a], outs[b]);
+        }
+      }
+    }
+  }
+  qdpk_tune_sumsq_chunks = 0;
+  /* Pass 2's other launch shapes with exponents. */
+  static const int per_thread[] = {1, 2, 4};
+  for (int k = 0; k < 3; k++) {
+    qdpk_tune_amplitude_per_thread = per_thread[k];
+    for (int a = 0; a < 2; a++) {
+      for (int b = 0; b < 2; b++) {
+        check_scaled_case(&cases[3], ins[a], outs[b]);
+      }
+    }
+  }
+  qdpk_tune_amplitude_per_thread = 0;
 }
 END_TEST
 
@@ -353,8 +483,8 @@ static void check_amplitude_case(const struct amp_case *c, qdp_dtype in, qdp_dty
   void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
   poison_host(cpu, bytes);
   poison_device(dout, bytes);
-  qdpk_cpu_amplitude(&s, hx, in, c->stride, c->len, sums, cpu);
-  expect_launch(qdpk_amplitude(&s, dx, in, c->stride, c->len, dsums, dout, 0), what);
+  qdpk_cpu_amplitude(&s, hx, in, c->stride, c->len, sums, NULL, cpu);
+  expect_launch(qdpk_amplitude(&s, dx, in, c->stride, c->len, dsums, NULL, dout, 0), what);
   from_device(gpu, dout, bytes);
   expect_close(gpu, cpu, out, c->rows * c->count, what);
   free(cpu);
@@ -422,15 +552,15 @@ START_TEST(test_amplitude_two_passes_normalize_like_cpu) {
     double *dx = to_device(hx, rows * len * sizeof(double));
     double gsums[3], csums[3];
     gpu_sumsq(dx, QDP_DTYPE_FLOAT64, len, len, count, rows, out, gsums);
-    qdpk_cpu_sumsq(hx, QDP_DTYPE_FLOAT64, len, len, count, rows, out, csums);
+    qdpk_cpu_sumsq(hx, QDP_DTYPE_FLOAT64, len, len, count, rows, out, NULL, csums);
     double *dsums = to_device(gsums, sizeof gsums);
     struct qdpk_span s = {n, 0, count, rows, out};
     size_t bytes = (size_t)(rows * count) * cplx_size(out);
     void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
     poison_host(cpu, bytes);
     poison_device(dout, bytes);
-    qdpk_cpu_amplitude(&s, hx, QDP_DTYPE_FLOAT64, len, len, csums, cpu);
-    expect_launch(qdpk_amplitude(&s, dx, QDP_DTYPE_FLOAT64, len, len, dsums, dout, 0),
+    qdpk_cpu_amplitude(&s, hx, QDP_DTYPE_FLOAT64, len, len, csums, NULL, cpu);
+    expect_launch(qdpk_amplitude(&s, dx, QDP_DTYPE_FLOAT64, len, len, dsums, NULL, dout, 0),
                   "amplitude two passes");
     from_device(gpu, dout, bytes);
     expect_close(gpu, cpu, out, rows * count, "amplitude two passes");
@@ -951,6 +1081,91 @@ START_TEST(test_check_basis_reports_the_first_bad_row) {
 }
 END_TEST
 
+static void expect_params_check(const void *hx, qdp_dtype in, uint64_t stride, uint64_t cols,
+                                uint64_t rows, qdp_dtype out, int summed, int want_fault,
+                                uint64_t want_row, uint64_t want_col) {
+  size_t bytes = (size_t)((rows - 1) * stride + cols) * in_size(in);
+  void *dx = to_device(hx, bytes);
+  int *dfault = dmalloc(sizeof(int));
+  uint64_t *drow = dmalloc(sizeof(uint64_t)), *dcol = dmalloc(sizeof(uint64_t));
+  poison_device(dfault, sizeof(int));
+  poison_device(drow, sizeof(uint64_t));
+  poison_device(dcol, sizeof(uint64_t));
+  expect_launch(qdpk_check_params(dx, in, stride, cols, rows, out, summed, dfault, drow, dcol, 0),
+                "check_params");
+  int fault;
+  uint64_t row, col, cpu_row = 0, cpu_col = 0;
+  double sum = 0;
+  from_device(&fault, dfault, sizeof fault);
+  from_device(&row, drow, sizeof row);
+  from_device(&col, dcol, sizeof col);
+  int cpu_fault =
+      (int)qdpk_cpu_check_params(hx, in, stride, cols, rows, out, summed, &cpu_row, &cpu_col, &sum);
+  ck_assert_int_eq(fault, want_fault);
+  ck_assert_int_eq(cpu_fault, want_fault);
+  if (want_fault != QDPK_PARAM_OK) {
+    ck_assert_uint_eq(row, want_row);
+    ck_assert_uint_eq(cpu_row, want_row);
+    ck_assert_uint_eq(col, want_col);
+    ck_assert_uint_eq(cpu_col, want_col);
+  }
+  cudaFree(dx);
+  cudaFree(dfault);
+  cudaFree(drow);
+  cudaFree(dcol);
+}
+
+/* The closed forms' parameter check: the first faulty row over many rows (threads race for it),
+ * its value or its sum, NaN before out-of-range by position, float64 beyond float32 only for
+ * complex64, the sum bound of qdpk_param_sum_limit exactly as the CPU computes it. */
+START_TEST(test_check_params_reports_the_first_fault_like_cpu) {
+  const uint64_t rows = 100003, cols = 21, stride = 23; /* iqp of 6 qubits, padded rows */
+  double *xd = random_reals(QDP_DTYPE_FLOAT64, rows * stride, -3.0, 3.0, 0);
+  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX64, QDP_DTYPE_COMPLEX128};
+  for (int o = 0; o < 2; o++) {
+    for (int summed = 0; summed < 2; summed++) {
+      expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, outs[o], summed, QDPK_PARAM_OK,
+                          0, 0);
+    }
+  }
+  xd[99999 * stride + 20] = 1e39;
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX64, 0,
+                      QDPK_PARAM_NOT_FLOAT32, 99999, 20);
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX128, 0,
+                      QDPK_PARAM_OK, 0, 0);
+  /* 3e38 + 3e38 fits neither sum; the row before the out-of-range one comes first. */
+  xd[70000 * stride + 3] = 3e38;
+  xd[70000 * stride + 9] = -3e38;
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX64, 1,
+                      QDPK_PARAM_SUM_OVERFLOW, 70000, cols);
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX64, 0,
+                      QDPK_PARAM_NOT_FLOAT32, 99999, 20);
+  xd[70000 * stride + 12] = NAN;
+  xd[70000 * stride + 13] = 1e39;
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX64, 1,
+                      QDPK_PARAM_NOT_FINITE, 70000, 12);
+  /* float64's own bound. */
+  xd[5 * stride] = DBL_MAX / 2;
+  xd[5 * stride + 1] = DBL_MAX / 2;
+  expect_params_check(xd, QDP_DTYPE_FLOAT64, stride, cols, rows, QDP_DTYPE_COMPLEX128, 1,
+                      QDPK_PARAM_SUM_OVERFLOW, 5, cols);
+  /* The edge of float32 and of the sum bound, one row each. */
+  double edge[4] = {0x1.fffffefffffffp127, 0.0, 0x1p128 - 0x1p103, 0.0};
+  expect_params_check(edge, QDP_DTYPE_FLOAT64, 2, 2, 2, QDP_DTYPE_COMPLEX64, 0,
+                      QDPK_PARAM_NOT_FLOAT32, 1, 0);
+  double lim = qdpk_param_sum_limit(QDP_DTYPE_COMPLEX64);
+  double at[4] = {lim / 2, lim / 2, lim / 2, lim / 2 * (1 + 0x1p-40)};
+  expect_params_check(at, QDP_DTYPE_FLOAT64, 2, 2, 2, QDP_DTYPE_COMPLEX64, 1,
+                      QDPK_PARAM_SUM_OVERFLOW, 1, 2);
+  float xf[6] = {3e38f, 3e38f, 1.0f, 1.0f, INFINITY, 1.0f};
+  expect_params_check(xf, QDP_DTYPE_FLOAT32, 2, 2, 3, QDP_DTYPE_COMPLEX64, 1,
+                      QDPK_PARAM_SUM_OVERFLOW, 0, 2);
+  expect_params_check(xf, QDP_DTYPE_FLOAT32, 2, 2, 3, QDP_DTYPE_COMPLEX128, 1,
+                      QDPK_PARAM_NOT_FINITE, 2, 0);
+  free(xd);
+}
+END_TEST
+
 START_TEST(test_launchers_refuse_bad_arguments) {
   void *d = dmalloc(1024);
   struct qdpk_span s = {3, 0, 8, 1, QDP_DTYPE_COMPLEX128};
@@ -964,7 +1179,8 @@ START_TEST(test_launchers_refuse_bad_arguments) {
   s.out = QDP_DTYPE_FLOAT32;
   ck_assert_int_eq(qdpk_basis(&s, d, QDP_DTYPE_INT64, 1, d, 0), QDP_ERR_INVALID_ARGUMENT);
   s.out = QDP_DTYPE_COMPLEX64;
-  ck_assert_int_eq(qdpk_amplitude(&s, d, QDP_DTYPE_INT64, 8, 8, d, d, 0), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(qdpk_amplitude(&s, d, QDP_DTYPE_INT64, 8, 8, d, NULL, d, 0),
+                   QDP_ERR_INVALID_ARGUMENT);
   cudaFree(d);
 }
 END_TEST
@@ -978,6 +1194,7 @@ static Suite *qdpk_suite(void) {
       {"sumsq", test_sumsq_is_bit_identical_to_cpu_tree},
       {"sumsq", test_sumsq_shard_sums_join_to_the_full_tree},
       {"sumsq", test_sumsq_refuses_a_short_workspace},
+      {"sumsq", test_scaled_sumsq_and_amplitude_match_cpu},
       {"amplitude", test_amplitude_matches_cpu},
       {"amplitude", test_amplitude_two_passes_normalize_like_cpu},
       {"angle", test_angle_matches_cpu},
@@ -990,6 +1207,7 @@ static Suite *qdpk_suite(void) {
       {"butterfly", test_butterfly_is_bit_identical_to_cpu},
       {"find_nonfinite", test_find_nonfinite_reports_the_first_position},
       {"check_basis", test_check_basis_reports_the_first_bad_row},
+      {"check_params", test_check_params_reports_the_first_fault_like_cpu},
       {"arguments", test_launchers_refuse_bad_arguments},
   };
   TCase *tc = NULL;

@@ -5,7 +5,9 @@
  * this process, one GPU each where there are two: the cross-rank norm and the cross-rank global-bit
  * stage through host memory) giving the one-GPU bits; the CPU backend's refusals and messages;
  * budget and cudaMalloc exhaustion; reads across shards and through the staging; concurrent jobs on
- * one GPU; and every device's used bytes back to 0 after each job.
+ * one GPU; and every device's used bytes back to 0 after each job. The amplitude norm's scaled
+ * fallback (sums of squares that under- or overflow) runs through every one of those paths too,
+ * and parameters complex64 cannot compute are refused with the CPU's messages.
  *
  * Runs only where a GPU is visible (exit 77 otherwise, which meson reports as a skip), in Check's
  * no-fork mode (a CUDA context does not survive fork). Prints one line per check with the numbers
@@ -286,13 +288,20 @@ END_TEST
  * GPU with staging large enough for one launch, and on the CPU: the two GPU states must be the
  * same bits, and both the CPU's within tolerance. */
 static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, qdp_dtype in,
-                                    qdp_dtype out) {
+                                    qdp_dtype out, uint64_t scaled_row, double scale) {
   struct runtime_mesh *small = mesh_of("cuda:0", 0, SMALL_STAGING);
   struct runtime_mesh *cpu = mesh_of("cpu:1", 64 * GIB, 0);
   ck_assert_uint_eq(runtime_mesh_staging_bytes(small), SMALL_STAGING);
   double *x64 = malloc((size_t)(batch * cols * sizeof *x64));
   ck_assert_ptr_nonnull(x64);
   fill_values(x64, batch * cols, n * 31 + batch);
+  /* The norm's fallback: values of one row (UINT64_MAX: every row) times `scale`. */
+  for (uint64_t r = 0; r < batch; r++) {
+    for (uint64_t i = 0; scale != 1.0 && (scaled_row == UINT64_MAX || r == scaled_row) && i < cols;
+         i++) {
+      x64[r * cols + i] *= scale;
+    }
+  }
   void *x = as_dtype(x64, batch * cols, in);
   free(x64);
   struct runtime_input input = {.data = x, .dtype = in, .rows = batch, .cols = cols};
@@ -339,9 +348,11 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
     snprintf(how, sizeof how, "%" PRIu64 " rows per slot", slot / cols);
   }
   printf("  amplitude %s->%s n=%u batch=%" PRIu64 " L=%" PRIu64
+         " scale %g"
          ": 1 MiB staging (%s) %.1f ms, "
          "1 GiB staging %.1f ms, CPU %.1f ms\n",
-         qdp_dtype_name(in), qdp_dtype_name(out), n, batch, cols, how, ms_small, ms_large, ms_cpu);
+         qdp_dtype_name(in), qdp_dtype_name(out), n, batch, cols, scale, how, ms_small, ms_large,
+         ms_cpu);
   if (memcmp(chunked, whole, bytes) != 0) {
     size_t h = qdp_dtype_size(out) / 2, at = 0; /* first differing real number */
     while (memcmp((char *)chunked + at * h, (char *)whole + at * h, h) == 0) {
@@ -356,8 +367,8 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
   }
   char what[128];
   snprintf(what, sizeof what,
-           "amplitude %s->%s n=%u batch=%" PRIu64 " chunked vs CPU:", qdp_dtype_name(in),
-           qdp_dtype_name(out), n, batch);
+           "amplitude %s->%s n=%u batch=%" PRIu64 " scale %g chunked vs CPU:", qdp_dtype_name(in),
+           qdp_dtype_name(out), n, batch, scale);
   compare_states(chunked, ref, amps, out, n, tol_of(out), what);
   free(ref);
   free(whole);
@@ -368,18 +379,42 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
 START_TEST(test_amplitude_larger_than_staging_chunk_gives_one_launch_bits) {
   /* 2^26 - 12345 values: 1024 chunks of 2^16 float64, the last one partial, then padding. */
   check_chunked_amplitude(26, 1, (UINT64_C(1) << 26) - 12345, QDP_DTYPE_FLOAT64,
-                          QDP_DTYPE_COMPLEX128);
+                          QDP_DTYPE_COMPLEX128, UINT64_MAX, 1.0);
   /* The float tree: chunk sums added in float. */
-  check_chunked_amplitude(25, 1, (UINT64_C(1) << 25) - 999, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+  check_chunked_amplitude(25, 1, (UINT64_C(1) << 25) - 999, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64,
+                          UINT64_MAX, 1.0);
+}
+END_TEST
+
+/* The norm's fallback on the GPU: sums of squares that underflow (float64, float32, float64
+ * rounded to float32) or overflow, redone with the rows' exponents through the chunked, the
+ * resident and the registered-memory paths; one row of a batch alone; the CPU's state within
+ * tolerance and the chunked and one-launch GPU states bit for bit. */
+START_TEST(test_amplitude_fallback_matches_cpu_on_every_path) {
+  const uint64_t all = UINT64_MAX;
+  check_chunked_amplitude(20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+                          all, 1e-170);
+  check_chunked_amplitude(20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+                          all, 1e160);
+  check_chunked_amplitude(20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64,
+                          all, 1e-30);
+  check_chunked_amplitude(20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64,
+                          all, 1e39);
+  check_chunked_amplitude(20, 1, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64,
+                          all, 1e-25);
+  /* One row of a batch: rows longer than a slot, and many rows per slot. */
+  check_chunked_amplitude(18, 3, 200000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1, 1e-200);
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 37, 1e-40);
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 5, 1e19);
 }
 END_TEST
 
 START_TEST(test_amplitude_batch_rows_longer_and_shorter_than_a_chunk) {
   /* Rows of 200000 values: 4 chunks each (path for rows longer than a slot, several rows). */
-  check_chunked_amplitude(18, 3, 200000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  check_chunked_amplitude(18, 3, 200000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, UINT64_MAX, 1.0);
   /* 64 rows of 10000 values: 6 whole rows per 512 KiB slot, 11 pieces. */
-  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
-  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, UINT64_MAX, 1.0);
+  check_chunked_amplitude(14, 64, 10000, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, UINT64_MAX, 1.0);
 }
 END_TEST
 
@@ -417,17 +452,24 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     uint32_t n;
     uint64_t batch;
     qdp_dtype in, out;
+    double scale; /* amplitude: values times this (1e-170, 1e30: the norm's fallback) */
+    int uneven;   /* policy uneven, which over two GPUs makes the even halves */
   } cases[] = {
       /* 2^20 - 5 values: the second shard holds [2^19, 2^20 - 5) and 5 zeros; with 1 MiB
        * staging each shard also goes through 8 chunks (8 norm parts each). */
-      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0, 0},
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0, 0},
       /* Short input: the second GPU's half is padding only (no parts of its own). */
-      {QDP_ENCODING_AMPLITUDE, 15, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 15, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0, 0},
+      /* The fallback after the device-collective norm: the totals go up again, scaled. */
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e-170, 0},
+      {QDP_ENCODING_AMPLITUDE, 20, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 1e30, 0},
+      {QDP_ENCODING_AMPLITUDE, 15, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1e-25, 0},
       /* The global-bit butterfly between the GPUs (peer access where the pair has it). */
-      {QDP_ENCODING_IQP, 14, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_IQP_Z, 16, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
-      {QDP_ENCODING_ANGLE, 16, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_IQP, 14, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0, 0},
+      {QDP_ENCODING_IQP_Z, 16, 1, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0, 0},
+      {QDP_ENCODING_IQP, 13, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 1.0, 1},
+      {QDP_ENCODING_ANGLE, 16, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint32_t n = cases[i].n;
@@ -437,13 +479,17 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
                     : n == 15 ? UINT64_C(1) << (n - 2)
                               : (UINT64_C(1) << n) - 5;
     double *x64 = values_for(cases[i].enc, n, rows, cols, 77 + i);
+    for (uint64_t k = 0; k < rows * cols; k++) {
+      x64[k] *= cases[i].scale;
+    }
     void *x = as_dtype(x64, rows * cols, cases[i].in);
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = rows, .cols = cols};
     struct plan *p1 =
         plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
-    struct plan *p2 =
-        plan_on(m, 2, PLAN_EVEN, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
+    struct plan *p2 = plan_on(m, 2, cases[i].uneven ? PLAN_UNEVEN : PLAN_EVEN, cases[i].enc, n,
+                              rows, cols, cases[i].in, cases[i].out);
     ck_assert_uint_eq(p2->nshards, 2);
+    ck_assert_uint_eq(p2->global_bits, 1);
     ck_assert_uint_ne(p2->shards[0].device, p2->shards[1].device);
     void *one = encode_all(m, p1, &input, NULL);
     struct runtime_state *st = NULL;
@@ -475,10 +521,12 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
                     qdp_encoding_name(cases[i].enc));
       free(swapped);
     }
-    printf("  %s %s->%s n=%u batch=%" PRIu64 ": 1 GPU vs 2 GPUs (%s) %s, vs 2 GPUs (host) %s\n",
+    printf("  %s %s->%s n=%u batch=%" PRIu64
+           " scale %g%s: 1 GPU vs 2 GPUs (%s) %s, vs 2 GPUs "
+           "(host) %s\n",
            qdp_encoding_name(cases[i].enc), qdp_dtype_name(cases[i].in),
-           qdp_dtype_name(cases[i].out), n, rows, how, same ? "bit-identical" : "DIFFER",
-           same_host ? "bit-identical" : "DIFFER");
+           qdp_dtype_name(cases[i].out), n, rows, cases[i].scale, cases[i].uneven ? " uneven" : "",
+           how, same ? "bit-identical" : "DIFFER", same_host ? "bit-identical" : "DIFFER");
     fflush(stdout);
     ck_assert_msg(same && same_host, "%s over 2 GPUs differs from 1 GPU",
                   qdp_encoding_name(cases[i].enc));
@@ -551,11 +599,14 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     qdp_encoding enc;
     uint32_t n;
     qdp_dtype in, out;
+    double scale; /* values times this: 1e-170 and 1e30 take the norm's fallback across ranks */
   } cases[] = {
-      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
-      {QDP_ENCODING_IQP, 14, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_IQP_Z, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e-170},
+      {QDP_ENCODING_AMPLITUDE, 20, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 1e30},
+      {QDP_ENCODING_IQP, 14, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0},
+      {QDP_ENCODING_IQP_Z, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     uint32_t n = cases[i].n;
@@ -563,6 +614,9 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
                         ? (UINT64_C(1) << n) - 5
                         : qdpk_params_per_sample(cases[i].enc, n);
     double *x64 = values_for(cases[i].enc, n, 1, cols, 91 + i);
+    for (uint64_t k = 0; k < cols; k++) {
+      x64[k] *= cases[i].scale;
+    }
     void *x = as_dtype(x64, cols, cases[i].in);
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
     struct plan *p2 = plan_two_ranks(ranks, one, cases[i].enc, n, cols, cases[i].in, cases[i].out);
@@ -573,8 +627,8 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     void *got = NULL;
     ck_assert_msg(harness_encode(ranks, 2, 1, p2, &input, &got, &e) == QDP_OK, "%s", e.msg);
     int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
-    printf("  %s %s->%s n=%u: 1 GPU vs 2 ranks (%s) %s\n", qdp_encoding_name(cases[i].enc),
-           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
+    printf("  %s %s->%s n=%u scale %g: 1 GPU vs 2 ranks (%s) %s\n", qdp_encoding_name(cases[i].enc),
+           qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n, cases[i].scale,
            gpus > 1 ? "cuda:0 + cuda:1" : "both on cuda:0", same ? "bit-identical" : "DIFFER");
     fflush(stdout);
     ck_assert_msg(same, "%s over 2 ranks differs from 1 GPU", qdp_encoding_name(cases[i].enc));
@@ -655,22 +709,32 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
     uint32_t n;
     uint64_t cols;
     qdp_dtype in, out;
+    double scale; /* values times this: not 1, the norm's fallback after the NCCL gather */
   } cases[] = {
-      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64,
-       QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
-      {QDP_ENCODING_AMPLITUDE, 18, UINT64_C(1) << 18, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+       1.0},
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64,
+       1.0},
+      {QDP_ENCODING_AMPLITUDE, 18, UINT64_C(1) << 18, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0},
       /* rank 1 holds padding only */
-      {QDP_ENCODING_AMPLITUDE, 16, 1000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
+      {QDP_ENCODING_AMPLITUDE, 16, 1000, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0},
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 20) - 5, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+       1e-170},
+      {QDP_ENCODING_AMPLITUDE, 20, (UINT64_C(1) << 19) + 3, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64,
+       1e39},
+      {QDP_ENCODING_AMPLITUDE, 16, 1000, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1e-25},
       /* 2^22 complex128 per rank: 4 exchange pieces of 16 MiB */
-      {QDP_ENCODING_IQP, 23, 23 + 23 * 22 / 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128},
-      {QDP_ENCODING_IQP_Z, 16, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64},
+      {QDP_ENCODING_IQP, 23, 23 + 23 * 22 / 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0},
+      {QDP_ENCODING_IQP_Z, 16, 16, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     qdp_encoding enc = cases[i].enc;
     uint32_t n = cases[i].n;
     uint64_t cols = cases[i].cols;
     double *x64 = values_for(enc, n, 1, cols, 191 + i);
+    for (uint64_t k = 0; k < cols; k++) {
+      x64[k] *= cases[i].scale;
+    }
     void *x = as_dtype(x64, cols, cases[i].in);
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
     struct plan *p2 = plan_two_ranks(ranks, one, enc, n, cols, cases[i].in, cases[i].out);
@@ -685,9 +749,9 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
                   "%s", e.msg);
     double ms = now_ms() - t0;
     int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
-    printf("  %s %s->%s n=%u cols=%" PRIu64 ": 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
+    printf("  %s %s->%s n=%u cols=%" PRIu64 " scale %g: 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
            qdp_encoding_name(enc), qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n,
-           cols, how, ms, same ? "bit-identical" : "DIFFER");
+           cols, cases[i].scale, how, ms, same ? "bit-identical" : "DIFFER");
     fflush(stdout);
     ck_assert_str_eq(how, "nccl");
     ck_assert_msg(same, "%s over 2 ranks and NCCL differs from 1 GPU", qdp_encoding_name(enc));
@@ -787,11 +851,9 @@ END_TEST
  * nothing allocated. */
 static void expect_same_refusal(struct runtime_mesh *gpu, struct runtime_mesh *cpu,
                                 const struct runtime_input *in, qdp_encoding enc, uint32_t n,
-                                qdp_status want, const char *fragment) {
-  struct plan *pg =
-      plan_on(gpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, QDP_DTYPE_COMPLEX128);
-  struct plan *pc =
-      plan_on(cpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, QDP_DTYPE_COMPLEX128);
+                                qdp_dtype out, qdp_status want, const char *fragment) {
+  struct plan *pg = plan_on(gpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
+  struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
   struct runtime_state *sg = NULL, *sc = NULL;
   struct qdp_error eg = QDP_ERROR_INIT, ec = QDP_ERROR_INIT;
   qdp_status rg = runtime_encode(gpu, pg, in, &sg, &eg);
@@ -820,19 +882,32 @@ START_TEST(test_zero_norm_and_nan_refused_with_cpu_messages) {
   fill_values(x, B * L, 5);
   memset(x + 2 * L, 0, L * sizeof *x); /* sample 2 is all zeros */
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
-  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
-                      "sample 2 has zero norm");
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_DTYPE_COMPLEX128,
+                      QDP_ERR_INVALID_ARGUMENT, "sample 2 has zero norm: every value is zero");
   x[2 * L + 7] = 0.5;
   x[3 * L + 555] = NAN;
-  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
-                      "sample 3 value 555 is nan");
-  x[3 * L + 555] = 1e200; /* finite, but its square overflows */
-  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_ERR_INVALID_ARGUMENT,
-                      "overflows");
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_DTYPE_COMPLEX128,
+                      QDP_ERR_INVALID_ARGUMENT, "sample 3 value 555 is nan");
+  x[3 * L + 555] = -INFINITY;
+  expect_same_refusal(gpu, cpu, &in, QDP_ENCODING_AMPLITUDE, N, QDP_DTYPE_COMPLEX64,
+                      QDP_ERR_INVALID_ARGUMENT, "sample 3 value 555 is -inf");
   double angles[2][3] = {{0.1, 0.2, 0.3}, {0.4, INFINITY, 0.6}};
   struct runtime_input ain = {.data = angles, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 3};
-  expect_same_refusal(gpu, cpu, &ain, QDP_ENCODING_ANGLE, 3, QDP_ERR_INVALID_ARGUMENT,
-                      "sample 1 value 1 is inf");
+  expect_same_refusal(gpu, cpu, &ain, QDP_ENCODING_ANGLE, 3, QDP_DTYPE_COMPLEX128,
+                      QDP_ERR_INVALID_ARGUMENT, "sample 1 value 1 is inf");
+  /* complex64 computes in float32: float64 beyond its range is refused for the closed forms (it
+   * once gave NaN states on the GPU too), and so are iqp sums float32 cannot hold. */
+  angles[1][1] = 1e39;
+  static const qdp_encoding closed[3] = {QDP_ENCODING_ANGLE, QDP_ENCODING_PHASE,
+                                         QDP_ENCODING_IQP_Z};
+  for (int k = 0; k < 3; k++) {
+    expect_same_refusal(gpu, cpu, &ain, closed[k], 3, QDP_DTYPE_COMPLEX64, QDP_ERR_INVALID_ARGUMENT,
+                        "sample 1 value 1 is 1e+39, which does not fit float32");
+  }
+  float big[2] = {3e38f, 3e38f};
+  struct runtime_input bin = {.data = big, .dtype = QDP_DTYPE_FLOAT32, .rows = 1, .cols = 2};
+  expect_same_refusal(gpu, cpu, &bin, QDP_ENCODING_IQP_Z, 2, QDP_DTYPE_COMPLEX64,
+                      QDP_ERR_INVALID_ARGUMENT, "magnitudes sum to 6e+38");
   free(x);
   runtime_mesh_destroy(cpu);
   runtime_mesh_destroy(gpu);
@@ -1163,6 +1238,7 @@ static Suite *runtime_cuda_suite(void) {
   tcase_add_test(tc, test_every_encoding_matches_cpu_single_and_batch);
   tcase_add_test(tc, test_amplitude_larger_than_staging_chunk_gives_one_launch_bits);
   tcase_add_test(tc, test_amplitude_batch_rows_longer_and_shorter_than_a_chunk);
+  tcase_add_test(tc, test_amplitude_fallback_matches_cpu_on_every_path);
   tcase_add_test(tc, test_two_gpus_even_shards_give_one_gpu_bits);
   tcase_add_test(tc, test_two_ranks_give_one_gpu_bits);
   tcase_add_test(tc, test_two_ranks_over_nccl_give_one_gpu_bits);

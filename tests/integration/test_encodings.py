@@ -12,6 +12,7 @@ import threading
 import unittest
 from multiprocessing import shared_memory
 
+import grpc
 import numpy as np
 
 import qdpc
@@ -143,6 +144,108 @@ class Encodings(unittest.TestCase):
             self.assertEqual((s.first, s.count), (0, 1 << n))
         self.check_state(st, "amplitude", x, n, "complex128", rows)
         self.c.release(st)
+
+    def expect_invalid(self, fragments, *args, **kw):
+        """The encode is refused with INVALID_ARGUMENT and a message holding every fragment."""
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.c.encode(*args, **kw)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT,
+                         cm.exception.details())
+        for f in fragments:
+            self.assertIn(f, cm.exception.details())
+
+    def encode_fetch(self, *args, **kw):
+        """Encodes, fetches and releases: the state's amplitudes."""
+        st = self.c.encode(*args, **kw)
+        got = self.c.fetch(st)
+        self.c.release(st)
+        return got
+
+    def assert_unit_states(self, st, n, rows=1):
+        got = self.c.fetch(st).reshape(rows, 1 << n).astype(np.complex128)
+        self.assertTrue(np.all(np.isfinite(got)), got)
+        np.testing.assert_allclose(np.sum(np.abs(got) ** 2, axis=1), 1.0, rtol=1e-5)
+        return got
+
+    def test_closed_forms_refuse_float64_beyond_float32_for_complex64(self):
+        # complex64 is computed in float32, where these values are Inf and the state NaN; the
+        # refusal names the position and asks for complex128, which computes them.
+        cases = (("angle", 1, [1e39], "input sample 0 value 0 is 1e+39"),
+                 ("phase", 2, [0.5, -1e39], "input sample 0 value 1 is -1e+39"),
+                 ("iqp-z", 2, [1e39, 0.5], "input sample 0 value 0 is 1e+39"),
+                 ("iqp", 2, [0.1, 0.2, 5e38], "input sample 0 value 2 is 5e+38"))
+        for encoding, n, x, where in cases:
+            x = np.array(x, np.float64)
+            self.expect_invalid([where, "does not fit float32", "ask for complex128 output"],
+                                encoding, n, x, dtype="complex64")
+            st = self.c.encode(encoding, n, x, dtype="complex128")
+            self.assert_unit_states(st, n)
+            self.c.release(st)
+        got = self.encode_fetch("angle", 1, np.array([1e39]), dtype="complex128")
+        qdpc.assert_close(got, qdpc.ref_angle(np.array([1e39]), 1), "complex128", "angle 1e39")
+        # In one row of a batch, and in a state sharded over two devices.
+        rows = np.array([[0.1, 0.2], [0.3, 1e39]])
+        self.expect_invalid(["input sample 1 value 1 is 1e+39"], "angle", 2, rows,
+                            dtype="complex64")
+        self.expect_invalid(["input sample 0 value 1 is 1e+39"], "phase", 2,
+                            np.array([0.1, 1e39]), dtype="complex64", policy="even",
+                            devices=self.devices(2))
+
+    def test_sums_past_the_output_precision_are_refused_or_computed(self):
+        # iqp's theta sums the coefficients: 3e38 + 3e38 overflows float32.
+        x = np.array([3e38, 3e38], np.float32)
+        self.expect_invalid(["input sample 0 has coefficients whose magnitudes sum to 6e+38",
+                             "float32", "ask for complex128 output"], "iqp-z", 2, x,
+                            dtype="complex64")
+        st = self.c.encode("iqp-z", 2, x, dtype="complex128")
+        self.assert_unit_states(st, 2)
+        self.c.release(st)
+        # phase multiplies e^{i x_k}: no sum is formed, and complex64 agrees with complex128.
+        a = self.encode_fetch("phase", 2, x, dtype="complex64")
+        b = self.encode_fetch("phase", 2, x, dtype="complex128")
+        qdpc.assert_close(a, b, "complex64", "phase [3e38, 3e38]")
+
+    def test_amplitude_states_the_math_defines_are_computed(self):
+        # Sums of squares that are subnormal, zero or infinite although the state is defined:
+        # once answered [0.674837, 0.674837], refused as zero norm and refused as overflow.
+        half = np.array([2 ** -0.5, 2 ** -0.5])
+        for v, dtype in ((3e-162, "complex128"), (1e-200, "complex128"), (1e154, "complex128"),
+                         (1e-200, "complex64"), (1e39, "complex64")):
+            got = self.encode_fetch("amplitude", 1, np.array([v, v]), dtype=dtype)
+            qdpc.assert_close(got, half, dtype, f"amplitude [{v}, {v}] {dtype}")
+        # Only the row that needs it is scaled; every row is its own state.
+        n = 4
+        rows = RNG.normal(size=(3, 13))
+        rows[1] *= 1e-170
+        got = self.encode_fetch("amplitude", n, rows).reshape(3, -1)
+        for r in range(3):
+            want = qdpc.ref_amplitude(rows[r] / np.max(np.abs(rows[r])), n)
+            qdpc.assert_close(got[r], want, "complex128", f"row {r}")
+            alone = self.encode_fetch("amplitude", n, rows[r])
+            self.assertEqual(alone.tobytes(), got[r].tobytes(), f"row {r} alone")
+        # Sharded over devices (even, uneven, capacity): the bits of one device.
+        x = RNG.normal(size=50) * 1e160
+        one = self.encode_fetch("amplitude", 6, x, policy="single")
+        qdpc.assert_close(one, qdpc.ref_amplitude(x / 1e160, 6), "complex128", "sharded ref")
+        for policy, count in (("even", 2), ("uneven", 3), ("capacity", 3)):
+            got = self.encode_fetch("amplitude", 6, x, policy=policy, devices=self.devices(count))
+            self.assertEqual(got.tobytes(), one.tobytes(), f"{policy} over {count}")
+        # Zero norm only when every value is zero.
+        self.expect_invalid(["input sample 0 has zero norm: every value is zero"], "amplitude",
+                            1, np.array([0.0, 0.0]))
+
+    def test_iqp_over_two_uneven_devices_is_the_even_state(self):
+        # uneven over 2 devices makes two equal halves, all the global-bit exchange needs.
+        devices = self.devices(3)
+        x = sample_values("iqp", 6)[0]
+        st = self.c.encode("iqp", 6, x, policy="uneven", devices=devices[:2])
+        self.assertEqual(st.global_bits, 1)
+        even = self.encode_fetch("iqp", 6, x, policy="even", devices=devices[:2])
+        self.assertEqual(self.c.fetch(st).tobytes(), even.tobytes())
+        self.check_state(st, "iqp", x, 6, "complex128")
+        self.c.release(st)
+        self.expect_invalid(["placement policy uneven cuts the state of 64 amplitudes into 3 "
+                             "ranges of 21 to 22"], "iqp", 6, x, policy="uneven", devices=devices)
 
     def test_2_pow_22_state_is_fetched_in_chunks_and_checked(self):
         n = 22

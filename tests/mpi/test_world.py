@@ -171,6 +171,44 @@ class World(unittest.TestCase):
             self.assertEqual(len(st.shards), len(self.all))
             self.c.release(st)
 
+    def test_amplitude_fallback_across_ranks_has_the_single_rank_bits(self):
+        # Squares that underflow or overflow: every rank sees the same gathered sums, takes the
+        # fallback for the same samples, scales by the largest value of every rank's slice and
+        # gathers the scaled sums along the same tree.
+        n = 8
+        cases = ((1e-170, "complex128", "even", self.spread),
+                 (1e160, "complex128", "uneven", self.all),
+                 (1e-30, "complex64", "even", self.spread),
+                 (1e30, "complex64", "uneven", self.all))
+        for scale, dtype, policy, devices in cases:
+            x = RNG.normal(size=(1 << n) - 5)
+            st = self.c.encode("amplitude", n, x * scale, dtype=dtype, policy=policy,
+                               devices=devices)
+            self.assertEqual(self.ranks_of(st), list(range(self.ranks)))
+            one = self.ref.encode("amplitude", n, x * scale, dtype=dtype)
+            got, want = self.c.fetch(st), self.ref.fetch(one)
+            self.assertEqual(got.tobytes(), want.tobytes(), f"{scale} {dtype} {policy}")
+            qdpc.assert_close(got, qdpc.ref_amplitude(x, n), dtype, f"{scale} {dtype}")
+            self.ref.release(one)
+            self.c.release(st)
+        # A batch split by sample between ranks, one sample of tiny values.
+        x = RNG.normal(size=(2 * len(self.all) + 1, 20))
+        x[3] *= 1e-200
+        st = self.c.encode("amplitude", 5, x, policy="batch", devices=self.all)
+        one = self.ref.encode("amplitude", 5, x)
+        self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes())
+        self.ref.release(one)
+        self.c.release(st)
+
+    def test_values_beyond_float32_are_refused_across_ranks(self):
+        x = values("angle", 6)[0]
+        x[4] = 1e39
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.c.encode("angle", 6, x, dtype="complex64", policy="even", devices=self.spread)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("input sample 0 value 4 is 1e+39, which does not fit float32",
+                      cm.exception.details())
+
     def test_a_state_held_wholly_by_another_rank(self):
         # The coordinator holds none of it and takes no part in the work, for every encoding;
         # amplitude's norm is then wholly the other rank's.

@@ -4,6 +4,7 @@
  * over the ranks of a world (ranks as threads: tests/unit/world_harness.h). */
 #include <check.h>
 #include <complex.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,14 +180,130 @@ START_TEST(test_amplitude_hand_computed) {
 }
 END_TEST
 
-/* One encoding on one device, then over 2, 4 and 8 even shards and 3 and 6 uneven ones: the same
- * bits. */
+/* Encodes one amplitude sample of `cols` values (float64 or float32, given as doubles) on one
+ * device and checks every amplitude against x / ||x|| in long double, whose range holds the
+ * squares of every double: within `tol` of the largest amplitude. */
+static void expect_amplitudes(const double *x, uint64_t cols, uint32_t n, qdp_dtype in,
+                              qdp_dtype out, double tol) {
+  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  float x32[64];
+  for (uint64_t i = 0; i < cols; i++) {
+    x32[i] = (float)x[i];
+  }
+  long double norm = 0;
+  for (uint64_t i = 0; i < cols; i++) {
+    long double v = in == QDP_DTYPE_FLOAT32 ? (long double)x32[i] : (long double)x[i];
+    norm += v * v;
+  }
+  norm = sqrtl(norm);
+  struct runtime_input input = {.data = in == QDP_DTYPE_FLOAT32 ? (const void *)x32 : x,
+                                .dtype = in,
+                                .rows = 1,
+                                .cols = cols};
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, 1, cols, in, out);
+  void *psi = encode_all(m, p, &input);
+  for (uint64_t b = 0; b < (UINT64_C(1) << n); b++) {
+    long double v = b < cols ? (in == QDP_DTYPE_FLOAT32 ? x32[b] : x[b]) : 0;
+    double want = (double)(v / norm);
+    double got = out == QDP_DTYPE_COMPLEX64 ? ((float *)psi)[2 * b] : ((double *)psi)[2 * b];
+    double im = out == QDP_DTYPE_COMPLEX64 ? ((float *)psi)[2 * b + 1] : ((double *)psi)[2 * b + 1];
+    ck_assert_msg(fabs(got - want) <= tol && im == 0.0,
+                  "%s -> %s, %llu values from %g: amplitude %llu is %.17g%+gi, want %.17g",
+                  qdp_dtype_name(in), qdp_dtype_name(out), (unsigned long long)cols, x[0],
+                  (unsigned long long)b, got, im, want);
+  }
+  free(psi);
+  plan_destroy(p);
+  assert_mesh_idle(m);
+  runtime_mesh_destroy(m);
+}
+
+/* States the math defines are computed, whatever the range of the values: sums of squares that
+ * are subnormal (3e-162: they lost precision), zero (1e-200: every square underflowed) or
+ * infinite (1e154) go through the scaled fallback; so do float64 values that round to 0 or Inf in
+ * float32 for complex64 output, and float32 ones whose squares do. */
+START_TEST(test_amplitude_norm_is_scaled_where_its_squares_leave_the_range) {
+  const double e64 = 0x1p-52, e32 = 0x1p-23;
+  static const double tiny[2] = {3e-162, 3e-162}, zero_sq[2] = {1e-200, 1e-200},
+                      huge[2] = {1e154, 1e154}, beyond_f32[2] = {1e39, 1e39};
+  expect_amplitudes(tiny, 2, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, e64);
+  expect_amplitudes(zero_sq, 2, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, e64);
+  expect_amplitudes(huge, 2, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, e64);
+  expect_amplitudes(zero_sq, 2, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, e32);
+  expect_amplitudes(beyond_f32, 2, 1, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, e32);
+  /* The extremes of float64: one subnormal, and the largest with a 1 beside it whose amplitude
+   * (2^-1024.5) is itself subnormal. */
+  static const double sub[1] = {0x1p-1074}, top[3] = {DBL_MAX, -DBL_MAX, 1.0};
+  expect_amplitudes(sub, 1, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 0);
+  expect_amplitudes(top, 3, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, e64);
+  expect_amplitudes(sub, 1, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 0);
+  /* float32 input whose squares underflow or overflow in float. */
+  static const double f32_tiny[3] = {1e-25, -2e-25, 3e-30}, f32_big[3] = {3e38, -3e38, 1.0};
+  expect_amplitudes(f32_tiny, 3, 2, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, e32);
+  expect_amplitudes(f32_big, 3, 2, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, e32);
+  /* Many values: pairwise sums of squares that underflow partly and overflow. */
+  double x[64];
+  for (int i = 0; i < 64; i++) {
+    x[i] = (double)((i * 37) % 61 - 30) / 7.0 * 1e-165;
+  }
+  expect_amplitudes(x, 64, 6, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 4 * e64);
+  expect_amplitudes(x, 64, 6, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 4 * e32);
+  for (int i = 0; i < 64; i++) {
+    x[i] = x[i] * 1e160 * 1e160; /* about 1e155: squares that overflow */
+  }
+  expect_amplitudes(x, 64, 6, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 4 * e64);
+}
+END_TEST
+
+/* A batch where one sample needs the fallback: that sample and every other has the bits it has
+ * when encoded alone, on one device and split by sample over three. */
+START_TEST(test_amplitude_fallback_in_one_row_keeps_the_batch_bits) {
+  enum { N = 5, B = 4, L = 29 };
+  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  double *x = random_values(B * L, 11);
+  for (int i = 0; i < L; i++) {
+    x[2 * L + i] *= 1e-170;
+  }
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
+  for (size_t ndev = 1; ndev <= 3; ndev += 2) {
+    struct plan *p = plan_on(m, ndev, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L,
+                             QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    double complex *all = encode_all(m, p, &in);
+    for (int r = 0; r < B; r++) {
+      struct runtime_input one = {
+          .data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
+      struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+      double complex *single = encode_all(m, p1, &one);
+      ck_assert_msg(memcmp(single, all + r * (1 << N), sizeof(double complex) << N) == 0,
+                    "row %d over %zu devices differs from the row alone", r, ndev);
+      double norm = 0;
+      for (int i = 0; i < (1 << N); i++) {
+        norm += creal(single[i]) * creal(single[i]);
+      }
+      ck_assert_double_eq_tol(norm, 1.0, 1e-14);
+      free(single);
+      plan_destroy(p1);
+    }
+    free(all);
+    plan_destroy(p);
+  }
+  free(x);
+  assert_mesh_idle(m);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* One encoding on one device, then over 2, 4 and 8 even shards, 2, 3 and 6 uneven ones and 4 by
+ * capacity: the same bits. The values are random in [-2, 2), times `scale` (amplitude: a scale
+ * whose squares under- or overflow sends every sharding through the norm's fallback). */
 static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64_t cols,
-                                            qdp_dtype in, qdp_dtype out) {
+                                            qdp_dtype in, qdp_dtype out, double scale) {
   struct runtime_mesh *m = mesh_of("cpu:8", GIB);
   double *x64 = random_values(cols, 7 + (unsigned)enc);
   float *x32 = malloc(cols * sizeof *x32);
   for (uint64_t i = 0; i < cols; i++) {
+    x64[i] *= scale;
     x32[i] = (float)x64[i];
   }
   struct runtime_input input = {.data = in == QDP_DTYPE_FLOAT32 ? (void *)x32 : (void *)x64,
@@ -197,14 +314,24 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
   void *ref = encode_all(m, p1, &input);
   size_t bytes = (size_t)p1->total_bytes;
   plan_destroy(p1);
+  if (enc == QDP_ENCODING_AMPLITUDE) {
+    /* The reference itself is a unit vector, whatever the scale. */
+    double norm = 0;
+    for (uint64_t b = 0; b < (UINT64_C(1) << n); b++) {
+      double v = out == QDP_DTYPE_COMPLEX64 ? ((float *)ref)[2 * b] : ((double *)ref)[2 * b];
+      norm += v * v;
+    }
+    ck_assert_double_eq_tol(norm, 1.0, out == QDP_DTYPE_COMPLEX64 ? 1e-5 : 1e-12);
+  }
   struct {
     size_t ndev;
     enum plan_policy policy;
-  } cases[] = {{2, PLAN_EVEN}, {4, PLAN_EVEN}, {8, PLAN_EVEN}, {3, PLAN_UNEVEN}, {6, PLAN_UNEVEN}};
+  } cases[] = {{2, PLAN_EVEN},   {4, PLAN_EVEN},   {8, PLAN_EVEN},    {3, PLAN_UNEVEN},
+               {6, PLAN_UNEVEN}, {2, PLAN_UNEVEN}, {4, PLAN_CAPACITY}};
   int iqp = enc == QDP_ENCODING_IQP || enc == QDP_ENCODING_IQP_Z;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    if (iqp && cases[c].policy != PLAN_EVEN) {
-      continue; /* iqp's global-bit stages need 2^g equal shards */
+    if (iqp && (cases[c].ndev & (cases[c].ndev - 1)) != 0) {
+      continue; /* iqp's global-bit stages need 2^g equal shards: the planner refuses 3 and 6 */
     }
     struct plan *p = plan_on(m, cases[c].ndev, cases[c].policy, enc, n, 1, cols, in, out);
     ck_assert_uint_eq(p->nshards, cases[c].ndev);
@@ -224,22 +351,40 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
 START_TEST(test_amplitude_sharded_bits_equal_one_device) {
   /* L not a power of two and not a multiple of any shard size: zero padding inside shards. */
   check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 12, 4096 - 777, QDP_DTYPE_FLOAT64,
-                                  QDP_DTYPE_COMPLEX128);
+                                  QDP_DTYPE_COMPLEX128, 1.0);
   check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 11, 2048, QDP_DTYPE_FLOAT32,
-                                  QDP_DTYPE_COMPLEX64);
+                                  QDP_DTYPE_COMPLEX64, 1.0);
+}
+END_TEST
+
+/* The fallback's scaled sums follow the same tree and its exponent is a plain maximum, so every
+ * sharding keeps the one-device bits: squares that underflow (float64 and float32 input, and
+ * float64 rounded to float32) and squares that overflow. */
+START_TEST(test_amplitude_fallback_sharded_bits_equal_one_device) {
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 12, 4096 - 777, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128, 1e-170);
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 12, 4096 - 777, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX128, 1e160);
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 11, 2000, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX64, 1e-30);
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 11, 2000, QDP_DTYPE_FLOAT64,
+                                  QDP_DTYPE_COMPLEX64, 1e30);
+  check_sharding_is_bit_identical(QDP_ENCODING_AMPLITUDE, 11, 2048, QDP_DTYPE_FLOAT32,
+                                  QDP_DTYPE_COMPLEX64, 1e-25);
 }
 END_TEST
 
 START_TEST(test_param_encodings_sharded_bits_equal_one_device) {
   check_sharding_is_bit_identical(QDP_ENCODING_ANGLE, 10, 10, QDP_DTYPE_FLOAT64,
-                                  QDP_DTYPE_COMPLEX128);
-  check_sharding_is_bit_identical(QDP_ENCODING_PHASE, 9, 9, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
-  check_sharding_is_bit_identical(QDP_ENCODING_IQP_Z, 8, 8, QDP_DTYPE_FLOAT64,
-                                  QDP_DTYPE_COMPLEX128);
+                                  QDP_DTYPE_COMPLEX128, 1.0);
+  check_sharding_is_bit_identical(QDP_ENCODING_PHASE, 9, 9, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64,
+                                  1.0);
+  check_sharding_is_bit_identical(QDP_ENCODING_IQP_Z, 8, 8, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128,
+                                  1.0);
   check_sharding_is_bit_identical(QDP_ENCODING_IQP, 7, 7 + 21, QDP_DTYPE_FLOAT64,
-                                  QDP_DTYPE_COMPLEX128);
+                                  QDP_DTYPE_COMPLEX128, 1.0);
   check_sharding_is_bit_identical(QDP_ENCODING_IQP, 6, 6 + 15, QDP_DTYPE_FLOAT32,
-                                  QDP_DTYPE_COMPLEX64);
+                                  QDP_DTYPE_COMPLEX64, 1.0);
 }
 END_TEST
 
@@ -335,8 +480,8 @@ START_TEST(test_zero_norm_sample_in_batch_is_refused_not_zeroed) {
   x[2 * L] = 1.0;
   x[3 * L + 5] = NAN;
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 3 value 5 is nan");
-  x[3 * L + 5] = 1e200; /* finite, but its square overflows */
-  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "overflows");
+  x[3 * L + 5] = INFINITY;
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 3 value 5 is inf");
   free(x);
   plan_destroy(p);
   runtime_mesh_destroy(m);
@@ -361,6 +506,105 @@ START_TEST(test_bad_parameters_are_refused_with_position) {
   expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "is not below 2^qubits");
   idx[1] = -1.0;
   expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "is negative");
+  plan_destroy(p);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* complex64 output computes in float32: a finite float64 parameter beyond float32's range would
+ * become Inf there and the state NaN, so it is refused with its position and what to ask for,
+ * in one row of a batch and in a state sharded over devices alike; complex128 computes it. */
+START_TEST(test_closed_forms_refuse_values_beyond_float32) {
+  struct runtime_mesh *m = mesh_of("cpu:2", GIB);
+  double one[1] = {1e39};
+  struct runtime_input in = {.data = one, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 1};
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+                           QDP_DTYPE_COMPLEX64);
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
+                 "input sample 0 value 0 is 1e+39, which does not fit float32");
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
+                 "the precision complex64 output is computed in: ask for complex128 output");
+  plan_destroy(p);
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+              QDP_DTYPE_COMPLEX128);
+  double complex *psi = encode_all(m, p, &in);
+  ck_assert_double_eq_tol(creal(psi[0]), cos(1e39), 1e-15);
+  ck_assert_double_eq_tol(creal(psi[1]), sin(1e39), 1e-15);
+  free(psi);
+  plan_destroy(p);
+
+  double rows[2][2] = {{0.1, 0.2}, {0.3, -1e39}};
+  struct runtime_input batch = {.data = rows, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 2};
+  static const qdp_encoding encs[3] = {QDP_ENCODING_ANGLE, QDP_ENCODING_PHASE, QDP_ENCODING_IQP_Z};
+  for (int k = 0; k < 3; k++) {
+    p = plan_on(m, 2, PLAN_BATCH, encs[k], 2, 2, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64);
+    expect_refusal(m, p, &batch, QDP_ERR_INVALID_ARGUMENT, "input sample 1 value 1 is -1e+39");
+    plan_destroy(p);
+  }
+  /* iqp's pair coefficient, in a state sharded over two devices. */
+  double d[3] = {0.5, 0.25, 4e38};
+  struct runtime_input iqp = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 3};
+  p = plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_IQP, 2, 1, 3, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64);
+  expect_refusal(m, p, &iqp, QDP_ERR_INVALID_ARGUMENT, "input sample 0 value 2 is 4e+38");
+  plan_destroy(p);
+  /* The largest value that rounds to FLT_MAX fits; the next rounds to Inf. */
+  one[0] = 0x1.fffffefffffffp127;
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+              QDP_DTYPE_COMPLEX64);
+  free(encode_all(m, p, &in));
+  one[0] = 0x1p128 - 0x1p103;
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "does not fit float32");
+  plan_destroy(p);
+  assert_mesh_idle(m);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
+/* iqp's theta(z) sums the coefficients: values that fit but whose magnitudes sum past what the
+ * output precision can hold are refused with the sum, in float32 (ask for complex128) and in
+ * float64. phase multiplies per-qubit factors e^{i x_k} instead of summing, so its state is
+ * defined and computed: complex64 agrees with complex128 from the same float32 values. */
+START_TEST(test_sums_that_overflow_the_output_precision_are_refused_or_computed) {
+  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  float big[2] = {3e38f, 3e38f};
+  struct runtime_input in = {.data = big, .dtype = QDP_DTYPE_FLOAT32, .rows = 1, .cols = 2};
+  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
+                           QDP_DTYPE_COMPLEX64);
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
+                 "input sample 0 has coefficients whose magnitudes sum to 6e+38: theta(z), summed "
+                 "in float32 (the precision complex64 output is computed in), could overflow");
+  expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "ask for complex128 output");
+  plan_destroy(p);
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
+              QDP_DTYPE_COMPLEX128);
+  double complex *psi = encode_all(m, p, &in);
+  for (int b = 0; b < 4; b++) {
+    ck_assert(isfinite(creal(psi[b])) && isfinite(cimag(psi[b])));
+  }
+  free(psi);
+  plan_destroy(p);
+  double huge[2] = {1e308, 1e308};
+  struct runtime_input in64 = {.data = huge, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 2};
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT64,
+              QDP_DTYPE_COMPLEX128);
+  expect_refusal(m, p, &in64, QDP_ERR_INVALID_ARGUMENT, "summed in float64, could overflow");
+  expect_refusal(m, p, &in64, QDP_ERR_INVALID_ARGUMENT, "scale the coefficients down");
+  plan_destroy(p);
+
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
+              QDP_DTYPE_COMPLEX64);
+  float complex *got = encode_all(m, p, &in);
+  plan_destroy(p);
+  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
+              QDP_DTYPE_COMPLEX128);
+  psi = encode_all(m, p, &in);
+  for (int b = 0; b < 4; b++) {
+    ck_assert_msg(cabs((double complex)got[b] - psi[b]) < 1e-6,
+                  "phase amplitude %d: %g%+gi vs %g%+gi", b, crealf(got[b]), cimagf(got[b]),
+                  creal(psi[b]), cimag(psi[b]));
+  }
+  free(got);
+  free(psi);
   plan_destroy(p);
   runtime_mesh_destroy(m);
 }
@@ -420,7 +664,7 @@ END_TEST
 static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t ndev,
                                              enum plan_policy policy, qdp_encoding enc, uint32_t n,
                                              uint64_t batch, uint64_t cols, qdp_dtype in,
-                                             qdp_dtype out) {
+                                             qdp_dtype out, double scale) {
   struct runtime_mesh *meshes[8];
   char spec[16];
   snprintf(spec, sizeof spec, "cpu:%zu", per_rank);
@@ -458,6 +702,7 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
   }
   float *x32 = malloc(count * sizeof *x32);
   for (uint64_t i = 0; i < count; i++) {
+    x[i] *= scale;
     x32[i] = (float)x[i];
   }
   struct runtime_input input = {.data = in == QDP_DTYPE_FLOAT32 ? (void *)x32 : (void *)x,
@@ -492,36 +737,53 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
 START_TEST(test_amplitude_over_ranks_gives_one_device_bits) {
   /* The norm's blocks of every rank are gathered and combined along the one tree. */
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 12, 1, 4096 - 777,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
   check_ranks_give_one_device_bits(3, 2, 6, PLAN_UNEVEN, QDP_ENCODING_AMPLITUDE, 11, 1, 2048,
-                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
   /* The last ranks hold only padding: their input window is empty. */
   check_ranks_give_one_device_bits(4, 1, 4, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 10, 1, 300,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
   /* Whole samples per device, samples split between ranks. */
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, 6, 9, 50,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
+}
+END_TEST
+
+/* The norm's fallback across ranks: every rank decides it from the same gathered sums, the
+ * exponent is the maximum over every rank's values, and the scaled blocks are gathered and
+ * combined as the plain ones are, so the bits are one device's. */
+START_TEST(test_amplitude_fallback_over_ranks_gives_one_device_bits) {
+  check_ranks_give_one_device_bits(2, 2, 4, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 12, 1, 4096 - 777,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e-170);
+  check_ranks_give_one_device_bits(3, 2, 6, PLAN_UNEVEN, QDP_ENCODING_AMPLITUDE, 11, 1, 2000,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64, 1e30);
+  check_ranks_give_one_device_bits(3, 1, 3, PLAN_CAPACITY, QDP_ENCODING_AMPLITUDE, 10, 1, 1000,
+                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1e-25);
+  check_ranks_give_one_device_bits(4, 1, 4, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 10, 1, 300,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e160);
+  check_ranks_give_one_device_bits(2, 2, 4, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, 6, 9, 50,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e-200);
 }
 END_TEST
 
 START_TEST(test_iqp_over_ranks_gives_one_device_bits) {
   /* 8 shards on 4 ranks: global bit 0 pairs shards of one rank, bits 1 and 2 pair ranks. */
   check_ranks_give_one_device_bits(4, 2, 8, PLAN_EVEN, QDP_ENCODING_IQP, 7, 1, 7 + 21,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
   check_ranks_give_one_device_bits(2, 1, 2, PLAN_EVEN, QDP_ENCODING_IQP, 6, 1, 6 + 15,
-                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_EVEN, QDP_ENCODING_IQP_Z, 8, 1, 8,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
 }
 END_TEST
 
 START_TEST(test_closed_forms_over_ranks_give_one_device_bits) {
   check_ranks_give_one_device_bits(3, 2, 6, PLAN_UNEVEN, QDP_ENCODING_ANGLE, 9, 1, 9,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_EVEN, QDP_ENCODING_PHASE, 8, 1, 8,
-                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64);
+                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_BATCH, QDP_ENCODING_BASIS, 5, 7, 1,
-                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
 }
 END_TEST
 
@@ -547,9 +809,11 @@ START_TEST(test_zero_norm_over_ranks_is_refused_on_every_rank) {
   ck_assert_int_eq(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(got);
   ck_assert_msg(strstr(e.msg, "sample 0 has zero norm"), "%s", e.msg);
-  x[12] = NAN; /* on rank 1: rank 0 cannot see it, rank 1 names it */
+  /* On rank 1 only: the ranks gather where each sample's first bad value is, so rank 0 names it
+   * too. */
+  x[12] = NAN;
   ck_assert_int_eq(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(e.msg, "another rank"), "rank 0 says: %s", e.msg);
+  ck_assert_msg(strstr(e.msg, "sample 0 value 12 is nan"), "rank 0 says: %s", e.msg);
   for (int r = 0; r < 2; r++) {
     assert_mesh_idle(meshes[r]);
     runtime_mesh_destroy(meshes[r]);
@@ -572,15 +836,21 @@ static Suite *runtime_suite(void) {
   tc = tcase_create("encode");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_amplitude_hand_computed);
+  tcase_add_test(tc, test_amplitude_norm_is_scaled_where_its_squares_leave_the_range);
+  tcase_add_test(tc, test_amplitude_fallback_in_one_row_keeps_the_batch_bits);
   tcase_add_test(tc, test_amplitude_sharded_bits_equal_one_device);
+  tcase_add_test(tc, test_amplitude_fallback_sharded_bits_equal_one_device);
   tcase_add_test(tc, test_param_encodings_sharded_bits_equal_one_device);
   tcase_add_test(tc, test_iqp_sharded_matches_direct_sum);
   tcase_add_test(tc, test_batch_over_devices_matches_per_sample);
   tcase_add_test(tc, test_zero_norm_sample_in_batch_is_refused_not_zeroed);
   tcase_add_test(tc, test_bad_parameters_are_refused_with_position);
+  tcase_add_test(tc, test_closed_forms_refuse_values_beyond_float32);
+  tcase_add_test(tc, test_sums_that_overflow_the_output_precision_are_refused_or_computed);
   tcase_add_test(tc, test_device_that_filled_up_since_planning_refuses_with_numbers);
   tcase_add_test(tc, test_read_spans_shards_and_refuses_past_end);
   tcase_add_test(tc, test_amplitude_over_ranks_gives_one_device_bits);
+  tcase_add_test(tc, test_amplitude_fallback_over_ranks_gives_one_device_bits);
   tcase_add_test(tc, test_iqp_over_ranks_gives_one_device_bits);
   tcase_add_test(tc, test_closed_forms_over_ranks_give_one_device_bits);
   tcase_add_test(tc, test_zero_norm_over_ranks_is_refused_on_every_rank);
