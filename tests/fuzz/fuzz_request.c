@@ -113,12 +113,29 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
              "total_bytes %llu", (unsigned long long)p->total_bytes);
   FUZZ_CHECK(p->nshards >= 1 && p->nshards <= w->n && p->nneeds == p->nshards, "%zu shards",
              p->nshards);
-  if (p->policy == PLAN_EVEN) {
-    FUZZ_CHECK(p->nshards == (size_t)1 << p->global_bits, "even: %zu shards, %u global bits",
-               p->nshards, p->global_bits);
-  } else {
-    FUZZ_CHECK(p->global_bits == 0, "%u global bits outside an even plan", p->global_bits);
+  /* global_bits is g exactly when the shards are 2^g equal ranges of the index in order; an even
+   * plan always is, and an iqp plan that splits a sample must be (its stages exchange pairs). */
+  uint32_t g = 0;
+  bool split = false;
+  if (p->nshards >= 2 && (p->nshards & (p->nshards - 1)) == 0) {
+    uint32_t k = (uint32_t)__builtin_ctzll(p->nshards);
+    uint64_t size = p->amplitudes >> k;
+    bool equal = true;
+    for (size_t i = 0; i < p->nshards; i++) {
+      equal = equal && p->shards[i].first == i * size && p->shards[i].count == size;
+    }
+    g = equal ? k : 0;
   }
+  for (size_t i = 0; i < p->nshards; i++) {
+    split = split || p->shards[i].count < p->amplitudes;
+  }
+  FUZZ_CHECK(p->global_bits == g, "%u global bits for %zu shards (expected %u)", p->global_bits,
+             p->nshards, g);
+  FUZZ_CHECK(p->policy != PLAN_EVEN || p->nshards == (size_t)1 << g, "even: %zu shards, %u bits",
+             p->nshards, g);
+  FUZZ_CHECK(
+      !split || g > 0 || (p->encoding != QDP_ENCODING_IQP && p->encoding != QDP_ENCODING_IQP_Z),
+      "an iqp state split into %zu unequal ranges", p->nshards);
 
   /* The shards tile [0, batch) x [0, 2^n) in (row_first, first) order: bands of rows, each cut
    * into consecutive amplitude ranges that all span the band's rows. */
