@@ -43,6 +43,11 @@ del sys.argv[1:4]
 DEVICES = os.environ.get("QDP_ABUSE_DEVICES", "cpu:2")
 
 
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
 def sh(*args, check=True):
     return subprocess.run(args, capture_output=True, text=True, check=check)
 
@@ -93,6 +98,7 @@ class Abuse(unittest.TestCase):
         os.chmod(cls.tokens, 0o600)
         cls.sock = os.path.join(d, "qdpd.sock")
         cls.log = os.path.join(d, "qdpd.log")
+        cls.logf = open(cls.log, "w")
         cls.daemon = subprocess.Popen(
             [QDPD, "--socket", cls.sock, "--socket-group", GROUP, "--devices", DEVICES,
              "--max-client-states", str(MAX_CLIENT_STATES), "--max-states", str(MAX_STATES),
@@ -101,10 +107,10 @@ class Abuse(unittest.TestCase):
              "--upload-idle-timeout", str(IDLE_S), "--tcp", "127.0.0.1:0",
              "--tcp-tokens-file", cls.tokens, "--tcp-node-paths",
              "--input-dir", os.path.join(d, "in"), "--export-dir", os.path.join(d, "out")],
-            stderr=open(cls.log, "w"), env={k: v for k, v in os.environ.items()
+            stderr=cls.logf, env={k: v for k, v in os.environ.items()
                                              if not k.startswith("QDP_")})
         for _ in range(300):
-            txt = open(cls.log).read()
+            txt = read(cls.log)
             if "listening on 127.0.0.1:" in txt and os.path.exists(cls.sock):
                 break
             if cls.daemon.poll() is not None:
@@ -128,8 +134,9 @@ class Abuse(unittest.TestCase):
         except subprocess.TimeoutExpired:
             cls.daemon.kill()
             rc = "killed"
+        cls.logf.close()
         if rc != 0:
-            print(f"qdpd exited with {rc}; its log:\n" + open(cls.log).read(), file=sys.stderr)
+            print(f"qdpd exited with {rc}; its log:\n" + read(cls.log), file=sys.stderr)
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
@@ -252,7 +259,7 @@ rpc("region by pid+fd",
         self.assertNotEqual(ctl.returncode, 0)
         self.assertIn("Permission denied", ctl.stderr)
         # No message carries the secret's bytes, as values or otherwise.
-        text = json.dumps(out) + ctl.stderr + ctl.stdout + open(self.log).read()
+        text = json.dumps(out) + ctl.stderr + ctl.stdout + read(self.log)
         for v in np.frombuffer(secret[:72], dtype=np.float64):
             for fmt in ("%.17g", "%.6g", "%g"):
                 self.assertNotIn(fmt % v, text)
@@ -273,7 +280,7 @@ rpc("region by pid+fd",
         target = self.secret_file("root-only.npy", b"root's own, mode 0600")
         before = os.stat(target)
         lock = self.sock + ".lock"
-        lock_before = open(lock).read()
+        lock_before = read(lock)
         x = self.root.encode("angle", 3, np.array([0.1, 0.2, 0.3]))
         ref = f"{x.handle}:{x.token}"
         try:
@@ -309,9 +316,9 @@ rpc("new file in a root-only folder", lambda: c.export(st, "/root/qdp-abuse.npy"
         after = os.stat(target)
         self.assertEqual((after.st_mode, after.st_size, after.st_mtime_ns),
                          (before.st_mode, before.st_size, before.st_mtime_ns))
-        self.assertEqual(open(target, "rb").read(), b"root's own, mode 0600")
+        self.assertEqual(read(target, "rb"), b"root's own, mode 0600")
         self.assertFalse(os.path.exists("/root/qdp-abuse.npy"))
-        self.assertEqual(open(lock).read(), lock_before)
+        self.assertEqual(read(lock), lock_before)
         # The lock still holds: a second daemon on the socket is refused.
         p = subprocess.run([QDPD, "--socket", self.sock, "--devices", "cpu:1"],
                            capture_output=True, text=True, timeout=30)
@@ -550,7 +557,7 @@ c._EncodeUpload(msgs(), timeout=60)
         # state built from 48 MiB of a larger input).
         eve = f"uid:{self.uid[EVE]} pid {killed.pid}"
         for _ in range(50):
-            log = open(self.log).read()
+            log = read(self.log)
             upload_lines = [ln for ln in log.splitlines() if "EncodeUpload from " + eve in ln]
             if upload_lines:
                 break
@@ -559,7 +566,7 @@ c._EncodeUpload(msgs(), timeout=60)
         self.assertIn("CANCELLED", upload_lines[-1])
         # The deadline's job ran to its end and kept nothing (its reservation is back too).
         for _ in range(300 if on_cpu else 0):
-            log = open(self.log).read()
+            log = read(self.log)
             kept = [ln for ln in log.splitlines() if f"Encode from uid:{self.uid[EVE]}" in ln and
                     "before the state was ready; nothing was kept" in ln]
             if kept:
