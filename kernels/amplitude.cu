@@ -34,15 +34,6 @@ __device__ __forceinline__ double inv_sqrt_rn(double s, double) {
   return 1.0 / sqrt(s);
 }
 
-template <bool SCALED>
-__device__ __forceinline__ float scaled(float v, int e) {
-  return SCALED ? ldexpf(v, e) : v;
-}
-template <bool SCALED>
-__device__ __forceinline__ double scaled(double v, int e) {
-  return SCALED ? ldexp(v, e) : v;
-}
-
 /* K amplitudes per thread, 256 apart (complex128: 16-byte stores, coalesced). Measured on an H200:
  * one amplitude per thread over a full grid moved 4.19 TB/s, where grid-stride loops over few
  * blocks moved 2.2-3.9 TB/s; K > 1 keeps a full grid and puts K loads in flight per thread. */

@@ -63,6 +63,18 @@ __device__ __forceinline__ double mul_rn(double a, double b) {
   return __dmul_rn(a, b);
 }
 
+/* A value as the amplitude norm's scaled fallback takes it: as is, or (SCALED) times 2^e in its
+ * own type, the ldexp of the CPU twin (correctly rounded in CUDA as in C, subnormal results
+ * included: no flush to zero here). */
+template <bool SCALED>
+__device__ __forceinline__ float scaled(float v, int e) {
+  return SCALED ? ldexpf(v, e) : v;
+}
+template <bool SCALED>
+__device__ __forceinline__ double scaled(double v, int e) {
+  return SCALED ? ldexp(v, e) : v;
+}
+
 __device__ __forceinline__ void sincos_r(float a, float *s, float *c) {
   sincosf(a, s, c);
 }

@@ -93,16 +93,6 @@ struct vec_of<double, 2> {
   typedef double2 type;
 };
 
-/* A value as a leaf takes it: as is, or (SCALED) times 2^e in its own type, the ldexp of the CPU
- * twin (correctly rounded in CUDA as in C, subnormal results included: no flush to zero here). */
-template <bool SCALED>
-__device__ __forceinline__ float scaled(float v, int e) {
-  return SCALED ? ldexpf(v, e) : v;
-}
-template <bool SCALED>
-__device__ __forceinline__ double scaled(double v, int e) {
-  return SCALED ? ldexp(v, e) : v;
-}
 
 template <typename A, bool SCALED, typename V>
 __device__ __forceinline__ void unpack(const V &v, int e, A *out);
