@@ -416,7 +416,8 @@ static void *status_from_pb(const void *pb) {
   s->nrank_info = s->rank_info ? r->n_rank_info : 0;
   if (!s->version || !s->backend || !s->topology_source || !s->collectives ||
       (r->n_devices && !s->devices) || (r->n_links && !s->links) || !s->transport ||
-      !s->host_collectives || !s->device_collectives || !s->mpi_threads || (r->n_rank_info && !s->rank_info)) {
+      !s->host_collectives || !s->device_collectives || !s->mpi_threads ||
+      (r->n_rank_info && !s->rank_info)) {
     qdp_server_status_free(s);
     return NULL;
   }
@@ -1478,8 +1479,7 @@ static qdp_status export_local(qdp_client *c, Qdp__ExportRequest *req, const cha
   const char *slash = strrchr(path, '/');
   const char *base = slash + 1;
   if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "'%s' does not name a file.",
-                          path);
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "path", "'%s' does not name a file.", path);
   }
   struct stat st;
   if (!overwrite && lstat(path, &st) == 0) {
@@ -1500,12 +1500,11 @@ static qdp_status export_local(qdp_client *c, Qdp__ExportRequest *req, const cha
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0 && errno != EEXIST) {
       int err = errno;
-      return qdp__err_local(err == ENOENT || err == ENOTDIR ? QDP_ERR_NOT_FOUND
-                            : err == EACCES || err == EPERM || err == EROFS
-                                ? QDP_ERR_PERMISSION_DENIED
-                                : QDP_ERR_SYSTEM,
-                            err, "path", "Cannot create a file beside '%s': %s.", path,
-                            strerror(err));
+      return qdp__err_local(
+          err == ENOENT || err == ENOTDIR                 ? QDP_ERR_NOT_FOUND
+          : err == EACCES || err == EPERM || err == EROFS ? QDP_ERR_PERMISSION_DENIED
+                                                          : QDP_ERR_SYSTEM,
+          err, "path", "Cannot create a file beside '%s': %s.", path, strerror(err));
     }
   }
   if (fd < 0) {

@@ -1444,9 +1444,10 @@ static const char fetch_help[] =
 static const char export_help[] =
     "Usage: qdpctl export REF PATH [--force]\n"
     "\n"
-    "Has qdpd write the state as a .npy file at PATH on the daemon's node. qdpctl creates the file\n"
-    "beside PATH with your rights and hands it to qdpd, which fills it; it then gets its name,\n"
-    "complete or not at all. Over TCP, PATH is absolute and must lie beneath qdpd's export_dir.\n"
+    "Has qdpd write the state as a .npy file at PATH on the daemon's node. qdpctl creates\n"
+    "the file beside PATH with your rights and hands it to qdpd, which fills it; it then gets\n"
+    "its name, complete or not at all. Over TCP, PATH is absolute and must lie beneath qdpd's\n"
+    "export_dir.\n"
     "An existing file is refused unless --force. (To get the file on this machine instead, use\n"
     "fetch.)\n"
     "\n"
@@ -1925,8 +1926,9 @@ static int cmd_rm(struct global *g, int argc, char **argv) {
     return rc < 0 ? EXIT_OK : rc;
   }
   if (all && (!mine || npos > 0)) {
-    return usage_error("rm", "--all releases every state of yours: give it with --mine and no "
-                             "handles");
+    return usage_error("rm",
+                       "--all releases every state of yours: give it with --mine and no "
+                       "handles");
   }
   if (!all && npos == 0) {
     return usage_error("rm", "missing REF");

@@ -113,7 +113,7 @@ qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *wh
   void *base = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)aligned);
   if (base == MAP_FAILED) {
     int err = errno;
-    qdp_status code = err == ENOMEM ? QDP_ERR_RESOURCE_EXHAUSTED
+    qdp_status code = err == ENOMEM   ? QDP_ERR_RESOURCE_EXHAUSTED
                       : err == EACCES ? QDP_ERR_PERMISSION_DENIED
                                       : QDP_ERR_SYSTEM;
     qdp_error_set(reterr, code, NULL, "%s: mmap of %zu B at offset %" PRIu64 " failed: %s%s", what,
@@ -213,7 +213,7 @@ out:
   return rc;
 }
 
-/* ---- file identities and folders -------------------------------------------------------------- */
+/* ---- file identities and folders ----------------------------------------------------------- */
 
 qdp_status io_file_id_of(int fd, struct io_file_id *ret, struct qdp_error *reterr) {
   struct stat st;

@@ -17,8 +17,8 @@
  *    past the object's end), SYSTEM (any other failed system call; cause = errno). Messages quote
  *    user input in single quotes and carry the sizes; they never quote the object's bytes.
  *  - A mapping reads the object in place. If it shrinks afterwards, reading the lost pages raises
- *    SIGBUS (the daemon's guard, rpc/guard.h, turns that into DATA_LOSS) and io_mapping_shrunk says so; `sealed`
- *    says it cannot shrink (a memfd with F_SEAL_SHRINK).
+ *    SIGBUS (the daemon's guard, rpc/guard.h, turns that into DATA_LOSS) and io_mapping_shrunk
+ *    says so; `sealed` says it cannot shrink (a memfd with F_SEAL_SHRINK).
  */
 #ifndef QDP_IO_MAP_H
 #define QDP_IO_MAP_H
@@ -51,9 +51,9 @@ struct io_file_id {
 /* A confinement folder: opened once, at start; paths beneath it are resolved from its descriptor
  * by the kernel (openat2 RESOLVE_BENEATH), never by checking a path and opening it again. */
 struct io_folder {
-  int fd;                 /* -1: no folder configured */
-  char path[4096];        /* as configured */
-  char real[4096];        /* the same, symbolic links resolved */
+  int fd;          /* -1: no folder configured */
+  char path[4096]; /* as configured */
+  char real[4096]; /* the same, symbolic links resolved */
 };
 
 #define IO_FOLDER_INIT \

@@ -540,8 +540,7 @@ qdp_status io_write_npy_fd(int fd, const char *what, qdp_dtype dtype, int ndim, 
     chunk = malloc((size_t)(first * size));
     if (!chunk) {
       rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "%s: no host memory for a %" PRIu64 " B write buffer", what,
-                         first * size);
+                         "%s: no host memory for a %" PRIu64 " B write buffer", what, first * size);
       goto out;
     }
   }

@@ -49,9 +49,9 @@ qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols
                          size_t cap, size_t *ret_len, struct qdp_error *reterr);
 
 /* Maps the .npy file open on fd (taken in every case) read-only and parses it: ret->data /
- * ret->bytes are the elements, *ret_hdr the header. `what` names the file in messages. INVALID_ARGUMENT
- * (not a regular file, or a header io_npy_parse refuses), PERMISSION_DENIED (not open for
- * reading) or SYSTEM. */
+ * ret->bytes are the elements, *ret_hdr the header. `what` names the file in messages.
+ * INVALID_ARGUMENT (not a regular file, or a header io_npy_parse refuses), PERMISSION_DENIED (not
+ * open for reading) or SYSTEM. */
 qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct io_npy *ret_hdr,
                          struct qdp_error *reterr);
 

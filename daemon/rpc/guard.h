@@ -5,7 +5,8 @@
  * would kill the daemon. A guarded range is registered here for the life of the job; the SIGBUS
  * handler replaces the pages of a faulting guarded range with anonymous zero pages (so the read
  * completes) and marks every job guarding it (several may read one region at once) as lost; each
- * then fails with DATA_LOSS instead of encoding zeros. A SIGBUS outside every guarded range gets the default action (a core dump, as before).
+ * then fails with DATA_LOSS instead of encoding zeros. A SIGBUS outside every guarded range gets
+ * the default action (a core dump, as before).
  *
  * Any thread; async-signal-safe where it matters (the handler touches only atomics and mmap).
  */

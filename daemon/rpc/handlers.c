@@ -128,8 +128,7 @@ static qdp_status check_tcp_path(const struct rpc_call *c, const struct io_folde
 /* The descriptor a Unix caller handed over under `ticket` (rpc/listener.h) for `access`; the
  * daemon opens nothing on a caller's behalf, so an object named without one is refused. */
 static qdp_status take_fd(const struct rpc_call *c, const char *ticket, enum fd_access access,
-                          const char *what, const char *field, int *ret_fd,
-                          struct qdp_error *err) {
+                          const char *what, const char *field, int *ret_fd, struct qdp_error *err) {
   struct rpc_server *s = c->srv;
   qdp_status rc = QDP_OK;
   if (c->tcp) {
@@ -912,7 +911,6 @@ static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
   rpc_submit(s, &c->job);
   rpc_call_unref(c); /* the send batch's reference */
 }
-
 
 static void fetch_step(struct rpc_job *j) {
   struct rpc_call *c = j->call;

@@ -148,7 +148,7 @@ struct rpc_call {
   char owner[64];
   char client[160];
   bool job_started; /* an Encode or EncodeUpload that got as far as its job: counted in Status */
-  bool live; /* counted in live_calls: it arrived and is not freed yet */
+  bool live;        /* counted in live_calls: it arrived and is not freed yet */
   uint64_t start_ms;
 
   /* The answer, kept until its batch completes. */
@@ -202,7 +202,7 @@ struct rpc_server {
   int open_handles;
 
   struct rpc_listener *listener; /* the Unix socket; NULL without one */
-  struct fd_tickets *tickets;     /* descriptors Unix callers handed over */
+  struct fd_tickets *tickets;    /* descriptors Unix callers handed over */
 
   /* Fixed settings. */
   struct rpc_token *tokens; /* TCP bearer tokens and their principals */
@@ -229,7 +229,7 @@ struct rpc_server {
   struct rpc_call *uploads;             /* receiving, watched for idleness */
   struct rpc_upload_owner *upload_owners;
   uv_timer_t upload_timer;
-  atomic_int live_calls;                /* calls that arrived and are not freed yet */
+  atomic_int live_calls; /* calls that arrived and are not freed yet */
   atomic_int shutdown_notified, cq_shut;
 };
 
@@ -269,7 +269,7 @@ void rpc_h_gather(struct rpc_job *j);
 
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);
-void rpc_upload_free(struct rpc_call *c); /* any thread; idempotent */
+void rpc_upload_free(struct rpc_call *c);    /* any thread; idempotent */
 void rpc_upload_sweep(struct rpc_server *s); /* loop thread: cancels idle uploads */
 void rpc_upload_closed(struct rpc_call *c);  /* its client left: any verdict pending is CANCELLED */
 

@@ -78,7 +78,8 @@ void rpc_peer_key(const struct rpc_peer *p, char *buf, size_t len) {
   snprintf(buf, len, "uid:%u", (unsigned)p->uid);
 }
 
-/* ---- lifecycle -------------------------------------------------------------------------------- */
+/* ---- lifecycle --------------------------------------------------------------------------------
+ */
 
 static qdp_status resolve_group(const char *name, gid_t *ret, struct qdp_error *reterr) {
   char *end = NULL;
@@ -130,8 +131,7 @@ qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *
   l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (l->fd < 0) {
     int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "socket(AF_UNIX) failed: %s",
-                          strerror(e));
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "socket(AF_UNIX) failed: %s", strerror(e));
     goto out;
   }
   /* A stale socket of a daemon that died: the caller holds the lock, so no live one owns it. */
@@ -141,7 +141,8 @@ qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *
   }
   /* Created with no permission at all, then given exactly its mode: never briefly wider. */
   mode_t old = umask(0777);
-  int b = bind(l->fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
+  int b = bind(l->fd, (struct sockaddr *)&sa,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
   int be = errno;
   umask(old);
   if (b != 0) {
@@ -170,8 +171,8 @@ qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *
   }
   if (listen(l->fd, 128) != 0) {
     int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "listen on unix:%s failed: %s",
-                          opts->path, strerror(e));
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "listen on unix:%s failed: %s", opts->path,
+                          strerror(e));
     goto out;
   }
   l->creds = grpc_insecure_server_credentials_create();
@@ -254,7 +255,8 @@ void rpc_listener_destroy(struct rpc_listener *l) {
   free(l);
 }
 
-/* ---- peers ------------------------------------------------------------------------------------ */
+/* ---- peers ------------------------------------------------------------------------------------
+ */
 
 static bool remember(struct rpc_listener *l, int fd, const struct rpc_peer *peer) {
   bool ok = true;
@@ -338,8 +340,7 @@ static qdp_status check_handed(int fd, enum fd_access access, struct qdp_error *
             (access == FD_ACCESS_READ ? acc == O_RDONLY || acc == O_RDWR
                                       : (acc == O_WRONLY || acc == O_RDWR) && !(fl & O_APPEND));
   if (!ok) {
-    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "fd",
-                         "the descriptor is not open for %s",
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "fd", "the descriptor is not open for %s",
                          access == FD_ACCESS_READ ? "reading" : "writing in place (not append)");
   }
   return QDP_OK;
@@ -396,13 +397,14 @@ static void handoff(struct rpc_listener *l, struct pending *p) {
   for (size_t i = 0; i < nfds; i++) {
     close(fds[i]);
   }
-  log_info("rpc", "a descriptor handoff from %s (pid %ld) was refused: %s", key,
-           (long)p->peer.pid, err.msg);
+  log_info("rpc", "a descriptor handoff from %s (pid %ld) was refused: %s", key, (long)p->peer.pid,
+           err.msg);
   const char *name = qdp_status_name(err.code);
   answer(p->fd, "ERR %s %s", strncmp(name, "QDP_ERR_", 8) == 0 ? name + 8 : name, err.msg);
 }
 
-/* ---- accepting -------------------------------------------------------------------------------- */
+/* ---- accepting --------------------------------------------------------------------------------
+ */
 
 static void on_first_bytes(uv_poll_t *h, int status, int events) {
   (void)events;

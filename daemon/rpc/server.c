@@ -319,7 +319,8 @@ static void label_call(struct rpc_call *c) {
   char label[64] = "";
   const grpc_slice *id = md_find(&c->md, "qdp-client");
   if (id) {
-    size_t n = GRPC_SLICE_LENGTH(*id) < sizeof label - 1 ? GRPC_SLICE_LENGTH(*id) : sizeof label - 1;
+    size_t n =
+        GRPC_SLICE_LENGTH(*id) < sizeof label - 1 ? GRPC_SLICE_LENGTH(*id) : sizeof label - 1;
     memcpy(label, GRPC_SLICE_START_PTR(*id), n);
     label[n] = '\0';
     for (size_t i = 0; i < n; i++) {
@@ -329,9 +330,9 @@ static void label_call(struct rpc_call *c) {
       }
     }
   }
-  int k = c->tcp ? snprintf(c->client, sizeof c->client, "%s", c->owner[0] ? c->owner : c->peer)
-                 : snprintf(c->client, sizeof c->client, "%s pid %ld", c->owner,
-                            (long)c->ucred.pid);
+  int k = c->tcp
+              ? snprintf(c->client, sizeof c->client, "%s", c->owner[0] ? c->owner : c->peer)
+              : snprintf(c->client, sizeof c->client, "%s pid %ld", c->owner, (long)c->ucred.pid);
   if (label[0] && k > 0 && (size_t)k < sizeof c->client) {
     snprintf(c->client + k, sizeof c->client - (size_t)k, " '%s'", label);
   }
@@ -714,8 +715,10 @@ static qdp_status add_token(struct rpc_server *s, const char *principal, size_t 
   }
   s->ntokens++;
   if (tl < 16) {
-    log_warning("rpc", "the TCP token of principal '%s' has %zu characters; 16 or more random "
-                "ones are advised", t->principal, tl);
+    log_warning("rpc",
+                "the TCP token of principal '%s' has %zu characters; 16 or more random "
+                "ones are advised",
+                t->principal, tl);
   }
   return QDP_OK;
 }
@@ -736,8 +739,8 @@ static qdp_status load_tokens(struct rpc_server *s, const struct config *cfg,
   FILE *f = fopen(path, "re");
   if (!f) {
     int e = errno;
-    return qdp_error_set_at(err, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_PERMISSION_DENIED, -1,
-                            e, "tcp_tokens_file = '%s' cannot be read: %s", path, strerror(e));
+    return qdp_error_set_at(err, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_PERMISSION_DENIED, -1, e,
+                            "tcp_tokens_file = '%s' cannot be read: %s", path, strerror(e));
   }
   struct stat st;
   if (fstat(fileno(f), &st) == 0 && (st.st_mode & 022)) {
@@ -1036,8 +1039,8 @@ static void on_drain_timeout(uv_timer_t *t) {
   }
 }
 
-void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg),
-                         void (*overdue)(void *arg), void *arg) {
+void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void (*overdue)(void *arg),
+                         void *arg) {
   if (s->shutting_down) {
     log_notice("rpc", "second stop request: cancelling every call in flight");
     grpc_server_cancel_all_calls(s->server);

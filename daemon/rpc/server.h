@@ -79,8 +79,8 @@ qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr);
  * second after they were cancelled (an encode deep in its kernels), overdue(arg) runs instead
  * (may be NULL): the caller decides how to end without them, so shutdown_timeout bounds the
  * exit. Idempotent; a second call cancels every call in flight at once. Loop thread. */
-void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg),
-                         void (*overdue)(void *arg), void *arg);
+void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void (*overdue)(void *arg),
+                         void *arg);
 
 /* Frees everything; the loop must have closed the server's handles (run the loop until done
  * fires). NULL-safe; also safe on a server that was never started. Shuts gRPC down. */

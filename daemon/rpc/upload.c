@@ -40,7 +40,8 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* ---- the uploads in flight: per-caller bytes and idle times (under uploads_mu) ---------------- */
+/* ---- the uploads in flight: per-caller bytes and idle times (under uploads_mu) ----------------
+ */
 
 static struct rpc_upload_owner *owner_of(struct rpc_server *s, const char *owner, bool create) {
   for (struct rpc_upload_owner *o = s->upload_owners; o; o = o->next) {
@@ -78,8 +79,9 @@ static qdp_status reserve(struct rpc_call *c, uint64_t more, struct qdp_error *e
     err->free_bytes = held < budget ? budget - held : 0;
   } else if (o->bytes + more > mine) {
     rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                       "uploads of %s in flight hold %" PRIu64 " B of client_upload_budget = %" PRIu64
-                       " B and this one needs %" PRIu64 " B more; finish or cancel one first",
+                       "uploads of %s in flight hold %" PRIu64
+                       " B of client_upload_budget = %" PRIu64 " B and this one needs %" PRIu64
+                       " B more; finish or cancel one first",
                        c->owner, o->bytes, mine, more);
     err->need_bytes = more;
     err->free_bytes = o->bytes < mine ? mine - o->bytes : 0;
@@ -144,7 +146,8 @@ static void short_verdict(struct rpc_call *c, bool cancelled) {
                       len, c->up.limit);
   } else {
     rpc_finish_status(c, QDP_ERR_DATA_LOSS, "last",
-                      "the upload ended after %" PRIu64 " B without its last chunk marked "
+                      "the upload ended after %" PRIu64
+                      " B without its last chunk marked "
                       "(UploadChunk.last): the client closed its stream early; nothing was "
                       "encoded",
                       len);

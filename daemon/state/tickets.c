@@ -79,8 +79,8 @@ qdp_status fd_tickets_add(struct fd_tickets *t, const char *owner, int fd, enum 
   owner = owner ? owner : "";
   if (strlen(owner) >= OWNER_MAX) {
     close(fd);
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
-                         "an owner is at most %d bytes", OWNER_MAX - 1);
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner", "an owner is at most %d bytes",
+                         OWNER_MAX - 1);
   }
   struct ticket *e = calloc(1, sizeof *e);
   if (!e) {
@@ -106,12 +106,14 @@ qdp_status fd_tickets_add(struct fd_tickets *t, const char *owner, int fd, enum 
   }
   if (t->max_per_owner && mine >= t->max_per_owner) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "%s holds %" PRIu32 " handed-over descriptors that no call has named yet, "
+                       "%s holds %" PRIu32
+                       " handed-over descriptors that no call has named yet, "
                        "the most one caller may (they lapse after %" PRIu64 " s unused)",
                        owner, mine, t->ttl_ms / 1000);
   } else if (t->max_total && t->count >= t->max_total) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "the daemon holds %" PRIu32 " handed-over descriptors, its limit; retry "
+                       "the daemon holds %" PRIu32
+                       " handed-over descriptors, its limit; retry "
                        "once some are used or lapse",
                        t->count);
   } else {

@@ -351,7 +351,8 @@ END_TEST
 START_TEST(test_unpack_refuses_a_nul_inside_a_string_at_any_depth) {
   /* StateRef{handle: "s1", token: "TOKEN\0junk"}: protobuf-c would hand the token over as
    * "TOKEN", and a token compare would see only that much. */
-  const uint8_t ref[] = {0x0a, 2, 's', '1', 0x12, 10, 'T', 'O', 'K', 'E', 'N', 0, 'j', 'u', 'n', 'k'};
+  const uint8_t ref[] = {0x0a, 2,   's', '1', 0x12, 10,  'T', 'O',
+                         'K',  'E', 'N', 0,   'j',  'u', 'n', 'k'};
   ProtobufCMessage *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(rpc_codec_unpack_bytes(ref, sizeof ref, &qdp__state_ref__descriptor, &m, &e),

@@ -750,9 +750,9 @@ START_TEST(test_write_npy_refuses_existing_file_unless_overwrite) {
   struct gen g = {8, 0, 0, UINT64_MAX};
   struct qdp_error err = QDP_ERROR_INIT;
   struct io_folder f = tmp_folder();
-  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
-                                        gen_read, &g, &err),
-                   QDP_ERR_ALREADY_EXISTS);
+  ck_assert_int_eq(
+      io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+      QDP_ERR_ALREADY_EXISTS);
   char want[600];
   snprintf(want, sizeof want, "'%s' exists", path);
   ck_assert_ptr_nonnull(strstr(err.msg, want));
@@ -764,15 +764,15 @@ START_TEST(test_write_npy_refuses_existing_file_unless_overwrite) {
 
   /* One of the daemon's own files is never replaced, overwrite or not. */
   struct io_file_id own = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
-  ck_assert_int_eq(io_write_npy_beneath(&f, path, 1, &own, 1, QDP_DTYPE_FLOAT64, 1, 1, 10,
-                                        gen_read, &g, &err),
-                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_int_eq(
+      io_write_npy_beneath(&f, path, 1, &own, 1, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+      QDP_ERR_PERMISSION_DENIED);
   ck_assert_int_eq(stat(path, &st), 0);
   ck_assert_int_eq(st.st_size, 8);
 
-  ck_assert_int_eq(io_write_npy_beneath(&f, path, 1, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
-                                        gen_read, &g, &err),
-                   QDP_OK);
+  ck_assert_int_eq(
+      io_write_npy_beneath(&f, path, 1, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+      QDP_OK);
   ck_assert_int_eq(stat(path, &st), 0);
   ck_assert_int_eq(st.st_size, 128 + 80);
   ck_assert_int_eq(dir_entries(), 1);
@@ -781,9 +781,9 @@ START_TEST(test_write_npy_refuses_existing_file_unless_overwrite) {
                                         gen_read, &g, &err),
                    QDP_ERR_INVALID_ARGUMENT);
   snprintf(path, sizeof path, "%s/no/such/dir.npy", tmpdir);
-  ck_assert_int_eq(io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10,
-                                        gen_read, &g, &err),
-                   QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(
+      io_write_npy_beneath(&f, path, 0, NULL, 0, QDP_DTYPE_FLOAT64, 1, 1, 10, gen_read, &g, &err),
+      QDP_ERR_NOT_FOUND);
   /* Outside the folder, however named. */
   ck_assert_int_eq(io_write_npy_beneath(&f, "/tmp/qdp-outside.npy", 0, NULL, 0, QDP_DTYPE_FLOAT64,
                                         1, 1, 10, gen_read, &g, &err),

@@ -400,8 +400,7 @@ START_TEST(test_owner_releases_its_own_by_handle_and_no_one_elses) {
   ck_assert_int_eq(state_store_release_owned(s, h2, "uid:1000", &freed, &err), QDP_ERR_NOT_FOUND);
   ck_assert_ptr_nonnull(strstr(err.msg, "not found"));
   ck_assert_int_eq(state_store_release_owned(s, h, "", &freed, &err), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(state_store_release_owned(s, "s0", "uid:1000", &freed, &err),
-                   QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(state_store_release_owned(s, "s0", "uid:1000", &freed, &err), QDP_ERR_NOT_FOUND);
   ck_assert_uint_eq(usage_states(s), 2);
   ck_assert_int_eq(state_store_release_owned(s, h, "uid:1000", &freed, &err), QDP_OK);
   ck_assert_uint_eq(freed, 40);
