@@ -223,7 +223,7 @@ static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan
     sh[i].row_first = ps->row_first;
     sh[i].rows = ps->rows;
     sh[i].bytes = ps->bytes;
-    sh[i].host = s->world ? (char *)world_host(s->world, ps->rank) : s->host;
+    sh[i].host = (char *)world_host(s->world, ps->rank);
     arr[i] = &sh[i];
   }
   *ret_n = p->nshards;
@@ -564,15 +564,11 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
     goto out;
   }
-  if (s->world) {
-    world_plan_devices(s->world, devs);
-  } else {
-    runtime_mesh_plan_devices(s->mesh, 0, devs);
-  }
+  world_plan_devices(s->world, devs);
   enum plan_policy policy;
   size_t nsub = 0;
   QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
-  if (nsub == 0 && s->world) {
+  if (nsub == 0) {
     nsub = world_live_devices(s->world, subset); /* 0 while no rank is lost: all of them */
   }
   struct plan_request pr = {
@@ -611,8 +607,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   QDP_TRY(rc, plan_check_feasible(p, &err));
   QDP_TRY(rc, state_store_admit(s->store, c->owner, p->total_bytes, &res, &err));
-  rc = s->world ? world_encode(s->world, p, &in, &st, &err)
-                : runtime_encode(s->mesh, p, &in, &st, &err);
+  rc = world_encode(s->world, p, &in, &st, &err);
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
   const struct io_mapping *src = region ? &region->map : map.base ? &map : NULL;
@@ -1073,16 +1068,14 @@ static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply
   Qdp__RankInfo **arr = arena_alloc(a, (size_t)ranks * sizeof *arr);
   Qdp__RankInfo *ri = arena_alloc(a, (size_t)ranks * sizeof *ri);
   struct world_rank_info *wi = arena_alloc(a, (size_t)ranks * sizeof *wi);
-  bool mpi = s->world && strcmp(world_transport_name(s->world), "mpi") == 0;
+  bool mpi = strcmp(world_transport_name(s->world), "mpi") == 0;
   r->transport = mpi ? "mpi" : "local";
   r->host_collectives = mpi ? "mpi (point to point, host memory)" : "in-process";
   r->mpi_threads = mpi ? (char *)world_threads_name(s->world) : "";
-  r->rank_timeout_ms = s->world ? world_timeout_ms(s->world) : 0;
+  r->rank_timeout_ms = world_timeout_ms(s->world);
   char *dc = arena_alloc(a, 192);
-  if (dc && s->world) {
+  if (dc) {
     world_device_collectives(s->world, dc, 192);
-  } else if (dc) {
-    snprintf(dc, 192, "none (one rank)");
   }
   r->device_collectives = dc ? dc : "";
   if (!arr || !ri || !wi) {
@@ -1090,13 +1083,7 @@ static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply
   }
   for (int i = 0; i < ranks; i++) {
     qdp__rank_info__init(&ri[i]);
-    if (s->world) {
-      world_rank_info(s->world, i, &wi[i]);
-    } else {
-      memset(&wi[i], 0, sizeof wi[i]);
-      snprintf(wi[i].host, sizeof wi[i].host, "%.63s", s->host);
-      wi[i].devices = (uint32_t)s->ndev;
-    }
+    world_rank_info(s->world, i, &wi[i]);
     ri[i].rank = i;
     ri[i].host = wi[i].host;
     ri[i].devices = wi[i].devices;
@@ -1127,17 +1114,11 @@ void rpc_h_status(struct rpc_job *j) {
   struct runtime_device_info *info = arena_alloc(&a, s->ndev * sizeof *info);
   if (devs && d && info) {
     for (size_t i = 0; i < s->ndev; i++) {
-      int rank = 0;
-      const char *host = s->host;
-      if (s->world) {
-        struct world_device wd;
-        world_device_at(s->world, i, &wd);
-        info[i] = wd.info;
-        rank = wd.rank;
-        host = wd.host;
-      } else {
-        runtime_mesh_device_info(s->mesh, i, &info[i]);
-      }
+      struct world_device wd;
+      world_device_at(s->world, i, &wd);
+      info[i] = wd.info;
+      int rank = wd.rank;
+      const char *host = wd.host;
       qdp__device__init(&d[i]);
       d[i].name = info[i].name;
       d[i].kind = info[i].kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";

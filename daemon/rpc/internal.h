@@ -166,7 +166,7 @@ struct rpc_call {
 struct rpc_server {
   uv_loop_t *loop;
   struct runtime_mesh *mesh;
-  struct world *world; /* NULL: a world of this mesh alone */
+  struct world *world; /* every job goes through it: a world of one without MPI */
   struct state_store *store;
   struct region_registry *regions; /* the server's own: created and destroyed with it */
   grpc_server *server;
@@ -213,7 +213,6 @@ struct rpc_server {
   uid_t euid;
   bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
-  char host[256];
   struct runtime_device_info *devs;
   size_t ndev;
   int64_t start_unix_ms;

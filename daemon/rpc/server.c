@@ -66,7 +66,7 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
  * ---------------------------------------------------------------------------------------- */
 
 int rpc_world_ranks(const struct rpc_server *s) {
-  return s->world ? world_size(s->world) : 1;
+  return world_size(s->world);
 }
 
 int64_t rpc_now_unix_ms(void) {
@@ -816,10 +816,6 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->expire_interval_ms = cfg->expire_interval * 1000;
   s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
   rpc_server_apply_config(s, cfg);
-  if (gethostname(s->host, sizeof s->host) != 0) {
-    snprintf(s->host, sizeof s->host, "localhost");
-  }
-  s->host[sizeof s->host - 1] = '\0';
   uv_mutex_init(&s->inbox_mu);
   uv_mutex_init(&s->uploads_mu);
   uv_mutex_init(&s->pool_mu);
@@ -828,7 +824,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
 
   /* The devices' fixed facts (names, UUIDs) for replies; budgets and use are read per call. In a
    * world of several ranks these are every rank's devices, in the planner's order. */
-  s->ndev = s->world ? world_device_count(s->world) : runtime_mesh_count(s->mesh);
+  s->ndev = world_device_count(s->world);
   s->devs = calloc(s->ndev ? s->ndev : 1, sizeof *s->devs);
   if (!s->devs) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices",
@@ -836,13 +832,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
     goto out;
   }
   for (size_t i = 0; i < s->ndev; i++) {
-    if (s->world) {
-      struct world_device wd;
-      world_device_at(s->world, i, &wd);
-      s->devs[i] = wd.info;
-    } else {
-      runtime_mesh_device_info(s->mesh, i, &s->devs[i]);
-    }
+    struct world_device wd;
+    world_device_at(s->world, i, &wd);
+    s->devs[i] = wd.info;
   }
 
   QDP_TRY(rc, rpc_guard_install(reterr));

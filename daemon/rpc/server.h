@@ -53,7 +53,7 @@ struct rpc_server_deps {
   const struct io_file_id *own_files;
   size_t nown;
   struct runtime_mesh *mesh;
-  struct world *world; /* the ranks this coordinator plans over; NULL: this mesh alone */
+  struct world *world; /* the ranks this coordinator plans over (a world of one without MPI) */
   struct state_store *store;
   uv_loop_t *loop;
 };

@@ -15,6 +15,7 @@
 #include "rpc/server.h"
 #include "runtime/runtime.h"
 #include "state/store.h"
+#include "world/world.h"
 
 /* The worker table is calloc(workers, sizeof(uv_thread_t)): an odd count no other allocation of
  * start uses picks it out. */
@@ -42,12 +43,16 @@ START_TEST(test_a_start_that_fails_half_way_leaves_nothing_on_the_loop) {
   struct runtime_mesh *mesh = NULL;
   struct runtime_mesh_config mc = {.devices = "cpu:1", .device_budget_bytes = 1 << 20};
   ck_assert_int_eq(runtime_mesh_create(&mc, &mesh, &err), QDP_OK);
+  struct world *w = NULL;
+  ck_assert_int_eq(world_create(false, NULL, NULL, &w, &err), QDP_OK);
+  ck_assert_int_eq(world_start(w, QDP_OK, NULL, mesh, 1000, false, &err), QDP_OK);
   struct state_store_limits lim = {0};
   struct state_store *store = NULL;
   ck_assert_int_eq(state_store_create(&lim, &store, &err), QDP_OK);
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
-  struct rpc_server_deps deps = {.cfg = &cfg, .mesh = mesh, .store = store, .loop = &loop};
+  struct rpc_server_deps deps = {
+      .cfg = &cfg, .mesh = mesh, .world = w, .store = store, .loop = &loop};
   struct rpc_server *s = NULL;
   ck_assert_int_eq(rpc_server_create(&deps, sock, &s, NULL, &err), QDP_OK);
   fail_workers = true;
@@ -59,6 +64,7 @@ START_TEST(test_a_start_that_fails_half_way_leaves_nothing_on_the_loop) {
   ck_assert_int_eq(uv_loop_close(&loop), 0);
   ck_assert_int_eq(access(sock, F_OK), -1); /* and its socket is gone */
   state_store_destroy(store);
+  world_destroy(w);
   runtime_mesh_destroy(mesh);
   rmdir(dir);
 }
