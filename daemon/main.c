@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "io/guard.h"
 #include "io/map.h"
 #include "log.h"
 #include "qdp_build_config.h"
@@ -392,8 +393,12 @@ int main(int argc, char **argv) {
   log_set_level(d.cfg.log_level);
   log_set_subsys(d.cfg.log_subsys);
   rpc_route_grpc_logs();
-  /* A client vanishing mid-write must not kill the daemon. */
+  /* A client vanishing mid-write must not kill the daemon, nor an input shrinking under a read
+   * (io/guard.h), on any rank. */
   signal(SIGPIPE, SIG_IGN);
+  if (io_guard_install(&err) != QDP_OK) {
+    return fail("cannot guard mapped inputs", &err);
+  }
 
   /* MPI first, before any thread exists; a plain qdpd is a world of one without MPI. */
   if (world_create(world_launched_by_mpi(), &d.argc, &d.argv, &d.world, &err) != QDP_OK) {

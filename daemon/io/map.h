@@ -17,7 +17,7 @@
  *    past the object's end), SYSTEM (any other failed system call; cause = errno). Messages quote
  *    user input in single quotes and carry the sizes; they never quote the object's bytes.
  *  - A mapping reads the object in place. If it shrinks afterwards, reading the lost pages raises
- *    SIGBUS (the daemon's guard, rpc/guard.h, turns that into DATA_LOSS) and io_mapping_shrunk
+ *    SIGBUS (io/guard.h turns that into DATA_LOSS) and io_mapping_shrunk
  *    says so; `sealed` says it cannot shrink (a memfd with F_SEAL_SHRINK).
  */
 #ifndef QDP_IO_MAP_H

@@ -11,7 +11,7 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
-#include "guard.h"
+#include "io/guard.h"
 #include "internal.h"
 #include "io/map.h"
 #include "io/npy.h"
@@ -546,8 +546,8 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
     QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &region, &err));
   }
   if (map.base || region) {
-    guard = region ? rpc_guard_add(region->map.base, region->map.map_len)
-                   : rpc_guard_add(map.base, map.map_len);
+    guard = region ? io_guard_add(region->map.base, region->map.map_len)
+                   : io_guard_add(map.base, map.map_len);
     if (guard < 0) {
       rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
                          "too many mapped inputs are being read at once; retry");
@@ -611,7 +611,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
   const struct io_mapping *src = region ? &region->map : map.base ? &map : NULL;
-  bool lost = guard >= 0 && rpc_guard_remove(guard);
+  bool lost = guard >= 0 && io_guard_remove(guard);
   guard = -1;
   lost = lost || (src && io_mapping_shrunk(src));
   if (lost && region) {
@@ -641,7 +641,7 @@ static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
            p->nshards == 1 ? "" : "s");
 out:
   if (guard >= 0) {
-    rpc_guard_remove(guard);
+    io_guard_remove(guard);
   }
   runtime_state_destroy(st);
   state_reservation_cancel(res);

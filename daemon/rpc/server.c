@@ -18,7 +18,7 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
-#include "guard.h"
+#include "io/guard.h"
 #include "internal.h"
 #include "log.h"
 #include "runtime/runtime.h"
@@ -837,7 +837,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
     s->devs[i] = wd.info;
   }
 
-  QDP_TRY(rc, rpc_guard_install(reterr));
+  QDP_TRY(rc, io_guard_install(reterr));
   QDP_TRY(rc, region_registry_create((uint32_t)cfg->max_regions, &s->regions, reterr));
   QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
                                 &s->tickets, reterr));

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "device_comm.h"
+#include "io/guard.h"
 #include "log.h"
 #include "qdp_build_config.h"
 #include "transport.h"
@@ -45,9 +46,10 @@ enum msg_type { MSG_JOB = 1, MSG_RELEASE = 2, MSG_READ = 3, MSG_STOP = 4, MSG_EX
  * d = input values per sample, e = bytes of the third message; the plan and then the window
  * follow, or with JOB_FROM_FILE the file's path and, after its NUL, the struct runtime_file_id
  * of the file the caller handed over (the rank opens the path, checks that it found that very
- * file, and reads its window itself, from byte f + b * value size on). READ: job = the state's job, a = offset, b = count, c = the read's
- * sequence number (its reply tag), d = bytes. EXPORT: job, a = the shard's index, c = the
- * sequence number. STOP: flags STOP_LOST: a rank was lost, do not finalize MPI. */
+ * file, and reads its window itself, from byte f + b * value size on). READ: job = the state's
+ * job, a = offset, b = count, c = the read's sequence number (its reply tag), d = bytes. EXPORT:
+ * job, a = the shard's index, c = the sequence number. STOP: flags STOP_LOST: a rank was lost, do
+ * not finalize MPI. */
 struct msg_header {
   uint32_t type, flags;
   uint64_t job, a, b, c, d, e, f;
@@ -1092,7 +1094,23 @@ static void serve_job(struct world *w, const struct msg_header *h) {
     rc = no_memory(&err, "the state table", sizeof *held);
     goto out;
   }
-  QDP_TRY(rc, runtime_encode(w->mesh, &p, &in, &st, &err));
+  /* The window is the caller's file, read in place: if it shrinks under this rank's read, the
+   * guard turns the fault into zeros and the job into DATA_LOSS, and the rank lives on. */
+  int guard = map ? io_guard_add(map, map_len) : -1;
+  if (map && guard < 0) {
+    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
+                       "rank %d reads too many mapped inputs at once; retry", me);
+    goto out;
+  }
+  rc = runtime_encode(w->mesh, &p, &in, &st, &err);
+  if (io_guard_remove(guard)) {
+    rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
+                       "the input file shrank while rank %d read its part of it; nothing was kept",
+                       me);
+  }
+  if (rc != QDP_OK) {
+    goto out;
+  }
   /* Tests read this line to check that a rank got only its own slice of the input. */
   log_info("world",
            "job %" PRIu64 ": %" PRIu64 " B in %zu shards here; input slice [%" PRIu64 ", %" PRIu64

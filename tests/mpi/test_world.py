@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -301,6 +302,37 @@ class World(unittest.TestCase):
         qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(np.ones(1 << n), n),
                           "complex128", "handed over")
         self.c.release(st)
+
+    def test_a_file_cut_under_the_ranks_fails_the_job_and_no_rank(self):
+        # Each rank maps its window of the file and reads it; cut short while they read, the job
+        # is DATA_LOSS (or, cut before a rank opened it, that rank finds another file; cut before
+        # the coordinator parsed it, the .npy is short: INVALID_ARGUMENT), and every rank lives
+        # on: a page fault in a rank's read is caught like the coordinator's.
+        n = 22
+        x = RNG.normal(size=1 << n)
+        path = os.path.join(self.dir, "cut.npy")
+        outcomes = []
+        for i in range(24):
+            np.save(path, x)
+            req = self.c.request("amplitude", n, None, policy="even", devices=self.spread,
+                                 path=path)
+            cut = threading.Timer(0.001 * (i % 12), os.truncate, (path, 4096))
+            cut.start()
+            try:
+                st = self.c.call("Encode", req).state
+                outcomes.append("OK")
+                got = self.c.fetch(st)
+                self.c.release(st)
+                # A job that ended before the cut read the whole file: it must be right.
+                qdpc.assert_close(got, qdpc.ref_amplitude(x, n), "complex128", "before the cut")
+            except grpc.RpcError as e:
+                outcomes.append(e.code().name)
+            finally:
+                cut.join()
+        self.assertTrue(set(outcomes) <= {"OK", "DATA_LOSS", "PERMISSION_DENIED",
+                                          "INVALID_ARGUMENT"}, outcomes)
+        self.assertIn("DATA_LOSS", outcomes)
+        self.assertFalse([r.rank for r in self.c.status().rank_info if r.lost], outcomes)
 
     def test_fetch_and_export_stream_from_the_owning_ranks(self):
         n = 9

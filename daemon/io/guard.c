@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "guard.h"
+#include "io/guard.h"
 
 /* One slot per job that can hold a mapping at once: at most one input per job and at most 256
  * worker threads (the config's ceiling). */
@@ -52,7 +52,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
   raise(sig);
 }
 
-qdp_status rpc_guard_install(struct qdp_error *reterr) {
+qdp_status io_guard_install(struct qdp_error *reterr) {
   if (atomic_exchange(&installed, 1)) {
     return QDP_OK;
   }
@@ -70,7 +70,7 @@ qdp_status rpc_guard_install(struct qdp_error *reterr) {
   return QDP_OK;
 }
 
-int rpc_guard_add(void *base, size_t len) {
+int io_guard_add(void *base, size_t len) {
   for (int i = 0; i < GUARD_SLOTS; i++) {
     int expect = 0;
     if (atomic_compare_exchange_strong(&slots[i].state, &expect, 1)) {
@@ -84,7 +84,7 @@ int rpc_guard_add(void *base, size_t len) {
   return -1;
 }
 
-bool rpc_guard_remove(int slot) {
+bool io_guard_remove(int slot) {
   if (slot < 0 || slot >= GUARD_SLOTS) {
     return false;
   }

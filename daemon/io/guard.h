@@ -1,4 +1,5 @@
-/* guard.h — survives a client's input shrinking under the daemon.
+/* guard.h — survives an input shrinking under the daemon, in whichever process maps it (the
+ * coordinator's jobs, and each rank reading its window of an input file).
  *
  * Inputs mapped from a client's shared memory or from a .npy file are read in place. If the
  * object is truncated while a job reads it, the kernel raises SIGBUS on the lost pages, which
@@ -10,8 +11,8 @@
  *
  * Any thread; async-signal-safe where it matters (the handler touches only atomics and mmap).
  */
-#ifndef QDP_RPC_GUARD_H
-#define QDP_RPC_GUARD_H
+#ifndef QDP_IO_GUARD_H
+#define QDP_IO_GUARD_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,14 +20,14 @@
 #include "error.h"
 
 /* Installs the SIGBUS handler once (idempotent). QDP_ERR_SYSTEM when sigaction fails. */
-qdp_status rpc_guard_install(struct qdp_error *reterr);
+qdp_status io_guard_install(struct qdp_error *reterr);
 
 /* Guards [base, base + len) (page-aligned base, as mmap returns). Returns a slot >= 0, or -1 when
  * every slot is taken (the caller then refuses the job with RESOURCE_EXHAUSTED). */
-int rpc_guard_add(void *base, size_t len);
+int io_guard_add(void *base, size_t len);
 
-/* Ends the guard of a slot from rpc_guard_add; true when the range faulted while guarded (its
+/* Ends the guard of a slot from io_guard_add; true when the range faulted while guarded (its
  * content is then partly zeros and must not be used). Slot -1 is ignored (returns false). */
-bool rpc_guard_remove(int slot);
+bool io_guard_remove(int slot);
 
-#endif /* QDP_RPC_GUARD_H */
+#endif /* QDP_IO_GUARD_H */
