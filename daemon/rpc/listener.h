@@ -2,7 +2,7 @@
  * the other end from the kernel, and only then hands the connection to gRPC.
  *
  * Why: gRPC's own Unix listener tells a call nothing about its peer, and identity must come from
- * the kernel, never from what a client says (DESIGN.md section 9). Each accepted connection's
+ * the kernel, never from what a client says (docs/trust-boundary.md). Each accepted connection's
  * peer credentials (SO_PEERCRED: uid, gid, pid) are recorded under its descriptor before
  * grpc_server_add_channel_from_fd takes it; a call's peer then reads "fd:<n>", and
  * rpc_listener_peer answers for it. A descriptor number is reused only after gRPC closed the

@@ -5,7 +5,7 @@
  * rights and passes the descriptor over the daemon's socket (SCM_RIGHTS); the daemon keeps it
  * here under a ticket and answers with the ticket, which the client then names in a request. So
  * the daemon never opens a node-local object on a caller's behalf: what it reads or writes is
- * exactly what the caller could itself (DESIGN.md section 9).
+ * exactly what the caller could itself (docs/trust-boundary.md).
  *
  * A ticket is "t" + 32 hex digits of getrandom(2), bound to the owner that handed the descriptor
  * over (the caller's identity key) and to the access it was opened for; it is taken at most once,
