@@ -627,10 +627,7 @@ static qdp_status hand_over_input(qdp_client *c, const struct qdp_input *in, str
     fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
       int err = errno;
-      return qdp__err_local(err == ENOENT || err == ENOTDIR ? QDP_ERR_NOT_FOUND
-                            : err == EACCES || err == EPERM ? QDP_ERR_PERMISSION_DENIED
-                                                            : QDP_ERR_SYSTEM,
-                            err, "input.path",
+      return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "input.path",
                             "Cannot open '%s': %s (qdpd reads only what this process can open).",
                             r->path, strerror(err));
     }
@@ -1500,11 +1497,8 @@ static qdp_status export_local(qdp_client *c, Qdp__ExportRequest *req, const cha
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0 && errno != EEXIST) {
       int err = errno;
-      return qdp__err_local(
-          err == ENOENT || err == ENOTDIR                 ? QDP_ERR_NOT_FOUND
-          : err == EACCES || err == EPERM || err == EROFS ? QDP_ERR_PERMISSION_DENIED
-                                                          : QDP_ERR_SYSTEM,
-          err, "path", "Cannot create a file beside '%s': %s.", path, strerror(err));
+      return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                            "Cannot create a file beside '%s': %s.", path, strerror(err));
     }
   }
   if (fd < 0) {

@@ -40,3 +40,13 @@ qdp_status qdp__err_local(qdp_status code, int cause, const char *field, const c
 qdp_status qdp__err_nomem(const char *what) {
   return qdp__err_local(QDP_ERR_SYSTEM, ENOMEM, NULL, "libqdp ran out of memory while %s.", what);
 }
+
+qdp_status qdp__errno_status(int err, qdp_status otherwise) {
+  if (err == ENOENT || err == ENOTDIR) {
+    return QDP_ERR_NOT_FOUND;
+  }
+  if (err == EACCES || err == EPERM || err == EROFS) {
+    return QDP_ERR_PERMISSION_DENIED;
+  }
+  return otherwise;
+}

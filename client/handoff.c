@@ -150,11 +150,8 @@ int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
     f = shm_open(name, O_RDONLY, 0);
     if (f < 0) {
       int err = errno;
-      *rc = qdp__err_local(err == ENOENT   ? QDP_ERR_NOT_FOUND
-                           : err == EACCES ? QDP_ERR_PERMISSION_DENIED
-                                           : QDP_ERR_INVALID_ARGUMENT,
-                           err, "shm.name", "Cannot open shared memory '%s': %s.", name,
-                           strerror(err));
+      *rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_INVALID_ARGUMENT), err, "shm.name",
+                           "Cannot open shared memory '%s': %s.", name, strerror(err));
     }
     return f;
   }
@@ -180,11 +177,8 @@ int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
   }
   if (f < 0) {
     int err = errno;
-    *rc = qdp__err_local(err == ENOENT                   ? QDP_ERR_NOT_FOUND
-                         : err == EACCES || err == EPERM ? QDP_ERR_PERMISSION_DENIED
-                                                         : QDP_ERR_INVALID_ARGUMENT,
-                         err, "shm.fd", "Cannot open fd %d of process %d: %s%s.", fd, pid,
-                         strerror(err),
+    *rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_INVALID_ARGUMENT), err, "shm.fd",
+                         "Cannot open fd %d of process %d: %s%s.", fd, pid, strerror(err),
                          err == EINVAL ? " (not shared memory or a regular file)" : "");
   }
   return f;

@@ -100,12 +100,6 @@ static qdp_status check_caller_waits(const struct rpc_call *c, struct qdp_error 
   return QDP_OK;
 }
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A TCP caller may name node-local files only where the operator said so: beneath `folder`
  * with tcp_node_paths on. */
 static qdp_status check_tcp_path(const struct rpc_call *c, const struct io_folder *folder,
@@ -145,7 +139,8 @@ static qdp_status take_fd(const struct rpc_call *c, const char *ticket, enum fd_
                          what, field);
   }
   int fd = -1;
-  QDP_TRY(rc, fd_tickets_take(s->tickets, c->owner, ticket, access, mono_ms(), field, &fd, err));
+  QDP_TRY(rc, fd_tickets_take(s->tickets, c->owner, ticket, access, (int64_t)rpc_mono_ms(), field,
+                              &fd, err));
   rc = io_check_not_own(fd, s->own, s->nown, field, err);
   if (rc != QDP_OK) {
     close(fd);

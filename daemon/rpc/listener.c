@@ -68,7 +68,7 @@ struct rpc_listener {
   size_t npeers;
 };
 
-static uint64_t mono_ms(void) {
+uint64_t rpc_mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
@@ -384,7 +384,7 @@ static void handoff(struct rpc_listener *l, struct pending *p) {
                   "a handoff carries exactly one descriptor (SCM_RIGHTS); this one had %zu", nfds);
   } else if (check_handed(fds[0], (enum fd_access)access, &err) == QDP_OK) {
     char ticket[FD_TICKET_LEN];
-    int64_t now = (int64_t)mono_ms();
+    int64_t now = (int64_t)rpc_mono_ms();
     int fd = fds[0];
     nfds = 0; /* the table's now, whatever it answers */
     if (fd_tickets_add(l->tickets, key, fd, (enum fd_access)access, now, ticket, &err) == QDP_OK) {
@@ -466,7 +466,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     p->l = l;
     p->fd = fd;
     p->peer = (struct rpc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
-    p->since_ms = mono_ms();
+    p->since_ms = rpc_mono_ms();
     p->poll.data = p;
     p->next = l->pending;
     l->pending = p;
@@ -478,7 +478,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
 
 static void on_sweep(uv_timer_t *t) {
   struct rpc_listener *l = t->data;
-  uint64_t now = mono_ms();
+  uint64_t now = rpc_mono_ms();
   for (struct pending *p = l->pending, *next; p; p = next) {
     next = p->next;
     if (now - p->since_ms >= PENDING_TIMEOUT_MS) {

@@ -25,6 +25,7 @@
 #define QDP_RPC_LISTENER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <grpc/grpc.h>
@@ -41,6 +42,10 @@ struct rpc_peer {
   gid_t gid;
   pid_t pid;
 };
+
+/* Milliseconds of CLOCK_MONOTONIC: the one clock tickets are stamped and checked with, and the
+ * server's timings. Any thread. */
+uint64_t rpc_mono_ms(void);
 
 /* The identity key a Unix peer's states, regions, tickets and quotas are filed under. */
 void rpc_peer_key(const struct rpc_peer *p, char *buf, size_t len);

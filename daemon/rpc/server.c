@@ -75,12 +75,6 @@ int64_t rpc_now_unix_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static uint64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- the loop's inbox
  * ----------------------------------------------------------------------------- */
 
@@ -397,7 +391,7 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   if (!s->shutting_down) {
     arm(s, c->method);
   }
-  c->start_ms = mono_ms();
+  c->start_ms = rpc_mono_ms();
   identify(c);
   struct qdp_error err = QDP_ERROR_INIT;
   if (c->method < 0) {
@@ -532,7 +526,7 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
     c->close_armed = true;
   }
   log_debug("rpc", "%s from %s: status %d after %" PRIu64 " ms", rpc_method_name(c), c->client,
-            (int)code, mono_ms() - c->start_ms);
+            (int)code, rpc_mono_ms() - c->start_ms);
   c->ev_done = (struct rpc_ev){.fn = on_done, .call = c};
   /* The caller's reference passes to this batch; on_done drops it. */
   grpc_call_error ce = grpc_call_start_batch(c->call, ops, n, &c->ev_done, NULL);
@@ -801,7 +795,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->world = deps->world;
   s->store = deps->store;
   s->start_unix_ms = rpc_now_unix_ms();
-  s->start_mono_ms = mono_ms();
+  s->start_mono_ms = rpc_mono_ms();
   s->store_budget = cfg->store_budget;
   s->tcp_node_paths = cfg->tcp_node_paths;
   s->euid = geteuid();

@@ -34,12 +34,6 @@ static void prepare_recv(struct rpc_ev *e) {
   }
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- the uploads in flight: per-caller bytes and idle times (under uploads_mu) ----------------
  */
 
@@ -164,7 +158,7 @@ void rpc_upload_closed(struct rpc_call *c) {
 /* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout, and
  * gives the verdict on short ones whose client showed no sign of leaving. */
 void rpc_upload_sweep(struct rpc_server *s) {
-  uint64_t idle = atomic_load(&s->upload_idle_ms), now = now_ms();
+  uint64_t idle = atomic_load(&s->upload_idle_ms), now = rpc_mono_ms();
   struct rpc_call *done = NULL;
   uv_mutex_lock(&s->uploads_mu);
   for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
@@ -204,7 +198,7 @@ static bool recv_next(struct rpc_call *c) {
 void rpc_upload_begin(struct rpc_call *c) {
   struct rpc_server *s = c->srv;
   struct rpc_upload *u = &c->up;
-  atomic_store(&u->last_ms, now_ms());
+  atomic_store(&u->last_ms, rpc_mono_ms());
   uv_mutex_lock(&s->uploads_mu);
   u->next = s->uploads;
   if (u->next) {
@@ -312,7 +306,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   struct qdp_error err = QDP_ERROR_INIT;
   qdp_status rc = QDP_OK;
-  atomic_store(&c->up.last_ms, now_ms());
+  atomic_store(&c->up.last_ms, rpc_mono_ms());
   if (!e->ok || c->up.idle) {
     rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
                       c->up.idle ? "the upload sent nothing for %" PRIu64
@@ -340,7 +334,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
                         "EncodeUpload ended before its first message, which carries the request");
     } else if (c->up.exact ? c->up.len != c->up.limit : !c->up.last) {
       /* Short: the verdict waits a moment for the client's cancel (rpc_upload_closed). */
-      atomic_store(&c->up.short_ms, now_ms());
+      atomic_store(&c->up.short_ms, rpc_mono_ms());
       goto drop;
     } else {
       untrack(c);
