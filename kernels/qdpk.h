@@ -1,7 +1,7 @@
 /* qdpk.h — the encode kernels: pure functions of their inputs, one CPU twin per CUDA launcher.
  *
  * A launch writes `rows` samples and, in each, the amplitude index range [first, first + count) of
- * a 2^qubits state (DESIGN.md §4: qubit k is bit k of the index; samples are row-major
+ * a 2^qubits state (docs/design.md, encodings: qubit k is bit k of the index; samples are row-major
  * [rows][count]). Input rows start `in_stride` elements apart. Output is interleaved complex:
  * COMPLEX64 (float re, im) or COMPLEX128 (double re, im), and every value is computed in the
  * output's precision (float for COMPLEX64, double for COMPLEX128): inputs are converted on load,

@@ -1,8 +1,9 @@
 /* plan.h — placement planning: where each shard of a state goes and what every device must hold.
  *
- * The daemon plans a job before it allocates anything (DESIGN.md §3, §5): validate the request,
- * resolve the policy, cut the state (or the batch) into contiguous shards over the device set,
- * and count per device the shard bytes + input staging + workspace against the device's budget.
+ * The daemon plans a job before it allocates anything (docs/design.md: one job end to end,
+ * placement): validate the request, resolve the policy, cut the state (or the batch) into
+ * contiguous shards over the device set, and count per device the shard bytes + input staging +
+ * workspace against the device's budget.
  * A plan is computed for any valid request, feasible or not, so a dry run can show the arithmetic;
  * plan_check_feasible turns an infeasible plan into a refusal that names the numbers.
  *

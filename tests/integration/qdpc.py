@@ -1,7 +1,8 @@
 """An independent qdp client for the integration tests: Debian's python3-grpcio and protobuf,
 loading the wire contract at run time from the FileDescriptorSet that protoc-c writes (qdp.desc),
-so it shares no code with libqdp. Also the NumPy reference of DESIGN.md section 4, written from
-the formulas (direct sums, no fast transforms), against which every fetched state is compared.
+so it shares no code with libqdp. Also the NumPy reference of the encodings table in
+docs/design.md, written from the formulas (direct sums, no fast transforms), against which every
+fetched state is compared.
 """
 
 import array
@@ -286,7 +287,7 @@ class Client:
         return None
 
 
-# ---- the reference: DESIGN.md section 4, computed from the formulas ----
+# ---- the reference: the encodings of docs/design.md, computed from the formulas ----
 
 def bits(n):
     """bits[b, k] = bit k of index b (qubit k is bit k: little-endian)."""
@@ -358,7 +359,7 @@ def params_per_sample(encoding, n):
 
 
 def tolerance(dtype):
-    # complex64 states are computed in float precision; complex128 in double (DESIGN.md 10).
+    # complex64 states are computed in float precision; complex128 in double (docs/design.md, testing).
     return 1e-5 if dtype == "complex64" else 1e-12
 
 

@@ -1,8 +1,8 @@
 /* Integration: libqdp's public API against a real qdpd (run by with_qdpd.sh: QDP_SOCKET and
  * QDP_TEST_DIR set). Every input kind, plan, describe, list, fetch (buffer, .npy, progress,
  * cancel), export, release, status, health, the error record with the daemon's details, and 32
- * threads sharing one client. States are compared with the DESIGN.md section 4 formulas computed
- * here in double precision. No fork: gRPC threads do not survive it. */
+ * threads sharing one client. States are compared with the formulas of docs/design.md's encodings,
+ * computed here in double precision. No fork: gRPC threads do not survive it. */
 #include <check.h>
 #include <complex.h>
 #include <errno.h>
