@@ -1,4 +1,5 @@
 /* internal.h — what server.c, handlers.c and upload.c share: the server, a call, events, jobs.
+ * The jobs themselves run in job/: handlers only unpack, call job_* and pack.
  *
  * A call's life: armed (arm) -> its request arrives on the completion-queue thread, which unpacks
  * it, checks identity and auth (on_new) and either answers it there (Health, and small jobs that
@@ -23,10 +24,10 @@
 
 #include "config.h"
 #include "error.h"
-#include "qdp.pb-c.h"
-#include "runtime/runtime.h"
 #include "io/map.h"
+#include "job/job.h"
 #include "listener.h"
+#include "qdp.pb-c.h"
 #include "server.h"
 
 struct rpc_server;
@@ -113,11 +114,8 @@ struct rpc_upload_owner {
 };
 
 struct rpc_fetch {
-  struct runtime_state *state; /* pinned in the store while non-NULL */
-  uint64_t next, end, total;   /* amplitudes */
-  uint64_t chunk;              /* amplitudes per message */
-  unsigned esize;
-  int dtype;
+  struct job_fetch read; /* the state, pinned while read.state is set, and where it is */
+  uint64_t chunk;        /* amplitudes per message */
   bool send_failed;
 };
 
@@ -165,10 +163,7 @@ struct rpc_call {
 
 struct rpc_server {
   uv_loop_t *loop;
-  struct runtime_mesh *mesh;
-  struct world *world; /* every job goes through it: a world of one without MPI */
-  struct state_store *store;
-  struct region_registry *regions; /* the server's own: created and destroyed with it */
+  struct job_pipeline *jobs; /* the server's own: every job runs through it */
   grpc_server *server;
   grpc_completion_queue *cq;
   void *registered[RPC_M_COUNT];
@@ -213,14 +208,12 @@ struct rpc_server {
   uid_t euid;
   bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
-  struct runtime_device_info *devs;
-  size_t ndev;
   int64_t start_unix_ms;
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (read by workers). */
-  atomic_uint_fast64_t max_qubits, max_batch, max_upload_bytes, upload_budget, fetch_chunk,
-      client_upload_budget, upload_idle_ms;
+  atomic_uint_fast64_t max_upload_bytes, upload_budget, fetch_chunk, client_upload_budget,
+      upload_idle_ms;
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
   atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
@@ -233,8 +226,6 @@ struct rpc_server {
 };
 
 int64_t rpc_now_unix_ms(void);
-/* The ranks of the server's world (1 without one). */
-int rpc_world_ranks(const struct rpc_server *s);
 const char *rpc_method_name(const struct rpc_call *c);
 
 void rpc_submit(struct rpc_server *s, struct rpc_job *j);

@@ -18,15 +18,10 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
-#include "io/guard.h"
 #include "internal.h"
 #include "log.h"
-#include "runtime/runtime.h"
 #include "listener.h"
-#include "state/regions.h"
-#include "state/store.h"
 #include "state/tickets.h"
-#include "world/world.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
  * arrive before the completion-queue thread gets to re-arm. */
@@ -64,10 +59,6 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
 
 /* ---- time
  * ---------------------------------------------------------------------------------------- */
-
-int rpc_world_ranks(const struct rpc_server *s) {
-  return world_size(s->world);
-}
 
 int64_t rpc_now_unix_ms(void) {
   struct timespec ts;
@@ -363,7 +354,7 @@ static bool runs_inline(const struct rpc_call *c) {
     return !((const Qdp__DescribeRequest *)c->req)->views;
   case RPC_M_ENCODE: {
     const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
-    if (rpc_world_ranks(c->srv) > 1) {
+    if (job_world_ranks(c->srv->jobs) > 1) {
       return false; /* it waits on other ranks, up to the rank timeout */
     }
     if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
@@ -623,12 +614,13 @@ static void cq_main(void *arg) {
 static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
   /* Releasing states frees device memory: a worker's job, never the loop's. */
-  size_t n = state_store_expire(s->store, rpc_now_unix_ms());
+  size_t n = 0, leases = 0;
+  job_expire(s->jobs, rpc_now_unix_ms(), &n, &leases);
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
              n == 1 ? "its" : "their");
   }
-  n = state_store_sweep_leases(s->store, rpc_now_unix_ms());
+  n = leases;
   if (n > 0) {
     log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
   }
@@ -670,8 +662,7 @@ void rpc_route_grpc_logs(void) {
 }
 
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
-  atomic_store(&s->max_qubits, cfg->max_qubits);
-  atomic_store(&s->max_batch, cfg->max_batch);
+  job_set_limits(s->jobs, (uint32_t)cfg->max_qubits, cfg->max_batch);
   atomic_store(&s->max_upload_bytes, cfg->max_upload_bytes);
   atomic_store(&s->upload_budget, cfg->upload_budget);
   atomic_store(&s->fetch_chunk, cfg->fetch_chunk);
@@ -791,9 +782,6 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   grpc_init();
   s->grpc_inited = true;
   s->loop = deps->loop;
-  s->mesh = deps->mesh;
-  s->world = deps->world;
-  s->store = deps->store;
   s->start_unix_ms = rpc_now_unix_ms();
   s->start_mono_ms = rpc_mono_ms();
   s->store_budget = cfg->store_budget;
@@ -809,30 +797,20 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->nworkers_cfg = (size_t)cfg->workers;
   s->expire_interval_ms = cfg->expire_interval * 1000;
   s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
-  rpc_server_apply_config(s, cfg);
   uv_mutex_init(&s->inbox_mu);
   uv_mutex_init(&s->uploads_mu);
   uv_mutex_init(&s->pool_mu);
   uv_cond_init(&s->pool_cv);
   s->sync_inited = true;
 
-  /* The devices' fixed facts (names, UUIDs) for replies; budgets and use are read per call. In a
-   * world of several ranks these are every rank's devices, in the planner's order. */
-  s->ndev = world_device_count(s->world);
-  s->devs = calloc(s->ndev ? s->ndev : 1, sizeof *s->devs);
-  if (!s->devs) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices",
-                       s->ndev);
-    goto out;
-  }
-  for (size_t i = 0; i < s->ndev; i++) {
-    struct world_device wd;
-    world_device_at(s->world, i, &wd);
-    s->devs[i] = wd.info;
-  }
-
-  QDP_TRY(rc, io_guard_install(reterr));
-  QDP_TRY(rc, region_registry_create((uint32_t)cfg->max_regions, &s->regions, reterr));
+  struct job_deps jd = {.mesh = deps->mesh,
+                        .world = deps->world,
+                        .store = deps->store,
+                        .max_regions = (uint32_t)cfg->max_regions,
+                        .own_files = s->own,
+                        .nown = s->nown};
+  QDP_TRY(rc, job_pipeline_create(&jd, &s->jobs, reterr));
+  rpc_server_apply_config(s, cfg);
   QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
                                 &s->tickets, reterr));
   QDP_TRY(rc, load_tokens(s, cfg, reterr));
@@ -1099,10 +1077,8 @@ void rpc_server_destroy(struct rpc_server *s) {
     grpc_completion_queue_destroy(s->cq);
   }
   free(s->workers);
-  /* Every job is over (the workers have stopped): the regions are unmapped, and unpinned while
-   * the mesh is still there. */
-  region_registry_destroy(s->regions);
-  free(s->devs);
+  /* Every job is over (the workers have stopped). */
+  job_pipeline_destroy(s->jobs);
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);
     uv_mutex_destroy(&s->uploads_mu);

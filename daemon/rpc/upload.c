@@ -16,7 +16,6 @@
 #include "codec.h"
 #include "internal.h"
 #include "log.h"
-#include "request.h"
 
 /* The first allocation of an upload whose size is not declared; it doubles from there. */
 #define UPLOAD_FIRST_CAP (1u << 20)
@@ -243,7 +242,7 @@ static qdp_status declare(struct rpc_call *c, Qdp__UploadChunk *ch, struct qdp_e
                          "request.input of an upload must name no data, path or shm: the "
                          "values follow in the next messages");
   }
-  qdp_status rc = rpc_upload_limit(in->dtype, in->rows, in->cols, atomic_load(&s->max_upload_bytes),
+  qdp_status rc = job_upload_limit(in->dtype, in->rows, in->cols, atomic_load(&s->max_upload_bytes),
                                    &c->up.limit, &c->up.exact, err);
   if (rc != QDP_OK) {
     return rc;
