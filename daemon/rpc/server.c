@@ -769,6 +769,31 @@ out:
   return rc;
 }
 
+/* The gRPC server and its completion queue, every method registered. */
+static void create_grpc_server(struct rpc_server *s, const struct config *cfg) {
+  grpc_arg args[3];
+  args[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                       .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                       .value.integer = (int)cfg->max_message_bytes};
+  /* Replies are bounded by the server itself (Fetch chunks, List); the client's own receive
+   * limit is what matters for them. */
+  args[1] = (grpc_arg){
+      .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = -1};
+  /* Without this a second daemon could bind the same port and share its connections. */
+  args[2] =
+      (grpc_arg){.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0};
+  grpc_channel_args ch_args = {.num_args = 3, .args = args};
+  s->server = grpc_server_create(&ch_args, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  for (int i = 0; i < RPC_M_COUNT; i++) {
+    grpc_server_register_method_payload_handling ph =
+        rpc_methods[i].kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
+                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
+    s->registered[i] = grpc_server_register_method(s->server, rpc_methods[i].path, NULL, ph, 0);
+  }
+}
+
 qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
                              struct rpc_server **ret_server, int *ret_tcp_port,
                              struct qdp_error *reterr) {
@@ -817,27 +842,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
   QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
 
-  grpc_arg args[3];
-  args[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                       .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                       .value.integer = (int)cfg->max_message_bytes};
-  /* Replies are bounded by the server itself (Fetch chunks, List); the client's own receive
-   * limit is what matters for them. */
-  args[1] = (grpc_arg){
-      .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = -1};
-  /* Without this a second daemon could bind the same port and share its connections. */
-  args[2] =
-      (grpc_arg){.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0};
-  grpc_channel_args ch_args = {.num_args = 3, .args = args};
-  s->server = grpc_server_create(&ch_args, NULL);
-  s->cq = grpc_completion_queue_create_for_next(NULL);
-  grpc_server_register_completion_queue(s->server, s->cq, NULL);
-  for (int i = 0; i < RPC_M_COUNT; i++) {
-    grpc_server_register_method_payload_handling ph =
-        rpc_methods[i].kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
-                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
-    s->registered[i] = grpc_server_register_method(s->server, rpc_methods[i].path, NULL, ph, 0);
-  }
+  create_grpc_server(s, cfg);
 
   if (unix_path && unix_path[0]) {
     struct rpc_listener_opts lo = {
