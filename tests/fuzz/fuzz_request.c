@@ -1,6 +1,6 @@
 /* fuzz_request.c — a request's way through the daemon, from the bytes gRPC hands over to a checked
  * plan: rpc_codec_unpack (as the completion-queue thread decodes every method's request), the
- * request checks of rpc/request.c in the order rpc/handlers.c and rpc/upload.c make them, then
+ * request checks of job/shape.c in the order job/encode.c and rpc/upload.c make them, then
  * plan_compute and plan_check_feasible against fixed fake worlds. Each stage sees only what the
  * stage before accepted. Nothing here does I/O: an input by path stops before its file is opened,
  * one in shared memory after its shape check.
@@ -298,7 +298,7 @@ static void shaped(const Qdp__EncodeRequest *r, const Qdp__Input *in, uint64_t n
   plan_everywhere(r, &shape);
 }
 
-/* Encode and Plan (rpc/handlers.c run_encode and resolve_input). */
+/* Encode and Plan (job/encode.c job_encode and source_open). */
 static void encode_request(const Qdp__EncodeRequest *r) {
   const Qdp__Input *in = r->input;
   if (!in) {
