@@ -73,7 +73,8 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
                               struct job_source *src, struct qdp_error *err) {
   void *payload = NULL;
   uint64_t rows = 0, cols = 0;
-  qdp_status rc = region_registry_get(jp->regions, in->region, in->region_token, &payload, NULL, err);
+  qdp_status rc =
+      region_registry_get(jp->regions, in->region, in->region_token, &payload, NULL, err);
   if (rc != QDP_OK) {
     return rc;
   }

@@ -344,10 +344,10 @@ static void count_job(struct rpc_call *c) {
   c->job_started = true;
 }
 
-/* Encodes req and answers the call; the upload's buffer (if any) goes back to upload_budget as
- * soon as the encode is over, not when the client reads the reply. */
-static void encode_and_answer(struct rpc_call *c, const Qdp__EncodeRequest *r,
-                              struct job_encode_request *req, bool uploaded) {
+/* Encodes req and answers the call; an upload (its buffer and its request, which req points
+ * into) goes back to upload_budget as soon as the encode is over, not when the client reads the
+ * reply. */
+static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req, bool uploaded) {
   struct rpc_server *s = c->srv;
   struct qdp_error err = QDP_ERROR_INIT;
   struct job_state_info st;
@@ -362,9 +362,9 @@ static void encode_and_answer(struct rpc_call *c, const Qdp__EncodeRequest *r,
   }
   const struct plan *p = st.plan;
   log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
-           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)r->encoding), r->qubits,
-           p->batch, st.meta.handle, p->total_bytes, plan_policy_name(p->policy), p->nshards,
-           p->nshards == 1 ? "" : "s");
+           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
+           req->qubits, p->batch, st.meta.handle, p->total_bytes, plan_policy_name(p->policy),
+           p->nshards, p->nshards == 1 ? "" : "s");
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }
@@ -381,12 +381,12 @@ void rpc_h_encode(struct rpc_job *j) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  encode_and_answer(c, r, &req, false);
+  encode_and_answer(c, &req, false);
 }
 
 void rpc_h_upload_encode(struct rpc_job *j) {
   struct rpc_call *c = j->call;
-  /* The request stays alive (c->up.req) until the call is freed, after the answer. */
+  /* The upload's request and buffer stay alive until the encode is over (encode_and_answer). */
   const Qdp__EncodeRequest *r = c->up.req;
   const Qdp__Input *decl = r->input;
   struct job_encode_request req;
@@ -400,7 +400,7 @@ void rpc_h_upload_encode(struct rpc_job *j) {
                                  .values = c->up.buf,
                                  .bytes = c->up.len,
                                  .fd = -1};
-  encode_and_answer(c, r, &req, true);
+  encode_and_answer(c, &req, true);
 }
 
 static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const struct plan *p,
@@ -460,7 +460,7 @@ void rpc_h_plan(struct rpc_job *j) {
   rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
 }
 
-/* ---- states --------------------------------------------------------------------------------------
+/* ---- states ------------------------------------------------------------------------------------
  */
 
 void rpc_h_describe(struct rpc_job *j) {

@@ -210,7 +210,8 @@ unsigned long shim_sweep(const char *what, op_fn op, check_fn check, void *arg) 
     shim_arm(n);
     qdp_status rc = op(arg, &e);
     bool failed = shim_disarm();
-    ck_assert_msg(shim_live_count() == 0, "%s, call %lu failed: %zu allocations left live (status %d)",
+    ck_assert_msg(shim_live_count() == 0,
+                  "%s, call %lu failed: %zu allocations left live (status %d)",
                   what, n, shim_live_count(), (int)rc);
     if (check) {
       check(arg, rc);
