@@ -38,7 +38,8 @@ void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
                           struct job_state_info *info, struct qdp_error *reterr);
 
-/* Commits a new state (Encode, Gather) under the reservation and describes it into *ret, with
+/* Commits a new state (Encode, Gather) under the reservation and describes it into *ret, pinned
+ * from the commit on (a Release or expiry meanwhile frees it only at job_state_info_end), with
  * views when asked. res and st are consumed in every case (st destroyed on failure); the state
  * is released again when its views cannot be opened, since no one could receive its handle. */
 qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,

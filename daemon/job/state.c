@@ -154,37 +154,32 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       struct state_reservation *res, struct runtime_state *st,
                       uint64_t ttl_seconds, const char *label, bool views, int pid,
                       struct job_state_info *ret, struct qdp_error *err) {
-  char handle[STATE_HANDLE_LEN] = "";
+  struct state_meta meta;
   memset(ret, 0, sizeof *ret);
-  qdp_status rc = state_store_commit(jp->store, res, st, destroy_state, job_ttl_ms(ttl_seconds),
-                                     label, handle, ret->token, err);
+  /* Pinned as it is linked: a Release with the new token, or an expiry, may land before the
+   * reply is built, and then this pin keeps st (its plan, its shards) alive until the reply's
+   * job_state_info_end. */
+  qdp_status rc = state_store_commit_pinned(jp->store, res, st, destroy_state,
+                                            job_ttl_ms(ttl_seconds), label, &meta, ret->token, err);
   if (rc != QDP_OK) {
     runtime_state_destroy(st);
     return rc;
   }
-  struct state_meta meta;
-  void *payload = NULL;
-  if (state_store_get(jp->store, handle, ret->token, &payload, &meta, NULL) != QDP_OK) {
-    /* Released or expired already (a TTL shorter than this reply): described from here. */
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.handle, sizeof meta.handle, "%s", handle);
-    snprintf(meta.owner, sizeof meta.owner, "%s", caller->owner);
-    snprintf(meta.label, sizeof meta.label, "%s", label ? label : "");
-    meta.created_unix_ms = now_unix_ms();
-    payload = NULL;
-    if (views) {
-      return qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
-                           "state '%s' expired before its views could be opened", handle);
-    }
-  }
-  job_info_fill(ret, &meta, payload ? payload : st);
-  ret->pinned = payload;
+  job_info_fill(ret, &meta, st);
+  ret->pinned = st;
   ret->fresh = true;
-  if (views) {
+  if (!views) {
+    return QDP_OK;
+  }
+  if (meta.expires_unix_ms && meta.expires_unix_ms <= now_unix_ms()) {
+    /* A TTL shorter than this reply: views of it would outlive what its handle answers. */
+    rc = qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
+                       "state '%s' expired before its views could be opened", meta.handle);
+  } else {
     rc = job_open_views(jp, caller, pid, ret, err);
-    if (rc != QDP_OK) {
-      job_state_info_end(jp, ret, false);
-    }
+  }
+  if (rc != QDP_OK) {
+    job_state_info_end(jp, ret, false);
   }
   return rc;
 }

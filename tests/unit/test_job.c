@@ -232,6 +232,89 @@ START_TEST(test_a_reply_that_cannot_be_sent_releases_the_new_state) {
 }
 END_TEST
 
+/* Set by a test: every commit is followed at once by the state's release, as a Release with the
+ * new token or an expiry sweep on another thread may land before the reply is built (linked with
+ * --wrap=state_store_commit_pinned). */
+static bool release_on_commit;
+
+qdp_status __real_state_store_commit_pinned(struct state_store *s, struct state_reservation *r,
+                                            void *payload, void (*payload_destroy)(void *),
+                                            uint64_t ttl_ms, const char *label,
+                                            struct state_meta *ret_meta, char *ret_token,
+                                            struct qdp_error *reterr);
+qdp_status __wrap_state_store_commit_pinned(struct state_store *s, struct state_reservation *r,
+                                            void *payload, void (*payload_destroy)(void *),
+                                            uint64_t ttl_ms, const char *label,
+                                            struct state_meta *ret_meta, char *ret_token,
+                                            struct qdp_error *reterr);
+
+qdp_status __wrap_state_store_commit_pinned(struct state_store *s, struct state_reservation *r,
+                                            void *payload, void (*payload_destroy)(void *),
+                                            uint64_t ttl_ms, const char *label,
+                                            struct state_meta *ret_meta, char *ret_token,
+                                            struct qdp_error *reterr) {
+  qdp_status rc = __real_state_store_commit_pinned(s, r, payload, payload_destroy, ttl_ms, label,
+                                                   ret_meta, ret_token, reterr);
+  if (rc == QDP_OK && release_on_commit) {
+    ck_assert_int_eq(state_store_release(s, ret_meta->handle, ret_token, NULL, NULL), QDP_OK);
+  }
+  return rc;
+}
+
+static void assert_devices_empty(void) {
+  for (size_t i = 0; i < runtime_mesh_count(fx.mesh); i++) {
+    struct runtime_device_info info;
+    runtime_mesh_device_info(fx.mesh, i, &info);
+    ck_assert_uint_eq(info.used_bytes, 0);
+  }
+}
+
+/* The reply of an Encode or Gather is described from the new state: one released the moment it
+ * was committed must still be readable until the reply is built, and freed once it is. */
+START_TEST(test_a_state_released_as_it_is_committed_is_described_from_a_pin) {
+  const double v[4] = {3, 4, 0, 0};
+  struct job_encode_request req = amplitude_of(v, 4, 2);
+  req.placement.policy = PLAN_EVEN;
+  req.label = "raced";
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT;
+  release_on_commit = true;
+  ck_assert_msg(job_encode(fx.jp, &alice, &req, &st, &e) == QDP_OK, "%s", e.msg);
+  release_on_commit = false;
+  ck_assert_uint_eq(st.plan->qubits, 2);
+  ck_assert_uint_eq(st.plan->nshards, 2);
+  ck_assert_uint_eq(st.plan->total_bytes, 4 * 16);
+  ck_assert_ptr_nonnull(st.collective);
+  ck_assert_str_eq(st.meta.owner, "uid:1000");
+  ck_assert_str_eq(st.meta.label, "raced");
+  ck_assert_uint_eq(st.meta.bytes, 4 * 16);
+  char handle[STATE_HANDLE_LEN], token[STATE_TOKEN_LEN];
+  memcpy(handle, st.meta.handle, sizeof handle);
+  memcpy(token, st.token, sizeof token);
+  assert_store_empty(); /* unlinked: its bytes are no longer listed */
+  job_state_info_end(fx.jp, &st, true);
+  assert_devices_empty(); /* the reply's pin was the last */
+  struct job_fetch f;
+  ck_assert_int_eq(job_fetch_open(fx.jp, handle, token, 0, 0, &f, &e), QDP_ERR_NOT_FOUND);
+  /* Gather commits through the same step. */
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_OK);
+  memcpy(handle, st.meta.handle, sizeof handle);
+  memcpy(token, st.token, sizeof token);
+  job_state_info_end(fx.jp, &st, true);
+  release_on_commit = true;
+  ck_assert_msg(job_gather(fx.jp, &alice, handle, token, "cpu:1", 0, "whole", &st, &e) == QDP_OK,
+                "%s", e.msg);
+  release_on_commit = false;
+  ck_assert_uint_eq(st.plan->nshards, 1);
+  ck_assert_uint_eq(st.plan->total_bytes, 4 * 16);
+  ck_assert_str_eq(st.meta.label, "whole");
+  job_state_info_end(fx.jp, &st, true);
+  ck_assert_int_eq(job_release(fx.jp, &alice, handle, token, NULL, &e), QDP_OK);
+  assert_store_empty();
+  assert_devices_empty();
+}
+END_TEST
+
 START_TEST(test_fetch_reads_a_window_and_refuses_past_the_end) {
   const double v[4] = {1, 1, 1, 1};
   struct job_encode_request req = amplitude_of(v, 4, 2);
@@ -418,6 +501,7 @@ int main(void) {
   tcase_add_test(tc, test_plan_only_reports_the_plan_and_keeps_nothing);
   tcase_add_test(tc, test_states_belong_to_their_owner);
   tcase_add_test(tc, test_a_reply_that_cannot_be_sent_releases_the_new_state);
+  tcase_add_test(tc, test_a_state_released_as_it_is_committed_is_described_from_a_pin);
   tcase_add_test(tc, test_fetch_reads_a_window_and_refuses_past_the_end);
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
