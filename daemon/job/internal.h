@@ -3,6 +3,7 @@
 #ifndef QDP_JOB_INTERNAL_H
 #define QDP_JOB_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "job.h"
@@ -19,7 +20,16 @@ struct job_pipeline {
   size_t nown;
   atomic_uint_fast32_t max_qubits;
   atomic_uint_fast64_t max_batch;
+  /* Upload memory held (job_upload_admit): every identity's, and each one's while it holds any. */
+  atomic_uint_fast64_t upload_budget, client_upload_budget;
+  pthread_mutex_t uploads_mu;
+  uint64_t upload_held;
+  struct job_upload_owner *upload_owners;
 };
+
+/* Sets up and ends the count of upload memory (upload.c). */
+void job_uploads_init(struct job_pipeline *jp);
+void job_uploads_end(struct job_pipeline *jp);
 
 /* INVALID_ARGUMENT "<field>.handle is missing" for an empty handle. */
 qdp_status job_check_handle(const char *handle, const char *field, struct qdp_error *reterr);

@@ -11,7 +11,8 @@
  *  - Every job goes through the world (a world of one without MPI). A descriptor in a request is
  *    taken in every case: kept by the mapping it becomes, or closed.
  *  - Any thread; the pipeline takes no lock of its own (the store, registry and world have
- *    theirs). Calls that free device memory may block: worker threads, not an event loop.
+ *    theirs) but the short one over its count of upload memory. Calls that free device memory
+ *    may block: worker threads, not an event loop.
  */
 #ifndef QDP_JOB_H
 #define QDP_JOB_H
@@ -164,6 +165,24 @@ qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
 /* Unpins a state info. handed_over false for a fresh state means its handle could not be sent:
  * it is released, since no one else could. NULL-safe and safe on a zeroed info. */
 void job_state_info_end(struct job_pipeline *jp, struct job_state_info *info, bool handed_over);
+
+/* ---- uploads: the host memory of values still arriving ---- */
+
+/* The host memory all uploads in flight may hold together, and each identity's (SIGHUP may
+ * change them; what is held already stays held). */
+void job_set_upload_budgets(struct job_pipeline *jp, uint64_t upload_budget,
+                            uint64_t client_upload_budget);
+/* Takes `bytes` more upload memory for identity `owner`: RESOURCE_EXHAUSTED (field "data", the
+ * budget and the bytes held and asked in the message, need_bytes and free_bytes set) when
+ * upload_budget or the owner's client_upload_budget would pass; nothing is taken then. An owner
+ * of 64 B or more is INVALID_ARGUMENT. */
+qdp_status job_upload_admit(struct job_pipeline *jp, const char *owner, uint64_t bytes,
+                            struct qdp_error *reterr);
+/* Gives back `bytes` that job_upload_admit took for owner (clamped to what it holds). */
+void job_upload_release(struct job_pipeline *jp, const char *owner, uint64_t bytes);
+/* Upload memory held by every identity together, and by `owner` (may be NULL). */
+void job_upload_usage(struct job_pipeline *jp, const char *owner, uint64_t *ret_all,
+                      uint64_t *ret_owner);
 
 /* ---- states ---- */
 

@@ -30,6 +30,7 @@ qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline 
   }
   atomic_init(&jp->max_qubits, 0);
   atomic_init(&jp->max_batch, 0);
+  job_uploads_init(jp);
   /* Budgets and use are read per call; names and UUIDs are fixed for the world's life. */
   jp->ndev = world_device_count(jp->world);
   jp->devs = calloc(jp->ndev ? jp->ndev : 1, sizeof *jp->devs);
@@ -58,6 +59,7 @@ void job_pipeline_destroy(struct job_pipeline *jp) {
   }
   /* Every job is over: the regions are unmapped, and unpinned while the mesh is still there. */
   region_registry_destroy(jp->regions);
+  job_uploads_end(jp);
   free(jp->devs);
   free(jp);
 }

@@ -106,13 +106,6 @@ struct rpc_upload {
   struct rpc_call *verdict_next; /* rpc_upload_sweep's list of verdicts to give */
 };
 
-/* What one caller's uploads in flight hold (client_upload_budget). */
-struct rpc_upload_owner {
-  struct rpc_upload_owner *next;
-  char owner[64];
-  uint64_t bytes;
-};
-
 struct rpc_fetch {
   struct job_fetch read; /* the state, pinned while read.state is set, and where it is */
   uint64_t chunk;        /* amplitudes per message */
@@ -212,14 +205,11 @@ struct rpc_server {
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (read by workers). */
-  atomic_uint_fast64_t max_upload_bytes, upload_budget, fetch_chunk, client_upload_budget,
-      upload_idle_ms;
+  atomic_uint_fast64_t max_upload_bytes, fetch_chunk, upload_idle_ms;
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
-  atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
-  uv_mutex_t uploads_mu;                /* uploads and upload_owners */
-  struct rpc_call *uploads;             /* receiving, watched for idleness */
-  struct rpc_upload_owner *upload_owners;
+  uv_mutex_t uploads_mu;    /* uploads, and each one's `reserved` */
+  struct rpc_call *uploads; /* receiving, watched for idleness */
   uv_timer_t upload_timer;
   atomic_int live_calls; /* calls that arrived and are not freed yet */
   atomic_int shutdown_notified, cq_shut;

@@ -663,10 +663,9 @@ void rpc_route_grpc_logs(void) {
 
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
   job_set_limits(s->jobs, (uint32_t)cfg->max_qubits, cfg->max_batch);
+  job_set_upload_budgets(s->jobs, cfg->upload_budget, cfg->client_upload_budget);
   atomic_store(&s->max_upload_bytes, cfg->max_upload_bytes);
-  atomic_store(&s->upload_budget, cfg->upload_budget);
   atomic_store(&s->fetch_chunk, cfg->fetch_chunk);
-  atomic_store(&s->client_upload_budget, cfg->client_upload_budget);
   atomic_store(&s->upload_idle_ms, cfg->upload_idle_timeout * 1000);
 }
 

@@ -449,6 +449,50 @@ START_TEST(test_placement_maps_names_to_indices_in_order) {
 }
 END_TEST
 
+/* Upload memory: upload_budget for every identity together, client_upload_budget for each,
+ * refusals with the numbers and nothing taken, and everything back once released. */
+START_TEST(test_upload_admission_counts_each_identity_and_all) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  uint64_t all = 1, mine = 1;
+  job_set_upload_budgets(fx.jp, 3 * MIB, 2 * MIB);
+  ck_assert_int_eq(job_upload_admit(fx.jp, alice.owner, 2 * MIB, &e), QDP_OK);
+  ck_assert_int_eq(job_upload_admit(fx.jp, alice.owner, 1, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(e.field, "data");
+  ck_assert_ptr_nonnull(strstr(e.msg, "client_upload_budget = 2097152 B"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "uid:1000"));
+  ck_assert_uint_eq(e.need_bytes, 1);
+  ck_assert_uint_eq(e.free_bytes, 0);
+  /* Another identity has its own share, up to what all of them may hold. */
+  ck_assert_int_eq(job_upload_admit(fx.jp, bob.owner, MIB, &e), QDP_OK);
+  ck_assert_int_eq(job_upload_admit(fx.jp, bob.owner, 4096, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(e.msg, "hold 3145728 B of upload_budget = 3145728 B"));
+  ck_assert_uint_eq(e.need_bytes, 4096);
+  ck_assert_uint_eq(e.free_bytes, 0);
+  job_upload_usage(fx.jp, bob.owner, &all, &mine);
+  ck_assert_uint_eq(all, 3 * MIB);
+  ck_assert_uint_eq(mine, MIB);
+  /* A budget lowered by SIGHUP refuses more, and what is held stays held. */
+  job_set_upload_budgets(fx.jp, 3 * MIB, MIB / 2);
+  ck_assert_int_eq(job_upload_admit(fx.jp, bob.owner, 1, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(e.free_bytes, 0);
+  job_upload_release(fx.jp, alice.owner, 2 * MIB);
+  job_upload_release(fx.jp, bob.owner, 2 * MIB); /* more than it holds: clamped */
+  job_upload_release(fx.jp, "uid:4242", 1);       /* holds nothing */
+  job_upload_usage(fx.jp, alice.owner, &all, &mine);
+  ck_assert_uint_eq(all, 0);
+  ck_assert_uint_eq(mine, 0);
+  ck_assert_int_eq(job_upload_admit(fx.jp, bob.owner, MIB / 2, &e), QDP_OK);
+  job_upload_release(fx.jp, bob.owner, MIB / 2);
+  char longname[80];
+  memset(longname, 'x', sizeof longname - 1);
+  longname[sizeof longname - 1] = 0;
+  ck_assert_int_eq(job_upload_admit(fx.jp, longname, 1, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "79 B"));
+  job_upload_usage(fx.jp, NULL, &all, NULL);
+  ck_assert_uint_eq(all, 0);
+}
+END_TEST
+
 /* ---- job_encode under every allocation failure ---- */
 
 static qdp_status op_encode(void *arg, struct qdp_error *e) {
@@ -506,6 +550,7 @@ int main(void) {
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
   tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
+  tcase_add_test(tc, test_upload_admission_counts_each_identity_and_all);
   suite_add_tcase(s, tc);
   tc = tcase_create("budget");
   tcase_add_checked_fixture(tc, setup_small_budget, teardown);
