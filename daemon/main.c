@@ -362,16 +362,12 @@ out:
   return rc;
 }
 
-int main(int argc, char **argv) {
-  static struct daemon d;
-  d.argc = argc;
-  d.argv = argv;
-  d.lock_fd = -1;
+/* Reads the configuration and answers --help, --version and --print-config: an exit status, or
+ * -1 to go on and run. */
+static int parse_args(struct daemon *d, int argc, char **argv) {
   struct qdp_error err = QDP_ERROR_INIT;
   enum config_action act = CONFIG_RUN;
-  int rc = 1;
-
-  if (config_load(&d.cfg, argc, argv, environ, &act, &err) != QDP_OK) {
+  if (config_load(&d->cfg, argc, argv, environ, &act, &err) != QDP_OK) {
     fprintf(stderr, "qdpd: %s\n", err.msg);
     return 2;
   }
@@ -383,31 +379,195 @@ int main(int argc, char **argv) {
     printf("qdpd %s\n", QDP_VERSION);
     return 0;
   case CONFIG_PRINT:
-    config_print(&d.cfg, stdout);
+    config_print(&d->cfg, stdout);
     return 0;
   case CONFIG_RUN:
     break;
   }
+  return -1;
+}
 
+/* Logging, the signals every rank survives, and the world (MPI first, before any thread exists;
+ * a plain qdpd is a world of one without MPI). */
+static qdp_status create_world(struct daemon *d, struct qdp_error *err) {
   log_init("qdpd");
-  log_set_level(d.cfg.log_level);
-  log_set_subsys(d.cfg.log_subsys);
+  log_set_level(d->cfg.log_level);
+  log_set_subsys(d->cfg.log_subsys);
   rpc_route_grpc_logs();
   /* A client vanishing mid-write must not kill the daemon, nor an input shrinking under a read
    * (io/guard.h), on any rank. */
   signal(SIGPIPE, SIG_IGN);
-  if (io_guard_install(&err) != QDP_OK) {
-    return fail("cannot guard mapped inputs", &err);
+  qdp_status rc = io_guard_install(err);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(err, "cannot guard mapped inputs");
+    return rc;
   }
-
-  /* MPI first, before any thread exists; a plain qdpd is a world of one without MPI. */
-  if (world_create(world_launched_by_mpi(), &d.argc, &d.argv, &d.world, &err) != QDP_OK) {
-    return fail("cannot join the world", &err);
+  rc = world_create(world_launched_by_mpi(), &d->argc, &d->argv, &d->world, err);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(err, "cannot join the world");
+    return rc;
   }
-  if (world_size(d.world) > 1) {
-    log_set_rank(world_rank(d.world));
+  if (world_size(d->world) > 1) {
+    log_set_rank(world_rank(d->world));
   }
   warn_if_bound();
+  return QDP_OK;
+}
+
+/* The coordinator's socket, lock and mesh, then the world's start: whatever fails here, the other
+ * ranks learn it in world_start and stop with this rank. */
+static int build_mesh_and_start_world(struct daemon *d, const struct runtime_mesh_config *mc) {
+  struct qdp_error err = QDP_ERROR_INIT, start_err = QDP_ERROR_INIT;
+  bool own_dir = true;
+  const char *what = "socket";
+  qdp_status src = QDP_OK;
+  if (d->cfg.socket[0]) {
+    snprintf(d->socket_path, sizeof d->socket_path, "%s", d->cfg.socket);
+  } else {
+    src = default_socket(d->socket_path, sizeof d->socket_path, &own_dir, &err);
+  }
+  if (src == QDP_OK && own_dir) {
+    src = make_socket_dir(d->socket_path, &err);
+  }
+  if (src == QDP_OK) {
+    what = "cannot start";
+    src = take_lock(d, &err);
+  }
+  if (src == QDP_OK) {
+    what = "devices";
+    src = runtime_mesh_create(mc, &d->mesh, &err);
+  }
+  if (world_start(d->world, src, &err, d->mesh, d->cfg.rank_timeout * 1000,
+                  !d->cfg.host_collectives, &start_err) != QDP_OK) {
+    return fail(src != QDP_OK ? what : "cannot join the world", src != QDP_OK ? &err : &start_err);
+  }
+  return 0;
+}
+
+/* The state store and the server on the loop, serving once this returns 0. */
+static int start_server(struct daemon *d, int *ret_tcp_port) {
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct state_store_limits lim = {
+      .budget_bytes = d->cfg.store_budget,
+      .client_budget_bytes = d->cfg.client_budget,
+      .max_states = (uint32_t)d->cfg.max_states,
+      .max_client_states = (uint32_t)d->cfg.max_client_states,
+      .default_ttl_ms = d->cfg.default_ttl * 1000,
+      .max_ttl_ms = d->cfg.max_ttl * 1000,
+      .lease_grace_ms = d->cfg.lease_grace * 1000,
+  };
+  if (state_store_create(&lim, &d->store, &err) != QDP_OK) {
+    return fail("state store", &err);
+  }
+  d->loop = uv_default_loop();
+  /* The daemon's own files: no caller reads or replaces them through it. */
+  struct io_file_id own[RPC_OWN_FILES_MAX];
+  size_t nown = 0;
+  const char *own_paths[] = {d->lock_path, d->cfg.config, d->cfg.tcp_tokens_file};
+  for (size_t i = 0; i < sizeof own_paths / sizeof own_paths[0]; i++) {
+    struct stat st;
+    if (own_paths[i][0] && stat(own_paths[i], &st) == 0) {
+      own[nown++] = (struct io_file_id){.dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
+    }
+  }
+  struct rpc_server_deps deps = {.cfg = &d->cfg,
+                                 .own_files = own,
+                                 .nown = nown,
+                                 .mesh = d->mesh,
+                                 .world = d->world,
+                                 .store = d->store,
+                                 .loop = d->loop};
+  if (rpc_server_create(&deps, d->socket_path, &d->server, ret_tcp_port, &err) != QDP_OK) {
+    return fail("cannot listen", &err);
+  }
+  if (rpc_server_start(d->server, &err) != QDP_OK) {
+    return fail("cannot start", &err);
+  }
+  return 0;
+}
+
+/* Signals and the systemd watchdog, on the loop. */
+static void watch_signals(struct daemon *d) {
+  uv_signal_init(d->loop, &d->sig_term);
+  uv_signal_init(d->loop, &d->sig_int);
+  uv_signal_init(d->loop, &d->sig_hup);
+  d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+  uv_signal_start(&d->sig_term, on_stop_signal, SIGTERM);
+  uv_signal_start(&d->sig_int, on_stop_signal, SIGINT);
+  uv_signal_start(&d->sig_hup, on_hup, SIGHUP);
+  uv_timer_init(d->loop, &d->watchdog);
+  uint64_t wd = watchdog_usec();
+  if (wd && d->cfg.watchdog) {
+    /* Half the period, as sd_watchdog_enabled(3) advises; from the loop, so a stuck loop shows. */
+    uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+    uv_timer_start(&d->watchdog, on_watchdog, ms, ms);
+    log_info("main", "systemd watchdog: pinging every %" PRIu64 " ms", ms);
+  }
+}
+
+/* The contract with scripts and clients: these lines, verbatim, once serving. */
+static void announce(struct daemon *d, int tcp_port) {
+  char tcp_addr[CONFIG_STR_MAX + 16] = "";
+  if (d->cfg.tcp[0]) {
+    const char *colon = strrchr(d->cfg.tcp, ':');
+    snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d->cfg.tcp), d->cfg.tcp,
+             tcp_port);
+  }
+  if (log_journal()) {
+    log_notice("main", "listening on unix:%s", d->socket_path);
+    if (tcp_addr[0]) {
+      log_notice("main", "listening on %s", tcp_addr);
+    }
+  } else {
+    fprintf(stderr, "listening on unix:%s\n", d->socket_path);
+    if (tcp_addr[0]) {
+      fprintf(stderr, "listening on %s\n", tcp_addr);
+    }
+    fflush(stderr);
+  }
+  size_t ndev = runtime_mesh_count(d->mesh);
+  char ready[CONFIG_STR_MAX * 2 + 128];
+  snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving unix:%s%s%s on %zu %s device%s",
+           d->socket_path, tcp_addr[0] ? " and " : "", tcp_addr, ndev,
+           runtime_mesh_backend(d->mesh), ndev == 1 ? "" : "s");
+  notify(ready);
+  log_info("main", "qdpd %s ready: %zu %s device%s, %" PRIu64 " workers, pid %ld", QDP_VERSION,
+           ndev, runtime_mesh_backend(d->mesh), ndev == 1 ? "" : "s", d->cfg.workers,
+           (long)getpid());
+  if (world_size(d->world) > 1) {
+    log_info("main", "coordinator of %d ranks: %zu devices in the world", world_size(d->world),
+             world_device_count(d->world));
+  }
+}
+
+/* Everything the coordinator made, in the order that lets each part end cleanly. */
+static void drain(struct daemon *d) {
+  rpc_server_destroy(d->server);
+  d->server = NULL;
+  state_store_destroy(d->store);
+  world_destroy(d->world); /* after the store: releasing states talks to the ranks */
+  runtime_mesh_destroy(d->mesh);
+  release_lock(d);
+  if (d->loop) {
+    uv_loop_close(d->loop);
+  }
+}
+
+int main(int argc, char **argv) {
+  static struct daemon d;
+  d.argc = argc;
+  d.argv = argv;
+  d.lock_fd = -1;
+  struct qdp_error err = QDP_ERROR_INIT;
+  int rc = parse_args(&d, argc, argv);
+  if (rc >= 0) {
+    return rc;
+  }
+  if (create_world(&d, &err) != QDP_OK) {
+    log_err("main", "%s", err.msg);
+    notify("STATUS=failed to start");
+    return 1;
+  }
   struct runtime_mesh_config mc = {
       .devices = d.cfg.devices,
       .device_budget_bytes = d.cfg.device_budget,
@@ -417,139 +577,20 @@ int main(int argc, char **argv) {
       .nccl_exchange = d.cfg.nccl_exchange,
   };
   if (world_rank(d.world) != 0) {
-    return run_rank(&d, &mc);
+    return run_rank(&d, &mc); /* follow the coordinator */
   }
-
-  /* Whatever fails here, the other ranks learn it in world_start and stop with this rank. */
-  bool own_dir = true;
-  const char *what = "socket";
-  qdp_status src = QDP_OK;
-  if (d.cfg.socket[0]) {
-    snprintf(d.socket_path, sizeof d.socket_path, "%s", d.cfg.socket);
-  } else {
-    src = default_socket(d.socket_path, sizeof d.socket_path, &own_dir, &err);
-  }
-  if (src == QDP_OK && own_dir) {
-    src = make_socket_dir(d.socket_path, &err);
-  }
-  if (src == QDP_OK) {
-    what = "cannot start";
-    src = take_lock(&d, &err);
-  }
-  if (src == QDP_OK) {
-    what = "devices";
-    src = runtime_mesh_create(&mc, &d.mesh, &err);
-  }
-  struct qdp_error start_err = QDP_ERROR_INIT;
-  if (world_start(d.world, src, &err, d.mesh, d.cfg.rank_timeout * 1000,
-                  !d.cfg.host_collectives, &start_err) != QDP_OK) {
-    rc = fail(src != QDP_OK ? what : "cannot join the world", src != QDP_OK ? &err : &start_err);
-    goto out;
-  }
-  struct state_store_limits lim = {
-      .budget_bytes = d.cfg.store_budget,
-      .client_budget_bytes = d.cfg.client_budget,
-      .max_states = (uint32_t)d.cfg.max_states,
-      .max_client_states = (uint32_t)d.cfg.max_client_states,
-      .default_ttl_ms = d.cfg.default_ttl * 1000,
-      .max_ttl_ms = d.cfg.max_ttl * 1000,
-      .lease_grace_ms = d.cfg.lease_grace * 1000,
-  };
-  if (state_store_create(&lim, &d.store, &err) != QDP_OK) {
-    rc = fail("state store", &err);
-    goto out;
-  }
-
-  d.loop = uv_default_loop();
-  /* The daemon's own files: no caller reads or replaces them through it. */
-  struct io_file_id own[RPC_OWN_FILES_MAX];
-  size_t nown = 0;
-  const char *own_paths[] = {d.lock_path, d.cfg.config, d.cfg.tcp_tokens_file};
-  for (size_t i = 0; i < sizeof own_paths / sizeof own_paths[0]; i++) {
-    struct stat st;
-    if (own_paths[i][0] && stat(own_paths[i], &st) == 0) {
-      own[nown++] = (struct io_file_id){.dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
-    }
-  }
-  struct rpc_server_deps deps = {.cfg = &d.cfg,
-                                 .own_files = own,
-                                 .nown = nown,
-                                 .mesh = d.mesh,
-                                 .world = d.world,
-                                 .store = d.store,
-                                 .loop = d.loop};
   int tcp_port = 0;
-  src = rpc_server_create(&deps, d.socket_path, &d.server, &tcp_port, &err);
-  if (src != QDP_OK) {
-    rc = fail("cannot listen", &err);
-    goto out;
+  rc = build_mesh_and_start_world(&d, &mc);
+  if (rc == 0) {
+    rc = start_server(&d, &tcp_port);
   }
-  if (rpc_server_start(d.server, &err) != QDP_OK) {
-    rc = fail("cannot start", &err);
-    goto out;
+  if (rc == 0) {
+    watch_signals(&d);
+    announce(&d, tcp_port);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    log_info("main", "stopped serving; releasing every state and device");
   }
-
-  uv_signal_init(d.loop, &d.sig_term);
-  uv_signal_init(d.loop, &d.sig_int);
-  uv_signal_init(d.loop, &d.sig_hup);
-  d.sig_term.data = d.sig_int.data = d.sig_hup.data = &d;
-  uv_signal_start(&d.sig_term, on_stop_signal, SIGTERM);
-  uv_signal_start(&d.sig_int, on_stop_signal, SIGINT);
-  uv_signal_start(&d.sig_hup, on_hup, SIGHUP);
-  uv_timer_init(d.loop, &d.watchdog);
-  uint64_t wd = watchdog_usec();
-  if (wd && d.cfg.watchdog) {
-    /* Half the period, as sd_watchdog_enabled(3) advises; from the loop, so a stuck loop shows. */
-    uint64_t ms = wd / 2000 ? wd / 2000 : 1;
-    uv_timer_start(&d.watchdog, on_watchdog, ms, ms);
-    log_info("main", "systemd watchdog: pinging every %" PRIu64 " ms", ms);
-  }
-
-  /* The contract with scripts and clients: these lines, verbatim, once serving. */
-  char tcp_addr[CONFIG_STR_MAX + 16] = "";
-  if (d.cfg.tcp[0]) {
-    const char *colon = strrchr(d.cfg.tcp, ':');
-    snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d.cfg.tcp), d.cfg.tcp, tcp_port);
-  }
-  if (log_journal()) {
-    log_notice("main", "listening on unix:%s", d.socket_path);
-    if (tcp_addr[0]) {
-      log_notice("main", "listening on %s", tcp_addr);
-    }
-  } else {
-    fprintf(stderr, "listening on unix:%s\n", d.socket_path);
-    if (tcp_addr[0]) {
-      fprintf(stderr, "listening on %s\n", tcp_addr);
-    }
-    fflush(stderr);
-  }
-  size_t ndev = runtime_mesh_count(d.mesh);
-  char ready[CONFIG_STR_MAX * 2 + 128];
-  snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving unix:%s%s%s on %zu %s device%s",
-           d.socket_path, tcp_addr[0] ? " and " : "", tcp_addr, ndev, runtime_mesh_backend(d.mesh),
-           ndev == 1 ? "" : "s");
-  notify(ready);
-  log_info("main", "qdpd %s ready: %zu %s device%s, %" PRIu64 " workers, pid %ld", QDP_VERSION,
-           ndev, runtime_mesh_backend(d.mesh), ndev == 1 ? "" : "s", d.cfg.workers, (long)getpid());
-  if (world_size(d.world) > 1) {
-    log_info("main", "coordinator of %d ranks: %zu devices in the world", world_size(d.world),
-             world_device_count(d.world));
-  }
-
-  uv_run(d.loop, UV_RUN_DEFAULT);
-  rc = 0;
-  log_info("main", "stopped serving; releasing every state and device");
-
-out:
-  rpc_server_destroy(d.server);
-  d.server = NULL;
-  state_store_destroy(d.store);
-  world_destroy(d.world); /* after the store: releasing states talks to the ranks */
-  runtime_mesh_destroy(d.mesh);
-  release_lock(&d);
-  if (d.loop) {
-    uv_loop_close(d.loop);
-  }
+  drain(&d);
   if (rc == 0) {
     log_info("main", "stopped");
   }

@@ -1,29 +1,21 @@
-/* The handlers: each translates its request, delegates to the planner, the store, io/ and the
- * runtime, and answers. Every function here runs on a worker thread unless it says otherwise. */
+/* The handlers: each unpacks its request into job/'s plain structs, resolves what a caller handed
+ * over into descriptors (the trust boundary), calls the job and packs its result. Every function
+ * here runs on a worker thread unless it says otherwise. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <grpc/support/time.h>
 
 #include "codec.h"
-#include "io/guard.h"
 #include "internal.h"
 #include "io/map.h"
-#include "io/npy.h"
+#include "job/job.h"
 #include "log.h"
-#include "plan/plan.h"
 #include "qdp_build_config.h"
-#include "request.h"
-#include "runtime/runtime.h"
-#include "state/regions.h"
-#include "state/store.h"
 #include "state/tickets.h"
-#include "world/world.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing -------
  */
@@ -74,31 +66,117 @@ static qdp_status arena_check(const struct arena *a, struct qdp_error *err) {
   return QDP_OK;
 }
 
-/* ---- pieces shared by the handlers
- * --------------------------------------------------------------- */
 
-static qdp_status check_deadline(const struct rpc_call *c, struct qdp_error *err) {
-  gpr_timespec now = gpr_now(c->deadline.clock_type);
-  if (gpr_time_cmp(c->deadline, now) <= 0) {
-    return qdp_error_set(err, QDP_ERR_DEADLINE_EXCEEDED, NULL,
-                         "the call's deadline passed before its job could start");
-  }
-  return QDP_OK;
-}
+/* ---- the caller, as job/ sees it ---------------------------------------------------------------
+ */
 
-/* Before a new state is committed: is anyone still waiting for its handle? A caller gone
- * (cancelled, its connection closed) or past its deadline never receives the token. */
-static qdp_status check_caller_waits(const struct rpc_call *c, struct qdp_error *err) {
-  if (atomic_load(&c->cancel_seen)) {
-    return qdp_error_set(err, QDP_ERR_CANCELLED, NULL,
-                         "the caller left before the state was ready; nothing was kept");
-  }
+static unsigned call_gone(const void *arg) {
+  const struct rpc_call *c = arg;
+  unsigned gone = atomic_load(&c->cancel_seen) ? JOB_CALLER_LEFT : 0;
   if (gpr_time_cmp(c->deadline, gpr_now(c->deadline.clock_type)) <= 0) {
-    return qdp_error_set(err, QDP_ERR_DEADLINE_EXCEEDED, NULL,
-                         "the call's deadline passed before the state was ready; nothing was kept");
+    gone |= JOB_CALLER_LATE;
   }
-  return QDP_OK;
+  return gone;
 }
+
+static struct job_caller caller_of(const struct rpc_call *c) {
+  return (struct job_caller){
+      .owner = c->owner,
+      .pid = c->tcp ? 0 : (int)c->ucred.pid,
+      .operator= !c->tcp && (c->ucred.uid == 0 || c->ucred.uid == c->srv->euid),
+      .gone = call_gone,
+      .arg = c};
+}
+
+/* ---- states into replies ------------------------------------------------------------------------
+ */
+
+static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p, size_t *ret_n,
+                        Qdp__Shard ***ret) {
+  Qdp__Shard **arr = arena_alloc(a, p->nshards * sizeof *arr);
+  Qdp__Shard *sh = arena_alloc(a, p->nshards * sizeof *sh);
+  if (!arr || !sh) {
+    *ret_n = 0;
+    *ret = NULL;
+    return;
+  }
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *ps = &p->shards[i];
+    qdp__shard__init(&sh[i]);
+    const struct runtime_device_info *d = job_device(s->jobs, ps->device);
+    sh[i].rank = ps->rank;
+    sh[i].device = d ? (char *)d->name : (char *)"";
+    sh[i].ordinal = ps->ordinal;
+    sh[i].uuid = d ? (char *)d->uuid : (char *)"";
+    sh[i].first = ps->first;
+    sh[i].count = ps->count;
+    sh[i].row_first = ps->row_first;
+    sh[i].rows = ps->rows;
+    sh[i].bytes = ps->bytes;
+    sh[i].host = (char *)job_rank_host(s->jobs, ps->rank);
+    arr[i] = &sh[i];
+  }
+  *ret_n = p->nshards;
+  *ret = arr;
+}
+
+/* A StateInfo of a live state, its token and views when the info has them. */
+static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
+                                  const struct job_state_info *st) {
+  Qdp__StateInfo *info = arena_alloc(a, sizeof *info);
+  if (!info) {
+    return NULL;
+  }
+  qdp__state_info__init(info);
+  const struct plan *p = st->plan;
+  info->handle = arena_str(a, st->meta.handle);
+  info->token = arena_str(a, st->token);
+  info->encoding = (Qdp__Encoding)p->encoding;
+  info->qubits = p->qubits;
+  info->batch = p->batch;
+  info->dtype = (Qdp__DType)p->out_dtype;
+  info->bytes = p->total_bytes;
+  info->policy = (char *)plan_policy_name(p->policy);
+  info->global_bits = p->global_bits;
+  fill_shards(s, a, p, &info->n_shards, &info->shards);
+  info->collective = (char *)st->collective;
+  info->created_unix_ms = st->meta.created_unix_ms;
+  info->expires_unix_ms = st->meta.expires_unix_ms;
+  info->label = arena_str(a, st->meta.label);
+  info->owner = arena_str(a, st->meta.owner);
+  info->encode_ms = st->encode_ms;
+  info->leases = st->meta.leases;
+  for (size_t i = 0; st->ipc && i < info->n_shards; i++) {
+    uint8_t *h = arena_alloc(a, sizeof st->ipc[i].handle);
+    if (h) {
+      memcpy(h, st->ipc[i].handle, sizeof st->ipc[i].handle);
+      info->shards[i]->ipc_handle = (ProtobufCBinaryData){sizeof st->ipc[i].handle, h};
+    }
+    info->shards[i]->ipc_offset = st->ipc[i].offset;
+    info->shards[i]->lease_id = st->lease;
+  }
+  return info;
+}
+
+/* Packs a state's info as a StateInfo (Describe) or inside an EncodeReply (Encode, Gather), then
+ * ends the info: a new state whose reply could not be built is released. */
+static grpc_byte_buffer *state_reply(struct rpc_server *s, struct job_state_info *st, bool encode,
+                                     struct qdp_error *err) {
+  struct arena a = {0};
+  grpc_byte_buffer *reply = NULL;
+  Qdp__StateInfo *info = state_info(s, &a, st);
+  if (arena_check(&a, err) == QDP_OK) {
+    Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
+    er.state = info;
+    reply = rpc_codec_pack(encode ? &er.base : &info->base);
+  }
+  job_state_info_end(s->jobs, st, !a.failed);
+  arena_free(&a);
+  return reply;
+}
+
+/* ---- inputs: what the request names, resolved to descriptors the caller may hand over ----------
+ */
 
 /* A TCP caller may name node-local files only where the operator said so: beneath `folder`
  * with tcp_node_paths on. */
@@ -167,310 +245,166 @@ static void shm_what(const char *name, int pid, int fd, char *buf, size_t len) {
   }
 }
 
-static qdp_status check_ref(const Qdp__StateRef *ref, const char *field, struct qdp_error *err) {
-  if (!ref || !ref->handle || !ref->handle[0]) {
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field, "%s.handle is missing", field);
-  }
-  return QDP_OK;
-}
 
-static void destroy_state(void *payload) {
-  runtime_state_destroy(payload);
-}
-
-/* A registered region: the whole object mapped once, page-locked for the devices when the backend
- * wants that, read by every Encode that names it. */
-struct rpc_region {
-  struct io_mapping map;
-  struct runtime_mesh *mesh;
-  bool pinned;
-  atomic_bool lost; /* it shrank under a job: its pages are zeros now, never to be read again */
-};
-
-static void region_end(void *payload) {
-  struct rpc_region *g = payload;
-  if (g->pinned) {
-    runtime_mesh_unregister_host(g->mesh, g->map.base);
-  }
-  io_unmap(&g->map);
-  free(g);
-}
-
-static void fill_shards(struct rpc_server *s, struct arena *a, const struct plan *p, size_t *ret_n,
-                        Qdp__Shard ***ret) {
-  Qdp__Shard **arr = arena_alloc(a, p->nshards * sizeof *arr);
-  Qdp__Shard *sh = arena_alloc(a, p->nshards * sizeof *sh);
-  if (!arr || !sh) {
-    *ret_n = 0;
-    *ret = NULL;
-    return;
-  }
-  for (size_t i = 0; i < p->nshards; i++) {
-    const struct plan_shard *ps = &p->shards[i];
-    qdp__shard__init(&sh[i]);
-    const struct runtime_device_info *d = ps->device < s->ndev ? &s->devs[ps->device] : NULL;
-    sh[i].rank = ps->rank;
-    sh[i].device = d ? (char *)d->name : (char *)"";
-    sh[i].ordinal = ps->ordinal;
-    sh[i].uuid = d ? (char *)d->uuid : (char *)"";
-    sh[i].first = ps->first;
-    sh[i].count = ps->count;
-    sh[i].row_first = ps->row_first;
-    sh[i].rows = ps->rows;
-    sh[i].bytes = ps->bytes;
-    sh[i].host = (char *)world_host(s->world, ps->rank);
-    arr[i] = &sh[i];
-  }
-  *ret_n = p->nshards;
-  *ret = arr;
-}
-
-/* A StateInfo of a live state; token NULL leaves it empty (everything but Encode's reply). */
-static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
-                                  const struct state_meta *meta, const struct runtime_state *st,
-                                  const char *token) {
-  Qdp__StateInfo *info = arena_alloc(a, sizeof *info);
-  if (!info) {
-    return NULL;
-  }
-  qdp__state_info__init(info);
-  const struct plan *p = runtime_state_plan(st);
-  info->handle = arena_str(a, meta->handle);
-  info->token = token ? arena_str(a, token) : (char *)"";
-  info->encoding = (Qdp__Encoding)p->encoding;
-  info->qubits = p->qubits;
-  info->batch = p->batch;
-  info->dtype = (Qdp__DType)p->out_dtype;
-  info->bytes = p->total_bytes;
-  info->policy = (char *)plan_policy_name(p->policy);
-  info->global_bits = p->global_bits;
-  fill_shards(s, a, p, &info->n_shards, &info->shards);
-  info->collective = (char *)runtime_state_collective(st);
-  info->created_unix_ms = meta->created_unix_ms;
-  info->expires_unix_ms = meta->expires_unix_ms;
-  info->label = arena_str(a, meta->label);
-  info->owner = arena_str(a, meta->owner);
-  info->encode_ms = runtime_state_encode_ms(st);
-  info->leases = meta->leases;
-  return info;
-}
-
-/* Opens zero-copy views of every shard of st (pinned by the caller) into info's shards, under one
- * new lease of the calling client's process `pid`: the IPC handles first, so that a refusal
- * (FAILED_PRECONDITION on the CPU backend) leaves no lease behind. */
-static qdp_status open_views(struct rpc_call *c, struct arena *a, struct runtime_state *st,
-                             int32_t pid, Qdp__StateInfo *info, struct qdp_error *err) {
-  qdp_status rc = QDP_OK;
-  QDP_TRY(rc, arena_check(a, err));
-  for (size_t i = 0; i < info->n_shards; i++) {
-    struct runtime_ipc ipc;
-    QDP_TRY(rc, runtime_state_export_ipc(st, i, &ipc, err));
-    uint8_t *h = arena_alloc(a, sizeof ipc.handle);
-    QDP_TRY(rc, arena_check(a, err));
-    memcpy(h, ipc.handle, sizeof ipc.handle);
-    info->shards[i]->ipc_handle = (ProtobufCBinaryData){sizeof ipc.handle, h};
-    info->shards[i]->ipc_offset = ipc.offset;
-  }
-  uint64_t lease = 0;
-  /* The views' process: the one the client names, else the caller itself, as the kernel says. */
-  if (pid == 0 && !c->tcp) {
-    pid = (int32_t)c->ucred.pid;
-  }
-  QDP_TRY(rc, state_store_lease_open(c->srv->store, st, c->owner, pid, &lease, err));
-  for (size_t i = 0; i < info->n_shards; i++) {
-    info->shards[i]->lease_id = lease;
-  }
-  info->leases++;
-out:
-  return rc;
-}
-
-/* Commits a new state (Encode, Gather) and packs the reply that hands over its handle and token,
- * with views when asked. st is the store's from here in every case (destroyed on failure). The
- * state is released again when its reply cannot be built, since no one else could. */
-static qdp_status commit_state(struct rpc_call *c, struct state_reservation *res,
-                               struct runtime_state *st, uint64_t ttl_seconds, const char *label,
-                               bool views, int32_t pid, grpc_byte_buffer **ret_reply,
-                               char *ret_handle, struct qdp_error *err) {
-  struct rpc_server *s = c->srv;
-  struct arena a = {0};
-  char token[STATE_TOKEN_LEN] = "";
-  qdp_status rc = state_store_commit(s->store, res, st, destroy_state, rpc_ttl_ms(ttl_seconds),
-                                     label, ret_handle, token, err);
-  if (rc != QDP_OK) {
-    runtime_state_destroy(st);
-    return rc;
-  }
-  struct runtime_state *kept = st;
-  struct state_meta meta;
-  void *payload = NULL;
-  if (state_store_get(s->store, ret_handle, token, &payload, &meta, NULL) != QDP_OK) {
-    /* Released or expired already (a TTL shorter than this reply): describe it from here. */
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.handle, sizeof meta.handle, "%s", ret_handle);
-    snprintf(meta.owner, sizeof meta.owner, "%s", c->owner);
-    snprintf(meta.label, sizeof meta.label, "%s", label ? label : "");
-    meta.created_unix_ms = rpc_now_unix_ms();
-    payload = NULL;
-    if (views) {
-      return qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
-                           "state '%s' expired before its views could be opened", ret_handle);
-    }
-  }
-  Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
-  er.state = state_info(s, &a, &meta, payload ? payload : kept, token);
-  rc = arena_check(&a, err);
-  if (rc == QDP_OK && views) {
-    rc = open_views(c, &a, payload, pid, er.state, err);
-  }
-  if (rc == QDP_OK) {
-    *ret_reply = rpc_codec_pack(&er.base);
-  }
-  if (payload) {
-    state_store_put(s->store, payload);
-  }
-  if (rc != QDP_OK) {
-    /* The state exists but its handle could not be sent: release it rather than leak it. */
-    state_store_release(s->store, ret_handle, token, NULL, NULL);
-  }
-  arena_free(&a);
-  return rc;
-}
-
-/* Input from a registered region: offset and length within it, read through its mapping. */
-static qdp_status resolve_region(struct rpc_call *c, const Qdp__Input *in,
-                                 struct runtime_input *ret, struct rpc_region **ret_region,
-                                 struct qdp_error *err) {
-  const Qdp__SharedMemory *sh = in->shm;
-  qdp_status rc = QDP_OK;
-  uint64_t rows = 0, cols = 0;
-  void *payload = NULL;
-  QDP_TRY(rc,
-          region_registry_get(c->srv->regions, sh->region, sh->region_token, &payload, NULL, err));
-  struct rpc_region *g = payload;
-  *ret_region = g; /* pinned: the caller puts it back */
-  if (atomic_load(&g->lost)) {
-    return qdp_error_set(err, QDP_ERR_DATA_LOSS, "input.shm.region",
-                         "region '%.64s' shrank while a job read it; register it again",
-                         sh->region);
-  }
-  QDP_TRY(rc, rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows, &cols,
-                              err));
-  /* Compared without forming offset + length, which may overflow. */
-  if (sh->offset > g->map.bytes || sh->length > g->map.bytes - sh->offset) {
-    rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE,
-                       sh->offset > g->map.bytes ? "input.shm.offset" : "input.shm.length",
-                       "region '%.64s': offset %" PRIu64 " B + length %" PRIu64
-                       " B passes its end at %" PRIu64 " B",
-                       sh->region, sh->offset, sh->length, g->map.bytes);
-    if (err) {
-      err->need_bytes = sh->length;
-      err->free_bytes = sh->offset > g->map.bytes ? 0 : g->map.bytes - sh->offset;
-    }
-    return rc;
-  }
-  *ret = (struct runtime_input){.data = (const char *)g->map.data + sh->offset,
-                                .dtype = (qdp_dtype)in->dtype,
-                                .rows = rows,
-                                .cols = cols,
-                                .pinned = g->pinned};
-out:
-  return rc;
-}
-
-/* Maps a request's input to host values the runtime reads. A mapping (file, shared memory) goes
- * to *map, which the caller unmaps; a registered region read goes to *ret_region, pinned, which
- * the caller puts back (also on failure). */
-static qdp_status resolve_input(struct rpc_call *c, const Qdp__Input *in, struct runtime_input *ret,
-                                struct io_mapping *map, struct rpc_region **ret_region,
+/* The .npy file a request names: for a Unix caller the descriptor it handed over (which must also
+ * be the file beneath input_dir, when set); for a TCP caller the file opened beneath input_dir. */
+static qdp_status input_file_fd(struct rpc_call *c, const Qdp__Input *in, int *ret_fd,
                                 struct qdp_error *err) {
   struct rpc_server *s = c->srv;
-  qdp_status rc = QDP_OK;
-  uint64_t rows = 0, cols = 0;
+  int fd = -1;
+  qdp_status rc;
+  QDP_TRY(rc, io_check_path(in->path, "input.path", err));
+  if (c->tcp) {
+    QDP_TRY(rc, check_tcp_path(c, &s->input_folder, "input_dir", "input.path", err));
+    QDP_TRY(rc, io_folder_open_file(&s->input_folder, in->path, O_RDONLY | O_NONBLOCK,
+                                    "input.path", &fd, err));
+    rc = io_check_not_own(fd, s->own, s->nown, "input.path", err);
+  } else {
+    char what[CONFIG_STR_MAX + 16];
+    snprintf(what, sizeof what, "input.path '%.200s'", in->path);
+    QDP_TRY(rc, take_fd(c, in->fd_ticket, FD_ACCESS_READ, what, "input.fd_ticket", &fd, err));
+    if (s->input_folder.fd >= 0) {
+      rc = io_folder_check_fd(&s->input_folder, in->path, fd, "input.path", err);
+    }
+  }
+  if (rc != QDP_OK) {
+    close(fd);
+    goto out;
+  }
+  *ret_fd = fd;
+out:
+  return rc;
+}
+
+/* A request's input as job/ takes it; `what` holds how messages name shared memory. */
+static qdp_status input_of(struct rpc_call *c, const Qdp__Input *in, struct job_input *ret,
+                           char *what, size_t what_len, struct qdp_error *err) {
   if (!in) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input", "input is missing");
   }
+  *ret = (struct job_input){.field = "input",
+                            .dtype = in->dtype,
+                            .rows = in->rows,
+                            .cols = in->cols,
+                            .fd = -1};
+  const Qdp__SharedMemory *sh = in->shm;
   switch (in->source_case) {
   case QDP__INPUT__SOURCE_DATA:
-    rc = rpc_input_shape(in->dtype, in->rows, in->cols, in->data.len, "input", &rows, &cols, err);
-    if (rc == QDP_OK) {
-      *ret = (struct runtime_input){
-          .data = in->data.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
-    }
-    return rc;
-  case QDP__INPUT__SOURCE_PATH: {
-    struct io_npy hdr;
-    int fd = -1;
-    QDP_TRY(rc, io_check_path(in->path, "input.path", err));
-    if (c->tcp) {
-      QDP_TRY(rc, check_tcp_path(c, &s->input_folder, "input_dir", "input.path", err));
-      QDP_TRY(rc, io_folder_open_file(&s->input_folder, in->path, O_RDONLY | O_NONBLOCK,
-                                      "input.path", &fd, err));
-      rc = io_check_not_own(fd, s->own, s->nown, "input.path", err);
-    } else {
-      char what[CONFIG_STR_MAX + 16];
-      snprintf(what, sizeof what, "input.path '%.200s'", in->path);
-      QDP_TRY(rc, take_fd(c, in->fd_ticket, FD_ACCESS_READ, what, "input.fd_ticket", &fd, err));
-      if (s->input_folder.fd >= 0) {
-        rc = io_folder_check_fd(&s->input_folder, in->path, fd, "input.path", err);
-      }
-    }
-    if (rc != QDP_OK) {
-      close(fd);
-      goto out;
-    }
-    char q[CONFIG_STR_MAX + 4];
-    snprintf(q, sizeof q, "'%.200s'", in->path);
-    struct stat st;
-    bool have_st = fstat(fd, &st) == 0;
-    QDP_TRY(rc, io_map_npy_fd(fd, q, map, &hdr, err));
-    /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot
-     * take (complex files, say). Other ranks open the path and must find this very file. */
-    *ret = (struct runtime_input){.data = map->data,
-                                  .dtype = hdr.dtype,
-                                  .rows = hdr.rows,
-                                  .cols = hdr.cols,
-                                  .file = in->path,
-                                  .file_offset = hdr.data_offset};
-    if (have_st) {
-      ret->file_id = (struct runtime_file_id){
-          .ino = (uint64_t)st.st_ino,
-          .size = (uint64_t)st.st_size,
-          .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec};
-    }
+    ret->source = JOB_INPUT_VALUES;
+    ret->values = in->data.data;
+    ret->bytes = in->data.len;
     return QDP_OK;
-  }
-  case QDP__INPUT__SOURCE_SHM: {
-    const Qdp__SharedMemory *sh = in->shm;
+  case QDP__INPUT__SOURCE_PATH:
+    ret->source = JOB_INPUT_FILE;
+    ret->path = in->path;
+    return input_file_fd(c, in, &ret->fd, err);
+  case QDP__INPUT__SOURCE_SHM:
     if (!sh) {
       return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.shm", "input.shm is empty");
     }
+    ret->offset = sh->offset;
+    ret->length = sh->length;
     if (sh->region && sh->region[0]) {
-      return resolve_region(c, in, ret, ret_region, err);
+      ret->source = JOB_INPUT_REGION;
+      ret->region = sh->region;
+      ret->region_token = sh->region_token;
+      return QDP_OK;
     }
-    char what[256];
-    shm_what(sh->name, sh->pid, sh->fd, what, sizeof what);
-    int fd = -1;
-    QDP_TRY(rc, take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &fd, err));
-    rc = rpc_input_shape(in->dtype, in->rows, in->cols, sh->length, "input.shm", &rows, &cols, err);
-    if (rc != QDP_OK) {
-      close(fd);
-      goto out;
-    }
-    QDP_TRY(rc, io_map_fd(fd, what, sh->offset, sh->length, false, map, err));
-    *ret = (struct runtime_input){
-        .data = map->data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+    ret->source = JOB_INPUT_SHM;
+    shm_what(sh->name, sh->pid, sh->fd, what, what_len);
+    ret->what = what;
+    return take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &ret->fd, err);
+  default:
+    ret->source = JOB_INPUT_SHAPE; /* a plan of data still to be streamed; an encode refuses it */
     return QDP_OK;
   }
-  default:
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input",
-                         "input has no source: give data, path or shm");
-  }
-out:
-  return rc;
 }
 
-static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const struct plan *p) {
+static void encode_request_of(const Qdp__EncodeRequest *r, struct job_encode_request *ret) {
+  const Qdp__Placement *pl = r->placement;
+  *ret = (struct job_encode_request){
+      .encoding = (int)r->encoding,
+      .qubits = r->qubits,
+      .output_dtype = (int)r->output_dtype,
+      .placement = {.policy = pl ? (int)pl->policy : 0,
+                    .devices = pl ? (const char *const *)pl->devices : NULL,
+                    .ndevices = pl ? pl->n_devices : 0},
+      .ttl_seconds = r->ttl_seconds,
+      .label = r->label,
+      .views = r->views,
+      .client_pid = r->client_pid};
+}
+
+/* ---- Encode, Plan, EncodeUpload ----------------------------------------------------------------
+ */
+
+/* Counted in Status from here, whether it succeeds or not. */
+static void count_job(struct rpc_call *c) {
+  atomic_fetch_add(&c->srv->jobs_total, 1);
+  c->job_started = true;
+}
+
+/* Encodes req and answers the call; an upload (its buffer and its request, which req points
+ * into) goes back to upload_budget as soon as the encode is over, not when the client reads the
+ * reply. */
+static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req, bool uploaded) {
+  struct rpc_server *s = c->srv;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_state_info st;
+  struct job_caller who = caller_of(c);
+  qdp_status rc = job_encode(s->jobs, &who, req, &st, &err);
+  if (uploaded) {
+    rpc_upload_free(c);
+  }
+  if (rc != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  const struct plan *p = st.plan;
+  log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
+           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
+           req->qubits, p->batch, st.meta.handle, p->total_bytes, plan_policy_name(p->policy),
+           p->nshards, p->nshards == 1 ? "" : "s");
+  grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
+  rpc_finish(c, reply, reply ? NULL : &err);
+}
+
+void rpc_h_encode(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_encode_request req;
+  char what[256];
+  count_job(c);
+  encode_request_of(r, &req);
+  if (input_of(c, r->input, &req.input, what, sizeof what, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  encode_and_answer(c, &req, false);
+}
+
+void rpc_h_upload_encode(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  /* The upload's request and buffer stay alive until the encode is over (encode_and_answer). */
+  const Qdp__EncodeRequest *r = c->up.req;
+  const Qdp__Input *decl = r->input;
+  struct job_encode_request req;
+  count_job(c);
+  encode_request_of(r, &req);
+  req.input = (struct job_input){.source = JOB_INPUT_VALUES,
+                                 .field = "request.input",
+                                 .dtype = decl->dtype,
+                                 .rows = decl->rows,
+                                 .cols = decl->cols,
+                                 .values = c->up.buf,
+                                 .bytes = c->up.len,
+                                 .fd = -1};
+  encode_and_answer(c, &req, true);
+}
+
+static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const struct plan *p,
+                                    const struct qdp_error *why) {
   Qdp__PlanReply r = QDP__PLAN_REPLY__INIT;
   r.feasible = p->feasible != 0;
   r.policy = (char *)plan_policy_name(p->policy);
@@ -496,232 +430,52 @@ static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const
     r.n_needs = p->nneeds;
     r.needs = needs;
   }
-  struct qdp_error why = QDP_ERROR_INIT;
-  if (!p->feasible && plan_check_feasible(p, &why) != QDP_OK) {
-    r.message = why.msg;
+  if (why->code != QDP_OK) {
+    r.message = (char *)why->msg;
   }
   return a->failed ? NULL : rpc_codec_pack(&r.base);
 }
 
-/* Encode, Plan (dry_run) and EncodeUpload (uploaded != NULL) alike: validate -> plan ->
- * feasibility -> admit -> encode -> commit -> reply. Answers the call. */
-static void run_encode(struct rpc_call *c, const Qdp__EncodeRequest *r,
-                       const struct runtime_input *uploaded, bool dry_run) {
-  struct rpc_server *s = c->srv;
-  struct qdp_error err = QDP_ERROR_INIT;
-  qdp_status rc = QDP_OK;
-  struct io_mapping map = IO_MAPPING_INIT;
-  struct rpc_region *region = NULL;
-  int guard = -1;
-  struct plan_device *devs = NULL;
-  size_t *subset = NULL;
-  struct plan *p = NULL;
-  struct state_reservation *res = NULL;
-  struct runtime_state *st = NULL;
-  grpc_byte_buffer *reply = NULL;
-  struct arena a = {0};
-  struct runtime_input in;
-  char handle[STATE_HANDLE_LEN] = "";
-
-  if (!dry_run) {
-    atomic_fetch_add(&s->jobs_total, 1);
-    c->job_started = true;
-  }
-  QDP_TRY(rc, check_deadline(c, &err));
-  if (uploaded) {
-    in = *uploaded;
-  } else if (dry_run && r->input && r->input->source_case == QDP__INPUT__SOURCE__NOT_SET) {
-    /* A dry run of data still to be streamed: its declared shape is all the planner needs. */
-    uint64_t rows, cols;
-    QDP_TRY(rc, rpc_declared_shape(r->input->dtype, r->input->rows, r->input->cols, "input", &rows,
-                                   &cols, &err));
-    in = (struct runtime_input){
-        .data = NULL, .dtype = (qdp_dtype)r->input->dtype, .rows = rows, .cols = cols};
-  } else {
-    QDP_TRY(rc, resolve_input(c, r->input, &in, &map, &region, &err));
-  }
-  if (map.base || region) {
-    guard = region ? io_guard_add(region->map.base, region->map.map_len)
-                   : io_guard_add(map.base, map.map_len);
-    if (guard < 0) {
-      rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
-                         "too many mapped inputs are being read at once; retry");
-      goto out;
-    }
-  }
-  qdp_dtype out_dtype;
-  QDP_TRY(rc, rpc_output_dtype(r->output_dtype, &out_dtype, &err));
-
-  size_t n = s->ndev;
-  devs = calloc(n ? n : 1, sizeof *devs);
-  subset = calloc(n ? n : 1, sizeof *subset);
-  if (!devs || !subset) {
-    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
-    goto out;
-  }
-  world_plan_devices(s->world, devs);
-  enum plan_policy policy;
-  size_t nsub = 0;
-  QDP_TRY(rc, rpc_placement(r->placement, devs, n, &policy, subset, &nsub, &err));
-  if (nsub == 0) {
-    nsub = world_live_devices(s->world, subset); /* 0 while no rank is lost: all of them */
-  }
-  struct plan_request pr = {
-      .encoding = (qdp_encoding)r->encoding,
-      .qubits = r->qubits,
-      .batch = in.rows,
-      .values_per_sample = in.cols,
-      .in_dtype = in.dtype,
-      .out_dtype = out_dtype,
-      .policy = policy,
-      .device_subset = nsub ? subset : NULL,
-      .device_subset_count = nsub,
-      .staging_bytes = runtime_mesh_staging_bytes(s->mesh),
-  };
-  /* Links order the shards of an even plan so that exchange partners are the best joined (on
-   * this node: the mesh knows only its own links). */
-  size_t ranks = rpc_world_ranks(s);
-  struct plan_world world = {.devices = devs,
-                             .count = n,
-                             .ranks = (int)ranks,
-                             .link_cost = ranks == 1 ? runtime_mesh_link_costs(s->mesh) : NULL};
-  struct plan_limits lim = {
-      .max_qubits = (uint32_t)atomic_load(&s->max_qubits),
-      .max_batch = atomic_load(&s->max_batch),
-      .max_state_bytes = 0,
-  };
-  QDP_TRY(rc, plan_compute(&pr, &world, &lim, &p, &err));
-  if (dry_run) {
-    reply = plan_reply(s, &a, p);
-    QDP_TRY(rc, arena_check(&a, &err));
-    goto out;
-  }
-  if (r->views) {
-    /* Refused before anything is encoded. */
-    QDP_TRY(rc, runtime_mesh_check_views(s->mesh, &err));
-  }
-  QDP_TRY(rc, plan_check_feasible(p, &err));
-  QDP_TRY(rc, state_store_admit(s->store, c->owner, p->total_bytes, &res, &err));
-  rc = world_encode(s->world, p, &in, &st, &err);
-  /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
-   * of them, success or a "zero norm", the true answer is the loss. */
-  const struct io_mapping *src = region ? &region->map : map.base ? &map : NULL;
-  bool lost = guard >= 0 && io_guard_remove(guard);
-  guard = -1;
-  lost = lost || (src && io_mapping_shrunk(src));
-  if (lost && region) {
-    atomic_store(&region->lost, true);
-  }
-  if (lost || (region && atomic_load(&region->lost))) {
-    rc = qdp_error_set(&err, QDP_ERR_DATA_LOSS, "input",
-                       "the input file or shared memory shrank while it was being read; "
-                       "nothing was kept%s",
-                       region ? " (the region is lost: register it again)" : "");
-  }
-  if (rc != QDP_OK) {
-    goto out;
-  }
-  /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
-  QDP_TRY(rc, check_caller_waits(c, &err));
-  rc = commit_state(c, res, st, r->ttl_seconds, r->label, r->views, r->client_pid, &reply, handle,
-                    &err);
-  res = NULL; /* consumed either way, and st with it */
-  st = NULL;
-  if (rc != QDP_OK) {
-    goto out;
-  }
-  log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
-           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)r->encoding), r->qubits,
-           in.rows, handle, p->total_bytes, plan_policy_name(p->policy), p->nshards,
-           p->nshards == 1 ? "" : "s");
-out:
-  if (guard >= 0) {
-    io_guard_remove(guard);
-  }
-  runtime_state_destroy(st);
-  state_reservation_cancel(res);
-  plan_destroy(p);
-  io_unmap(&map);
-  if (region) {
-    /* The last pin of a region unregistered meanwhile unmaps it here. */
-    region_registry_put(s->regions, region);
-  }
-  free(devs);
-  free(subset);
-  arena_free(&a);
-  if (uploaded) {
-    /* The upload's buffer goes back to upload_budget now, not when the client reads the reply. */
-    rpc_upload_free(c);
-  }
-  if (rc != QDP_OK) {
-    if (reply) {
-      grpc_byte_buffer_destroy(reply);
-    }
-    rpc_finish(c, NULL, &err);
-  } else {
-    rpc_finish(c, reply, NULL);
-  }
-}
-
-void rpc_h_encode(struct rpc_job *j) {
-  run_encode(j->call, (const Qdp__EncodeRequest *)j->call->req, NULL, false);
-}
-
 void rpc_h_plan(struct rpc_job *j) {
-  run_encode(j->call, (const Qdp__EncodeRequest *)j->call->req, NULL, true);
+  struct rpc_call *c = j->call;
+  const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT, why = QDP_ERROR_INIT;
+  struct job_encode_request req;
+  struct plan *p = NULL;
+  struct arena a = {0};
+  grpc_byte_buffer *reply = NULL;
+  char what[256];
+  struct job_caller who = caller_of(c);
+  encode_request_of(r, &req);
+  qdp_status rc = input_of(c, r->input, &req.input, what, sizeof what, &err);
+  if (rc == QDP_OK) {
+    rc = job_plan(c->srv->jobs, &who, &req, &p, &why, &err);
+  }
+  if (rc == QDP_OK) {
+    reply = plan_reply(c->srv, &a, p, &why);
+    rc = arena_check(&a, &err);
+  }
+  plan_destroy(p);
+  arena_free(&a);
+  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
 }
 
-void rpc_h_upload_encode(struct rpc_job *j) {
-  struct rpc_call *c = j->call;
-  const Qdp__Input *decl = c->up.req->input;
-  struct qdp_error err = QDP_ERROR_INIT;
-  uint64_t rows, cols;
-  if (rpc_input_shape(decl->dtype, decl->rows, decl->cols, c->up.len, "request.input", &rows, &cols,
-                      &err) != QDP_OK) {
-    atomic_fetch_add(&c->srv->jobs_total, 1);
-    c->job_started = true;
-    rpc_upload_free(c);
-    rpc_finish(c, NULL, &err);
-    return;
-  }
-  struct runtime_input in = {
-      .data = c->up.buf, .dtype = (qdp_dtype)decl->dtype, .rows = rows, .cols = cols};
-  /* The request stays alive (c->up.req) until the call is freed, after the answer. */
-  run_encode(c, c->up.req, &in, false);
-}
+/* ---- states ------------------------------------------------------------------------------------
+ */
 
 void rpc_h_describe(struct rpc_job *j) {
   struct rpc_call *c = j->call;
-  struct rpc_server *s = c->srv;
   const Qdp__DescribeRequest *r = (const Qdp__DescribeRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
-  struct arena a = {0};
+  struct job_state_info st;
+  struct job_caller who = caller_of(c);
   grpc_byte_buffer *reply = NULL;
-  void *payload = NULL;
-  struct state_meta meta;
-  qdp_status rc = QDP_OK;
-  if (!r->handle || !r->handle[0]) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
-  }
-  if (rc == QDP_OK && r->views) {
-    rc = runtime_mesh_check_views(s->mesh, &err);
-  }
+  qdp_status rc =
+      job_describe(c->srv->jobs, &who, r->handle, r->token, r->views, r->client_pid, &st, &err);
   if (rc == QDP_OK) {
-    rc = state_store_get(s->store, r->handle, r->token, &payload, &meta, &err);
+    reply = state_reply(c->srv, &st, false, &err);
   }
-  if (rc == QDP_OK) {
-    Qdp__StateInfo *info = state_info(s, &a, &meta, payload, NULL);
-    rc = arena_check(&a, &err);
-    if (rc == QDP_OK && r->views) {
-      rc = open_views(c, &a, payload, r->client_pid, info, &err);
-    }
-    if (rc == QDP_OK) {
-      reply = rpc_codec_pack(&info->base);
-    }
-    state_store_put(s->store, payload);
-  }
-  arena_free(&a);
-  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+  rpc_finish(c, reply, reply ? NULL : &err);
 }
 
 void rpc_h_close_view(struct rpc_job *j) {
@@ -729,14 +483,7 @@ void rpc_h_close_view(struct rpc_job *j) {
   const Qdp__CloseViewRequest *r = (const Qdp__CloseViewRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
   uint64_t freed = 0;
-  qdp_status rc = QDP_OK;
-  if (!r->handle || !r->handle[0]) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
-  } else {
-    /* The last lease of a released state frees device memory: this runs on a worker. */
-    rc = state_store_lease_close(c->srv->store, r->handle, r->token, r->lease_id, &freed, &err);
-  }
-  if (rc != QDP_OK) {
+  if (job_close_view(c->srv->jobs, r->handle, r->token, r->lease_id, &freed, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
@@ -749,54 +496,34 @@ void rpc_h_close_view(struct rpc_job *j) {
 
 void rpc_h_gather(struct rpc_job *j) {
   struct rpc_call *c = j->call;
-  struct rpc_server *s = c->srv;
   const Qdp__GatherRequest *r = (const Qdp__GatherRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
-  qdp_status rc = QDP_OK;
-  void *payload = NULL;
-  struct state_reservation *res = NULL;
-  struct runtime_state *g = NULL;
-  grpc_byte_buffer *reply = NULL;
-  char handle[STATE_HANDLE_LEN] = "";
-  size_t device = 0;
-  QDP_TRY(rc, check_ref(r->state, "state", &err));
-  QDP_TRY(rc, check_deadline(c, &err));
-  QDP_TRY(rc, runtime_mesh_find_device(s->mesh, r->device, "device", &device, &err));
-  QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, NULL, &err));
-  uint64_t bytes = runtime_state_bytes(payload);
-  QDP_TRY(rc, state_store_admit(s->store, c->owner, bytes, &res, &err));
-  QDP_TRY(rc, runtime_state_gather(s->mesh, payload, device, &g, &err));
-  QDP_TRY(rc, check_caller_waits(c, &err));
-  rc = commit_state(c, res, g, r->ttl_seconds, r->label, false, 0, &reply, handle, &err);
-  res = NULL; /* consumed either way, and g with it */
-  g = NULL;
-  if (rc != QDP_OK) {
-    goto out;
+  struct job_state_info st;
+  struct job_caller who = caller_of(c);
+  const Qdp__StateRef *ref = r->state;
+  if (job_gather(c->srv->jobs, &who, ref ? ref->handle : NULL, ref ? ref->token : NULL, r->device,
+                 r->ttl_seconds, r->label, &st, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
   }
-  log_info("rpc", "Gather from %s: %s -> %s on %s (%" PRIu64 " B)", c->client, r->state->handle,
-           handle, r->device, bytes);
-out:
-  runtime_state_destroy(g);
-  state_reservation_cancel(res);
-  if (payload) {
-    state_store_put(s->store, payload);
-  }
-  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+  log_info("rpc", "Gather from %s: %s -> %s on %s (%" PRIu64 " B)", c->client, ref->handle,
+           st.meta.handle, r->device, st.plan->total_bytes);
+  grpc_byte_buffer *reply = state_reply(c->srv, &st, true, &err);
+  rpc_finish(c, reply, reply ? NULL : &err);
 }
 
 struct list_ctx {
   struct rpc_server *s;
   struct arena *a;
-  const char *owner; /* NULL: every owner's */
   Qdp__StateInfo **items;
   size_t n, cap;
   bool failed;
 };
 
-/* Under the store's lock: no store calls here. */
-static void list_one(const struct state_meta *meta, void *payload, void *arg) {
+/* Under the store's lock: it only copies. */
+static void list_one(const struct job_state_info *st, void *arg) {
   struct list_ctx *l = arg;
-  if (l->failed || (l->owner && strcmp(meta->owner, l->owner) != 0)) {
+  if (l->failed) {
     return;
   }
   if (l->n == l->cap) {
@@ -809,7 +536,7 @@ static void list_one(const struct state_meta *meta, void *payload, void *arg) {
     l->items = items;
     l->cap = cap;
   }
-  Qdp__StateInfo *info = state_info(l->s, l->a, meta, payload, NULL);
+  Qdp__StateInfo *info = state_info(l->s, l->a, st);
   if (!info) {
     l->failed = true;
     return;
@@ -819,34 +546,21 @@ static void list_one(const struct state_meta *meta, void *payload, void *arg) {
 
 void rpc_h_list(struct rpc_job *j) {
   struct rpc_call *c = j->call;
-  struct rpc_server *s = c->srv;
   struct arena a = {0};
   const Qdp__ListRequest *r = (const Qdp__ListRequest *)c->req;
-  struct list_ctx l = {.s = s, .a = &a, .owner = c->owner};
+  struct list_ctx l = {.s = c->srv, .a = &a};
   struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = caller_of(c);
   grpc_byte_buffer *reply = NULL;
-  qdp_status rc = QDP_OK;
-  if (r->all) {
-    /* Whose states exist is the operator's business: the daemon's own user, or root. */
-    if (c->tcp || (c->ucred.uid != 0 && c->ucred.uid != s->euid)) {
-      rc = qdp_error_set(&err, QDP_ERR_PERMISSION_DENIED, "all",
-                         "listing every identity's states is for the daemon's own user and root; "
-                         "%s may list its own",
-                         c->owner);
-      rpc_finish(c, NULL, &err);
-      return;
-    }
-    l.owner = NULL;
-  }
-  state_store_foreach(s->store, list_one, &l);
-  if (l.failed || a.failed) {
+  qdp_status rc = job_list(c->srv->jobs, &who, r->all, list_one, &l, &err);
+  if (rc == QDP_OK && (l.failed || a.failed)) {
     rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to list %zu states",
                        l.n);
-  } else {
-    Qdp__ListReply r = QDP__LIST_REPLY__INIT;
-    r.n_states = l.n;
-    r.states = l.items;
-    reply = rpc_codec_pack(&r.base);
+  } else if (rc == QDP_OK) {
+    Qdp__ListReply lr = QDP__LIST_REPLY__INIT;
+    lr.n_states = l.n;
+    lr.states = l.items;
+    reply = rpc_codec_pack(&lr.base);
   }
   free(l.items);
   arena_free(&a);
@@ -857,16 +571,9 @@ void rpc_h_release(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   const Qdp__StateRef *ref = (const Qdp__StateRef *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = caller_of(c);
   uint64_t freed = 0;
-  qdp_status rc = check_ref(ref, "state", &err);
-  if (rc == QDP_OK) {
-    /* The last pin's put frees device memory: this runs on a worker for that reason. Without a
-     * token the owner releases its own state by handle. */
-    rc = ref->token && ref->token[0]
-             ? state_store_release(c->srv->store, ref->handle, ref->token, &freed, &err)
-             : state_store_release_owned(c->srv->store, ref->handle, c->owner, &freed, &err);
-  }
-  if (rc != QDP_OK) {
+  if (job_release(c->srv->jobs, &who, ref->handle, ref->token, &freed, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
@@ -882,10 +589,7 @@ void rpc_h_release(struct rpc_job *j) {
 static void fetch_step(struct rpc_job *j);
 
 static void fetch_end(struct rpc_call *c, const struct qdp_error *err) {
-  if (c->fetch.state) {
-    state_store_put(c->srv->store, c->fetch.state);
-    c->fetch.state = NULL;
-  }
+  job_fetch_close(c->srv->jobs, &c->fetch.read);
   rpc_finish(c, NULL, err);
 }
 
@@ -904,9 +608,9 @@ static void on_fetch_sent(struct rpc_server *s, struct rpc_ev *e) {
 
 static void fetch_step(struct rpc_job *j) {
   struct rpc_call *c = j->call;
-  struct rpc_fetch *f = &c->fetch;
+  struct job_fetch *f = &c->fetch.read;
   struct qdp_error err = QDP_ERROR_INIT;
-  if (f->send_failed || atomic_load(&c->cancel_seen)) {
+  if (c->fetch.send_failed || atomic_load(&c->cancel_seen)) {
     qdp_error_set(&err, QDP_ERR_CANCELLED, NULL,
                   "the client left after %" PRIu64 " of %" PRIu64 " amplitudes",
                   f->next - (f->end - f->total), f->total);
@@ -917,16 +621,15 @@ static void fetch_step(struct rpc_job *j) {
     fetch_end(c, NULL);
     return;
   }
-  uint64_t n = f->end - f->next < f->chunk ? f->end - f->next : f->chunk;
+  uint64_t n = f->end - f->next < c->fetch.chunk ? f->end - f->next : c->fetch.chunk;
   uint8_t *data = NULL;
   grpc_byte_buffer *bb =
-      rpc_codec_fetch_chunk(f->next, f->dtype, f->total, (size_t)(n * f->esize), &data);
-  if (runtime_state_read(f->state, f->next, n, data, &err) != QDP_OK) {
+      rpc_codec_fetch_chunk(f->next, (int)f->dtype, f->total, (size_t)(n * f->esize), &data);
+  if (job_fetch_read(f, n, data, &err) != QDP_OK) {
     grpc_byte_buffer_destroy(bb);
     fetch_end(c, &err);
     return;
   }
-  f->next += n;
   c->sending = bb;
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
@@ -952,39 +655,19 @@ void rpc_h_fetch(struct rpc_job *j) {
   struct rpc_server *s = c->srv;
   const Qdp__FetchRequest *r = (const Qdp__FetchRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
-  void *payload = NULL;
-  struct state_meta meta;
-  qdp_status rc = check_ref(r->state, "state", &err);
-  if (rc == QDP_OK) {
-    rc = state_store_get(s->store, r->state->handle, r->state->token, &payload, &meta, &err);
-  }
-  if (rc != QDP_OK) {
-    rpc_finish(c, NULL, &err);
-    return;
-  }
-  struct rpc_fetch *f = &c->fetch;
-  f->state = payload; /* pinned until fetch_end */
-  const struct plan *p = runtime_state_plan(f->state);
-  uint64_t amps = p->batch * p->amplitudes; /* fits: batch * 2^n * dtype size did */
-  if (r->offset > amps || (r->count != 0 && r->count > amps - r->offset)) {
-    qdp_error_set(&err, QDP_ERR_OUT_OF_RANGE, r->offset > amps ? "offset" : "count",
-                  "offset %" PRIu64 " + count %" PRIu64 " is past the state's %" PRIu64
-                  " amplitudes (%" PRIu64 " x 2^%u)",
-                  r->offset, r->count, amps, p->batch, p->qubits);
+  struct job_fetch *f = &c->fetch.read;
+  if (job_fetch_open(s->jobs, r->state ? r->state->handle : NULL, r->state ? r->state->token : NULL,
+                     r->offset, r->count, f, &err) != QDP_OK) {
     fetch_end(c, &err);
     return;
   }
-  f->total = r->count ? r->count : amps - r->offset;
-  f->next = r->offset;
-  f->end = r->offset + f->total;
-  f->dtype = (int)p->out_dtype;
-  f->esize = qdp_dtype_size(p->out_dtype);
+  /* Chunks are bounded by what one message may carry. */
   uint64_t chunk_bytes = r->chunk_bytes ? r->chunk_bytes : atomic_load(&s->fetch_chunk);
   uint64_t cap = s->max_message_bytes - RPC_FETCH_CHUNK_HEADER_MAX;
   if (chunk_bytes > cap) {
     chunk_bytes = cap;
   }
-  f->chunk = chunk_bytes / f->esize ? chunk_bytes / f->esize : 1;
+  c->fetch.chunk = chunk_bytes / f->esize ? chunk_bytes / f->esize : 1;
 
   /* Learn at once when the client leaves, not only at the next send. */
   rpc_watch_close(c);
@@ -994,100 +677,124 @@ void rpc_h_fetch(struct rpc_job *j) {
 /* ---- Export
  * ------------------------------------------------------------------------------------------- */
 
-static qdp_status export_read(void *arg, uint64_t offset, uint64_t n, void *dst,
-                              struct qdp_error *reterr) {
-  return runtime_state_read(arg, offset, n, dst, reterr);
-}
-
 void rpc_h_export(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   struct rpc_server *s = c->srv;
   const Qdp__ExportRequest *r = (const Qdp__ExportRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
-  void *payload = NULL;
-  struct state_meta meta;
-  grpc_byte_buffer *reply = NULL;
-  int fd = -1;
+  struct job_export_request req = {.handle = r->state ? r->state->handle : NULL,
+                                   .token = r->state ? r->state->token : NULL,
+                                   .path = r->path,
+                                   .fd = -1,
+                                   .folder = &s->export_folder,
+                                   .overwrite = r->overwrite};
+  uint64_t bytes = 0;
   qdp_status rc;
-  QDP_TRY(rc, check_ref(r->state, "state", &err));
   QDP_TRY(rc, io_check_path(r->path, "path", &err));
   if (c->tcp) {
     QDP_TRY(rc, check_tcp_path(c, &s->export_folder, "export_dir", "path", &err));
   } else {
     char what[CONFIG_STR_MAX + 16];
     snprintf(what, sizeof what, "Export path '%.200s'", r->path);
-    QDP_TRY(rc, take_fd(c, r->fd_ticket, FD_ACCESS_WRITE, what, "fd_ticket", &fd, &err));
+    QDP_TRY(rc, take_fd(c, r->fd_ticket, FD_ACCESS_WRITE, what, "fd_ticket", &req.fd, &err));
     if (s->export_folder.fd >= 0) {
-      QDP_TRY(rc, io_folder_check_fd(&s->export_folder, r->path, fd, "path", &err));
+      rc = io_folder_check_fd(&s->export_folder, r->path, req.fd, "path", &err);
+      if (rc != QDP_OK) {
+        close(req.fd);
+        goto out;
+      }
     }
   }
-  QDP_TRY(rc, state_store_get(s->store, r->state->handle, r->state->token, &payload, &meta, &err));
-  const struct plan *p = runtime_state_plan(payload);
-  int ndim = p->batch > 1 ? 2 : 1;
-  char hdr[IO_NPY_HEADER_CAP];
-  size_t hlen = 0;
-  QDP_TRY(rc,
-          io_npy_header(p->out_dtype, ndim, p->batch, p->amplitudes, hdr, sizeof hdr, &hlen, &err));
-  if (fd >= 0) {
-    char q[CONFIG_STR_MAX + 4];
-    snprintf(q, sizeof q, "'%.200s'", r->path);
-    QDP_TRY(rc, io_write_npy_fd(fd, q, p->out_dtype, ndim, p->batch, p->amplitudes, export_read,
-                                payload, &err));
-  } else {
-    QDP_TRY(rc, io_write_npy_beneath(&s->export_folder, r->path, r->overwrite, s->own, s->nown,
-                                     p->out_dtype, ndim, p->batch, p->amplitudes, export_read,
-                                     payload, &err));
-  }
-  log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, meta.handle, r->path,
-           (uint64_t)hlen + p->total_bytes);
+  QDP_TRY(rc, job_export(s->jobs, &req, &bytes, &err));
+  log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, req.handle, r->path,
+           bytes);
   Qdp__ExportReply er = QDP__EXPORT_REPLY__INIT;
   er.path = r->path;
-  er.bytes = (uint64_t)hlen + p->total_bytes;
-  reply = rpc_codec_pack(&er.base);
+  er.bytes = bytes;
+  rpc_finish(c, rpc_codec_pack(&er.base), NULL);
+  return;
 out:
-  if (fd >= 0) {
-    close(fd);
-  }
-  if (payload) {
-    state_store_put(s->store, payload);
-  }
-  rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
+  rpc_finish(c, NULL, &err);
 }
 
 /* ---- Status
  * --------------------------------------------------------------------------------------------- */
 
 /* The world's part of Status: every rank, whether it is lost, and how the ranks talk. */
-static void status_world(struct rpc_server *s, struct arena *a, Qdp__StatusReply *r) {
-  int ranks = rpc_world_ranks(s);
-  Qdp__RankInfo **arr = arena_alloc(a, (size_t)ranks * sizeof *arr);
-  Qdp__RankInfo *ri = arena_alloc(a, (size_t)ranks * sizeof *ri);
-  struct world_rank_info *wi = arena_alloc(a, (size_t)ranks * sizeof *wi);
-  bool mpi = strcmp(world_transport_name(s->world), "mpi") == 0;
+static void status_world(const struct job_status *st, struct arena *a, Qdp__StatusReply *r) {
+  bool mpi = strcmp(st->transport, "mpi") == 0;
   r->transport = mpi ? "mpi" : "local";
   r->host_collectives = mpi ? "mpi (point to point, host memory)" : "in-process";
-  r->mpi_threads = mpi ? (char *)world_threads_name(s->world) : "";
-  r->rank_timeout_ms = world_timeout_ms(s->world);
-  char *dc = arena_alloc(a, 192);
-  if (dc) {
-    world_device_collectives(s->world, dc, 192);
-  }
-  r->device_collectives = dc ? dc : "";
-  if (!arr || !ri || !wi) {
+  r->mpi_threads = mpi ? (char *)st->threads : "";
+  r->rank_timeout_ms = st->rank_timeout_ms;
+  r->device_collectives = (char *)st->device_collectives;
+  Qdp__RankInfo **arr = arena_alloc(a, (size_t)st->ranks * sizeof *arr);
+  Qdp__RankInfo *ri = arena_alloc(a, (size_t)st->ranks * sizeof *ri);
+  if (!arr || !ri) {
     return;
   }
-  for (int i = 0; i < ranks; i++) {
+  for (int i = 0; i < st->ranks; i++) {
     qdp__rank_info__init(&ri[i]);
-    world_rank_info(s->world, i, &wi[i]);
     ri[i].rank = i;
-    ri[i].host = wi[i].host;
-    ri[i].devices = wi[i].devices;
-    ri[i].lost = wi[i].lost;
-    ri[i].reason = wi[i].reason;
+    ri[i].host = (char *)st->rank_info[i].host;
+    ri[i].devices = st->rank_info[i].devices;
+    ri[i].lost = st->rank_info[i].lost;
+    ri[i].reason = (char *)st->rank_info[i].reason;
     arr[i] = &ri[i];
   }
-  r->n_rank_info = (size_t)ranks;
+  r->n_rank_info = (size_t)st->ranks;
   r->rank_info = arr;
+}
+
+static void status_devices(const struct job_status *st, struct arena *a, Qdp__StatusReply *r) {
+  Qdp__Device **devs = arena_alloc(a, st->ndevices * sizeof *devs);
+  Qdp__Device *d = arena_alloc(a, st->ndevices * sizeof *d);
+  if (!devs || !d) {
+    return;
+  }
+  for (size_t i = 0; i < st->ndevices; i++) {
+    const struct runtime_device_info *info = &st->devices[i].info;
+    qdp__device__init(&d[i]);
+    d[i].name = (char *)info->name;
+    d[i].kind = info->kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";
+    d[i].rank = st->devices[i].rank;
+    d[i].ordinal = info->ordinal;
+    d[i].uuid = (char *)info->uuid;
+    d[i].model = (char *)info->model;
+    d[i].total_bytes = info->total_bytes;
+    d[i].free_bytes = info->free_bytes;
+    d[i].budget_bytes = info->budget_bytes;
+    d[i].used_bytes = info->used_bytes;
+    d[i].cc_major = info->cc_major;
+    d[i].cc_minor = info->cc_minor;
+    d[i].host = (char *)st->devices[i].host;
+    d[i].numa_node = info->numa_node;
+    devs[i] = &d[i];
+  }
+  r->n_devices = st->ndevices;
+  r->devices = devs;
+}
+
+static void status_links(const struct job_status *st, struct arena *a, Qdp__StatusReply *r) {
+  size_t nl = st->nlocal * st->nlocal;
+  Qdp__Link **links = arena_alloc(a, nl * sizeof *links);
+  Qdp__Link *l = arena_alloc(a, nl * sizeof *l);
+  if (!links || !l) {
+    return;
+  }
+  for (size_t k = 0; k < nl; k++) {
+    const struct runtime_link *rl = &st->links[k];
+    qdp__link__init(&l[k]);
+    l[k].from = (uint32_t)(k / st->nlocal);
+    l[k].to = (uint32_t)(k % st->nlocal);
+    l[k].kind = (char *)runtime_link_kind_name(rl->kind);
+    l[k].nvlinks = rl->nvlinks;
+    l[k].peer = rl->peer;
+    l[k].perf_rank = rl->perf_rank;
+    links[k] = &l[k];
+  }
+  r->n_links = nl;
+  r->links = links;
 }
 
 void rpc_h_status(struct rpc_job *j) {
@@ -1095,81 +802,34 @@ void rpc_h_status(struct rpc_job *j) {
   struct rpc_server *s = c->srv;
   struct arena a = {0};
   struct qdp_error err = QDP_ERROR_INIT;
-  Qdp__StatusReply r = QDP__STATUS_REPLY__INIT;
-  r.version = QDP_VERSION;
-  r.uptime_ms = 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-  r.uptime_ms = now - s->start_mono_ms;
-  r.backend = (char *)runtime_mesh_backend(s->mesh);
-  r.ranks = rpc_world_ranks(s);
-  Qdp__Device **devs = arena_alloc(&a, s->ndev * sizeof *devs);
-  Qdp__Device *d = arena_alloc(&a, s->ndev * sizeof *d);
-  struct runtime_device_info *info = arena_alloc(&a, s->ndev * sizeof *info);
-  if (devs && d && info) {
-    for (size_t i = 0; i < s->ndev; i++) {
-      struct world_device wd;
-      world_device_at(s->world, i, &wd);
-      info[i] = wd.info;
-      int rank = wd.rank;
-      const char *host = wd.host;
-      qdp__device__init(&d[i]);
-      d[i].name = info[i].name;
-      d[i].kind = info[i].kind == RUNTIME_DEVICE_CUDA ? "cuda" : "cpu";
-      d[i].rank = rank;
-      d[i].ordinal = info[i].ordinal;
-      d[i].uuid = info[i].uuid;
-      d[i].model = info[i].model;
-      d[i].total_bytes = info[i].total_bytes;
-      d[i].free_bytes = info[i].free_bytes;
-      d[i].budget_bytes = info[i].budget_bytes;
-      d[i].used_bytes = info[i].used_bytes;
-      d[i].cc_major = info[i].cc_major;
-      d[i].cc_minor = info[i].cc_minor;
-      d[i].host = (char *)host;
-      d[i].numa_node = info[i].numa_node;
-      devs[i] = &d[i];
-    }
-    r.n_devices = s->ndev;
-    r.devices = devs;
-  }
-  r.topology_source = (char *)runtime_mesh_topology_source(s->mesh);
-  r.collectives = (char *)runtime_mesh_collectives(s->mesh);
-  /* This node's links: its devices are the first of the list (a world lists rank 0's first). */
-  size_t nloc = runtime_mesh_count(s->mesh), nl = nloc * nloc;
-  Qdp__Link **links = arena_alloc(&a, nl * sizeof *links);
-  Qdp__Link *l = arena_alloc(&a, nl * sizeof *l);
-  if (links && l) {
-    for (size_t k = 0; k < nl; k++) {
-      struct runtime_link rl;
-      runtime_mesh_link(s->mesh, k / nloc, k % nloc, &rl);
-      qdp__link__init(&l[k]);
-      l[k].from = (uint32_t)(k / nloc);
-      l[k].to = (uint32_t)(k % nloc);
-      l[k].kind = (char *)runtime_link_kind_name(rl.kind);
-      l[k].nvlinks = rl.nvlinks;
-      l[k].peer = rl.peer;
-      l[k].perf_rank = rl.perf_rank;
-      links[k] = &l[k];
-    }
-    r.n_links = nl;
-    r.links = links;
-  }
-  r.budget_bytes = s->store_budget;
-  uint32_t states = 0;
-  state_store_usage(s->store, &r.used_bytes, &states);
-  r.states = states;
-  r.jobs_total = atomic_load(&s->jobs_total);
-  r.jobs_failed = atomic_load(&s->jobs_failed);
-  r.max_qubits = (uint32_t)atomic_load(&s->max_qubits);
-  region_registry_usage(s->regions, &r.regions, &r.region_bytes);
-  status_world(s, &a, &r);
+  struct job_status st;
   grpc_byte_buffer *reply = NULL;
-  qdp_status rc = arena_check(&a, &err);
+  qdp_status rc = job_status(s->jobs, &st, &err);
   if (rc == QDP_OK) {
-    reply = rpc_codec_pack(&r.base);
+    Qdp__StatusReply r = QDP__STATUS_REPLY__INIT;
+    r.version = QDP_VERSION;
+    r.uptime_ms = rpc_mono_ms() - s->start_mono_ms;
+    r.backend = (char *)st.backend;
+    r.ranks = st.ranks;
+    status_devices(&st, &a, &r);
+    r.topology_source = (char *)st.topology_source;
+    r.collectives = (char *)st.collectives;
+    status_links(&st, &a, &r);
+    r.budget_bytes = s->store_budget;
+    r.used_bytes = st.used_bytes;
+    r.states = st.states;
+    r.jobs_total = atomic_load(&s->jobs_total);
+    r.jobs_failed = atomic_load(&s->jobs_failed);
+    r.max_qubits = st.max_qubits;
+    r.regions = st.regions;
+    r.region_bytes = st.region_bytes;
+    status_world(&st, &a, &r);
+    rc = arena_check(&a, &err);
+    if (rc == QDP_OK) {
+      reply = rpc_codec_pack(&r.base);
+    }
   }
+  job_status_free(&st);
   arena_free(&a);
   rpc_finish(c, reply, rc == QDP_OK ? NULL : &err);
 }
@@ -1182,64 +842,33 @@ void rpc_h_register_region(struct rpc_job *j) {
   struct rpc_server *s = c->srv;
   const Qdp__RegisterRegionRequest *r = (const Qdp__RegisterRegionRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
-  qdp_status rc = QDP_OK;
-  struct rpc_region *g = NULL;
-  bool reserved = false;
-  char handle[REGION_HANDLE_LEN] = "";
-  char token[REGION_TOKEN_LEN] = "";
-  struct region_meta meta;
-
+  struct job_caller who = caller_of(c);
+  struct job_region_info ri;
   char what[256];
-  shm_what(r->name, r->pid, r->fd, what, sizeof what);
-  /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
-  QDP_TRY(rc, region_registry_reserve(s->regions, &err));
-  reserved = true;
-  g = calloc(1, sizeof *g);
-  if (!g) {
-    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "no host memory for a %zu B region record", sizeof *g);
-    goto out;
-  }
-  g->mesh = s->mesh;
-  atomic_init(&g->lost, false);
   int fd = -1;
-  QDP_TRY(rc, take_fd(c, r->fd_ticket, FD_ACCESS_READ, what, "fd_ticket", &fd, &err));
-  QDP_TRY(rc, io_map_fd(fd, what, 0, 0, true, &g->map, &err));
-  QDP_TRY(rc, runtime_mesh_register_host(s->mesh, g->map.base, g->map.map_len, &g->pinned, &err));
-  reserved = false; /* commit consumes the slot either way */
-  rc = region_registry_commit(s->regions, c->owner, g->map.bytes, g, region_end, handle, token,
-                              &meta, &err);
-  if (rc != QDP_OK) {
-    goto out;
+  shm_what(r->name, r->pid, r->fd, what, sizeof what);
+  if (take_fd(c, r->fd_ticket, FD_ACCESS_READ, what, "fd_ticket", &fd, &err) != QDP_OK ||
+      job_register_region(s->jobs, &who, fd, what, &ri, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
   }
-  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s)", c->client, handle, meta.bytes,
-           g->map.sealed ? ", sealed" : "", g->pinned ? ", pinned" : "");
-  Qdp__RegionInfo ri = QDP__REGION_INFO__INIT;
-  ri.handle = handle;
-  ri.token = token;
-  ri.bytes = meta.bytes;
-  ri.owner = meta.owner;
-  ri.sealed = g->map.sealed != 0;
-  ri.pinned = g->pinned;
-  ri.created_unix_ms = meta.created_unix_ms;
-  g = NULL; /* the registry's now */
-  grpc_byte_buffer *reply = rpc_codec_pack(&ri.base);
+  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s)", c->client, ri.meta.handle,
+           ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "");
+  Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
+  m.handle = ri.meta.handle;
+  m.token = ri.token;
+  m.bytes = ri.meta.bytes;
+  m.owner = ri.meta.owner;
+  m.sealed = ri.sealed;
+  m.pinned = ri.pinned;
+  m.created_unix_ms = ri.meta.created_unix_ms;
+  grpc_byte_buffer *reply = rpc_codec_pack(&m.base);
   if (!reply) {
-    /* Registered but unanswerable: take it back rather than leak it. */
-    region_registry_remove(s->regions, handle, token, NULL, NULL);
-    rc = qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
-    goto out;
+    /* Registered but unanswerable: taken back rather than leaked. */
+    job_unregister_region(s->jobs, ri.meta.handle, ri.token, NULL, NULL);
+    qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
   }
-  rpc_finish(c, reply, NULL);
-  return;
-out:
-  if (reserved) {
-    region_registry_cancel(s->regions);
-  }
-  if (g) {
-    region_end(g);
-  }
-  rpc_finish(c, NULL, &err);
+  rpc_finish(c, reply, reply ? NULL : &err);
 }
 
 void rpc_h_unregister_region(struct rpc_job *j) {
@@ -1247,14 +876,7 @@ void rpc_h_unregister_region(struct rpc_job *j) {
   const Qdp__RegionRef *ref = (const Qdp__RegionRef *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
   uint64_t bytes = 0;
-  qdp_status rc = QDP_OK;
-  if (!ref->handle || !ref->handle[0]) {
-    rc = qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, "handle", "region.handle is missing");
-  } else {
-    /* Unmapping (and unpinning, on GPUs) may take a while: this runs on a worker. */
-    rc = region_registry_remove(c->srv->regions, ref->handle, ref->token, &bytes, &err);
-  }
-  if (rc != QDP_OK) {
+  if (job_unregister_region(c->srv->jobs, ref->handle, ref->token, &bytes, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }

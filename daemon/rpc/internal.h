@@ -1,4 +1,5 @@
 /* internal.h — what server.c, handlers.c and upload.c share: the server, a call, events, jobs.
+ * The jobs themselves run in job/: handlers only unpack, call job_* and pack.
  *
  * A call's life: armed (arm) -> its request arrives on the completion-queue thread, which unpacks
  * it, checks identity and auth (on_new) and either answers it there (Health, and small jobs that
@@ -23,10 +24,10 @@
 
 #include "config.h"
 #include "error.h"
-#include "qdp.pb-c.h"
-#include "runtime/runtime.h"
 #include "io/map.h"
+#include "job/job.h"
 #include "listener.h"
+#include "qdp.pb-c.h"
 #include "server.h"
 
 struct rpc_server;
@@ -105,19 +106,9 @@ struct rpc_upload {
   struct rpc_call *verdict_next; /* rpc_upload_sweep's list of verdicts to give */
 };
 
-/* What one caller's uploads in flight hold (client_upload_budget). */
-struct rpc_upload_owner {
-  struct rpc_upload_owner *next;
-  char owner[64];
-  uint64_t bytes;
-};
-
 struct rpc_fetch {
-  struct runtime_state *state; /* pinned in the store while non-NULL */
-  uint64_t next, end, total;   /* amplitudes */
-  uint64_t chunk;              /* amplitudes per message */
-  unsigned esize;
-  int dtype;
+  struct job_fetch read; /* the state, pinned while read.state is set, and where it is */
+  uint64_t chunk;        /* amplitudes per message */
   bool send_failed;
 };
 
@@ -165,10 +156,7 @@ struct rpc_call {
 
 struct rpc_server {
   uv_loop_t *loop;
-  struct runtime_mesh *mesh;
-  struct world *world; /* every job goes through it: a world of one without MPI */
-  struct state_store *store;
-  struct region_registry *regions; /* the server's own: created and destroyed with it */
+  struct job_pipeline *jobs; /* the server's own: every job runs through it */
   grpc_server *server;
   grpc_completion_queue *cq;
   void *registered[RPC_M_COUNT];
@@ -213,28 +201,21 @@ struct rpc_server {
   uid_t euid;
   bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
-  struct runtime_device_info *devs;
-  size_t ndev;
   int64_t start_unix_ms;
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (read by workers). */
-  atomic_uint_fast64_t max_qubits, max_batch, max_upload_bytes, upload_budget, fetch_chunk,
-      client_upload_budget, upload_idle_ms;
+  atomic_uint_fast64_t max_upload_bytes, fetch_chunk, upload_idle_ms;
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
-  atomic_uint_fast64_t upload_reserved; /* bytes of upload buffers held by all calls */
-  uv_mutex_t uploads_mu;                /* uploads and upload_owners */
-  struct rpc_call *uploads;             /* receiving, watched for idleness */
-  struct rpc_upload_owner *upload_owners;
+  uv_mutex_t uploads_mu;    /* uploads, and each one's `reserved` */
+  struct rpc_call *uploads; /* receiving, watched for idleness */
   uv_timer_t upload_timer;
   atomic_int live_calls; /* calls that arrived and are not freed yet */
   atomic_int shutdown_notified, cq_shut;
 };
 
 int64_t rpc_now_unix_ms(void);
-/* The ranks of the server's world (1 without one). */
-int rpc_world_ranks(const struct rpc_server *s);
 const char *rpc_method_name(const struct rpc_call *c);
 
 void rpc_submit(struct rpc_server *s, struct rpc_job *j);

@@ -18,15 +18,10 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
-#include "io/guard.h"
 #include "internal.h"
 #include "log.h"
-#include "runtime/runtime.h"
 #include "listener.h"
-#include "state/regions.h"
-#include "state/store.h"
 #include "state/tickets.h"
-#include "world/world.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
  * arrive before the completion-queue thread gets to re-arm. */
@@ -64,10 +59,6 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
 
 /* ---- time
  * ---------------------------------------------------------------------------------------- */
-
-int rpc_world_ranks(const struct rpc_server *s) {
-  return world_size(s->world);
-}
 
 int64_t rpc_now_unix_ms(void) {
   struct timespec ts;
@@ -363,7 +354,7 @@ static bool runs_inline(const struct rpc_call *c) {
     return !((const Qdp__DescribeRequest *)c->req)->views;
   case RPC_M_ENCODE: {
     const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
-    if (rpc_world_ranks(c->srv) > 1) {
+    if (job_world_ranks(c->srv->jobs) > 1) {
       return false; /* it waits on other ranks, up to the rank timeout */
     }
     if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
@@ -623,12 +614,13 @@ static void cq_main(void *arg) {
 static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
   /* Releasing states frees device memory: a worker's job, never the loop's. */
-  size_t n = state_store_expire(s->store, rpc_now_unix_ms());
+  size_t n = 0, leases = 0;
+  job_expire(s->jobs, rpc_now_unix_ms(), &n, &leases);
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
              n == 1 ? "its" : "their");
   }
-  n = state_store_sweep_leases(s->store, rpc_now_unix_ms());
+  n = leases;
   if (n > 0) {
     log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
   }
@@ -670,12 +662,10 @@ void rpc_route_grpc_logs(void) {
 }
 
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
-  atomic_store(&s->max_qubits, cfg->max_qubits);
-  atomic_store(&s->max_batch, cfg->max_batch);
+  job_set_limits(s->jobs, (uint32_t)cfg->max_qubits, cfg->max_batch);
+  job_set_upload_budgets(s->jobs, cfg->upload_budget, cfg->client_upload_budget);
   atomic_store(&s->max_upload_bytes, cfg->max_upload_bytes);
-  atomic_store(&s->upload_budget, cfg->upload_budget);
   atomic_store(&s->fetch_chunk, cfg->fetch_chunk);
-  atomic_store(&s->client_upload_budget, cfg->client_upload_budget);
   atomic_store(&s->upload_idle_ms, cfg->upload_idle_timeout * 1000);
 }
 
@@ -778,67 +768,8 @@ out:
   return rc;
 }
 
-qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
-                             struct rpc_server **ret_server, int *ret_tcp_port,
-                             struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  const struct config *cfg = deps->cfg;
-  struct rpc_server *s = calloc(1, sizeof *s);
-  if (!s) {
-    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "no memory for the server (%zu bytes)", sizeof *s);
-  }
-  grpc_init();
-  s->grpc_inited = true;
-  s->loop = deps->loop;
-  s->mesh = deps->mesh;
-  s->world = deps->world;
-  s->store = deps->store;
-  s->start_unix_ms = rpc_now_unix_ms();
-  s->start_mono_ms = rpc_mono_ms();
-  s->store_budget = cfg->store_budget;
-  s->tcp_node_paths = cfg->tcp_node_paths;
-  s->euid = geteuid();
-  s->input_folder = (struct io_folder)IO_FOLDER_INIT;
-  s->export_folder = (struct io_folder)IO_FOLDER_INIT;
-  s->nown = deps->nown < RPC_OWN_FILES_MAX ? deps->nown : RPC_OWN_FILES_MAX;
-  if (s->nown) {
-    memcpy(s->own, deps->own_files, s->nown * sizeof *s->own);
-  }
-  s->max_message_bytes = cfg->max_message_bytes;
-  s->nworkers_cfg = (size_t)cfg->workers;
-  s->expire_interval_ms = cfg->expire_interval * 1000;
-  s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
-  rpc_server_apply_config(s, cfg);
-  uv_mutex_init(&s->inbox_mu);
-  uv_mutex_init(&s->uploads_mu);
-  uv_mutex_init(&s->pool_mu);
-  uv_cond_init(&s->pool_cv);
-  s->sync_inited = true;
-
-  /* The devices' fixed facts (names, UUIDs) for replies; budgets and use are read per call. In a
-   * world of several ranks these are every rank's devices, in the planner's order. */
-  s->ndev = world_device_count(s->world);
-  s->devs = calloc(s->ndev ? s->ndev : 1, sizeof *s->devs);
-  if (!s->devs) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices",
-                       s->ndev);
-    goto out;
-  }
-  for (size_t i = 0; i < s->ndev; i++) {
-    struct world_device wd;
-    world_device_at(s->world, i, &wd);
-    s->devs[i] = wd.info;
-  }
-
-  QDP_TRY(rc, io_guard_install(reterr));
-  QDP_TRY(rc, region_registry_create((uint32_t)cfg->max_regions, &s->regions, reterr));
-  QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
-                                &s->tickets, reterr));
-  QDP_TRY(rc, load_tokens(s, cfg, reterr));
-  QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
-  QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
-
+/* The gRPC server and its completion queue, every method registered. */
+static void create_grpc_server(struct rpc_server *s, const struct config *cfg) {
   grpc_arg args[3];
   args[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
                        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
@@ -860,6 +791,57 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
                                                  : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
     s->registered[i] = grpc_server_register_method(s->server, rpc_methods[i].path, NULL, ph, 0);
   }
+}
+
+qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
+                             struct rpc_server **ret_server, int *ret_tcp_port,
+                             struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
+  const struct config *cfg = deps->cfg;
+  struct rpc_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no memory for the server (%zu bytes)", sizeof *s);
+  }
+  grpc_init();
+  s->grpc_inited = true;
+  s->loop = deps->loop;
+  s->start_unix_ms = rpc_now_unix_ms();
+  s->start_mono_ms = rpc_mono_ms();
+  s->store_budget = cfg->store_budget;
+  s->tcp_node_paths = cfg->tcp_node_paths;
+  s->euid = geteuid();
+  s->input_folder = (struct io_folder)IO_FOLDER_INIT;
+  s->export_folder = (struct io_folder)IO_FOLDER_INIT;
+  s->nown = deps->nown < RPC_OWN_FILES_MAX ? deps->nown : RPC_OWN_FILES_MAX;
+  if (s->nown) {
+    memcpy(s->own, deps->own_files, s->nown * sizeof *s->own);
+  }
+  s->max_message_bytes = cfg->max_message_bytes;
+  s->nworkers_cfg = (size_t)cfg->workers;
+  s->expire_interval_ms = cfg->expire_interval * 1000;
+  s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
+  uv_mutex_init(&s->inbox_mu);
+  uv_mutex_init(&s->uploads_mu);
+  uv_mutex_init(&s->pool_mu);
+  uv_cond_init(&s->pool_cv);
+  s->sync_inited = true;
+
+  struct job_deps jd = {.mesh = deps->mesh,
+                        .world = deps->world,
+                        .store = deps->store,
+                        .max_regions = (uint32_t)cfg->max_regions,
+                        .own_files = s->own,
+                        .nown = s->nown};
+  QDP_TRY(rc, job_pipeline_create(&jd, &s->jobs, reterr));
+  rpc_server_apply_config(s, cfg);
+  QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
+                                &s->tickets, reterr));
+  QDP_TRY(rc, load_tokens(s, cfg, reterr));
+  QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
+  QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
+
+  create_grpc_server(s, cfg);
 
   if (unix_path && unix_path[0]) {
     struct rpc_listener_opts lo = {
@@ -1099,10 +1081,8 @@ void rpc_server_destroy(struct rpc_server *s) {
     grpc_completion_queue_destroy(s->cq);
   }
   free(s->workers);
-  /* Every job is over (the workers have stopped): the regions are unmapped, and unpinned while
-   * the mesh is still there. */
-  region_registry_destroy(s->regions);
-  free(s->devs);
+  /* Every job is over (the workers have stopped). */
+  job_pipeline_destroy(s->jobs);
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);
     uv_mutex_destroy(&s->uploads_mu);

@@ -1,6 +1,7 @@
-/* server.h — qdpd's gRPC server: it listens, translates each call of proto/qdp.proto into calls of
- * the planner, the state store, io/ and the runtime, and answers. No encoding math, placement or
- * device code lives here.
+/* server.h — qdpd's gRPC server: it listens, unpacks each call of proto/qdp.proto into a call of
+ * the job pipeline (job/job.h) and packs its answer. Planning, admission, commits, release
+ * policy and devices live in job/; here are the wire, identity and the trust boundary (who the
+ * caller is, and the descriptors it handed over).
  *
  * Threads (DESIGN.md §8, STACK.md §4):
  *  - the loop thread (the caller's libuv loop) owns the server's lifecycle: create, start,

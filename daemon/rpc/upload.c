@@ -1,6 +1,7 @@
 /* EncodeUpload's receiving side: the first message declares the request, the later ones append
  * data into one host buffer bounded by the declared size, max_upload_bytes, upload_budget and the
- * caller's client_upload_budget. Memory is taken as data arrives (doubling), never for a size
+ * caller's client_upload_budget (the budgets are admission: job_upload_admit, job/upload.c).
+ * Memory is taken as data arrives (doubling), never for a size
  * only declared, so uploads that declare much and send little hold little. An upload that sends
  * nothing for upload_idle_timeout is cancelled; one that ends before its declared size, or
  * without its last chunk marked when it declares none, fails with DATA_LOSS (CANCELLED when its
@@ -16,7 +17,6 @@
 #include "codec.h"
 #include "internal.h"
 #include "log.h"
-#include "request.h"
 
 /* The first allocation of an upload whose size is not declared; it doubles from there. */
 #define UPLOAD_FIRST_CAP (1u << 20)
@@ -34,57 +34,19 @@ static void prepare_recv(struct rpc_ev *e) {
   }
 }
 
-/* ---- the uploads in flight: per-caller bytes and idle times (under uploads_mu) ----------------
+/* ---- the uploads in flight: their memory (admitted by job/) and idle times (uploads_mu) ----
  */
 
-static struct rpc_upload_owner *owner_of(struct rpc_server *s, const char *owner, bool create) {
-  for (struct rpc_upload_owner *o = s->upload_owners; o; o = o->next) {
-    if (strcmp(o->owner, owner) == 0) {
-      return o;
-    }
-  }
-  struct rpc_upload_owner *o = create ? calloc(1, sizeof *o) : NULL;
-  if (o) {
-    snprintf(o->owner, sizeof o->owner, "%s", owner);
-    o->next = s->upload_owners;
-    s->upload_owners = o;
-  }
-  return o;
-}
-
-/* Takes `more` bytes of upload memory for c's caller, against upload_budget and the caller's
- * client_upload_budget; RESOURCE_EXHAUSTED with the numbers when either would pass. */
+/* Takes `more` bytes of upload memory for c's caller (job_upload_admit: upload_budget and the
+ * caller's client_upload_budget). */
 static qdp_status reserve(struct rpc_call *c, uint64_t more, struct qdp_error *err) {
   struct rpc_server *s = c->srv;
-  uint64_t budget = atomic_load(&s->upload_budget);
-  uint64_t mine = atomic_load(&s->client_upload_budget);
-  qdp_status rc = QDP_OK;
-  uv_mutex_lock(&s->uploads_mu);
-  struct rpc_upload_owner *o = owner_of(s, c->owner, true);
-  uint64_t held = atomic_load(&s->upload_reserved);
-  if (!o) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data", "no memory to count an upload");
-  } else if (held + more > budget) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                       "uploads in flight hold %" PRIu64 " B of upload_budget = %" PRIu64
-                       " B and this one needs %" PRIu64 " B more; retry later",
-                       held, budget, more);
-    err->need_bytes = more;
-    err->free_bytes = held < budget ? budget - held : 0;
-  } else if (o->bytes + more > mine) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                       "uploads of %s in flight hold %" PRIu64
-                       " B of client_upload_budget = %" PRIu64 " B and this one needs %" PRIu64
-                       " B more; finish or cancel one first",
-                       c->owner, o->bytes, mine, more);
-    err->need_bytes = more;
-    err->free_bytes = o->bytes < mine ? mine - o->bytes : 0;
-  } else {
-    o->bytes += more;
-    atomic_fetch_add(&s->upload_reserved, more);
+  qdp_status rc = job_upload_admit(s->jobs, c->owner, more, err);
+  if (rc == QDP_OK) {
+    uv_mutex_lock(&s->uploads_mu);
     c->up.reserved += more;
+    uv_mutex_unlock(&s->uploads_mu);
   }
-  uv_mutex_unlock(&s->uploads_mu);
   return rc;
 }
 
@@ -100,25 +62,10 @@ static void untrack(struct rpc_call *c) {
     }
     u->tracked = false;
   }
-  if (u->reserved) {
-    struct rpc_upload_owner *o = owner_of(s, c->owner, false);
-    if (o) {
-      o->bytes -= u->reserved < o->bytes ? u->reserved : o->bytes;
-    }
-    atomic_fetch_sub(&s->upload_reserved, u->reserved);
-    u->reserved = 0;
-  }
-  /* An owner with nothing in flight is forgotten. */
-  for (struct rpc_upload_owner **p = &s->upload_owners; *p;) {
-    struct rpc_upload_owner *o = *p;
-    if (o->bytes == 0) {
-      *p = o->next;
-      free(o);
-    } else {
-      p = &o->next;
-    }
-  }
+  uint64_t held = u->reserved;
+  u->reserved = 0;
   uv_mutex_unlock(&s->uploads_mu);
+  job_upload_release(s->jobs, c->owner, held);
 }
 
 /* An upload whose stream ended short: a client that died ends its stream too, and its cancel
@@ -243,7 +190,7 @@ static qdp_status declare(struct rpc_call *c, Qdp__UploadChunk *ch, struct qdp_e
                          "request.input of an upload must name no data, path or shm: the "
                          "values follow in the next messages");
   }
-  qdp_status rc = rpc_upload_limit(in->dtype, in->rows, in->cols, atomic_load(&s->max_upload_bytes),
+  qdp_status rc = job_upload_limit(in->dtype, in->rows, in->cols, atomic_load(&s->max_upload_bytes),
                                    &c->up.limit, &c->up.exact, err);
   if (rc != QDP_OK) {
     return rc;

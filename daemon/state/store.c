@@ -400,9 +400,54 @@ void state_reservation_cancel(struct state_reservation *r) {
 
 /* ---- commit ---------------------------------------------------------------------------------- */
 
-qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
-                              void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
-                              char *ret_handle, char *ret_token, struct qdp_error *reterr) {
+/* A state record for payload, not yet linked: label, token, creation time and expiry. */
+static qdp_status new_entry(struct state_store *s, const struct state_reservation *r,
+                            void *payload, void (*payload_destroy)(void *), uint64_t ttl_ms,
+                            const char *label, struct entry **ret, struct qdp_error *reterr) {
+  if (!label) {
+    label = "";
+  }
+  size_t llen = strlen(label);
+  if (llen >= LABEL_MAX) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "label",
+                         "label of %zu B is too long; at most %zu B", llen, LABEL_MAX - 1);
+  }
+  struct entry *e = calloc(1, sizeof *e);
+  if (!e) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B state record", sizeof *e);
+  }
+  qdp_status rc = capability_random_hex(e->token, TOKEN_BYTES, reterr);
+  if (rc != QDP_OK) {
+    free(e);
+    return rc;
+  }
+  memcpy(e->meta.label, label, llen + 1);
+  e->meta.bytes = r->bytes;
+  e->meta.created_unix_ms = capability_now_unix_ms();
+  uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
+  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
+  if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
+    ttl = s->lim.max_ttl_ms;
+  }
+  if (ttl) {
+    /* Clamp far futures instead of overflowing the signed millisecond clock. */
+    int64_t room = INT64_MAX - e->meta.created_unix_ms;
+    e->meta.expires_unix_ms =
+        ttl > (uint64_t)room ? INT64_MAX : e->meta.created_unix_ms + (int64_t)ttl;
+  }
+  e->payload = payload;
+  e->payload_destroy = payload_destroy;
+  *ret = e;
+  return QDP_OK;
+}
+
+/* Both commits; ret_meta non-NULL: the state is linked already pinned, and its record copied,
+ * under the same lock, so no Release or expiry can come between. */
+static qdp_status commit(struct state_store *s, struct state_reservation *r, void *payload,
+                         void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
+                         struct state_meta *ret_meta, char *ret_handle, char *ret_token,
+                         struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct entry *e = NULL;
   bool locked = false;
@@ -420,39 +465,7 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
                        "commit of a %" PRIu64 " B state given a NULL payload", r->bytes);
     goto out;
   }
-  if (!label) {
-    label = "";
-  }
-  size_t llen = strlen(label);
-  if (llen >= LABEL_MAX) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "label",
-                       "label of %zu B is too long; at most %zu B", llen, LABEL_MAX - 1);
-    goto out;
-  }
-  e = calloc(1, sizeof *e);
-  if (!e) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "no host memory for a %zu B state record", sizeof *e);
-    goto out;
-  }
-  QDP_TRY(rc, capability_random_hex(e->token, TOKEN_BYTES, reterr));
-  memcpy(e->meta.label, label, llen + 1);
-  e->meta.bytes = r->bytes;
-  e->meta.created_unix_ms = capability_now_unix_ms();
-  uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
-  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
-  if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
-    ttl = s->lim.max_ttl_ms;
-  }
-  if (ttl) {
-    /* Clamp far futures instead of overflowing the signed millisecond clock. */
-    int64_t room = INT64_MAX - e->meta.created_unix_ms;
-    e->meta.expires_unix_ms =
-        ttl > (uint64_t)room ? INT64_MAX : e->meta.created_unix_ms + (int64_t)ttl;
-  }
-  e->payload = payload;
-  e->payload_destroy = payload_destroy;
-
+  QDP_TRY(rc, new_entry(s, r, payload, payload_destroy, ttl_ms, label, &e, reterr));
   pthread_mutex_lock(&s->mu);
   locked = true;
   if (find_payload(s, payload)) {
@@ -473,10 +486,16 @@ qdp_status state_store_commit(struct state_store *s, struct state_reservation *r
   snprintf(e->meta.owner, sizeof e->meta.owner, "%s", r->owner->name);
   e->owner = r->owner; /* the reservation's bytes and slot become the state's */
   e->linked = true;
+  e->pins = ret_meta ? 1 : 0;
   ht_insert(&s->by_handle, &e->by_handle, hash_str(e->meta.handle));
   ht_insert(&s->by_payload, &e->by_payload, hash_ptr(payload));
   s->states++;
-  memcpy(ret_handle, e->meta.handle, STATE_HANDLE_LEN);
+  if (ret_meta) {
+    *ret_meta = e->meta;
+  }
+  if (ret_handle) {
+    memcpy(ret_handle, e->meta.handle, STATE_HANDLE_LEN);
+  }
   memcpy(ret_token, e->token, STATE_TOKEN_LEN);
   e = NULL;
   free(r);
@@ -488,6 +507,21 @@ out:
   free(e);
   state_reservation_cancel(r);
   return rc;
+}
+
+qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
+                              void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
+                              char *ret_handle, char *ret_token, struct qdp_error *reterr) {
+  return commit(s, r, payload, payload_destroy, ttl_ms, label, NULL, ret_handle, ret_token,
+                reterr);
+}
+
+qdp_status state_store_commit_pinned(struct state_store *s, struct state_reservation *r,
+                                     void *payload, void (*payload_destroy)(void *),
+                                     uint64_t ttl_ms, const char *label,
+                                     struct state_meta *ret_meta, char *ret_token,
+                                     struct qdp_error *reterr) {
+  return commit(s, r, payload, payload_destroy, ttl_ms, label, ret_meta, NULL, ret_token, reterr);
 }
 
 /* ---- lookups --------------------------------------------------------------------------------- */

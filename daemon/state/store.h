@@ -84,6 +84,15 @@ void state_reservation_cancel(struct state_reservation *r); /* NULL-safe */
 qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
                               void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
                               char *ret_handle, char *ret_token, struct qdp_error *reterr);
+/* The same, the new state returned pinned (state_store_put the payload) with its record in
+ * *ret_meta (the handle in ret_meta->handle): a Release with the new token or an expiry may land
+ * as soon as the state is linked, and must not free the payload while the caller still describes
+ * it. */
+qdp_status state_store_commit_pinned(struct state_store *s, struct state_reservation *r,
+                                     void *payload, void (*payload_destroy)(void *),
+                                     uint64_t ttl_ms, const char *label,
+                                     struct state_meta *ret_meta, char *ret_token,
+                                     struct qdp_error *reterr);
 
 /* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token.
  * A state past its expiry is NOT_FOUND here even before state_store_expire unlinks it. */

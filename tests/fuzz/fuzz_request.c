@@ -1,6 +1,6 @@
 /* fuzz_request.c — a request's way through the daemon, from the bytes gRPC hands over to a checked
  * plan: rpc_codec_unpack (as the completion-queue thread decodes every method's request), the
- * request checks of rpc/request.c in the order rpc/handlers.c and rpc/upload.c make them, then
+ * request checks of job/shape.c in the order job/encode.c and rpc/upload.c make them, then
  * plan_compute and plan_check_feasible against fixed fake worlds. Each stage sees only what the
  * stage before accepted. Nothing here does I/O: an input by path stops before its file is opened,
  * one in shared memory after its shape check.
@@ -19,7 +19,7 @@
 #include "fuzz.h"
 #include "plan/plan.h"
 #include "qdp.pb-c.h"
-#include "request.h"
+#include "job/job.h"
 
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -213,7 +213,7 @@ struct input {
 static void plan_stage(const Qdp__EncodeRequest *r, const struct input *in, const struct world *w) {
   struct qdp_error e = QDP_ERROR_INIT;
   qdp_dtype out;
-  qdp_status rc = rpc_output_dtype(r->output_dtype, &out, &e);
+  qdp_status rc = job_output_dtype(r->output_dtype, &out, &e);
   if (rc != QDP_OK) {
     check_refusal(rc, &e, QDP_ERR_INVALID_ARGUMENT, QDP_ERR_INVALID_ARGUMENT, "output dtype");
     return;
@@ -224,7 +224,11 @@ static void plan_stage(const Qdp__EncodeRequest *r, const struct input *in, cons
   size_t subset[8];
   size_t nsub = 0;
   e = (struct qdp_error)QDP_ERROR_INIT;
-  rc = rpc_placement(r->placement, w->devs, w->n, &policy, subset, &nsub, &e);
+  const Qdp__Placement *pl = r->placement;
+  struct job_placement jpl = {.policy = pl ? (int)pl->policy : 0,
+                              .devices = pl ? (const char *const *)pl->devices : NULL,
+                              .ndevices = pl ? pl->n_devices : 0};
+  rc = job_placement(&jpl, w->devs, w->n, &policy, subset, &nsub, &e);
   if (rc != QDP_OK) {
     check_refusal(rc, &e, QDP_ERR_INVALID_ARGUMENT, QDP_ERR_INVALID_ARGUMENT, "placement");
     return;
@@ -276,13 +280,13 @@ static void plan_everywhere(const Qdp__EncodeRequest *r, const struct input *in)
   }
 }
 
-/* rpc_input_shape for nbytes of values, and on to the planner when it accepts. */
+/* job_input_shape for nbytes of values, and on to the planner when it accepts. */
 static void shaped(const Qdp__EncodeRequest *r, const Qdp__Input *in, uint64_t nbytes,
                    const char *field) {
   struct qdp_error e = QDP_ERROR_INIT;
   struct input shape = {in->dtype, 0, 0};
   qdp_status rc =
-      rpc_input_shape(in->dtype, in->rows, in->cols, nbytes, field, &shape.rows, &shape.cols, &e);
+      job_input_shape(in->dtype, in->rows, in->cols, nbytes, field, &shape.rows, &shape.cols, &e);
   if (rc != QDP_OK) {
     check_refusal(rc, &e, QDP_ERR_INVALID_ARGUMENT, QDP_ERR_INVALID_ARGUMENT, "input shape");
     return;
@@ -294,7 +298,7 @@ static void shaped(const Qdp__EncodeRequest *r, const Qdp__Input *in, uint64_t n
   plan_everywhere(r, &shape);
 }
 
-/* Encode and Plan (rpc/handlers.c run_encode and resolve_input). */
+/* Encode and Plan (job/encode.c job_encode and source_open). */
 static void encode_request(const Qdp__EncodeRequest *r) {
   const Qdp__Input *in = r->input;
   if (!in) {
@@ -306,7 +310,7 @@ static void encode_request(const Qdp__EncodeRequest *r) {
     struct qdp_error e = QDP_ERROR_INIT;
     struct input shape = {in->dtype, 0, 0};
     qdp_status rc =
-        rpc_declared_shape(in->dtype, in->rows, in->cols, "input", &shape.rows, &shape.cols, &e);
+        job_declared_shape(in->dtype, in->rows, in->cols, "input", &shape.rows, &shape.cols, &e);
     if (rc != QDP_OK) {
       check_refusal(rc, &e, QDP_ERR_INVALID_ARGUMENT, QDP_ERR_INVALID_ARGUMENT, "declared shape");
       return;
@@ -343,7 +347,7 @@ static void upload_first(const Qdp__UploadChunk *ch) {
   uint64_t limit = 0;
   bool exact = false;
   qdp_status rc =
-      rpc_upload_limit(in->dtype, in->rows, in->cols, MAX_UPLOAD_BYTES, &limit, &exact, &e);
+      job_upload_limit(in->dtype, in->rows, in->cols, MAX_UPLOAD_BYTES, &limit, &exact, &e);
   if (rc != QDP_OK) {
     check_refusal(rc, &e, QDP_ERR_INVALID_ARGUMENT, QDP_ERR_RESOURCE_EXHAUSTED, "upload limit");
     if (rc == QDP_ERR_RESOURCE_EXHAUSTED) {

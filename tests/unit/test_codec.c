@@ -1,7 +1,7 @@
 /* Unit tests of daemon/rpc/codec.{c,h}: protobuf-c <-> grpc_byte_buffer, status mapping, the
  * error detail, and the hand-built FetchChunk checked against protobuf-c's own parser; and of
- * daemon/rpc/request.{c,h}: input shapes, upload limits, output dtype, placement, path
- * confinement. */
+ * the checks of requests' fields (daemon/job/shape.c): input shapes, upload limits, output dtype,
+ * placement, path confinement. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 
 #include "codec.h"
 #include "qdp.pb-c.h"
-#include "request.h"
+#include "job/job.h"
 
 /* Joins a byte buffer's slices, for comparisons. */
 static size_t flatten(grpc_byte_buffer *bb, uint8_t *out, size_t cap) {
@@ -208,39 +208,39 @@ START_TEST(test_input_shape_derives_rows_and_cols_and_refuses_mismatch) {
   uint64_t r = 0, c = 0;
   struct qdp_error e = QDP_ERROR_INIT;
   /* 6 float64 = 48 bytes: rows 0 -> 1, cols 0 -> 6. */
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 48, "input", &r, &c, NULL), QDP_OK);
   ck_assert_uint_eq(r, 1);
   ck_assert_uint_eq(c, 6);
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 3, 0, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 3, 0, 48, "input", &r, &c, NULL), QDP_OK);
   ck_assert_uint_eq(r, 3);
   ck_assert_uint_eq(c, 2);
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT32, 2, 6, 48, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT32, 2, 6, 48, "input", &r, &c, NULL), QDP_OK);
   ck_assert_uint_eq(r, 2);
   ck_assert_uint_eq(c, 6);
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_INT64, 0, 0, 8, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_INT64, 0, 0, 8, "input", &r, &c, NULL), QDP_OK);
   ck_assert_uint_eq(c, 1);
   /* 5 rows do not divide 6 values. */
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 5, 0, 48, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 5, 0, 48, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "6 values"));
   /* rows * cols = 2 * 4 = 8, but 6 values came. */
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 2, 4, 48, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 2, 4, 48, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "input.cols");
   /* rows * cols overflows 64 bits: refused, not wrapped to a match. */
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 33, UINT64_C(1) << 31, 0x10,
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 33, UINT64_C(1) << 31, 0x10,
                                    "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 0, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 0, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "no values"));
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 12, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_FLOAT64, 0, 0, 12, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "12 bytes"));
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_UNSPECIFIED, 0, 0, 8, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_UNSPECIFIED, 0, 0, 8, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "input.dtype");
-  ck_assert_int_eq(rpc_input_shape(QDP_DTYPE_COMPLEX64, 0, 0, 8, "input", &r, &c, &e),
+  ck_assert_int_eq(job_input_shape(QDP_DTYPE_COMPLEX64, 0, 0, 8, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "complex64"));
 }
@@ -249,21 +249,21 @@ END_TEST
 START_TEST(test_declared_shape_needs_cols_and_a_64_bit_size) {
   uint64_t r = 0, c = 0;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT32, 0, 1 << 20, "input", &r, &c, NULL),
+  ck_assert_int_eq(job_declared_shape(QDP_DTYPE_FLOAT32, 0, 1 << 20, "input", &r, &c, NULL),
                    QDP_OK);
   ck_assert_uint_eq(r, 1);
   ck_assert_uint_eq(c, 1 << 20);
-  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, 3, 5, "input", &r, &c, NULL), QDP_OK);
+  ck_assert_int_eq(job_declared_shape(QDP_DTYPE_FLOAT64, 3, 5, "input", &r, &c, NULL), QDP_OK);
   ck_assert_uint_eq(r, 3);
   ck_assert_uint_eq(c, 5);
-  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, 3, 0, "input", &r, &c, &e),
+  ck_assert_int_eq(job_declared_shape(QDP_DTYPE_FLOAT64, 3, 0, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "input.cols");
   /* 2^61 values of 8 bytes: 2^64 bytes. */
-  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 31, UINT64_C(1) << 30,
+  ck_assert_int_eq(job_declared_shape(QDP_DTYPE_FLOAT64, UINT64_C(1) << 31, UINT64_C(1) << 30,
                                       "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(rpc_declared_shape(QDP_DTYPE_UNSPECIFIED, 1, 1, "input", &r, &c, &e),
+  ck_assert_int_eq(job_declared_shape(QDP_DTYPE_UNSPECIFIED, 1, 1, "input", &r, &c, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "input.dtype");
 }
@@ -273,46 +273,50 @@ START_TEST(test_upload_limit_is_the_declared_size_or_the_configured_cap) {
   uint64_t lim = 0;
   bool exact = false;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT32, 4, 1000, 1 << 20, &lim, &exact, NULL),
+  ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT32, 4, 1000, 1 << 20, &lim, &exact, NULL),
                    QDP_OK);
   ck_assert_uint_eq(lim, 16000);
   ck_assert(exact);
-  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 0, 7, 1 << 20, &lim, &exact, NULL), QDP_OK);
+  ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT64, 0, 7, 1 << 20, &lim, &exact, NULL), QDP_OK);
   ck_assert_uint_eq(lim, 56);
-  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 9, 0, 1 << 20, &lim, &exact, NULL), QDP_OK);
+  ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT64, 9, 0, 1 << 20, &lim, &exact, NULL), QDP_OK);
   ck_assert_uint_eq(lim, 1 << 20);
   ck_assert(!exact);
   /* 1000 x 1000 float64 = 8000000 B > 1 MiB. */
-  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, 1000, 1000, 1 << 20, &lim, &exact, &e),
+  ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT64, 1000, 1000, 1 << 20, &lim, &exact, &e),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_uint_eq(e.need_bytes, 8000000);
   ck_assert_uint_eq(e.free_bytes, 1 << 20);
   ck_assert_ptr_nonnull(strstr(e.msg, "8000000"));
-  ck_assert_int_eq(rpc_upload_limit(QDP_DTYPE_FLOAT64, UINT64_MAX, 3, UINT64_MAX, &lim, &exact, &e),
+  ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT64, UINT64_MAX, 3, UINT64_MAX, &lim, &exact, &e),
                    QDP_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
 START_TEST(test_output_dtype_defaults_to_complex128_and_refuses_real_types) {
   qdp_dtype t = QDP_DTYPE_UNSPECIFIED;
-  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_UNSPECIFIED, &t, NULL), QDP_OK);
+  ck_assert_int_eq(job_output_dtype(QDP_DTYPE_UNSPECIFIED, &t, NULL), QDP_OK);
   ck_assert_int_eq(t, QDP_DTYPE_COMPLEX128);
-  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_COMPLEX64, &t, NULL), QDP_OK);
+  ck_assert_int_eq(job_output_dtype(QDP_DTYPE_COMPLEX64, &t, NULL), QDP_OK);
   ck_assert_int_eq(t, QDP_DTYPE_COMPLEX64);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(rpc_output_dtype(QDP_DTYPE_FLOAT64, &t, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(job_output_dtype(QDP_DTYPE_FLOAT64, &t, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "output_dtype");
-  ck_assert_int_eq(rpc_output_dtype(99, &t, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(job_output_dtype(99, &t, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "99"));
 }
 END_TEST
+
+/* A request's placement as job/ takes it. */
+#define PLACEMENT(pl) \
+  (&(struct job_placement){(int)(pl).policy, (const char *const *)(pl).devices, (pl).n_devices})
 
 START_TEST(test_placement_maps_names_to_indices_in_order) {
   struct plan_device devs[3] = {{0, 0, "cpu:0", 100}, {0, 1, "cpu:1", 100}, {0, 2, "cpu:2", 100}};
   size_t sub[3] = {9, 9, 9};
   size_t n = 99;
   enum plan_policy pol = PLAN_BATCH;
-  ck_assert_int_eq(rpc_placement(NULL, devs, 3, &pol, sub, &n, NULL), QDP_OK);
+  ck_assert_int_eq(job_placement(NULL, devs, 3, &pol, sub, &n, NULL), QDP_OK);
   ck_assert_int_eq(pol, PLAN_AUTO);
   ck_assert_uint_eq(n, 0);
   Qdp__Placement pl = QDP__PLACEMENT__INIT;
@@ -320,7 +324,7 @@ START_TEST(test_placement_maps_names_to_indices_in_order) {
   pl.policy = QDP__POLICY__POLICY_UNEVEN;
   pl.devices = names;
   pl.n_devices = 2;
-  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, NULL), QDP_OK);
+  ck_assert_int_eq(job_placement(PLACEMENT(pl), devs, 3, &pol, sub, &n, NULL), QDP_OK);
   ck_assert_int_eq(pol, PLAN_UNEVEN);
   ck_assert_uint_eq(n, 2);
   ck_assert_uint_eq(sub[0], 2);
@@ -329,22 +333,22 @@ START_TEST(test_placement_maps_names_to_indices_in_order) {
   char *bad[] = {"cuda:0"};
   pl.devices = bad;
   pl.n_devices = 1;
-  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(job_placement(PLACEMENT(pl), devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "placement.devices");
   ck_assert_ptr_nonnull(strstr(e.msg, "'cuda:0'"));
   ck_assert_ptr_nonnull(strstr(e.msg, "cpu:0, cpu:1, cpu:2"));
   char *twice[] = {"cpu:1", "cpu:1"};
   pl.devices = twice;
   pl.n_devices = 2;
-  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(job_placement(PLACEMENT(pl), devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "twice"));
   pl.n_devices = 0;
   pl.policy = (Qdp__Policy)7;
-  ck_assert_int_eq(rpc_placement(&pl, devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(job_placement(PLACEMENT(pl), devs, 3, &pol, sub, &n, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "placement.policy");
-  ck_assert_uint_eq(rpc_ttl_ms(0), 0);
-  ck_assert_uint_eq(rpc_ttl_ms(90), 90000);
-  ck_assert_uint_eq(rpc_ttl_ms(UINT64_MAX / 999), UINT64_MAX);
+  ck_assert_uint_eq(job_ttl_ms(0), 0);
+  ck_assert_uint_eq(job_ttl_ms(90), 90000);
+  ck_assert_uint_eq(job_ttl_ms(UINT64_MAX / 999), UINT64_MAX);
 }
 END_TEST
 

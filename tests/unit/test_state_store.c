@@ -245,6 +245,36 @@ START_TEST(test_tokens_and_handles_are_unique_and_hex) {
 }
 END_TEST
 
+/* A pinned commit: released at once, the state is gone from every lookup and budget, but its
+ * payload lives until the commit's pin is put. */
+START_TEST(test_commit_pinned_outlives_a_release_until_put) {
+  struct state_store *s = make_store(8192, 0, 0, 0);
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct state_reservation *r = NULL;
+  struct payload p = {0};
+  struct state_meta m;
+  char t[STATE_TOKEN_LEN];
+  ck_assert_int_eq(state_store_admit(s, "bob", 4096, &r, &err), QDP_OK);
+  ck_assert_int_eq(state_store_commit_pinned(s, r, &p, payload_destroy, 0, "iris", &m, t, &err),
+                   QDP_OK);
+  ck_assert_str_eq(m.owner, "bob");
+  ck_assert_str_eq(m.label, "iris");
+  ck_assert_uint_eq(m.bytes, 4096);
+  ck_assert_int_eq(m.handle[0], 's');
+  uint64_t freed = 0;
+  ck_assert_int_eq(state_store_release(s, m.handle, t, &freed, &err), QDP_OK);
+  ck_assert_uint_eq(freed, 4096);
+  ck_assert_uint_eq(usage_states(s), 0);
+  void *got = NULL;
+  ck_assert_int_eq(state_store_get(s, m.handle, t, &got, NULL, &err), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(p.destroyed, 0);
+  state_store_put(s, &p);
+  ck_assert_int_eq(p.destroyed, 1);
+  state_store_destroy(s);
+  ck_assert_int_eq(p.destroyed, 1);
+}
+END_TEST
+
 START_TEST(test_get_returns_payload_and_meta) {
   struct state_store *s = make_store(0, 0, 0, 0);
   struct qdp_error err = QDP_ERROR_INIT;
@@ -834,6 +864,7 @@ static Suite *store_suite(void) {
   TCase *tok = tcase_create("commit_get");
   tcase_add_test(tok, test_tokens_and_handles_are_unique_and_hex);
   tcase_add_test(tok, test_get_returns_payload_and_meta);
+  tcase_add_test(tok, test_commit_pinned_outlives_a_release_until_put);
   tcase_add_test(tok, test_wrong_token_and_unknown_handle_are_both_not_found);
   tcase_add_test(tok, test_commit_failure_returns_bytes_and_keeps_payload);
   tcase_add_test(tok, test_commit_fails_cleanly_without_randomness);

@@ -1,3 +1,5 @@
+/* Requests' fields checked before anything is planned: input shapes, upload limits, the output
+ * dtype, placement, lifetimes. Pure: no pipeline state, no I/O. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -5,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request.h"
+#include "job.h"
 
 static unsigned input_size(int dtype) {
   switch (dtype) {
@@ -35,7 +37,7 @@ static qdp_status bad_dtype(int dtype, const char *field, struct qdp_error *rete
                        f, name ? name : "unknown", dtype);
 }
 
-qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nbytes,
+qdp_status job_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nbytes,
                            const char *field, uint64_t *ret_rows, uint64_t *ret_cols,
                            struct qdp_error *reterr) {
   unsigned es = input_size(dtype);
@@ -75,7 +77,7 @@ qdp_status rpc_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nby
   return QDP_OK;
 }
 
-qdp_status rpc_declared_shape(int dtype, uint64_t rows, uint64_t cols, const char *field,
+qdp_status job_declared_shape(int dtype, uint64_t rows, uint64_t cols, const char *field,
                               uint64_t *ret_rows, uint64_t *ret_cols, struct qdp_error *reterr) {
   unsigned es = input_size(dtype);
   if (es == 0) {
@@ -100,7 +102,7 @@ qdp_status rpc_declared_shape(int dtype, uint64_t rows, uint64_t cols, const cha
   return QDP_OK;
 }
 
-qdp_status rpc_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
+qdp_status job_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
                             uint64_t *ret_limit, bool *ret_exact, struct qdp_error *reterr) {
   unsigned es = input_size(dtype);
   if (es == 0) {
@@ -137,8 +139,8 @@ qdp_status rpc_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t ma
   return QDP_OK;
 }
 
-qdp_status rpc_output_dtype(int proto_dtype, qdp_dtype *ret, struct qdp_error *reterr) {
-  switch (proto_dtype) {
+qdp_status job_output_dtype(int dtype, qdp_dtype *ret, struct qdp_error *reterr) {
+  switch (dtype) {
   case QDP_DTYPE_UNSPECIFIED:
   case QDP_DTYPE_COMPLEX128:
     *ret = QDP_DTYPE_COMPLEX128;
@@ -147,15 +149,15 @@ qdp_status rpc_output_dtype(int proto_dtype, qdp_dtype *ret, struct qdp_error *r
     *ret = QDP_DTYPE_COMPLEX64;
     return QDP_OK;
   default: {
-    const char *name = qdp_dtype_name((qdp_dtype)proto_dtype);
+    const char *name = qdp_dtype_name((qdp_dtype)dtype);
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "output_dtype",
                          "output_dtype = %s (%d) is not a state dtype; use complex64 or complex128",
-                         name ? name : "unknown", proto_dtype);
+                         name ? name : "unknown", dtype);
   }
   }
 }
 
-qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *devs, size_t n,
+qdp_status job_placement(const struct job_placement *pl, const struct plan_device *devs, size_t n,
                          enum plan_policy *ret_policy, size_t *ret_subset, size_t *ret_count,
                          struct qdp_error *reterr) {
   *ret_policy = PLAN_AUTO;
@@ -163,18 +165,17 @@ qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *dev
   if (!pl) {
     return QDP_OK;
   }
-  if ((int)pl->policy < PLAN_AUTO || (int)pl->policy > PLAN_BATCH) {
+  if (pl->policy < PLAN_AUTO || pl->policy > PLAN_BATCH) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
-                         "placement.policy = %d is not a policy (0 auto .. 5 batch)",
-                         (int)pl->policy);
+                         "placement.policy = %d is not a policy (0 auto .. 5 batch)", pl->policy);
   }
   *ret_policy = (enum plan_policy)pl->policy;
-  if (pl->n_devices > n) {
+  if (pl->ndevices > n) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
                          "placement.devices names %zu devices but this daemon has %zu",
-                         pl->n_devices, n);
+                         pl->ndevices, n);
   }
-  for (size_t i = 0; i < pl->n_devices; i++) {
+  for (size_t i = 0; i < pl->ndevices; i++) {
     const char *want = pl->devices[i];
     size_t j = 0;
     while (j < n && strcmp(devs[j].name, want) != 0) {
@@ -199,10 +200,10 @@ qdp_status rpc_placement(const Qdp__Placement *pl, const struct plan_device *dev
     }
     ret_subset[i] = j;
   }
-  *ret_count = pl->n_devices;
+  *ret_count = pl->ndevices;
   return QDP_OK;
 }
 
-uint64_t rpc_ttl_ms(uint64_t ttl_seconds) {
+uint64_t job_ttl_ms(uint64_t ttl_seconds) {
   return ttl_seconds > UINT64_MAX / 1000 ? UINT64_MAX : ttl_seconds * 1000;
 }

@@ -1,0 +1,291 @@
+/* Encode and its dry run: the input resolved to host values (in memory, a mapped file or shared
+ * memory, a registered region), planned over the world, admitted, encoded, checked for data loss
+ * and committed. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "io/guard.h"
+#include "io/npy.h"
+#include "region.h"
+
+/* A job's input while it runs: what it maps or pins, and the guard over it. */
+struct job_source {
+  struct runtime_input in;
+  struct io_mapping map;     /* a file or shared memory mapped for this job */
+  struct job_region *region; /* a registered region read, pinned */
+  int guard;
+};
+
+#define JOB_SOURCE_INIT {.map = IO_MAPPING_INIT, .guard = -1}
+
+static qdp_status map_file(const struct job_input *in, struct job_source *src,
+                           struct qdp_error *err) {
+  char q[4200];
+  snprintf(q, sizeof q, "'%.200s'", in->path);
+  struct stat st;
+  bool have_st = fstat(in->fd, &st) == 0;
+  struct io_npy hdr;
+  qdp_status rc = io_map_npy_fd(in->fd, q, &src->map, &hdr, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot take
+   * (complex files, say). Other ranks open the path and must find this very file. */
+  src->in = (struct runtime_input){.data = src->map.data,
+                                   .dtype = hdr.dtype,
+                                   .rows = hdr.rows,
+                                   .cols = hdr.cols,
+                                   .file = in->path,
+                                   .file_offset = hdr.data_offset};
+  if (have_st) {
+    src->in.file_id = (struct runtime_file_id){
+        .ino = (uint64_t)st.st_ino,
+        .size = (uint64_t)st.st_size,
+        .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec};
+  }
+  return QDP_OK;
+}
+
+static qdp_status map_shm(const struct job_input *in, struct job_source *src,
+                          struct qdp_error *err) {
+  uint64_t rows = 0, cols = 0;
+  qdp_status rc =
+      job_input_shape(in->dtype, in->rows, in->cols, in->length, "input.shm", &rows, &cols, err);
+  if (rc != QDP_OK) {
+    close(in->fd);
+    return rc;
+  }
+  rc = io_map_fd(in->fd, in->what, in->offset, in->length, false, &src->map, err);
+  if (rc == QDP_OK) {
+    src->in = (struct runtime_input){
+        .data = src->map.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+  }
+  return rc;
+}
+
+/* Input from a registered region: offset and length within it, read through its mapping. */
+static qdp_status read_region(struct job_pipeline *jp, const struct job_input *in,
+                              struct job_source *src, struct qdp_error *err) {
+  void *payload = NULL;
+  uint64_t rows = 0, cols = 0;
+  qdp_status rc =
+      region_registry_get(jp->regions, in->region, in->region_token, &payload, NULL, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  struct job_region *g = payload;
+  src->region = g; /* pinned: put back with the source */
+  if (atomic_load(&g->lost)) {
+    return qdp_error_set(err, QDP_ERR_DATA_LOSS, "input.shm.region",
+                         "region '%.64s' shrank while a job read it; register it again",
+                         in->region);
+  }
+  rc = job_input_shape(in->dtype, in->rows, in->cols, in->length, "input.shm", &rows, &cols, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  /* Compared without forming offset + length, which may overflow. */
+  if (in->offset > g->map.bytes || in->length > g->map.bytes - in->offset) {
+    rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE,
+                       in->offset > g->map.bytes ? "input.shm.offset" : "input.shm.length",
+                       "region '%.64s': offset %" PRIu64 " B + length %" PRIu64
+                       " B passes its end at %" PRIu64 " B",
+                       in->region, in->offset, in->length, g->map.bytes);
+    if (err) {
+      err->need_bytes = in->length;
+      err->free_bytes = in->offset > g->map.bytes ? 0 : g->map.bytes - in->offset;
+    }
+    return rc;
+  }
+  src->in = (struct runtime_input){.data = (const char *)g->map.data + in->offset,
+                                   .dtype = (qdp_dtype)in->dtype,
+                                   .rows = rows,
+                                   .cols = cols,
+                                   .pinned = g->pinned};
+  return QDP_OK;
+}
+
+/* Resolves the input to host values, and guards what is mapped (a mapped input that shrinks
+ * raises SIGBUS, io/guard.h). A plan takes a declared shape; an encode needs values. */
+static qdp_status source_open(struct job_pipeline *jp, const struct job_input *in, bool plan_only,
+                              struct job_source *src, struct qdp_error *err) {
+  const char *field = in->field ? in->field : "input";
+  uint64_t rows = 0, cols = 0;
+  qdp_status rc = QDP_OK;
+  switch (in->source) {
+  case JOB_INPUT_VALUES:
+    rc = job_input_shape(in->dtype, in->rows, in->cols, in->bytes, field, &rows, &cols, err);
+    src->in = (struct runtime_input){
+        .data = in->values, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+    return rc;
+  case JOB_INPUT_SHAPE:
+    if (!plan_only) {
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field,
+                           "input has no source: give data, path or shm");
+    }
+    /* A dry run of data still to be streamed: its declared shape is all the planner needs. */
+    rc = job_declared_shape(in->dtype, in->rows, in->cols, field, &rows, &cols, err);
+    src->in = (struct runtime_input){.dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+    return rc;
+  case JOB_INPUT_FILE:
+    rc = map_file(in, src, err);
+    break;
+  case JOB_INPUT_SHM:
+    rc = map_shm(in, src, err);
+    break;
+  case JOB_INPUT_REGION:
+    rc = read_region(jp, in, src, err);
+    break;
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  src->guard = src->region ? io_guard_add(src->region->map.base, src->region->map.map_len)
+                           : io_guard_add(src->map.base, src->map.map_len);
+  if (src->guard < 0) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
+                         "too many mapped inputs are being read at once; retry");
+  }
+  return QDP_OK;
+}
+
+/* Ends the guard; whether the input shrank under the job (a region that did is lost for every
+ * later job too). */
+static bool source_lost(struct job_source *src) {
+  const struct io_mapping *m = src->region ? &src->region->map : src->map.base ? &src->map : NULL;
+  bool lost = src->guard >= 0 && io_guard_remove(src->guard);
+  src->guard = -1;
+  lost = lost || (m && io_mapping_shrunk(m));
+  if (lost && src->region) {
+    atomic_store(&src->region->lost, true);
+  }
+  return lost || (src->region && atomic_load(&src->region->lost));
+}
+
+static void source_close(struct job_pipeline *jp, struct job_source *src) {
+  if (src->guard >= 0) {
+    io_guard_remove(src->guard);
+  }
+  io_unmap(&src->map);
+  if (src->region) {
+    /* The last pin of a region unregistered meanwhile unmaps it here. */
+    region_registry_put(jp->regions, src->region);
+  }
+}
+
+/* The plan of req over input `in`, across the world's live devices (or those it names). */
+static qdp_status plan_job(struct job_pipeline *jp, const struct job_encode_request *req,
+                           const struct runtime_input *in, struct plan **ret,
+                           struct qdp_error *err) {
+  qdp_dtype out_dtype;
+  qdp_status rc = job_output_dtype(req->output_dtype, &out_dtype, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  size_t n = jp->ndev;
+  struct plan_device *devs = calloc(n ? n : 1, sizeof *devs);
+  size_t *subset = calloc(n ? n : 1, sizeof *subset);
+  if (!devs || !subset) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory to plan");
+    goto out;
+  }
+  world_plan_devices(jp->world, devs);
+  enum plan_policy policy;
+  size_t nsub = 0;
+  QDP_TRY(rc, job_placement(&req->placement, devs, n, &policy, subset, &nsub, err));
+  if (nsub == 0) {
+    nsub = world_live_devices(jp->world, subset); /* 0 while no rank is lost: all of them */
+  }
+  struct plan_request pr = {
+      .encoding = (qdp_encoding)req->encoding,
+      .qubits = req->qubits,
+      .batch = in->rows,
+      .values_per_sample = in->cols,
+      .in_dtype = in->dtype,
+      .out_dtype = out_dtype,
+      .policy = policy,
+      .device_subset = nsub ? subset : NULL,
+      .device_subset_count = nsub,
+      .staging_bytes = runtime_mesh_staging_bytes(jp->mesh),
+  };
+  /* Links order the shards of an even plan so that exchange partners are the best joined (on
+   * this node: the mesh knows only its own links). */
+  int ranks = job_world_ranks(jp);
+  struct plan_world world = {.devices = devs,
+                             .count = n,
+                             .ranks = ranks,
+                             .link_cost = ranks == 1 ? runtime_mesh_link_costs(jp->mesh) : NULL};
+  struct plan_limits lim = {.max_qubits = (uint32_t)atomic_load(&jp->max_qubits),
+                            .max_batch = atomic_load(&jp->max_batch)};
+  rc = plan_compute(&pr, &world, &lim, ret, err);
+out:
+  free(devs);
+  free(subset);
+  return rc;
+}
+
+qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
+                    const struct job_encode_request *req, struct plan **ret_plan,
+                    struct qdp_error *ret_why, struct qdp_error *err) {
+  struct job_source src = JOB_SOURCE_INIT;
+  qdp_status rc = QDP_OK;
+  QDP_TRY(rc, job_check_caller(caller, false, err));
+  QDP_TRY(rc, source_open(jp, &req->input, true, &src, err));
+  QDP_TRY(rc, plan_job(jp, req, &src.in, ret_plan, err));
+  qdp_error_clear(ret_why);
+  if (!(*ret_plan)->feasible) {
+    plan_check_feasible(*ret_plan, ret_why);
+  }
+out:
+  source_close(jp, &src);
+  return rc;
+}
+
+qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
+                      const struct job_encode_request *req, struct job_state_info *ret,
+                      struct qdp_error *err) {
+  struct job_source src = JOB_SOURCE_INIT;
+  struct plan *p = NULL;
+  struct state_reservation *res = NULL;
+  struct runtime_state *st = NULL;
+  qdp_status rc = QDP_OK;
+  memset(ret, 0, sizeof *ret);
+  QDP_TRY(rc, job_check_caller(caller, false, err));
+  QDP_TRY(rc, source_open(jp, &req->input, false, &src, err));
+  QDP_TRY(rc, plan_job(jp, req, &src.in, &p, err));
+  if (req->views) {
+    /* Refused before anything is encoded. */
+    QDP_TRY(rc, runtime_mesh_check_views(jp->mesh, err));
+  }
+  QDP_TRY(rc, plan_check_feasible(p, err));
+  QDP_TRY(rc, state_store_admit(jp->store, caller->owner, p->total_bytes, &res, err));
+  rc = world_encode(jp->world, p, &src.in, &st, err);
+  /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
+   * of them, success or a "zero norm", the true answer is the loss. */
+  if (source_lost(&src)) {
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "input",
+                       "the input file or shared memory shrank while it was being read; "
+                       "nothing was kept%s",
+                       src.region ? " (the region is lost: register it again)" : "");
+  }
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
+  QDP_TRY(rc, job_check_caller(caller, true, err));
+  rc = job_commit(jp, caller, res, st, req->ttl_seconds, req->label, req->views, req->client_pid,
+                  ret, err);
+  res = NULL; /* consumed either way, and st with it */
+  st = NULL;
+out:
+  runtime_state_destroy(st);
+  state_reservation_cancel(res);
+  plan_destroy(p);
+  source_close(jp, &src);
+  return rc;
+}

@@ -1,0 +1,60 @@
+/* internal.h — what the pipeline's files share: the pipeline itself and the steps every job that
+ * makes or describes a state goes through. */
+#ifndef QDP_JOB_INTERNAL_H
+#define QDP_JOB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "job.h"
+
+struct job_pipeline {
+  struct runtime_mesh *mesh;
+  struct world *world;
+  struct state_store *store;
+  struct region_registry *regions;
+  /* The devices' fixed facts (names, UUIDs) for naming shards: every rank's, planner order. */
+  struct runtime_device_info *devs;
+  size_t ndev;
+  struct io_file_id own[8];
+  size_t nown;
+  atomic_uint_fast32_t max_qubits;
+  atomic_uint_fast64_t max_batch;
+  /* Upload memory held (job_upload_admit): every identity's, and each one's while it holds any. */
+  atomic_uint_fast64_t upload_budget, client_upload_budget;
+  pthread_mutex_t uploads_mu;
+  uint64_t upload_held;
+  struct job_upload_owner *upload_owners;
+};
+
+/* Sets up and ends the count of upload memory (upload.c). */
+void job_uploads_init(struct job_pipeline *jp);
+void job_uploads_end(struct job_pipeline *jp);
+
+/* INVALID_ARGUMENT "<field>.handle is missing" for an empty handle. */
+qdp_status job_check_handle(const char *handle, const char *field, struct qdp_error *reterr);
+
+/* Refused with `when` in the message when the caller no longer waits: at the start
+ * (only a passed deadline refuses) or before a commit (a caller that left as well). */
+qdp_status job_check_caller(const struct job_caller *caller, bool committing,
+                            struct qdp_error *reterr);
+
+/* Fills info from a state's record and its payload (pinned by the caller). */
+void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
+                   struct runtime_state *st);
+
+/* Opens views of every shard of info's pinned state under one new lease of process pid (0: the
+ * caller's own): the IPC handles first, so that a refusal leaves no lease behind. */
+qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
+                          struct job_state_info *info, struct qdp_error *reterr);
+
+/* Commits a new state (Encode, Gather) under the reservation and describes it into *ret, pinned
+ * from the commit on (a Release or expiry meanwhile frees it only at job_state_info_end), with
+ * views when asked. res and st are consumed in every case (st destroyed on failure); the state
+ * is released again when its views cannot be opened, since no one could receive its handle. */
+qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
+                      struct state_reservation *res, struct runtime_state *st,
+                      uint64_t ttl_seconds, const char *label, bool views, int pid,
+                      struct job_state_info *ret, struct qdp_error *reterr);
+
+#endif /* QDP_JOB_INTERNAL_H */

@@ -1,0 +1,280 @@
+/* job.h — the pipeline of every job qdpd runs for its clients: encode and its plan-only dry run,
+ * fetch, export, gather, views, describe, list, release, status, registered regions, expiry.
+ *
+ * Contract:
+ *  - Plain C in and out: requests are the structs below, results caller-owned structs, failures a
+ *    qdp_status with its struct qdp_error (numbers included). Nothing here knows the wire: the
+ *    transport unpacks a request, resolves what the caller handed over into descriptors (the
+ *    trust boundary, docs/trust-boundary.md), calls job_*, and packs the result.
+ *  - Who asks comes as struct job_caller: the identity the kernel gave (states, regions, budgets
+ *    and listing key on it, never on what the caller says) and whether it still waits.
+ *  - Every job goes through the world (a world of one without MPI). A descriptor in a request is
+ *    taken in every case: kept by the mapping it becomes, or closed.
+ *  - Any thread; the pipeline takes no lock of its own (the store, registry and world have
+ *    theirs) but the short one over its count of upload memory. Calls that free device memory
+ *    may block: worker threads, not an event loop.
+ */
+#ifndef QDP_JOB_H
+#define QDP_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "io/map.h"
+#include "plan/plan.h"
+#include "runtime/runtime.h"
+#include "state/regions.h"
+#include "state/store.h"
+#include "world/world.h"
+
+struct job_pipeline;
+
+struct job_deps {
+  struct runtime_mesh *mesh;
+  struct world *world; /* the ranks jobs are planned over */
+  struct state_store *store;
+  uint32_t max_regions; /* 0 = unlimited */
+  const struct io_file_id *own_files; /* the daemon's own files: never written for a caller */
+  size_t nown;
+};
+
+/* Creates the pipeline and its region registry; the mesh, world and store stay the caller's and
+ * must outlive it. */
+qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline **ret,
+                               struct qdp_error *reterr);
+/* Ends every region (no job may be running). NULL-safe. */
+void job_pipeline_destroy(struct job_pipeline *jp);
+/* The planner's limits; changeable at any time (SIGHUP). */
+void job_set_limits(struct job_pipeline *jp, uint32_t max_qubits, uint64_t max_batch);
+int job_world_ranks(const struct job_pipeline *jp);
+/* Device i of the world (planner order) and the host of a rank, for naming shards; NULL past the
+ * end. */
+const struct runtime_device_info *job_device(const struct job_pipeline *jp, size_t i);
+const char *job_rank_host(const struct job_pipeline *jp, int rank);
+
+/* Why a caller no longer waits, as flags: it left (cancelled, connection closed), its deadline
+ * passed. */
+enum { JOB_CALLER_LEFT = 1u, JOB_CALLER_LATE = 2u };
+
+struct job_caller {
+  const char *owner;  /* identity key: "uid:<n>" or "tcp:<principal>" */
+  int pid;            /* its process as the kernel says; 0 unknown (TCP) */
+  bool operator;      /* the daemon's own user or root: may list every identity's states */
+  /* JOB_CALLER_* flags, 0 while it waits; NULL: it always does. */
+  unsigned (*gone)(const void *arg);
+  const void *arg;
+};
+
+/* ---- requests' fields, checked (INVALID_ARGUMENT naming the field) ---- */
+
+/* The shape of `nbytes` of input values: rows 0 means 1; cols 0 means nbytes / (rows * size).
+ * INVALID_ARGUMENT ("<field>.dtype", ".rows", ".cols" or "<field>") for an unknown or unsupported
+ * dtype, an empty input, a size that is not rows * cols * size, or an overflowing product. */
+qdp_status job_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nbytes,
+                           const char *field, uint64_t *ret_rows, uint64_t *ret_cols,
+                           struct qdp_error *reterr);
+/* The shape an input declares without its values (a Plan of data still to be streamed): rows 0
+ * means 1; cols is required. INVALID_ARGUMENT for an unsupported dtype, cols 0, or a byte count
+ * past 64 bits. */
+qdp_status job_declared_shape(int dtype, uint64_t rows, uint64_t cols, const char *field,
+                              uint64_t *ret_rows, uint64_t *ret_cols, struct qdp_error *reterr);
+/* The most bytes an upload declared as (dtype, rows, cols) may send: rows * cols * size when cols
+ * is given (*ret_exact = true: it must send exactly that), else max_upload_bytes.
+ * RESOURCE_EXHAUSTED when the declared size passes max_upload_bytes. */
+qdp_status job_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t max_upload_bytes,
+                            uint64_t *ret_limit, bool *ret_exact, struct qdp_error *reterr);
+/* The state's dtype: COMPLEX64 or COMPLEX128; UNSPECIFIED means COMPLEX128. */
+qdp_status job_output_dtype(int dtype, qdp_dtype *ret, struct qdp_error *reterr);
+
+struct job_placement {
+  int policy; /* enum plan_policy; 0 = auto */
+  const char *const *devices; /* names of the world's devices to use; none: every live one */
+  size_t ndevices;
+};
+/* The policy and device subset of a placement against the planner's devs (n of them);
+ * ret_subset holds n entries; *ret_count 0 = every device. */
+qdp_status job_placement(const struct job_placement *pl, const struct plan_device *devs, size_t n,
+                         enum plan_policy *ret_policy, size_t *ret_subset, size_t *ret_count,
+                         struct qdp_error *reterr);
+/* A ttl in milliseconds (0 stays 0: the store's default), saturating. */
+uint64_t job_ttl_ms(uint64_t ttl_seconds);
+
+/* ---- encode ---- */
+
+enum job_input_source {
+  JOB_INPUT_VALUES, /* values in memory: inline or uploaded */
+  JOB_INPUT_SHAPE,  /* no values, only a declared shape: plans only */
+  JOB_INPUT_FILE,   /* a .npy file the caller handed over (or one beneath input_dir) */
+  JOB_INPUT_SHM,    /* shared memory the caller handed over */
+  JOB_INPUT_REGION, /* a registered region */
+};
+
+struct job_input {
+  enum job_input_source source;
+  const char *field;     /* how messages name it: "input", "request.input" */
+  int dtype;             /* as the request says (a FILE says its own) */
+  uint64_t rows, cols;   /* as the request says: 0 derives them */
+  const void *values;    /* VALUES: `bytes` bytes, the caller's until the call returns */
+  uint64_t bytes;
+  int fd;                /* FILE, SHM: taken */
+  const char *path;      /* FILE: as named; other ranks open it and must find this file */
+  const char *what;      /* SHM: how messages name it */
+  uint64_t offset, length;           /* SHM, REGION: the bytes read */
+  const char *region, *region_token; /* REGION */
+};
+
+struct job_encode_request {
+  struct job_input input;
+  int encoding; /* qdp_encoding */
+  uint32_t qubits;
+  int output_dtype;
+  struct job_placement placement;
+  uint64_t ttl_seconds;
+  const char *label;
+  bool views;      /* open zero-copy views of the new state for the caller */
+  int client_pid;  /* the views' process; 0: the caller's own */
+};
+
+/* A live state as a reply describes it, pinned until job_state_info_end. */
+struct job_state_info {
+  struct state_meta meta;
+  const struct plan *plan;
+  const char *collective;
+  double encode_ms;
+  char token[STATE_TOKEN_LEN]; /* a new state's token (Encode, Gather); else "" */
+  uint64_t lease;              /* views opened under this lease; 0: none */
+  struct runtime_ipc *ipc;     /* views: one per shard of plan */
+  /* private */
+  void *pinned;
+  bool fresh; /* committed by this job: released when its handle cannot be handed over */
+};
+
+/* Plan, feasibility, admission against the caller's budgets, encode across the world, the
+ * data-loss check of mapped inputs, and the commit, refused (nothing kept) when the caller left
+ * or its deadline passed meanwhile. *ret is the new state (views opened when asked). */
+qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
+                      const struct job_encode_request *req, struct job_state_info *ret,
+                      struct qdp_error *reterr);
+/* The dry run: the plan job_encode would make (req->views, ttl and label unused), which the
+ * caller destroys; *ret_why gets why it is infeasible (code QDP_OK when it is feasible). */
+qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
+                    const struct job_encode_request *req, struct plan **ret_plan,
+                    struct qdp_error *ret_why, struct qdp_error *reterr);
+/* Unpins a state info. handed_over false for a fresh state means its handle could not be sent:
+ * it is released, since no one else could. NULL-safe and safe on a zeroed info. */
+void job_state_info_end(struct job_pipeline *jp, struct job_state_info *info, bool handed_over);
+
+/* ---- uploads: the host memory of values still arriving ---- */
+
+/* The host memory all uploads in flight may hold together, and each identity's (SIGHUP may
+ * change them; what is held already stays held). */
+void job_set_upload_budgets(struct job_pipeline *jp, uint64_t upload_budget,
+                            uint64_t client_upload_budget);
+/* Takes `bytes` more upload memory for identity `owner`: RESOURCE_EXHAUSTED (field "data", the
+ * budget and the bytes held and asked in the message, need_bytes and free_bytes set) when
+ * upload_budget or the owner's client_upload_budget would pass; nothing is taken then. An owner
+ * of 64 B or more is INVALID_ARGUMENT. */
+qdp_status job_upload_admit(struct job_pipeline *jp, const char *owner, uint64_t bytes,
+                            struct qdp_error *reterr);
+/* Gives back `bytes` that job_upload_admit took for owner (clamped to what it holds). */
+void job_upload_release(struct job_pipeline *jp, const char *owner, uint64_t bytes);
+/* Upload memory held by every identity together, and by `owner` (may be NULL). */
+void job_upload_usage(struct job_pipeline *jp, const char *owner, uint64_t *ret_all,
+                      uint64_t *ret_owner);
+
+/* ---- states ---- */
+
+/* The state (handle, token), with views opened for process pid (0: the caller) when asked. */
+qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller,
+                        const char *handle, const char *token, bool views, int pid,
+                        struct job_state_info *ret, struct qdp_error *reterr);
+
+/* Calls fn for the caller's states (every identity's with all, for operators only), under the
+ * store's lock: fn must only copy. */
+qdp_status job_list(struct job_pipeline *jp, const struct job_caller *caller, bool all,
+                    void (*fn)(const struct job_state_info *info, void *arg), void *arg,
+                    struct qdp_error *reterr);
+
+/* Releases the state: by its token, or without one when the caller owns it. */
+qdp_status job_release(struct job_pipeline *jp, const struct job_caller *caller,
+                       const char *handle, const char *token, uint64_t *ret_freed,
+                       struct qdp_error *reterr);
+
+qdp_status job_close_view(struct job_pipeline *jp, const char *handle, const char *token,
+                          uint64_t lease, uint64_t *ret_freed, struct qdp_error *reterr);
+
+/* A new state holding all of (handle, token) on device `device` (a name), owned by the caller. */
+qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller,
+                      const char *handle, const char *token, const char *device,
+                      uint64_t ttl_seconds, const char *label, struct job_state_info *ret,
+                      struct qdp_error *reterr);
+
+/* A read of amplitudes [next, end) of a pinned state, chunk by chunk. */
+struct job_fetch {
+  struct runtime_state *state; /* pinned while non-NULL */
+  uint64_t next, end, total;
+  qdp_dtype dtype;
+  unsigned esize; /* bytes per amplitude */
+};
+/* count 0: to the end. OUT_OF_RANGE past the state's amplitudes. */
+qdp_status job_fetch_open(struct job_pipeline *jp, const char *handle, const char *token,
+                          uint64_t offset, uint64_t count, struct job_fetch *ret,
+                          struct qdp_error *reterr);
+/* Reads the next n amplitudes into dst and moves on. */
+qdp_status job_fetch_read(struct job_fetch *f, uint64_t n, void *dst, struct qdp_error *reterr);
+void job_fetch_close(struct job_pipeline *jp, struct job_fetch *f); /* idempotent */
+
+struct job_export_request {
+  const char *handle, *token;
+  const char *path;
+  int fd; /* >= 0: the file the caller handed over for writing (taken); else written beneath: */
+  const struct io_folder *folder; /* created and renamed there with the daemon's rights */
+  bool overwrite;
+};
+/* Writes the state as a .npy file; *ret_bytes its size. */
+qdp_status job_export(struct job_pipeline *jp, const struct job_export_request *req,
+                      uint64_t *ret_bytes, struct qdp_error *reterr);
+
+/* ---- registered regions ---- */
+
+struct job_region_info {
+  struct region_meta meta;
+  char token[REGION_TOKEN_LEN];
+  bool sealed, pinned;
+};
+/* Maps the shared memory handed over on fd (taken) whole, page-locks it when the backend wants
+ * that, and files it under the caller; refused before anything is mapped past max_regions. */
+qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
+                               const char *what, struct job_region_info *ret,
+                               struct qdp_error *reterr);
+qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
+                                 uint64_t *ret_bytes, struct qdp_error *reterr);
+
+/* ---- the daemon ---- */
+
+struct job_status {
+  const char *backend, *topology_source, *collectives, *transport, *threads;
+  int ranks;
+  uint64_t rank_timeout_ms;
+  char device_collectives[192];
+  struct world_device *devices; /* every device of the world */
+  size_t ndevices;
+  struct runtime_link *links; /* this node's, nlocal x nlocal, row-major */
+  size_t nlocal;
+  struct world_rank_info *rank_info; /* ranks of them */
+  uint64_t used_bytes;
+  uint32_t states, regions;
+  uint64_t region_bytes;
+  uint32_t max_qubits;
+};
+qdp_status job_status(struct job_pipeline *jp, struct job_status *ret, struct qdp_error *reterr);
+void job_status_free(struct job_status *st); /* NULL-safe */
+
+/* Releases the states past their lifetime and ends the leases of exited clients, as of
+ * now_unix_ms; how many of each. */
+void job_expire(struct job_pipeline *jp, int64_t now_unix_ms, size_t *ret_states,
+                size_t *ret_leases);
+
+#endif /* QDP_JOB_H */
