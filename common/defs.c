@@ -1,4 +1,4 @@
-/* The tables behind qdp_defs.h. Shared by the daemon, the kernels' tests and libqdp. */
+/* The tables behind qdp_defs.h. Shared by the daemon, the kernels and libqdp. */
 #include <stddef.h>
 #include <string.h>
 
