@@ -19,6 +19,7 @@
 
 #include "libqdp_int.h"
 #include "qdp.pb-c.h"
+#include "qdp_npy.h"
 
 #define M_ENCODE "/qdp.Qdp/Encode"
 #define M_PLAN "/qdp.Qdp/Plan"
@@ -1408,21 +1409,14 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
                           o.offset, o.offset + (o.count ? o.count : all - o.offset), all);
   }
   uint64_t count = o.count ? o.count : all - o.offset;
-  uint64_t shape[2];
-  int ndim;
-  if (o.offset == 0 && count == all && batch > 1) {
-    shape[0] = batch;
-    shape[1] = per;
-    ndim = 2;
-  } else {
-    shape[0] = count;
-    ndim = 1;
-  }
-  char hdr[256];
-  size_t hlen = qdp__npy_header(hdr, sizeof hdr, dtype, ndim, shape);
-  if (!hlen) {
-    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The state's dtype %d has no .npy type.",
-                          (int)dtype);
+  /* The whole of a batch is (batch, 2^n); anything else one vector. */
+  const int whole = o.offset == 0 && count == all && batch > 1;
+  char hdr[QDP_NPY_HEADER_CAP];
+  size_t hlen;
+  struct qdp_npy_error ne;
+  if (qdp_npy_format(dtype, whole ? 2 : 1, whole ? batch : 1, whole ? per : count, hdr, sizeof hdr,
+                     &hlen, &ne) != QDP_OK) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The state has no .npy form: %s.", ne.msg);
   }
   char tmp[4096];
   int fd = open_temp(path, tmp, sizeof tmp);

@@ -141,28 +141,20 @@ QDP__HIDDEN qdp_status qdp__fetch_deliver(grpc_byte_buffer *const *msgs, size_t 
                                           uint64_t count, qdp_dtype want_dtype, void *dst,
                                           size_t dst_bytes, int fd, uint64_t *ret_bytes);
 
-/* ---- npy.c: the NumPy .npy format (versions 1.0-3.0, little-endian, C order) ---- */
+/* ---- npy.c: local input files (.npy through common/qdp_npy.h, or raw) ---- */
 
 struct qdp__npy {
   qdp_dtype dtype;      /* FLOAT32, FLOAT64, INT64, COMPLEX64, COMPLEX128 */
   int ndim;             /* 1 or 2 */
-  uint64_t shape[2];    /* shape[1] is 1 for a 1-D array */
+  uint64_t shape[2];    /* rows, cols; a 1-D array is one row */
   uint64_t count;       /* elements */
   uint64_t data_offset; /* bytes from the start of the file to the first element */
 };
 
-/* The longest header qdp reads: numpy writes a few hundred bytes; 1 MiB leaves room for any
- * legitimate file while bounding what a hostile one can make us read. */
-#define QDP__NPY_MAX_HEADER ((size_t)1 << 20)
-
-/* Parses the header at the start of buf (len bytes of the file, at least the whole header).
- * QDP_ERR_INVALID_ARGUMENT (field "npy") with the reason for anything qdp cannot read. */
+/* Parses the header at the start of buf (len bytes of the file, at least the whole header) with
+ * the shared codec. QDP_ERR_INVALID_ARGUMENT (field "npy") with its reason for anything qdp
+ * cannot read. */
 QDP__HIDDEN qdp_status qdp__npy_parse(const void *buf, size_t len, struct qdp__npy *ret);
-
-/* Writes a version 1.0 header for a C-order array of `dtype` and `ndim` (1 or 2) dimensions into
- * buf; its length is a multiple of 64. Returns the length, or 0 when buf is too small. */
-QDP__HIDDEN size_t qdp__npy_header(char *buf, size_t size, qdp_dtype dtype, int ndim,
-                                   const uint64_t *shape);
 
 /* Opens a local .npy or raw file for reading and describes its data: for .npy the header decides
  * (reshaped by rows/cols when nonzero); for a raw file dtype is required and the data runs from
