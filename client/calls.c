@@ -20,6 +20,7 @@
 #include "libqdp_int.h"
 #include "qdp.pb-c.h"
 #include "qdp_npy.h"
+#include "qdp_wire.h"
 
 #define M_ENCODE "/qdp.Qdp/Encode"
 #define M_PLAN "/qdp.Qdp/Plan"
@@ -704,7 +705,7 @@ static qdp_status send_data(struct qdp__call *k, const unsigned char *buf, int f
 /* Sends the initial metadata and the first message of a streaming call; a call that sends nothing
  * more (close) also closes its side and asks for the server's initial metadata in one batch. */
 static int send_first(struct qdp__call *k, const ProtobufCMessage *m, int close) {
-  grpc_byte_buffer *bb = qdp__pack(m);
+  grpc_byte_buffer *bb = qdp_wire_pack(m);
   grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   ops[0] = qdp__op_send_initial(k);
@@ -1149,60 +1150,6 @@ static qdp_status sink_put(struct sink *s, const struct chunk *ch) {
 
 /* A read cursor over a received message's slices, so that a chunk's data is copied once, straight
  * to where it belongs, instead of joined, unpacked and copied again. */
-struct cursor {
-  grpc_byte_buffer_reader r;
-  grpc_slice cur;
-  int have;
-  size_t pos;
-  uint64_t consumed;
-};
-
-static int cursor_fill(struct cursor *k) {
-  while (!k->have || k->pos == GRPC_SLICE_LENGTH(k->cur)) {
-    if (k->have) {
-      grpc_slice_unref(k->cur);
-      k->have = 0;
-    }
-    if (!grpc_byte_buffer_reader_next(&k->r, &k->cur)) {
-      return 0;
-    }
-    k->have = 1;
-    k->pos = 0;
-  }
-  return 1;
-}
-
-static int cursor_varint(struct cursor *k, uint64_t *ret) {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (!cursor_fill(k)) {
-      return 0;
-    }
-    uint8_t b = GRPC_SLICE_START_PTR(k->cur)[k->pos++];
-    k->consumed++;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *ret = v;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-static void cursor_copy(void *arg, void *dst, uint64_t n) {
-  struct cursor *k = arg;
-  uint8_t *d = dst;
-  while (n > 0 && cursor_fill(k)) {
-    size_t avail = GRPC_SLICE_LENGTH(k->cur) - k->pos;
-    size_t m = avail < n ? avail : (size_t)n;
-    memcpy(d, GRPC_SLICE_START_PTR(k->cur) + k->pos, m);
-    k->pos += m;
-    k->consumed += m;
-    d += m;
-    n -= m;
-  }
-}
-
 static void binary_copy(void *arg, void *dst, uint64_t n) {
   /* A chunk without data has (NULL, 0) there, and memcpy wants valid pointers even for 0 bytes. */
   if (n) {
@@ -1210,41 +1157,24 @@ static void binary_copy(void *arg, void *dst, uint64_t n) {
   }
 }
 
-/* Delivers one received FetchChunk to the sink. qdpd writes offset, dtype and total before the data
- * (field 2) and nothing after it: then the data is copied straight from the slices. Any other
- * layout, still valid protobuf, goes through the generic unpack. */
+/* Delivers one received FetchChunk to the sink. In qdpd's layout (common/qdp_wire.h) the data is
+ * copied straight from the slices; any other layout, still valid protobuf, goes through the
+ * generic unpack. */
 static qdp_status read_chunk(grpc_byte_buffer *bb, struct sink *s) {
-  struct cursor k;
-  memset(&k, 0, sizeof k);
-  if (grpc_byte_buffer_reader_init(&k.r, bb)) {
-    struct chunk ch = {.copy = cursor_copy, .arg = &k};
-    uint64_t tag = 0, v = 0, size = grpc_byte_buffer_length(bb);
-    int fast = 0;
-    while (cursor_varint(&k, &tag)) {
-      if (tag == 0x12) { /* data: length-delimited, last */
-        fast = cursor_varint(&k, &ch.len) && ch.len == size - k.consumed;
-        break;
-      }
-      if ((tag != 0x08 && tag != 0x18 && tag != 0x20) || !cursor_varint(&k, &v)) {
-        break;
-      }
-      if (tag == 0x08) {
-        ch.offset = v;
-      } else if (tag == 0x18) {
-        ch.dtype = (int)v;
-      } else {
-        ch.total = v;
-      }
-    }
-    qdp_status rc = fast ? sink_put(s, &ch) : QDP_ERR_UNKNOWN;
-    if (k.have) {
-      grpc_slice_unref(k.cur);
-    }
-    grpc_byte_buffer_reader_destroy(&k.r);
-    if (fast) {
-      return rc;
-    }
+  struct qdp_wire_reader k;
+  struct qdp_wire_chunk h;
+  if (qdp_wire_fetch_chunk_open(bb, &k, &h)) {
+    struct chunk ch = {.offset = h.offset,
+                       .total = h.total,
+                       .len = h.data_len,
+                       .dtype = h.dtype,
+                       .copy = qdp_wire_reader_copy,
+                       .arg = &k};
+    qdp_status rc = sink_put(s, &ch);
+    qdp_wire_reader_close(&k);
+    return rc;
   }
+  qdp_wire_reader_close(&k);
   Qdp__FetchChunk *m = (Qdp__FetchChunk *)qdp__unpack(bb, &qdp__fetch_chunk__descriptor);
   if (!m) {
     return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,

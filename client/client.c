@@ -23,6 +23,7 @@
 
 #include "libqdp_int.h"
 #include "qdp.pb-c.h"
+#include "qdp_wire.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -245,16 +246,7 @@ const char *qdp_client_target(const qdp_client *c) {
   return c ? c->target : "";
 }
 
-/* ---- protobuf-c <-> byte buffers ---- */
-
-grpc_byte_buffer *qdp__pack(const ProtobufCMessage *m) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  grpc_slice s = grpc_slice_malloc(n);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
+/* ---- byte buffers -> protobuf-c (packing is common/qdp_wire.h's) ---- */
 
 ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
   grpc_byte_buffer_reader r;
@@ -462,7 +454,7 @@ qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage 
   if (rc != QDP_OK) {
     return qdp__call_end(&k, rc);
   }
-  grpc_byte_buffer *send = qdp__pack(req);
+  grpc_byte_buffer *send = qdp_wire_pack(req);
   grpc_byte_buffer *recv = NULL;
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);

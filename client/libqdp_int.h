@@ -87,8 +87,8 @@ QDP__HIDDEN qdp_status qdp__unary(qdp_client *c, const char *method, const Proto
                                   const ProtobufCMessageDescriptor *rep_desc,
                                   ProtobufCMessage **ret);
 
-/* protobuf-c <-> grpc_byte_buffer. pack returns NULL on allocation failure (recorded). */
-QDP__HIDDEN grpc_byte_buffer *qdp__pack(const ProtobufCMessage *m);
+/* grpc_byte_buffer -> protobuf-c (packing is qdp_wire_pack, common/qdp_wire.h): NULL when bb
+ * is not a valid message of that type. */
 QDP__HIDDEN ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb,
                                           const ProtobufCMessageDescriptor *desc);
 
