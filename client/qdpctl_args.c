@@ -184,6 +184,42 @@ void print_help(const char *help, const char *gap) {
 
 /* ---- option sets shared by several commands ---- */
 
+/* The positional arguments after the options: min_pos to max_pos of them. */
+static int positionals(const char *cmd, int argc, char **argv, int min_pos, int max_pos,
+                       const char **pos, int *npos) {
+  *npos = 0;
+  for (int i = optind; i < argc; i++) {
+    if (*npos >= max_pos) {
+      return usage_error(cmd, "unexpected argument '%s'", argv[i]);
+    }
+    pos[(*npos)++] = argv[i];
+  }
+  if (*npos < min_pos) {
+    return usage_error(cmd, "missing %s", min_pos == 1 ? "REF" : "arguments");
+  }
+  return EXIT_OK;
+}
+
+/* --offset, --count and --chunk-bytes of a fetch (`name` as given); fo NULL: not this command's. */
+static int range_opt(const char *cmd, int opt, const char *arg, const char *name,
+                     struct qdp_fetch_opts *fo) {
+  uint64_t v;
+  if (!fo) {
+    return usage_error(cmd, "unknown option '%s'", name);
+  }
+  if (!parse_u64(arg, 0, opt == OPT_CHUNK_BYTES ? (uint64_t)1 << 30 : UINT64_MAX, &v)) {
+    return usage_error(cmd, "'%s' is not a valid number for %s", arg, name);
+  }
+  if (opt == OPT_OFFSET) {
+    fo->offset = v;
+  } else if (opt == OPT_COUNT) {
+    fo->count = v;
+  } else {
+    fo->chunk_bytes = (uint32_t)v;
+  }
+  return EXIT_OK;
+}
+
 /* Parses the options of a command without request options; fills positional args. The optional
  * outputs (NULL: the command has no such option) take --offset/--count/--chunk-bytes (fo),
  * -o/--output, --force, --views and --device. */
@@ -212,7 +248,6 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
     if (r > 0) {
       continue;
     }
-    uint64_t v;
     switch (opt) {
     case OPT_HELP:
       print_help(help, "\n");
@@ -220,18 +255,8 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
     case OPT_OFFSET:
     case OPT_COUNT:
     case OPT_CHUNK_BYTES:
-      if (!fo) {
-        return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
-      }
-      if (!parse_u64(optarg, 0, opt == OPT_CHUNK_BYTES ? (uint64_t)1 << 30 : UINT64_MAX, &v)) {
-        return usage_error(cmd, "'%s' is not a valid number for %s", optarg, argv[optind - 1]);
-      }
-      if (opt == OPT_OFFSET) {
-        fo->offset = v;
-      } else if (opt == OPT_COUNT) {
-        fo->count = v;
-      } else {
-        fo->chunk_bytes = (uint32_t)v;
+      if ((r = range_opt(cmd, opt, optarg, argv[optind - 1], fo)) != EXIT_OK) {
+        return r;
       }
       break;
     case 'o':
@@ -263,17 +288,7 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
       return usage_error(cmd, "unknown option");
     }
   }
-  *npos = 0;
-  for (int i = optind; i < argc; i++) {
-    if (*npos >= max_pos) {
-      return usage_error(cmd, "unexpected argument '%s'", argv[i]);
-    }
-    pos[(*npos)++] = argv[i];
-  }
-  if (*npos < min_pos) {
-    return usage_error(cmd, "missing %s", min_pos == 1 ? "REF" : "arguments");
-  }
-  return EXIT_OK;
+  return positionals(cmd, argc, argv, min_pos, max_pos, pos, npos);
 }
 
 /* The options of ls and rm: --mine, --all, and up to max_pos positional arguments. */
@@ -309,12 +324,5 @@ int parse_owned(struct global *g, const char *cmd, const char *help, int argc, c
       return usage_error(cmd, "unknown option");
     }
   }
-  *npos = 0;
-  for (int i = optind; i < argc; i++) {
-    if (*npos >= max_pos) {
-      return usage_error(cmd, "unexpected argument '%s'", argv[i]);
-    }
-    pos[(*npos)++] = argv[i];
-  }
-  return EXIT_OK;
+  return positionals(cmd, argc, argv, 0, max_pos, pos, npos);
 }

@@ -25,18 +25,28 @@ static const char region_help[] =
     "  qdpctl encode --encoding amplitude --qubits 10 --region \"$ref\" --offset 0 --length 8192\n"
     "  qdpctl region rm \"$ref\"\n";
 
-int cmd_region(struct global *g, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"pid", required_argument, NULL, OPT_PID},
-      {"fd", required_argument, NULL, OPT_FD},
-      COMMON_LONG_OPTS,
-      {NULL, 0, NULL, 0},
-  };
+/* What a region command asks for once its options are read. */
+struct region_args {
+  int is_add;
+  const char *name;          /* add NAME */
+  int pid, fd;               /* add --pid PID --fd FD */
+  const char *handle, *token; /* rm REF, split into buf */
+  char buf[256];
+};
+
+static const struct option region_opts[] = {
+    {"pid", required_argument, NULL, OPT_PID},
+    {"fd", required_argument, NULL, OPT_FD},
+    COMMON_LONG_OPTS,
+    {NULL, 0, NULL, 0},
+};
+
+/* The options (--pid, --fd and the common ones); -1 after --help. */
+static int region_options(struct global *g, int argc, char **argv, struct region_args *a) {
   const char *cmd = "region";
-  int pid = -1, fd = -1;
   optind = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "", region_opts, NULL)) != -1) {
     int r = common_opt(g, opt, optarg);
     if (r < 0) {
       return usage_error(cmd, "bad value '%s'", optarg);
@@ -47,20 +57,31 @@ int cmd_region(struct global *g, int argc, char **argv) {
     switch (opt) {
     case OPT_HELP:
       print_help(region_help, "\n");
-      return EXIT_OK;
+      return -1;
     case OPT_PID:
-      if (!parse_i32(optarg, 1, INT32_MAX, &pid)) {
+      if (!parse_i32(optarg, 1, INT32_MAX, &a->pid)) {
         return usage_error(cmd, "--pid: '%s' is not a process id", optarg);
       }
       break;
     case OPT_FD:
-      if (!parse_i32(optarg, 0, INT32_MAX, &fd)) {
+      if (!parse_i32(optarg, 0, INT32_MAX, &a->fd)) {
         return usage_error(cmd, "--fd: '%s' is not a file descriptor", optarg);
       }
       break;
     default:
       return usage_error(cmd, "unknown option");
     }
+  }
+  return EXIT_OK;
+}
+
+/* The subcommand and its argument, and what goes with which. */
+static int region_parse(struct global *g, int argc, char **argv, struct region_args *a) {
+  const char *cmd = "region";
+  a->pid = a->fd = -1;
+  int rc = region_options(g, argc, argv, a);
+  if (rc != EXIT_OK) {
+    return rc;
   }
   int npos = argc - optind;
   const char *sub = npos > 0 ? argv[optind] : NULL;
@@ -71,62 +92,79 @@ int cmd_region(struct global *g, int argc, char **argv) {
   if (npos > 2) {
     return usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
   }
-  int is_add = strcmp(sub, "add") == 0;
-  char buf[256];
-  const char *handle = NULL, *token = NULL;
-  if (is_add) {
-    if ((arg != NULL) == (pid > 0 || fd >= 0) || (!arg && (pid <= 0 || fd < 0))) {
+  a->is_add = strcmp(sub, "add") == 0;
+  if (a->is_add) {
+    if ((arg != NULL) == (a->pid > 0 || a->fd >= 0) || (!arg && (a->pid <= 0 || a->fd < 0))) {
       return usage_error(cmd, "add takes a NAME, or --pid and --fd");
     }
+    a->name = arg;
+    return EXIT_OK;
+  }
+  if (!arg) {
+    return usage_error(cmd, "missing REF");
+  }
+  if (a->pid > 0 || a->fd >= 0) {
+    return usage_error(cmd, "--pid and --fd go with add");
+  }
+  return split_ref(cmd, arg, a->buf, sizeof a->buf, &a->handle, &a->token) != EXIT_OK
+             ? EXIT_USAGE
+             : EXIT_OK;
+}
+
+static int region_add(struct global *g, qdp_client *c, const struct region_args *a) {
+  struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+  if (qdp_region_register(c, a->name, a->pid, a->fd, &ri) != QDP_OK) {
+    return fail(g, "region");
+  }
+  if (g->json) {
+    struct jw w = {stdout, 0, {0}};
+    char ref[160];
+    snprintf(ref, sizeof ref, "%s:%s", ri.handle, ri.token);
+    jw_open(&w, NULL, '{');
+    jw_s(&w, "ref", ref);
+    jw_s(&w, "handle", ri.handle);
+    jw_u(&w, "bytes", ri.bytes);
+    jw_s(&w, "owner", ri.owner);
+    jw_b(&w, "sealed", ri.sealed);
+    jw_b(&w, "pinned", ri.pinned);
+    jw_i(&w, "created_unix_ms", ri.created_unix_ms);
+    jw_close(&w, '}');
   } else {
-    if (!arg) {
-      return usage_error(cmd, "missing REF");
-    }
-    if (pid > 0 || fd >= 0) {
-      return usage_error(cmd, "--pid and --fd go with add");
-    }
-    if (split_ref(cmd, arg, buf, sizeof buf, &handle, &token) != EXIT_OK) {
-      return EXIT_USAGE;
-    }
+    printf("%s:%s\n", ri.handle, ri.token);
+    printf("region     %" PRIu64 " bytes%s%s\n", ri.bytes, ri.sealed ? ", sealed" : "",
+           ri.pinned ? ", pinned" : "");
+  }
+  return EXIT_OK;
+}
+
+static int region_rm(struct global *g, qdp_client *c, const struct region_args *a) {
+  if (qdp_region_unregister(c, a->handle, a->token) != QDP_OK) {
+    return fail(g, "region");
+  }
+  if (g->json) {
+    struct jw w = {stdout, 0, {0}};
+    jw_open(&w, NULL, '{');
+    jw_s(&w, "unregistered", a->handle);
+    jw_close(&w, '}');
+  } else {
+    printf("unregistered %s\n", a->handle);
+  }
+  return EXIT_OK;
+}
+
+int cmd_region(struct global *g, int argc, char **argv) {
+  struct region_args a;
+  memset(&a, 0, sizeof a);
+  int rc = region_parse(g, argc, argv, &a);
+  if (rc != EXIT_OK) {
+    return rc < 0 ? EXIT_OK : rc;
   }
   qdp_client *c = NULL;
-  int rc = connect_client(g, cmd, &c);
+  rc = connect_client(g, "region", &c);
   if (rc != EXIT_OK) {
     return rc;
   }
-  struct jw w = {stdout, 0, {0}};
-  if (is_add) {
-    struct qdp_region_info ri = QDP_REGION_INFO_INIT;
-    if (qdp_region_register(c, arg, pid, fd, &ri) != QDP_OK) {
-      rc = fail(g, cmd);
-    } else if (g->json) {
-      char ref[160];
-      snprintf(ref, sizeof ref, "%s:%s", ri.handle, ri.token);
-      jw_open(&w, NULL, '{');
-      jw_s(&w, "ref", ref);
-      jw_s(&w, "handle", ri.handle);
-      jw_u(&w, "bytes", ri.bytes);
-      jw_s(&w, "owner", ri.owner);
-      jw_b(&w, "sealed", ri.sealed);
-      jw_b(&w, "pinned", ri.pinned);
-      jw_i(&w, "created_unix_ms", ri.created_unix_ms);
-      jw_close(&w, '}');
-    } else {
-      printf("%s:%s\n", ri.handle, ri.token);
-      printf("region     %" PRIu64 " bytes%s%s\n", ri.bytes, ri.sealed ? ", sealed" : "",
-             ri.pinned ? ", pinned" : "");
-    }
-  } else {
-    if (qdp_region_unregister(c, handle, token) != QDP_OK) {
-      rc = fail(g, cmd);
-    } else if (g->json) {
-      jw_open(&w, NULL, '{');
-      jw_s(&w, "unregistered", handle);
-      jw_close(&w, '}');
-    } else {
-      printf("unregistered %s\n", handle);
-    }
-  }
+  rc = a.is_add ? region_add(g, c, &a) : region_rm(g, c, &a);
   qdp_client_destroy(c);
   return rc;
 }
