@@ -16,6 +16,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "qdp.h"
+#include "qdp.pb-c.h"
 
 #define QDP__HIDDEN __attribute__((visibility("hidden")))
 
@@ -140,6 +141,34 @@ QDP__HIDDEN void *qdp__reply_from_pb(const ProtobufCMessage *m);
 QDP__HIDDEN qdp_status qdp__fetch_deliver(grpc_byte_buffer *const *msgs, size_t n, uint64_t offset,
                                           uint64_t count, qdp_dtype want_dtype, void *dst,
                                           size_t dst_bytes, int fd, uint64_t *ret_bytes);
+
+/* ---- calls_*.c: what the call families share ---- */
+
+/* QDP_ERR_INVALID_ARGUMENT for a NULL client; for a NULL client, an empty handle or a NULL token;
+ * rc unless it is QDP_OK and ret is NULL (the result pointer). */
+QDP__HIDDEN qdp_status qdp__check_client(const qdp_client *c);
+QDP__HIDDEN qdp_status qdp__check_ref(const qdp_client *c, const char *handle, const char *token);
+QDP__HIDDEN qdp_status qdp__check_ret(qdp_status rc, const void *ret);
+/* An absolute form of path into buf (PATH_MAX), for the daemon, which names files absolutely;
+ * SYSTEM (field) without a working directory, INVALID_ARGUMENT when too long. */
+QDP__HIDDEN qdp_status qdp__absolute(const char *path, char *buf, const char *field);
+/* A StateRef pointing into the caller's strings: nothing allocated. */
+QDP__HIDDEN Qdp__StateRef qdp__state_ref(const char *handle, const char *token);
+/* Sends the initial metadata and the first message of a streaming call; with close, also closes
+ * the sending side and receives the initial metadata. 0 when the call failed. */
+QDP__HIDDEN int qdp__send_first(struct qdp__call *k, const ProtobufCMessage *m, int close);
+
+/* A copy of one protobuf-c reply into a libqdp-owned struct; NULL when out of memory. */
+typedef void *(*qdp__from_pb_fn)(const void *pb);
+QDP__HIDDEN void *qdp__state_from_pb(const void *pb);  /* Qdp__StateInfo -> qdp_state_info */
+QDP__HIDDEN void *qdp__plan_from_pb(const void *pb);   /* Qdp__PlanReply -> qdp_plan_info */
+QDP__HIDDEN void *qdp__list_from_pb(const void *pb);   /* Qdp__ListReply -> qdp_state_list */
+QDP__HIDDEN void *qdp__status_from_pb(const void *pb); /* Qdp__StatusReply -> qdp_server_status */
+/* A unary call whose reply is copied by `from` into a libqdp struct, returned (NULL on failure,
+ * with *ret_rc saying why); `what` names the copy in the out-of-memory message. */
+QDP__HIDDEN void *qdp__unary_copy(qdp_client *c, const char *method, const ProtobufCMessage *req,
+                                  const ProtobufCMessageDescriptor *desc, qdp__from_pb_fn from,
+                                  const char *what, qdp_status *ret_rc);
 
 /* ---- npy.c: local input files (.npy through common/qdp_npy.h, or raw) ---- */
 

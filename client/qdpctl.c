@@ -58,10 +58,10 @@ static const struct {
   const char *name;
   int (*run)(struct global *g, int argc, char **argv);
 } commands[] = {
-    {"status", cmd_status}, {"health", cmd_health},   {"encode", cmd_encode},
+    {"status", cmd_status}, {"health", cmd_health},     {"encode", cmd_encode},
     {"plan", cmd_plan},     {"describe", cmd_describe}, {"ls", cmd_ls},
-    {"fetch", cmd_fetch},   {"export", cmd_export},   {"rm", cmd_rm},
-    {"region", cmd_region}, {"gather", cmd_gather},   {"view-close", cmd_view_close},
+    {"fetch", cmd_fetch},   {"export", cmd_export},     {"rm", cmd_rm},
+    {"region", cmd_region}, {"gather", cmd_gather},     {"view-close", cmd_view_close},
 };
 
 int main(int argc, char **argv) {

@@ -53,7 +53,7 @@ int parse_i32(const char *s, int32_t min, int32_t max, int *ret) {
 /* A REF is HANDLE:TOKEN, as encode prints it. The pieces point into buf; anything else is a usage
  * error of cmd. */
 int split_ref(const char *cmd, const char *ref, char *buf, size_t size, const char **handle,
-                     const char **token) {
+              const char **token) {
   char *colon = NULL;
   if (ref && strlen(ref) < size) {
     memcpy(buf, ref, strlen(ref) + 1);
@@ -224,9 +224,8 @@ static int range_opt(const char *cmd, int opt, const char *arg, const char *name
  * outputs (NULL: the command has no such option) take --offset/--count/--chunk-bytes (fo),
  * -o/--output, --force, --views and --device. */
 int parse_simple(struct global *g, const char *cmd, const char *help, int argc, char **argv,
-                        int min_pos, int max_pos, const char **pos, int *npos,
-                        struct qdp_fetch_opts *fo, const char **output, int *force, int *views,
-                        const char **device) {
+                 int min_pos, int max_pos, const char **pos, int *npos, struct qdp_fetch_opts *fo,
+                 const char **output, int *force, int *views, const char **device) {
   static const struct option opts[] = {
       {"views", no_argument, NULL, OPT_VIEWS},
       {"device", required_argument, NULL, OPT_DEVICE},
@@ -293,7 +292,7 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
 
 /* The options of ls and rm: --mine, --all, and up to max_pos positional arguments. */
 int parse_owned(struct global *g, const char *cmd, const char *help, int argc, char **argv,
-                       int max_pos, const char **pos, int *npos, int *mine, int *all) {
+                int max_pos, const char **pos, int *npos, int *mine, int *all) {
   static const struct option opts[] = {
       {"mine", no_argument, NULL, OPT_MINE},
       {"all", no_argument, NULL, OPT_ALL},

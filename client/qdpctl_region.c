@@ -28,8 +28,8 @@ static const char region_help[] =
 /* What a region command asks for once its options are read. */
 struct region_args {
   int is_add;
-  const char *name;          /* add NAME */
-  int pid, fd;               /* add --pid PID --fd FD */
+  const char *name;           /* add NAME */
+  int pid, fd;                /* add --pid PID --fd FD */
   const char *handle, *token; /* rm REF, split into buf */
   char buf[256];
 };
@@ -106,9 +106,8 @@ static int region_parse(struct global *g, int argc, char **argv, struct region_a
   if (a->pid > 0 || a->fd >= 0) {
     return usage_error(cmd, "--pid and --fd go with add");
   }
-  return split_ref(cmd, arg, a->buf, sizeof a->buf, &a->handle, &a->token) != EXIT_OK
-             ? EXIT_USAGE
-             : EXIT_OK;
+  return split_ref(cmd, arg, a->buf, sizeof a->buf, &a->handle, &a->token) != EXIT_OK ? EXIT_USAGE
+                                                                                      : EXIT_OK;
 }
 
 static int region_add(struct global *g, qdp_client *c, const struct region_args *a) {

@@ -179,8 +179,8 @@ static void status_json(const struct qdp_server_status *s, const char *target) {
 }
 
 static void status_text(const struct qdp_server_status *s, const char *target) {
-  printf("qdpd %s at %s: backend %s, %d rank%s, up %.1f s\n", s->version, target,
-         s->backend, s->ranks, s->ranks == 1 ? "" : "s", (double)s->uptime_ms / 1000.0);
+  printf("qdpd %s at %s: backend %s, %d rank%s, up %.1f s\n", s->version, target, s->backend,
+         s->ranks, s->ranks == 1 ? "" : "s", (double)s->uptime_ms / 1000.0);
   /* A store budget of 0 means only the device budgets apply. */
   char budget[48] = "no store budget";
   if (s->budget_bytes) {
@@ -188,8 +188,8 @@ static void status_text(const struct qdp_server_status *s, const char *target) {
   }
   printf("states %" PRIu32 ", %" PRIu64 " bytes used (%s); jobs %" PRIu64 " (%" PRIu64
          " failed); max qubits %" PRIu32 "; regions %" PRIu32 " (%" PRIu64 " bytes)\n",
-         s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits,
-         s->regions, s->region_bytes);
+         s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits, s->regions,
+         s->region_bytes);
   printf("collectives: %s\n\n", s->collectives);
   if (s->ranks > 1) {
     print_world(s);

@@ -1,6 +1,6 @@
-/* qdp_npy.c — the .npy header codec (qdp_npy.h). The parser is cut along the format: the fixed preamble,
- * the dict literal (one small reader per key, found through a table), then the checks of what the
- * keys said. Each step refuses with the value and the header byte at fault.
+/* qdp_npy.c — the .npy header codec (qdp_npy.h). The parser is cut along the format: the fixed
+ * preamble, the dict literal (one small reader per key, found through a table), then the checks of
+ * what the keys said. Each step refuses with the value and the header byte at fault.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -77,8 +77,8 @@ static bool shape_bytes(uint64_t rows, uint64_t cols, unsigned size, uint64_t *r
 static qdp_status parse_preamble(const unsigned char *b, size_t len, size_t *ret_pre,
                                  uint64_t *ret_hlen, struct qdp_npy_error *e) {
   if (len < 10) {
-    return fail(e, NULL,
-                "truncated .npy header: the file has %zu B, a header needs at least 10 B", len);
+    return fail(e, NULL, "truncated .npy header: the file has %zu B, a header needs at least 10 B",
+                len);
   }
   if (memcmp(b, npy_magic, sizeof npy_magic) != 0) {
     return fail(e, NULL, "bad magic: not a .npy file (it must start with \\x93NUMPY)");
@@ -98,15 +98,16 @@ static qdp_status parse_preamble(const unsigned char *b, size_t len, size_t *ret
     }
     hlen = (uint64_t)b[8] | (uint64_t)b[9] << 8 | (uint64_t)b[10] << 16 | (uint64_t)b[11] << 24;
   } else {
-    return fail(e, NULL, ".npy format version %u.%u is not supported; use 1.0, 2.0 or 3.0",
-                major, minor);
+    return fail(e, NULL, ".npy format version %u.%u is not supported; use 1.0, 2.0 or 3.0", major,
+                minor);
   }
   if (hlen > QDP_NPY_HEADER_MAX) {
     return fail(e, NULL, ".npy header of %" PRIu64 " B is longer than the %d B accepted", hlen,
                 QDP_NPY_HEADER_MAX);
   }
   if (hlen > len - *ret_pre) {
-    return fail(e, NULL, "truncated .npy header: it ends at byte %" PRIu64 " but the file has %zu B",
+    return fail(e, NULL,
+                "truncated .npy header: it ends at byte %" PRIu64 " but the file has %zu B",
                 *ret_pre + hlen, len);
   }
   *ret_hlen = hlen;
@@ -181,10 +182,10 @@ static qdp_status malformed(struct qdp_npy_error *e, const char *what, const str
 struct fields {
   const char *descr;
   size_t descr_len;
-  int fortran;                   /* 0 or 1 */
-  int ndim;                      /* dimensions in 'shape', all counted */
-  uint64_t dims[MAX_DIMS_KEPT];  /* the first MAX_DIMS_KEPT of them */
-  bool dim_overflow;             /* a dimension over 64 bits (refused once the keys are read) */
+  int fortran;                  /* 0 or 1 */
+  int ndim;                     /* dimensions in 'shape', all counted */
+  uint64_t dims[MAX_DIMS_KEPT]; /* the first MAX_DIMS_KEPT of them */
+  bool dim_overflow;            /* a dimension over 64 bits (refused once the keys are read) */
 };
 
 static qdp_status read_descr(struct cursor *c, struct fields *f, struct qdp_npy_error *e) {
@@ -285,9 +286,8 @@ static qdp_status read_entry(struct cursor *c, struct fields *f, unsigned *seen,
   }
   char q[QUOTE_CAP];
   quote(q, name, n);
-  return fail(e, NULL,
-              "malformed .npy header: key '%s' is unknown or repeated at header byte %zu", q,
-              name_at);
+  return fail(e, NULL, "malformed .npy header: key '%s' is unknown or repeated at header byte %zu",
+              q, name_at);
 }
 
 static qdp_status read_dict(struct cursor *c, struct fields *f, struct qdp_npy_error *e) {
@@ -422,8 +422,7 @@ qdp_status qdp_npy_format(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t col
   }
   char dict[160];
   int n = ndim == 1 ? snprintf(dict, sizeof dict,
-                               "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64
-                               ",), }",
+                               "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ",), }",
                                descr, cols)
                     : snprintf(dict, sizeof dict,
                                "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64

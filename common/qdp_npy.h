@@ -1,5 +1,5 @@
-/* qdp_npy.h — the NumPy .npy header codec the daemon and libqdp share: parse the header at the start
- * of a buffer, check that a file holds the data it promises, format a header for a dtype and
+/* qdp_npy.h — the NumPy .npy header codec the daemon and libqdp share: parse the header at the
+ * start of a buffer, check that a file holds the data it promises, format a header for a dtype and
  * shape. Pure functions over caller-owned bytes: no I/O, no allocation, no globals; any thread.
  * Mapping, descriptors and writes stay with each caller (daemon/io/npy.c, client/npy.c).
  *
@@ -49,10 +49,10 @@ struct qdp_npy {
 
 /* Why a header was refused. */
 struct qdp_npy_error {
-  const char *field;     /* static request field at fault ("dtype"), or NULL */
-  uint64_t need_bytes;   /* qdp_npy_check_data: bytes the shape needs */
-  uint64_t have_bytes;   /* qdp_npy_check_data: bytes after the header */
-  char msg[320];         /* one line, no trailing period */
+  const char *field;   /* static request field at fault ("dtype"), or NULL */
+  uint64_t need_bytes; /* qdp_npy_check_data: bytes the shape needs */
+  uint64_t have_bytes; /* qdp_npy_check_data: bytes after the header */
+  char msg[320];       /* one line, no trailing period */
 };
 
 /* Parses the header at the start of buf[0..len): len covers at least the header (the data is

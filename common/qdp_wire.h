@@ -35,8 +35,8 @@ grpc_byte_buffer *qdp_wire_fetch_chunk(uint64_t offset, int dtype, uint64_t tota
 /* A cursor over the slices of a received byte buffer. */
 struct qdp_wire_reader {
   grpc_byte_buffer_reader r;
-  int open;          /* r was initialised */
-  grpc_slice cur;    /* the slice being read, when `have` */
+  int open;       /* r was initialised */
+  grpc_slice cur; /* the slice being read, when `have` */
   int have;
   size_t pos;        /* in cur */
   uint64_t consumed; /* bytes read so far */
@@ -45,7 +45,7 @@ struct qdp_wire_reader {
 struct qdp_wire_chunk {
   uint64_t offset, total; /* amplitudes */
   int dtype;
-  uint64_t data_len;      /* bytes of data that follow */
+  uint64_t data_len; /* bytes of data that follow */
 };
 
 /* Opens a reader on bb and reads a FetchChunk's fields if it has the layout above: then returns

@@ -37,8 +37,8 @@ static bool codec_parse(const uint8_t *data, size_t size, struct qdp_npy *ret) {
   struct qdp_npy_error e;
   qdp_status rc = qdp_npy_parse(data, size, ret, &e);
   if (rc != QDP_OK) {
-    FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e.msg[0] && !strchr(e.msg, '\n'),
-               "codec: %d (%s)", (int)rc, e.msg);
+    FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e.msg[0] && !strchr(e.msg, '\n'), "codec: %d (%s)",
+               (int)rc, e.msg);
     return false;
   }
   unsigned es = qdp_dtype_size(ret->dtype);
@@ -88,8 +88,8 @@ static void client_parse(const uint8_t *data, size_t size, const struct qdp_npy 
   struct qdp__npy d;
   qdp_status rc = qdp__npy_parse(data, size, &d);
   const struct qdp_errinfo *e = qdp_last_error();
-  FUZZ_CHECK((rc == QDP_OK) == codec_ok, "client: %d (%s) where the codec says %d", (int)rc,
-             e->msg, (int)codec_ok);
+  FUZZ_CHECK((rc == QDP_OK) == codec_ok, "client: %d (%s) where the codec says %d", (int)rc, e->msg,
+             (int)codec_ok);
   if (rc != QDP_OK) {
     FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e->code == rc && e->msg[0], "client: %d (%s)",
                (int)rc, e->msg);

@@ -75,9 +75,9 @@ START_TEST(test_format_refuses_what_has_no_npy_form) {
   ck_assert_ptr_nonnull(strstr(e.msg, "has 1 row, not 2"));
   ck_assert_int_eq(qdp_npy_format(QDP_DTYPE_FLOAT64, 3, 1, 3, buf, sizeof buf, &n, &e),
                    QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(qdp_npy_format(QDP_DTYPE_FLOAT64, 2, UINT64_MAX / 8 + 1, 1, buf, sizeof buf, &n,
-                                  &e),
-                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      qdp_npy_format(QDP_DTYPE_FLOAT64, 2, UINT64_MAX / 8 + 1, 1, buf, sizeof buf, &n, &e),
+      QDP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(e.msg, "overflow 64 bits"));
   ck_assert_int_eq(qdp_npy_format(QDP_DTYPE_FLOAT64, 2, 3, 4, buf, 127, &n, &e),
                    QDP_ERR_INVALID_ARGUMENT);
@@ -94,8 +94,10 @@ START_TEST(test_format_round_trips_through_parse) {
     int ndim;
     uint64_t rows, cols;
   } cases[] = {
-      {QDP_DTYPE_FLOAT32, 1, 1, 0},         {QDP_DTYPE_FLOAT64, 2, 7, 3},
-      {QDP_DTYPE_INT64, 1, 1, 123456789},   {QDP_DTYPE_COMPLEX64, 2, 1, 1},
+      {QDP_DTYPE_FLOAT32, 1, 1, 0},
+      {QDP_DTYPE_FLOAT64, 2, 7, 3},
+      {QDP_DTYPE_INT64, 1, 1, 123456789},
+      {QDP_DTYPE_COMPLEX64, 2, 1, 1},
       {QDP_DTYPE_COMPLEX128, 2, UINT64_MAX / 16, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
