@@ -10,6 +10,7 @@
 #ifndef QDPCTL_H
 #define QDPCTL_H
 
+#include <getopt.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -115,6 +116,14 @@ enum {
 int common_opt(struct global *g, int opt, const char *arg);
 /* A command's own help (followed by `gap`), then the common options and the exit codes. */
 void print_help(const char *help, const char *gap);
+
+/* next_opt's answers besides one of the command's own options (its getopt value, > 0). */
+enum { OPT_END = 0, OPT_HELPED = -1, OPT_BAD = -3 };
+/* The next option of a command (optind 0 before the first): takes the common options and --help
+ * (printing `help`) itself. OPT_BAD after printing the usage error of a common option's bad value,
+ * which names the option when say_which (encode and plan always have). */
+int next_opt(struct global *g, const char *cmd, const char *help, int argc, char **argv,
+             const char *shortopts, const struct option *opts, int say_which);
 /* Parses the options of a command without request options; fills positional args. The optional
  * outputs (NULL: the command has no such option) take --offset/--count/--chunk-bytes (fo),
  * -o/--output, --force, --views and --device. */

@@ -184,6 +184,31 @@ void print_help(const char *help, const char *gap) {
 
 /* ---- option sets shared by several commands ---- */
 
+int next_opt(struct global *g, const char *cmd, const char *help, int argc, char **argv,
+             const char *shortopts, const struct option *opts, int say_which) {
+  int opt;
+  while ((opt = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+    int r = common_opt(g, opt, optarg);
+    if (r < 0) {
+      if (say_which) {
+        usage_error(cmd, "bad value '%s' for %s", optarg, argv[optind - 1]);
+      } else {
+        usage_error(cmd, "bad value '%s'", optarg);
+      }
+      return OPT_BAD;
+    }
+    if (r > 0) {
+      continue;
+    }
+    if (opt == OPT_HELP) {
+      print_help(help, "\n");
+      return OPT_HELPED;
+    }
+    return opt;
+  }
+  return OPT_END;
+}
+
 /* The positional arguments after the options: min_pos to max_pos of them. */
 static int positionals(const char *cmd, int argc, char **argv, int min_pos, int max_pos,
                        const char **pos, int *npos) {
@@ -238,19 +263,9 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
       {NULL, 0, NULL, 0},
   };
   optind = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, fo ? "o:" : "", opts, NULL)) != -1) {
-    int r = common_opt(g, opt, optarg);
-    if (r < 0) {
-      return usage_error(cmd, "bad value '%s'", optarg);
-    }
-    if (r > 0) {
-      continue;
-    }
+  int opt, r;
+  while ((opt = next_opt(g, cmd, help, argc, argv, fo ? "o:" : "", opts, 0)) > 0) {
     switch (opt) {
-    case OPT_HELP:
-      print_help(help, "\n");
-      return -1;
     case OPT_OFFSET:
     case OPT_COUNT:
     case OPT_CHUNK_BYTES:
@@ -287,6 +302,9 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
       return usage_error(cmd, "unknown option");
     }
   }
+  if (opt != OPT_END) {
+    return opt == OPT_HELPED ? -1 : EXIT_USAGE;
+  }
   return positionals(cmd, argc, argv, min_pos, max_pos, pos, npos);
 }
 
@@ -301,18 +319,8 @@ int parse_owned(struct global *g, const char *cmd, const char *help, int argc, c
   };
   optind = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    int r = common_opt(g, opt, optarg);
-    if (r < 0) {
-      return usage_error(cmd, "bad value '%s'", optarg);
-    }
-    if (r > 0) {
-      continue;
-    }
+  while ((opt = next_opt(g, cmd, help, argc, argv, "", opts, 0)) > 0) {
     switch (opt) {
-    case OPT_HELP:
-      print_help(help, "\n");
-      return -1;
     case OPT_MINE:
       *mine = 1;
       break;
@@ -322,6 +330,9 @@ int parse_owned(struct global *g, const char *cmd, const char *help, int argc, c
     default:
       return usage_error(cmd, "unknown option");
     }
+  }
+  if (opt != OPT_END) {
+    return opt == OPT_HELPED ? -1 : EXIT_USAGE;
   }
   return positionals(cmd, argc, argv, 0, max_pos, pos, npos);
 }

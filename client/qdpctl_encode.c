@@ -399,18 +399,7 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   a->in = (struct qdp_input)QDP_INPUT_INIT;
   optind = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", encode_opts, NULL)) != -1) {
-    int r = common_opt(g, opt, optarg);
-    if (r < 0) {
-      return usage_error(cmd, "bad value '%s' for %s", optarg, argv[optind - 1]);
-    }
-    if (r > 0) {
-      continue;
-    }
-    if (opt == OPT_HELP) {
-      print_help(encode_help, "\n");
-      return -1;
-    }
+  while ((opt = next_opt(g, cmd, encode_help, argc, argv, "", encode_opts, 1)) > 0) {
     int (*const handlers[])(struct encode_args *, const char *, int, const char *) = {
         number_opt, request_opt, source_opt, input_opt};
     int rc = NOT_MINE;
@@ -423,6 +412,9 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
     if (rc != EXIT_OK) {
       return rc;
     }
+  }
+  if (opt != OPT_END) {
+    return opt == OPT_HELPED ? -1 : EXIT_USAGE;
   }
   if (optind < argc) {
     return usage_error(cmd, "unexpected argument '%s'", argv[optind]);

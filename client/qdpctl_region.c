@@ -46,18 +46,8 @@ static int region_options(struct global *g, int argc, char **argv, struct region
   const char *cmd = "region";
   optind = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", region_opts, NULL)) != -1) {
-    int r = common_opt(g, opt, optarg);
-    if (r < 0) {
-      return usage_error(cmd, "bad value '%s'", optarg);
-    }
-    if (r > 0) {
-      continue;
-    }
+  while ((opt = next_opt(g, cmd, region_help, argc, argv, "", region_opts, 0)) > 0) {
     switch (opt) {
-    case OPT_HELP:
-      print_help(region_help, "\n");
-      return -1;
     case OPT_PID:
       if (!parse_i32(optarg, 1, INT32_MAX, &a->pid)) {
         return usage_error(cmd, "--pid: '%s' is not a process id", optarg);
@@ -72,7 +62,7 @@ static int region_options(struct global *g, int argc, char **argv, struct region
       return usage_error(cmd, "unknown option");
     }
   }
-  return EXIT_OK;
+  return opt == OPT_END ? EXIT_OK : opt == OPT_HELPED ? -1 : EXIT_USAGE;
 }
 
 /* The subcommand and its argument, and what goes with which. */
