@@ -78,43 +78,9 @@ struct request {
   char ticket[64];
 };
 
-static qdp_status build_request(const struct qdp_encode_opts *opts, const struct qdp_input *in,
-                                struct request *r) {
-  if (!opts || opts->struct_size < offsetof(struct qdp_encode_opts, ipc)) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "opts",
-                          "The encode options are %s; initialise them with QDP_ENCODE_OPTS_INIT.",
-                          opts ? "too short" : "NULL");
-  }
-  if (!in || in->struct_size < offsetof(struct qdp_input, chunk_bytes)) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input",
-                          "The input is %s; initialise it with QDP_INPUT_INIT.",
-                          in ? "too short" : "NULL");
-  }
-  if (opts->ndevices && !opts->devices) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "placement.devices",
-                          "ndevices is %zu but devices is NULL.", opts->ndevices);
-  }
-  r->req = (Qdp__EncodeRequest)QDP__ENCODE_REQUEST__INIT;
-  qdp__input__init(&r->input); /* the macro's union initializer draws -Wmissing-braces */
-  r->placement = (Qdp__Placement)QDP__PLACEMENT__INIT;
-  r->shm = (Qdp__SharedMemory)QDP__SHARED_MEMORY__INIT;
-  r->req.encoding = (Qdp__Encoding)opts->encoding;
-  r->req.qubits = opts->qubits;
-  r->req.output_dtype = (Qdp__DType)opts->dtype;
-  r->req.ttl_seconds = opts->ttl_seconds;
-  r->req.views = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
-  r->req.client_pid = r->req.views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
-  if (opts->label) {
-    r->req.label = (char *)opts->label;
-  }
-  r->placement.policy = (Qdp__Policy)opts->policy;
-  r->placement.n_devices = opts->ndevices;
-  r->placement.devices = (char **)opts->devices;
-  r->req.placement = &r->placement;
-  r->req.input = &r->input;
-  r->input.dtype = (Qdp__DType)in->dtype;
-  r->input.rows = in->rows;
-  r->input.cols = in->cols;
+/* Where the input comes from, as the request says it: inline data, a path, shared memory, or
+ * nothing (an upload, a local file: staged later). */
+static qdp_status input_source(const struct qdp_input *in, struct request *r) {
   switch (in->kind) {
   case QDP_INPUT_NONE:
   case QDP_INPUT_UPLOAD:
@@ -168,6 +134,46 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
                           "The input kind %d is not one of qdp_input_kind.", (int)in->kind);
   }
   return QDP_OK;
+}
+
+static qdp_status build_request(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                                struct request *r) {
+  if (!opts || opts->struct_size < offsetof(struct qdp_encode_opts, ipc)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "opts",
+                          "The encode options are %s; initialise them with QDP_ENCODE_OPTS_INIT.",
+                          opts ? "too short" : "NULL");
+  }
+  if (!in || in->struct_size < offsetof(struct qdp_input, chunk_bytes)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input",
+                          "The input is %s; initialise it with QDP_INPUT_INIT.",
+                          in ? "too short" : "NULL");
+  }
+  if (opts->ndevices && !opts->devices) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "placement.devices",
+                          "ndevices is %zu but devices is NULL.", opts->ndevices);
+  }
+  r->req = (Qdp__EncodeRequest)QDP__ENCODE_REQUEST__INIT;
+  qdp__input__init(&r->input); /* the macro's union initializer draws -Wmissing-braces */
+  r->placement = (Qdp__Placement)QDP__PLACEMENT__INIT;
+  r->shm = (Qdp__SharedMemory)QDP__SHARED_MEMORY__INIT;
+  r->req.encoding = (Qdp__Encoding)opts->encoding;
+  r->req.qubits = opts->qubits;
+  r->req.output_dtype = (Qdp__DType)opts->dtype;
+  r->req.ttl_seconds = opts->ttl_seconds;
+  r->req.views = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
+  r->req.client_pid = r->req.views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
+  if (opts->label) {
+    r->req.label = (char *)opts->label;
+  }
+  r->placement.policy = (Qdp__Policy)opts->policy;
+  r->placement.n_devices = opts->ndevices;
+  r->placement.devices = (char **)opts->devices;
+  r->req.placement = &r->placement;
+  r->req.input = &r->input;
+  r->input.dtype = (Qdp__DType)in->dtype;
+  r->input.rows = in->rows;
+  r->input.cols = in->cols;
+  return input_source(in, r);
 }
 
 /* An absolute form of path into buf (PATH_MAX): the daemon names files absolutely. */
@@ -384,6 +390,91 @@ static void basis_reshape(const struct qdp_encode_opts *opts, const struct qdp_i
   }
 }
 
+/* The bytes [off, off + total) of a small input file, read into a new buffer (*ret). */
+static qdp_status read_small(int fd, const char *path, uint64_t off, uint64_t total,
+                             unsigned char **ret) {
+  unsigned char *buf = malloc(total ? total : 1);
+  if (!buf) {
+    return qdp__err_nomem("reading a small input file");
+  }
+  size_t got = 0;
+  while (got < total) {
+    ssize_t n = pread(fd, buf + got, (size_t)(total - got), (off_t)(off + got));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      int err = n < 0 ? errno : 0;
+      free(buf);
+      return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.", path,
+                            n < 0 ? strerror(err) : "it became shorter");
+    }
+    got += (size_t)n;
+  }
+  *ret = buf;
+  return QDP_OK;
+}
+
+/* An encode's data once its input is open: streamed (from memory, or from fd at data_off) or
+ * carried in the request itself (a small file read into filebuf, or inline data). */
+struct staged {
+  int fd;
+  unsigned char *filebuf;
+  uint64_t total, data_off;
+  int stream;
+};
+
+/* Stages an upload or a local file: a small one goes into the request, a large one is streamed;
+ * a dry run (plan) carries small uploaded data inline too. */
+static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                              int plan, struct request *r, struct staged *st) {
+  if (in->kind == QDP_INPUT_UPLOAD) {
+    if (!in->data && in->data_bytes) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
+                            "data_bytes is %zu but data is NULL.", in->data_bytes);
+    }
+    st->total = in->data_bytes;
+    st->stream = 1;
+    if (plan && st->total <= in->inline_max) {
+      r->input.source_case = QDP__INPUT__SOURCE_DATA;
+      r->input.data.data = (uint8_t *)in->data;
+      r->input.data.len = in->data_bytes;
+    }
+    return QDP_OK;
+  }
+  if (in->kind != QDP_INPUT_LOCAL_FILE) {
+    return QDP_OK;
+  }
+  if (!in->path || !*in->path) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
+                          "A local-file input needs a path.");
+  }
+  struct qdp__npy d;
+  qdp_status rc =
+      qdp__input_file_open(in->path, in->dtype, in->rows, in->cols, in->offset, &st->fd, &d);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  basis_reshape(opts, in, &d);
+  r->input.dtype = (Qdp__DType)d.dtype;
+  r->input.rows = d.shape[0];
+  r->input.cols = d.shape[1];
+  st->total = d.count * qdp_dtype_size(d.dtype);
+  st->data_off = d.data_offset;
+  if (st->total > in->inline_max) {
+    st->stream = 1;
+    return QDP_OK;
+  }
+  /* Small: one message is cheaper than a stream. */
+  rc = read_small(st->fd, in->path, st->data_off, st->total, &st->filebuf);
+  if (rc == QDP_OK) {
+    r->input.source_case = QDP__INPUT__SOURCE_DATA;
+    r->input.data.data = st->filebuf;
+    r->input.data.len = st->total;
+  }
+  return rc;
+}
+
 /* Encode or Plan (plan != 0) for every input kind. */
 static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *opts,
                                  const struct qdp_input *in, int plan,
@@ -397,77 +488,16 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
   if (rc != QDP_OK) {
     return rc;
   }
-  int fd = -1;
-  unsigned char *filebuf = NULL;
-  uint64_t total = 0, data_off = 0;
-  int stream = 0;
-  const char *path = in->path;
-  if (in->kind == QDP_INPUT_UPLOAD) {
-    if (!in->data && in->data_bytes) {
-      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
-                            "data_bytes is %zu but data is NULL.", in->data_bytes);
-    }
-    total = in->data_bytes;
-    stream = 1;
-    if (plan && total <= in->inline_max) {
-      r.input.source_case = QDP__INPUT__SOURCE_DATA;
-      r.input.data.data = (uint8_t *)in->data;
-      r.input.data.len = in->data_bytes;
-    }
-  } else if (in->kind == QDP_INPUT_LOCAL_FILE) {
-    if (!path || !*path) {
-      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
-                            "A local-file input needs a path.");
-    }
-    struct qdp__npy d;
-    rc = qdp__input_file_open(path, in->dtype, in->rows, in->cols, in->offset, &fd, &d);
-    if (rc != QDP_OK) {
-      return rc;
-    }
-    basis_reshape(opts, in, &d);
-    r.input.dtype = (Qdp__DType)d.dtype;
-    r.input.rows = d.shape[0];
-    r.input.cols = d.shape[1];
-    total = d.count * qdp_dtype_size(d.dtype);
-    data_off = d.data_offset;
-    if (total <= in->inline_max) {
-      /* Small: one message is cheaper than a stream. */
-      filebuf = malloc(total ? total : 1);
-      if (!filebuf) {
-        close(fd);
-        return qdp__err_nomem("reading a small input file");
-      }
-      size_t got = 0;
-      while (got < total) {
-        ssize_t n = pread(fd, filebuf + got, (size_t)(total - got), (off_t)(data_off + got));
-        if (n < 0 && errno == EINTR) {
-          continue;
-        }
-        if (n <= 0) {
-          int err = n < 0 ? errno : 0;
-          free(filebuf);
-          close(fd);
-          return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.", path,
-                                n < 0 ? strerror(err) : "it became shorter");
-        }
-        got += (size_t)n;
-      }
-      r.input.source_case = QDP__INPUT__SOURCE_DATA;
-      r.input.data.data = filebuf;
-      r.input.data.len = total;
-    } else {
-      stream = 1;
-    }
-  }
-
-  if (plan) {
+  struct staged st = {.fd = -1};
+  rc = stage_input(opts, in, plan, &r, &st);
+  if (rc == QDP_OK && plan) {
     /* A dry run never uploads: a streamed input is described by its shape. */
     *ret_plan = qdp__unary_copy(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor,
                                 qdp__plan_from_pb, "copying the plan reply", &rc);
-  } else if (stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
-    rc = upload(c, &r.req, in->kind == QDP_INPUT_UPLOAD ? in->data : NULL, fd, data_off, total,
-                path ? path : "", in, ret_state);
-  } else {
+  } else if (rc == QDP_OK && st.stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    rc = upload(c, &r.req, in->kind == QDP_INPUT_UPLOAD ? in->data : NULL, st.fd, st.data_off,
+                st.total, in->path ? in->path : "", in, ret_state);
+  } else if (rc == QDP_OK) {
     Qdp__EncodeReply *rep = NULL;
     rc = qdp__unary(c, M_ENCODE, &r.req.base, &qdp__encode_reply__descriptor,
                     (ProtobufCMessage **)&rep);
@@ -478,12 +508,12 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
       qdp__encode_reply__free_unpacked(rep, NULL);
     }
     if (rc == QDP_OK && in->progress && (in->kind == QDP_INPUT_LOCAL_FILE)) {
-      (void)in->progress(in->progress_arg, total, total);
+      (void)in->progress(in->progress_arg, st.total, st.total);
     }
   }
-  free(filebuf);
-  if (fd >= 0) {
-    close(fd);
+  free(st.filebuf);
+  if (st.fd >= 0) {
+    close(st.fd);
   }
   return rc;
 }

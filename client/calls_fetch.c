@@ -271,6 +271,40 @@ static int open_temp(const char *path, char *tmp, size_t size) {
   return -1;
 }
 
+/* The .npy header of what a fetch of o (the range checked against the state) writes: the shape
+ * needs the state's layout, and the header goes before the data. hdr holds QDP_NPY_HEADER_CAP. */
+static qdp_status npy_layout(qdp_client *c, const char *handle, const char *token,
+                             const struct qdp_fetch_opts *o, char *hdr, size_t *ret_hlen,
+                             qdp_dtype *ret_dtype, uint64_t *ret_count) {
+  struct qdp_state_info *st = NULL;
+  qdp_status rc = qdp_describe(c, handle, token, &st);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  uint64_t per = st->qubits < 64 ? (uint64_t)1 << st->qubits : 0;
+  uint64_t batch = st->batch ? st->batch : 1;
+  uint64_t all = per && batch <= UINT64_MAX / per ? per * batch : 0;
+  const qdp_dtype dtype = st->dtype;
+  qdp_state_info_free(st);
+  if (!all || o->offset >= all || o->count > all - o->offset) {
+    return qdp__err_local(QDP_ERR_OUT_OF_RANGE, -1, "offset",
+                          "Amplitudes [%" PRIu64 ", %" PRIu64 ") are outside the state's %" PRIu64
+                          ".",
+                          o->offset, o->offset + (o->count ? o->count : all - o->offset), all);
+  }
+  const uint64_t count = o->count ? o->count : all - o->offset;
+  /* The whole of a batch is (batch, 2^n); anything else one vector. */
+  const int whole = o->offset == 0 && count == all && batch > 1;
+  struct qdp_npy_error ne;
+  if (qdp_npy_format(dtype, whole ? 2 : 1, whole ? batch : 1, whole ? per : count, hdr,
+                     QDP_NPY_HEADER_CAP, ret_hlen, &ne) != QDP_OK) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The state has no .npy form: %s.", ne.msg);
+  }
+  *ret_dtype = dtype;
+  *ret_count = count;
+  return QDP_OK;
+}
+
 qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
                          const struct qdp_fetch_opts *opts, const char *path, int overwrite) {
   qdp__err_reset();
@@ -289,32 +323,13 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
     return qdp__err_local(QDP_ERR_ALREADY_EXISTS, EEXIST, "path",
                           "'%s' exists (set overwrite to replace it).", path);
   }
-  /* The shape needs the state's layout, and the header must be written before the data. */
-  struct qdp_state_info *st = NULL;
-  rc = qdp_describe(c, handle, token, &st);
+  char hdr[QDP_NPY_HEADER_CAP];
+  size_t hlen = 0;
+  qdp_dtype dtype = QDP_DTYPE_UNSPECIFIED;
+  uint64_t count = 0;
+  rc = npy_layout(c, handle, token, &o, hdr, &hlen, &dtype, &count);
   if (rc != QDP_OK) {
     return rc;
-  }
-  uint64_t per = st->qubits < 64 ? (uint64_t)1 << st->qubits : 0;
-  uint64_t batch = st->batch ? st->batch : 1;
-  uint64_t all = per && batch <= UINT64_MAX / per ? per * batch : 0;
-  qdp_dtype dtype = st->dtype;
-  qdp_state_info_free(st);
-  if (!all || o.offset >= all || o.count > all - o.offset) {
-    return qdp__err_local(QDP_ERR_OUT_OF_RANGE, -1, "offset",
-                          "Amplitudes [%" PRIu64 ", %" PRIu64 ") are outside the state's %" PRIu64
-                          ".",
-                          o.offset, o.offset + (o.count ? o.count : all - o.offset), all);
-  }
-  uint64_t count = o.count ? o.count : all - o.offset;
-  /* The whole of a batch is (batch, 2^n); anything else one vector. */
-  const int whole = o.offset == 0 && count == all && batch > 1;
-  char hdr[QDP_NPY_HEADER_CAP];
-  size_t hlen;
-  struct qdp_npy_error ne;
-  if (qdp_npy_format(dtype, whole ? 2 : 1, whole ? batch : 1, whole ? per : count, hdr, sizeof hdr,
-                     &hlen, &ne) != QDP_OK) {
-    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The state has no .npy form: %s.", ne.msg);
   }
   char tmp[4096];
   int fd = open_temp(path, tmp, sizeof tmp);

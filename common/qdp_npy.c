@@ -176,6 +176,28 @@ static qdp_status malformed(struct qdp_npy_error *e, const char *what, const str
   return fail(e, NULL, "malformed .npy header: %s at header byte %zu", what, at(c));
 }
 
+struct fields; /* what the keys said: below */
+typedef qdp_status (*read_fn)(struct cursor *c, struct fields *f, struct qdp_npy_error *e);
+
+/* Items read by `item`, separated by ',' up to `close` (a trailing ',' allowed, as Python
+ * writes a 1-tuple); `what` is the complaint when neither follows an item. */
+static qdp_status read_list(struct cursor *c, char close, const char *what, read_fn item,
+                            struct fields *f, struct qdp_npy_error *e) {
+  while (!take(c, close)) {
+    qdp_status rc = item(c, f, e);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    if (take(c, close)) {
+      break;
+    }
+    if (!take(c, ',')) {
+      return malformed(e, what, c);
+    }
+  }
+  return QDP_OK;
+}
+
 /* ---- the dict literal: one reader per key ---------------------------------------------------- */
 
 /* What the keys said, before it is checked. */
@@ -186,6 +208,7 @@ struct fields {
   int ndim;                     /* dimensions in 'shape', all counted */
   uint64_t dims[MAX_DIMS_KEPT]; /* the first MAX_DIMS_KEPT of them */
   bool dim_overflow;            /* a dimension over 64 bits (refused once the keys are read) */
+  unsigned seen;                /* bit i: keys[i] was read */
 };
 
 static qdp_status read_descr(struct cursor *c, struct fields *f, struct qdp_npy_error *e) {
@@ -242,19 +265,7 @@ static qdp_status read_shape(struct cursor *c, struct fields *f, struct qdp_npy_
     return malformed(e, "expected '(' after 'shape'", c);
   }
   f->ndim = 0;
-  while (!take(c, ')')) {
-    qdp_status rc = read_dim(c, f, e);
-    if (rc != QDP_OK) {
-      return rc;
-    }
-    if (take(c, ')')) {
-      break;
-    }
-    if (!take(c, ',')) {
-      return malformed(e, "expected ',' or ')' in 'shape'", c);
-    }
-  }
-  return QDP_OK;
+  return read_list(c, ')', "expected ',' or ')' in 'shape'", read_dim, f, e);
 }
 
 static const struct key {
@@ -266,9 +277,8 @@ static const struct key {
     {"shape", read_shape},
 };
 
-/* One `'key': value`; *seen has bit i set once keys[i] was read. */
-static qdp_status read_entry(struct cursor *c, struct fields *f, unsigned *seen,
-                             struct qdp_npy_error *e) {
+/* One `'key': value`. */
+static qdp_status read_entry(struct cursor *c, struct fields *f, struct qdp_npy_error *e) {
   const char *name;
   size_t n;
   if (!take_string(c, &name, &n)) {
@@ -279,8 +289,8 @@ static qdp_status read_entry(struct cursor *c, struct fields *f, unsigned *seen,
     return malformed(e, "expected ':'", c);
   }
   for (unsigned i = 0; i < COUNT(keys); i++) {
-    if (strlen(keys[i].name) == n && memcmp(keys[i].name, name, n) == 0 && !(*seen & 1u << i)) {
-      *seen |= 1u << i;
+    if (strlen(keys[i].name) == n && memcmp(keys[i].name, name, n) == 0 && !(f->seen & 1u << i)) {
+      f->seen |= 1u << i;
       return keys[i].read(c, f, e);
     }
   }
@@ -291,28 +301,19 @@ static qdp_status read_entry(struct cursor *c, struct fields *f, unsigned *seen,
 }
 
 static qdp_status read_dict(struct cursor *c, struct fields *f, struct qdp_npy_error *e) {
-  unsigned seen = 0;
   if (!take(c, '{')) {
     return malformed(e, "expected '{'", c);
   }
-  while (!take(c, '}')) {
-    qdp_status rc = read_entry(c, f, &seen, e);
-    if (rc != QDP_OK) {
-      return rc;
-    }
-    if (take(c, '}')) {
-      break;
-    }
-    if (!take(c, ',')) {
-      return malformed(e, "expected ',' or '}'", c);
-    }
+  qdp_status rc = read_list(c, '}', "expected ',' or '}'", read_entry, f, e);
+  if (rc != QDP_OK) {
+    return rc;
   }
   skip_ws(c);
   if (c->p != c->end) {
     return malformed(e, "text after the closing '}'", c);
   }
   for (unsigned i = 0; i < COUNT(keys); i++) {
-    if (!(seen & 1u << i)) {
+    if (!(f->seen & 1u << i)) {
       return fail(e, NULL, "malformed .npy header: the '%s' key is missing", keys[i].name);
     }
   }

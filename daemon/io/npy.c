@@ -235,6 +235,53 @@ static qdp_status place(int dir, const char *tmp, const char *base, int overwrit
   return QDP_OK;
 }
 
+/* Whether base (in dir) may be replaced, failing fast before writing what may be gigabytes; the
+ * rename checks again atomically. */
+static qdp_status may_replace(int dir, const char *base, int overwrite,
+                              const struct io_file_id *own, size_t nown, const char *q,
+                              struct qdp_error *reterr) {
+  struct stat st;
+  if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return QDP_OK;
+  }
+  if (!overwrite) {
+    return exists_error(reterr, q);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is a directory", q);
+  }
+  for (size_t i = 0; i < nown; i++) {
+    if (own[i].dev == (uint64_t)st.st_dev && own[i].ino == (uint64_t)st.st_ino) {
+      return qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "path",
+                           "%s is one of the daemon's own files, which Export never replaces", q);
+    }
+  }
+  return QDP_OK;
+}
+
+/* A new temporary file ".BASE.RANDOM" beside base in dir: its name in tmp (NAME_MAX + 1), its
+ * descriptor in *ret_fd. */
+static qdp_status create_temp(int dir, const char *base, const char *q, char *tmp, int *ret_fd,
+                              struct qdp_error *reterr) {
+  for (int attempt = 0; attempt < 16; attempt++) {
+    char hex[17];
+    qdp_status rc = io_random_hex(hex, reterr);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    snprintf(tmp, NAME_MAX + 1, ".%s.%s", base, hex);
+    int fd = openat(dir, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+      *ret_fd = fd;
+      return QDP_OK;
+    }
+    if (errno != EEXIST) {
+      return sys_error(reterr, q, "creating a temporary file beside it", errno);
+    }
+  }
+  return sys_error(reterr, q, "creating a temporary file beside it", EEXIST);
+}
+
 qdp_status io_write_npy_beneath(const struct io_folder *f, const char *path, int overwrite,
                                 const struct io_file_id *own, size_t nown, qdp_dtype dtype,
                                 int ndim, uint64_t rows, uint64_t cols, io_npy_reader read,
@@ -271,39 +318,8 @@ qdp_status io_write_npy_beneath(const struct io_folder *f, const char *path, int
       goto out;
     }
   }
-  /* Fail fast before writing what may be gigabytes; the rename checks again atomically. */
-  struct stat st;
-  if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (!overwrite) {
-      rc = exists_error(reterr, q);
-      goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is a directory", q);
-      goto out;
-    }
-    for (size_t i = 0; i < nown; i++) {
-      if (own[i].dev == (uint64_t)st.st_dev && own[i].ino == (uint64_t)st.st_ino) {
-        rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "path",
-                           "%s is one of the daemon's own files, which Export never replaces", q);
-        goto out;
-      }
-    }
-  }
-  for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
-    char hex[17];
-    QDP_TRY(rc, io_random_hex(hex, reterr));
-    snprintf(tmp, sizeof tmp, ".%s.%s", base, hex);
-    fd = openat(dir, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 && errno != EEXIST) {
-      rc = sys_error(reterr, q, "creating a temporary file beside it", errno);
-      goto out;
-    }
-  }
-  if (fd < 0) {
-    rc = sys_error(reterr, q, "creating a temporary file beside it", EEXIST);
-    goto out;
-  }
+  QDP_TRY(rc, may_replace(dir, base, overwrite, own, nown, q, reterr));
+  QDP_TRY(rc, create_temp(dir, base, q, tmp, &fd, reterr));
   created = true;
   /* The umask does not narrow an exported file: it is meant to be read by its requester too. */
   if (fchmod(fd, 0644) != 0) {
