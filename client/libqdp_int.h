@@ -1,7 +1,8 @@
 /* libqdp_int.h — libqdp's internals, shared by its source files and its unit tests; not installed.
  *
- * Owns: the per-thread error record (errors.c), the gRPC call machinery (client.c) and the .npy
- * reader and writer (npy.c). Every function here is thread-safe: the only shared object is the
+ * Owns: the per-thread error record (errors.c), the gRPC call machinery (client.c), what the call
+ * families share (calls_*.c) and local input files (npy.c; the .npy header codec itself is
+ * common/qdp_npy.h). Every function here is thread-safe: the only shared object is the
  * client, whose fields are written once in qdp_client_create and only read afterwards.
  */
 #ifndef QDP_LIBQDP_INT_H
@@ -110,7 +111,7 @@ QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const cha
  * Returns the descriptor, or -1 with *rc set and recorded. */
 QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc);
 
-/* ---- calls.c and views.c: views and their leases ---- */
+/* ---- calls_state.c and views.c: views and their leases ---- */
 
 /* Describe, with views when `views` (this process's pid as the lease's owner). */
 QDP__HIDDEN qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token,
@@ -124,8 +125,8 @@ QDP__HIDDEN void qdp__views_forget(qdp_client *c, const char *handle);
 /* Closes every view of the client (qdp_client_destroy). */
 QDP__HIDDEN void qdp__views_forget_all(qdp_client *c);
 
-/* ---- calls.c: the decoding of what the daemon sends, reachable without a call (unit tests and
- * fuzzers feed it bytes directly) ---- */
+/* ---- calls_reply.c, calls_fetch.c: the decoding of what the daemon sends, reachable without a
+ * call (unit tests and fuzzers feed it bytes directly) ---- */
 
 /* The libqdp struct an unpacked unary reply becomes, as the public call returns it: a StateInfo
  * gives a struct qdp_state_info (free with qdp_state_info_free), a PlanReply a qdp_plan_info, a

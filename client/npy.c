@@ -1,6 +1,6 @@
 /* Local input files for libqdp: a .npy file (its header read by the shared codec,
  * common/qdp_npy.h) or a raw file of one element type, described for an upload or a handoff. The
- * writing side of .npy (a fetched state) formats its header with the same codec (calls.c).
+ * writing side of .npy (a fetched state) formats its header with the same codec (calls_fetch.c).
  */
 #include <errno.h>
 #include <fcntl.h>
