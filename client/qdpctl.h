@@ -56,6 +56,16 @@ int exit_code_for(const struct qdp_errinfo *e);
 int fail(const struct global *g, const char *cmd);
 int connect_client(const struct global *g, const char *cmd, qdp_client **ret);
 
+/* A REF split into its handle and token (pointing into buf). */
+struct ref {
+  char buf[1024];
+  const char *handle, *token;
+};
+/* The REF a command was given, split into *r, then a client for it: EXIT_OK; EXIT_USAGE when arg
+ * is not a REF (nothing connected); or connect_client's failure (reported, *ret NULL). */
+int ref_client(const struct global *g, const char *cmd, const char *arg, struct ref *r,
+               qdp_client **ret);
+
 enum {
   OPT_TARGET = 1000,
   OPT_SOCKET,

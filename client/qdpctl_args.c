@@ -104,6 +104,15 @@ int connect_client(const struct global *g, const char *cmd, qdp_client **ret) {
   return EXIT_OK;
 }
 
+int ref_client(const struct global *g, const char *cmd, const char *arg, struct ref *r,
+               qdp_client **ret) {
+  *ret = NULL;
+  if (split_ref(cmd, arg, r->buf, sizeof r->buf, &r->handle, &r->token) != EXIT_OK) {
+    return EXIT_USAGE;
+  }
+  return connect_client(g, cmd, ret);
+}
+
 /* ---- common options ---- */
 
 static char socket_target[PATH_MAX + 8];

@@ -65,18 +65,16 @@ int cmd_fetch(struct global *g, int argc, char **argv) {
   if (!out) {
     return usage_error("fetch", "-o OUT.npy is required");
   }
-  char buf[1024];
-  const char *handle, *token;
-  if (split_ref("fetch", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
-    return EXIT_USAGE;
-  }
+  struct ref r;
   qdp_client *c = NULL;
-  rc = connect_client(g, "fetch", &c);
+  if ((rc = ref_client(g, "fetch", pos[0], &r, &c)) == EXIT_USAGE) {
+    return rc;
+  }
   struct bar b;
   bar_start(&b, g, "fetch");
   fo.progress = bar_cb;
   fo.progress_arg = &b;
-  if (rc == EXIT_OK && qdp_fetch_npy(c, handle, token, &fo, out, force) != QDP_OK) {
+  if (rc == EXIT_OK && qdp_fetch_npy(c, r.handle, r.token, &fo, out, force) != QDP_OK) {
     bar_end(&b);
     rc = fail(g, "fetch");
     if (qdp_last_error()->code == QDP_ERR_ALREADY_EXISTS && !qdp_last_error()->remote) {
@@ -111,16 +109,14 @@ int cmd_export(struct global *g, int argc, char **argv) {
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
-  char buf[1024];
-  const char *handle, *token;
-  if (split_ref("export", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
-    return EXIT_USAGE;
-  }
+  struct ref r;
   qdp_client *c = NULL;
-  rc = connect_client(g, "export", &c);
+  if ((rc = ref_client(g, "export", pos[0], &r, &c)) == EXIT_USAGE) {
+    return rc;
+  }
   char *path = NULL;
   uint64_t bytes = 0;
-  if (rc == EXIT_OK && qdp_export(c, handle, token, pos[1], force, &path, &bytes) != QDP_OK) {
+  if (rc == EXIT_OK && qdp_export(c, r.handle, r.token, pos[1], force, &path, &bytes) != QDP_OK) {
     rc = fail(g, "export");
   } else if (rc == EXIT_OK) {
     if (g->json) {
@@ -150,15 +146,13 @@ int cmd_gather(struct global *g, int argc, char **argv) {
   if (!device) {
     return usage_error("gather", "--device is required");
   }
-  char buf[1024];
-  const char *handle, *token;
-  if (split_ref("gather", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
-    return EXIT_USAGE;
-  }
+  struct ref r;
   qdp_client *c = NULL;
-  rc = connect_client(g, "gather", &c);
+  if ((rc = ref_client(g, "gather", pos[0], &r, &c)) == EXIT_USAGE) {
+    return rc;
+  }
   struct qdp_state_info *s = NULL;
-  if (rc == EXIT_OK && qdp_gather(c, handle, token, device, 0, &s) != QDP_OK) {
+  if (rc == EXIT_OK && qdp_gather(c, r.handle, r.token, device, 0, &s) != QDP_OK) {
     rc = fail(g, "gather");
   } else if (rc == EXIT_OK) {
     rc = print_new_state(g, s);

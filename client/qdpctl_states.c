@@ -70,18 +70,16 @@ int cmd_describe(struct global *g, int argc, char **argv) {
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
-  char buf[1024];
-  const char *handle, *token;
-  if (split_ref("describe", pos[0], buf, sizeof buf, &handle, &token) != EXIT_OK) {
-    return EXIT_USAGE;
-  }
+  struct ref r;
   qdp_client *c = NULL;
-  rc = connect_client(g, "describe", &c);
+  if ((rc = ref_client(g, "describe", pos[0], &r, &c)) == EXIT_USAGE) {
+    return rc;
+  }
   struct qdp_state_info *s = NULL;
   const struct qdp_views *v = NULL;
-  if (rc == EXIT_OK && views && qdp_views_open(c, handle, token, &v) != QDP_OK) {
+  if (rc == EXIT_OK && views && qdp_views_open(c, r.handle, r.token, &v) != QDP_OK) {
     rc = fail(g, "describe");
-  } else if (rc == EXIT_OK && !views && qdp_describe(c, handle, token, &s) != QDP_OK) {
+  } else if (rc == EXIT_OK && !views && qdp_describe(c, r.handle, r.token, &s) != QDP_OK) {
     rc = fail(g, "describe");
   } else if (rc == EXIT_OK) {
     const struct qdp_state_info *info = v ? v->state : s;
