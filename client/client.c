@@ -23,6 +23,7 @@
 
 #include "libqdp_int.h"
 #include "qdp.pb-c.h"
+#include "qdp_wire.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
@@ -108,13 +109,10 @@ static void default_identity(char *buf, size_t size) {
 
 /* ---- client ---- */
 
-qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **ret) {
-  qdp__err_reset();
-  if (!ret) {
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
-  }
-  *ret = NULL;
-  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+/* The caller's options over the defaults (an older caller's shorter struct gives the fields it
+ * has), checked. */
+static qdp_status take_opts(const struct qdp_client_opts *opts, struct qdp_client_opts *o) {
+  *o = (struct qdp_client_opts)QDP_CLIENT_OPTS_INIT;
   if (opts) {
     if (opts->struct_size < offsetof(struct qdp_client_opts, target) + sizeof(opts->target)) {
       return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "struct_size",
@@ -123,14 +121,77 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
                             opts->struct_size);
     }
     /* An older caller's shorter struct: take the fields it has, defaults for the rest. */
-    memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
-    o.struct_size = sizeof o;
+    memcpy(o, opts, opts->struct_size < sizeof *o ? opts->struct_size : sizeof *o);
+    o->struct_size = sizeof *o;
   }
-  if (o.timeout_ms < 0 || o.stream_timeout_ms < 0) {
+  if (o->timeout_ms < 0 || o->stream_timeout_ms < 0) {
     return qdp__err_local(
         QDP_ERR_INVALID_ARGUMENT, -1, "timeout_ms",
         "Timeouts must not be negative (timeout_ms %lld, stream_timeout_ms %lld).",
-        (long long)o.timeout_ms, (long long)o.stream_timeout_ms);
+        (long long)o->timeout_ms, (long long)o->stream_timeout_ms);
+  }
+  return QDP_OK;
+}
+
+/* The metadata every call sends: who we are, and the bearer token when there is one. */
+static qdp_status set_metadata(qdp_client *c, const char *ident, const char *token) {
+  c->md[0].key = grpc_slice_from_static_string("qdp-client");
+  c->md[0].value = grpc_slice_from_copied_string(ident);
+  c->nmd = 1;
+  if (token && *token) {
+    char auth[1024];
+    int n = snprintf(auth, sizeof auth, "Bearer %s", token);
+    if (n < 0 || (size_t)n >= sizeof auth) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "token",
+                            "The token is %zu bytes long; the limit is %zu.", strlen(token),
+                            sizeof auth - 8);
+    }
+    c->md[1].key = grpc_slice_from_static_string("authorization");
+    c->md[1].value = grpc_slice_from_copied_string(auth);
+    c->nmd = 2;
+  }
+  return QDP_OK;
+}
+
+/* The channel to c->target. */
+static qdp_status open_channel(qdp_client *c) {
+  /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
+   * 4 MiB default, and sends are bounded by the daemon's own limit, not ours. Retries stay off:
+   * a retried upload would make gRPC buffer the chunks it already sent. */
+  grpc_arg args[4];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = -1;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+  args[1].value.integer = -1;
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = (char *)GRPC_ARG_ENABLE_RETRIES;
+  args[2].value.integer = 0;
+  args[3].type = GRPC_ARG_STRING;
+  args[3].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
+  args[3].value.string = (char *)"libqdp/" VERSION_STRING;
+  grpc_channel_args ca = {4, args};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(c->target, creds, &ca);
+  grpc_channel_credentials_release(creds);
+  if (!c->channel) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "target",
+                          "gRPC could not create a channel to '%s'.", c->target);
+  }
+  return QDP_OK;
+}
+
+qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **ret) {
+  qdp__err_reset();
+  if (!ret) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret", "The result pointer is NULL.");
+  }
+  *ret = NULL;
+  struct qdp_client_opts o;
+  qdp_status rc = take_opts(opts, &o);
+  if (rc != QDP_OK) {
+    return rc;
   }
   char target[PATH_MAX + 16];
   if (o.target && *o.target) {
@@ -141,7 +202,7 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
     }
     snprintf(target, sizeof target, "%s", o.target);
   } else {
-    qdp_status rc = qdp__default_target(target, sizeof target);
+    rc = qdp__default_target(target, sizeof target);
     if (rc != QDP_OK) {
       return rc;
     }
@@ -176,47 +237,13 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
   c->views_mu_ready = 1;
 
   grpc_init();
-  c->md[0].key = grpc_slice_from_static_string("qdp-client");
-  c->md[0].value = grpc_slice_from_copied_string(ident);
-  c->nmd = 1;
-  if (token && *token) {
-    char auth[1024];
-    int n = snprintf(auth, sizeof auth, "Bearer %s", token);
-    if (n < 0 || (size_t)n >= sizeof auth) {
-      qdp_client_destroy(c);
-      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "token",
-                            "The token is %zu bytes long; the limit is %zu.", strlen(token),
-                            sizeof auth - 8);
-    }
-    c->md[1].key = grpc_slice_from_static_string("authorization");
-    c->md[1].value = grpc_slice_from_copied_string(auth);
-    c->nmd = 2;
+  rc = set_metadata(c, ident, token);
+  if (rc == QDP_OK) {
+    rc = open_channel(c);
   }
-
-  /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
-   * 4 MiB default, and sends are bounded by the daemon's own limit, not ours. Retries stay off:
-   * a retried upload would make gRPC buffer the chunks it already sent. */
-  grpc_arg args[4];
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = -1;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = -1;
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = (char *)GRPC_ARG_ENABLE_RETRIES;
-  args[2].value.integer = 0;
-  args[3].type = GRPC_ARG_STRING;
-  args[3].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-  args[3].value.string = (char *)"libqdp/" VERSION_STRING;
-  grpc_channel_args ca = {4, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  c->channel = grpc_channel_create(c->target, creds, &ca);
-  grpc_channel_credentials_release(creds);
-  if (!c->channel) {
+  if (rc != QDP_OK) {
     qdp_client_destroy(c);
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "target",
-                          "gRPC could not create a channel to '%s'.", target);
+    return rc;
   }
   *ret = c;
   return QDP_OK;
@@ -245,16 +272,7 @@ const char *qdp_client_target(const qdp_client *c) {
   return c ? c->target : "";
 }
 
-/* ---- protobuf-c <-> byte buffers ---- */
-
-grpc_byte_buffer *qdp__pack(const ProtobufCMessage *m) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  grpc_slice s = grpc_slice_malloc(n);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
+/* ---- byte buffers -> protobuf-c (packing is common/qdp_wire.h's) ---- */
 
 ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
   grpc_byte_buffer_reader r;
@@ -462,7 +480,7 @@ qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage 
   if (rc != QDP_OK) {
     return qdp__call_end(&k, rc);
   }
-  grpc_byte_buffer *send = qdp__pack(req);
+  grpc_byte_buffer *send = qdp_wire_pack(req);
   grpc_byte_buffer *recv = NULL;
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);

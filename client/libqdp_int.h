@@ -1,7 +1,8 @@
 /* libqdp_int.h — libqdp's internals, shared by its source files and its unit tests; not installed.
  *
- * Owns: the per-thread error record (errors.c), the gRPC call machinery (client.c) and the .npy
- * reader and writer (npy.c). Every function here is thread-safe: the only shared object is the
+ * Owns: the per-thread error record (errors.c), the gRPC call machinery (client.c), what the call
+ * families share (calls_*.c) and local input files (npy.c; the .npy header codec itself is
+ * common/qdp_npy.h). Every function here is thread-safe: the only shared object is the
  * client, whose fields are written once in qdp_client_create and only read afterwards.
  */
 #ifndef QDP_LIBQDP_INT_H
@@ -16,6 +17,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "qdp.h"
+#include "qdp.pb-c.h"
 
 #define QDP__HIDDEN __attribute__((visibility("hidden")))
 
@@ -87,8 +89,8 @@ QDP__HIDDEN qdp_status qdp__unary(qdp_client *c, const char *method, const Proto
                                   const ProtobufCMessageDescriptor *rep_desc,
                                   ProtobufCMessage **ret);
 
-/* protobuf-c <-> grpc_byte_buffer. pack returns NULL on allocation failure (recorded). */
-QDP__HIDDEN grpc_byte_buffer *qdp__pack(const ProtobufCMessage *m);
+/* grpc_byte_buffer -> protobuf-c (packing is qdp_wire_pack, common/qdp_wire.h): NULL when bb
+ * is not a valid message of that type. */
 QDP__HIDDEN ProtobufCMessage *qdp__unpack(grpc_byte_buffer *bb,
                                           const ProtobufCMessageDescriptor *desc);
 
@@ -109,7 +111,7 @@ QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const cha
  * Returns the descriptor, or -1 with *rc set and recorded. */
 QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc);
 
-/* ---- calls.c and views.c: views and their leases ---- */
+/* ---- calls_state.c and views.c: views and their leases ---- */
 
 /* Describe, with views when `views` (this process's pid as the lease's owner). */
 QDP__HIDDEN qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token,
@@ -123,8 +125,8 @@ QDP__HIDDEN void qdp__views_forget(qdp_client *c, const char *handle);
 /* Closes every view of the client (qdp_client_destroy). */
 QDP__HIDDEN void qdp__views_forget_all(qdp_client *c);
 
-/* ---- calls.c: the decoding of what the daemon sends, reachable without a call (unit tests and
- * fuzzers feed it bytes directly) ---- */
+/* ---- calls_reply.c, calls_fetch.c: the decoding of what the daemon sends, reachable without a
+ * call (unit tests and fuzzers feed it bytes directly) ---- */
 
 /* The libqdp struct an unpacked unary reply becomes, as the public call returns it: a StateInfo
  * gives a struct qdp_state_info (free with qdp_state_info_free), a PlanReply a qdp_plan_info, a
@@ -141,28 +143,48 @@ QDP__HIDDEN qdp_status qdp__fetch_deliver(grpc_byte_buffer *const *msgs, size_t 
                                           uint64_t count, qdp_dtype want_dtype, void *dst,
                                           size_t dst_bytes, int fd, uint64_t *ret_bytes);
 
-/* ---- npy.c: the NumPy .npy format (versions 1.0-3.0, little-endian, C order) ---- */
+/* ---- calls_*.c: what the call families share ---- */
+
+/* QDP_ERR_INVALID_ARGUMENT for a NULL client; for a NULL client, an empty handle or a NULL token;
+ * rc unless it is QDP_OK and ret is NULL (the result pointer). */
+QDP__HIDDEN qdp_status qdp__check_client(const qdp_client *c);
+QDP__HIDDEN qdp_status qdp__check_ref(const qdp_client *c, const char *handle, const char *token);
+QDP__HIDDEN qdp_status qdp__check_ret(qdp_status rc, const void *ret);
+/* An absolute form of path into buf (PATH_MAX), for the daemon, which names files absolutely;
+ * SYSTEM (field) without a working directory, INVALID_ARGUMENT when too long. */
+QDP__HIDDEN qdp_status qdp__absolute(const char *path, char *buf, const char *field);
+/* A StateRef pointing into the caller's strings: nothing allocated. */
+QDP__HIDDEN Qdp__StateRef qdp__state_ref(const char *handle, const char *token);
+/* Sends the initial metadata and the first message of a streaming call; with close, also closes
+ * the sending side and receives the initial metadata. 0 when the call failed. */
+QDP__HIDDEN int qdp__send_first(struct qdp__call *k, const ProtobufCMessage *m, int close);
+
+/* A copy of one protobuf-c reply into a libqdp-owned struct; NULL when out of memory. */
+typedef void *(*qdp__from_pb_fn)(const void *pb);
+QDP__HIDDEN void *qdp__state_from_pb(const void *pb);  /* Qdp__StateInfo -> qdp_state_info */
+QDP__HIDDEN void *qdp__plan_from_pb(const void *pb);   /* Qdp__PlanReply -> qdp_plan_info */
+QDP__HIDDEN void *qdp__list_from_pb(const void *pb);   /* Qdp__ListReply -> qdp_state_list */
+QDP__HIDDEN void *qdp__status_from_pb(const void *pb); /* Qdp__StatusReply -> qdp_server_status */
+/* A unary call whose reply is copied by `from` into a libqdp struct, returned (NULL on failure,
+ * with *ret_rc saying why); `what` names the copy in the out-of-memory message. */
+QDP__HIDDEN void *qdp__unary_copy(qdp_client *c, const char *method, const ProtobufCMessage *req,
+                                  const ProtobufCMessageDescriptor *desc, qdp__from_pb_fn from,
+                                  const char *what, qdp_status *ret_rc);
+
+/* ---- npy.c: local input files (.npy through common/qdp_npy.h, or raw) ---- */
 
 struct qdp__npy {
   qdp_dtype dtype;      /* FLOAT32, FLOAT64, INT64, COMPLEX64, COMPLEX128 */
   int ndim;             /* 1 or 2 */
-  uint64_t shape[2];    /* shape[1] is 1 for a 1-D array */
+  uint64_t shape[2];    /* rows, cols; a 1-D array is one row */
   uint64_t count;       /* elements */
   uint64_t data_offset; /* bytes from the start of the file to the first element */
 };
 
-/* The longest header qdp reads: numpy writes a few hundred bytes; 1 MiB leaves room for any
- * legitimate file while bounding what a hostile one can make us read. */
-#define QDP__NPY_MAX_HEADER ((size_t)1 << 20)
-
-/* Parses the header at the start of buf (len bytes of the file, at least the whole header).
- * QDP_ERR_INVALID_ARGUMENT (field "npy") with the reason for anything qdp cannot read. */
+/* Parses the header at the start of buf (len bytes of the file, at least the whole header) with
+ * the shared codec. QDP_ERR_INVALID_ARGUMENT (field "npy") with its reason for anything qdp
+ * cannot read. */
 QDP__HIDDEN qdp_status qdp__npy_parse(const void *buf, size_t len, struct qdp__npy *ret);
-
-/* Writes a version 1.0 header for a C-order array of `dtype` and `ndim` (1 or 2) dimensions into
- * buf; its length is a multiple of 64. Returns the length, or 0 when buf is too small. */
-QDP__HIDDEN size_t qdp__npy_header(char *buf, size_t size, qdp_dtype dtype, int ndim,
-                                   const uint64_t *shape);
 
 /* Opens a local .npy or raw file for reading and describes its data: for .npy the header decides
  * (reshaped by rows/cols when nonzero); for a raw file dtype is required and the data runs from

@@ -41,8 +41,8 @@ struct qdpk_span {
   qdp_dtype out;   /* QDP_DTYPE_COMPLEX64 or QDP_DTYPE_COMPLEX128; out is [rows][count] */
 };
 
-/* Values each sample of `e` takes on input for n qubits: amplitude 2^n at most (any L >= 1 up to
- * that), angle/phase/iqp-z n, iqp n + n(n-1)/2, basis 1. Returns 0 for an unknown encoding. */
+/* Values each sample of `e` takes on input for n qubits: qdp_values_per_sample (qdp_defs.h), the
+ * one statement of the rule, under the kernels' name. */
 uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits);
 
 /* Amplitude, pass 1. For each row r: the pairwise sum of squares over the aligned block

@@ -1,15 +1,12 @@
-/* npy.h — NumPy .npy files: parse a header, write one, map a file for reading, write a file
- * atomically from a reader callback. Pure POSIX; no gRPC.
+/* npy.h — NumPy .npy files on the daemon's node: parse one held in memory, write a header, map a
+ * file for reading, write a file atomically from a reader callback. Pure POSIX; no gRPC.
  *
  * Contract:
- *  - Accepted on reading: format versions 1.0, 2.0 and 3.0; dtypes '<f4' (FLOAT32), '<f8'
- *    (FLOAT64), '<i8' (INT64), '<c8' (COMPLEX64) and '<c16' (COMPLEX128); C order; 1-D (rows 1,
- *    cols = shape[0]) or 2-D (rows, cols) shapes. Which dtype suits which use (encoder input,
- *    basis indices, an exported state read back) is the caller's decision.
- *  - Refused with INVALID_ARGUMENT, naming what is wrong: bad magic, another version, a truncated
- *    or malformed header, a header over IO_NPY_HEADER_MAX, big-endian or any other dtype, object
- *    and structured dtypes, fortran_order True, 0-D or 3-D and more, a shape whose byte count
- *    overflows 64 bits, data shorter than the shape. Extra bytes after the data are ignored.
+ *  - What is accepted and refused is common/qdp_npy.h's (versions 1.0-3.0, the five little-endian
+ *    dtypes, C order, 1-D or 2-D); messages and codes are its messages as INVALID_ARGUMENT, and
+ *    data shorter than the shape is refused too (need_bytes / free_bytes: the bytes it needs and
+ *    the bytes there). Extra bytes after the data are ignored. Which dtype suits which use
+ *    (encoder input, basis indices, an exported state read back) is the caller's decision.
  *  - Writing produces version 1.0 with the header padded to a multiple of 64 bytes (so the data of
  *    a mapped file is aligned for any element type), exactly as numpy.save writes it.
  *  - Any thread. Messages quote user input in single quotes and start with the quoted path.
@@ -22,13 +19,10 @@
 
 #include "error.h"
 #include "io/map.h"
-
-/* The largest header text accepted: numpy itself refuses headers over 10000 bytes by default;
- * a real 2-D header is under 128 bytes, so anything longer is malformed or hostile. */
-#define IO_NPY_HEADER_MAX 65536
+#include "qdp_npy.h"
 
 /* Buffer size that always holds a header written by io_npy_header. */
-#define IO_NPY_HEADER_CAP 256
+#define IO_NPY_HEADER_CAP QDP_NPY_HEADER_CAP
 
 struct io_npy {
   qdp_dtype dtype;

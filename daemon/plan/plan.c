@@ -67,24 +67,6 @@ static int is_iqp(qdp_encoding e) {
   return e == QDP_ENCODING_IQP || e == QDP_ENCODING_IQP_Z;
 }
 
-/* Input values one sample takes: the exact count, or for amplitude the maximum (any 1..2^n). */
-static uint64_t values_expected(qdp_encoding e, uint32_t n) {
-  switch (e) {
-  case QDP_ENCODING_AMPLITUDE:
-    return (uint64_t)1 << n;
-  case QDP_ENCODING_ANGLE:
-  case QDP_ENCODING_PHASE:
-  case QDP_ENCODING_IQP_Z:
-    return n;
-  case QDP_ENCODING_IQP:
-    return (uint64_t)n + (uint64_t)n * (n - 1) / 2;
-  case QDP_ENCODING_BASIS:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
 /* ---- the device set ---------------------------------------------------------------------------
  * The devices a request may use, in the order shards take them: a subset's own order, or the
  * world's devices by (rank, ordinal). */
@@ -251,7 +233,7 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
                          "batch %llu is out of range: max_batch is %llu samples", ull(req->batch),
                          ull(lim->max_batch));
   }
-  const uint64_t want = values_expected(req->encoding, n);
+  const uint64_t want = qdp_values_per_sample(req->encoding, n);
   const uint64_t got = req->values_per_sample;
   if (req->encoding == QDP_ENCODING_AMPLITUDE) {
     if (got == 0) {

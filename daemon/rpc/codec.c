@@ -1,3 +1,4 @@
+/* codec.c — protobuf-c <-> gRPC translation for the server (codec.h). */
 #include <stdbool.h>
 #include <string.h>
 
@@ -6,15 +7,6 @@
 
 #include "codec.h"
 #include "qdp.pb-c.h"
-
-grpc_byte_buffer *rpc_codec_pack(const ProtobufCMessage *m) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  grpc_slice s = grpc_slice_malloc(n);
-  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
 
 /* Reads a varint at *p (below end); false past end or past 10 bytes. */
 static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *ret) {
@@ -147,39 +139,4 @@ grpc_slice rpc_codec_error_detail(const struct qdp_error *e) {
   grpc_slice s = grpc_slice_malloc(n);
   qdp__error_detail__pack(&d, GRPC_SLICE_START_PTR(s));
   return s;
-}
-
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
-grpc_byte_buffer *rpc_codec_fetch_chunk(uint64_t offset, int dtype, uint64_t total,
-                                        size_t data_bytes, uint8_t **ret_data) {
-  /* FetchChunk: offset = 1 (varint), data = 2 (bytes), dtype = 3 (varint), total = 4 (varint).
-   * Fields may come in any order on the wire, so the data goes last, where the caller fills it.
-   * Tags are (number << 3) | wire type: 0x08, 0x12, 0x18, 0x20. */
-  uint8_t hdr[RPC_FETCH_CHUNK_HEADER_MAX];
-  size_t h = 0;
-  hdr[h++] = 0x08;
-  h += put_varint(hdr + h, offset);
-  hdr[h++] = 0x18;
-  h += put_varint(hdr + h, (uint64_t)(int64_t)dtype);
-  hdr[h++] = 0x20;
-  h += put_varint(hdr + h, total);
-  hdr[h++] = 0x12;
-  h += put_varint(hdr + h, data_bytes);
-  /* Never an inlined slice: its bytes would be copied into the buffer, away from *ret_data. */
-  grpc_slice s = grpc_slice_malloc_large(h + data_bytes);
-  memcpy(GRPC_SLICE_START_PTR(s), hdr, h);
-  *ret_data = GRPC_SLICE_START_PTR(s) + h;
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  /* The buffer holds its own reference, so *ret_data stays valid until bb is destroyed. */
-  grpc_slice_unref(s);
-  return bb;
 }

@@ -9,25 +9,7 @@
 #include "qdpk.h"
 
 uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits) {
-  /* Outside 1..63 no state exists (2^n amplitudes must fit uint64), so no count does either. */
-  if (qubits < 1 || qubits > 63) {
-    return 0;
-  }
-  uint64_t n = qubits;
-  switch (e) {
-  case QDP_ENCODING_AMPLITUDE:
-    return (uint64_t)1 << n;
-  case QDP_ENCODING_ANGLE:
-  case QDP_ENCODING_PHASE:
-  case QDP_ENCODING_IQP_Z:
-    return n;
-  case QDP_ENCODING_IQP:
-    return n + n * (n - 1) / 2;
-  case QDP_ENCODING_BASIS:
-    return 1;
-  default:
-    return 0;
-  }
+  return qdp_values_per_sample(e, qubits);
 }
 
 int qdpk_cpu_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, uint64_t *ret_index) {

@@ -1,10 +1,12 @@
-/* fuzz_npy.c — the two .npy readers on the same bytes: the daemon's (io_npy_parse, which reads a
- * mapped file whole) and libqdp's (qdp__npy_parse on the bytes, and qdp__input_file_open on the
- * same bytes as a file, the way qdpctl and qdp_encode open a local input).
+/* fuzz_npy.c — the shared .npy codec (common/qdp_npy.c) and its two users on the same bytes: the
+ * daemon's (io_npy_parse, which reads a mapped file whole) and libqdp's (qdp__npy_parse on the
+ * bytes, and qdp__input_file_open on the same bytes as a file, the way qdpctl and qdp_encode open
+ * a local input).
  *
  * Checked beyond memory safety: a refusal has INVALID_ARGUMENT (or SYSTEM for the file) and a
- * message; an accepted header describes data inside the input; and where both readers accept the
- * same bytes they agree on the element type, the element count and where the data starts.
+ * message; an accepted header describes data inside the input and formats back to a header that
+ * parses the same; the daemon accepts exactly what the codec accepts with its data present, and
+ * libqdp exactly what the codec accepts, both with the codec's element type, shape and offset.
  */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -15,6 +17,7 @@
 #include "fuzz.h"
 #include "io/npy.h"
 #include "libqdp_int.h"
+#include "qdp_npy.h"
 
 static int memfd = -1;
 static char memfd_path[64];
@@ -29,46 +32,75 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-static bool daemon_parse(const uint8_t *data, size_t size, struct io_npy *ret) {
-  struct qdp_error e = QDP_ERROR_INIT;
-  qdp_status rc = io_npy_parse(data, size, ret, &e);
+/* The codec itself: what it accepts is self-consistent and formats back to the same header. */
+static bool codec_parse(const uint8_t *data, size_t size, struct qdp_npy *ret) {
+  struct qdp_npy_error e;
+  qdp_status rc = qdp_npy_parse(data, size, ret, &e);
   if (rc != QDP_OK) {
-    FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e.code == rc && e.msg[0], "daemon: %d (%s)",
+    FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e.msg[0] && !strchr(e.msg, '\n'), "codec: %d (%s)",
                (int)rc, e.msg);
     return false;
   }
   unsigned es = qdp_dtype_size(ret->dtype);
   FUZZ_CHECK(es && (ret->ndim == 1 || ret->ndim == 2) && (ret->ndim == 2 || ret->rows == 1),
-             "daemon: dtype %d, %d dimensions, %llu rows", (int)ret->dtype, ret->ndim,
+             "codec: dtype %d, %d dimensions, %llu rows", (int)ret->dtype, ret->ndim,
              (unsigned long long)ret->rows);
   FUZZ_CHECK((ret->cols == 0 || ret->rows <= UINT64_MAX / ret->cols) &&
-                 ret->data_bytes == ret->rows * ret->cols * es,
-             "daemon: %llu x %llu elements in %llu B", (unsigned long long)ret->rows,
-             (unsigned long long)ret->cols, (unsigned long long)ret->data_bytes);
-  FUZZ_CHECK(ret->data_offset <= size && ret->data_bytes <= size - ret->data_offset,
-             "daemon: data [%llu, +%llu) past the %zu B input",
-             (unsigned long long)ret->data_offset, (unsigned long long)ret->data_bytes, size);
+                 ret->data_bytes == ret->rows * ret->cols * es && ret->data_offset <= size,
+             "codec: %llu x %llu elements in %llu B at %llu", (unsigned long long)ret->rows,
+             (unsigned long long)ret->cols, (unsigned long long)ret->data_bytes,
+             (unsigned long long)ret->data_offset);
+  char buf[QDP_NPY_HEADER_CAP];
+  size_t n;
+  struct qdp_npy back;
+  FUZZ_CHECK(qdp_npy_format(ret->dtype, ret->ndim, ret->rows, ret->cols, buf, sizeof buf, &n, &e) ==
+                     QDP_OK &&
+                 qdp_npy_parse(buf, n, &back, &e) == QDP_OK && back.dtype == ret->dtype &&
+                 back.ndim == ret->ndim && back.rows == ret->rows && back.cols == ret->cols &&
+                 back.data_offset == n && n % 64 == 0,
+             "codec: the header of %llu x %llu does not round-trip (%s)",
+             (unsigned long long)ret->rows, (unsigned long long)ret->cols, e.msg);
   return true;
 }
 
-static bool client_parse(const uint8_t *data, size_t size, struct qdp__npy *ret) {
-  qdp_status rc = qdp__npy_parse(data, size, ret);
+static void daemon_parse(const uint8_t *data, size_t size, const struct qdp_npy *codec,
+                         bool codec_ok) {
+  struct io_npy d;
+  struct qdp_error e = QDP_ERROR_INIT;
+  qdp_status rc = io_npy_parse(data, size, &d, &e);
+  bool want = codec_ok && qdp_npy_check_data(codec, size, NULL) == QDP_OK;
+  FUZZ_CHECK((rc == QDP_OK) == want, "daemon: %d (%s) where the codec says %d", (int)rc, e.msg,
+             (int)want);
+  if (rc != QDP_OK) {
+    FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e.code == rc && e.msg[0], "daemon: %d (%s)",
+               (int)rc, e.msg);
+    return;
+  }
+  FUZZ_CHECK(d.dtype == codec->dtype && d.ndim == codec->ndim && d.rows == codec->rows &&
+                 d.cols == codec->cols && d.data_offset == codec->data_offset &&
+                 d.data_bytes <= size - d.data_offset,
+             "daemon: %d, %llu x %llu at %llu", (int)d.dtype, (unsigned long long)d.rows,
+             (unsigned long long)d.cols, (unsigned long long)d.data_offset);
+}
+
+static void client_parse(const uint8_t *data, size_t size, const struct qdp_npy *codec,
+                         bool codec_ok) {
+  struct qdp__npy d;
+  qdp_status rc = qdp__npy_parse(data, size, &d);
   const struct qdp_errinfo *e = qdp_last_error();
+  FUZZ_CHECK((rc == QDP_OK) == codec_ok, "client: %d (%s) where the codec says %d", (int)rc, e->msg,
+             (int)codec_ok);
   if (rc != QDP_OK) {
     FUZZ_CHECK(rc == QDP_ERR_INVALID_ARGUMENT && e->code == rc && e->msg[0], "client: %d (%s)",
                (int)rc, e->msg);
-    return false;
+    return;
   }
-  FUZZ_CHECK(qdp_dtype_size(ret->dtype) && (ret->ndim == 1 || ret->ndim == 2) &&
-                 (ret->ndim == 2 || ret->shape[1] == 1),
-             "client: dtype %d, %d dimensions", (int)ret->dtype, ret->ndim);
-  FUZZ_CHECK(ret->count == ret->shape[0] * ret->shape[1] &&
-                 (ret->shape[1] == 0 || ret->shape[0] <= UINT64_MAX / 16 / ret->shape[1]),
-             "client: %llu elements of %llu x %llu", (unsigned long long)ret->count,
-             (unsigned long long)ret->shape[0], (unsigned long long)ret->shape[1]);
-  FUZZ_CHECK(ret->data_offset <= size, "client: data at %llu past the %zu B input",
-             (unsigned long long)ret->data_offset, size);
-  return true;
+  /* The same file must not be read two ways: a state encoded from a path on the node and from
+   * the same file uploaded by libqdp must see the same values. */
+  FUZZ_CHECK(d.dtype == codec->dtype && d.shape[0] == codec->rows && d.shape[1] == codec->cols &&
+                 d.count == codec->rows * codec->cols && d.data_offset == codec->data_offset,
+             "client: %d, %llu x %llu at %llu", (int)d.dtype, (unsigned long long)d.shape[0],
+             (unsigned long long)d.shape[1], (unsigned long long)d.data_offset);
 }
 
 /* qdp__input_file_open on the input as a file, with the reshape and the raw-file dtype taken from
@@ -101,20 +133,10 @@ static void client_file(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  struct io_npy dn;
-  struct qdp__npy cn;
-  bool daemon_ok = daemon_parse(data, size, &dn);
-  bool client_ok = client_parse(data, size, &cn);
-  if (daemon_ok && client_ok) {
-    /* The same file must not be read two ways: a state encoded from a path on the node and from
-     * the same file uploaded by libqdp must see the same values. */
-    FUZZ_CHECK(
-        dn.dtype == cn.dtype && dn.data_offset == cn.data_offset && dn.rows * dn.cols == cn.count,
-        "daemon: %d, %llu x %llu at %llu; client: %d, %llu elements at %llu", (int)dn.dtype,
-        (unsigned long long)dn.rows, (unsigned long long)dn.cols,
-        (unsigned long long)dn.data_offset, (int)cn.dtype, (unsigned long long)cn.count,
-        (unsigned long long)cn.data_offset);
-  }
+  struct qdp_npy h;
+  bool ok = codec_parse(data, size, &h);
+  daemon_parse(data, size, &h, ok);
+  client_parse(data, size, &h, ok);
   client_file(data, size);
   return 0;
 }

@@ -30,7 +30,8 @@ for f in "$sbindir/qdpd" "$bindir/qdpctl"; do
   [ -x "$dest$f" ] && ok "installed $f" || fail "$f is not installed"
 done
 for f in "$sysconfdir/qdp/qdpd.conf" "$unitdir/qdpd.service" "$unitdir/qdpd-world.service" \
-  "$prefix/lib/sysusers.d/qdp.conf" "$(under "$(opt includedir)")/qdp/qdp.h"; do
+  "$prefix/lib/sysusers.d/qdp.conf" "$(under "$(opt includedir)")/qdp/qdp.h" \
+  "$(under "$(opt includedir)")/qdp/qdp_defs.h" "$(under "$(opt includedir)")/qdp/qdp_dlpack.h"; do
   [ -f "$dest$f" ] && ok "installed $f" || fail "$f is not installed"
 done
 ls "$dest$(under "$(opt libdir)")"/libqdp.so* >/dev/null 2>&1 && ok "installed libqdp" ||

@@ -188,8 +188,46 @@ static void check_chunk(uint64_t offset, int dtype, uint64_t total, size_t nbyte
     }
   }
   rpc_codec_free(m);
+  /* libqdp's reader (common/qdp_wire.c) takes the same bytes on its direct path. */
+  struct qdp_wire_reader k;
+  struct qdp_wire_chunk h;
+  ck_assert_int_eq(qdp_wire_fetch_chunk_open(bb, &k, &h), 1);
+  ck_assert_uint_eq(h.offset, offset);
+  ck_assert_int_eq(h.dtype, dtype);
+  ck_assert_uint_eq(h.total, total);
+  ck_assert_uint_eq(h.data_len, nbytes);
+  uint8_t *back = malloc(nbytes + 1);
+  ck_assert_ptr_nonnull(back);
+  qdp_wire_reader_copy(&k, back, nbytes);
+  for (size_t i = 0; i < nbytes; i++) {
+    if (back[i] != (uint8_t)(i * 7 + 3)) {
+      ck_abort_msg("read back byte %zu is %u, expected %u", i, back[i], (uint8_t)(i * 7 + 3));
+    }
+  }
+  free(back);
+  qdp_wire_reader_close(&k);
   grpc_byte_buffer_destroy(bb);
 }
+
+/* protobuf-c writes fields in number order, so data (2) comes before dtype and total: a valid
+ * FetchChunk that the direct reader leaves to protobuf-c. */
+START_TEST(test_fetch_chunk_reader_leaves_other_layouts_to_protobuf) {
+  Qdp__FetchChunk c = QDP__FETCH_CHUNK__INIT;
+  uint8_t two[2] = {1, 2};
+  c.offset = 1;
+  c.dtype = QDP__DTYPE__DTYPE_COMPLEX64;
+  c.total = 3;
+  c.data.data = two;
+  c.data.len = sizeof two;
+  grpc_byte_buffer *bb = rpc_codec_pack(&c.base);
+  struct qdp_wire_reader k;
+  struct qdp_wire_chunk h;
+  ck_assert_int_eq(qdp_wire_fetch_chunk_open(bb, &k, &h), 0);
+  qdp_wire_reader_close(&k);
+  qdp_wire_reader_close(&k); /* closing twice is harmless */
+  grpc_byte_buffer_destroy(bb);
+}
+END_TEST
 
 START_TEST(test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size) {
   /* 1 and 8 bytes would fit an inlined slice: the data must still land in the message. */
@@ -388,6 +426,7 @@ static Suite *codec_suite(void) {
   tcase_add_test(tc, test_unpack_refuses_garbage_and_a_missing_message);
   tcase_add_test(tc, test_unpack_refuses_a_nul_inside_a_string_at_any_depth);
   tcase_add_test(tc, test_fetch_chunk_parses_as_a_fetch_chunk_at_any_size);
+  tcase_add_test(tc, test_fetch_chunk_reader_leaves_other_layouts_to_protobuf);
   suite_add_tcase(s, tc);
   tc = tcase_create("status");
   tcase_add_test(tc, test_status_maps_grpc_codes_and_sends_local_causes_as_internal);

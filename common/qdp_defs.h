@@ -9,6 +9,8 @@
 #ifndef QDP_DEFS_H
 #define QDP_DEFS_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -56,6 +58,31 @@ typedef enum qdp_encoding {
 const char *qdp_encoding_name(qdp_encoding e);
 /* Inverse of qdp_encoding_name; QDP_ENCODING_UNSPECIFIED when the name is unknown. */
 qdp_encoding qdp_encoding_from_name(const char *name);
+
+/* Input values each sample of `e` takes for n qubits: amplitude 2^n at most (any 1..2^n values
+ * are accepted), angle, phase and iqp-z n, iqp n + n(n-1)/2, basis 1. 0 for an unknown encoding
+ * and outside 1..63 qubits, where no state exists (2^n amplitudes must fit 64 bits). Inline so the
+ * daemon's planner and the kernels state the rule once without linking anything. */
+static inline uint64_t qdp_values_per_sample(qdp_encoding e, uint32_t qubits) {
+  const uint64_t n = qubits;
+  if (qubits < 1 || qubits > 63) {
+    return 0;
+  }
+  switch (e) {
+  case QDP_ENCODING_AMPLITUDE:
+    return (uint64_t)1 << n;
+  case QDP_ENCODING_ANGLE:
+  case QDP_ENCODING_PHASE:
+  case QDP_ENCODING_IQP_Z:
+    return n;
+  case QDP_ENCODING_IQP:
+    return n + n * (n - 1) / 2;
+  case QDP_ENCODING_BASIS:
+    return 1;
+  default:
+    return 0;
+  }
+}
 
 typedef enum qdp_dtype {
   QDP_DTYPE_UNSPECIFIED = 0,

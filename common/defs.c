@@ -1,4 +1,4 @@
-/* The tables behind qdp_defs.h. Shared by the daemon, the kernels' tests and libqdp. */
+/* The tables behind qdp_defs.h. Shared by the daemon, the kernels and libqdp. */
 #include <stddef.h>
 #include <string.h>
 
@@ -59,17 +59,22 @@ static const char *const dtype_names[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The index of name in names[1..n), 0 (UNSPECIFIED) when it is not there. */
+static unsigned index_of(const char *const *names, unsigned n, const char *name) {
+  for (unsigned i = 1; name && i < n; i++) {
+    if (strcmp(name, names[i]) == 0) {
+      return i;
+    }
+  }
+  return 0;
+}
+
 const char *qdp_encoding_name(qdp_encoding e) {
   return (unsigned)e < COUNT(encoding_names) ? encoding_names[e] : NULL;
 }
 
 qdp_encoding qdp_encoding_from_name(const char *name) {
-  for (unsigned i = 1; name && i < COUNT(encoding_names); i++) {
-    if (strcmp(name, encoding_names[i]) == 0) {
-      return (qdp_encoding)i;
-    }
-  }
-  return QDP_ENCODING_UNSPECIFIED;
+  return (qdp_encoding)index_of(encoding_names, COUNT(encoding_names), name);
 }
 
 const char *qdp_dtype_name(qdp_dtype t) {
@@ -77,12 +82,7 @@ const char *qdp_dtype_name(qdp_dtype t) {
 }
 
 qdp_dtype qdp_dtype_from_name(const char *name) {
-  for (unsigned i = 1; name && i < COUNT(dtype_names); i++) {
-    if (strcmp(name, dtype_names[i]) == 0) {
-      return (qdp_dtype)i;
-    }
-  }
-  return QDP_DTYPE_UNSPECIFIED;
+  return (qdp_dtype)index_of(dtype_names, COUNT(dtype_names), name);
 }
 
 unsigned qdp_dtype_size(qdp_dtype t) {
