@@ -2,10 +2,9 @@
  * error detail of a failed call.
  *
  * Pure translation: no server state, no logging. Any thread.
- * Packing and the FetchChunk layout are common/qdp_wire.h's, which libqdp reads with; the rpc/
- * names below are theirs. Ownership: rpc_codec_pack and rpc_codec_fetch_chunk return a byte buffer
- * the caller destroys (grpc_byte_buffer_destroy, or by handing it to a SEND_MESSAGE op and
- * destroying it after); rpc_codec_unpack returns a message the caller frees with rpc_codec_free.
+ * Packing a message and writing a FetchChunk are common/qdp_wire.h's (qdp_wire_pack,
+ * qdp_wire_fetch_chunk), shared with libqdp, which reads chunks with the same codec.
+ * Ownership: rpc_codec_unpack returns a message the caller frees with rpc_codec_free.
  */
 #ifndef QDP_RPC_CODEC_H
 #define QDP_RPC_CODEC_H
@@ -17,15 +16,9 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "error.h"
-#include "qdp_wire.h"
 
 /* The trailing-metadata key that carries a serialized qdp.ErrorDetail on a failed call. */
 #define RPC_ERROR_DETAIL_KEY "qdp-error-bin"
-
-/* Serializes m into a new one-slice byte buffer. */
-static inline grpc_byte_buffer *rpc_codec_pack(const ProtobufCMessage *m) {
-  return qdp_wire_pack(m);
-}
 
 /* Parses bb (any number of slices, compressed or not) as a message of descriptor d.
  * INVALID_ARGUMENT (field "request") when bb is NULL or not a valid message of that type, and
@@ -46,16 +39,5 @@ grpc_status_code rpc_codec_grpc_status(qdp_status s);
 /* e as a serialized qdp.ErrorDetail (code name, field, rank, device, cause, bytes), in a new slice
  * the caller unrefs. */
 grpc_slice rpc_codec_error_detail(const struct qdp_error *e);
-
-/* Bytes of FetchChunk's fields other than data, at most: the header written before the data. */
-#define RPC_FETCH_CHUNK_HEADER_MAX QDP_WIRE_FETCH_CHUNK_HEADER_MAX
-
-/* A FetchChunk {offset, dtype, total, data} serialized around data_bytes bytes of data that the
- * caller writes afterwards at *ret_data (so amplitudes are read straight into the message, with
- * no extra copy). */
-static inline grpc_byte_buffer *rpc_codec_fetch_chunk(uint64_t offset, int dtype, uint64_t total,
-                                                      size_t data_bytes, uint8_t **ret_data) {
-  return qdp_wire_fetch_chunk(offset, dtype, total, data_bytes, ret_data);
-}
 
 #endif /* QDP_RPC_CODEC_H */

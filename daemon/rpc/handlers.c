@@ -10,6 +10,7 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
+#include "qdp_wire.h"
 #include "internal.h"
 #include "io/map.h"
 #include "job/job.h"
@@ -168,7 +169,7 @@ static grpc_byte_buffer *state_reply(struct rpc_server *s, struct job_state_info
   if (arena_check(&a, err) == QDP_OK) {
     Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
     er.state = info;
-    reply = rpc_codec_pack(encode ? &er.base : &info->base);
+    reply = qdp_wire_pack(encode ? &er.base : &info->base);
   }
   job_state_info_end(s->jobs, st, !a.failed);
   arena_free(&a);
@@ -433,7 +434,7 @@ static grpc_byte_buffer *plan_reply(struct rpc_server *s, struct arena *a, const
   if (why->code != QDP_OK) {
     r.message = (char *)why->msg;
   }
-  return a->failed ? NULL : rpc_codec_pack(&r.base);
+  return a->failed ? NULL : qdp_wire_pack(&r.base);
 }
 
 void rpc_h_plan(struct rpc_job *j) {
@@ -491,7 +492,7 @@ void rpc_h_close_view(struct rpc_job *j) {
            r->handle, r->lease_id, freed);
   Qdp__CloseViewReply cr = QDP__CLOSE_VIEW_REPLY__INIT;
   cr.freed_bytes = freed;
-  rpc_finish(c, rpc_codec_pack(&cr.base), NULL);
+  rpc_finish(c, qdp_wire_pack(&cr.base), NULL);
 }
 
 void rpc_h_gather(struct rpc_job *j) {
@@ -560,7 +561,7 @@ void rpc_h_list(struct rpc_job *j) {
     Qdp__ListReply lr = QDP__LIST_REPLY__INIT;
     lr.n_states = l.n;
     lr.states = l.items;
-    reply = rpc_codec_pack(&lr.base);
+    reply = qdp_wire_pack(&lr.base);
   }
   free(l.items);
   arena_free(&a);
@@ -580,7 +581,7 @@ void rpc_h_release(struct rpc_job *j) {
   log_info("rpc", "Release from %s: %s (%" PRIu64 " B)", c->client, ref->handle, freed);
   Qdp__ReleaseReply r = QDP__RELEASE_REPLY__INIT;
   r.freed_bytes = freed;
-  rpc_finish(c, rpc_codec_pack(&r.base), NULL);
+  rpc_finish(c, qdp_wire_pack(&r.base), NULL);
 }
 
 /* ---- Fetch: a server stream, one chunk in flight
@@ -624,7 +625,7 @@ static void fetch_step(struct rpc_job *j) {
   uint64_t n = f->end - f->next < c->fetch.chunk ? f->end - f->next : c->fetch.chunk;
   uint8_t *data = NULL;
   grpc_byte_buffer *bb =
-      rpc_codec_fetch_chunk(f->next, (int)f->dtype, f->total, (size_t)(n * f->esize), &data);
+      qdp_wire_fetch_chunk(f->next, (int)f->dtype, f->total, (size_t)(n * f->esize), &data);
   if (job_fetch_read(f, n, data, &err) != QDP_OK) {
     grpc_byte_buffer_destroy(bb);
     fetch_end(c, &err);
@@ -663,7 +664,7 @@ void rpc_h_fetch(struct rpc_job *j) {
   }
   /* Chunks are bounded by what one message may carry. */
   uint64_t chunk_bytes = r->chunk_bytes ? r->chunk_bytes : atomic_load(&s->fetch_chunk);
-  uint64_t cap = s->max_message_bytes - RPC_FETCH_CHUNK_HEADER_MAX;
+  uint64_t cap = s->max_message_bytes - QDP_WIRE_FETCH_CHUNK_HEADER_MAX;
   if (chunk_bytes > cap) {
     chunk_bytes = cap;
   }
@@ -711,7 +712,7 @@ void rpc_h_export(struct rpc_job *j) {
   Qdp__ExportReply er = QDP__EXPORT_REPLY__INIT;
   er.path = r->path;
   er.bytes = bytes;
-  rpc_finish(c, rpc_codec_pack(&er.base), NULL);
+  rpc_finish(c, qdp_wire_pack(&er.base), NULL);
   return;
 out:
   rpc_finish(c, NULL, &err);
@@ -826,7 +827,7 @@ void rpc_h_status(struct rpc_job *j) {
     status_world(&st, &a, &r);
     rc = arena_check(&a, &err);
     if (rc == QDP_OK) {
-      reply = rpc_codec_pack(&r.base);
+      reply = qdp_wire_pack(&r.base);
     }
   }
   job_status_free(&st);
@@ -862,7 +863,7 @@ void rpc_h_register_region(struct rpc_job *j) {
   m.sealed = ri.sealed;
   m.pinned = ri.pinned;
   m.created_unix_ms = ri.meta.created_unix_ms;
-  grpc_byte_buffer *reply = rpc_codec_pack(&m.base);
+  grpc_byte_buffer *reply = qdp_wire_pack(&m.base);
   if (!reply) {
     /* Registered but unanswerable: taken back rather than leaked. */
     job_unregister_region(s->jobs, ri.meta.handle, ri.token, NULL, NULL);
@@ -883,5 +884,5 @@ void rpc_h_unregister_region(struct rpc_job *j) {
   log_info("rpc", "UnregisterRegion from %s: %s (%" PRIu64 " B)", c->client, ref->handle, bytes);
   Qdp__UnregisterRegionReply r = QDP__UNREGISTER_REGION_REPLY__INIT;
   r.bytes = bytes;
-  rpc_finish(c, rpc_codec_pack(&r.base), NULL);
+  rpc_finish(c, qdp_wire_pack(&r.base), NULL);
 }

@@ -18,6 +18,7 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
+#include "qdp_wire.h"
 #include "internal.h"
 #include "log.h"
 #include "listener.h"
@@ -418,7 +419,7 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     Qdp__HealthReply r = QDP__HEALTH_REPLY__INIT;
     r.status = s->shutting_down ? QDP__HEALTH_REPLY__SERVING_STATUS__NOT_SERVING
                                 : QDP__HEALTH_REPLY__SERVING_STATUS__SERVING;
-    rpc_finish(c, rpc_codec_pack(&r.base), NULL);
+    rpc_finish(c, qdp_wire_pack(&r.base), NULL);
     return;
   }
   if (m->kind == RPC_CLIENT_STREAM) {

@@ -1,6 +1,6 @@
 /* make_corpus.c — writes the seed corpora of fuzz_request, fuzz_reply and fuzz_fetch: real
  * messages, packed by protobuf-c as qdpctl and libqdp send requests and as qdpd packs replies, and
- * FetchChunks built by the daemon's own rpc_codec_fetch_chunk (its hand-made layout, data last).
+ * FetchChunks built by the daemon's own qdp_wire_fetch_chunk (its hand-made layout, data last).
  * (fuzz_npy's seeds come from numpy: make_npy_corpus.py.)
  *
  *   make_corpus OUTDIR    writes OUTDIR/fuzz_request/, OUTDIR/fuzz_reply/, OUTDIR/fuzz_fetch/
@@ -17,6 +17,7 @@
 #include <grpc/slice.h>
 
 #include "codec.h"
+#include "qdp_wire.h"
 #include "qdp.pb-c.h"
 
 static const char *outdir;
@@ -410,12 +411,12 @@ static void stream_put(struct stream *s, const uint8_t *p, size_t n) {
   s->len += n;
 }
 
-/* A chunk exactly as qdpd sends it: rpc_codec_fetch_chunk's header, then the amplitudes. */
+/* A chunk exactly as qdpd sends it: qdp_wire_fetch_chunk's header, then the amplitudes. */
 static void daemon_chunk(struct stream *s, uint64_t offset, int dtype, uint64_t total,
                          uint64_t first_value, size_t count) {
   size_t es = dtype == QDP__DTYPE__DTYPE_COMPLEX64 ? 8 : 16;
   uint8_t *data = NULL;
-  grpc_byte_buffer *bb = rpc_codec_fetch_chunk(offset, dtype, total, count * es, &data);
+  grpc_byte_buffer *bb = qdp_wire_fetch_chunk(offset, dtype, total, count * es, &data);
   for (size_t i = 0; i < count; i++) {
     if (es == 16) {
       double v[2] = {(double)(first_value + i) / 16, 0};

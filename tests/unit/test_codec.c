@@ -15,6 +15,7 @@
 #include <grpc/slice.h>
 
 #include "codec.h"
+#include "qdp_wire.h"
 #include "qdp.pb-c.h"
 #include "job/job.h"
 
@@ -54,7 +55,7 @@ START_TEST(test_pack_then_unpack_across_slices_gives_the_same_request) {
   req.ttl_seconds = 600;
   req.label = "unit";
 
-  grpc_byte_buffer *one = rpc_codec_pack(&req.base);
+  grpc_byte_buffer *one = qdp_wire_pack(&req.base);
   ck_assert_ptr_nonnull(one);
   uint8_t flat[4096];
   size_t n = flatten(one, flat, sizeof flat);
@@ -169,7 +170,7 @@ END_TEST
 /* Builds a chunk, fills its data through the returned pointer, and parses it with protobuf-c. */
 static void check_chunk(uint64_t offset, int dtype, uint64_t total, size_t nbytes) {
   uint8_t *data = NULL;
-  grpc_byte_buffer *bb = rpc_codec_fetch_chunk(offset, dtype, total, nbytes, &data);
+  grpc_byte_buffer *bb = qdp_wire_fetch_chunk(offset, dtype, total, nbytes, &data);
   ck_assert_ptr_nonnull(bb);
   ck_assert_ptr_nonnull(data);
   for (size_t i = 0; i < nbytes; i++) {
@@ -219,7 +220,7 @@ START_TEST(test_fetch_chunk_reader_leaves_other_layouts_to_protobuf) {
   c.total = 3;
   c.data.data = two;
   c.data.len = sizeof two;
-  grpc_byte_buffer *bb = rpc_codec_pack(&c.base);
+  grpc_byte_buffer *bb = qdp_wire_pack(&c.base);
   struct qdp_wire_reader k;
   struct qdp_wire_chunk h;
   ck_assert_int_eq(qdp_wire_fetch_chunk_open(bb, &k, &h), 0);

@@ -27,7 +27,7 @@ static grpc_byte_buffer *message(const uint8_t *bytes, size_t n, size_t piece) {
   return bb;
 }
 
-/* A FetchChunk as qdpd writes it (rpc_codec_fetch_chunk): offset, dtype, total, then the data. */
+/* A FetchChunk as qdpd writes it (qdp_wire_fetch_chunk): offset, dtype, total, then the data. */
 static size_t daemon_chunk(uint8_t *buf, uint8_t offset, uint8_t dtype, uint8_t total,
                            const void *data, uint8_t len) {
   size_t n = 0;
