@@ -72,7 +72,7 @@ struct cuda_device {
   cudaEvent_t stage_free[2];            /* recorded after the last GPU use of the slot */
   unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
   pthread_mutex_t cache_lock;           /* the kept buffers */
-  struct device_comm *comm; /* the mesh's, with this device as member `member`; NULL: none */
+  struct device_comm *comm; /* the mesh's group, with this device as member `member`; NULL: none */
   size_t member;
   bool nccl_exchange; /* swap global-bit stages over NCCL even with peer access */
   struct {
@@ -1696,6 +1696,15 @@ static void cuda_unregister_host(struct runtime_mesh *m, void *ptr) {
   (void)cudaGetLastError();
 }
 
+/* Every device's member of the mesh's group is its index in the mesh. */
+static void cuda_set_group(struct runtime_mesh *m, struct device_comm *comm) {
+  for (size_t i = 0; i < m->count; i++) {
+    struct cuda_device *c = cuda_of(m->devs[i]);
+    c->comm = comm;
+    c->member = i;
+  }
+}
+
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
                                     struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
@@ -1732,6 +1741,7 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   for (made = 0; made < n; made++) {
     struct cuda_device *c = NULL;
     QDP_TRY(rc, device_create(ords[made], cfg->device_budget_bytes, fraction, slot, &c, reterr));
+    c->nccl_exchange = cfg->nccl_exchange;
     devs[made] = &c->base;
   }
   enable_peers(devs, n);
@@ -1744,30 +1754,8 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   m->destroy_device = cuda_device_destroy;
   m->register_host = cuda_register_host;
   m->unregister_host = cuda_unregister_host;
+  m->set_group = cuda_set_group;
   QDP_TRY(rc, runtime_cuda_topology(m, reterr));
-  /* One NCCL communicator per mesh, made now (it takes most of a second) and reused by every
-   * job; without it the reductions run on the host, which the states' descriptions say. */
-  if (n < 2) {
-    snprintf(m->collectives, sizeof m->collectives, "none (one GPU)");
-  } else if (cfg->host_collectives) {
-    snprintf(m->collectives, sizeof m->collectives, "host (configured)");
-  } else {
-    struct qdp_error ce = QDP_ERROR_INIT;
-    if (device_comm_create_local(ords, n, &m->device_comm, &ce) == QDP_OK) {
-      snprintf(m->collectives, sizeof m->collectives, "nccl (NCCL %d, %zu GPUs)%s",
-               device_comm_nccl_version(), n,
-               cfg->nccl_exchange ? "; global-bit stages over NCCL" : "");
-      for (size_t i = 0; i < n; i++) {
-        struct cuda_device *c = cuda_of(m->devs[i]);
-        c->comm = m->device_comm;
-        c->member = i;
-        c->nccl_exchange = cfg->nccl_exchange;
-      }
-    } else {
-      m->device_comm = NULL;
-      snprintf(m->collectives, sizeof m->collectives, "host (%.170s)", ce.msg);
-    }
-  }
   *ret_mesh = m;
   m = NULL;
 out:

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "device_comm.h"
+#include "collectives.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
@@ -606,8 +606,8 @@ out:
  * combines the same parts along the same tree, so each holds the bits the host path would get,
  * and the scale pass reads its totals where they already are. */
 
-/* The group a job's norm can gather over: the mesh's for a job on this rank's GPUs, the world's
- * for one across ranks (when the coordinator allows it); NULL: none. */
+/* The group a job was given to gather over: the mesh's (its owner's) for a job on this rank's
+ * GPUs, the world's for one across ranks (when the coordinator allows it); NULL: none. */
 static struct device_comm *job_group(const struct runtime_mesh *m, const struct plan *p) {
   if (!spans_ranks(p)) {
     return m->device_comm;
@@ -623,30 +623,29 @@ static size_t shard_member(const struct runtime_mesh *m, const struct device_com
   return sh->rank == m->rank ? (size_t)device_comm_first_member(c) + sh->device : sh->device;
 }
 
-/* Whether this job can use group c: a collective needs every member, so each must hold exactly
- * one shard, and every shard every row (a sample split by index, not a batch split by sample,
- * which needs no exchange at all). Every rank decides the same from the same plan. */
+/* Whether this job's norm can gather over group c (collectives_job_fits: one shard per member),
+ * with every shard holding every row (a sample split by index, not a batch split by sample, which
+ * needs no exchange at all) and a backend that has the device path. Every rank decides the same
+ * from the same plan. */
 static bool device_norm_possible(const struct runtime_mesh *m, const struct device_comm *c,
                                  const struct shard_task *t, size_t n, const struct plan *p) {
-  if (!c || p->nshards < 2 || p->nshards > 64 || p->nshards != (size_t)device_comm_size(c) ||
-      n != device_comm_local_members(c)) {
+  size_t members[64];
+  if (!c || p->nshards > sizeof members / sizeof members[0]) {
     return false;
   }
-  uint64_t seen = 0;
   for (size_t i = 0; i < p->nshards; i++) {
     const struct plan_shard *sh = &p->shards[i];
-    size_t member = shard_member(m, c, sh);
-    if (sh->row_first != 0 || sh->rows != p->batch || member >= 64 || (seen >> member & 1)) {
+    if (sh->row_first != 0 || sh->rows != p->batch) {
       return false;
     }
-    seen |= UINT64_C(1) << member;
+    members[i] = shard_member(m, c, sh);
   }
   for (size_t i = 0; i < n; i++) {
     if (!t[i].dev->ops->amp_partials) {
       return false;
     }
   }
-  return true;
+  return collectives_job_fits(c, members, p->nshards, n);
 }
 
 /* A shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
@@ -685,8 +684,7 @@ static qdp_status agree_before(const char *what, const struct runtime_mesh *m,
   }
   void *got = NULL;
   size_t bytes = 0;
-  qdp_status rc =
-      m->world_ops->allgather_fixed(m->world_ctx, &me, sizeof me, &got, &bytes, reterr);
+  qdp_status rc = m->world_ops->allgather_fixed(m->world_ctx, &me, sizeof me, &got, &bytes, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -801,12 +799,12 @@ static qdp_status device_norms(struct runtime_state *st, struct shard_task *t, s
    * processes ends within the rank timeout: a rank that died in the middle fails the job instead
    * of hanging this one. */
   for (size_t i = 0; i < n; i++) {
-    QDP_TRY(rc, t[i].dev->ops->amp_combine(t[i].dev, &t[i].work, nall, stride, &t[i].totals,
-                                           reterr));
+    QDP_TRY(rc,
+            t[i].dev->ops->amp_combine(t[i].dev, &t[i].work, nall, stride, &t[i].totals, reterr));
   }
   for (size_t i = 0; i < n; i++) {
-    QDP_TRY(rc, device_comm_wait(c, t[i].work.shard->device, streams[t[i].work.shard->device],
-                                 reterr));
+    QDP_TRY(rc,
+            device_comm_wait(c, t[i].work.shard->device, streams[t[i].work.shard->device], reterr));
   }
   st->norm_us = (now_ms() - t0) * 1e3;
   for (uint64_t r = 0; r < rows; r++) {
@@ -977,11 +975,10 @@ static qdp_status run_global_stages(struct runtime_state *st, struct shard_task 
       struct shard_task *mine = high ? local[j] : local[i];
       const struct plan_shard *partner = &p->shards[high ? i : j];
       if (group && mine->dev->ops->combine_group) {
-        QDP_TRY(rc, mine->dev->ops->combine_group(mine->dev, mine->work.out, p->out_dtype,
-                                                  mine->work.shard->count, high, group,
-                                                  mine->work.shard->device,
-                                                  (int)shard_member(st->mesh, group, partner),
-                                                  reterr));
+        QDP_TRY(rc,
+                mine->dev->ops->combine_group(
+                    mine->dev, mine->work.out, p->out_dtype, mine->work.shard->count, high, group,
+                    mine->work.shard->device, (int)shard_member(st->mesh, group, partner), reterr));
         cross = "nccl";
       } else {
         QDP_TRY(rc, exchange_stage(st, mine, partner->rank, high, reterr));

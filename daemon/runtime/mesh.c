@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "device_comm.h"
 #include "runtime/mesh.h"
 
 /* A host "device" is a share of host memory; more than this many is a typo, not a machine. */
@@ -131,7 +130,6 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
       runtime_cpu_device_destroy(m->devs[i]);
     }
   }
-  device_comm_destroy(m->device_comm);
   free(m->devs);
   free(m->links);
   free(m->link_costs);
@@ -165,6 +163,16 @@ void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct 
   }
 }
 
+void runtime_mesh_set_device_group(struct runtime_mesh *m, struct device_comm *c, const char *why) {
+  if (!m->set_group) {
+    return; /* host-memory devices reduce in their one memory */
+  }
+  m->device_comm = c;
+  m->set_group(m, c);
+  snprintf(m->collectives, sizeof m->collectives, "%s%s", why ? why : "",
+           c && m->nccl_exchange ? "; global-bit stages over NCCL" : "");
+}
+
 const char *runtime_mesh_collectives(const struct runtime_mesh *m) {
   return m->collectives[0] ? m->collectives : "host (one memory)";
 }
@@ -179,6 +187,7 @@ qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
   if (rc != QDP_OK) {
     return rc;
   }
+  m->nccl_exchange = cfg->nccl_exchange;
   /* The links are fixed for the mesh's life: their costs are worked out once, not per plan. */
   m->link_costs = malloc(m->count * m->count);
   if (!m->link_costs) {

@@ -16,8 +16,12 @@ struct runtime_mesh {
   qdp_status (*register_host)(struct runtime_mesh *m, void *ptr, uint64_t bytes,
                               struct qdp_error *reterr);
   void (*unregister_host)(struct runtime_mesh *m, void *ptr);
+  /* Hands every device its member of the mesh's group (runtime_mesh_set_device_group); NULL: the
+   * backend has no device collectives. */
+  void (*set_group)(struct runtime_mesh *m, struct device_comm *c);
   void *backend_data;
-  struct device_comm *device_comm; /* over every device, in mesh order; NULL: host reductions */
+  bool nccl_exchange;              /* the config's: global-bit stages over the group */
+  struct device_comm *device_comm; /* the owner's, over every device in mesh order; NULL: host */
   char collectives[192];           /* what reductions use and why (runtime_mesh_collectives) */
   struct runtime_link *links;      /* [count][count]; NULL: all host links (CPU backend) */
   uint8_t *link_costs;             /* [count][count], from the links (runtime_mesh_link_costs) */

@@ -17,11 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "device_comm.h"
+#include "collectives.h"
 #include "io/guard.h"
 #include "log.h"
 #include "qdp_build_config.h"
 #include "transport.h"
+#include "world/mesh_group.h"
 #include "world/world.h"
 
 #define TAG_CONTROL 1
@@ -112,11 +113,11 @@ struct world {
   size_t nparts;
   bool job_group; /* the job may use the device group */
   struct held_state *held;
-  /* NCCL across every GPU of the world, made at start when every device is a GPU; NULL: device
-   * collectives of jobs across ranks run on the host over MPI. */
-  struct device_comm *group;
-  bool group_on; /* coordinator: jobs use it (until a rank reports it aborted) */
-  char group_desc[192];
+  /* NCCL across every GPU of the world, made at start when every device is a GPU; comm NULL:
+   * device collectives of jobs across ranks run on the host over MPI. */
+  struct collectives_group group;
+  bool group_on;                 /* coordinator: jobs use it (until a rank reports it aborted) */
+  struct mesh_group *mesh_group; /* the group over this rank's GPUs, handed to the mesh */
 };
 
 static qdp_status no_memory(struct qdp_error *reterr, const char *what, size_t bytes) {
@@ -266,7 +267,7 @@ static qdp_status op_export_ipc(void *ctx, int rank, uint64_t job, size_t shard,
 
 static struct device_comm *op_device_group(void *ctx) {
   struct world *w = ctx;
-  return w->job_group ? w->group : NULL;
+  return w->job_group ? w->group.comm : NULL;
 }
 
 static const struct runtime_world_ops world_ops = {
@@ -279,58 +280,28 @@ static const struct runtime_world_ops world_ops = {
     .device_group = op_device_group,
 };
 
-/* One NCCL group over every GPU of the world, made once at start: rank 0 makes the id, every rank
- * joins with all of its GPUs (member = the device's index in the world table), within the rank
- * timeout. Any failure leaves the world on MPI host collectives, said in the description; it never
- * fails the start. Collective: every rank calls it. */
+/* One NCCL group over every GPU of the world, made once at start (member = the device's index in
+ * the world table). Collective: every rank calls it. */
 static void join_device_group(struct world *w, bool wanted) {
-  struct qdp_error err = QDP_ERROR_INIT, agreed = QDP_ERROR_INIT;
-  bool gpus = w->ndev <= 64;
+  bool gpus = true;
   for (size_t i = 0; i < w->ndev; i++) {
     gpus = gpus && w->devs[i].info.kind == RUNTIME_DEVICE_CUDA;
   }
-  uint64_t want = wanted && gpus, all_want = 0;
-  if (transport_allreduce_u64(w->t, &want, 1, TRANSPORT_MIN, &all_want, &err) != QDP_OK) {
-    snprintf(w->group_desc, sizeof w->group_desc, "mpi (%.180s)", err.msg);
-    return;
+  const struct rank_entry *me = &w->ranks[world_rank(w)];
+  int *ords = calloc(me->ndev ? me->ndev : 1, sizeof *ords);
+  for (size_t i = 0; ords && i < me->ndev; i++) {
+    ords[i] = w->devs[me->dev_first + i].info.ordinal;
   }
-  if (!all_want) {
-    snprintf(w->group_desc, sizeof w->group_desc, "mpi (%s)",
-             !gpus ? "not every device of the world is a GPU"
-                   : "host_collectives is set on some rank");
-    return;
-  }
-  unsigned char id[DEVICE_COMM_ID_BYTES] = {0};
-  qdp_status local = world_rank(w) == 0 ? device_comm_unique_id(id, &err) : QDP_OK;
-  qdp_status rc = transport_agree(w->t, local, &err, &agreed);
-  if (rc == QDP_OK) {
-    rc = transport_bcast(w->t, id, sizeof id, 0, &agreed);
-  }
-  if (rc == QDP_OK) {
-    const struct rank_entry *me = &w->ranks[world_rank(w)];
-    int ords[64];
-    for (size_t i = 0; i < me->ndev; i++) {
-      ords[i] = w->devs[me->dev_first + i].info.ordinal;
-    }
-    local = device_comm_create_members(id, (int)w->ndev, (int)me->dev_first, ords, me->ndev,
-                                       w->timeout_ms, &w->group, &err);
-    rc = transport_agree(w->t, local, &err, &agreed);
-  }
-  if (rc != QDP_OK) {
-    device_comm_destroy(w->group);
-    w->group = NULL;
-    snprintf(w->group_desc, sizeof w->group_desc, "mpi (NCCL across ranks: %.160s)", agreed.msg);
-    log_warning("world", "device collectives across ranks run on the host: %s", agreed.msg);
-    return;
-  }
-  w->group_on = true;
-  snprintf(w->group_desc, sizeof w->group_desc, "nccl (NCCL %d, %d ranks, %zu GPUs)",
-           device_comm_nccl_version(), w->nranks, w->ndev);
+  /* A rank without the memory for its list does not want the group: the ranks still agree. */
+  collectives_world_group(w->t, gpus, wanted && ords, (int)w->ndev, (int)me->dev_first, ords,
+                          me->ndev, w->timeout_ms, &w->group);
+  w->group_on = w->group.comm != NULL;
+  free(ords);
 }
 
 void world_device_collectives(struct world *w, char *buf, size_t size) {
   pthread_mutex_lock(&w->info_mu);
-  snprintf(buf, size, "%s", w->nranks == 1 ? "none (one rank)" : w->group_desc);
+  snprintf(buf, size, "%s", w->nranks == 1 ? "none (one rank)" : w->group.desc);
   pthread_mutex_unlock(&w->info_mu);
 }
 
@@ -338,7 +309,7 @@ void world_device_collectives(struct world *w, char *buf, size_t size) {
  * aborted (a rank died or hung inside a collective), jobs go back to MPI for the world's life. */
 static void group_check(struct world *w, const struct msg_reply *replies, const int *ranks,
                         size_t nranks) {
-  int lost = device_comm_usable(w->group) ? -1 : 0;
+  int lost = device_comm_usable(w->group.comm) ? -1 : 0;
   for (size_t i = 0; lost < 0 && i < nranks; i++) {
     lost = replies[ranks[i]].group_lost ? ranks[i] : -1;
   }
@@ -347,11 +318,12 @@ static void group_check(struct world *w, const struct msg_reply *replies, const 
   }
   pthread_mutex_lock(&w->info_mu);
   w->group_on = false;
-  snprintf(w->group_desc, sizeof w->group_desc,
-           "mpi (the NCCL group across ranks was aborted on rank %d)", lost);
+  collectives_group_aborted(&w->group, lost);
   pthread_mutex_unlock(&w->info_mu);
-  log_warning("world", "the NCCL group across ranks was aborted on rank %d: jobs across ranks "
-              "reduce over MPI from now on", lost);
+  log_warning("world",
+              "the NCCL group across ranks was aborted on rank %d: jobs across ranks "
+              "reduce over MPI from now on",
+              lost);
 }
 
 qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_error *mesh_err,
@@ -376,10 +348,12 @@ qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_err
 
   size_t ndev = runtime_mesh_count(mesh);
   size_t bytes = sizeof *mine + ndev * sizeof(struct runtime_device_info);
+  /* The mesh's own group first: it is the mesh's for every job, across ranks or not. */
+  local = mesh_group_create(mesh, device_collectives, &w->mesh_group, &why);
   mine = calloc(1, bytes);
-  if (!mine) {
+  if (local == QDP_OK && !mine) {
     local = no_memory(&why, "the mesh description", bytes);
-  } else {
+  } else if (local == QDP_OK) {
     snprintf(mine->version, sizeof mine->version, "%s", QDP_VERSION);
     mine->sizes[0] = sizeof(struct plan);
     mine->sizes[1] = sizeof(struct plan_shard);
@@ -437,7 +411,7 @@ qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_err
              "rank %d of %d on %s: %zu devices in the world, MPI thread level %s, rank "
              "timeout %" PRIu64 " ms, device collectives %s",
              world_rank(w), w->nranks, w->ranks[world_rank(w)].host, w->ndev, world_threads_name(w),
-             w->timeout_ms, w->group_desc);
+             w->timeout_ms, w->group.desc);
   }
 out:
   transport_gathered_fini(&g);
@@ -606,7 +580,7 @@ static qdp_status op_exchange(void *ctx, int peer, const void *mine, void *ret, 
 /* Asks `rank` for something of a state it holds (h: its type and arguments; the sequence number
  * is set here) and takes the reply and `bytes` of data into dst. */
 static qdp_status ask_rank(struct world *w, int rank, struct msg_header *h, void *dst, size_t bytes,
-                          struct qdp_error *reterr) {
+                           struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   pthread_mutex_lock(&w->mu);
   if (is_lost(w, rank)) {
@@ -983,8 +957,8 @@ static qdp_status map_window(int rank, const char *path, const struct runtime_fi
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = offset - offset % page;
   if (fstat(fd, &sb) != 0) {
     int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "rank %d cannot stat '%s': %s", rank,
-                          path, strerror(e));
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "rank %d cannot stat '%s': %s", rank, path,
+                          strerror(e));
   } else if ((uint64_t)sb.st_ino != id->ino || (uint64_t)sb.st_size != id->size ||
              (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec != id->mtime_ns) {
     /* This rank reads with the daemon's rights, so it reads only the very file the caller
@@ -997,7 +971,8 @@ static qdp_status map_window(int rank, const char *path, const struct runtime_fi
   } else if ((uint64_t)sb.st_size < offset + bytes) {
     /* Mapping past the end would fault on the first read of it. */
     rc = qdp_error_set(reterr, QDP_ERR_DATA_LOSS, NULL,
-                       "rank %d needs %zu B at offset %" PRIu64 " of '%s', which has %lld B: the "
+                       "rank %d needs %zu B at offset %" PRIu64
+                       " of '%s', which has %lld B: the "
                        "file is shorter than the coordinator's",
                        rank, bytes, offset, path, (long long)sb.st_size);
   } else if (bytes > 0) {
@@ -1005,8 +980,8 @@ static qdp_status map_window(int rank, const char *path, const struct runtime_fi
     void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)start);
     if (map == MAP_FAILED) {
       int e = errno;
-      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e,
-                            "rank %d cannot map %zu B of '%s': %s", rank, len, path, strerror(e));
+      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "rank %d cannot map %zu B of '%s': %s",
+                            rank, len, path, strerror(e));
     } else {
       *ret_map = map;
       *ret_len = len;
@@ -1126,7 +1101,7 @@ static void serve_job(struct world *w, const struct msg_header *h) {
   st = NULL;
 out:;
   struct msg_reply r = {
-      .status = rc, .group_lost = w->group && !device_comm_usable(w->group), .err = err};
+      .status = rc, .group_lost = w->group.comm && !device_comm_usable(w->group.comm), .err = err};
   struct transport_io back = {
       .buf = &r, .bytes = sizeof r, .peer = 0, .tag = reply_tag(h->job), .send = 1};
   struct qdp_error send_err = QDP_ERROR_INIT;
@@ -1181,10 +1156,10 @@ static void serve_ask(struct world *w, const struct msg_header *h) {
     r.status = qdp_error_set(&r.err, QDP_ERR_NOT_FOUND, NULL,
                              "rank %d holds no shard of job %" PRIu64, world_rank(w), h->job);
   } else if (h->type == MSG_EXPORT) {
-    r.status = h->d == sizeof(struct runtime_ipc)
-                   ? runtime_state_export_ipc(held->st, (size_t)h->a, data, &r.err)
-                   : qdp_error_set(&r.err, QDP_ERR_INTERNAL, NULL, "a view asked for %" PRIu64
-                                   " B", h->d);
+    r.status =
+        h->d == sizeof(struct runtime_ipc)
+            ? runtime_state_export_ipc(held->st, (size_t)h->a, data, &r.err)
+            : qdp_error_set(&r.err, QDP_ERR_INTERNAL, NULL, "a view asked for %" PRIu64 " B", h->d);
   } else {
     r.status = runtime_state_read(held->st, h->a, h->b, data, &r.err);
   }
@@ -1284,13 +1259,14 @@ void world_destroy(struct world *w) {
   if (w->mesh && w->nranks > 1) {
     runtime_mesh_set_world(w->mesh, 0, NULL, NULL);
   }
+  mesh_group_destroy(w->mesh_group);
   if (w->any_lost) {
     /* MPI_Finalize waits for every rank, the lost one too: leave without it. */
     log_warning("world", "a rank was lost: leaving MPI without finalizing");
   } else {
     transport_destroy(w->t);
   }
-  device_comm_destroy(w->group);
+  collectives_group_fini(&w->group);
   pthread_mutex_destroy(&w->mu);
   pthread_mutex_destroy(&w->info_mu);
   free(w->parts);
