@@ -32,15 +32,13 @@
 #include <cuda_runtime_api.h>
 
 #include "device_comm.h"
+#include "qdp_limits.h"
 #include "qdpk.h"
 #include "qdpk_cuda.h"
 #include "runtime/device.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
 
-/* Ordinals are kept in small per-device tables; no node has more GPUs than this. */
-#define CUDA_DEVICES_MAX 64
-#define CUDA_MEM_FRACTION 0.9
 /* Each staging slot: 64 MiB by default. A piece that large takes ~1.2 ms to upload at the
  * 55 GB/s pinned host-to-device rate measured on the target GPU, long enough that the per-piece
  * launch and event overheads (a few microseconds) vanish, small enough that 2 x 64 MiB of device
@@ -70,7 +68,7 @@ struct cuda_device {
   void *stage_host[2];  /* pinned */
   void *stage_dev[2];
   cudaEvent_t stage_free[2];            /* recorded after the last GPU use of the slot */
-  unsigned char peer[CUDA_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
+  unsigned char peer[QDP_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
   pthread_mutex_t cache_lock;           /* the kept buffers */
   struct device_comm *comm; /* the mesh's group, with this device as member `member`; NULL: none */
   size_t member;
@@ -1546,29 +1544,24 @@ static qdp_status parse_spec(const char *spec, int ngpu, int *ret_ords, size_t *
                              struct qdp_error *reterr) {
   size_t n = 0;
   if (!spec) {
-    for (int i = 0; i < ngpu && i < CUDA_DEVICES_MAX; i++) {
+    for (int i = 0; i < ngpu && i < QDP_DEVICES_MAX; i++) {
       ret_ords[n++] = i;
     }
     *ret_n = n;
     return QDP_OK;
   }
-  const char *p = spec;
+  const char *tok = spec;
   for (;;) {
-    const char *tok = p;
-    if (strncmp(p, "cuda:", 5) == 0) {
-      p += 5;
-    }
-    char *end = NULL;
-    errno = 0;
-    unsigned long v = (*p >= '0' && *p <= '9') ? strtoul(p, &end, 10) : 0;
-    if (!end || end == p || errno || (*end != ',' && *end != '\0')) {
+    struct runtime_device_token t;
+    if (runtime_device_token(tok, &t) != 0 || t.kind == RUNTIME_TOKEN_CPU) {
       size_t tl = strcspn(tok, ",");
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
                            "devices '%s': '%.*s' is not a GPU (expected cpu:N, auto, or GPU "
                            "ordinals such as 0,1 or cuda:0,cuda:1)",
                            spec, (int)tl, tok);
     }
-    if (v >= (unsigned long)ngpu || v >= CUDA_DEVICES_MAX) {
+    unsigned long v = t.n;
+    if (v >= (unsigned long)ngpu || v >= QDP_DEVICES_MAX) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
                            "devices '%s' names cuda:%lu, but this node has %d GPU%s (cuda:0.."
                            "cuda:%d)",
@@ -1580,15 +1573,15 @@ static qdp_status parse_spec(const char *spec, int ngpu, int *ret_ords, size_t *
                              "devices '%s' names cuda:%lu twice", spec, v);
       }
     }
-    if (n == CUDA_DEVICES_MAX) {
+    if (n == QDP_DEVICES_MAX) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
-                           "devices '%s' names more than %d GPUs", spec, CUDA_DEVICES_MAX);
+                           "devices '%s' names more than %d GPUs", spec, QDP_DEVICES_MAX);
     }
     ret_ords[n++] = (int)v;
-    if (*end == '\0') {
+    if (*t.end == '\0') {
       break;
     }
-    p = end + 1;
+    tok = t.end + 1;
   }
   *ret_n = n;
   return QDP_OK;
@@ -1626,7 +1619,7 @@ static void enable_peers(struct runtime_device **devs, size_t n) {
 
 bool runtime_cuda_peer_enabled(const struct runtime_device *a, const struct runtime_device *b) {
   const struct cuda_device *c = (const struct cuda_device *)a;
-  return b->info.ordinal < CUDA_DEVICES_MAX && c->peer[b->info.ordinal];
+  return b->info.ordinal < QDP_DEVICES_MAX && c->peer[b->info.ordinal];
 }
 
 /* Page-locks a registered input region once, so that every job reading it uploads from pinned
@@ -1706,12 +1699,13 @@ static void cuda_set_group(struct runtime_mesh *m, struct device_comm *comm) {
 }
 
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
-                                    struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
+                                    double fraction, struct runtime_mesh **ret_mesh,
+                                    struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct runtime_mesh *m = NULL;
   struct runtime_device **devs = NULL;
   size_t n = 0, made = 0;
-  int ords[CUDA_DEVICES_MAX];
+  int ords[QDP_DEVICES_MAX];
   int ngpu = 0;
   cudaError_t err = cudaGetDeviceCount(&ngpu);
   if (err != cudaSuccess || ngpu <= 0) {
@@ -1720,11 +1714,6 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
                          "devices '%s' asks for GPUs, but CUDA reports none (cudaGetDeviceCount: "
                          "%s); use cpu:N",
                          spec ? spec : "auto", err != cudaSuccess ? cudaGetErrorName(err) : "0");
-  }
-  double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : CUDA_MEM_FRACTION;
-  if (fraction > 1.0) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "mem_fraction",
-                         "mem_fraction %g is outside (0, 1]", fraction);
   }
   QDP_TRY(rc, parse_spec(spec, ngpu, ords, &n, reterr));
   /* Two slots of half the configured staging each, in whole 4 KiB pages. */

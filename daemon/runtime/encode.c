@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "collectives.h"
+#include "qdp_limits.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
@@ -629,7 +630,7 @@ static size_t shard_member(const struct runtime_mesh *m, const struct device_com
  * from the same plan. */
 static bool device_norm_possible(const struct runtime_mesh *m, const struct device_comm *c,
                                  const struct shard_task *t, size_t n, const struct plan *p) {
-  size_t members[64];
+  size_t members[QDP_DEVICES_MAX];
   if (!c || p->nshards > sizeof members / sizeof members[0]) {
     return false;
   }

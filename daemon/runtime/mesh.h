@@ -37,12 +37,27 @@ qdp_status runtime_device_reserve(struct runtime_device *d, uint64_t bytes,
                                   struct qdp_error *reterr);
 void runtime_device_unreserve(struct runtime_device *d, uint64_t bytes);
 
+/* One device as a device specification or a request names it, up to the next ',' or the end:
+ * "cpu:N", "cuda:N" or a bare N (a GPU ordinal in a specification, a mesh index in a request).
+ * The one parser of device names: the mesh's specification (cpu:N), the CUDA backend's ordinal
+ * lists and runtime_mesh_find_device all read them here. */
+enum runtime_token_kind { RUNTIME_TOKEN_INDEX = 0, RUNTIME_TOKEN_CPU = 1, RUNTIME_TOKEN_CUDA = 2 };
+struct runtime_device_token {
+  enum runtime_token_kind kind; /* from the prefix, set even when the number is malformed */
+  unsigned long n;
+  const char *end; /* the ',' or NUL after the token */
+};
+/* 0, or -1 when no number follows the prefix or something other than ',' or the end follows it. */
+int runtime_device_token(const char *s, struct runtime_device_token *ret);
+
 /* The CUDA backend (runtime/cuda_*.c where built, else a stub that says it is absent):
  * how many GPUs the driver reports (0 without a driver), and a mesh of the GPUs named in spec
- * ("0,1", "cuda:0,cuda:1"; NULL = all). */
+ * ("0,1", "cuda:0,cuda:1"; NULL = all), each with `fraction` of its free memory as its budget
+ * unless cfg gives one (the mesh checked the fraction's range). */
 int runtime_cuda_device_count(void);
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
-                                    struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
+                                    double fraction, struct runtime_mesh **ret_mesh,
+                                    struct qdp_error *reterr);
 
 /* CUDA backend internals: fills m->links, m->topology_source and each device's numa_node
  * (runtime/cuda_topology.c), and whether peer access from a to b was enabled. */

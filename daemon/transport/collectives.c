@@ -5,6 +5,7 @@
 
 #include "collectives.h"
 #include "log.h"
+#include "qdp_limits.h"
 
 void collectives_local_group(const int *ordinals, size_t n, bool host_only,
                              struct collectives_group *ret) {
@@ -51,8 +52,7 @@ void collectives_world_group(struct transport *t, bool all_gpus, bool wanted, in
                              struct collectives_group *ret) {
   struct qdp_error err = QDP_ERROR_INIT;
   ret->comm = NULL;
-  /* Jobs name members in a 64-bit set (collectives_job_fits). */
-  bool gpus = all_gpus && size <= 64;
+  bool gpus = all_gpus && size <= QDP_DEVICES_MAX;
   uint64_t want = wanted && gpus, all_want = 0;
   if (transport_allreduce_u64(t, &want, 1, TRANSPORT_MIN, &all_want, &err) != QDP_OK) {
     snprintf(ret->desc, sizeof ret->desc, "mpi (%.180s)", err.msg);
@@ -88,13 +88,15 @@ void collectives_group_fini(struct collectives_group *g) {
 
 bool collectives_job_fits(const struct device_comm *c, const size_t *members, size_t n,
                           size_t local) {
-  if (!c || n < 2 || n > 64 || n != (size_t)device_comm_size(c) ||
+  /* Members in a 64-bit set. */
+  _Static_assert(QDP_DEVICES_MAX <= 64, "a job's members are a 64-bit set");
+  if (!c || n < 2 || n > QDP_DEVICES_MAX || n != (size_t)device_comm_size(c) ||
       local != device_comm_local_members(c)) {
     return false;
   }
   uint64_t seen = 0;
   for (size_t i = 0; i < n; i++) {
-    if (members[i] >= 64 || (seen >> members[i] & 1)) {
+    if (members[i] >= QDP_DEVICES_MAX || (seen >> members[i] & 1)) {
       return false;
     }
     seen |= UINT64_C(1) << members[i];

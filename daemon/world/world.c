@@ -19,6 +19,7 @@
 
 #include "collectives.h"
 #include "io/guard.h"
+#include "launcher.h"
 #include "log.h"
 #include "qdp_build_config.h"
 #include "transport.h"
@@ -130,14 +131,7 @@ static qdp_status no_memory(struct qdp_error *reterr, const char *what, size_t b
 }
 
 bool world_launched_by_mpi(void) {
-  /* Open MPI's mpirun, PMIx (srun --mpi=pmix, and mpirun too), PMI-1/2 (srun --mpi=pmi2). */
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    if (getenv(vars[i])) {
-      return true;
-    }
-  }
-  return false;
+  return launcher_started_mpi();
 }
 
 qdp_status world_create(bool use_mpi, int *argc, char ***argv, struct world **ret,
