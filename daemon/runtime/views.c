@@ -71,8 +71,8 @@ qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, co
         t.kind == RUNTIME_TOKEN_CUDA ? RUNTIME_DEVICE_CUDA : RUNTIME_DEVICE_CPU;
     for (size_t i = 0; i < m->count; i++) {
       const struct runtime_device_info *info = &m->devs[i]->info;
-      if (t.kind == RUNTIME_TOKEN_INDEX ? t.n == i
-                                        : info->kind == kind && (unsigned long)info->ordinal == t.n) {
+      bool named = info->kind == kind && (unsigned long)info->ordinal == t.n;
+      if (t.kind == RUNTIME_TOKEN_INDEX ? t.n == i : named) {
         *ret_index = i;
         return QDP_OK;
       }
