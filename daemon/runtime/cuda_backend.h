@@ -12,7 +12,7 @@
  * the other. So the input never needs to be whole on the GPU, and the device memory qdp takes for
  * input is bounded by the staging, whatever the input's size.
  *
- * The executor calls the ops from its own threads (one per shard), and jobs may run concurrently,
+ * The executor calls the ops from the mesh's worker threads, and jobs may run concurrently,
  * so every op makes its device current first (cudaSetDevice is per thread) and holds the device's
  * staging lock while it uses the staging. Ops are blocking: each one synchronizes the stream before
  * it returns, so the executor may hand the shard to the next op, or another device, at once.

@@ -1,8 +1,8 @@
 /* The executor (encode.h): one encode job on the mesh (runtime.h), in the order of DESIGN.md §3 —
  * check the values, reserve and allocate every local shard, ingest, reduce the norm along its fixed
  * tree, encode, run the global-bit Walsh-Hadamard stages between shard pairs — and reading states
- * back. Shards of one job run concurrently, one thread per shard; a job with one shard runs on the
- * caller's thread (no thread start on the small-job path). */
+ * back. Shards of one job run concurrently on the mesh's workers (runtime/workers.h); a job with
+ * one shard runs on the caller's thread. */
 #include "runtime/encode.h"
 
 static int plan_copy(const struct plan *src, struct plan *dst) {
@@ -187,7 +187,7 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
   if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
     return encode_run_amplitude(st, t, n, in, reterr);
   }
-  encode_run_all(t, n, sizeof *t, encode_task_encode);
+  runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_encode);
   qdp_status rc = encode_first_failure(t, n, reterr);
   bool staged = st->plan.global_bits > 0 &&
                 (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z);

@@ -103,9 +103,8 @@ static inline double encode_value_at(const struct runtime_input *in, uint64_t fl
   }
 }
 
-/* Shard tasks (encode_tasks.c): run on every shard of the job at once by encode_run_all. */
+/* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers (runtime_workers_run). */
 double encode_now_ms(void);
-void encode_run_all(void *base, size_t n, size_t size, void *(*fn)(void *));
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr);
 void *encode_task_sumsq(void *arg);
 void *encode_task_scale(void *arg);

@@ -243,7 +243,7 @@ qdp_status encode_device_norms(struct runtime_state *st, struct shard_task *t, s
     return rc;
   }
   QDP_TRY(rc, task_parts(t, n, span, stride, (size_t)device_comm_size(c), all, nall, reterr));
-  encode_run_all(t, n, sizeof *t, encode_task_partials);
+  runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_partials);
   double t0 = encode_now_ms();
   rc = encode_first_failure(t, n, reterr);
   if (encode_spans_ranks(&st->plan)) {

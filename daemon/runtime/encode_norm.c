@@ -96,7 +96,7 @@ static qdp_status host_norms(struct runtime_state *st, struct shard_task *t, siz
       memcpy(&t[i].blocks[r * t[i].nblocks], split, t[i].nblocks * sizeof *split);
     }
   }
-  encode_run_all(t, n, sizeof *t, encode_task_sumsq);
+  runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_sumsq);
   qdp_status rc = encode_first_failure(t, n, reterr);
   if (rc != QDP_OK) {
     return rc;
@@ -313,7 +313,7 @@ qdp_status encode_run_amplitude(struct runtime_state *st, struct shard_task *t, 
     t[i].sumsq = on_device && !scales ? NULL : sumsq + r0;
     t[i].scales = scales ? scales + r0 : NULL;
   }
-  encode_run_all(t, n, sizeof *t, encode_task_scale);
+  runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_scale);
   QDP_TRY(rc, encode_first_failure(t, n, reterr));
   /* Only a sample split over shards needs an exchange; a batch split by sample does not. */
   for (size_t i = 0; i < n; i++) {

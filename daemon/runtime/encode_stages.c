@@ -63,7 +63,7 @@ qdp_status encode_run_global_stages(struct runtime_state *st, struct shard_task 
         k++;
       }
     }
-    encode_run_all(pairs, k, sizeof *pairs, encode_task_butterfly);
+    runtime_workers_run(st->mesh->workers, pairs, k, sizeof *pairs, encode_task_butterfly);
     for (size_t i = 0; i < k; i++) {
       if (pairs[i].rc != QDP_OK) {
         rc = pairs[i].rc;

@@ -7,32 +7,6 @@ double encode_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Runs fn over n items of `size` bytes at base, one thread each beyond the first, which runs here;
- * waits for all. */
-void encode_run_all(void *base, size_t n, size_t size, void *(*fn)(void *)) {
-  char *item = base;
-  struct worker {
-    pthread_t tid;
-    int started;
-  } *w = n > 1 ? calloc(n, sizeof *w) : NULL;
-  for (size_t i = 1; w && i < n; i++) {
-    w[i].started = pthread_create(&w[i].tid, NULL, fn, item + i * size) == 0;
-  }
-  /* Item 0 runs here, and so does any item that got no thread (no memory for the table, or
-   * pthread_create failed): slower, never wrong. */
-  for (size_t i = 0; i < n; i++) {
-    if (!w || !w[i].started) {
-      fn(item + i * size);
-    }
-  }
-  for (size_t i = 1; w && i < n; i++) {
-    if (w[i].started) {
-      pthread_join(w[i].tid, NULL);
-    }
-  }
-  free(w);
-}
-
 /* The first failure among tasks, copied to reterr. */
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr) {
   for (size_t i = 0; i < n; i++) {

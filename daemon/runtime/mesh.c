@@ -139,6 +139,7 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
   if (!m) {
     return;
   }
+  runtime_workers_destroy(m->workers);
   for (size_t i = 0; i < m->count; i++) {
     if (m->destroy_device) {
       m->destroy_device(m->devs[i]);
@@ -204,6 +205,12 @@ qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
     return rc;
   }
   m->nccl_exchange = cfg->nccl_exchange;
+  /* The workers live as long as the mesh: no job starts a thread. */
+  rc = runtime_workers_create(m->count > 1 ? m->count - 1 : 0, &m->workers, reterr);
+  if (rc != QDP_OK) {
+    runtime_mesh_destroy(m);
+    return rc;
+  }
   /* The links are fixed for the mesh's life: their costs are worked out once, not per plan. */
   m->link_costs = malloc(m->count * m->count);
   if (!m->link_costs) {

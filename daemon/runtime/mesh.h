@@ -3,6 +3,7 @@
 #define QDP_RUNTIME_MESH_H
 
 #include "runtime/device.h"
+#include "runtime/workers.h"
 
 struct runtime_mesh {
   size_t count;
@@ -19,6 +20,7 @@ struct runtime_mesh {
   /* Hands every device its member of the mesh's group (runtime_mesh_set_device_group); NULL: the
    * backend has no device collectives. */
   void (*set_group)(struct runtime_mesh *m, struct device_comm *c);
+  struct runtime_workers *workers; /* one per device beyond the first: every job's shard tasks */
   void *backend_data;
   bool nccl_exchange;              /* the config's: global-bit stages over the group */
   struct device_comm *device_comm; /* the owner's, over every device in mesh order; NULL: host */

@@ -6,8 +6,8 @@
  * device filled up since planning), checks the input values (non-finite parameters, basis indices,
  * zero/NaN/Inf norm per sample), allocates the shards, ingests each shard's own slice of the input,
  * reduces the amplitude norm over shards in a fixed order (bit-identical for any even sharding),
- * encodes every shard concurrently (one thread per device), and returns a runtime_state. Any
- * failure frees everything it took.
+ * encodes every shard concurrently (on the mesh's threads, one per device, made with the mesh),
+ * and returns a runtime_state. Any failure frees everything it took.
  *
  * Threads: runtime_mesh_create/destroy on the main thread; everything else from any thread
  * (a mesh serializes what must be serialized; encodes of different jobs may run concurrently).
