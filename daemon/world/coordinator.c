@@ -177,121 +177,114 @@ static bool spans_ranks(const struct plan *p) {
   return false;
 }
 
-qdp_status world_encode(struct world *w, const struct plan *p, const struct runtime_input *in,
-                        struct runtime_state **ret_state, struct qdp_error *reterr) {
-  if (w->nranks == 1 || !spans_ranks(p)) {
-    return runtime_encode(w->mesh, p, in, ret_state, reterr);
+/* What the coordinator sends for one job and what comes back: per rank of the world, indexed by
+ * rank, and the plan and the file's name as they travel. */
+struct job_msgs {
+  int *ranks; /* the ranks other than this one holding shards, ascending */
+  size_t nranks;
+  struct msg_header *hdr; /* type 0: the rank takes no part */
+  struct msg_reply *replies;
+  struct transport_io *items;
+  unsigned char *blob; /* struct plan, its shards, its needs */
+  size_t blob_bytes;
+  char *file_msg; /* the input file's path, its NUL, its struct runtime_file_id */
+  size_t file_msg_bytes;
+};
+
+static void job_msgs_fini(struct job_msgs *m) {
+  free(m->blob);
+  free(m->file_msg);
+  free(m->items);
+  free(m->replies);
+  free(m->hdr);
+  free(m->ranks);
+}
+
+static qdp_status job_msgs_init(struct world *w, const struct plan *p,
+                                const struct runtime_input *in, struct job_msgs *m,
+                                struct qdp_error *reterr) {
+  size_t shards_bytes = p->nshards * sizeof *p->shards;
+  m->ranks = calloc((size_t)w->nranks, sizeof *m->ranks);
+  m->hdr = calloc((size_t)w->nranks, sizeof *m->hdr);
+  m->replies = calloc((size_t)w->nranks, sizeof *m->replies);
+  m->items = calloc(3 * (size_t)w->nranks, sizeof *m->items);
+  m->blob_bytes = sizeof *p + shards_bytes + p->nneeds * sizeof *p->needs;
+  m->blob = malloc(m->blob_bytes);
+  if (!m->ranks || !m->hdr || !m->replies || !m->items || !m->blob) {
+    return world_no_memory(reterr, "the job's messages", m->blob_bytes);
   }
-  qdp_status rc = QDP_OK;
-  struct runtime_state *st = NULL;
-  struct qdp_error local_err = QDP_ERROR_INIT;
-  int *ranks = calloc((size_t)w->nranks, sizeof *ranks);
-  struct msg_header *hdr = calloc((size_t)w->nranks, sizeof *hdr);
-  struct msg_reply *replies = calloc((size_t)w->nranks, sizeof *replies);
-  struct transport_io *items = calloc(3 * (size_t)w->nranks, sizeof *items);
-  size_t blob_bytes = sizeof *p + p->nshards * sizeof *p->shards + p->nneeds * sizeof *p->needs;
-  unsigned char *blob = malloc(blob_bytes);
-  char *file_msg = NULL;
-  size_t file_msg_bytes = 0;
-  bool sent = false;
-  size_t nranks = 0;
-  uint64_t job = 0;
-  pthread_mutex_lock(&w->mu);
-  if (!ranks || !hdr || !replies || !items || !blob) {
-    rc = world_no_memory(reterr, "the job's messages", blob_bytes);
-    goto out;
-  }
-  nranks = shard_ranks(w, p, ranks);
-  for (size_t i = 0; i < nranks; i++) {
-    if (world_is_lost(w, ranks[i])) {
-      rc = world_lost_error(w, ranks[i], reterr);
-      goto out;
-    }
-  }
-  job = ++w->seq;
-  w->job_group = w->group_on;
   struct plan copy = *p;
   copy.shards = NULL;
   copy.needs = NULL;
-  memcpy(blob, &copy, sizeof copy);
-  memcpy(blob + sizeof copy, p->shards, p->nshards * sizeof *p->shards);
-  memcpy(blob + sizeof copy + p->nshards * sizeof *p->shards, p->needs,
-         p->nneeds * sizeof *p->needs);
-
+  memcpy(m->blob, &copy, sizeof copy);
+  memcpy(m->blob + sizeof copy, p->shards, shards_bytes);
+  memcpy(m->blob + sizeof copy + shards_bytes, p->needs, p->nneeds * sizeof *p->needs);
   /* An input file travels as its path and the identity of the file the caller handed over. */
   if (in->file) {
     size_t pl = strlen(in->file) + 1;
-    file_msg_bytes = pl + sizeof in->file_id;
-    file_msg = malloc(file_msg_bytes);
-    if (!file_msg) {
-      rc = world_no_memory(reterr, "the job's file name", file_msg_bytes);
-      goto out;
+    m->file_msg_bytes = pl + sizeof in->file_id;
+    m->file_msg = malloc(m->file_msg_bytes);
+    if (!m->file_msg) {
+      return world_no_memory(reterr, "the job's file name", m->file_msg_bytes);
     }
-    memcpy(file_msg, in->file, pl);
-    memcpy(file_msg + pl, &in->file_id, sizeof in->file_id);
+    memcpy(m->file_msg, in->file, pl);
+    memcpy(m->file_msg + pl, &in->file_id, sizeof in->file_id);
   }
-  /* The job goes only to the ranks that own shards, each with its own slice of the input. */
+  m->nranks = shard_ranks(w, p, m->ranks);
+  return QDP_OK;
+}
+
+/* The job goes only to the ranks that own shards, each with its own slice of the input: header,
+ * plan, payload. Returns how many items it filled. */
+static size_t job_sends(struct world *w, const struct plan *p, const struct runtime_input *in,
+                        uint64_t job, struct job_msgs *m) {
   size_t k = 0;
   unsigned esize = qdp_dtype_size(in->dtype);
-  for (size_t i = 0; i < nranks; i++) {
-    struct msg_header *h = &hdr[ranks[i]];
+  for (size_t i = 0; i < m->nranks; i++) {
+    int rank = m->ranks[i];
+    struct msg_header *h = &m->hdr[rank];
     struct msg_job *run = &h->body.run;
     *h = (struct msg_header){.type = MSG_JOB,
                              .flags = w->job_group ? JOB_DEVICE_GROUP : 0,
                              .job = job,
                              .seq = job,
-                             .body.run = {.plan_bytes = blob_bytes, .cols = in->cols}};
-    rank_window(p, in->cols, ranks[i], &run->window_first, &run->window_count);
+                             .body.run = {.plan_bytes = m->blob_bytes, .cols = in->cols}};
+    rank_window(p, in->cols, rank, &run->window_first, &run->window_count);
     /* A file every rank can read is read by each rank itself: only its path travels. */
     const void *payload = (const char *)in->data + run->window_first * esize;
     run->payload_bytes = run->window_count * esize;
     if (in->file) {
       h->flags |= JOB_FROM_FILE;
       run->file_offset = in->file_offset;
-      payload = file_msg;
-      run->payload_bytes = file_msg_bytes;
+      payload = m->file_msg;
+      run->payload_bytes = m->file_msg_bytes;
     }
-    items[k++] = (struct transport_io){
-        .buf = h, .bytes = sizeof *h, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
-    items[k++] = (struct transport_io){
-        .buf = blob, .bytes = blob_bytes, .peer = ranks[i], .tag = TAG_CONTROL, .send = 1};
-    items[k++] = (struct transport_io){.buf = (void *)payload,
-                                       .bytes = run->payload_bytes,
-                                       .peer = ranks[i],
-                                       .tag = TAG_CONTROL,
-                                       .send = 1};
+    m->items[k++] = (struct transport_io){
+        .buf = h, .bytes = sizeof *h, .peer = rank, .tag = TAG_CONTROL, .send = 1};
+    m->items[k++] = (struct transport_io){
+        .buf = m->blob, .bytes = m->blob_bytes, .peer = rank, .tag = TAG_CONTROL, .send = 1};
+    m->items[k++] = (struct transport_io){.buf = (void *)payload,
+                                          .bytes = run->payload_bytes,
+                                          .peer = rank,
+                                          .tag = TAG_CONTROL,
+                                          .send = 1};
   }
-  sent = true;
-  QDP_TRY(rc, world_exchange(w, items, k, true, reterr));
+  return k;
+}
 
-  QDP_TRY(rc, world_set_job(w, p, job, reterr));
-  qdp_status local = in->file ? world_agree_input(w, QDP_OK, &local_err) : QDP_OK;
-  if (local == QDP_OK) {
-    local = runtime_encode(w->mesh, p, in, &st, &local_err);
-  }
-
-  /* Every rank answers, even after a failure, so the coordinator knows who is alive. */
-  k = 0;
-  for (size_t i = 0; i < nranks; i++) {
-    items[k++] = (struct transport_io){.buf = &replies[ranks[i]],
-                                       .bytes = sizeof replies[ranks[i]],
-                                       .peer = ranks[i],
-                                       .tag = reply_tag(job)};
-  }
-  /* A rank that did not answer at all is the cause (the others' waits on it failed too). */
-  QDP_TRY(rc, world_exchange(w, items, k, true, reterr));
-  if (w->job_group) {
-    group_check(w, replies, ranks, nranks);
-  }
-  /* Else a failure of the job itself, in rank order, before a rank's complaint that another did
-   * not answer (that one failed early, and its own error says why). */
+/* The job's outcome from this rank's (local, local_err) and the replies: a failure of the job
+ * itself, in rank order, before a rank's complaint that another did not answer (that one failed
+ * early, and its own error says why). */
+static qdp_status job_outcome(const struct world *w, const struct job_msgs *m, qdp_status local,
+                              const struct qdp_error *local_err, struct qdp_error *reterr) {
+  qdp_status rc = QDP_OK;
   const struct qdp_error *unavailable = NULL;
   qdp_status unavailable_rc = QDP_OK;
   for (int r = 0; r < w->nranks && rc == QDP_OK; r++) {
     bool mine = r == 0;
-    qdp_status s = mine ? local : (qdp_status)replies[r].status;
-    const struct qdp_error *e = mine ? &local_err : &replies[r].err;
-    if (r != 0 && !hdr[r].type) {
+    qdp_status s = mine ? local : (qdp_status)m->replies[r].status;
+    const struct qdp_error *e = mine ? local_err : &m->replies[r].err;
+    if (r != 0 && !m->hdr[r].type) {
       continue; /* not part of the job */
     }
     if (s == QDP_ERR_UNAVAILABLE) {
@@ -312,25 +305,66 @@ qdp_status world_encode(struct world *w, const struct plan *p, const struct runt
       *reterr = *unavailable;
     }
   }
+  return rc;
+}
+
+qdp_status world_encode(struct world *w, const struct plan *p, const struct runtime_input *in,
+                        struct runtime_state **ret_state, struct qdp_error *reterr) {
+  if (w->nranks == 1 || !spans_ranks(p)) {
+    return runtime_encode(w->mesh, p, in, ret_state, reterr);
+  }
+  struct runtime_state *st = NULL;
+  struct qdp_error local_err = QDP_ERROR_INIT;
+  struct job_msgs m = {0};
+  bool sent = false;
+  uint64_t job = 0;
+  pthread_mutex_lock(&w->mu);
+  qdp_status rc = job_msgs_init(w, p, in, &m, reterr);
+  for (size_t i = 0; rc == QDP_OK && i < m.nranks; i++) {
+    if (world_is_lost(w, m.ranks[i])) {
+      rc = world_lost_error(w, m.ranks[i], reterr);
+    }
+  }
   if (rc != QDP_OK) {
     goto out;
   }
+  job = ++w->seq;
+  w->job_group = w->group_on;
+  size_t k = job_sends(w, p, in, job, &m);
+  sent = true;
+  QDP_TRY(rc, world_exchange(w, m.items, k, true, reterr));
+
+  QDP_TRY(rc, world_set_job(w, p, job, reterr));
+  qdp_status local = in->file ? world_agree_input(w, QDP_OK, &local_err) : QDP_OK;
+  if (local == QDP_OK) {
+    local = runtime_encode(w->mesh, p, in, &st, &local_err);
+  }
+  /* Every rank answers, even after a failure, so the coordinator knows who is alive. */
+  k = 0;
+  for (size_t i = 0; i < m.nranks; i++) {
+    int rank = m.ranks[i];
+    m.items[k++] = (struct transport_io){.buf = &m.replies[rank],
+                                         .bytes = sizeof m.replies[rank],
+                                         .peer = rank,
+                                         .tag = reply_tag(job)};
+  }
+  /* A rank that did not answer at all is the cause (the others' waits on it failed too). */
+  QDP_TRY(rc, world_exchange(w, m.items, k, true, reterr));
+  if (w->job_group) {
+    group_check(w, m.replies, m.ranks, m.nranks);
+  }
+  QDP_TRY(rc, job_outcome(w, &m, local, &local_err, reterr));
   runtime_state_set_world_job(st, job);
   account(w, p, true);
   *ret_state = st;
   st = NULL;
 out:
   if (rc != QDP_OK && sent) {
-    send_release(w, job, ranks, nranks);
+    send_release(w, job, m.ranks, m.nranks);
   }
   runtime_state_destroy(st);
   pthread_mutex_unlock(&w->mu);
-  free(blob);
-  free(file_msg);
-  free(items);
-  free(replies);
-  free(hdr);
-  free(ranks);
+  job_msgs_fini(&m);
   return rc;
 }
 

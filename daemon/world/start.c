@@ -96,6 +96,62 @@ void world_device_collectives(struct world *w, char *buf, size_t size) {
   pthread_mutex_unlock(&w->info_mu);
 }
 
+/* The world's rank and device tables from every rank's description (g). Every rank checks every
+ * description the same way, so they fail (or not) together. */
+static qdp_status build_tables(struct world *w, const struct transport_gathered *g,
+                               const struct wire_mesh *mine, struct qdp_error *reterr) {
+  w->ranks = calloc((size_t)w->nranks, sizeof *w->ranks);
+  size_t total = 0;
+  for (int r = 0; r < w->nranks; r++) {
+    const struct wire_mesh *m = (const struct wire_mesh *)(g->data + g->offsets[r]);
+    if (g->lengths[r] < sizeof *m || strncmp(m->version, mine->version, sizeof m->version) != 0 ||
+        memcmp(m->sizes, mine->sizes, sizeof m->sizes) != 0 ||
+        g->lengths[r] != sizeof *m + m->ndev * sizeof(struct runtime_device_info)) {
+      return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
+                           "rank %d runs qdpd '%.32s', rank %d runs '%s' (or another build of "
+                           "it): every rank of a world must run the same build",
+                           r, g->lengths[r] >= sizeof *m ? m->version : "?", world_rank(w),
+                           QDP_VERSION);
+    }
+    total += m->ndev;
+  }
+  w->ndev = total;
+  w->devs = calloc(total ? total : 1, sizeof *w->devs);
+  if (!w->ranks || !w->devs) {
+    return world_no_memory(reterr, "the world's device table", total * sizeof *w->devs);
+  }
+  size_t at = 0;
+  for (int r = 0; r < w->nranks; r++) {
+    const struct wire_mesh *m = (const struct wire_mesh *)(g->data + g->offsets[r]);
+    snprintf(w->ranks[r].host, sizeof w->ranks[r].host, "%.63s", m->host);
+    w->ranks[r].dev_first = at;
+    w->ranks[r].ndev = m->ndev;
+    const struct runtime_device_info *info = (const struct runtime_device_info *)(m + 1);
+    for (uint32_t i = 0; i < m->ndev; i++, at++) {
+      w->devs[at].rank = r;
+      w->devs[at].info = info[i];
+    }
+  }
+  return QDP_OK;
+}
+
+/* This rank's description for the others: the build, the host, and the mesh's devices after it. */
+static void describe_mesh(const struct world *w, struct runtime_mesh *mesh,
+                          struct wire_mesh *mine) {
+  size_t ndev = runtime_mesh_count(mesh);
+  snprintf(mine->version, sizeof mine->version, "%s", QDP_VERSION);
+  mine->sizes[0] = sizeof(struct plan);
+  mine->sizes[1] = sizeof(struct plan_shard);
+  mine->sizes[2] = sizeof(struct plan_need);
+  mine->sizes[3] = sizeof(struct runtime_device_info);
+  snprintf(mine->host, sizeof mine->host, "%s", transport_host(w->t));
+  mine->ndev = (uint32_t)ndev;
+  struct runtime_device_info *info = (struct runtime_device_info *)(mine + 1);
+  for (size_t i = 0; i < ndev; i++) {
+    runtime_mesh_device_info(mesh, i, &info[i]);
+  }
+}
+
 qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_error *mesh_err,
                        struct runtime_mesh *mesh, uint64_t timeout_ms, bool device_collectives,
                        struct qdp_error *reterr) {
@@ -124,56 +180,12 @@ qdp_status world_start(struct world *w, qdp_status mesh_rc, const struct qdp_err
   if (local == QDP_OK && !mine) {
     local = world_no_memory(&why, "the mesh description", bytes);
   } else if (local == QDP_OK) {
-    snprintf(mine->version, sizeof mine->version, "%s", QDP_VERSION);
-    mine->sizes[0] = sizeof(struct plan);
-    mine->sizes[1] = sizeof(struct plan_shard);
-    mine->sizes[2] = sizeof(struct plan_need);
-    mine->sizes[3] = sizeof(struct runtime_device_info);
-    snprintf(mine->host, sizeof mine->host, "%s", transport_host(w->t));
-    mine->ndev = (uint32_t)ndev;
-    struct runtime_device_info *info = (struct runtime_device_info *)(mine + 1);
-    for (size_t i = 0; i < ndev; i++) {
-      runtime_mesh_device_info(mesh, i, &info[i]);
-    }
+    describe_mesh(w, mesh, mine);
   }
   QDP_TRY(rc, transport_agree(w->t, local, &why, reterr));
   QDP_TRY(rc, transport_allgatherv(w->t, mine, bytes, &g, reterr));
 
-  /* Every rank checks every description the same way, so they fail (or not) together. */
-  w->ranks = calloc((size_t)w->nranks, sizeof *w->ranks);
-  size_t total = 0;
-  for (int r = 0; r < w->nranks; r++) {
-    const struct wire_mesh *m = (const struct wire_mesh *)(g.data + g.offsets[r]);
-    if (g.lengths[r] < sizeof *m || strncmp(m->version, mine->version, sizeof m->version) != 0 ||
-        memcmp(m->sizes, mine->sizes, sizeof m->sizes) != 0 ||
-        g.lengths[r] != sizeof *m + m->ndev * sizeof(struct runtime_device_info)) {
-      rc = qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
-                         "rank %d runs qdpd '%.32s', rank %d runs '%s' (or another build of it): "
-                         "every rank of a world must run the same build",
-                         r, g.lengths[r] >= sizeof *m ? m->version : "?", world_rank(w),
-                         QDP_VERSION);
-      goto out;
-    }
-    total += m->ndev;
-  }
-  w->ndev = total;
-  w->devs = calloc(total ? total : 1, sizeof *w->devs);
-  if (!w->ranks || !w->devs) {
-    rc = world_no_memory(reterr, "the world's device table", total * sizeof *w->devs);
-    goto out;
-  }
-  size_t at = 0;
-  for (int r = 0; r < w->nranks; r++) {
-    const struct wire_mesh *m = (const struct wire_mesh *)(g.data + g.offsets[r]);
-    snprintf(w->ranks[r].host, sizeof w->ranks[r].host, "%.63s", m->host);
-    w->ranks[r].dev_first = at;
-    w->ranks[r].ndev = m->ndev;
-    const struct runtime_device_info *info = (const struct runtime_device_info *)(m + 1);
-    for (uint32_t i = 0; i < m->ndev; i++, at++) {
-      w->devs[at].rank = r;
-      w->devs[at].info = info[i];
-    }
-  }
+  QDP_TRY(rc, build_tables(w, &g, mine, reterr));
   if (w->nranks > 1) {
     join_device_group(w, device_collectives);
     runtime_mesh_set_world(mesh, world_rank(w), &world_runtime_ops, w);
