@@ -1,7 +1,7 @@
 /* device.h — the backend interface every device kind implements (CPU now, CUDA alongside), and the
  * per-shard work the executor hands it. Internal to runtime/.
  *
- * A backend owns its devices' memory and streams; the executor (encode.c) owns the order of work:
+ * A backend owns its devices' memory and streams; the executor (encode.h) owns the order of work:
  * which shard runs what, when the norm is reduced, and which shards exchange for the global-bit
  * Walsh-Hadamard stages. Every op runs on one of the mesh's threads (runtime/workers.h: one per
  * device, for the mesh's life), may block until its work is done, and reports failures with the
