@@ -156,10 +156,11 @@ static inline uint32_t log2_of(uint64_t pow2) {
     } \
   } while (0)
 
-/* The ops table (cuda_device.c). */
+/* The ops table (cuda_device.c). The ops below (cuda_read, cuda_alloc, cuda_amp_*, ...) keep the
+ * contracts runtime/device.h gives them. */
 extern const struct runtime_device_ops runtime_cuda_ops;
 
-/* Errors, the ops table (cuda_device.c) */
+/* Errors, the current device, the stream (cuda_device.c) */
 qdp_status cuda_failed(const struct runtime_device *d, cudaError_t err, const char *call,
                        struct qdp_error *reterr);
 qdp_status cuda_launch_failed(const struct runtime_device *d, qdp_status st, const char *kernel,
