@@ -39,6 +39,7 @@
 #include "device_comm.h"
 #include "qdpk_cuda.h"
 #include "runtime/runtime.h"
+#include "world/mesh_group.h"
 
 #define GIB (UINT64_C(1) << 30)
 #define REPS 7
@@ -390,11 +391,13 @@ static struct plan *plan_for(struct runtime_mesh *m, enum plan_policy policy, qd
   return p;
 }
 
-static struct runtime_mesh *mesh(const char *spec, double fraction) {
+/* A mesh with the device group the daemon's world_start hands it. */
+static struct runtime_mesh *mesh(const char *spec, double fraction, struct mesh_group **ret_group) {
   struct runtime_mesh_config cfg = {.devices = spec, .mem_fraction = fraction};
   struct runtime_mesh *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  if (runtime_mesh_create(&cfg, &m, &e) != QDP_OK) {
+  if (runtime_mesh_create(&cfg, &m, &e) != QDP_OK ||
+      mesh_group_create(m, true, ret_group, &e) != QDP_OK) {
     fprintf(stderr, "mesh %s: %s\n", spec, e.msg);
     exit(1);
   }
@@ -427,7 +430,8 @@ static void bench_host(void) {
   for (uint64_t i = 0; i < N; i++) {
     x[i] = (double)((i * 2654435761u) % 1000) / 1000.0 + 0.001;
   }
-  struct runtime_mesh *m1 = mesh("0", 0), *m2 = mesh("0,1", 0);
+  struct mesh_group *g1 = NULL, *g2 = NULL;
+  struct runtime_mesh *m1 = mesh("0", 0, &g1), *m2 = mesh("0,1", 0, &g2);
   bool reg1 = false, reg2 = false;
   struct qdp_error e = QDP_ERROR_INIT;
   double tr = now_ms();
@@ -524,6 +528,8 @@ static void bench_host(void) {
   plan_destroy(p2);
   runtime_mesh_unregister_host(m1, x);
   (void)reg2;
+  mesh_group_destroy(g2);
+  mesh_group_destroy(g1);
   runtime_mesh_destroy(m2);
   runtime_mesh_destroy(m1);
   free(x);
@@ -559,7 +565,8 @@ static void bench_capacity(void) {
   for (uint32_t k = 0; k < n; k++) {
     x[k] = 0.1 + 0.05 * k;
   }
-  struct runtime_mesh *m = mesh("0,1", 0.97);
+  struct mesh_group *g = NULL;
+  struct runtime_mesh *m = mesh("0,1", 0.97, &g);
   struct plan *p =
       plan_for(m, PLAN_AUTO, QDP_ENCODING_ANGLE, n, n, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = n};
@@ -588,6 +595,7 @@ static void bench_capacity(void) {
   fflush(stdout);
   runtime_state_destroy(s);
   plan_destroy(p);
+  mesh_group_destroy(g);
   runtime_mesh_destroy(m);
 }
 
@@ -608,7 +616,8 @@ static void bench_big(void) {
     x[i] = 1.0 + (double)(i % 97) / 97.0;
     ss += (long double)x[i] * x[i];
   }
-  struct runtime_mesh *m = mesh("0", 0.97);
+  struct mesh_group *g = NULL;
+  struct runtime_mesh *m = mesh("0", 0.97, &g);
   bool reg = false;
   struct qdp_error e = QDP_ERROR_INIT;
   double tr = now_ms();
@@ -653,6 +662,7 @@ static void bench_big(void) {
   runtime_state_destroy(st);
   plan_destroy(p);
   runtime_mesh_unregister_host(m, x);
+  mesh_group_destroy(g);
   runtime_mesh_destroy(m);
   free(x);
 }
@@ -728,7 +738,8 @@ static void bench_iqp(int count, uint32_t qubits) {
     for (int i = 1; i < k; i++) {
       snprintf(spec + strlen(spec), sizeof spec - strlen(spec), ",%d", i);
     }
-    struct runtime_mesh *m = mesh(spec, 0);
+    struct mesh_group *g = NULL;
+    struct runtime_mesh *m = mesh(spec, 0, &g);
     struct plan *p = plan_for(m, k == 1 ? PLAN_SINGLE : PLAN_EVEN, QDP_ENCODING_IQP, qubits, np,
                               QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
     struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = np};
@@ -763,6 +774,7 @@ static void bench_iqp(int count, uint32_t qubits) {
         qubits, k, ms, one / ms, k == 1 ? "none" : how, same ? "yes" : "NO");
     fflush(stdout);
     plan_destroy(p);
+    mesh_group_destroy(g);
     runtime_mesh_destroy(m);
   }
   free(x);
@@ -773,7 +785,8 @@ static void bench_iqp(int count, uint32_t qubits) {
 /* The largest angle states every GPU together holds (complex128 and complex64), encoded, described
  * (its shards) and read back in part against the closed form; and the topology and placement. */
 static void bench_capacity_max(void) {
-  struct runtime_mesh *m = mesh("auto", 0.97);
+  struct mesh_group *g = NULL;
+  struct runtime_mesh *m = mesh("auto", 0.97, &g);
   size_t n = runtime_mesh_count(m);
   printf("mesh_bench topology source=%s collectives=\"%s\"\n", runtime_mesh_topology_source(m),
          runtime_mesh_collectives(m));
@@ -834,6 +847,7 @@ static void bench_capacity_max(void) {
     runtime_state_destroy(st);
     plan_destroy(p);
   }
+  mesh_group_destroy(g);
   runtime_mesh_destroy(m);
 }
 

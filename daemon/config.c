@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "qdp_limits.h"
 
 #define KI 1024ull
 #define MI (1024ull * KI)
@@ -61,7 +62,8 @@ static const struct config_option options[] = {
         "'local-rank' (one GPU per rank: the rank's index on its node)"),
     OPT(device_budget, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "bytes qdp may hold per device; 0: mem_fraction of the device's free memory at start"),
-    DOPT(mem_fraction, "0.9", 0.01, 1.0, "fraction", false,
+    DOPT(mem_fraction, QDP_STRINGIFY(QDP_MEM_FRACTION_DEFAULT), QDP_MEM_FRACTION_MIN,
+         QDP_MEM_FRACTION_MAX, "fraction", false,
          "share of each device's free memory at start used as its budget when device_budget is 0"),
     OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "host-input staging buffer per device; 0: the backend's default"),

@@ -573,7 +573,6 @@ int main(int argc, char **argv) {
       .device_budget_bytes = d.cfg.device_budget,
       .mem_fraction = d.cfg.mem_fraction,
       .staging_bytes = d.cfg.staging_bytes,
-      .host_collectives = d.cfg.host_collectives,
       .nccl_exchange = d.cfg.nccl_exchange,
   };
   if (world_rank(d.world) != 0) {

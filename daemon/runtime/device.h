@@ -1,10 +1,11 @@
 /* device.h — the backend interface every device kind implements (CPU now, CUDA alongside), and the
  * per-shard work the executor hands it. Internal to runtime/.
  *
- * A backend owns its devices' memory and streams; the executor (encode.c) owns the order of work:
+ * A backend owns its devices' memory and streams; the executor (encode.h) owns the order of work:
  * which shard runs what, when the norm is reduced, and which shards exchange for the global-bit
- * Walsh-Hadamard stages. Every op runs on the thread of the shard's device (one thread per device
- * per job), may block until its work is done, and reports failures with the device named.
+ * Walsh-Hadamard stages. Every op runs on one of the mesh's threads (runtime/workers.h: one per
+ * device, for the mesh's life), may block until its work is done, and reports failures with the
+ * device named.
  */
 #ifndef QDP_RUNTIME_DEVICE_H
 #define QDP_RUNTIME_DEVICE_H

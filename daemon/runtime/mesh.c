@@ -6,13 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launcher.h"
+#include "qdp_limits.h"
 #include "runtime/device.h"
-#include "device_comm.h"
 #include "runtime/mesh.h"
-
-/* A host "device" is a share of host memory; more than this many is a typo, not a machine. */
-#define CPU_DEVICES_MAX 64
-#define DEFAULT_MEM_FRACTION 0.9
 
 /* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */
 static uint64_t host_available_bytes(void) {
@@ -31,18 +28,40 @@ static uint64_t host_available_bytes(void) {
   return kib * 1024;
 }
 
-/* Parses "cpu:N" into N (1..CPU_DEVICES_MAX); returns 0 when spec is not of that form. */
-static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
-  if (strncmp(spec, "cpu:", 4) != 0) {
-    return 0;
+int runtime_device_token(const char *s, struct runtime_device_token *ret) {
+  const char *p = s;
+  ret->kind = RUNTIME_TOKEN_INDEX;
+  if (strncmp(p, "cpu:", 4) == 0) {
+    ret->kind = RUNTIME_TOKEN_CPU;
+    p += 4;
+  } else if (strncmp(p, "cuda:", 5) == 0) {
+    ret->kind = RUNTIME_TOKEN_CUDA;
+    p += 5;
   }
   char *end = NULL;
   errno = 0;
-  unsigned long n = strtoul(spec + 4, &end, 10);
-  if (errno || end == spec + 4 || *end != '\0' || n < 1 || n > CPU_DEVICES_MAX) {
+  unsigned long v = (*p >= '0' && *p <= '9') ? strtoul(p, &end, 10) : 0;
+  if (!end || end == p || errno || (*end != ',' && *end != '\0')) {
+    ret->n = 0;
+    ret->end = s + strcspn(s, ",");
     return -1;
   }
-  *ret_n = (unsigned)n;
+  ret->n = v;
+  ret->end = end;
+  return 0;
+}
+
+/* Parses "cpu:N" into N (1..QDP_DEVICES_MAX); returns 0 when spec is not of that form. */
+static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
+  struct runtime_device_token t;
+  int rc = runtime_device_token(spec, &t);
+  if (t.kind != RUNTIME_TOKEN_CPU) {
+    return 0;
+  }
+  if (rc != 0 || *t.end != '\0' || t.n < 1 || t.n > QDP_DEVICES_MAX) {
+    return -1;
+  }
+  *ret_n = (unsigned)t.n;
   return 1;
 }
 
@@ -50,44 +69,40 @@ static int parse_cpu_spec(const char *spec, unsigned *ret_n) {
 static qdp_status mesh_create_backend(const struct runtime_mesh_config *cfg,
                                       struct runtime_mesh **ret_mesh, struct qdp_error *reterr) {
   const char *spec = cfg->devices && cfg->devices[0] ? cfg->devices : "auto";
-  double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : DEFAULT_MEM_FRACTION;
-  if (fraction > 1.0) {
+  double fraction = cfg->mem_fraction > 0 ? cfg->mem_fraction : QDP_MEM_FRACTION_DEFAULT;
+  if (fraction < QDP_MEM_FRACTION_MIN || fraction > QDP_MEM_FRACTION_MAX) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "mem_fraction",
-                         "mem_fraction %g is outside (0, 1]", fraction);
+                         "mem_fraction %g is outside [%g, %g]", fraction, QDP_MEM_FRACTION_MIN,
+                         QDP_MEM_FRACTION_MAX);
   }
   /* One GPU per rank on a node: the rank's index among the node's ranks, as the launcher tells. */
   char local[32];
   if (strcmp(spec, "local-rank") == 0) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                                       "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
-    const char *v = NULL;
-    for (size_t i = 0; !v && i < sizeof vars / sizeof vars[0]; i++) {
-      v = getenv(vars[i]);
-    }
-    char *end = NULL;
-    unsigned long n = v ? strtoul(v, &end, 10) : 0;
-    if (!v || end == v || *end != '\0' || n > 1023) {
+    int n = launcher_local_rank();
+    if (n < 0) {
+      char names[160];
+      launcher_local_rank_names(names, sizeof names);
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
                            "devices 'local-rank' takes the GPU of the rank's index on its node, "
-                           "which the launcher did not give (OMPI_COMM_WORLD_LOCAL_RANK, "
-                           "SLURM_LOCALID, MPI_LOCALRANKID or PMIX_LOCAL_RANK)");
+                           "which the launcher did not give (%s)",
+                           names);
     }
-    snprintf(local, sizeof local, "cuda:%lu", n);
+    snprintf(local, sizeof local, "cuda:%d", n);
     spec = local;
   }
   unsigned ncpu = 0;
   int cpu = parse_cpu_spec(spec, &ncpu);
   if (cpu < 0) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "devices",
-                         "devices '%s': expected cpu:N with 1 <= N <= %d", spec, CPU_DEVICES_MAX);
+                         "devices '%s': expected cpu:N with 1 <= N <= %d", spec, QDP_DEVICES_MAX);
   }
   if (cpu == 0 && strcmp(spec, "auto") == 0) {
     if (runtime_cuda_device_count() > 0) {
-      return runtime_cuda_mesh_create(cfg, NULL, ret_mesh, reterr);
+      return runtime_cuda_mesh_create(cfg, NULL, fraction, ret_mesh, reterr);
     }
     ncpu = 1; /* no GPU: the CPU backend */
   } else if (cpu == 0) {
-    return runtime_cuda_mesh_create(cfg, spec, ret_mesh, reterr);
+    return runtime_cuda_mesh_create(cfg, spec, fraction, ret_mesh, reterr);
   }
 
   uint64_t each = cfg->device_budget_bytes;
@@ -124,6 +139,7 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
   if (!m) {
     return;
   }
+  runtime_workers_destroy(m->workers);
   for (size_t i = 0; i < m->count; i++) {
     if (m->destroy_device) {
       m->destroy_device(m->devs[i]);
@@ -131,7 +147,6 @@ void runtime_mesh_destroy(struct runtime_mesh *m) {
       runtime_cpu_device_destroy(m->devs[i]);
     }
   }
-  device_comm_destroy(m->device_comm);
   free(m->devs);
   free(m->links);
   free(m->link_costs);
@@ -165,6 +180,16 @@ void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct 
   }
 }
 
+void runtime_mesh_set_device_group(struct runtime_mesh *m, struct device_comm *c, const char *why) {
+  if (!m->set_group) {
+    return; /* host-memory devices reduce in their one memory */
+  }
+  m->device_comm = c;
+  m->set_group(m, c);
+  snprintf(m->collectives, sizeof m->collectives, "%s%s", why ? why : "",
+           c && m->nccl_exchange ? "; global-bit stages over NCCL" : "");
+}
+
 const char *runtime_mesh_collectives(const struct runtime_mesh *m) {
   return m->collectives[0] ? m->collectives : "host (one memory)";
 }
@@ -177,6 +202,13 @@ qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
   struct runtime_mesh *m = NULL;
   qdp_status rc = mesh_create_backend(cfg, &m, reterr);
   if (rc != QDP_OK) {
+    return rc;
+  }
+  m->nccl_exchange = cfg->nccl_exchange;
+  /* The workers live as long as the mesh: no job starts a thread. */
+  rc = runtime_workers_create(m->count > 1 ? m->count - 1 : 0, &m->workers, reterr);
+  if (rc != QDP_OK) {
+    runtime_mesh_destroy(m);
     return rc;
   }
   /* The links are fixed for the mesh's life: their costs are worked out once, not per plan. */

@@ -6,8 +6,8 @@
  * device filled up since planning), checks the input values (non-finite parameters, basis indices,
  * zero/NaN/Inf norm per sample), allocates the shards, ingests each shard's own slice of the input,
  * reduces the amplitude norm over shards in a fixed order (bit-identical for any even sharding),
- * encodes every shard concurrently (one thread per device), and returns a runtime_state. Any
- * failure frees everything it took.
+ * encodes every shard concurrently (on the mesh's threads, one per device, made with the mesh),
+ * and returns a runtime_state. Any failure frees everything it took.
  *
  * Threads: runtime_mesh_create/destroy on the main thread; everything else from any thread
  * (a mesh serializes what must be serialized; encodes of different jobs may run concurrently).
@@ -69,9 +69,8 @@ struct runtime_mesh_config {
   uint64_t device_budget_bytes; /* per device; 0 = mem_fraction of free memory at start */
   double mem_fraction;          /* (0, 1]; default 0.9 */
   uint64_t staging_bytes;       /* per device for host input staging; 0 = backend default */
-  /* Reduce on the host even where a device collective (NCCL) could be used. */
-  bool host_collectives;
-  /* Swap iqp's global-bit stages over NCCL even between GPUs with peer access. */
+  /* Swap iqp's global-bit stages over NCCL (the mesh's device group, where it is given one) even
+   * between GPUs with peer access. */
   bool nccl_exchange;
 };
 
@@ -102,6 +101,12 @@ const char *runtime_mesh_topology_source(const struct runtime_mesh *m);
 /* What the norm reductions of sharded states use on this mesh and why, e.g. "nccl (NCCL 22803,
  * 2 GPUs)" or "host (NCCL: ...)". */
 const char *runtime_mesh_collectives(const struct runtime_mesh *m);
+/* Hands m the device group (NCCL) over its devices, member i on device i, that its owner made
+ * (transport/collectives.h: world_start does), with what the norm reductions then use and why
+ * (runtime_mesh_collectives). The mesh never makes one; c NULL: reductions on the host. Ignored
+ * where the backend has no device collectives (the CPU backend). c must outlive its use: hand
+ * NULL before destroying it. Main thread, before jobs. */
+void runtime_mesh_set_device_group(struct runtime_mesh *m, struct device_comm *c, const char *why);
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 

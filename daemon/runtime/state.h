@@ -1,4 +1,4 @@
-/* state.h — the insides of a runtime_state, shared by the executor (encode.c) and the views and
+/* state.h — the insides of a runtime_state, shared by the executor (encode.h) and the views and
  * gather (views.c). Internal to runtime/. */
 #ifndef QDP_RUNTIME_STATE_H
 #define QDP_RUNTIME_STATE_H

@@ -1,7 +1,6 @@
 /* Shard views and gather (runtime.h): the layout of a state's shards, zero-copy IPC handles to
  * them through the backend's export_ipc, and the copy of a sharded state onto one device through
  * the backend's copy_rows (peer copies between GPUs, memcpy between host-memory devices). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,19 +64,18 @@ qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct ru
 
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,
                                     size_t *ret_index, struct qdp_error *reterr) {
-  for (size_t i = 0; name && i < m->count; i++) {
-    if (strcmp(m->devs[i]->info.name, name) == 0) {
-      *ret_index = i;
-      return QDP_OK;
-    }
-  }
-  if (name && name[0] >= '0' && name[0] <= '9') {
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(name, &end, 10);
-    if (errno == 0 && *end == '\0' && v < m->count) {
-      *ret_index = (size_t)v;
-      return QDP_OK;
+  struct runtime_device_token t;
+  if (name && runtime_device_token(name, &t) == 0 && *t.end == '\0') {
+    /* A bare number is the device's index in the mesh, a prefixed one its name. */
+    enum runtime_device_kind kind =
+        t.kind == RUNTIME_TOKEN_CUDA ? RUNTIME_DEVICE_CUDA : RUNTIME_DEVICE_CPU;
+    for (size_t i = 0; i < m->count; i++) {
+      const struct runtime_device_info *info = &m->devs[i]->info;
+      bool named = info->kind == kind && (unsigned long)info->ordinal == t.n;
+      if (t.kind == RUNTIME_TOKEN_INDEX ? t.n == i : named) {
+        *ret_index = i;
+        return QDP_OK;
+      }
     }
   }
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,

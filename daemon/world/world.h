@@ -54,6 +54,8 @@ qdp_status world_create(bool use_mpi, int *argc, char ***argv, struct world **re
 /* Every rank calls it once its mesh is built (mesh_rc != QDP_OK: building it failed with mesh_err):
  * the ranks agree (one failure fails every rank, naming the rank), exchange their meshes, and hook
  * this rank's mesh into the world. timeout_ms bounds every later wait on another rank (>= 1).
+ * A mesh of several GPUs is handed its own NCCL group here (world/mesh_group.h; none without
+ * device_collectives), which the world owns until world_destroy.
  * With device_collectives on every rank and a GPU for every device of the world, the ranks also
  * join one NCCL group over all those GPUs, which jobs across ranks use for their device
  * collectives; when that fails the world still starts, reducing over MPI

@@ -1,7 +1,7 @@
 /* amplitude.c — amplitude pass 2: scale each row by 1 / sqrt(its sum of squares) (CPU twin of
  * amplitude.cu). The reciprocal is taken once per row in the output precision, so every value is
  * one correctly rounded product; padding past len is written as exact zeros. A row with a scale
- * exponent e != 0 (the norm's fallback, runtime/encode.c) multiplies each value by 2^e in the
+ * exponent e != 0 (the norm's fallback, runtime/encode_norm.c) multiplies each value by 2^e in the
  * input precision first, the same ldexp its sum of squares squared.
  */
 #include <math.h>

@@ -29,6 +29,7 @@
 #include "qdpk.h"
 #include "runtime/mesh.h"
 #include "runtime/runtime.h"
+#include "world/mesh_group.h"
 #include "world_harness.h"
 
 #define MIB (UINT64_C(1) << 20)
@@ -421,21 +422,31 @@ END_TEST
 /* ---- two GPUs ----------------------------------------------------------------------------------
  */
 
+/* A mesh of every GPU with the device group world_start would hand it; wanted false: none, the
+ * fallback when NCCL cannot be used. */
+static struct runtime_mesh *mesh_grouped(const struct runtime_mesh_config *cfg, bool wanted,
+                                         struct mesh_group **ret_group) {
+  struct runtime_mesh *m = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_msg(runtime_mesh_create(cfg, &m, &e) == QDP_OK, "mesh: %s", e.msg);
+  ck_assert_msg(mesh_group_create(m, wanted, ret_group, &e) == QDP_OK, "group: %s", e.msg);
+  return m;
+}
+
 START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
-  struct runtime_mesh *m = mesh_of("auto", 0, SMALL_STAGING);
+  struct runtime_mesh_config cfg = {.devices = "auto", .staging_bytes = SMALL_STAGING};
+  struct mesh_group *mg = NULL, *hg = NULL, *xg = NULL;
+  struct runtime_mesh *m = mesh_grouped(&cfg, true, &mg);
   ck_assert_str_eq(runtime_mesh_backend(m), "cuda");
   if (runtime_mesh_count(m) < 2) {
     printf("  two GPUs: SKIPPED, this machine has %zu GPU\n", runtime_mesh_count(m));
     fflush(stdout);
+    mesh_group_destroy(mg);
     runtime_mesh_destroy(m);
     return;
   }
   /* The same mesh reducing on the host: the fallback when NCCL cannot be used. */
-  struct runtime_mesh_config hcfg = {
-      .devices = "auto", .staging_bytes = SMALL_STAGING, .host_collectives = true};
-  struct runtime_mesh *host = NULL;
-  struct qdp_error he = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&hcfg, &host, &he) == QDP_OK, "host mesh: %s", he.msg);
+  struct runtime_mesh *host = mesh_grouped(&cfg, false, &hg);
   int nccl = strncmp(runtime_mesh_collectives(m), "nccl", 4) == 0;
   printf("  collectives: %s; fallback mesh: %s\n", runtime_mesh_collectives(m),
          runtime_mesh_collectives(host));
@@ -443,8 +454,7 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
   /* And one swapping the global-bit stages over NCCL though the GPUs could read each other. */
   struct runtime_mesh_config xcfg = {
       .devices = "auto", .staging_bytes = SMALL_STAGING, .nccl_exchange = true};
-  struct runtime_mesh *xm = NULL;
-  ck_assert_msg(runtime_mesh_create(&xcfg, &xm, &he) == QDP_OK, "nccl mesh: %s", he.msg);
+  struct runtime_mesh *xm = mesh_grouped(&xcfg, true, &xg);
   struct runtime_link l01;
   runtime_mesh_link(m, 0, 1, &l01);
   static const struct {
@@ -556,6 +566,9 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     plan_destroy(p2);
     free(x);
   }
+  mesh_group_destroy(xg);
+  mesh_group_destroy(hg);
+  mesh_group_destroy(mg);
   runtime_mesh_destroy(xm);
   runtime_mesh_destroy(host);
   runtime_mesh_destroy(m);

@@ -6,13 +6,16 @@
 #include <complex.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "plan/plan.h"
 #include "runtime/norm.h"
 #include "runtime/runtime.h"
+#include "runtime/workers.h"
 #include "world_harness.h"
 
 #define GIB (UINT64_C(1) << 30)
@@ -822,12 +825,119 @@ START_TEST(test_zero_norm_over_ranks_is_refused_on_every_rank) {
 }
 END_TEST
 
+/* ---- the mesh's workers ---- */
+
+struct work_item {
+  pthread_t ran_on;
+  int runs;
+  int *arrived; /* items of the run that have started */
+  int expect;   /* how many to wait for (in parallel they all arrive) */
+  int saw_all;
+};
+
+static void *work_rendezvous(void *arg) {
+  struct work_item *it = arg;
+  it->ran_on = pthread_self();
+  it->runs++;
+  __atomic_add_fetch(it->arrived, 1, __ATOMIC_SEQ_CST);
+  for (int spins = 0; spins < 5000; spins++) {
+    if (__atomic_load_n(it->arrived, __ATOMIC_SEQ_CST) >= it->expect) {
+      it->saw_all = 1;
+      break;
+    }
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  return NULL;
+}
+
+/* One item per slot runs in parallel, slot 0 on the caller; more items than slots wrap around. */
+START_TEST(test_workers_run_every_item_once_and_in_parallel) {
+  struct runtime_workers *w = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_workers_create(3, &w, &e), QDP_OK);
+  int arrived = 0;
+  struct work_item items[4] = {{0}};
+  for (int i = 0; i < 4; i++) {
+    items[i] = (struct work_item){.arrived = &arrived, .expect = 4};
+  }
+  runtime_workers_run(w, items, 4, sizeof items[0], work_rendezvous);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(items[i].runs, 1);
+    ck_assert_msg(items[i].saw_all, "item %d did not run alongside the others", i);
+    for (int j = 0; j < i; j++) {
+      ck_assert(!pthread_equal(items[i].ran_on, items[j].ran_on));
+    }
+  }
+  ck_assert(pthread_equal(items[0].ran_on, pthread_self()));
+  /* Ten items over four slots: each runs once, slot by slot in order. */
+  struct work_item many[10];
+  int none = 0;
+  for (int i = 0; i < 10; i++) {
+    many[i] = (struct work_item){.arrived = &none, .expect = 0};
+  }
+  runtime_workers_run(w, many, 10, sizeof many[0], work_rendezvous);
+  for (int i = 0; i < 10; i++) {
+    ck_assert_int_eq(many[i].runs, 1);
+    ck_assert(pthread_equal(many[i].ran_on, many[i % 4].ran_on));
+  }
+  runtime_workers_destroy(w);
+  /* No workers: everything on the caller. */
+  ck_assert_int_eq(runtime_workers_create(0, &w, &e), QDP_OK);
+  runtime_workers_run(w, many, 3, sizeof many[0], work_rendezvous);
+  ck_assert(pthread_equal(many[2].ran_on, pthread_self()));
+  runtime_workers_destroy(w);
+}
+END_TEST
+
+struct runner {
+  struct runtime_workers *w;
+  struct work_item items[6];
+  int arrived;
+};
+
+static void *run_from_thread(void *arg) {
+  struct runner *r = arg;
+  for (int i = 0; i < 6; i++) {
+    r->items[i] = (struct work_item){.arrived = &r->arrived, .expect = 0};
+  }
+  for (int round = 0; round < 200; round++) {
+    runtime_workers_run(r->w, r->items, 6, sizeof r->items[0], work_rendezvous);
+  }
+  return NULL;
+}
+
+/* Runs from several threads at once share the workers and each waits for its own items only. */
+START_TEST(test_workers_take_runs_from_many_threads) {
+  struct runtime_workers *w = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_workers_create(2, &w, &e), QDP_OK);
+  struct runner r[3];
+  pthread_t tid[3];
+  for (int i = 0; i < 3; i++) {
+    r[i] = (struct runner){.w = w};
+    ck_assert_int_eq(pthread_create(&tid[i], NULL, run_from_thread, &r[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(tid[i], NULL);
+    for (int k = 0; k < 6; k++) {
+      ck_assert_int_eq(r[i].items[k].runs, 200);
+    }
+  }
+  runtime_workers_destroy(w);
+}
+END_TEST
+
 static Suite *runtime_suite(void) {
   Suite *s = suite_create("runtime");
   TCase *tc = tcase_create("mesh");
   tcase_add_test(tc, test_mesh_cpu_spec_gives_named_devices);
   tcase_add_test(tc, test_mesh_refuses_bad_specs);
   tcase_add_test(tc, test_mesh_local_rank_takes_the_launchers_index);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("workers");
+  tcase_add_test(tc, test_workers_run_every_item_once_and_in_parallel);
+  tcase_add_test(tc, test_workers_take_runs_from_many_threads);
   suite_add_tcase(s, tc);
   tc = tcase_create("norm");
   tcase_add_test(tc, test_norm_split_covers_range_with_aligned_blocks);

@@ -1,6 +1,7 @@
 /* Unit tests of daemon/transport in a world of one: every collective is a copy, agree returns the
  * caller's own status, point-to-point has no peer, and the chunking arithmetic that cuts MPI calls
- * below INT_MAX. The MPI family is tested under mpirun in tests/mpi.
+ * below INT_MAX; the launcher's environment; and the device-collective policy where it makes no
+ * group. The MPI family is tested under mpirun in tests/mpi.
  */
 #include <check.h>
 #include <limits.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives.h"
+#include "launcher.h"
 #include "transport.h"
 
 static struct transport *t;
@@ -49,32 +52,104 @@ START_TEST(test_local_world_is_rank_0_of_1_on_this_host) {
 }
 END_TEST
 
-START_TEST(test_destroy_accepts_null) {
-  transport_destroy(NULL);
-}
-END_TEST
-
-START_TEST(test_mpi_create_without_mpi_is_unimplemented) {
 #if QDP_TEST_NO_MPI
+START_TEST(test_mpi_create_without_mpi_is_unimplemented) {
   struct transport *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(transport_mpi_create(NULL, NULL, &m, &e), QDP_ERR_UNIMPLEMENTED);
   ck_assert_ptr_null(m);
   ck_assert_ptr_nonnull(strstr(e.msg, "without MPI"));
-#else
-  /* Built with MPI: transport_mpi_create is exercised under mpirun (tests/mpi). */
-  ck_assert_int_eq(transport_kind(t), TRANSPORT_LOCAL);
+}
+END_TEST
 #endif
+
+/* ---- the launcher's environment ---- */
+
+static const char *const world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                         "PMI_SIZE"};
+static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                         "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
+#define NVARS(a) (sizeof(a) / sizeof(a)[0])
+
+static void unset_launcher(void) {
+  for (size_t i = 0; i < NVARS(world_vars); i++) {
+    unsetenv(world_vars[i]);
+  }
+  for (size_t i = 0; i < NVARS(local_vars); i++) {
+    unsetenv(local_vars[i]);
+  }
+}
+
+/* Each world variable alone says a launcher started us; a local rank alone does not (srun without
+ * MPI sets SLURM_LOCALID). */
+START_TEST(test_launcher_started_mpi_by_any_world_variable) {
+  unset_launcher();
+  ck_assert(!launcher_started_mpi());
+  for (size_t i = 0; i < NVARS(world_vars); i++) {
+    setenv(world_vars[i], "2", 1);
+    ck_assert_msg(launcher_started_mpi(), "%s", world_vars[i]);
+    unsetenv(world_vars[i]);
+  }
+  setenv("SLURM_LOCALID", "0", 1);
+  ck_assert(!launcher_started_mpi());
+  unset_launcher();
+}
+END_TEST
+
+/* The first local-rank variable set wins; a value that is not a small number is none. */
+START_TEST(test_launcher_local_rank_in_order_and_checked) {
+  unset_launcher();
+  ck_assert_int_eq(launcher_local_rank(), -1);
+  setenv("PMIX_LOCAL_RANK", "3", 1);
+  ck_assert_int_eq(launcher_local_rank(), 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  ck_assert_int_eq(launcher_local_rank(), 1);
+  const char *bad[] = {"", "x", "1x", "1024"};
+  for (size_t i = 0; i < NVARS(bad); i++) {
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", bad[i], 1);
+    ck_assert_msg(launcher_local_rank() == -1, "'%s'", bad[i]);
+  }
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1023", 1);
+  ck_assert_int_eq(launcher_local_rank(), 1023);
+  char names[160];
+  launcher_local_rank_names(names, sizeof names);
+  ck_assert_str_eq(names,
+                   "OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID or PMIX_LOCAL_RANK");
+  launcher_local_rank_names(names, 12); /* cut short, still a string */
+  ck_assert_uint_lt(strlen(names), 12);
+  unset_launcher();
+}
+END_TEST
+
+/* ---- the device-collective policy where no group is made ---- */
+
+START_TEST(test_collectives_policy_says_why_there_is_no_group) {
+  struct collectives_group g;
+  int ords[2] = {0, 1};
+  collectives_local_group(ords, 1, false, &g);
+  ck_assert_ptr_null(g.comm);
+  ck_assert_str_eq(g.desc, "none (one GPU)");
+  collectives_local_group(ords, 2, true, &g);
+  ck_assert_ptr_null(g.comm);
+  ck_assert_str_eq(g.desc, "host (configured)");
+  collectives_group_fini(&g);
+  /* A world where some device is not a GPU, or some rank configured host reductions. */
+  collectives_world_group(t, false, true, 2, 0, ords, 2, 1000, &g);
+  ck_assert_ptr_null(g.comm);
+  ck_assert_str_eq(g.desc, "mpi (not every device of the world is a GPU)");
+  collectives_world_group(t, true, false, 2, 0, ords, 2, 1000, &g);
+  ck_assert_ptr_null(g.comm);
+  ck_assert_str_eq(g.desc, "mpi (host_collectives is set on some rank)");
+  collectives_group_aborted(&g, 2);
+  ck_assert_str_eq(g.desc, "mpi (the NCCL group across ranks was aborted on rank 2)");
+  collectives_group_fini(&g);
+  /* No group fits no job. */
+  size_t members[2] = {0, 1};
+  ck_assert(!collectives_job_fits(NULL, members, 2, 2));
 }
 END_TEST
 
 /* ---- collectives are copies ---- */
-
-START_TEST(test_barrier_succeeds) {
-  struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(transport_barrier(t, &e), e);
-}
-END_TEST
 
 START_TEST(test_bcast_keeps_the_root_buffer) {
   struct qdp_error e = QDP_ERROR_INIT;
@@ -357,9 +432,12 @@ static Suite *transport_suite(void) {
   TCase *tc = tcase_create("local");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_local_world_is_rank_0_of_1_on_this_host);
-  tcase_add_test(tc, test_destroy_accepts_null);
+#if QDP_TEST_NO_MPI
   tcase_add_test(tc, test_mpi_create_without_mpi_is_unimplemented);
-  tcase_add_test(tc, test_barrier_succeeds);
+#endif
+  tcase_add_test(tc, test_launcher_started_mpi_by_any_world_variable);
+  tcase_add_test(tc, test_launcher_local_rank_in_order_and_checked);
+  tcase_add_test(tc, test_collectives_policy_says_why_there_is_no_group);
   tcase_add_test(tc, test_bcast_keeps_the_root_buffer);
   tcase_add_test(tc, test_bcast_refuses_a_root_outside_the_world);
   tcase_add_test(tc, test_bcast_refuses_a_null_buffer_with_bytes);

@@ -1,0 +1,228 @@
+/* cuda_backend.h — the CUDA backend: GPUs ("cuda:N") running the launchers of kernels/qdpk_cuda.h
+ * behind the interface of runtime/device.h. Internal to runtime/: cuda_device.c (the ops table,
+ * errors, the encodings other than amplitude, views), cuda_staging.c (host input through the
+ * staging pair, reads), cuda_memory.c (allocations, the cache of freed buffers, amplitude scratch),
+ * cuda_amplitude.c (the norm and the scale pass), cuda_exchange.c (global-bit stages) and
+ * cuda_mesh.c (discovery, devices, the mesh).
+ *
+ * Each device has one non-blocking stream, created once, and a fixed staging pair for host input:
+ * two pinned host buffers and two device buffers of `stage_bytes` each, with an event per slot
+ * that says when the GPU is done with it. Input from host memory is streamed through the pair in
+ * pieces: while the GPU uploads and computes on one slot, this thread packs the next piece into
+ * the other. So the input never needs to be whole on the GPU, and the device memory qdp takes for
+ * input is bounded by the staging, whatever the input's size.
+ *
+ * The executor calls the ops from the mesh's worker threads, and jobs may run concurrently,
+ * so every op makes its device current first (cudaSetDevice is per thread) and holds the device's
+ * staging lock while it uses the staging. Ops are blocking: each one synchronizes the stream before
+ * it returns, so the executor may hand the shard to the next op, or another device, at once.
+ *
+ * Amplitude's sum of squares must be the pairwise tree of kernels/qdpk.h over each aligned block
+ * the executor asks for. A block whose values do not fit one staging slot is cut into aligned
+ * power-of-two chunks (each a subtree of the block's tree), and the chunk sums are combined on the
+ * host along the same tree (norm_combine), so the result has the bits of one launch over the block.
+ *
+ * Errors: a failed cudaMalloc is RESOURCE_EXHAUSTED with the bytes asked and cudaMemGetInfo's free
+ * bytes; every other CUDA failure is QDP_ERR_CUDA naming the device, the call and the CUDA error,
+ * and clears the error state so the next call on this thread starts clean.
+ */
+#ifndef QDP_RUNTIME_CUDA_BACKEND_H
+#define QDP_RUNTIME_CUDA_BACKEND_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "device_comm.h"
+#include "qdp_limits.h"
+#include "qdpk.h"
+#include "qdpk_cuda.h"
+#include "runtime/device.h"
+#include "runtime/mesh.h"
+#include "runtime/norm.h"
+
+/* Each staging slot: 64 MiB by default. A piece that large takes ~1.2 ms to upload at the
+ * 55 GB/s pinned host-to-device rate measured on the target GPU, long enough that the per-piece
+ * launch and event overheads (a few microseconds) vanish, small enough that 2 x 64 MiB of device
+ * memory is negligible next to a GPU's state budget. */
+#define CUDA_STAGE_DEFAULT (UINT64_C(64) << 20)
+/* The smallest slot: it must hold one row of the widest parameter set (iqp with 60 qubits has
+ * 60 + 1770 values, 14640 B in float64) with room to spare. */
+#define CUDA_STAGE_MIN (UINT64_C(64) << 10)
+/* Reads up to this size go straight to the caller's memory (the driver stages them itself);
+ * larger ones through the pinned staging, two slots in flight. */
+#define CUDA_READ_DIRECT (UINT64_C(1) << 20)
+/* Freed state buffers up to CUDA_CACHE_ENTRY_MAX are kept (CUDA_CACHE_SLOTS of them, at most
+ * CUDA_CACHE_BYTES in all) for the next state of the same size: a stream of small jobs then
+ * neither pays cudaMalloc nor cudaFree, whose implicit device-wide synchronization would stall
+ * every other job on the GPU. Kept buffers count as free memory; a cudaMalloc that fails empties
+ * the cache and tries again. */
+#define CUDA_CACHE_ENTRY_MAX (UINT64_C(256) << 20)
+#define CUDA_CACHE_BYTES (UINT64_C(1) << 30)
+#define CUDA_CACHE_SLOTS 32
+
+struct cuda_device {
+  struct runtime_device base; /* first: the executor sees only this */
+  cudaStream_t stream;
+  pthread_mutex_t stage_lock; /* the staging pair and its events */
+  int lock_ready;
+  uint64_t stage_bytes; /* of each slot */
+  void *stage_host[2];  /* pinned */
+  void *stage_dev[2];
+  cudaEvent_t stage_free[2];           /* recorded after the last GPU use of the slot */
+  unsigned char peer[QDP_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
+  pthread_mutex_t cache_lock;          /* the kept buffers */
+  struct device_comm *comm; /* the mesh's group, with this device as member `member`; NULL: none */
+  size_t member;
+  bool nccl_exchange; /* swap global-bit stages over NCCL even with peer access */
+  struct {
+    void *ptr;
+    uint64_t bytes;
+  } cache[CUDA_CACHE_SLOTS];
+  size_t ncache;
+  uint64_t cache_bytes;
+  struct cuda_scratch *spares; /* under cache_lock */
+  size_t nspares;
+};
+
+/* Amplitude's per-job device memory, between amp_load and work_done. */
+struct cuda_scratch {
+  void *norms; /* device doubles: each row's total sum of squares, for pass 2 */
+  uint64_t norms_cap;
+  void *sums;        /* device doubles: the sums pass 1 computes, one per launch row */
+  uint64_t sums_cap; /* bytes */
+  double *host_sums; /* their host copy */
+  uint64_t host_cap;
+  void *ws; /* qdpk_sumsq's workspace */
+  uint64_t ws_cap;
+  void *scales; /* device int32s: each row's exponent, for the norm's fallback */
+  uint64_t scales_cap;
+  /* The device-collective path: this shard's partials, every member's gathered, and the part
+   * descriptors the combine walks. */
+  void *send, *recv, *parts;
+  uint64_t send_cap, recv_cap, parts_cap;
+  void *pinned; /* page-locked host memory: the descriptors going up, then the totals coming back */
+  uint64_t pinned_cap;
+  /* One-pass input: the slice uploaded once into the tail of the shard's own buffer (the state
+   * takes at least twice the input's bytes), read there by both passes; NULL: streamed. */
+  const char *resident;
+  struct cuda_scratch *next; /* in the device's spares */
+};
+
+/* Scratch descriptions with their device buffers are kept (up to CUDA_SPARE_SCRATCH, each holding
+ * at most CUDA_SPARE_SCRATCH_BYTES) for the next amplitude job: a small job then allocates and
+ * frees no device memory at all (a cudaFree waits for the whole device). */
+#define CUDA_SPARE_SCRATCH 8
+#define CUDA_SPARE_SCRATCH_BYTES (UINT64_C(64) << 20)
+
+static inline struct cuda_device *cuda_of(struct runtime_device *d) {
+  return (struct cuda_device *)d;
+}
+
+static inline uint64_t pow2_floor(uint64_t v) {
+  return v ? UINT64_C(1) << (63 - __builtin_clzll(v)) : 0;
+}
+
+static inline uint64_t pow2_ceil(uint64_t v) {
+  return v <= 1 ? 1 : UINT64_C(1) << (64 - __builtin_clzll(v - 1));
+}
+
+static inline uint32_t log2_of(uint64_t pow2) {
+  return (uint32_t)__builtin_ctzll(pow2);
+}
+
+/* CU_TRY(rc, d, "cudaX", cudaX(...)): a failed CUDA call sets rc and jumps to `out:`. */
+#define CU_TRY(rc, d, name, call) \
+  do { \
+    cudaError_t cu_err_ = (call); \
+    if (cu_err_ != cudaSuccess) { \
+      (rc) = cuda_failed((d), cu_err_, name, reterr); \
+      goto out; \
+    } \
+  } while (0)
+
+/* K_TRY(rc, d, "qdpk_x", qdpk_x(...)): a failed launch sets rc and jumps to `out:`. */
+#define K_TRY(rc, d, name, call) \
+  do { \
+    qdp_status k_st_ = (call); \
+    if (k_st_ != QDP_OK) { \
+      (rc) = cuda_launch_failed((d), k_st_, name, reterr); \
+      goto out; \
+    } \
+  } while (0)
+
+/* The ops table (cuda_device.c). The ops below (cuda_read, cuda_alloc, cuda_amp_*, ...) keep the
+ * contracts runtime/device.h gives them. */
+extern const struct runtime_device_ops runtime_cuda_ops;
+
+/* Errors, the current device, the stream (cuda_device.c) */
+qdp_status cuda_failed(const struct runtime_device *d, cudaError_t err, const char *call,
+                       struct qdp_error *reterr);
+qdp_status cuda_launch_failed(const struct runtime_device *d, qdp_status st, const char *kernel,
+                              struct qdp_error *reterr);
+qdp_status cuda_use_device(struct runtime_device *d, struct qdp_error *reterr);
+qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
+                           struct qdp_error *reterr);
+void cuda_drain(struct cuda_device *c);
+qdp_status cuda_finish(struct cuda_device *c, struct qdp_error *reterr);
+
+/* Staging and reads (cuda_staging.c) */
+cudaError_t cuda_copy_rows_async(struct cuda_device *c, const void *dst, const void *src,
+                                 uint64_t src_stride, uint64_t row_bytes, uint64_t nrows,
+                                 enum cudaMemcpyKind kind);
+qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint64_t src_stride,
+                          uint64_t row_bytes, uint64_t nrows, bool pinned,
+                          struct qdp_error *reterr);
+qdp_status cuda_stage_release(struct cuda_device *c, int slot, struct qdp_error *reterr);
+qdp_status cuda_stage_begin(struct cuda_device *c, struct qdp_error *reterr);
+qdp_status cuda_stage_end(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr);
+qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr);
+qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
+                     struct qdp_error *reterr);
+
+/* Memory: allocations, the cache, scratch (cuda_memory.c) */
+void cuda_cache_drop(struct cuda_device *c);
+qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
+                      struct qdp_error *reterr);
+void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes);
+void cuda_scratch_free(struct cuda_scratch *s);
+qdp_status cuda_scratch_grow(struct cuda_device *c, void **buf, uint64_t *cap, uint64_t need,
+                             struct qdp_error *reterr);
+qdp_status cuda_host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, uint64_t n,
+                               struct qdp_error *reterr);
+struct cuda_scratch *cuda_scratch_take(struct cuda_device *c);
+void cuda_scratch_give(struct cuda_device *c, struct cuda_scratch *s);
+
+/* Amplitude (cuda_amplitude.c) */
+qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
+                         struct qdp_error *reterr);
+qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
+                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
+                          struct qdp_error *reterr);
+qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
+uint32_t cuda_amp_part_log2(struct runtime_device *d, qdp_dtype in);
+qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work *w,
+                             const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
+                             size_t members, const struct qdpk_norm_part *all, size_t nall,
+                             double **ret_send, double **ret_recv, void **ret_stream,
+                             struct qdp_error *reterr);
+qdp_status cuda_amp_combine(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
+                            uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
+
+/* Global-bit stages (cuda_exchange.c) */
+qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_device *db, void *b,
+                          qdp_dtype out, uint64_t count, const char **ret_how,
+                          struct qdp_error *reterr);
+qdp_status cuda_combine_host(struct runtime_device *d, void *mine, void *partner_host,
+                             qdp_dtype out, uint64_t count, int high, struct qdp_error *reterr);
+qdp_status cuda_combine_group(struct runtime_device *d, void *mine, qdp_dtype out, uint64_t count,
+                              int high, struct device_comm *g, size_t local, int peer,
+                              struct qdp_error *reterr);
+
+#endif /* QDP_RUNTIME_CUDA_BACKEND_H */
