@@ -277,7 +277,7 @@ static void op_closed(void *p, int rep) {
     break;
   case C_IQP:
     if (c->stage != 2) {
-      qdp_ok(qdpk_iqp_phases(&c->s, c->x, c->in_t, qdpk_params_per_sample(QDP_ENCODING_IQP, n), 1,
+      qdp_ok(qdpk_iqp_phases(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1,
                              c->out, 0),
              "qdpk_iqp_phases");
     }
@@ -410,7 +410,7 @@ int main(int argc, char **argv) {
   static const unsigned iqp_n[] = {20, 26};
   for (int i = 0; i < 2; i++) {
     unsigned n = iqp_n[i];
-    random_device(params, qdpk_params_per_sample(QDP_ENCODING_IQP, n), 5 + n, -1.0, 1.0);
+    random_device(params, qdp_values_per_sample(QDP_ENCODING_IQP, n), 5 + n, -1.0, 1.0);
     int reps = n == 20 ? 200 : 20;
     if (variants) {
       static const int ks[] = {1, 4, 16};

@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* The input: angles, or amplitudes made here or mapped from the file every rank reads. */
-  uint64_t cols = qdpk_params_per_sample(job.encoding, job.qubits);
+  uint64_t cols = qdp_values_per_sample(job.encoding, job.qubits);
   size_t in_bytes = (size_t)cols * sizeof(double);
   job.in = (struct runtime_input){.dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = cols};
   if (file) {

@@ -41,10 +41,6 @@ struct qdpk_span {
   qdp_dtype out;   /* QDP_DTYPE_COMPLEX64 or QDP_DTYPE_COMPLEX128; out is [rows][count] */
 };
 
-/* Values each sample of `e` takes on input for n qubits: qdp_values_per_sample (qdp_defs.h), the
- * one statement of the rule, under the kernels' name. */
-uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits);
-
 /* Amplitude, pass 1. For each row r: the pairwise sum of squares over the aligned block
  * [0, block) of x + r * in_stride, where values at index >= len count as zero (len <= block,
  * block a power of two). Computed in the precision of `out`; stored in ret_sums[r] as double

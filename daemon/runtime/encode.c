@@ -101,7 +101,7 @@ static qdp_status check_input_shape(const struct plan *p, const struct runtime_i
   if (in->rows != p->batch || in->dtype != p->in_dtype || in->cols == 0 ||
       (p->encoding == QDP_ENCODING_AMPLITUDE
            ? in->cols > p->amplitudes
-           : in->cols != qdpk_params_per_sample(p->encoding, p->qubits))) {
+           : in->cols != qdp_values_per_sample(p->encoding, p->qubits))) {
     return qdp_error_set(
         reterr, QDP_ERR_INVALID_ARGUMENT, "input",
         "input of %" PRIu64 " x %" PRIu64

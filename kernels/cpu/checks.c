@@ -1,16 +1,12 @@
-/* checks.c — the input checks the runtime runs before a launch, and the per-sample parameter
- * counts (CPU twins of checks.cu). They scan in index order and stop at the first problem, so the
- * position reported is the first one, as the user would look for it.
+/* checks.c — the input checks the runtime runs before a launch (CPU twins of checks.cu). They scan
+ * in index order and stop at the first problem, so the position reported is the first one, as the
+ * user would look for it.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "cpu_internal.h"
 #include "qdpk.h"
-
-uint64_t qdpk_params_per_sample(qdp_encoding e, uint32_t qubits) {
-  return qdp_values_per_sample(e, qubits);
-}
 
 int qdpk_cpu_find_nonfinite(const void *x, qdp_dtype in, uint64_t count, uint64_t *ret_index) {
   /* int64 values are always finite. */

@@ -61,7 +61,7 @@
     uint32_t lo_bits = n < CPU_LO_BITS ? n : CPU_LO_BITS; \
     uint64_t run = (uint64_t)1 << lo_bits, lo_mask = run - 1; \
     uint64_t end = s->first + s->count; \
-    uint64_t np = qdpk_params_per_sample(pairs ? QDP_ENCODING_IQP : QDP_ENCODING_IQP_Z, n); \
+    uint64_t np = qdp_values_per_sample(pairs ? QDP_ENCODING_IQP : QDP_ENCODING_IQP_Z, n); \
     T scale = LDEXP((T)1, -(int)n); \
     T d[IQP_MAX_PARAMS], a_tab[(size_t)1 << CPU_LO_BITS], s_tab[(size_t)1 << CPU_LO_BITS]; \
     T w[CPU_LO_BITS]; \

@@ -632,7 +632,7 @@ static void cpu_closed(enum closed_op op, const struct qdpk_span *s, const void 
 static uint64_t op_params(enum closed_op op, uint32_t n) {
   switch (op) {
   case OP_IQP:
-    return qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+    return qdp_values_per_sample(QDP_ENCODING_IQP, n);
   case OP_BASIS:
     return 1;
   default:
@@ -933,7 +933,7 @@ START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
   const uint32_t n = 26;
   const uint64_t count = 1ull << n;
   struct qdpk_span s = {n, 0, count, 1, QDP_DTYPE_COMPLEX128};
-  uint64_t np = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+  uint64_t np = qdp_values_per_sample(QDP_ENCODING_IQP, n);
   double *hx = random_reals(QDP_DTYPE_FLOAT64, np, -0.5, 0.5, 0);
   double *dx = to_device(hx, np * sizeof(double));
   size_t bytes = (size_t)count * 16;

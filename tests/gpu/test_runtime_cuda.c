@@ -210,7 +210,7 @@ static uint64_t cols_of(qdp_encoding enc, uint32_t n) {
   if (enc == QDP_ENCODING_AMPLITUDE) {
     return (UINT64_C(1) << n) - 3; /* not a power of two: the last values are padding */
   }
-  return qdpk_params_per_sample(enc, n);
+  return qdp_values_per_sample(enc, n);
 }
 
 /* Sample values for an encoding: basis indices spread over [0, 2^n), else values in [-2, 2). */
@@ -485,7 +485,7 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     uint32_t n = cases[i].n;
     uint64_t rows = cases[i].batch;
     int amp = cases[i].enc == QDP_ENCODING_AMPLITUDE;
-    uint64_t cols = !amp      ? qdpk_params_per_sample(cases[i].enc, n)
+    uint64_t cols = !amp      ? qdp_values_per_sample(cases[i].enc, n)
                     : n == 15 ? UINT64_C(1) << (n - 2)
                               : (UINT64_C(1) << n) - 5;
     double *x64 = values_for(cases[i].enc, n, rows, cols, 77 + i);
@@ -625,7 +625,7 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     uint32_t n = cases[i].n;
     uint64_t cols = cases[i].enc == QDP_ENCODING_AMPLITUDE
                         ? (UINT64_C(1) << n) - 5
-                        : qdpk_params_per_sample(cases[i].enc, n);
+                        : qdp_values_per_sample(cases[i].enc, n);
     double *x64 = values_for(cases[i].enc, n, 1, cols, 91 + i);
     for (uint64_t k = 0; k < cols; k++) {
       x64[k] *= cases[i].scale;

@@ -155,20 +155,20 @@ static struct qdpk_span span_of(uint32_t qubits, uint64_t first, uint64_t count,
   return s;
 }
 
-/* ---- qdpk_params_per_sample ------------------------------------------------------------- */
+/* ---- qdp_values_per_sample ------------------------------------------------------------- */
 
 START_TEST(test_params_per_sample_counts_each_encoding) {
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_AMPLITUDE, 3), 8);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_AMPLITUDE, 63), UINT64_C(1) << 63);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_ANGLE, 5), 5);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_PHASE, 7), 7);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_IQP_Z, 4), 4);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_IQP, 4), 10);    /* 4 + 6 pairs */
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_IQP, 1), 1);     /* no pairs */
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_IQP, 63), 2016); /* 63 + 1953 */
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_BASIS, 20), 1);
-  ck_assert_uint_eq(qdpk_params_per_sample(QDP_ENCODING_UNSPECIFIED, 4), 0);
-  ck_assert_uint_eq(qdpk_params_per_sample((qdp_encoding)99, 4), 0);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_AMPLITUDE, 3), 8);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_AMPLITUDE, 63), UINT64_C(1) << 63);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_ANGLE, 5), 5);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_PHASE, 7), 7);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_IQP_Z, 4), 4);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_IQP, 4), 10);    /* 4 + 6 pairs */
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_IQP, 1), 1);     /* no pairs */
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_IQP, 63), 2016); /* 63 + 1953 */
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_BASIS, 20), 1);
+  ck_assert_uint_eq(qdp_values_per_sample(QDP_ENCODING_UNSPECIFIED, 4), 0);
+  ck_assert_uint_eq(qdp_values_per_sample((qdp_encoding)99, 4), 0);
 }
 END_TEST
 
@@ -1093,7 +1093,7 @@ END_TEST
 START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
   uint32_t n = 11;
   uint64_t rows = 2, count = UINT64_C(1) << n;
-  uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+  uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
   double *v = xmalloc(rows * stride * sizeof(double));
   rng_seed(52);
   for (uint64_t i = 0; i < rows * stride; i++) {
@@ -1159,7 +1159,7 @@ START_TEST(test_iqp_phases_uneven_spans_bit_identical) {
   static const uint32_t qubits[] = {10, 12};
   for (size_t qi = 0; qi < 2; qi++) {
     uint32_t n = qubits[qi];
-    uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+    uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
     double *v = xmalloc(2 * stride * sizeof(double));
     rng_seed(53);
     for (uint64_t i = 0; i < 2 * stride; i++) {
@@ -1183,7 +1183,7 @@ START_TEST(test_iqp_phases_match_theta_definition) {
   static const uint32_t qubits[] = {11, 13};
   for (size_t qi = 0; qi < 2; qi++) {
     uint32_t n = qubits[qi];
-    uint64_t stride = qdpk_params_per_sample(QDP_ENCODING_IQP, n), rows = 2;
+    uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n), rows = 2;
     double *v = xmalloc(rows * stride * sizeof(double));
     rng_seed(54 + n);
     for (uint64_t i = 0; i < rows * stride; i++) {
@@ -1409,7 +1409,7 @@ START_TEST(test_iqp_at_the_sum_limit_stays_finite) {
   static const uint32_t qubits[2] = {3, 11};
   for (int q = 0; q < 2; q++) {
     uint32_t n = qubits[q];
-    uint64_t np = qdpk_params_per_sample(QDP_ENCODING_IQP, n);
+    uint64_t np = qdp_values_per_sample(QDP_ENCODING_IQP, n);
     float *d = xmalloc(np * sizeof *d);
     /* Within 2^-20 of the limit, below it whatever the rounding to float. */
     float each = (float)(qdpk_param_sum_limit(QDP_DTYPE_COMPLEX64) / (double)np * (1 - 0x1p-20));
