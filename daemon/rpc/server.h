@@ -3,7 +3,7 @@
  * policy and devices live in job/; here are the wire, identity and the trust boundary (who the
  * caller is, and the descriptors it handed over).
  *
- * Threads (DESIGN.md §8, STACK.md §4):
+ * Threads (docs/design.md, threads):
  *  - the loop thread (the caller's libuv loop) owns the server's lifecycle: create, start,
  *    shutdown, destroy, apply_config, the expiry and drain timers;
  *  - one completion-queue thread blocks in grpc_completion_queue_next and runs every completed

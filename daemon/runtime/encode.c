@@ -1,8 +1,8 @@
-/* The executor (encode.h): one encode job on the mesh (runtime.h), in the order of DESIGN.md §3 —
- * check the values, reserve and allocate every local shard, ingest, reduce the norm along its fixed
- * tree, encode, run the global-bit Walsh-Hadamard stages between shard pairs — and reading states
- * back. Shards of one job run concurrently on the mesh's workers (runtime/workers.h); a job with
- * one shard runs on the caller's thread. */
+/* The executor (encode.h): one encode job on the mesh (runtime.h), in the order docs/design.md
+ * gives — check the values, reserve and allocate every local shard, ingest, reduce the norm along
+ * its fixed tree, encode, run the global-bit Walsh-Hadamard stages between shard pairs — and
+ * reading states back. Shards of one job run concurrently on the mesh's workers
+ * (runtime/workers.h); a job with one shard runs on the caller's thread. */
 #include "runtime/encode.h"
 
 static int plan_copy(const struct plan *src, struct plan *dst) {

@@ -147,7 +147,7 @@ qdp_status transport_allgatherv(struct transport *t, const void *mine, size_t by
 /* A decision taken together: every rank passes its status (and its error, may be NULL); every rank
  * returns the status of the first failing rank in rank order, with that rank's error in *reterr
  * (message prefixed "rank R: " in a world of more than one, rank = R), or QDP_OK when all passed.
- * Ranks that could disagree thereby reject together (DESIGN.md §3). A failure of the exchange
+ * Ranks that could disagree thereby reject together. A failure of the exchange
  * itself returns QDP_ERR_MPI. */
 qdp_status transport_agree(struct transport *t, qdp_status mine, const struct qdp_error *my_err,
                            struct qdp_error *reterr);

@@ -71,7 +71,7 @@ START_TEST(test_world_has_the_ranks_mpirun_started) {
   ck_assert_int_eq(size, expected_size);
   ck_assert_int_eq(transport_kind(t), TRANSPORT_MPI);
   ck_assert_str_eq(transport_kind_name(t), "mpi");
-  /* Open MPI on one host grants MPI_THREAD_MULTIPLE (STACK.md §6). */
+  /* Open MPI on one host grants MPI_THREAD_MULTIPLE. */
   ck_assert_str_eq(transport_threads_name(transport_threads(t)), "multiple");
   int world_rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
