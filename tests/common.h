@@ -23,11 +23,12 @@
   } while (0)
 
 /* CK_OK with a context in front of the message, for checks in loops or on behalf of a caller:
- * CK_OK_AT(f(x, &e), e, "iter %d", i). fmt is a string literal. */
+ * CK_OK_AT(f(x, &e), e, "iter %d", i) or CK_OK_AT(rc, e, "plan_compute"). fmt is a string
+ * literal. */
 #define CK_OK_AT(expr, err, fmt, ...) \
   do { \
     qdp_status rc_ = (expr); \
-    ck_assert_msg(rc_ == QDP_OK, fmt ": %s returned %s: %s", __VA_ARGS__, #expr, \
+    ck_assert_msg(rc_ == QDP_OK, fmt ": %s returned %s: %s", ##__VA_ARGS__, #expr, \
                   qdp_status_name(rc_), (err).msg); \
   } while (0)
 
