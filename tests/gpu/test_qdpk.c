@@ -23,6 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common.h"
 #include "qdpk.h"
 #include "qdpk_cuda.h"
 #include "qdpk_tune.h"
@@ -32,32 +33,12 @@
 
 /* ---- helpers ---- */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in [lo, hi). */
-static double rng_uniform(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_next() >> 11) * 0x1.0p-53);
-}
-
 static size_t real_size(qdp_dtype t) {
   return t == QDP_DTYPE_FLOAT32 ? 4 : 8;
 }
 
 static size_t cplx_size(qdp_dtype t) {
   return t == QDP_DTYPE_COMPLEX64 ? 8 : 16;
-}
-
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  ck_assert_msg(p != NULL, "malloc of %zu bytes failed", bytes);
-  return p;
 }
 
 static void *dmalloc(size_t bytes) {
@@ -97,7 +78,7 @@ static double t_start;
 /* Every launch is logged with the time since the start, so a log shows where a run spends it. */
 static void expect_launch(qdp_status rc, const char *what) {
   fprintf(stderr, "%8.2f s  %s\n", seconds() - t_start, what);
-  ck_assert_msg(rc == QDP_OK, "%s: launcher returned %d (%s)", what, (int)rc,
+  ck_assert_msg(rc == QDP_OK, "%s: launcher returned %s (%s)", what, qdp_status_name(rc),
                 cudaGetErrorName(cudaPeekAtLastError()));
   cudaError_t e = cudaDeviceSynchronize();
   ck_assert_msg(e == cudaSuccess, "%s: kernel failed: %s", what, cudaGetErrorName(e));
@@ -106,11 +87,11 @@ static void expect_launch(qdp_status rc, const char *what) {
 /* Random real inputs of type t: values in [lo, hi), scaled by 2^-8..2^8 when `spread` so that
  * summation order shows in the low bits. */
 static void *random_reals(qdp_dtype t, uint64_t n, double lo, double hi, int spread) {
-  void *p = xmalloc((size_t)n * real_size(t));
+  void *p = qdpt_xmalloc((size_t)n * real_size(t));
   for (uint64_t i = 0; i < n; i++) {
-    double v = rng_uniform(lo, hi);
+    double v = qdpt_rng_uniform(lo, hi);
     if (spread) {
-      v = ldexp(v, (int)(rng_next() % 17) - 8);
+      v = ldexp(v, (int)(qdpt_rng_next() % 17) - 8);
     }
     if (t == QDP_DTYPE_FLOAT32) {
       ((float *)p)[i] = (float)v;
@@ -214,8 +195,8 @@ static void check_sumsq_case(const struct sumsq_case *c, qdp_dtype in, qdp_dtype
   void *dbase = to_device(hx, (size_t)n * real_size(in));
   const char *hrow = (const char *)hx + (size_t)c->misalign * real_size(in);
   const void *dx = (const char *)dbase + (size_t)c->misalign * real_size(in);
-  double *cpu = xmalloc(c->rows * sizeof(double));
-  double *gpu = xmalloc(c->rows * sizeof(double));
+  double *cpu = qdpt_xmalloc(c->rows * sizeof(double));
+  double *gpu = qdpt_xmalloc(c->rows * sizeof(double));
   poison_host(cpu, c->rows * sizeof(double));
   qdpk_cpu_sumsq(hrow, in, c->stride, c->len, c->block, c->rows, out, NULL, cpu);
   gpu_sumsq(dx, in, c->stride, c->len, c->block, c->rows, out, gpu);
@@ -351,15 +332,15 @@ static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dty
            c->misalign ? " misaligned" : "");
   uint64_t n = (c->rows - 1) * c->stride + c->len + (uint64_t)c->misalign;
   size_t isz = real_size(in);
-  char *hx = xmalloc((size_t)n * isz);
-  int32_t *e = xmalloc(c->rows * sizeof *e);
+  char *hx = qdpt_xmalloc((size_t)n * isz);
+  int32_t *e = qdpt_xmalloc(c->rows * sizeof *e);
   for (uint64_t r = 0; r < c->rows; r++) {
     e[r] = scaled_exponent(in, r);
     /* Rows 4, 9, ...: odd values about 2^-1000 (2^-100 in float), which e = -60 (-40) makes
      * subnormal. */
     int tiny = in == QDP_DTYPE_FLOAT32 ? -100 : -1000;
     for (uint64_t i = 0; i < c->len; i++) {
-      double v = ldexp(rng_uniform(-1.0, 1.0), r % 5 == 4 && (i & 1) ? tiny : -e[r]);
+      double v = ldexp(qdpt_rng_uniform(-1.0, 1.0), r % 5 == 4 && (i & 1) ? tiny : -e[r]);
       size_t k = (size_t)(c->misalign + r * c->stride + i);
       if (in == QDP_DTYPE_FLOAT32) {
         ((float *)hx)[k] = (float)v;
@@ -372,7 +353,8 @@ static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dty
   const char *hrow = hx + (size_t)c->misalign * isz;
   const void *dx = (const char *)dbase + (size_t)c->misalign * isz;
   int32_t *de = to_device(e, c->rows * sizeof *e);
-  double *cpu = xmalloc(c->rows * sizeof(double)), *gpu = xmalloc(c->rows * sizeof(double));
+  double *cpu = qdpt_xmalloc(c->rows * sizeof(double)),
+         *gpu = qdpt_xmalloc(c->rows * sizeof(double));
   qdpk_cpu_sumsq(hrow, in, c->stride, c->len, c->block, c->rows, out, e, cpu);
   size_t ws_bytes = qdpk_sumsq_workspace_bytes(c->block, c->rows);
   void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
@@ -388,7 +370,7 @@ static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dty
   uint32_t qubits = c->block > 1 ? (uint32_t)__builtin_ctzll(c->block) : 1;
   struct qdpk_span s = {qubits, 0, c->block, c->rows, out};
   size_t bytes = (size_t)(c->rows * c->block) * cplx_size(out);
-  void *hc = xmalloc(bytes), *hg = xmalloc(bytes), *dout = dmalloc(bytes);
+  void *hc = qdpt_xmalloc(bytes), *hg = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
   poison_host(hc, bytes);
   poison_device(dout, bytes);
   qdpk_cpu_amplitude(&s, hrow, in, c->stride, c->len, cpu, e, hc);
@@ -473,14 +455,14 @@ static void check_amplitude_case(const struct amp_case *c, qdp_dtype in, qdp_dty
   uint64_t n = (c->rows - 1) * c->stride + c->len;
   void *hx = random_reals(in, n ? n : 1, -1.0, 1.0, 0);
   void *dx = to_device(hx, (size_t)(n ? n : 1) * real_size(in));
-  double *sums = xmalloc(c->rows * sizeof(double));
+  double *sums = qdpt_xmalloc(c->rows * sizeof(double));
   for (uint64_t r = 0; r < c->rows; r++) {
-    sums[r] = rng_uniform(0.5, 4.0); /* any positive scale: pass 2 alone is under test */
+    sums[r] = qdpt_rng_uniform(0.5, 4.0); /* any positive scale: pass 2 alone is under test */
   }
   double *dsums = to_device(sums, c->rows * sizeof(double));
   struct qdpk_span s = {c->qubits, c->first, c->count, c->rows, out};
   size_t bytes = (size_t)(c->rows * c->count) * cplx_size(out);
-  void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
+  void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
   poison_host(cpu, bytes);
   poison_device(dout, bytes);
   qdpk_cpu_amplitude(&s, hx, in, c->stride, c->len, sums, NULL, cpu);
@@ -556,7 +538,7 @@ START_TEST(test_amplitude_two_passes_normalize_like_cpu) {
     double *dsums = to_device(gsums, sizeof gsums);
     struct qdpk_span s = {n, 0, count, rows, out};
     size_t bytes = (size_t)(rows * count) * cplx_size(out);
-    void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
+    void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
     poison_host(cpu, bytes);
     poison_device(dout, bytes);
     qdpk_cpu_amplitude(&s, hx, QDP_DTYPE_FLOAT64, len, len, csums, NULL, cpu);
@@ -648,9 +630,9 @@ static void *closed_inputs(enum closed_op op, qdp_dtype in, qdp_dtype out, uint3
                            uint64_t rows, uint64_t stride) {
   uint64_t total = (rows - 1) * stride + op_params(op, n);
   if (op == OP_BASIS) {
-    void *p = xmalloc((size_t)total * 8);
+    void *p = qdpt_xmalloc((size_t)total * 8);
     for (uint64_t i = 0; i < total; i++) {
-      uint64_t idx = rng_next() & (((uint64_t)1 << n) - 1);
+      uint64_t idx = qdpt_rng_next() & (((uint64_t)1 << n) - 1);
       if (in == QDP_DTYPE_INT64) {
         ((int64_t *)p)[i] = (int64_t)idx;
       } else if (in == QDP_DTYPE_FLOAT32) {
@@ -689,7 +671,7 @@ static void check_closed_case(enum closed_op op, const struct closed_case *c, qd
   void *dx = to_device(hx, (size_t)total * in_size(in));
   struct qdpk_span s = {c->qubits, c->first, c->count, c->rows, out};
   size_t bytes = (size_t)(c->rows * c->count) * cplx_size(out);
-  void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
+  void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
   poison_host(cpu, bytes);
   poison_device(dout, bytes);
   cpu_closed(op, &s, hx, in, stride, cpu);
@@ -707,7 +689,7 @@ static void check_closed_case(enum closed_op op, const struct closed_case *c, qd
     sh.first = c->first + c->count / 3;
     sh.count = c->count / 2;
     size_t sbytes = (size_t)(c->rows * sh.count) * cplx_size(out);
-    void *dsh = dmalloc(sbytes), *hsh = xmalloc(sbytes);
+    void *dsh = dmalloc(sbytes), *hsh = qdpt_xmalloc(sbytes);
     poison_device(dsh, sbytes);
     expect_launch(gpu_closed(op, &sh, dx, in, stride, dsh), what);
     from_device(hsh, dsh, sbytes);
@@ -808,9 +790,9 @@ END_TEST
 /* ---- wht and butterfly ---- */
 
 static void *random_state(qdp_dtype out, uint64_t n) {
-  void *p = xmalloc((size_t)n * cplx_size(out));
+  void *p = qdpt_xmalloc((size_t)n * cplx_size(out));
   for (uint64_t i = 0; i < 2 * n; i++) {
-    double v = ldexp(rng_uniform(-1.0, 1.0), (int)(rng_next() % 9) - 4);
+    double v = ldexp(qdpt_rng_uniform(-1.0, 1.0), (int)(qdpt_rng_next() % 9) - 4);
     if (out == QDP_DTYPE_COMPLEX64) {
       ((float *)p)[i] = (float)v;
     } else {
@@ -827,7 +809,7 @@ static void check_wht_case(qdp_dtype out, uint64_t count, uint64_t rows) {
   size_t bytes = (size_t)(count * rows) * cplx_size(out);
   void *h = random_state(out, count * rows);
   void *d = to_device(h, bytes);
-  void *gpu = xmalloc(bytes);
+  void *gpu = qdpt_xmalloc(bytes);
   qdpk_cpu_wht(h, out, count, rows);
   expect_launch(qdpk_wht(d, out, count, rows, 0), what);
   poison_host(gpu, bytes);
@@ -878,7 +860,7 @@ START_TEST(test_wht_shards_with_butterflies_equal_one_transform) {
     expect_launch(qdpk_butterfly(sh + 2 * q * esz, sh + 3 * q * esz, out, q, 0), "butterfly 2-3");
     expect_launch(qdpk_butterfly(sh, sh + 2 * q * esz, out, q, 0), "butterfly 0-2");
     expect_launch(qdpk_butterfly(sh + q * esz, sh + 3 * q * esz, out, q, 0), "butterfly 1-3");
-    void *a = xmalloc(bytes), *b = xmalloc(bytes);
+    void *a = qdpt_xmalloc(bytes), *b = qdpt_xmalloc(bytes);
     from_device(a, dfull, bytes);
     from_device(b, dsh, bytes);
     expect_same_bits(b, a, bytes, esz, "sharded wht vs one transform");
@@ -912,7 +894,7 @@ START_TEST(test_butterfly_is_bit_identical_to_cpu) {
       void *da = to_device(ha, bytes), *db = to_device(hb, bytes);
       expect_launch(qdpk_butterfly(da, db, out, counts[i], 0), "butterfly");
       qdpk_cpu_butterfly(ha, hb, out, counts[i]);
-      void *ga = xmalloc(bytes), *gb = xmalloc(bytes);
+      void *ga = qdpt_xmalloc(bytes), *gb = qdpt_xmalloc(bytes);
       from_device(ga, da, bytes);
       from_device(gb, db, bytes);
       expect_same_bits(ga, ha, bytes, cplx_size(out), "butterfly a");
@@ -937,7 +919,7 @@ START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
   double *hx = random_reals(QDP_DTYPE_FLOAT64, np, -0.5, 0.5, 0);
   double *dx = to_device(hx, np * sizeof(double));
   size_t bytes = (size_t)count * 16;
-  void *cpu = xmalloc(bytes), *gpu = xmalloc(bytes), *dout = dmalloc(bytes);
+  void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
   poison_host(cpu, bytes);
   poison_device(dout, bytes);
   qdpk_cpu_iqp_phases(&s, hx, QDP_DTYPE_FLOAT64, np, 1, cpu);
@@ -1045,10 +1027,10 @@ static void expect_basis_check(const void *hx, qdp_dtype in, uint64_t stride, ui
 START_TEST(test_check_basis_reports_the_first_bad_row) {
   const uint64_t rows = 100003, stride = 3;
   const uint32_t n = 10;
-  double *xd = xmalloc((size_t)rows * stride * sizeof(double));
-  int64_t *xi = xmalloc((size_t)rows * stride * sizeof(int64_t));
+  double *xd = qdpt_xmalloc((size_t)rows * stride * sizeof(double));
+  int64_t *xi = qdpt_xmalloc((size_t)rows * stride * sizeof(int64_t));
   for (uint64_t r = 0; r < rows * stride; r++) {
-    uint64_t v = rng_next() % 1024;
+    uint64_t v = qdpt_rng_next() % 1024;
     xd[r] = (double)v;
     xi[r] = (int64_t)v;
   }
@@ -1236,10 +1218,7 @@ int main(void) {
            prop.totalGlobalMem >> 20);
   }
   t_start = seconds();
-  SRunner *sr = srunner_create(qdpk_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  /* One stream through every test (no fork), from the seed the inputs were always drawn from. */
+  qdpt_rng_seed(0x9e3779b97f4a7c15ull);
+  return qdpt_run_suite(qdpk_suite(), CK_NOFORK);
 }

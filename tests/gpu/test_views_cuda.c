@@ -13,60 +13,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan.h"
+#include "common_runtime.h"
 #include "runtime/mesh.h"
-#include "runtime/runtime.h"
 
 #define MIB (UINT64_C(1) << 20)
 
 static int ngpu;
 
 static struct runtime_mesh *mesh_of(uint64_t budget) {
-  struct runtime_mesh_config cfg = {.devices = ngpu > 1 ? "cuda:0,cuda:1" : "cuda:0",
-                                    .device_budget_bytes = budget};
-  struct runtime_mesh *m = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "%s", e.msg);
-  return m;
+  return qdpt_mesh(ngpu > 1 ? "cuda:0,cuda:1" : "cuda:0", budget, 0);
 }
 
 /* An angle state (batch 1) or an amplitude batch over every device of m. */
 static struct runtime_state *encode(struct runtime_mesh *m, uint32_t n, uint64_t batch,
                                     qdp_dtype out) {
-  size_t ndev = runtime_mesh_count(m);
-  struct plan_device devs[2];
-  runtime_mesh_plan_devices(m, 0, devs);
   qdp_encoding enc = batch > 1 ? QDP_ENCODING_AMPLITUDE : QDP_ENCODING_ANGLE;
   uint64_t cols = batch > 1 ? (UINT64_C(1) << n) - 5 : n;
-  double *x = malloc(batch * cols * sizeof *x);
+  double *x = qdpt_xmalloc(batch * cols * sizeof *x);
   for (uint64_t i = 0; i < batch * cols; i++) {
     x[i] = 0.05 + 0.21 * (double)(i % 13);
   }
-  struct plan_world world = {.devices = devs, .count = ndev, .ranks = 1};
-  struct plan_request req = {.encoding = enc,
-                             .qubits = n,
-                             .batch = batch,
-                             .values_per_sample = cols,
-                             .in_dtype = QDP_DTYPE_FLOAT64,
-                             .out_dtype = out,
-                             .policy = batch > 1 ? PLAN_BATCH : PLAN_EVEN,
-                             .staging_bytes = runtime_mesh_staging_bytes(m)};
-  struct plan *p = NULL;
-  struct runtime_state *s = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
-  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
-  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = batch, .cols = cols};
-  ck_assert_msg(runtime_encode(m, p, &in, &s, &e) == QDP_OK, "%s", e.msg);
-  plan_destroy(p);
+  struct runtime_state *s =
+      qdpt_encode_f64(m, 0, batch > 1 ? PLAN_BATCH : PLAN_EVEN, enc, n, batch, cols, x, out);
   free(x);
   return s;
-}
-
-static uint64_t used_on(struct runtime_mesh *m, size_t i) {
-  struct runtime_device_info info;
-  runtime_mesh_device_info(m, i, &info);
-  return info.used_bytes;
 }
 
 static void check_gathers(struct runtime_mesh *m, struct runtime_state *s, const char *what) {
@@ -75,20 +45,20 @@ static void check_gathers(struct runtime_mesh *m, struct runtime_state *s, const
   size_t bytes = (size_t)p->total_bytes;
   unsigned char *want = malloc(bytes), *got = malloc(bytes);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_read(s, 0, n, want, &e), QDP_OK);
+  CK_OK(runtime_state_read(s, 0, n, want, &e), e);
   for (size_t d = 0; d < runtime_mesh_count(m); d++) {
-    uint64_t before = used_on(m, d);
+    uint64_t before = qdpt_used_on(m, d);
     struct runtime_state *g = NULL;
-    ck_assert_msg(runtime_state_gather(m, s, d, &g, &e) == QDP_OK, "%s", e.msg);
-    ck_assert_uint_eq(used_on(m, d), before + p->total_bytes);
+    CK_OK(runtime_state_gather(m, s, d, &g, &e), e);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before + p->total_bytes);
     memset(got, 0xA5, bytes);
-    ck_assert_int_eq(runtime_state_read(g, 0, n, got, &e), QDP_OK);
+    CK_OK(runtime_state_read(g, 0, n, got, &e), e);
     int same = memcmp(got, want, bytes) == 0;
     printf("%s gather of %s (%zu shards, %zu B) onto device %zu\n", same ? "ok  " : "FAIL", what,
            p->nshards, bytes, d);
     ck_assert(same);
     runtime_state_destroy(g);
-    ck_assert_uint_eq(used_on(m, d), before);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before);
   }
   free(want);
   free(got);
@@ -116,16 +86,16 @@ START_TEST(test_gather_past_the_budget_is_refused_with_numbers) {
   struct runtime_mesh *m = mesh_of(384 * MIB);
   struct runtime_state *s = encode(m, ngpu > 1 ? 26 : 25, 1, QDP_DTYPE_COMPLEX64);
   const struct plan *p = runtime_state_plan(s);
-  uint64_t used = used_on(m, 0);
+  uint64_t used = qdpt_used_on(m, 0);
   struct runtime_state *g = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   qdp_status rc = runtime_state_gather(m, s, 0, &g, &e);
   printf("%s gather past the budget: %s\n", rc == QDP_ERR_RESOURCE_EXHAUSTED ? "ok  " : "FAIL",
          e.msg);
-  ck_assert_int_eq(rc, QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(rc, QDP_ERR_RESOURCE_EXHAUSTED, e);
   ck_assert_uint_eq(e.need_bytes, p->total_bytes);
   ck_assert_uint_eq(e.free_bytes, 384 * MIB - used);
-  ck_assert_uint_eq(used_on(m, 0), used);
+  ck_assert_uint_eq(qdpt_used_on(m, 0), used);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
 }
@@ -139,7 +109,7 @@ START_TEST(test_every_shard_exports_an_ipc_handle) {
     struct runtime_ipc ipc;
     static const unsigned char zero[RUNTIME_IPC_HANDLE_BYTES];
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_msg(runtime_state_export_ipc(s, i, &ipc, &e) == QDP_OK, "%s", e.msg);
+    CK_OK(runtime_state_export_ipc(s, i, &ipc, &e), e);
     struct runtime_shard_layout l;
     runtime_state_shard_layout(s, i, &l);
     int ok = memcmp(ipc.handle, zero, sizeof zero) != 0 && ipc.offset == 0 &&
@@ -167,10 +137,5 @@ int main(void) {
   tcase_add_test(tc, test_gather_past_the_budget_is_refused_with_numbers);
   tcase_add_test(tc, test_every_shard_exports_an_ipc_handle);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return qdpt_run_suite(su, CK_NOFORK); /* a CUDA context does not survive fork */
 }

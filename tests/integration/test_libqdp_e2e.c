@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "qdp.h"
 
 static qdp_client *cl;
@@ -27,20 +28,13 @@ static void setup(void) {
   snprintf(dir, sizeof dir, "%s", d);
   struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
   o.client_name = "libqdp-e2e@test:1";
-  ck_assert_int_eq(qdp_client_create(&o, &cl), QDP_OK);
+  CK_QDP(qdp_client_create(&o, &cl));
 }
 
 static void teardown(void) {
   qdp_client_destroy(cl);
   cl = NULL;
 }
-
-#define CK_QDP(expr) \
-  do { \
-    qdp_status rc_ = (expr); \
-    ck_assert_msg(rc_ == QDP_OK, "%s -> %s: %s", #expr, qdp_status_name(rc_), \
-                  qdp_last_error()->msg); \
-  } while (0)
 
 static double max_err(const double complex *got, const double complex *want, size_t n) {
   double m = 0;
@@ -211,7 +205,7 @@ START_TEST(test_inline_amplitude_round_trip_and_lifecycle) {
   uint64_t freed = 0;
   CK_QDP(qdp_release(cl, s->handle, s->token, &freed));
   ck_assert_uint_eq(freed, 128);
-  ck_assert_int_eq(qdp_describe(cl, s->handle, s->token, &d), QDP_ERR_NOT_FOUND);
+  CK_QDP_STATUS(qdp_describe(cl, s->handle, s->token, &d), QDP_ERR_NOT_FOUND);
   ck_assert_ptr_null(d);
   const struct qdp_errinfo *e = qdp_last_error();
   ck_assert_int_eq(e->remote, 1);
@@ -390,7 +384,7 @@ START_TEST(test_fetch_npy_and_export_write_the_same_array) {
   snprintf(local, sizeof local, "%s/e2e-fetch.npy", dir);
   snprintf(remote, sizeof remote, "%s/e2e-export.npy", dir);
   CK_QDP(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0));
-  ck_assert_int_eq(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0), QDP_ERR_ALREADY_EXISTS);
+  CK_QDP_STATUS(qdp_fetch_npy(cl, s->handle, s->token, NULL, local, 0), QDP_ERR_ALREADY_EXISTS);
   char *path = NULL;
   uint64_t bytes = 0;
   CK_QDP(qdp_export(cl, s->handle, s->token, remote, 0, &path, &bytes));
@@ -467,7 +461,7 @@ START_TEST(test_plan_and_refusals_carry_the_numbers) {
   ck_assert_uint_gt(strlen(p->message), 0);
   qdp_plan_info_free(p);
   struct qdp_state_info *s = (struct qdp_state_info *)&eo; /* must be reset to NULL */
-  ck_assert_int_eq(qdp_encode(cl, &eo, &in, &s), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_QDP_STATUS(qdp_encode(cl, &eo, &in, &s), QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_null(s);
   const struct qdp_errinfo *e = qdp_last_error();
   ck_assert_int_eq(e->remote, 1);
@@ -477,7 +471,7 @@ START_TEST(test_plan_and_refusals_carry_the_numbers) {
   ck_assert_ptr_nonnull(strstr(e->msg, need));
 
   eo.qubits = 0;
-  ck_assert_int_eq(qdp_encode(cl, &eo, &in, &s), QDP_ERR_INVALID_ARGUMENT);
+  CK_QDP_STATUS(qdp_encode(cl, &eo, &in, &s), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(qdp_last_error()->field, "qubits");
   ck_assert_str_eq(qdp_last_error()->code_name, "QDP_ERR_INVALID_ARGUMENT");
 }
@@ -519,7 +513,7 @@ START_TEST(test_gather_and_views_on_four_cpu_devices) {
   CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, want, AMPS * sizeof *want, NULL));
   CK_QDP(qdp_fetch(cl, g->handle, g->token, NULL, got, AMPS * sizeof *got, NULL));
   ck_assert(memcmp(got, want, AMPS * sizeof *got) == 0);
-  ck_assert_int_eq(qdp_gather(cl, s->handle, s->token, "cpu:9", 0, &g), QDP_ERR_INVALID_ARGUMENT);
+  CK_QDP_STATUS(qdp_gather(cl, s->handle, s->token, "cpu:9", 0, &g), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(qdp_last_error()->field, "device");
 
   const struct qdp_views *v = NULL;
@@ -530,8 +524,8 @@ START_TEST(test_gather_and_views_on_four_cpu_devices) {
   ck_assert_msg(strstr(qdp_last_error()->msg, "zero-copy views") ||
                     strstr(qdp_last_error()->msg, "without CUDA"),
                 "%s", qdp_last_error()->msg);
-  ck_assert_int_eq(qdp_views_close(cl, s->handle), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(qdp_close_view(cl, s->handle, s->token, 12345, NULL), QDP_ERR_NOT_FOUND);
+  CK_QDP_STATUS(qdp_views_close(cl, s->handle), QDP_ERR_NOT_FOUND);
+  CK_QDP_STATUS(qdp_close_view(cl, s->handle, s->token, 12345, NULL), QDP_ERR_NOT_FOUND);
   struct qdp_state_info *d = NULL;
   CK_QDP(qdp_describe(cl, s->handle, s->token, &d));
   ck_assert_uint_eq(d->leases, 0);
@@ -637,10 +631,5 @@ int main(void) {
   tcase_add_test(t, test_32_threads_share_one_client);
   tcase_add_test(t, test_gather_and_views_on_four_cpu_devices);
   suite_add_tcase(s, t);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return qdpt_run_suite(s, CK_NOFORK);
 }

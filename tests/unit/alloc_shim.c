@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc_shim.h"
+#include "common.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t k, size_t n);
@@ -217,8 +218,7 @@ unsigned long shim_sweep(const char *what, op_fn op, check_fn check, void *arg) 
       check(arg, rc);
     }
     if (!failed) {
-      ck_assert_msg(rc == QDP_OK, "%s: status %d (%s) with no failure injected", what, (int)rc,
-                    e.msg);
+      CK_OK_AT(rc, e, "%s, with no failure injected", what);
       return n - 1;
     }
     if (rc != QDP_OK) {

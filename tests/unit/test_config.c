@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "config.h"
 #include "log.h"
 
@@ -150,8 +151,8 @@ START_TEST(test_table_defaults_parse_and_names_are_unique) {
     struct config scratch;
     config_defaults(&scratch);
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_msg(config_set(&scratch, o->name, o->def, CONFIG_SRC_FILE, NULL, &e) == QDP_OK,
-                  "default of %s does not parse: %s", o->name, e.msg);
+    CK_OK_AT(config_set(&scratch, o->name, o->def, CONFIG_SRC_FILE, NULL, &e), e,
+             "default of %s does not parse", o->name);
     ck_assert_ptr_nonnull(o->doc);
     ck_assert_uint_gt(strlen(o->doc), 10);
     for (size_t j = i + 1; j < n; j++) {
@@ -242,7 +243,7 @@ START_TEST(test_precedence_is_argument_over_environment_over_file_over_default) 
   struct config c;
   enum config_action act = CONFIG_HELP;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(config_load(&c, 7, argv, envp, &act, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(config_load(&c, 7, argv, envp, &act, &e), e);
   ck_assert_int_eq(act, CONFIG_RUN);
   ck_assert_uint_eq(c.workers, 3);         /* file */
   ck_assert_uint_eq(c.max_batch, 200);     /* environment over file */
@@ -429,7 +430,7 @@ START_TEST(test_deployed_conf_documents_every_option_with_its_default) {
   struct config c;
   config_defaults(&c);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(config_parse_text(&c, uncommented, ulen, "qdpd.conf", &e) == QDP_OK, "%s", e.msg);
+  CK_OK(config_parse_text(&c, uncommented, ulen, "qdpd.conf", &e), e);
   ck_assert_int_eq(config_check(&c, NULL), QDP_OK);
 }
 END_TEST

@@ -14,28 +14,10 @@
 #include <string.h>
 
 #include "alloc_shim.h"
-#include "plan/plan.h"
-#include "runtime/runtime.h"
+#include "common_runtime.h"
 #include "state/store.h"
 
 #define GIB (UINT64_C(1) << 30)
-
-static struct runtime_mesh *cpu_mesh(const char *spec) {
-  struct runtime_mesh_config cfg = {.devices = spec, .device_budget_bytes = GIB};
-  struct runtime_mesh *m = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "%s", e.msg);
-  return m;
-}
-
-static void assert_mesh_idle(struct runtime_mesh *m, const char *what) {
-  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
-    struct runtime_device_info info;
-    runtime_mesh_device_info(m, i, &info);
-    ck_assert_msg(info.used_bytes == 0, "%s: %s still has %llu B reserved", what, info.name,
-                  (unsigned long long)info.used_bytes);
-  }
-}
 
 /* ---- the mesh ---- */
 
@@ -193,7 +175,7 @@ out:
 static void check_job(void *arg, qdp_status rc) {
   struct job *j = arg;
   const char *name = j->spec->name;
-  assert_mesh_idle(j->mesh, name);
+  qdpt_assert_mesh_idle(j->mesh, name);
   uint64_t bytes = 1;
   uint32_t states = 1;
   state_store_usage(j->store, &bytes, &states);
@@ -228,10 +210,10 @@ static const struct job_spec jobs[] = {
 
 START_TEST(test_job_survives_every_allocation_failure) {
   const struct job_spec *js = &jobs[_i];
-  struct job j = {.spec = js, .mesh = cpu_mesh("cpu:4")};
+  struct job j = {.spec = js, .mesh = qdpt_mesh("cpu:4", GIB, 0)};
   struct state_store_limits lim = {.budget_bytes = 4 * GIB};
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(state_store_create(&lim, &j.store, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(state_store_create(&lim, &j.store, &e), e);
   size_t nvalues = (size_t)(js->rows * js->cols);
   unsigned es = qdp_dtype_size(js->in);
   unsigned char *values = malloc(nvalues * es);
@@ -256,7 +238,7 @@ START_TEST(test_job_survives_every_allocation_failure) {
   ck_assert_ptr_nonnull(expected);
   /* The reference: the same job with nothing failing. */
   e = (struct qdp_error)QDP_ERROR_INIT;
-  ck_assert_msg(op_job(&j, &e) == QDP_OK, "%s: %s", js->name, e.msg);
+  CK_OK_AT(op_job(&j, &e), e, "%s", js->name);
   memcpy(expected, j.got, j.state_bytes);
   j.expected = expected;
   unsigned long calls = shim_sweep(js->name, op_job, check_job, &j);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "alloc_shim.h"
+#include "common.h"
 #include "job/job.h"
 
 #define MIB (UINT64_C(1) << 20)
@@ -28,14 +29,14 @@ static struct fixture fx;
 static void setup_with(uint64_t client_budget) {
   struct qdp_error e = QDP_ERROR_INIT;
   struct runtime_mesh_config mc = {.devices = "cpu:2", .device_budget_bytes = 64 * MIB};
-  ck_assert_msg(runtime_mesh_create(&mc, &fx.mesh, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(runtime_mesh_create(&mc, &fx.mesh, &e), e);
   ck_assert_int_eq(world_create(false, NULL, NULL, &fx.world, &e), QDP_OK);
   ck_assert_int_eq(world_start(fx.world, QDP_OK, NULL, fx.mesh, 1000, false, &e), QDP_OK);
   struct state_store_limits lim = {.budget_bytes = 128 * MIB, .client_budget_bytes = client_budget};
   ck_assert_int_eq(state_store_create(&lim, &fx.store, &e), QDP_OK);
   struct job_deps deps = {
       .mesh = fx.mesh, .world = fx.world, .store = fx.store, .max_regions = 4};
-  ck_assert_msg(job_pipeline_create(&deps, &fx.jp, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_pipeline_create(&deps, &fx.jp, &e), e);
   job_set_limits(fx.jp, 30, 1 << 20);
 }
 
@@ -79,7 +80,7 @@ static void assert_store_empty(void) {
 static void fetch_all(const char *handle, const char *token, double *out, uint64_t amps) {
   struct job_fetch f;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(job_fetch_open(fx.jp, handle, token, 0, 0, &f, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_fetch_open(fx.jp, handle, token, 0, 0, &f, &e), e);
   ck_assert_uint_eq(f.total, amps);
   ck_assert_uint_eq(f.esize, 16);
   ck_assert_int_eq(job_fetch_read(&f, amps, out, &e), QDP_OK);
@@ -93,7 +94,7 @@ START_TEST(test_amplitude_of_3_4_is_0_6_0_8) {
   struct job_encode_request req = amplitude_of(v, 2, 1);
   struct job_state_info st;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(job_encode(fx.jp, &alice, &req, &st, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_encode(fx.jp, &alice, &req, &st, &e), e);
   ck_assert_str_eq(st.meta.owner, "uid:1000");
   ck_assert_uint_eq(strlen(st.token), STATE_TOKEN_LEN - 1);
   ck_assert_uint_eq(st.plan->qubits, 1);
@@ -139,7 +140,7 @@ START_TEST(test_plan_only_reports_the_plan_and_keeps_nothing) {
       .placement = {.policy = PLAN_EVEN}};
   struct plan *p = NULL;
   struct qdp_error why = QDP_ERROR_INIT, e = QDP_ERROR_INIT;
-  ck_assert_msg(job_plan(fx.jp, &alice, &req, &p, &why, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_plan(fx.jp, &alice, &req, &p, &why, &e), e);
   ck_assert(p->feasible);
   ck_assert_int_eq(why.code, QDP_OK);
   ck_assert_uint_eq(p->total_bytes, 1024 * 16);
@@ -279,7 +280,7 @@ START_TEST(test_a_state_released_as_it_is_committed_is_described_from_a_pin) {
   struct job_state_info st;
   struct qdp_error e = QDP_ERROR_INIT;
   release_on_commit = true;
-  ck_assert_msg(job_encode(fx.jp, &alice, &req, &st, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_encode(fx.jp, &alice, &req, &st, &e), e);
   release_on_commit = false;
   ck_assert_uint_eq(st.plan->qubits, 2);
   ck_assert_uint_eq(st.plan->nshards, 2);
@@ -302,8 +303,7 @@ START_TEST(test_a_state_released_as_it_is_committed_is_described_from_a_pin) {
   memcpy(token, st.token, sizeof token);
   job_state_info_end(fx.jp, &st, true);
   release_on_commit = true;
-  ck_assert_msg(job_gather(fx.jp, &alice, handle, token, "cpu:1", 0, "whole", &st, &e) == QDP_OK,
-                "%s", e.msg);
+  CK_OK(job_gather(fx.jp, &alice, handle, token, "cpu:1", 0, "whole", &st, &e), e);
   release_on_commit = false;
   ck_assert_uint_eq(st.plan->nshards, 1);
   ck_assert_uint_eq(st.plan->total_bytes, 4 * 16);
@@ -359,7 +359,7 @@ START_TEST(test_the_budget_refuses_with_the_numbers) {
   ck_assert_ptr_nonnull(strstr(e.msg, "uid:1000"));
   assert_store_empty();
   req = amplitude_of(v, 256, 8);
-  ck_assert_msg(job_encode(fx.jp, &alice, &req, &st, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(job_encode(fx.jp, &alice, &req, &st, &e), e);
   job_state_info_end(fx.jp, &st, false);
   assert_store_empty();
 }
@@ -394,8 +394,7 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
   handed = dup(fd);
   struct job_region_info ri;
-  ck_assert_msg(job_register_region(fx.jp, &alice, handed, "region 'test'", &ri, &e) == QDP_OK,
-                "%s", e.msg);
+  CK_OK(job_register_region(fx.jp, &alice, handed, "region 'test'", &ri, &e), e);
   ck_assert_uint_eq(ri.meta.bytes, 4096);
   ck_assert_int_eq(ftruncate(fd, 0), 0);
   req.input = (struct job_input){.source = JOB_INPUT_REGION, .dtype = QDP_DTYPE_FLOAT64,

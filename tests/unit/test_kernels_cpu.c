@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "qdpk.h"
 
 #define PI_L 3.141592653589793238462643383279502884L
@@ -23,46 +24,16 @@ static const qdp_dtype OUT_TYPES[2] = {QDP_DTYPE_COMPLEX64, QDP_DTYPE_COMPLEX128
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* splitmix64: reproducible inputs without depending on the C library's rand(). */
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t seed) {
-  rng_state = seed;
-}
-
-static uint64_t rng_next(void) {
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double rng_uniform(double lo, double hi) {
-  return lo + (hi - lo) * ((double)(rng_next() >> 11) * 0x1.0p-53);
-}
-
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  ck_assert_ptr_nonnull(p);
-  return p;
-}
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  ck_assert_ptr_nonnull(p);
-  return p;
-}
-
 /* An input buffer of type `in` holding v (rounded to float for float32). */
 static void *make_input(qdp_dtype in, const double *v, size_t n) {
   if (in == QDP_DTYPE_FLOAT32) {
-    float *p = xmalloc(n * sizeof(float));
+    float *p = qdpt_xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
       p[i] = (float)v[i];
     }
     return p;
   }
-  double *p = xmalloc(n * sizeof(double));
+  double *p = qdpt_xmalloc(n * sizeof(double));
   memcpy(p, v, n * sizeof(double));
   return p;
 }
@@ -239,15 +210,15 @@ END_TEST
 START_TEST(test_sumsq_matches_recursive_definition) {
   static const uint64_t big[] = {511, 512, 513, 1000, 1023, 1025, 4095, 4097, 65535, 65537, 100003};
   uint64_t maxlen = 100003;
-  double *v = xmalloc(maxlen * sizeof(double));
-  rng_seed(11);
+  double *v = qdpt_xmalloc(maxlen * sizeof(double));
+  qdpt_rng_seed(11);
   for (uint64_t i = 0; i < maxlen; i++) {
-    v[i] = rng_uniform(-3, 3);
+    v[i] = qdpt_rng_uniform(-3, 3);
   }
   for (int io = 0; io < 2; io++) {
     void *x = make_input(IN_TYPES[io], v, maxlen);
     /* Recompute from what the kernel reads (float32 inputs are rounded). */
-    double *seen = xmalloc(maxlen * sizeof(double));
+    double *seen = qdpt_xmalloc(maxlen * sizeof(double));
     for (uint64_t i = 0; i < maxlen; i++) {
       seen[i] = (double)in_at(x, IN_TYPES[io], i);
     }
@@ -290,9 +261,9 @@ START_TEST(test_sumsq_partition_independent) {
   static const uint64_t lens[] = {1, 5, 64, 65, 200, 256, 257, 700, 1024};
   uint64_t block = 1024;
   double v[1024];
-  rng_seed(12);
+  qdpt_rng_seed(12);
   for (int i = 0; i < 1024; i++) {
-    v[i] = rng_uniform(-1, 1);
+    v[i] = qdpt_rng_uniform(-1, 1);
   }
   for (int io = 0; io < 2; io++) {
     void *x = make_input(IN_TYPES[io], v, block);
@@ -345,7 +316,7 @@ END_TEST
 /* sumsq then amplitude over one span [first, first + count) of `rows` rows, as the runtime runs. */
 static void encode_amplitude(const void *x, qdp_dtype in, uint64_t stride, uint64_t len, uint32_t n,
                              uint64_t rows, qdp_dtype out, void *o) {
-  double *sums = xmalloc(rows * sizeof(double));
+  double *sums = qdpt_xmalloc(rows * sizeof(double));
   qdpk_cpu_sumsq(x, in, stride, len, UINT64_C(1) << n, rows, out, NULL, sums);
   struct qdpk_span s = span_of(n, 0, UINT64_C(1) << n, rows, out);
   qdpk_cpu_amplitude(&s, x, in, stride, len, sums, NULL, o);
@@ -392,15 +363,15 @@ START_TEST(test_amplitude_batch_matches_double_reference) {
   uint32_t n = 5;
   uint64_t rows = 4, len = 20, stride = 23, count = 32;
   double v[4 * 23];
-  rng_seed(21);
+  qdpt_rng_seed(21);
   for (int i = 0; i < 4 * 23; i++) {
-    v[i] = rng_uniform(-2, 2) * (1 + i / 23); /* rows of different scales */
+    v[i] = qdpt_rng_uniform(-2, 2) * (1 + i / 23); /* rows of different scales */
   }
   for (int io = 0; io < 2; io++) {
     void *x = make_input(IN_TYPES[io], v, 4 * 23);
     for (int oo = 0; oo < 2; oo++) {
       qdp_dtype out = OUT_TYPES[oo];
-      void *o = xmalloc(rows * count * cplx_size(out));
+      void *o = qdpt_xmalloc(rows * count * cplx_size(out));
       encode_amplitude(x, IN_TYPES[io], stride, len, n, rows, out, o);
       for (uint64_t r = 0; r < rows; r++) {
         long double norm = 0, re[32] = {0}, im[32] = {0};
@@ -429,14 +400,14 @@ START_TEST(test_amplitude_sharded_spans_bit_identical) {
   uint32_t n = 10;
   uint64_t rows = 3, stride = 1000, count = 1024;
   uint64_t lens[] = {1000, 1024, 300, 1};
-  double *v = xmalloc(rows * stride * sizeof(double));
-  rng_seed(22);
+  double *v = qdpt_xmalloc(rows * stride * sizeof(double));
+  qdpt_rng_seed(22);
   for (uint64_t i = 0; i < rows * stride; i++) {
-    v[i] = rng_uniform(-1, 1);
+    v[i] = qdpt_rng_uniform(-1, 1);
   }
   for (size_t li = 0; li < 4; li++) {
     uint64_t len = lens[li], st = len > stride ? len : stride;
-    double *vv = xcalloc(rows * st, sizeof(double));
+    double *vv = qdpt_xcalloc(rows * st, sizeof(double));
     for (uint64_t r = 0; r < rows; r++) {
       for (uint64_t j = 0; j < len && j < stride; j++) {
         vv[r * st + j] = v[r * stride + j];
@@ -448,7 +419,7 @@ START_TEST(test_amplitude_sharded_spans_bit_identical) {
       for (int oo = 0; oo < 2; oo++) {
         qdp_dtype out = OUT_TYPES[oo];
         size_t cs = cplx_size(out);
-        char *whole = xmalloc(rows * count * cs);
+        char *whole = qdpt_xmalloc(rows * count * cs);
         encode_amplitude(x, IN_TYPES[io], st, len, n, rows, out, whole);
         for (uint64_t parts = 1; parts <= 8; parts *= 2) {
           uint64_t sub = count / parts;
@@ -470,7 +441,7 @@ START_TEST(test_amplitude_sharded_spans_bit_identical) {
           for (uint64_t p = 0; p < parts; p++) {
             uint64_t lo = p * sub;
             uint64_t plen = len <= lo ? 0 : (len - lo < sub ? len - lo : sub);
-            char *part = xmalloc(rows * sub * cs);
+            char *part = qdpt_xmalloc(rows * sub * cs);
             struct qdpk_span s = span_of(n, lo, sub, rows, out);
             qdpk_cpu_amplitude(&s, (const char *)x + lo * esz, IN_TYPES[io], st, plen, total, NULL,
                                part);
@@ -604,20 +575,20 @@ static void check_closed_form(span_kernel k, int is_phase) {
   static const uint32_t qubits[] = {1, 2, 3, 7, 10, 11, 13};
   uint64_t rows = 3, stride = 17;
   double v[3 * 17];
-  rng_seed(is_phase ? 32 : 31);
+  qdpt_rng_seed(is_phase ? 32 : 31);
   for (int i = 0; i < 3 * 17; i++) {
-    v[i] = rng_uniform(-PI_L, PI_L);
+    v[i] = qdpt_rng_uniform(-PI_L, PI_L);
   }
   for (size_t qi = 0; qi < sizeof(qubits) / sizeof(qubits[0]); qi++) {
     uint32_t n = qubits[qi];
     uint64_t count = UINT64_C(1) << n;
-    long double *re = xmalloc(count * sizeof(long double)),
-                *im = xmalloc(count * sizeof(long double));
+    long double *re = qdpt_xmalloc(count * sizeof(long double)),
+                *im = qdpt_xmalloc(count * sizeof(long double));
     for (int io = 0; io < 2; io++) {
       void *x = make_input(IN_TYPES[io], v, 3 * 17);
       for (int oo = 0; oo < 2; oo++) {
         qdp_dtype out = OUT_TYPES[oo];
-        char *o = xmalloc(rows * count * cplx_size(out));
+        char *o = qdpt_xmalloc(rows * count * cplx_size(out));
         struct qdpk_span s = span_of(n, 0, count, rows, out);
         k(&s, x, IN_TYPES[io], stride, o);
         for (uint64_t r = 0; r < rows; r++) {
@@ -647,15 +618,15 @@ static void check_high_window(span_kernel k, int is_phase) {
   uint32_t n = 40;
   uint64_t rows = 2, first = (UINT64_C(1) << 39) + (UINT64_C(1) << 25) + 1000, count = 3000;
   double v[80];
-  rng_seed(is_phase ? 34 : 33);
+  qdpt_rng_seed(is_phase ? 34 : 33);
   for (int i = 0; i < 80; i++) {
-    v[i] = rng_uniform(-PI_L, PI_L);
+    v[i] = qdpt_rng_uniform(-PI_L, PI_L);
   }
-  long double *re = xmalloc(count * sizeof(long double)),
-              *im = xmalloc(count * sizeof(long double));
+  long double *re = qdpt_xmalloc(count * sizeof(long double)),
+              *im = qdpt_xmalloc(count * sizeof(long double));
   for (int oo = 0; oo < 2; oo++) {
     qdp_dtype out = OUT_TYPES[oo];
-    char *o = xmalloc(rows * count * cplx_size(out));
+    char *o = qdpt_xmalloc(rows * count * cplx_size(out));
     struct qdpk_span s = span_of(n, first, count, rows, out);
     k(&s, v, QDP_DTYPE_FLOAT64, 40, o);
     for (uint64_t r = 0; r < rows; r++) {
@@ -682,7 +653,7 @@ static void check_spans_bit_identical(span_kernel k, const void *x, qdp_dtype in
                                       uint32_t n, uint64_t rows, qdp_dtype out, const char *what) {
   uint64_t count = UINT64_C(1) << n;
   size_t cs = cplx_size(out);
-  char *whole = xmalloc(rows * count * cs);
+  char *whole = qdpt_xmalloc(rows * count * cs);
   struct qdpk_span s = span_of(n, 0, count, rows, out);
   k(&s, x, in, stride, whole);
   uint64_t cuts[8][10];
@@ -704,7 +675,7 @@ static void check_spans_bit_identical(span_kernel k, const void *x, qdp_dtype in
       if (len == 0) {
         continue;
       }
-      char *part = xmalloc(rows * len * cs);
+      char *part = qdpt_xmalloc(rows * len * cs);
       struct qdpk_span ps = span_of(n, lo, len, rows, out);
       k(&ps, x, in, stride, part);
       for (uint64_t r = 0; r < rows; r++) {
@@ -720,9 +691,9 @@ static void check_sharding(span_kernel k, const char *what) {
   static const uint32_t qubits[] = {3, 10, 12};
   uint64_t rows = 3, stride = 12;
   double v[36];
-  rng_seed(35);
+  qdpt_rng_seed(35);
   for (int i = 0; i < 36; i++) {
-    v[i] = rng_uniform(-PI_L, PI_L);
+    v[i] = qdpt_rng_uniform(-PI_L, PI_L);
   }
   for (size_t qi = 0; qi < 3; qi++) {
     for (int io = 0; io < 2; io++) {
@@ -895,14 +866,16 @@ static void wht_plain_f(float *v, uint64_t count) {
 START_TEST(test_wht_bits_equal_plain_ascending_order) {
   static const uint64_t counts[] = {1, 2, 4, 8, 64, 2048, 4096, 8192, 16384};
   uint64_t rows = 2;
-  rng_seed(41);
+  qdpt_rng_seed(41);
   for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
     uint64_t count = counts[ci];
-    double *d = xmalloc(rows * count * 2 * sizeof(double)), *dw = xmalloc(rows * count * 2 * 8);
-    float *f = xmalloc(rows * count * 2 * sizeof(float)), *fw = xmalloc(rows * count * 2 * 4);
+    double *d = qdpt_xmalloc(rows * count * 2 * sizeof(double)),
+           *dw = qdpt_xmalloc(rows * count * 2 * 8);
+    float *f = qdpt_xmalloc(rows * count * 2 * sizeof(float)),
+          *fw = qdpt_xmalloc(rows * count * 2 * 4);
     for (uint64_t i = 0; i < rows * count * 2; i++) {
-      dw[i] = d[i] = rng_uniform(-1, 1);
-      fw[i] = f[i] = (float)rng_uniform(-1, 1);
+      dw[i] = d[i] = qdpt_rng_uniform(-1, 1);
+      fw[i] = f[i] = (float)qdpt_rng_uniform(-1, 1);
     }
     qdpk_cpu_wht(d, QDP_DTYPE_COMPLEX128, count, rows);
     qdpk_cpu_wht(f, QDP_DTYPE_COMPLEX64, count, rows);
@@ -923,10 +896,11 @@ END_TEST
 /* H^2 = count * I; with small integers every intermediate is exact. */
 START_TEST(test_wht_twice_scales_by_count) {
   uint64_t count = 4096;
-  double *d = xmalloc(count * 2 * sizeof(double)), *orig = xmalloc(count * 2 * sizeof(double));
-  rng_seed(42);
+  double *d = qdpt_xmalloc(count * 2 * sizeof(double)),
+         *orig = qdpt_xmalloc(count * 2 * sizeof(double));
+  qdpt_rng_seed(42);
   for (uint64_t i = 0; i < 2 * count; i++) {
-    orig[i] = d[i] = (double)(int)rng_uniform(-8, 8);
+    orig[i] = d[i] = (double)(int)qdpt_rng_uniform(-8, 8);
   }
   qdpk_cpu_wht(d, QDP_DTYPE_COMPLEX128, count, 1);
   qdpk_cpu_wht(d, QDP_DTYPE_COMPLEX128, count, 1);
@@ -1059,9 +1033,9 @@ END_TEST
 START_TEST(test_iqp_matches_direct_sum) {
   uint64_t rows = 3, stride = 21; /* 6 + 15 coefficients at most */
   double v[3 * 21];
-  rng_seed(51);
+  qdpt_rng_seed(51);
   for (int i = 0; i < 3 * 21; i++) {
-    v[i] = rng_uniform(-PI_L, PI_L);
+    v[i] = qdpt_rng_uniform(-PI_L, PI_L);
   }
   long double re[64], im[64];
   for (uint32_t n = 1; n <= 6; n++) {
@@ -1071,7 +1045,7 @@ START_TEST(test_iqp_matches_direct_sum) {
         void *x = make_input(IN_TYPES[io], v, 3 * 21);
         for (int oo = 0; oo < 2; oo++) {
           qdp_dtype out = OUT_TYPES[oo];
-          char *o = xmalloc(rows * count * cplx_size(out));
+          char *o = qdpt_xmalloc(rows * count * cplx_size(out));
           encode_iqp(x, IN_TYPES[io], stride, n, rows, pairs, out, o);
           for (uint64_t r = 0; r < rows; r++) {
             iqp_direct(x, IN_TYPES[io], r * stride, n, pairs, re, im);
@@ -1094,10 +1068,10 @@ START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
   uint32_t n = 11;
   uint64_t rows = 2, count = UINT64_C(1) << n;
   uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
-  double *v = xmalloc(rows * stride * sizeof(double));
-  rng_seed(52);
+  double *v = qdpt_xmalloc(rows * stride * sizeof(double));
+  qdpt_rng_seed(52);
   for (uint64_t i = 0; i < rows * stride; i++) {
-    v[i] = rng_uniform(-1, 1);
+    v[i] = qdpt_rng_uniform(-1, 1);
   }
   for (int pairs = 0; pairs <= 1; pairs++) {
     for (int io = 0; io < 2; io++) {
@@ -1105,13 +1079,13 @@ START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
       for (int oo = 0; oo < 2; oo++) {
         qdp_dtype out = OUT_TYPES[oo];
         size_t cs = cplx_size(out);
-        char *whole = xmalloc(rows * count * cs);
+        char *whole = qdpt_xmalloc(rows * count * cs);
         encode_iqp(x, IN_TYPES[io], stride, n, rows, pairs, out, whole);
         for (uint32_t g = 0; g <= 3; g++) {
           uint64_t parts = UINT64_C(1) << g, sub = count >> g;
           char *shard[8];
           for (uint64_t p = 0; p < parts; p++) {
-            shard[p] = xmalloc(rows * sub * cs);
+            shard[p] = qdpt_xmalloc(rows * sub * cs);
             struct qdpk_span s = span_of(n, p * sub, sub, rows, out);
             qdpk_cpu_iqp_phases(&s, x, IN_TYPES[io], stride, pairs, shard[p]);
             qdpk_cpu_wht(shard[p], out, sub, rows);
@@ -1160,10 +1134,10 @@ START_TEST(test_iqp_phases_uneven_spans_bit_identical) {
   for (size_t qi = 0; qi < 2; qi++) {
     uint32_t n = qubits[qi];
     uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
-    double *v = xmalloc(2 * stride * sizeof(double));
-    rng_seed(53);
+    double *v = qdpt_xmalloc(2 * stride * sizeof(double));
+    qdpt_rng_seed(53);
     for (uint64_t i = 0; i < 2 * stride; i++) {
-      v[i] = rng_uniform(-2, 2);
+      v[i] = qdpt_rng_uniform(-2, 2);
     }
     for (int oo = 0; oo < 2; oo++) {
       check_spans_bit_identical(iqp_kernel, v, QDP_DTYPE_FLOAT64, stride, n, 2, OUT_TYPES[oo],
@@ -1184,10 +1158,10 @@ START_TEST(test_iqp_phases_match_theta_definition) {
   for (size_t qi = 0; qi < 2; qi++) {
     uint32_t n = qubits[qi];
     uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n), rows = 2;
-    double *v = xmalloc(rows * stride * sizeof(double));
-    rng_seed(54 + n);
+    double *v = qdpt_xmalloc(rows * stride * sizeof(double));
+    qdpt_rng_seed(54 + n);
     for (uint64_t i = 0; i < rows * stride; i++) {
-      v[i] = rng_uniform(-1, 1);
+      v[i] = qdpt_rng_uniform(-1, 1);
     }
     uint64_t windows[3][2] = {
         {0, UINT64_C(1) << n}, {1000, (UINT64_C(1) << n) - 1100}, {(UINT64_C(1) << n) - 5, 5}};
@@ -1198,9 +1172,9 @@ START_TEST(test_iqp_phases_match_theta_definition) {
           qdp_dtype out = OUT_TYPES[oo];
           for (int wi = 0; wi < 3; wi++) {
             uint64_t first = windows[wi][0], count = windows[wi][1];
-            char *o = xmalloc(rows * count * cplx_size(out));
-            long double *re = xmalloc(count * sizeof(long double));
-            long double *im = xmalloc(count * sizeof(long double));
+            char *o = qdpt_xmalloc(rows * count * cplx_size(out));
+            long double *re = qdpt_xmalloc(count * sizeof(long double));
+            long double *im = qdpt_xmalloc(count * sizeof(long double));
             struct qdpk_span s = span_of(n, first, count, rows, out);
             qdpk_cpu_iqp_phases(&s, x, IN_TYPES[io], stride, pairs, o);
             for (uint64_t r = 0; r < rows; r++) {
@@ -1410,7 +1384,7 @@ START_TEST(test_iqp_at_the_sum_limit_stays_finite) {
   for (int q = 0; q < 2; q++) {
     uint32_t n = qubits[q];
     uint64_t np = qdp_values_per_sample(QDP_ENCODING_IQP, n);
-    float *d = xmalloc(np * sizeof *d);
+    float *d = qdpt_xmalloc(np * sizeof *d);
     /* Within 2^-20 of the limit, below it whatever the rounding to float. */
     float each = (float)(qdpk_param_sum_limit(QDP_DTYPE_COMPLEX64) / (double)np * (1 - 0x1p-20));
     for (uint64_t k = 0; k < np; k++) {
@@ -1422,7 +1396,7 @@ START_TEST(test_iqp_at_the_sum_limit_stays_finite) {
                                            &row, &col, &sum),
                      QDPK_PARAM_OK);
     struct qdpk_span s = span_of(n, 0, UINT64_C(1) << n, 1, QDP_DTYPE_COMPLEX64);
-    float *o = xmalloc(sizeof(float) * 2 << n);
+    float *o = qdpt_xmalloc(sizeof(float) * 2 << n);
     qdpk_cpu_iqp_phases(&s, d, QDP_DTYPE_FLOAT32, np, 1, o);
     for (uint64_t i = 0; i < (UINT64_C(2) << n); i++) {
       ck_assert_msg(isfinite(o[i]), "n=%u: value %llu is %g", n, (unsigned long long)i, o[i]);
@@ -1452,10 +1426,10 @@ END_TEST
  * for the sums and for pass 2, whatever the types. */
 START_TEST(test_scaled_sums_and_amplitudes_equal_prescaled_input) {
   enum { N = 7, L = 100, ROWS = 3, STRIDE = 101 };
-  rng_seed(71);
+  qdpt_rng_seed(71);
   double v[ROWS * STRIDE], w[ROWS * STRIDE];
   for (int i = 0; i < ROWS * STRIDE; i++) {
-    v[i] = rng_uniform(-2, 2);
+    v[i] = qdpt_rng_uniform(-2, 2);
   }
   for (int io = 0; io < 2; io++) {
     qdp_dtype in = IN_TYPES[io];
@@ -1478,7 +1452,7 @@ START_TEST(test_scaled_sums_and_amplitudes_equal_prescaled_input) {
       ck_assert(memcmp(got, want, sizeof got) == 0);
       struct qdpk_span s = span_of(N, 0, 128, ROWS, out);
       size_t bytes = ROWS * 128 * cplx_size(out);
-      void *a = xmalloc(bytes), *b = xmalloc(bytes);
+      void *a = qdpt_xmalloc(bytes), *b = qdpt_xmalloc(bytes);
       qdpk_cpu_amplitude(&s, x, in, STRIDE, L, want, e, a);
       qdpk_cpu_amplitude(&s, xv, in, STRIDE, L, want, NULL, b);
       assert_bits_equal(a, b, out, ROWS * 128, "scaled pass 2");
@@ -1498,17 +1472,17 @@ END_TEST
  * -Db_sanitize=undefined) reports any misaligned load this makes. */
 START_TEST(test_kernels_read_misaligned_input_as_aligned) {
   enum { N = 6, L = 64 + 29, P = N + N * (N - 1) / 2 };
-  rng_seed(130);
+  qdpt_rng_seed(130);
   double v[L];
   for (int i = 0; i < L; i++) {
-    v[i] = rng_uniform(-1.5, 1.5);
+    v[i] = qdpt_rng_uniform(-1.5, 1.5);
   }
   for (size_t off = 1; off <= 2; off++) {
     for (int io = 0; io < 2; io++) {
       qdp_dtype in = IN_TYPES[io];
       size_t isize = in == QDP_DTYPE_FLOAT32 ? 4 : 8;
       void *aligned = make_input(in, v, L);
-      unsigned char *raw = xmalloc(L * isize + off);
+      unsigned char *raw = qdpt_xmalloc(L * isize + off);
       void *odd = raw + off;
       memcpy(odd, aligned, L * isize);
       uint64_t at0 = 0, at1 = 0;
@@ -1531,7 +1505,7 @@ START_TEST(test_kernels_read_misaligned_input_as_aligned) {
         qdpk_cpu_sumsq(odd, in, L, L, 128, 1, out, e, s1);
         ck_assert(memcmp(s0, s1, sizeof s0) == 0);
         size_t bytes = 128 * cplx_size(out);
-        void *a = xmalloc(bytes), *b = xmalloc(bytes);
+        void *a = qdpt_xmalloc(bytes), *b = qdpt_xmalloc(bytes);
         struct qdpk_span amp = span_of(7, 0, 128, 1, out);
         qdpk_cpu_amplitude(&amp, aligned, in, L, L, s0, e, a);
         qdpk_cpu_amplitude(&amp, odd, in, L, L, s0, e, b);
@@ -1651,9 +1625,5 @@ static Suite *kernels_cpu_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(kernels_cpu_suite());
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return qdpt_run_suite(kernels_cpu_suite(), CK_FORK_GETENV);
 }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "state/store.h"
 
 struct payload {
@@ -40,8 +41,7 @@ static uint64_t lease(struct state_store *s, const char *handle, const char *tok
   struct qdp_error e = QDP_ERROR_INIT;
   uint64_t id = 0;
   ck_assert_int_eq(state_store_get(s, handle, token, &got, NULL, &e), QDP_OK);
-  ck_assert_msg(state_store_lease_open(s, got, "alice@host:1", pid, &id, &e) == QDP_OK, "%s",
-                e.msg);
+  CK_OK(state_store_lease_open(s, got, "alice@host:1", pid, &id, &e), e);
   ck_assert_uint_ne(id, 0);
   state_store_put(s, got);
   return id;

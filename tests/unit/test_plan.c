@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "plan.h"
 
 #define GIB (1ull << 30)
@@ -120,7 +121,7 @@ static struct plan *compute_ok(const struct plan_request *r, const struct plan_w
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   qdp_status rc = plan_compute(r, w, NULL, &p, &e);
-  ck_assert_msg(rc == QDP_OK, "plan_compute: %s (%s)", qdp_status_name(rc), e.msg);
+  CK_OK_AT(rc, e, "plan_compute");
   ck_assert_ptr_nonnull(p);
   assert_tiles(p, w);
   return p;
@@ -1170,7 +1171,7 @@ START_TEST(test_random_plans_tile_the_state_exactly) {
                     qdp_status_name(rc));
       continue;
     }
-    ck_assert_msg(rc == QDP_OK, "iter %d: %s", iter, e.msg);
+    CK_OK_AT(rc, e, "iter %d: plan_compute", iter);
     assert_tiles(p, &wb.w);
     int all_fit = 1;
     for (size_t i = 0; i < p->nneeds; i++) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "state/regions.h"
 
 /* A payload that counts how often the registry ends it. */
@@ -19,17 +20,15 @@ static void payload_end(void *p) {
 static struct region_registry *make(uint32_t max) {
   struct region_registry *r = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(region_registry_create(max, &r, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(region_registry_create(max, &r, &e), e);
   return r;
 }
 
 static void add(struct region_registry *r, struct payload *p, uint64_t bytes, char *handle,
                 char *token) {
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(region_registry_reserve(r, &e) == QDP_OK, "%s", e.msg);
-  ck_assert_msg(
-      region_registry_commit(r, "alice", bytes, p, payload_end, handle, token, NULL, &e) == QDP_OK,
-      "%s", e.msg);
+  CK_OK(region_registry_reserve(r, &e), e);
+  CK_OK(region_registry_commit(r, "alice", bytes, p, payload_end, handle, token, NULL, &e), e);
 }
 
 START_TEST(test_commit_gives_a_handle_and_token_and_get_returns_the_payload) {

@@ -8,63 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan.h"
-#include "runtime/runtime.h"
+#include "common_runtime.h"
 
 #define MIB (UINT64_C(1) << 20)
-
-static struct runtime_mesh *mesh_of(const char *spec, uint64_t budget) {
-  struct runtime_mesh_config cfg = {.devices = spec, .device_budget_bytes = budget};
-  struct runtime_mesh *m = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "%s", e.msg);
-  return m;
-}
 
 /* Encodes angle (batch 1) or amplitude (batch > 1) over the first ndev devices with policy. */
 static struct runtime_state *encode_on(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
                                        uint32_t n, uint64_t batch, qdp_dtype out) {
-  struct plan_device devs[8];
-  size_t subset[8];
-  runtime_mesh_plan_devices(m, 0, devs);
-  for (size_t i = 0; i < ndev; i++) {
-    subset[i] = i;
-  }
   qdp_encoding enc = batch > 1 ? QDP_ENCODING_AMPLITUDE : QDP_ENCODING_ANGLE;
   uint64_t cols = batch > 1 ? (UINT64_C(1) << n) - 3 : n; /* amplitude: padded rows */
-  double *x = malloc(batch * cols * sizeof *x);
+  double *x = qdpt_xmalloc(batch * cols * sizeof *x);
   for (uint64_t i = 0; i < batch * cols; i++) {
     x[i] = 0.1 + 0.37 * (double)(i % 17) - 0.05 * (double)(i % 5);
   }
-  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
-  struct plan_request req = {.encoding = enc,
-                             .qubits = n,
-                             .batch = batch,
-                             .values_per_sample = cols,
-                             .in_dtype = QDP_DTYPE_FLOAT64,
-                             .out_dtype = out,
-                             .policy = policy,
-                             .device_subset = subset,
-                             .device_subset_count = ndev};
-  struct plan *p = NULL;
-  struct runtime_state *s = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
-  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = batch, .cols = cols};
-  ck_assert_msg(runtime_encode(m, p, &in, &s, &e) == QDP_OK, "%s", e.msg);
-  plan_destroy(p);
+  struct runtime_state *s = qdpt_encode_f64(m, ndev, policy, enc, n, batch, cols, x, out);
   free(x);
   return s;
 }
 
-static uint64_t used_on(struct runtime_mesh *m, size_t i) {
-  struct runtime_device_info info;
-  runtime_mesh_device_info(m, i, &info);
-  return info.used_bytes;
-}
-
 START_TEST(test_layout_of_four_even_shards) {
-  struct runtime_mesh *m = mesh_of("cpu:4", 64 * MIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", 64 * MIB, 0);
   /* 2^10 complex128 amplitudes over 4 devices: 256 each, 4096 B each. */
   struct runtime_state *s = encode_on(m, 4, PLAN_EVEN, 10, 1, QDP_DTYPE_COMPLEX128);
   ck_assert_uint_eq(runtime_state_plan(s)->nshards, 4);
@@ -97,12 +60,12 @@ static void check_gather_bits(struct runtime_mesh *m, struct runtime_state *s) {
   size_t bytes = (size_t)(n * qdp_dtype_size(p->out_dtype));
   unsigned char *want = malloc(bytes), *got = malloc(bytes);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_read(s, 0, n, want, &e), QDP_OK);
+  CK_OK(runtime_state_read(s, 0, n, want, &e), e);
   for (size_t d = 0; d < runtime_mesh_count(m); d++) {
-    uint64_t before = used_on(m, d);
+    uint64_t before = qdpt_used_on(m, d);
     struct runtime_state *g = NULL;
-    ck_assert_msg(runtime_state_gather(m, s, d, &g, &e) == QDP_OK, "%s", e.msg);
-    ck_assert_uint_eq(used_on(m, d), before + p->total_bytes);
+    CK_OK(runtime_state_gather(m, s, d, &g, &e), e);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before + p->total_bytes);
     const struct plan *gp = runtime_state_plan(g);
     ck_assert_uint_eq(gp->nshards, 1);
     ck_assert_uint_eq(gp->batch, p->batch);
@@ -115,17 +78,17 @@ static void check_gather_bits(struct runtime_mesh *m, struct runtime_state *s) {
     ck_assert_uint_eq(l.bytes, p->total_bytes);
     ck_assert_uint_eq(runtime_state_bytes(g), p->total_bytes);
     memset(got, 0xA5, bytes); /* poison: every value must come from the copy */
-    ck_assert_int_eq(runtime_state_read(g, 0, n, got, &e), QDP_OK);
+    CK_OK(runtime_state_read(g, 0, n, got, &e), e);
     ck_assert_msg(memcmp(got, want, bytes) == 0, "gather onto device %zu differs", d);
     runtime_state_destroy(g);
-    ck_assert_uint_eq(used_on(m, d), before);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before);
   }
   free(want);
   free(got);
 }
 
 START_TEST(test_gather_of_index_range_shards_is_bit_identical) {
-  struct runtime_mesh *m = mesh_of("cpu:4", 64 * MIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", 64 * MIB, 0);
   struct runtime_state *s = encode_on(m, 4, PLAN_EVEN, 11, 1, QDP_DTYPE_COMPLEX128);
   check_gather_bits(m, s);
   runtime_state_destroy(s);
@@ -137,7 +100,7 @@ START_TEST(test_gather_of_index_range_shards_is_bit_identical) {
 END_TEST
 
 START_TEST(test_gather_of_a_sharded_batch_is_bit_identical) {
-  struct runtime_mesh *m = mesh_of("cpu:4", 64 * MIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", 64 * MIB, 0);
   /* 7 samples over 3 devices: rows 3 + 2 + 2, whole rows each. */
   struct runtime_state *s = encode_on(m, 3, PLAN_BATCH, 6, 7, QDP_DTYPE_COMPLEX128);
   ck_assert_uint_eq(runtime_state_plan(s)->nshards, 3);
@@ -149,11 +112,11 @@ END_TEST
 
 START_TEST(test_gather_that_does_not_fit_is_refused_with_numbers) {
   /* 4 devices of 20000 B; a 2^12 complex64 state (32768 B) in 4 shards of 8192 B. */
-  struct runtime_mesh *m = mesh_of("cpu:4", 20000);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", 20000, 0);
   struct runtime_state *s = encode_on(m, 4, PLAN_EVEN, 12, 1, QDP_DTYPE_COMPLEX64);
   struct runtime_state *g = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_gather(m, s, 2, &g, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(runtime_state_gather(m, s, 2, &g, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   ck_assert_ptr_null(g);
   ck_assert_uint_eq(e.need_bytes, 32768);
   ck_assert_uint_eq(e.free_bytes, 20000 - 8192);
@@ -162,9 +125,9 @@ START_TEST(test_gather_that_does_not_fit_is_refused_with_numbers) {
                 e.msg);
   ck_assert_msg(strstr(e.msg, "needs 32768 B") && strstr(e.msg, "only 11808 B of its 20000 B"),
                 "%s", e.msg);
-  ck_assert_uint_eq(used_on(m, 2), 8192); /* nothing stays reserved */
+  ck_assert_uint_eq(qdpt_used_on(m, 2), 8192); /* nothing stays reserved */
   e = (struct qdp_error)QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_gather(m, s, 4, &g, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(runtime_state_gather(m, s, 4, &g, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "device");
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
@@ -172,15 +135,15 @@ START_TEST(test_gather_that_does_not_fit_is_refused_with_numbers) {
 END_TEST
 
 START_TEST(test_views_on_host_memory_are_refused_naming_the_mesh) {
-  struct runtime_mesh *m = mesh_of("cpu:4", 64 * MIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", 64 * MIB, 0);
   struct runtime_state *s = encode_on(m, 4, PLAN_EVEN, 8, 1, QDP_DTYPE_COMPLEX128);
   struct runtime_ipc ipc;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_export_ipc(s, 1, &ipc, &e), QDP_ERR_FAILED_PRECONDITION);
+  CK_STATUS(runtime_state_export_ipc(s, 1, &ipc, &e), QDP_ERR_FAILED_PRECONDITION, e);
   ck_assert_msg(strstr(e.msg, "zero-copy views need GPUs") && strstr(e.msg, "cpu:4"), "%s", e.msg);
   ck_assert_str_eq(e.field, "views");
   e = (struct qdp_error)QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_mesh_check_views(m, &e), QDP_ERR_FAILED_PRECONDITION);
+  CK_STATUS(runtime_mesh_check_views(m, &e), QDP_ERR_FAILED_PRECONDITION, e);
   ck_assert_msg(strstr(e.msg, "cpu:4 (host memory)"), "%s", e.msg);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
@@ -188,18 +151,17 @@ START_TEST(test_views_on_host_memory_are_refused_naming_the_mesh) {
 END_TEST
 
 START_TEST(test_find_device_by_name_or_index) {
-  struct runtime_mesh *m = mesh_of("cpu:3", MIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:3", MIB, 0);
   size_t i = 99;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_mesh_find_device(m, "cpu:2", "device", &i, &e), QDP_OK);
+  CK_OK(runtime_mesh_find_device(m, "cpu:2", "device", &i, &e), e);
   ck_assert_uint_eq(i, 2);
-  ck_assert_int_eq(runtime_mesh_find_device(m, "1", "device", &i, &e), QDP_OK);
+  CK_OK(runtime_mesh_find_device(m, "1", "device", &i, &e), e);
   ck_assert_uint_eq(i, 1);
-  ck_assert_int_eq(runtime_mesh_find_device(m, "3", "device", &i, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(runtime_mesh_find_device(m, "3", "device", &i, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_msg(strstr(e.msg, "'3'") && strstr(e.msg, "cpu:0 to cpu:2"), "%s", e.msg);
-  ck_assert_int_eq(runtime_mesh_find_device(m, "cuda:0", "device", &i, &e),
-                   QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(runtime_mesh_find_device(m, "1x", "device", &i, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(runtime_mesh_find_device(m, "cuda:0", "device", &i, &e), QDP_ERR_INVALID_ARGUMENT, e);
+  CK_STATUS(runtime_mesh_find_device(m, "1x", "device", &i, &e), QDP_ERR_INVALID_ARGUMENT, e);
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -215,9 +177,5 @@ int main(void) {
   tcase_add_test(tc, test_views_on_host_memory_are_refused_naming_the_mesh);
   tcase_add_test(tc, test_find_device_by_name_or_index);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return qdpt_run_suite(s, CK_FORK_GETENV);
 }
