@@ -117,11 +117,50 @@ out:
   return rc;
 }
 
-/* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
- * values [0, len) at x (zero past len up to `block`). */
-static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
-                               uint64_t len, uint64_t block, const int32_t *scales,
-                               double *ret_sums, struct qdp_error *reterr) {
+/* sumsq_staged for rows that fit a staging slot: whole rows per piece, slots alternating. A subtree
+ * wholly past len adds +0, which changes no bit, so the tree over the block is the tree over the
+ * smallest power of two holding len. */
+static qdp_status sumsq_rows_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                    const char *x, uint64_t len, const int32_t *scales,
+                                    double *ret_sums, struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  unsigned isize = qdp_dtype_size(w->in);
+  uint64_t rows = w->shard->rows;
+  qdp_dtype out = w->plan->out_dtype;
+  uint64_t stride = w->in_stride * isize;
+  int slot = 0;
+  uint64_t sub = pow2_ceil(len);
+  uint64_t per = c->stage_bytes / (len * isize);
+  per = per < rows ? per : rows;
+  QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
+  QDP_TRY(rc,
+          cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
+  for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+    uint64_t nr = rows - r0 < per ? rows - r0 : per;
+    QDP_TRY(rc,
+            cuda_stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
+    K_TRY(rc, d, "qdpk_sumsq",
+          qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, scales ? scales + r0 : NULL,
+                     s->ws, (size_t)s->ws_cap, (double *)s->sums + r0, c->stream));
+    QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
+    slot ^= 1;
+  }
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
+                         c->stream));
+  QDP_TRY(rc, cuda_finish(c, reterr));
+out:
+  return rc;
+}
+
+/* sumsq_staged for rows longer than a slot: one sum per aligned chunk of `chunk` values into
+ * s->host_sums, slots alternating, then the block's tree over each row's chunks. */
+static qdp_status sumsq_chunks_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                      const char *x, uint64_t len, uint64_t block, uint64_t chunk,
+                                      const int32_t *scales, double *ret_sums,
+                                      struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   struct norm_block *chunks = NULL;
@@ -130,36 +169,7 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
   uint64_t rows = w->shard->rows;
   qdp_dtype out = w->plan->out_dtype;
   uint64_t stride = w->in_stride * isize;
-  /* The largest aligned power-of-two subtree that fits a slot. */
-  uint64_t chunk = pow2_floor(c->stage_bytes / isize);
   int slot = 0;
-  if (len <= chunk) {
-    /* Whole rows per piece. A subtree wholly past len adds +0, which changes no bit, so the tree
-     * over the block is the tree over the smallest power of two holding len. */
-    uint64_t sub = pow2_ceil(len);
-    uint64_t per = c->stage_bytes / (len * isize);
-    per = per < rows ? per : rows;
-    QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
-    QDP_TRY(rc,
-            cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
-    for (uint64_t r0 = 0; r0 < rows; r0 += per) {
-      uint64_t nr = rows - r0 < per ? rows - r0 : per;
-      QDP_TRY(rc,
-              cuda_stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
-      K_TRY(
-          rc, d, "qdpk_sumsq",
-          qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, scales ? scales + r0 : NULL,
-                     s->ws, (size_t)s->ws_cap, (double *)s->sums + r0, c->stream));
-      QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
-      slot ^= 1;
-    }
-    CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
-                           c->stream));
-    QDP_TRY(rc, cuda_finish(c, reterr));
-    goto out;
-  }
-  /* Rows longer than a slot: one sum per chunk, then the block's tree over the chunks. */
   uint64_t nchunks = (len + chunk - 1) / chunk;
   uint64_t nsums = rows * nchunks;
   QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, nsums * sizeof(double), reterr));
@@ -204,6 +214,19 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
 out:
   free(chunks);
   return rc;
+}
+
+/* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
+ * values [0, len) at x (zero past len up to `block`). */
+static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
+                               uint64_t len, uint64_t block, const int32_t *scales,
+                               double *ret_sums, struct qdp_error *reterr) {
+  /* The largest aligned power-of-two subtree that fits a slot. */
+  uint64_t chunk = pow2_floor(c->stage_bytes / qdp_dtype_size(w->in));
+  if (len <= chunk) {
+    return sumsq_rows_staged(c, w, x, len, scales, ret_sums, reterr);
+  }
+  return sumsq_chunks_staged(c, w, x, len, block, chunk, scales, ret_sums, reterr);
 }
 
 qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
