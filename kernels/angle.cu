@@ -80,9 +80,5 @@ struct angle_kernels {
 
 extern "C" qdp_status qdpk_angle(const struct qdpk_span *s, const void *x, qdp_dtype in,
                                  uint64_t in_stride, void *out, cudaStream_t stream) {
-  if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
-    return QDP_ERR_INVALID_ARGUMENT;
-  }
-  return run_closed_form(s, in, per_thread(qdpk_tune_angle_per_thread, 4), x,
-                         product_launch<angle_kernels>{s, in_stride, out, stream});
+  return run_product<angle_kernels>(s, x, in, in_stride, out, stream, qdpk_tune_angle_per_thread);
 }

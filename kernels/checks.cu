@@ -154,14 +154,19 @@ __global__ void params_report_kernel(const unsigned long long *word, uint64_t co
   *col = at % (cols + 1);
 }
 
+/* One thread: the result word starts at "none". */
+qdp_status set_none(unsigned long long *word, cudaStream_t stream) {
+  set_none_kernel<<<1, 1, 0, stream>>>(word);
+  return launched();
+}
+
 template <typename T>
 qdp_status scan_params(const T *x, uint64_t in_stride, uint64_t cols, uint64_t rows, qdp_dtype out,
                        int summed, int *ret_fault, uint64_t *ret_row, uint64_t *ret_col,
                        cudaStream_t stream) {
   /* ret_col holds the result word until the report splits it. */
   unsigned long long *word = reinterpret_cast<unsigned long long *>(ret_col);
-  set_none_kernel<<<1, 1, 0, stream>>>(word);
-  qdp_status rc = launched();
+  qdp_status rc = set_none(word, stream);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -184,9 +189,7 @@ template <typename T>
 qdp_status scan_nonfinite(const T *x, uint64_t count, int *ret_found, uint64_t *ret_index,
                           cudaStream_t stream) {
   unsigned long long *word = reinterpret_cast<unsigned long long *>(ret_index);
-  /* One thread: the result word starts at "none". */
-  set_none_kernel<<<1, 1, 0, stream>>>(word);
-  qdp_status rc = launched();
+  qdp_status rc = set_none(word, stream);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -208,8 +211,7 @@ template <typename T>
 qdp_status scan_basis(const T *x, uint64_t in_stride, uint64_t rows, uint32_t qubits,
                       int *ret_fault, uint64_t *ret_row, cudaStream_t stream) {
   unsigned long long *word = reinterpret_cast<unsigned long long *>(ret_row);
-  set_none_kernel<<<1, 1, 0, stream>>>(word);
-  qdp_status rc = launched();
+  qdp_status rc = set_none(word, stream);
   if (rc != QDP_OK) {
     return rc;
   }

@@ -190,6 +190,18 @@ struct product_launch {
   }
 };
 
+/* The entry of a per-qubit product encoding (angle, phase): the arguments checked, then the
+ * span's launch with K from the tuning knob (4 when unset). */
+template <class Kernels>
+qdp_status run_product(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                       void *out, cudaStream_t stream, int knob) {
+  if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  return run_closed_form(s, in, per_thread(knob, 4), x,
+                         product_launch<Kernels>{s, in_stride, out, stream});
+}
+
 }  // namespace qdpk
 
 #endif /* QDPK_CUDA_INTERNAL_CUH */

@@ -48,6 +48,23 @@ __device__ __forceinline__ void add_sub(C &a, C &b) {
   b.y = x.y - y.y;
 }
 
+/* Moves thread t's registers r from the register bits at [from, from + 4) to [to, to + 4) through
+ * shared memory sm; the first barrier: the previous regrouping has been read by every thread. */
+template <typename C>
+__device__ __forceinline__ void regroup(C *sm, C (&r)[PER_THREAD], uint32_t t, uint32_t from,
+                                        uint32_t to) {
+  __syncthreads();
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    sm[slot(tile_index(t, k, from))] = r[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    r[k] = sm[slot(tile_index(t, k, to))];
+  }
+}
+
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
     wht_tile_kernel(typename cplx<R>::type *__restrict__ data, uint64_t total, uint64_t tiles,
@@ -85,16 +102,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
       const uint32_t p = pos < 8 ? pos : 8;
       const uint32_t end = (cl + m < p + 4) ? cl + m : p + 4;
       if (p != cur) {
-        __syncthreads(); /* the previous regrouping has been read by every thread */
-#pragma unroll
-        for (uint32_t k = 0; k < PER_THREAD; k++) {
-          sm[slot(tile_index(t, k, cur))] = r[k];
-        }
-        __syncthreads();
-#pragma unroll
-        for (uint32_t k = 0; k < PER_THREAD; k++) {
-          r[k] = sm[slot(tile_index(t, k, p))];
-        }
+        regroup(sm, r, t, cur, p);
         cur = p;
       }
       const uint32_t lo = pos - p, hi = end - p;
@@ -112,16 +120,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
       pos = end;
     }
     if (cur != 8) {
-      __syncthreads();
-#pragma unroll
-      for (uint32_t k = 0; k < PER_THREAD; k++) {
-        sm[slot(tile_index(t, k, cur))] = r[k];
-      }
-      __syncthreads();
-#pragma unroll
-      for (uint32_t k = 0; k < PER_THREAD; k++) {
-        r[k] = sm[slot(tile_index(t, k, 8))];
-      }
+      regroup(sm, r, t, cur, 8);
     }
 #pragma unroll
     for (uint32_t k = 0; k < PER_THREAD; k++) {

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "error.h"
 #include "io/map.h"
@@ -20,6 +21,9 @@ void io_quote(char *dst, size_t cap, const char *src);
  * failures are SYSTEM with `what` (already quoted) leading. */
 qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *what,
                         struct io_mapping *ret, struct qdp_error *reterr);
+
+/* fstat(2) of fd into *ret; a failure is SYSTEM with `what` (already quoted) leading. */
+qdp_status io_fstat(int fd, const char *what, struct stat *ret, struct qdp_error *reterr);
 
 /* The status for a failed open(2) of `what` (already quoted): NOT_FOUND, PERMISSION_DENIED or
  * SYSTEM, cause = err. */

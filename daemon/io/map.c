@@ -160,17 +160,21 @@ void io_unmap(struct io_mapping *m) {
   *m = (struct io_mapping)IO_MAPPING_INIT;
 }
 
+qdp_status io_fstat(int fd, const char *what, struct stat *ret, struct qdp_error *reterr) {
+  if (fstat(fd, ret) != 0) {
+    int err = errno;
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", what,
+                            strerror(err));
+  }
+  return QDP_OK;
+}
+
 qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, bool whole,
                      struct io_mapping *ret, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   *ret = (struct io_mapping)IO_MAPPING_INIT;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", what,
-                          strerror(err));
-    goto out;
-  }
+  QDP_TRY(rc, io_fstat(fd, what, &st, reterr));
   if (!S_ISREG(st.st_mode)) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "shm",
                        "%s is not shared memory or a regular file (mode 0%o)", what,

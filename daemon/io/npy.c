@@ -56,12 +56,7 @@ qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struc
   struct io_mapping m = IO_MAPPING_INIT;
   *ret = m;
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, err, "%s: fstat failed: %s", what,
-                          strerror(err));
-    goto out;
-  }
+  QDP_TRY(rc, io_fstat(fd, what, &st, reterr));
   if (!S_ISREG(st.st_mode)) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "path", "%s is not a regular file", what);
     goto out;

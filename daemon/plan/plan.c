@@ -204,15 +204,9 @@ out:
 
 /* ---- validation ------------------------------------------------------------------------------ */
 
-static qdp_status check_request(const struct plan_request *req, const struct plan_limits *lim,
-                                struct qdp_error *reterr) {
-  const char *enc = qdp_encoding_name(req->encoding);
-  if (req->encoding == QDP_ENCODING_UNSPECIFIED || !enc) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "encoding",
-                         "encoding %d is unknown: expected amplitude, angle, basis, iqp, iqp-z or "
-                         "phase",
-                         (int)req->encoding);
-  }
+/* Qubits within the hard ceiling and the configured one, and a batch of 1..max_batch samples. */
+static qdp_status check_qubits_batch(const struct plan_request *req, const struct plan_limits *lim,
+                                     struct qdp_error *reterr) {
   /* The configured ceiling is trusted only below the hard one: past 60 qubits a complex64 state's
    * byte count no longer fits 64 bits. */
   uint32_t max_q = PLAN_MAX_QUBITS;
@@ -223,7 +217,6 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "qubits",
                          "qubits %u is out of range: expected 1..%u", req->qubits, max_q);
   }
-  const uint32_t n = req->qubits;
   if (req->batch == 0) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.rows",
                          "batch 0 is out of range: expected at least 1 sample");
@@ -233,6 +226,13 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
                          "batch %llu is out of range: max_batch is %llu samples", ull(req->batch),
                          ull(lim->max_batch));
   }
+  return QDP_OK;
+}
+
+/* The values a sample carries against what the encoding of req->qubits takes. */
+static qdp_status check_values(const struct plan_request *req, const char *enc,
+                               struct qdp_error *reterr) {
+  const uint32_t n = req->qubits;
   const uint64_t want = qdp_values_per_sample(req->encoding, n);
   const uint64_t got = req->values_per_sample;
   if (req->encoding == QDP_ENCODING_AMPLITUDE) {
@@ -254,6 +254,12 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
                          "sample, got %llu",
                          enc, n, ull(want), ull(got));
   }
+  return QDP_OK;
+}
+
+/* The input dtype the encoding accepts, and a complex output dtype. */
+static qdp_status check_dtypes(const struct plan_request *req, const char *enc,
+                               struct qdp_error *reterr) {
   const int basis = req->encoding == QDP_ENCODING_BASIS;
   if (!(req->in_dtype == QDP_DTYPE_FLOAT32 || req->in_dtype == QDP_DTYPE_FLOAT64 ||
         (basis && req->in_dtype == QDP_DTYPE_INT64))) {
@@ -270,13 +276,13 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
                          "output dtype %s (%d) is not accepted: expected complex64 or complex128",
                          name ? name : "unknown", (int)req->out_dtype);
   }
-  if ((unsigned)req->policy >= COUNT(policy_names)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
-                         "placement policy %d is unknown: expected auto, single, even, uneven, "
-                         "capacity or batch",
-                         (int)req->policy);
-  }
-  /* Size: batch * 2^n * element size must be a uint64 and within max_state_bytes. */
+  return QDP_OK;
+}
+
+/* The state's byte count, batch * 2^n * element size: a uint64 and within max_state_bytes. */
+static qdp_status check_size(const struct plan_request *req, const struct plan_limits *lim,
+                             struct qdp_error *reterr) {
+  const uint32_t n = req->qubits;
   const unsigned esz = qdp_dtype_size(req->out_dtype);
   const uint64_t amps = (uint64_t)1 << n;
   const char *field = req->batch > 1 ? "input.rows" : "qubits";
@@ -295,6 +301,30 @@ static qdp_status check_request(const struct plan_request *req, const struct pla
                          ull(req->batch), n, esz, ull(total), ull(lim->max_state_bytes));
   }
   return QDP_OK;
+}
+
+static qdp_status check_request(const struct plan_request *req, const struct plan_limits *lim,
+                                struct qdp_error *reterr) {
+  const char *enc = qdp_encoding_name(req->encoding);
+  if (req->encoding == QDP_ENCODING_UNSPECIFIED || !enc) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "encoding",
+                         "encoding %d is unknown: expected amplitude, angle, basis, iqp, iqp-z or "
+                         "phase",
+                         (int)req->encoding);
+  }
+  qdp_status rc;
+  QDP_TRY(rc, check_qubits_batch(req, lim, reterr));
+  QDP_TRY(rc, check_values(req, enc, reterr));
+  QDP_TRY(rc, check_dtypes(req, enc, reterr));
+  if ((unsigned)req->policy >= COUNT(policy_names)) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
+                         "placement policy %d is unknown: expected auto, single, even, uneven, "
+                         "capacity or batch",
+                         (int)req->policy);
+  }
+  QDP_TRY(rc, check_size(req, lim, reterr));
+out:
+  return rc;
 }
 
 static qdp_status check_world(const struct plan_world *w, struct qdp_error *reterr) {

@@ -100,6 +100,72 @@ static qdp_status resolve_group(const char *name, gid_t *ret, struct qdp_error *
   return QDP_OK;
 }
 
+/* sa for path, checked to fit, and its length; l keeps a copy of path. */
+static qdp_status unix_address(struct rpc_listener *l, const char *path, struct sockaddr_un *sa,
+                               socklen_t *ret_len, struct qdp_error *reterr) {
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof sa->sun_path) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "socket",
+                         "socket = '%.200s' is %zu B long; a Unix socket path is 1 to %zu B", path,
+                         n, sizeof sa->sun_path - 1);
+  }
+  memcpy(sa->sun_path, path, n);
+  memcpy(l->path, path, n + 1);
+  *ret_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+  return QDP_OK;
+}
+
+/* l's socket, bound at path with no permission at all (a stale socket there is removed first). */
+static qdp_status bind_socket(struct rpc_listener *l, const char *path,
+                              const struct sockaddr_un *sa, socklen_t salen,
+                              struct qdp_error *reterr) {
+  l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l->fd < 0) {
+    int e = errno;
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "socket(AF_UNIX) failed: %s",
+                            strerror(e));
+  }
+  /* A stale socket of a daemon that died: the caller holds the lock, so no live one owns it. */
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    unlink(path);
+  }
+  /* Created with no permission at all, then given exactly its mode: never briefly wider. */
+  mode_t old = umask(0777);
+  int b = bind(l->fd, (const struct sockaddr *)sa, salen);
+  int be = errno;
+  umask(old);
+  if (b != 0) {
+    qdp_status rc = qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, -1, be,
+                                     "cannot listen on unix:%s: %s (the directory is missing or "
+                                     "not writable, or another file has the name)",
+                                     path, strerror(be));
+    if (reterr) {
+      snprintf(reterr->field, sizeof reterr->field, "socket");
+    }
+    return rc;
+  }
+  l->bound = true;
+  return QDP_OK;
+}
+
+/* The bound socket's group (gid, unless -1) and mode, as opts ask. */
+static qdp_status set_access(const struct rpc_listener_opts *opts, gid_t gid,
+                             struct qdp_error *reterr) {
+  if (gid != (gid_t)-1 && chown(opts->path, (uid_t)-1, gid) != 0) {
+    int e = errno;
+    return qdp_error_set_at(reterr, QDP_ERR_PERMISSION_DENIED, -1, e,
+                            "cannot give unix:%s the group '%.64s': %s", opts->path, opts->group,
+                            strerror(e));
+  }
+  if (chmod(opts->path, (mode_t)opts->mode) != 0) {
+    int e = errno;
+    return qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "cannot set mode %04o on unix:%s: %s",
+                            opts->mode, opts->path, strerror(e));
+  }
+  return QDP_OK;
+}
+
 qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *opts,
                                grpc_server *server, struct fd_tickets *tickets,
                                struct rpc_listener **ret, struct qdp_error *reterr) {
@@ -115,60 +181,14 @@ qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *
   l->fd = -1;
   pthread_mutex_init(&l->mu, NULL);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  size_t n = strlen(opts->path);
-  if (n == 0 || n >= sizeof sa.sun_path) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "socket",
-                       "socket = '%.200s' is %zu B long; a Unix socket path is 1 to %zu B",
-                       opts->path, n, sizeof sa.sun_path - 1);
-    goto out;
-  }
-  memcpy(sa.sun_path, opts->path, n);
-  memcpy(l->path, opts->path, n + 1);
+  socklen_t salen = 0;
+  QDP_TRY(rc, unix_address(l, opts->path, &sa, &salen, reterr));
   gid_t gid = (gid_t)-1;
   if (opts->group && opts->group[0]) {
     QDP_TRY(rc, resolve_group(opts->group, &gid, reterr));
   }
-  l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (l->fd < 0) {
-    int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "socket(AF_UNIX) failed: %s", strerror(e));
-    goto out;
-  }
-  /* A stale socket of a daemon that died: the caller holds the lock, so no live one owns it. */
-  struct stat st;
-  if (lstat(opts->path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-    unlink(opts->path);
-  }
-  /* Created with no permission at all, then given exactly its mode: never briefly wider. */
-  mode_t old = umask(0777);
-  int b = bind(l->fd, (struct sockaddr *)&sa,
-               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1));
-  int be = errno;
-  umask(old);
-  if (b != 0) {
-    rc = qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, -1, be,
-                          "cannot listen on unix:%s: %s (the directory is missing or not "
-                          "writable, or another file has the name)",
-                          opts->path, strerror(be));
-    if (reterr) {
-      snprintf(reterr->field, sizeof reterr->field, "socket");
-    }
-    goto out;
-  }
-  l->bound = true;
-  if (gid != (gid_t)-1 && chown(opts->path, (uid_t)-1, gid) != 0) {
-    int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_PERMISSION_DENIED, -1, e,
-                          "cannot give unix:%s the group '%.64s': %s", opts->path, opts->group,
-                          strerror(e));
-    goto out;
-  }
-  if (chmod(opts->path, (mode_t)opts->mode) != 0) {
-    int e = errno;
-    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "cannot set mode %04o on unix:%s: %s",
-                          opts->mode, opts->path, strerror(e));
-    goto out;
-  }
+  QDP_TRY(rc, bind_socket(l, opts->path, &sa, salen, reterr));
+  QDP_TRY(rc, set_access(opts, gid, reterr));
   if (listen(l->fd, 128) != 0) {
     int e = errno;
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "listen on unix:%s failed: %s", opts->path,

@@ -117,51 +117,64 @@ out:
   return rc;
 }
 
-/* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
- * values [0, len) at x (zero past len up to `block`). */
-static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
-                               uint64_t len, uint64_t block, const int32_t *scales,
-                               double *ret_sums, struct qdp_error *reterr) {
+/* What both ways of sumsq_staged read of the work: the rows, their stride and element size in
+ * bytes, and the state's dtype. */
+struct staged_rows {
+  uint64_t rows;
+  uint64_t stride;
+  unsigned isize;
+  qdp_dtype out;
+};
+
+/* sumsq_staged for rows that fit a staging slot: whole rows per piece, slots alternating. A subtree
+ * wholly past len adds +0, which changes no bit, so the tree over the block is the tree over the
+ * smallest power of two holding len. */
+static qdp_status sumsq_rows_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                    const struct staged_rows *g, const char *x, uint64_t len,
+                                    const int32_t *scales, double *ret_sums,
+                                    struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_scratch *s = w->scratch;
+  qdp_status rc = QDP_OK;
+  int slot = 0;
+  uint64_t sub = pow2_ceil(len);
+  uint64_t per = c->stage_bytes / (len * g->isize);
+  per = per < g->rows ? per : g->rows;
+  QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, g->rows * sizeof(double), reterr));
+  QDP_TRY(rc,
+          cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
+  for (uint64_t r0 = 0; r0 < g->rows; r0 += per) {
+    uint64_t nr = g->rows - r0 < per ? g->rows - r0 : per;
+    QDP_TRY(rc, cuda_stage_put(c, slot, x + r0 * g->stride, g->stride, len * g->isize, nr,
+                               w->pinned, reterr));
+    K_TRY(rc, d, "qdpk_sumsq",
+          qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, g->out,
+                     scales ? scales + r0 : NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums + r0,
+                     c->stream));
+    QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
+    slot ^= 1;
+  }
+  CU_TRY(rc, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(ret_sums, s->sums, (size_t)g->rows * sizeof(double),
+                         cudaMemcpyDeviceToHost, c->stream));
+  QDP_TRY(rc, cuda_finish(c, reterr));
+out:
+  return rc;
+}
+
+/* sumsq_staged for rows longer than a slot: one sum per aligned chunk of `chunk` values into
+ * s->host_sums, slots alternating, then the block's tree over each row's chunks. */
+static qdp_status sumsq_chunks_staged(struct cuda_device *c, struct runtime_shard_work *w,
+                                      const struct staged_rows *g, const char *x, uint64_t len,
+                                      uint64_t block, uint64_t chunk, const int32_t *scales,
+                                      double *ret_sums, struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   struct norm_block *chunks = NULL;
   qdp_status rc = QDP_OK;
-  unsigned isize = qdp_dtype_size(w->in);
-  uint64_t rows = w->shard->rows;
-  qdp_dtype out = w->plan->out_dtype;
-  uint64_t stride = w->in_stride * isize;
-  /* The largest aligned power-of-two subtree that fits a slot. */
-  uint64_t chunk = pow2_floor(c->stage_bytes / isize);
   int slot = 0;
-  if (len <= chunk) {
-    /* Whole rows per piece. A subtree wholly past len adds +0, which changes no bit, so the tree
-     * over the block is the tree over the smallest power of two holding len. */
-    uint64_t sub = pow2_ceil(len);
-    uint64_t per = c->stage_bytes / (len * isize);
-    per = per < rows ? per : rows;
-    QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
-    QDP_TRY(rc,
-            cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, per), reterr));
-    for (uint64_t r0 = 0; r0 < rows; r0 += per) {
-      uint64_t nr = rows - r0 < per ? rows - r0 : per;
-      QDP_TRY(rc,
-              cuda_stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
-      K_TRY(
-          rc, d, "qdpk_sumsq",
-          qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, out, scales ? scales + r0 : NULL,
-                     s->ws, (size_t)s->ws_cap, (double *)s->sums + r0, c->stream));
-      QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
-      slot ^= 1;
-    }
-    CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
-                           c->stream));
-    QDP_TRY(rc, cuda_finish(c, reterr));
-    goto out;
-  }
-  /* Rows longer than a slot: one sum per chunk, then the block's tree over the chunks. */
   uint64_t nchunks = (len + chunk - 1) / chunk;
-  uint64_t nsums = rows * nchunks;
+  uint64_t nsums = g->rows * nchunks;
   QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, nsums * sizeof(double), reterr));
   QDP_TRY(rc,
           cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(chunk, 1), reterr));
@@ -173,14 +186,14 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
                           (unsigned long long)nchunks);
     goto out;
   }
-  for (uint64_t r = 0; r < rows; r++) {
+  for (uint64_t r = 0; r < g->rows; r++) {
     for (uint64_t k = 0; k < nchunks; k++) {
       uint64_t at = k * chunk;
       uint64_t n = len - at < chunk ? len - at : chunk;
-      QDP_TRY(rc, cuda_stage_put(c, slot, x + r * stride + at * isize, n * isize, n * isize, 1,
-                                 w->pinned, reterr));
+      QDP_TRY(rc, cuda_stage_put(c, slot, x + r * g->stride + at * g->isize, n * g->isize,
+                                 n * g->isize, 1, w->pinned, reterr));
       K_TRY(rc, d, "qdpk_sumsq",
-            qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, out,
+            qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, g->out,
                        scales ? scales + r : NULL, s->ws, (size_t)s->ws_cap,
                        (double *)s->sums + r * nchunks + k, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
@@ -194,16 +207,32 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
   /* Chunk k is the aligned subtree [k * chunk, (k + 1) * chunk) of the block's tree [0, block);
    * the subtrees past len are absent, which norm_combine counts as zero, as the kernel would.
    * Float states add in float, as the kernel does. */
-  for (uint64_t r = 0; r < rows; r++) {
+  for (uint64_t r = 0; r < g->rows; r++) {
     for (uint64_t k = 0; k < nchunks; k++) {
       chunks[k] = (struct norm_block){
           .first = k * chunk, .log2 = log2_of(chunk), .sum = s->host_sums[r * nchunks + k]};
     }
-    ret_sums[r] = norm_combine(chunks, (size_t)nchunks, log2_of(block), out == QDP_DTYPE_COMPLEX64);
+    ret_sums[r] =
+        norm_combine(chunks, (size_t)nchunks, log2_of(block), g->out == QDP_DTYPE_COMPLEX64);
   }
 out:
   free(chunks);
   return rc;
+}
+
+/* Pass 1 for one aligned block, with the staging held: the pairwise sum of squares of each row's
+ * values [0, len) at x (zero past len up to `block`). */
+static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work *w, const char *x,
+                               uint64_t len, uint64_t block, const int32_t *scales,
+                               double *ret_sums, struct qdp_error *reterr) {
+  unsigned isize = qdp_dtype_size(w->in);
+  const struct staged_rows g = {w->shard->rows, w->in_stride * isize, isize, w->plan->out_dtype};
+  /* The largest aligned power-of-two subtree that fits a slot. */
+  uint64_t chunk = pow2_floor(c->stage_bytes / isize);
+  if (len <= chunk) {
+    return sumsq_rows_staged(c, w, &g, x, len, scales, ret_sums, reterr);
+  }
+  return sumsq_chunks_staged(c, w, &g, x, len, block, chunk, scales, ret_sums, reterr);
 }
 
 qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,

@@ -297,6 +297,69 @@ static void unaccount(struct state_store *s, struct owner *o, uint64_t bytes) {
   owner_drop_if_idle(s, o);
 }
 
+/* Whether bytes more and one slot more fit the store's limits and those of owner (o, or NULL when
+ * it holds nothing yet): RESOURCE_EXHAUSTED naming the first limit that refuses. Under the lock. */
+static qdp_status check_room(const struct state_store *s, const char *owner, const struct owner *o,
+                             uint64_t bytes, struct qdp_error *reterr) {
+  const struct state_store_limits *lim = &s->lim;
+  uint64_t obytes = o ? o->bytes : 0;
+  uint32_t oslots = o ? o->slots : 0;
+  if (bytes > UINT64_MAX - s->bytes ||
+      (lim->budget_bytes && bytes > lim->budget_bytes - s->bytes)) {
+    uint64_t budget = lim->budget_bytes ? lim->budget_bytes : UINT64_MAX;
+    qdp_status rc =
+        qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                      "state of %" PRIu64 " B refused: the store holds %" PRIu64
+                      " B of its %" PRIu64 " B budget (budget_bytes); release states or raise it",
+                      bytes, s->bytes, budget);
+    if (reterr) {
+      reterr->need_bytes = bytes;
+      reterr->free_bytes = budget - s->bytes;
+    }
+    return rc;
+  }
+  if (bytes > UINT64_MAX - obytes ||
+      (lim->client_budget_bytes && bytes > lim->client_budget_bytes - obytes)) {
+    uint64_t budget = lim->client_budget_bytes ? lim->client_budget_bytes : UINT64_MAX;
+    qdp_status rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                                  "state of %" PRIu64 " B refused: client '%s' holds %" PRIu64
+                                  " B of its %" PRIu64 " B budget (client_budget_bytes)",
+                                  bytes, owner, obytes, budget);
+    if (reterr) {
+      reterr->need_bytes = bytes;
+      reterr->free_bytes = budget - obytes;
+    }
+    return rc;
+  }
+  if (lim->max_states && s->slots >= lim->max_states) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "state of %" PRIu64 " B refused: the store holds %" PRIu32
+                         " states and reservations, its limit (max_states %" PRIu32 ")",
+                         bytes, s->slots, lim->max_states);
+  }
+  if (lim->max_client_states && oslots >= lim->max_client_states) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "state of %" PRIu64 " B refused: client '%s' holds %" PRIu32
+                         " states and reservations, its limit (max_client_states %" PRIu32 ")",
+                         bytes, owner, oslots, lim->max_client_states);
+  }
+  return QDP_OK;
+}
+
+/* A new, empty record for owner (olen bytes), entered in the table. Under the lock. */
+static qdp_status owner_add(struct state_store *s, const char *owner, size_t olen,
+                            struct owner **ret, struct qdp_error *reterr) {
+  struct owner *fresh = calloc(1, sizeof *fresh);
+  if (!fresh) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B owner record", sizeof *fresh);
+  }
+  memcpy(fresh->name, owner, olen + 1);
+  ht_insert(&s->owners, &fresh->node, hash_str(fresh->name));
+  *ret = fresh;
+  return QDP_OK;
+}
+
 qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
                              struct state_reservation **ret_res, struct qdp_error *reterr) {
   if (!owner) {
@@ -308,69 +371,16 @@ qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t 
                          "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
   }
   struct state_reservation *r = malloc(sizeof *r);
-  struct owner *fresh = NULL;
   if (!r) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a %zu B reservation record", sizeof *r);
   }
   qdp_status rc = QDP_OK;
-  const struct state_store_limits *lim = &s->lim;
   pthread_mutex_lock(&s->mu);
   struct owner *o = find_owner(s, owner);
-  uint64_t obytes = o ? o->bytes : 0;
-  uint32_t oslots = o ? o->slots : 0;
-
-  if (bytes > UINT64_MAX - s->bytes ||
-      (lim->budget_bytes && bytes > lim->budget_bytes - s->bytes)) {
-    uint64_t budget = lim->budget_bytes ? lim->budget_bytes : UINT64_MAX;
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "state of %" PRIu64 " B refused: the store holds %" PRIu64
-                       " B of its %" PRIu64 " B budget (budget_bytes); release states or raise it",
-                       bytes, s->bytes, budget);
-    if (reterr) {
-      reterr->need_bytes = bytes;
-      reterr->free_bytes = budget - s->bytes;
-    }
-    goto out;
-  }
-  if (bytes > UINT64_MAX - obytes ||
-      (lim->client_budget_bytes && bytes > lim->client_budget_bytes - obytes)) {
-    uint64_t budget = lim->client_budget_bytes ? lim->client_budget_bytes : UINT64_MAX;
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "state of %" PRIu64 " B refused: client '%s' holds %" PRIu64
-                       " B of its %" PRIu64 " B budget (client_budget_bytes)",
-                       bytes, owner, obytes, budget);
-    if (reterr) {
-      reterr->need_bytes = bytes;
-      reterr->free_bytes = budget - obytes;
-    }
-    goto out;
-  }
-  if (lim->max_states && s->slots >= lim->max_states) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "state of %" PRIu64 " B refused: the store holds %" PRIu32
-                       " states and reservations, its limit (max_states %" PRIu32 ")",
-                       bytes, s->slots, lim->max_states);
-    goto out;
-  }
-  if (lim->max_client_states && oslots >= lim->max_client_states) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "state of %" PRIu64 " B refused: client '%s' holds %" PRIu32
-                       " states and reservations, its limit (max_client_states %" PRIu32 ")",
-                       bytes, owner, oslots, lim->max_client_states);
-    goto out;
-  }
+  QDP_TRY(rc, check_room(s, owner, o, bytes, reterr));
   if (!o) {
-    fresh = calloc(1, sizeof *fresh);
-    if (!fresh) {
-      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "no host memory for a %zu B owner record", sizeof *fresh);
-      goto out;
-    }
-    memcpy(fresh->name, owner, olen + 1);
-    ht_insert(&s->owners, &fresh->node, hash_str(fresh->name));
-    o = fresh;
-    fresh = NULL;
+    QDP_TRY(rc, owner_add(s, owner, olen, &o, reterr));
   }
   o->bytes += bytes;
   o->slots++;
@@ -401,9 +411,9 @@ void state_reservation_cancel(struct state_reservation *r) {
 /* ---- commit ---------------------------------------------------------------------------------- */
 
 /* A state record for payload, not yet linked: label, token, creation time and expiry. */
-static qdp_status new_entry(struct state_store *s, const struct state_reservation *r,
-                            void *payload, void (*payload_destroy)(void *), uint64_t ttl_ms,
-                            const char *label, struct entry **ret, struct qdp_error *reterr) {
+static qdp_status new_entry(struct state_store *s, const struct state_reservation *r, void *payload,
+                            void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
+                            struct entry **ret, struct qdp_error *reterr) {
   if (!label) {
     label = "";
   }
@@ -512,8 +522,7 @@ out:
 qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
                               void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
                               char *ret_handle, char *ret_token, struct qdp_error *reterr) {
-  return commit(s, r, payload, payload_destroy, ttl_ms, label, NULL, ret_handle, ret_token,
-                reterr);
+  return commit(s, r, payload, payload_destroy, ttl_ms, label, NULL, ret_handle, ret_token, reterr);
 }
 
 qdp_status state_store_commit_pinned(struct state_store *s, struct state_reservation *r,

@@ -107,6 +107,25 @@ static qdp_status call_failed(struct device_comm *c, ncclResult_t r, const char 
   return rc;
 }
 
+/* Takes the group's lock for one collective; a group already aborted: its error, the lock not held. */
+static qdp_status lock_live(struct device_comm *c, struct qdp_error *reterr) {
+  pthread_mutex_lock(&c->lock);
+  if (c->aborted) {
+    qdp_status rc = aborted_error(c, reterr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+  }
+  return QDP_OK;
+}
+
+/* Ends a collective that lock_live began: r's outcome, the lock released. */
+static qdp_status unlock_result(struct device_comm *c, ncclResult_t r, const char *call,
+                                struct qdp_error *reterr) {
+  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, call, reterr);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
 qdp_status device_comm_create_local(const int *ordinals, size_t n, struct device_comm **ret,
                                     struct qdp_error *reterr) {
   if (n == 0 || n > 64) {
@@ -392,26 +411,20 @@ qdp_status device_comm_allgather_f64(struct device_comm *c, size_t local, const 
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, NULL,
                          "local member %zu of a group holding %zu here", local, c->nlocal);
   }
-  pthread_mutex_lock(&c->lock);
-  if (c->aborted) {
-    qdp_status rc = aborted_error(c, reterr);
-    pthread_mutex_unlock(&c->lock);
+  qdp_status rc = lock_live(c, reterr);
+  if (rc != QDP_OK) {
     return rc;
   }
   ncclResult_t r =
       ncclAllGather(send, recv, count, ncclDouble, c->comms[local], (cudaStream_t)stream);
-  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclAllGather", reterr);
-  pthread_mutex_unlock(&c->lock);
-  return rc;
+  return unlock_result(c, r, "ncclAllGather", reterr);
 }
 
 qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *const *send,
                                          double *const *recv, size_t count, void *const *streams,
                                          struct qdp_error *reterr) {
-  pthread_mutex_lock(&c->lock);
-  if (c->aborted) {
-    qdp_status rc = aborted_error(c, reterr);
-    pthread_mutex_unlock(&c->lock);
+  qdp_status rc = lock_live(c, reterr);
+  if (rc != QDP_OK) {
     return rc;
   }
   ncclResult_t r = ncclGroupStart();
@@ -420,9 +433,7 @@ qdp_status device_comm_allgather_f64_all(struct device_comm *c, const double *co
   }
   ncclResult_t end = ncclGroupEnd();
   r = r != ncclSuccess ? r : end;
-  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclAllGather", reterr);
-  pthread_mutex_unlock(&c->lock);
-  return rc;
+  return unlock_result(c, r, "ncclAllGather", reterr);
 }
 
 qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a, void *recv_a,
@@ -433,10 +444,8 @@ qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a
                          "swap between local members %zu and %zu of a group holding %zu here", la,
                          lb, c->nlocal);
   }
-  pthread_mutex_lock(&c->lock);
-  if (c->aborted) {
-    qdp_status rc = aborted_error(c, reterr);
-    pthread_mutex_unlock(&c->lock);
+  qdp_status rc = lock_live(c, reterr);
+  if (rc != QDP_OK) {
     return rc;
   }
   int ma = c->first_member + (int)la, mb = c->first_member + (int)lb;
@@ -451,9 +460,7 @@ qdp_status device_comm_swap(struct device_comm *c, size_t la, const void *send_a
   for (int i = 0; i < 4 && r == ncclSuccess; i++) {
     r = s[i];
   }
-  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclSend/ncclRecv", reterr);
-  pthread_mutex_unlock(&c->lock);
-  return rc;
+  return unlock_result(c, r, "ncclSend/ncclRecv", reterr);
 }
 
 qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, const void *send,
@@ -463,10 +470,8 @@ qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, c
                          "exchange between local member %zu and member %d of a group of %d", local,
                          peer, c->size);
   }
-  pthread_mutex_lock(&c->lock);
-  if (c->aborted) {
-    qdp_status rc = aborted_error(c, reterr);
-    pthread_mutex_unlock(&c->lock);
+  qdp_status rc = lock_live(c, reterr);
+  if (rc != QDP_OK) {
     return rc;
   }
   ncclResult_t r = ncclGroupStart();
@@ -476,9 +481,7 @@ qdp_status device_comm_exchange(struct device_comm *c, size_t local, int peer, c
     r = ncclGroupEnd();
     r = s != ncclSuccess ? s : v != ncclSuccess ? v : r;
   }
-  qdp_status rc = r == ncclSuccess ? QDP_OK : call_failed(c, r, "ncclSend/ncclRecv", reterr);
-  pthread_mutex_unlock(&c->lock);
-  return rc;
+  return unlock_result(c, r, "ncclSend/ncclRecv", reterr);
 }
 
 int device_comm_nccl_version(void) {

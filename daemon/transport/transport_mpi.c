@@ -280,83 +280,115 @@ static int settle_cancelled(MPI_Request *req, MPI_Status *st) {
   return cancelled ? 0 : 1;
 }
 
-static qdp_status mpi_io_within(struct transport *t, struct transport_io *items, size_t n,
-                                uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
+/* The requests of one mpi_io_within: a request a piece, with the item it belongs to and its
+ * length, and for each item how many of its pieces are not done. */
+struct io_table {
+  MPI_Request *reqs;
+  size_t *owner;
+  size_t *plen;
+  size_t *left;
+  size_t posted;
+};
+
+static qdp_status io_table_alloc(const struct transport *t, const struct transport_io *items,
+                                 size_t n, struct io_table *tab, struct qdp_error *reterr) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     total += items[i].bytes ? transport_chunk_count(items[i].bytes, t->chunk_bytes) : 1;
   }
-  MPI_Request *reqs = malloc(total * sizeof *reqs);
-  size_t *owner = malloc(total * sizeof *owner);
-  size_t *plen = malloc(total * sizeof *plen);
-  size_t *left = calloc(n, sizeof *left); /* pieces of item i not done */
-  if (!reqs || !owner || !plen || !left) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "cannot allocate the request table of %zu messages", total);
-    goto out;
+  tab->reqs = malloc(total * sizeof *tab->reqs);
+  tab->owner = malloc(total * sizeof *tab->owner);
+  tab->plen = malloc(total * sizeof *tab->plen);
+  tab->left = calloc(n, sizeof *tab->left);
+  tab->posted = 0;
+  if (!tab->reqs || !tab->owner || !tab->plen || !tab->left) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "cannot allocate the request table of %zu messages", total);
   }
-  size_t posted = 0;
+  return QDP_OK;
+}
+
+static void io_table_free(struct io_table *tab) {
+  free(tab->reqs);
+  free(tab->owner);
+  free(tab->plen);
+  free(tab->left);
+}
+
+/* Posts every piece of every item; on a failure, what was posted before it stays posted. */
+static qdp_status post_all(struct transport *t, const struct transport_io *items, size_t n,
+                           struct io_table *tab, struct qdp_error *reterr) {
   for (size_t i = 0; i < n; i++) {
-    struct transport_io *it = &items[i];
+    const struct transport_io *it = &items[i];
     size_t pieces = it->bytes ? transport_chunk_count(it->bytes, t->chunk_bytes) : 1;
     for (size_t k = 0; k < pieces; k++) {
       size_t len = transport_chunk_len(it->bytes, t->chunk_bytes, k);
       unsigned char *at = len ? (unsigned char *)it->buf + k * t->chunk_bytes : NULL;
-      int mpirc =
-          it->send
-              ? MPI_Isend(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), &reqs[posted])
-              : MPI_Irecv(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), &reqs[posted]);
+      MPI_Request *req = &tab->reqs[tab->posted];
+      int mpirc = it->send ? MPI_Isend(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), req)
+                           : MPI_Irecv(at, (int)len, MPI_BYTE, it->peer, it->tag, comm_of(t), req);
       if (mpirc != MPI_SUCCESS) {
-        rc = mpi_fail(t, mpirc, reterr, "%s of %zu B %s rank %d, tag %d",
-                      it->send ? "MPI_Isend" : "MPI_Irecv", it->bytes, it->send ? "to" : "from",
-                      it->peer, it->tag);
-        timeout_ms = 1; /* cancel what was posted below */
-        goto wait;
+        return mpi_fail(t, mpirc, reterr, "%s of %zu B %s rank %d, tag %d",
+                        it->send ? "MPI_Isend" : "MPI_Irecv", it->bytes, it->send ? "to" : "from",
+                        it->peer, it->tag);
       }
-      plen[posted] = len;
-      owner[posted++] = i;
-      left[i]++;
+      tab->plen[tab->posted] = len;
+      tab->owner[tab->posted++] = i;
+      tab->left[i]++;
     }
   }
-wait:;
-  uint64_t start = mono_us();
-  size_t pending = posted;
+  return QDP_OK;
+}
+
+/* One pass of MPI_Test over the pending requests; returns how many are still pending. The first
+ * failure (a test that failed, or a piece of the wrong size) goes to *rc. */
+static size_t test_pass(struct transport *t, struct transport_io *items, struct io_table *tab,
+                        size_t pending, qdp_status *rc, struct qdp_error *reterr) {
+  for (size_t r = 0; r < tab->posted; r++) {
+    if (tab->reqs[r] == MPI_REQUEST_NULL) {
+      continue;
+    }
+    int flag = 0;
+    MPI_Status st;
+    int mpirc = MPI_Test(&tab->reqs[r], &flag, &st);
+    if (mpirc != MPI_SUCCESS && *rc == QDP_OK) {
+      *rc = mpi_fail(t, mpirc, reterr, "waiting for a message %s rank %d",
+                     items[tab->owner[r]].send ? "to" : "from", items[tab->owner[r]].peer);
+      tab->reqs[r] = MPI_REQUEST_NULL;
+      pending--;
+      continue;
+    }
+    if (!flag) {
+      continue;
+    }
+    pending--;
+    struct transport_io *it = &items[tab->owner[r]];
+    int got = 0;
+    if (!it->send && *rc == QDP_OK && MPI_Get_count(&st, MPI_BYTE, &got) == MPI_SUCCESS &&
+        (got < 0 || (size_t)got != tab->plen[r])) {
+      *rc = qdp_error_set_at(reterr, QDP_ERR_INVALID_ARGUMENT, -1, 0,
+                             "rank %d expected a piece of %zu B from rank %d, tag %d, and got %d "
+                             "B; the two ranks disagree on the size",
+                             t->rank, tab->plen[r], it->peer, it->tag, got);
+    }
+    if (--tab->left[tab->owner[r]] == 0) {
+      it->done = 1;
+    }
+  }
+  return pending;
+}
+
+/* Tests until every request completed, one failed or timeout_ms (0: none) passed since start;
+ * returns how many are still pending. */
+static size_t wait_posted(struct transport *t, struct transport_io *items, struct io_table *tab,
+                          uint64_t start, uint64_t timeout_ms, qdp_status *rc,
+                          struct qdp_error *reterr) {
+  size_t pending = tab->posted;
   unsigned idle = 0;
   while (pending > 0) {
     size_t before = pending;
-    for (size_t r = 0; r < posted; r++) {
-      if (reqs[r] == MPI_REQUEST_NULL) {
-        continue;
-      }
-      int flag = 0;
-      MPI_Status st;
-      int mpirc = MPI_Test(&reqs[r], &flag, &st);
-      if (mpirc != MPI_SUCCESS && rc == QDP_OK) {
-        rc = mpi_fail(t, mpirc, reterr, "waiting for a message %s rank %d",
-                      items[owner[r]].send ? "to" : "from", items[owner[r]].peer);
-        reqs[r] = MPI_REQUEST_NULL;
-        pending--;
-        continue;
-      }
-      if (!flag) {
-        continue;
-      }
-      pending--;
-      struct transport_io *it = &items[owner[r]];
-      int got = 0;
-      if (!it->send && rc == QDP_OK && MPI_Get_count(&st, MPI_BYTE, &got) == MPI_SUCCESS &&
-          (got < 0 || (size_t)got != plen[r])) {
-        rc = qdp_error_set_at(reterr, QDP_ERR_INVALID_ARGUMENT, -1, 0,
-                              "rank %d expected a piece of %zu B from rank %d, tag %d, and got %d "
-                              "B; the two ranks disagree on the size",
-                              t->rank, plen[r], it->peer, it->tag, got);
-      }
-      if (--left[owner[r]] == 0) {
-        it->done = 1;
-      }
-    }
-    if (pending == 0 || rc != QDP_OK) {
+    pending = test_pass(t, items, tab, pending, rc, reterr);
+    if (pending == 0 || *rc != QDP_OK) {
       break;
     }
     if (timeout_ms && mono_us() - start >= timeout_ms * 1000) {
@@ -375,44 +407,64 @@ wait:;
       sched_yield();
     }
   }
-  if (pending > 0) {
-    int pinned = 0;
-    size_t first_late = n;
-    for (size_t r = 0; r < posted; r++) {
-      if (reqs[r] == MPI_REQUEST_NULL) {
-        continue;
-      }
-      MPI_Status st;
-      int s = settle_cancelled(&reqs[r], &st);
-      if (s == 1) {
-        if (--left[owner[r]] == 0) {
-          items[owner[r]].done = 1;
-        }
-        continue;
-      }
-      pinned |= s < 0;
-      first_late = owner[r] < first_late ? owner[r] : first_late;
+  return pending;
+}
+
+/* Cancels what is still pending after a wait that began at start; the first item left late is
+ * named in the error (when rc is still OK), and *ret_pinned says whether MPI may still use a
+ * buffer. Returns rc, or that error. */
+static qdp_status cancel_late(const struct transport *t, struct transport_io *items, size_t n,
+                              struct io_table *tab, uint64_t start, int *ret_pinned, qdp_status rc,
+                              struct qdp_error *reterr) {
+  int pinned = 0;
+  size_t first_late = n;
+  for (size_t r = 0; r < tab->posted; r++) {
+    if (tab->reqs[r] == MPI_REQUEST_NULL) {
+      continue;
     }
-    if (ret_pinned) {
-      *ret_pinned = pinned;
-    }
-    if (rc == QDP_OK && first_late < n) {
-      const struct transport_io *it = &items[first_late];
-      rc = qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, -1, 0,
-                            "rank %d did not %s %zu B (tag %d) within %" PRIu64
-                            " ms: it is dead, hung or unreachable (rank %d of %d waited)",
-                            it->peer, it->send ? "take" : "send", it->bytes, it->tag,
-                            (mono_us() - start) / 1000, t->rank, t->size);
-      if (reterr) {
-        reterr->rank = it->peer;
+    MPI_Status st;
+    int s = settle_cancelled(&tab->reqs[r], &st);
+    if (s == 1) {
+      if (--tab->left[tab->owner[r]] == 0) {
+        items[tab->owner[r]].done = 1;
       }
+      continue;
+    }
+    pinned |= s < 0;
+    first_late = tab->owner[r] < first_late ? tab->owner[r] : first_late;
+  }
+  if (ret_pinned) {
+    *ret_pinned = pinned;
+  }
+  if (rc == QDP_OK && first_late < n) {
+    const struct transport_io *it = &items[first_late];
+    rc = qdp_error_set_at(reterr, QDP_ERR_UNAVAILABLE, -1, 0,
+                          "rank %d did not %s %zu B (tag %d) within %" PRIu64
+                          " ms: it is dead, hung or unreachable (rank %d of %d waited)",
+                          it->peer, it->send ? "take" : "send", it->bytes, it->tag,
+                          (mono_us() - start) / 1000, t->rank, t->size);
+    if (reterr) {
+      reterr->rank = it->peer;
     }
   }
-out:
-  free(reqs);
-  free(owner);
-  free(plen);
-  free(left);
+  return rc;
+}
+
+static qdp_status mpi_io_within(struct transport *t, struct transport_io *items, size_t n,
+                                uint64_t timeout_ms, int *ret_pinned, struct qdp_error *reterr) {
+  struct io_table tab;
+  qdp_status rc = io_table_alloc(t, items, n, &tab, reterr);
+  if (rc == QDP_OK) {
+    rc = post_all(t, items, n, &tab, reterr);
+    if (rc != QDP_OK) {
+      timeout_ms = 1; /* cancel what was posted */
+    }
+    uint64_t start = mono_us();
+    if (wait_posted(t, items, &tab, start, timeout_ms, &rc, reterr) > 0) {
+      rc = cancel_late(t, items, n, &tab, start, ret_pinned, rc, reterr);
+    }
+  }
+  io_table_free(&tab);
   return rc;
 }
 
@@ -442,12 +494,75 @@ static enum transport_threads threads_of(int provided) {
   return TRANSPORT_THREADS_SINGLE;
 }
 
+/* Initializes MPI unless something in the process already did, and records the threading granted.
+ */
+static qdp_status init_mpi(struct transport *t, struct mpi_impl *m, int *argc, char ***argv,
+                           struct qdp_error *reterr) {
+  int flag = 0, provided = MPI_THREAD_SINGLE;
+  MPI_Initialized(&flag);
+  if (!flag) {
+    /* MULTIPLE is asked for so that point-to-point may later come from device workers; the
+     * daemon funnels everything through one thread when less is granted. */
+    int mpirc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (mpirc != MPI_SUCCESS) {
+      return mpi_fail(t, mpirc, reterr, "MPI_Init_thread");
+    }
+    m->initialized_mpi = 1;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  t->threads = threads_of(provided);
+  return QDP_OK;
+}
+
+/* The transport's own duplicate of the world communicator, its errors returned, and this rank's
+ * place in it. */
+static qdp_status dup_world(struct transport *t, struct mpi_impl *m, struct qdp_error *reterr) {
+  /* Errors on the world communicator abort by default; the duplicate returns them instead, and
+   * keeps qdpd's messages apart from any other user of MPI_COMM_WORLD in the process. */
+  int mpirc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+  if (mpirc != MPI_SUCCESS) {
+    m->comm = MPI_COMM_NULL;
+    return mpi_fail(t, mpirc, reterr, "MPI_Comm_dup of MPI_COMM_WORLD");
+  }
+  mpirc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  if (mpirc == MPI_SUCCESS) {
+    mpirc = MPI_Comm_rank(m->comm, &t->rank);
+  }
+  if (mpirc == MPI_SUCCESS) {
+    mpirc = MPI_Comm_size(m->comm, &t->size);
+  }
+  if (mpirc != MPI_SUCCESS) {
+    return mpi_fail(t, mpirc, reterr, "setting up the duplicated world communicator");
+  }
+  return QDP_OK;
+}
+
+/* The host name (the processor's, else rankN) and the gather tables sized for the world. */
+static qdp_status name_and_tables(struct transport *t, struct mpi_impl *m,
+                                  struct qdp_error *reterr) {
+  int len = 0;
+  char name[MPI_MAX_PROCESSOR_NAME];
+  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0) {
+    snprintf(name, sizeof name, "rank%d", t->rank);
+  }
+  snprintf(t->host, sizeof t->host, "%s", name);
+  m->counts = calloc((size_t)t->size, sizeof(int));
+  m->displs = calloc((size_t)t->size, sizeof(int));
+  if (!m->counts || !m->displs) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "cannot allocate %zu B for the gather tables of %d ranks",
+                         2 * (size_t)t->size * sizeof(int), t->size);
+  }
+  return QDP_OK;
+}
+
 qdp_status transport_mpi_create(int *argc, char ***argv, struct transport **ret,
                                 struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct transport *t = NULL;
   struct mpi_impl *m = NULL;
-  int flag = 0, provided = MPI_THREAD_SINGLE, mpirc;
+  int flag = 0;
   MPI_Finalized(&flag);
   if (flag) {
     return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
@@ -467,53 +582,9 @@ qdp_status transport_mpi_create(int *argc, char ***argv, struct transport **ret,
   t->kind = TRANSPORT_MPI;
   t->size = 1;
   t->chunk_bytes = TRANSPORT_CHUNK_DEFAULT;
-  MPI_Initialized(&flag);
-  if (!flag) {
-    /* MULTIPLE is asked for so that point-to-point may later come from device workers; the
-     * daemon funnels everything through one thread when less is granted. */
-    mpirc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-    if (mpirc != MPI_SUCCESS) {
-      rc = mpi_fail(t, mpirc, reterr, "MPI_Init_thread");
-      goto out;
-    }
-    m->initialized_mpi = 1;
-  } else {
-    MPI_Query_thread(&provided);
-  }
-  t->threads = threads_of(provided);
-  /* Errors on the world communicator abort by default; the duplicate returns them instead, and
-   * keeps qdpd's messages apart from any other user of MPI_COMM_WORLD in the process. */
-  mpirc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
-  if (mpirc != MPI_SUCCESS) {
-    m->comm = MPI_COMM_NULL;
-    rc = mpi_fail(t, mpirc, reterr, "MPI_Comm_dup of MPI_COMM_WORLD");
-    goto out;
-  }
-  mpirc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-  if (mpirc == MPI_SUCCESS) {
-    mpirc = MPI_Comm_rank(m->comm, &t->rank);
-  }
-  if (mpirc == MPI_SUCCESS) {
-    mpirc = MPI_Comm_size(m->comm, &t->size);
-  }
-  if (mpirc != MPI_SUCCESS) {
-    rc = mpi_fail(t, mpirc, reterr, "setting up the duplicated world communicator");
-    goto out;
-  }
-  int len = 0;
-  char name[MPI_MAX_PROCESSOR_NAME];
-  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0) {
-    snprintf(name, sizeof name, "rank%d", t->rank);
-  }
-  snprintf(t->host, sizeof t->host, "%s", name);
-  m->counts = calloc((size_t)t->size, sizeof(int));
-  m->displs = calloc((size_t)t->size, sizeof(int));
-  if (!m->counts || !m->displs) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "cannot allocate %zu B for the gather tables of %d ranks",
-                       2 * (size_t)t->size * sizeof(int), t->size);
-    goto out;
-  }
+  QDP_TRY(rc, init_mpi(t, m, argc, argv, reterr));
+  QDP_TRY(rc, dup_world(t, m, reterr));
+  QDP_TRY(rc, name_and_tables(t, m, reterr));
   *ret = t;
   t = NULL;
 out:
