@@ -2,6 +2,7 @@
 #include "common_runtime.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,47 @@ uint64_t qdpt_used_on(struct runtime_mesh *m, size_t i) {
   struct runtime_device_info info;
   runtime_mesh_device_info(m, i, &info);
   return info.used_bytes;
+}
+
+void qdpt_check_gather(struct runtime_mesh *m, struct runtime_state *s, const char *what,
+                       bool layout) {
+  const struct plan *p = runtime_state_plan(s);
+  uint64_t n = p->batch * p->amplitudes;
+  size_t bytes = (size_t)(n * qdp_dtype_size(p->out_dtype));
+  unsigned char *want = qdpt_xmalloc(bytes), *got = qdpt_xmalloc(bytes);
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(runtime_state_read(s, 0, n, want, &e), e);
+  for (size_t d = 0; d < runtime_mesh_count(m); d++) {
+    uint64_t before = qdpt_used_on(m, d);
+    struct runtime_state *g = NULL;
+    CK_OK_AT(runtime_state_gather(m, s, d, &g, &e), e, "onto device %zu", d);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before + p->total_bytes);
+    if (layout) {
+      const struct plan *gp = runtime_state_plan(g);
+      ck_assert_uint_eq(gp->nshards, 1);
+      ck_assert_uint_eq(gp->batch, p->batch);
+      ck_assert_uint_eq(gp->qubits, p->qubits);
+      struct runtime_shard_layout l;
+      runtime_state_shard_layout(g, 0, &l);
+      ck_assert_uint_eq(l.device, d);
+      ck_assert_uint_eq(l.count, p->amplitudes);
+      ck_assert_uint_eq(l.rows, p->batch);
+      ck_assert_uint_eq(l.bytes, p->total_bytes);
+      ck_assert_uint_eq(runtime_state_bytes(g), p->total_bytes);
+    }
+    memset(got, 0xA5, bytes); /* poison: every value must come from the copy */
+    CK_OK_AT(runtime_state_read(g, 0, n, got, &e), e, "the copy on device %zu", d);
+    int same = memcmp(got, want, bytes) == 0;
+    if (what) {
+      printf("%s gather of %s (%zu shards, %zu B) onto device %zu\n", same ? "ok  " : "FAIL", what,
+             p->nshards, bytes, d);
+    }
+    ck_assert_msg(same, "gather of %s onto device %zu differs", what ? what : "the state", d);
+    runtime_state_destroy(g);
+    ck_assert_uint_eq(qdpt_used_on(m, d), before);
+  }
+  free(want);
+  free(got);
 }
 
 void qdpt_assert_mesh_idle(struct runtime_mesh *m, const char *what) {

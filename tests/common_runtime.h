@@ -6,6 +6,7 @@
 #ifndef QDP_TESTS_COMMON_RUNTIME_H
 #define QDP_TESTS_COMMON_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,13 @@ void *qdpt_encode_read(struct runtime_mesh *m, const struct plan *p,
 
 /* The bytes device i of m holds. */
 uint64_t qdpt_used_on(struct runtime_mesh *m, size_t i);
+
+/* Gathers s onto every device of m in turn: the copy must read back the bits s reads, take the
+ * state's bytes on that device while it lives and give them back after. With `layout`, the copy
+ * must also be one shard on that device of s's rows and amplitudes. With `what`, prints one line a
+ * device (ok or FAIL) naming it. */
+void qdpt_check_gather(struct runtime_mesh *m, struct runtime_state *s, const char *what,
+                       bool layout);
 
 /* Every device of m holds 0 bytes; a failure names the device, after `what`. */
 void qdpt_assert_mesh_idle(struct runtime_mesh *m, const char *what);

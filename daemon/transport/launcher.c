@@ -67,3 +67,7 @@ void launcher_local_rank_names(char *buf, size_t size) {
     k++;
   }
 }
+
+const char *launcher_var_name(size_t i) {
+  return i < NVARS ? launcher_vars[i].var : NULL;
+}

@@ -21,4 +21,8 @@ int launcher_local_rank(void);
 /* The variables launcher_local_rank reads, for messages: "A, B, C or D", into buf. */
 void launcher_local_rank_names(char *buf, size_t size);
 
+/* The i-th variable of all those read here (world and local-rank ones), NULL past the last: for
+ * tests that clear the launcher's environment. */
+const char *launcher_var_name(size_t i);
+
 #endif /* QDP_LAUNCHER_H */

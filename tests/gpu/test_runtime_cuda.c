@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device_comm.h"
+#include "common_runtime.h"
 #include "plan/plan.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
@@ -47,79 +48,19 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static struct runtime_mesh *mesh_of(const char *spec, uint64_t budget, uint64_t staging) {
-  struct runtime_mesh_config cfg = {
-      .devices = spec, .device_budget_bytes = budget, .staging_bytes = staging};
-  struct runtime_mesh *m = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "mesh '%s': %s", spec, e.msg);
-  return m;
-}
-
-/* Plans a job over the first `ndev` devices of m with `policy`, counting m's staging. */
-static struct plan *plan_try(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
-                             qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
-                             qdp_dtype in, qdp_dtype out) {
-  struct plan_device devs[64];
-  runtime_mesh_plan_devices(m, 0, devs);
-  size_t subset[64];
-  for (size_t i = 0; i < ndev; i++) {
-    subset[i] = i;
-  }
-  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
-  struct plan_request req = {.encoding = enc,
-                             .qubits = n,
-                             .batch = batch,
-                             .values_per_sample = cols,
-                             .in_dtype = in,
-                             .out_dtype = out,
-                             .policy = policy,
-                             .device_subset = subset,
-                             .device_subset_count = ndev,
-                             .staging_bytes = runtime_mesh_staging_bytes(m)};
-  struct plan *p = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
-  return p;
-}
-
-static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
-                            qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
-                            qdp_dtype in, qdp_dtype out) {
-  struct plan *p = plan_try(m, ndev, policy, enc, n, batch, cols, in, out);
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
-  return p;
-}
-
-static void assert_mesh_idle(struct runtime_mesh *m) {
-  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
-    struct runtime_device_info info;
-    runtime_mesh_device_info(m, i, &info);
-    ck_assert_msg(info.used_bytes == 0, "%s still holds %" PRIu64 " B", info.name, info.used_bytes);
-  }
-}
-
-/* Encodes and reads the whole state back into a poisoned buffer; returns it (malloc'd). */
+/* Encodes and reads the whole state back (qdpt_read_all: poisoned first); the state held its plan's
+ * bytes and the mesh is idle after it. */
 static void *encode_all(struct runtime_mesh *m, const struct plan *p,
                         const struct runtime_input *in, double *ret_ms) {
-  struct runtime_state *s = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
   double t0 = now_ms();
-  ck_assert_msg(runtime_encode(m, p, in, &s, &e) == QDP_OK, "%s encode: %s",
-                runtime_mesh_backend(m), e.msg);
+  struct runtime_state *s = qdpt_encode(m, p, in);
   if (ret_ms) {
     *ret_ms = now_ms() - t0;
   }
-  uint64_t n = p->batch * p->amplitudes;
-  size_t bytes = (size_t)(n * qdp_dtype_size(p->out_dtype));
-  void *buf = malloc(bytes);
-  ck_assert_ptr_nonnull(buf);
-  memset(buf, 0xA5, bytes); /* poison: every value must be written */
-  ck_assert_msg(runtime_state_read(s, 0, n, buf, &e) == QDP_OK, "read: %s", e.msg);
+  void *buf = qdpt_read_all(s);
   ck_assert_uint_eq(runtime_state_bytes(s), p->total_bytes);
   runtime_state_destroy(s);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, runtime_mesh_backend(m));
   return buf;
 }
 
@@ -231,8 +172,8 @@ static double *values_for(qdp_encoding enc, uint32_t n, uint64_t rows, uint64_t 
  */
 
 START_TEST(test_every_encoding_matches_cpu_single_and_batch) {
-  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, 0);
-  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  struct runtime_mesh *gpu = qdpt_mesh("cuda:0", 0, 0);
+  struct runtime_mesh *cpu = qdpt_mesh("cpu:1", 16 * GIB, 0);
   static const qdp_encoding encs[] = {QDP_ENCODING_AMPLITUDE, QDP_ENCODING_ANGLE,
                                       QDP_ENCODING_BASIS,     QDP_ENCODING_PHASE,
                                       QDP_ENCODING_IQP,       QDP_ENCODING_IQP_Z};
@@ -259,8 +200,8 @@ START_TEST(test_every_encoding_matches_cpu_single_and_batch) {
         double *x64 = values_for(enc, n, batch, cols, 1000 * e + 10 * t + sh);
         void *x = as_dtype(x64, batch * cols, in);
         struct runtime_input input = {.data = x, .dtype = in, .rows = batch, .cols = cols};
-        struct plan *pg = plan_on(gpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
-        struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
+        struct plan *pg = qdpt_plan_on(gpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
+        struct plan *pc = qdpt_plan_on(cpu, 1, PLAN_AUTO, enc, n, batch, cols, in, out);
         ck_assert_int_eq(pg->policy, pc->policy);
         void *got = encode_all(gpu, pg, &input, NULL);
         void *ref = encode_all(cpu, pc, &input, NULL);
@@ -290,8 +231,8 @@ END_TEST
  * same bits, and both the CPU's within tolerance. */
 static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, qdp_dtype in,
                                     qdp_dtype out, uint64_t scaled_row, double scale) {
-  struct runtime_mesh *small = mesh_of("cuda:0", 0, SMALL_STAGING);
-  struct runtime_mesh *cpu = mesh_of("cpu:1", 64 * GIB, 0);
+  struct runtime_mesh *small = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = qdpt_mesh("cpu:1", 64 * GIB, 0);
   ck_assert_uint_eq(runtime_mesh_staging_bytes(small), SMALL_STAGING);
   double *x64 = malloc((size_t)(batch * cols * sizeof *x64));
   ck_assert_ptr_nonnull(x64);
@@ -309,15 +250,15 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
   uint64_t amps = batch << n;
   double ms_small = 0, ms_large = 0, ms_cpu = 0;
 
-  struct plan *p = plan_on(small, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  struct plan *p =
+      qdpt_plan_on(small, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
   void *chunked = encode_all(small, p, &input, &ms_small);
   /* The same input from registered (page-locked) memory: uploaded by DMA straight from it, rows
    * packed by the copy engine instead of this thread. */
   struct qdp_error e = QDP_ERROR_INIT;
   bool registered = false;
-  ck_assert_msg(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), &registered,
-                                           &e) == QDP_OK,
-                "register: %s", e.msg);
+  CK_OK(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), &registered, &e),
+        e);
   ck_assert(registered);
   struct runtime_input pinned = input;
   pinned.pinned = true;
@@ -329,13 +270,13 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
   plan_destroy(p);
   runtime_mesh_destroy(small);
 
-  struct runtime_mesh *large = mesh_of("cuda:0", 0, LARGE_STAGING);
-  p = plan_on(large, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  struct runtime_mesh *large = qdpt_mesh("cuda:0", 0, LARGE_STAGING);
+  p = qdpt_plan_on(large, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
   void *whole = encode_all(large, p, &input, &ms_large);
   plan_destroy(p);
   runtime_mesh_destroy(large);
 
-  p = plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+  p = qdpt_plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
   void *ref = encode_all(cpu, p, &input, &ms_cpu);
   plan_destroy(p);
   runtime_mesh_destroy(cpu);
@@ -428,8 +369,8 @@ static struct runtime_mesh *mesh_grouped(const struct runtime_mesh_config *cfg, 
                                          struct mesh_group **ret_group) {
   struct runtime_mesh *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(cfg, &m, &e) == QDP_OK, "mesh: %s", e.msg);
-  ck_assert_msg(mesh_group_create(m, wanted, ret_group, &e) == QDP_OK, "group: %s", e.msg);
+  CK_OK(runtime_mesh_create(cfg, &m, &e), e);
+  CK_OK(mesh_group_create(m, wanted, ret_group, &e), e);
   return m;
 }
 
@@ -495,16 +436,16 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     void *x = as_dtype(x64, rows * cols, cases[i].in);
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = rows, .cols = cols};
     struct plan *p1 =
-        plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
-    struct plan *p2 = plan_on(m, 2, cases[i].uneven ? PLAN_UNEVEN : PLAN_EVEN, cases[i].enc, n,
-                              rows, cols, cases[i].in, cases[i].out);
+        qdpt_plan_on(m, 1, PLAN_SINGLE, cases[i].enc, n, rows, cols, cases[i].in, cases[i].out);
+    struct plan *p2 = qdpt_plan_on(m, 2, cases[i].uneven ? PLAN_UNEVEN : PLAN_EVEN, cases[i].enc, n,
+                                   rows, cols, cases[i].in, cases[i].out);
     ck_assert_uint_eq(p2->nshards, 2);
     ck_assert_uint_eq(p2->global_bits, 1);
     ck_assert_uint_ne(p2->shards[0].device, p2->shards[1].device);
     void *one = encode_all(m, p1, &input, NULL);
     struct runtime_state *st = NULL;
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_msg(runtime_encode(m, p2, &input, &st, &e) == QDP_OK, "encode: %s", e.msg);
+    CK_OK(runtime_encode(m, p2, &input, &st, &e), e);
     const char *how = runtime_state_collective(st);
     int iqp = cases[i].enc == QDP_ENCODING_IQP || cases[i].enc == QDP_ENCODING_IQP_Z;
     const char *want = amp    ? (nccl ? "nccl" : "host")
@@ -520,7 +461,7 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     int same_host = memcmp(one, fallback, (size_t)p1->total_bytes) == 0;
     if (iqp && nccl) {
       st = NULL;
-      ck_assert_msg(runtime_encode(xm, p2, &input, &st, &e) == QDP_OK, "encode: %s", e.msg);
+      CK_OK(runtime_encode(xm, p2, &input, &st, &e), e);
       ck_assert_str_eq(runtime_state_collective(st), "nccl");
       runtime_state_destroy(st);
       void *swapped = encode_all(xm, p2, &input, NULL);
@@ -555,14 +496,14 @@ START_TEST(test_two_gpus_even_shards_give_one_gpu_bits) {
     ck_assert_ptr_nonnull(x);
     struct runtime_input input = {
         .data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = rows, .cols = cols};
-    struct plan *p2 = plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 12, rows, cols,
-                              QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    struct plan *p2 = qdpt_plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_AMPLITUDE, 12, rows, cols,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
     struct runtime_state *st = NULL;
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_int_eq(runtime_encode(m, p2, &input, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+    CK_STATUS(runtime_encode(m, p2, &input, &st, &e), QDP_ERR_INVALID_ARGUMENT, e);
     ck_assert_ptr_null(st);
     ck_assert_msg(strstr(e.msg, "sample 0 has zero norm") != NULL, "message: %s", e.msg);
-    assert_mesh_idle(m);
+    qdpt_assert_mesh_idle(m, "after the zero-norm refusal");
     plan_destroy(p2);
     free(x);
   }
@@ -593,7 +534,7 @@ static struct plan *plan_two_ranks(struct runtime_mesh **ranks, struct runtime_m
                              .staging_bytes = runtime_mesh_staging_bytes(one)};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);
   ck_assert_int_eq(p->shards[1].rank, 1);
   return p;
 }
@@ -602,12 +543,12 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
   /* Each rank a mesh of its own GPU (both on cuda:0 when there is one): amplitude's norm blocks go
    * through the ranks' all-gather, iqp's last global bit through combine_host (the partner's half
    * in host memory, uploaded and combined by the butterfly kernel). */
-  struct runtime_mesh *probe = mesh_of("auto", 0, SMALL_STAGING);
+  struct runtime_mesh *probe = qdpt_mesh("auto", 0, SMALL_STAGING);
   int gpus = (int)runtime_mesh_count(probe);
   runtime_mesh_destroy(probe);
-  struct runtime_mesh *ranks[2] = {mesh_of("cuda:0", 0, SMALL_STAGING),
-                                   mesh_of(gpus > 1 ? "cuda:1" : "cuda:0", 0, SMALL_STAGING)};
-  struct runtime_mesh *one = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *ranks[2] = {qdpt_mesh("cuda:0", 0, SMALL_STAGING),
+                                   qdpt_mesh(gpus > 1 ? "cuda:1" : "cuda:0", 0, SMALL_STAGING)};
+  struct runtime_mesh *one = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
   static const struct {
     qdp_encoding enc;
     uint32_t n;
@@ -635,10 +576,10 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     struct plan *p2 = plan_two_ranks(ranks, one, cases[i].enc, n, cols, cases[i].in, cases[i].out);
     struct qdp_error e = QDP_ERROR_INIT;
     struct plan *p1 =
-        plan_on(one, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
+        qdpt_plan_on(one, 1, PLAN_SINGLE, cases[i].enc, n, 1, cols, cases[i].in, cases[i].out);
     void *want = encode_all(one, p1, &input, NULL);
     void *got = NULL;
-    ck_assert_msg(harness_encode(ranks, 2, 1, p2, &input, &got, &e) == QDP_OK, "%s", e.msg);
+    CK_OK(harness_encode(ranks, 2, 1, p2, &input, &got, &e), e);
     int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
     printf("  %s %s->%s n=%u scale %g: 1 GPU vs 2 ranks (%s) %s\n", qdp_encoding_name(cases[i].enc),
            qdp_dtype_name(cases[i].in), qdp_dtype_name(cases[i].out), n, cases[i].scale,
@@ -646,7 +587,7 @@ START_TEST(test_two_ranks_give_one_gpu_bits) {
     fflush(stdout);
     ck_assert_msg(same, "%s over 2 ranks differs from 1 GPU", qdp_encoding_name(cases[i].enc));
     for (int r = 0; r < 2; r++) {
-      assert_mesh_idle(ranks[r]);
+      qdpt_assert_mesh_idle(ranks[r], "after the ranks' encode");
     }
     free(got);
     free(want);
@@ -689,7 +630,7 @@ static void *join_group(void *arg) {
 static void make_group(int n, uint64_t timeout_ms, struct device_comm **ret) {
   unsigned char id[DEVICE_COMM_ID_BYTES];
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(device_comm_unique_id(id, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(device_comm_unique_id(id, &e), e);
   struct joiner j[2];
   pthread_t tid[2];
   for (int r = 0; r < n; r++) {
@@ -698,7 +639,7 @@ static void make_group(int n, uint64_t timeout_ms, struct device_comm **ret) {
   }
   for (int r = 0; r < n; r++) {
     pthread_join(tid[r], NULL);
-    ck_assert_msg(j[r].rc == QDP_OK, "member %d: %s", r, j[r].err.msg);
+    CK_OK_AT(j[r].rc, j[r].err, "member %d", r);
     ret[r] = j[r].group;
   }
 }
@@ -712,9 +653,9 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
     printf("  SKIP: NCCL across ranks needs two GPUs (a GPU can be one member only)\n");
     return;
   }
-  struct runtime_mesh *ranks[2] = {mesh_of("cuda:0", 0, SMALL_STAGING),
-                                   mesh_of("cuda:1", 0, SMALL_STAGING)};
-  struct runtime_mesh *one = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *ranks[2] = {qdpt_mesh("cuda:0", 0, SMALL_STAGING),
+                                   qdpt_mesh("cuda:1", 0, SMALL_STAGING)};
+  struct runtime_mesh *one = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
   struct device_comm *groups[2];
   make_group(2, 20000, groups);
   static const struct {
@@ -752,14 +693,12 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
     struct runtime_input input = {.data = x, .dtype = cases[i].in, .rows = 1, .cols = cols};
     struct plan *p2 = plan_two_ranks(ranks, one, enc, n, cols, cases[i].in, cases[i].out);
     struct qdp_error e = QDP_ERROR_INIT;
-    struct plan *p1 = plan_on(one, 1, PLAN_SINGLE, enc, n, 1, cols, cases[i].in, cases[i].out);
+    struct plan *p1 = qdpt_plan_on(one, 1, PLAN_SINGLE, enc, n, 1, cols, cases[i].in, cases[i].out);
     void *want = encode_all(one, p1, &input, NULL);
     void *got = NULL;
     const char *how = NULL;
     double t0 = now_ms();
-    ck_assert_msg(harness_encode_grouped(ranks, 2, 1, groups, p2, &input, &got, &how, &e) ==
-                      QDP_OK,
-                  "%s", e.msg);
+    CK_OK(harness_encode_grouped(ranks, 2, 1, groups, p2, &input, &got, &how, &e), e);
     double ms = now_ms() - t0;
     int same = memcmp(want, got, (size_t)p1->total_bytes) == 0;
     printf("  %s %s->%s n=%u cols=%" PRIu64 " scale %g: 2 ranks over %s in %.2f ms vs 1 GPU %s\n",
@@ -769,7 +708,7 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
     ck_assert_str_eq(how, "nccl");
     ck_assert_msg(same, "%s over 2 ranks and NCCL differs from 1 GPU", qdp_encoding_name(enc));
     for (int r = 0; r < 2; r++) {
-      assert_mesh_idle(ranks[r]);
+      qdpt_assert_mesh_idle(ranks[r], "after the NCCL ranks' encode");
     }
     free(got);
     free(want);
@@ -785,13 +724,13 @@ START_TEST(test_two_ranks_over_nccl_give_one_gpu_bits) {
                                    QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct qdp_error e = QDP_ERROR_INIT;
   void *got = NULL;
-  ck_assert_int_eq(harness_encode_grouped(ranks, 2, 1, groups, pz, &zin, &got, NULL, &e),
-                   QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(harness_encode_grouped(ranks, 2, 1, groups, pz, &zin, &got, NULL, &e),
+            QDP_ERR_INVALID_ARGUMENT, e);
   printf("  zero sample over 2 ranks and NCCL refused: %s\n", e.msg);
   ck_assert_ptr_nonnull(strstr(e.msg, "zero norm"));
   ck_assert_ptr_null(got);
   for (int r = 0; r < 2; r++) {
-    assert_mesh_idle(ranks[r]);
+    qdpt_assert_mesh_idle(ranks[r], "after the NCCL ranks' refusal");
     ck_assert(device_comm_usable(groups[r]));
     device_comm_destroy(groups[r]);
   }
@@ -812,12 +751,12 @@ START_TEST(test_device_group_bounds_every_wait_on_another_process) {
   }
   unsigned char id[DEVICE_COMM_ID_BYTES];
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(device_comm_unique_id(id, &e), QDP_OK);
+  CK_OK(device_comm_unique_id(id, &e), e);
   struct joiner alone = {.id = id, .size = 2, .member = 0, .ordinal = 0, .timeout_ms = 700};
   join_group(&alone);
   printf("  joining alone: %s after %.0f ms: %s\n", qdp_status_name(alone.rc), alone.ms,
          alone.err.msg);
-  ck_assert_int_eq(alone.rc, QDP_ERR_UNAVAILABLE);
+  CK_STATUS(alone.rc, QDP_ERR_UNAVAILABLE, alone.err);
   ck_assert_ptr_null(alone.group);
   ck_assert(alone.ms >= 600 && alone.ms < 5000);
 
@@ -839,12 +778,12 @@ START_TEST(test_device_group_bounds_every_wait_on_another_process) {
   }
   double waited = now_ms() - t0;
   printf("  member 1 never gathers: %s after %.0f ms: %s\n", qdp_status_name(rc), waited, e.msg);
-  ck_assert_int_eq(rc, QDP_ERR_UNAVAILABLE);
+  CK_STATUS(rc, QDP_ERR_UNAVAILABLE, e);
   ck_assert(waited >= 2900 && waited < 8000);
   ck_assert(!device_comm_usable(groups[0]));
   t0 = now_ms();
-  ck_assert_int_eq(device_comm_allgather_f64_all(groups[0], send, recv, 1, streams, &e),
-                   QDP_ERR_UNAVAILABLE);
+  CK_STATUS(device_comm_allgather_f64_all(groups[0], send, recv, 1, streams, &e),
+            QDP_ERR_UNAVAILABLE, e);
   ck_assert(now_ms() - t0 < 100);
   printf("  later call on the aborted group: %s\n", e.msg);
   /* The aborted collective must not leave the stream stuck. */
@@ -865,31 +804,31 @@ END_TEST
 static void expect_same_refusal(struct runtime_mesh *gpu, struct runtime_mesh *cpu,
                                 const struct runtime_input *in, qdp_encoding enc, uint32_t n,
                                 qdp_dtype out, qdp_status want, const char *fragment) {
-  struct plan *pg = plan_on(gpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
-  struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
+  struct plan *pg = qdpt_plan_on(gpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
+  struct plan *pc = qdpt_plan_on(cpu, 1, PLAN_AUTO, enc, n, in->rows, in->cols, in->dtype, out);
   struct runtime_state *sg = NULL, *sc = NULL;
   struct qdp_error eg = QDP_ERROR_INIT, ec = QDP_ERROR_INIT;
   qdp_status rg = runtime_encode(gpu, pg, in, &sg, &eg);
   qdp_status rcpu = runtime_encode(cpu, pc, in, &sc, &ec);
   printf("  refused on cuda: %s: %s\n", qdp_status_name(rg), eg.msg);
   fflush(stdout);
-  ck_assert_int_eq(rg, want);
-  ck_assert_int_eq(rcpu, want);
+  CK_STATUS(rg, want, eg);
+  CK_STATUS(rcpu, want, ec);
   ck_assert_ptr_null(sg);
   ck_assert_ptr_null(sc);
   ck_assert_str_eq(eg.msg, ec.msg);
   ck_assert_str_eq(eg.field, ec.field);
   ck_assert_msg(strstr(eg.msg, fragment) != NULL, "message '%s' lacks '%s'", eg.msg, fragment);
-  assert_mesh_idle(gpu);
-  assert_mesh_idle(cpu);
+  qdpt_assert_mesh_idle(gpu, fragment);
+  qdpt_assert_mesh_idle(cpu, fragment);
   plan_destroy(pg);
   plan_destroy(pc);
 }
 
 START_TEST(test_zero_norm_and_nan_refused_with_cpu_messages) {
   enum { N = 10, B = 4, L = 1000 };
-  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, SMALL_STAGING);
-  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  struct runtime_mesh *gpu = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = qdpt_mesh("cpu:1", 16 * GIB, 0);
   double *x = malloc(B * L * sizeof *x);
   ck_assert_ptr_nonnull(x);
   fill_values(x, B * L, 5);
@@ -929,7 +868,7 @@ END_TEST
 
 START_TEST(test_more_than_the_budget_is_refused_with_numbers) {
   /* A budget of 48 MiB: one 32 MiB state fits (with 1 MiB staging), a second does not. */
-  struct runtime_mesh *m = mesh_of("cuda:0", 48 * MIB, SMALL_STAGING);
+  struct runtime_mesh *m = qdpt_mesh("cuda:0", 48 * MIB, SMALL_STAGING);
   struct runtime_device_info info;
   runtime_mesh_device_info(m, 0, &info);
   ck_assert_uint_eq(info.budget_bytes, 48 * MIB);
@@ -938,23 +877,23 @@ START_TEST(test_more_than_the_budget_is_refused_with_numbers) {
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 21};
 
   /* The planner refuses a 64 MiB state outright, naming the device and the numbers. */
-  struct plan *big = plan_try(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 22, 1, 22, QDP_DTYPE_FLOAT64,
-                              QDP_DTYPE_COMPLEX128);
+  struct plan *big = qdpt_plan_try(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 22, 1, 22,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(plan_check_feasible(big, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(plan_check_feasible(big, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   printf("  over budget (planner): %s\n", e.msg);
   ck_assert_msg(strstr(e.msg, "cuda:0") && strstr(e.msg, "67108864"), "%s", e.msg);
   plan_destroy(big);
 
   /* Planned while the device was empty; the second run finds it holding the first state. */
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 21, 1, 21, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 21, 1, 21, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
   struct runtime_state *first = NULL, *second = NULL;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &first, &e), QDP_OK);
+  CK_OK(runtime_encode(m, p, &in, &first, &e), e);
   runtime_mesh_device_info(m, 0, &info);
   ck_assert_uint_eq(info.used_bytes, 32 * MIB);
   e = (struct qdp_error)QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   printf("  over budget (runtime): %s\n", e.msg);
   ck_assert_ptr_null(second);
   ck_assert_msg(strstr(e.msg, "cuda:0 needs 33554432 B") && strstr(e.msg, "of its 50331648 B"),
@@ -962,7 +901,7 @@ START_TEST(test_more_than_the_budget_is_refused_with_numbers) {
   ck_assert_uint_eq(e.need_bytes, 32 * MIB);
   ck_assert_uint_eq(e.free_bytes, 16 * MIB);
   runtime_state_destroy(first);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the budget refusal");
   plan_destroy(p);
   runtime_mesh_destroy(m);
 }
@@ -972,7 +911,7 @@ START_TEST(test_cudamalloc_failure_is_resource_exhausted_with_free_bytes) {
   /* A budget far beyond the GPU (1 TiB) lets a 256 GiB state through the reservation; cudaMalloc
    * must then refuse it, reported with the bytes asked and the bytes free. The plan is computed
    * against that budget directly (the mesh's own view caps it at the free memory). */
-  struct runtime_mesh *m = mesh_of("cuda:0", 1024 * GIB, SMALL_STAGING);
+  struct runtime_mesh *m = qdpt_mesh("cuda:0", 1024 * GIB, SMALL_STAGING);
   struct runtime_device_info info;
   runtime_mesh_device_info(m, 0, &info);
   struct plan_device dev = {.rank = 0, .ordinal = info.ordinal, .budget_bytes = 1024 * GIB};
@@ -989,12 +928,12 @@ START_TEST(test_cudamalloc_failure_is_resource_exhausted_with_free_bytes) {
                              .staging_bytes = runtime_mesh_staging_bytes(m)};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(plan_compute(&req, &world, NULL, &p, &e), QDP_OK);
-  ck_assert_int_eq(plan_check_feasible(p, &e), QDP_OK);
+  CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);
+  CK_OK(plan_check_feasible(p, &e), e);
   double x[N] = {0};
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N};
   struct runtime_state *s = NULL;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &s, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(runtime_encode(m, p, &in, &s, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   printf("  cudaMalloc refusal: %s\n", e.msg);
   ck_assert_ptr_null(s);
   ck_assert_msg(strstr(e.msg, "cuda:0 cannot allocate 274877906944 B") != NULL, "%s", e.msg);
@@ -1002,11 +941,11 @@ START_TEST(test_cudamalloc_failure_is_resource_exhausted_with_free_bytes) {
   ck_assert_uint_gt(e.free_bytes, 0);
   ck_assert_uint_lt(e.free_bytes, info.total_bytes);
   ck_assert_int_eq(e.device, info.ordinal);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the cudaMalloc failure");
   /* The device still works after the refusal. */
   plan_destroy(p);
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 10, 1, 10, QDP_DTYPE_FLOAT64,
-              QDP_DTYPE_COMPLEX128);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 10, 1, 10, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX128);
   in.cols = 10;
   free(encode_all(m, p, &in, NULL));
   plan_destroy(p);
@@ -1022,30 +961,30 @@ START_TEST(test_reads_cross_rows_shards_and_staging_pieces) {
    * read in odd-sized pieces of at most 1 MiB goes directly. Both must give the same bits, and
    * the CPU's values within tolerance. */
   enum { N = 18, B = 16 };
-  struct runtime_mesh *gpu = mesh_of("cuda:0", 0, SMALL_STAGING);
-  struct runtime_mesh *cpu = mesh_of("cpu:1", 16 * GIB, 0);
+  struct runtime_mesh *gpu = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *cpu = qdpt_mesh("cpu:1", 16 * GIB, 0);
   double *x = values_for(QDP_ENCODING_PHASE, N, B, N, 3);
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = N};
-  struct plan *p = plan_on(gpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
-  struct plan *pc = plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
-                            QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(gpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
+  struct plan *pc = qdpt_plan_on(cpu, 1, PLAN_AUTO, QDP_ENCODING_PHASE, N, B, N, QDP_DTYPE_FLOAT64,
+                                 QDP_DTYPE_COMPLEX128);
   uint64_t total = (uint64_t)B << N;
   void *ref = encode_all(cpu, pc, &in, NULL);
   struct runtime_state *s = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_encode(gpu, p, &in, &s, &e), QDP_OK);
+  CK_OK(runtime_encode(gpu, p, &in, &s, &e), e);
   double *whole = malloc((size_t)(total * 16));
   double *pieces = malloc((size_t)(total * 16));
   ck_assert_ptr_nonnull(whole);
   ck_assert_ptr_nonnull(pieces);
   memset(whole, 0xA5, (size_t)(total * 16));
   memset(pieces, 0x5A, (size_t)(total * 16));
-  ck_assert_int_eq(runtime_state_read(s, 0, total, whole, &e), QDP_OK);
+  CK_OK(runtime_state_read(s, 0, total, whole, &e), e);
   uint64_t at = 0, step = 65536 - 77, nreads = 0; /* pieces cross every row boundary */
   while (at < total) {
     uint64_t n = total - at < step ? total - at : step;
-    ck_assert_int_eq(runtime_state_read(s, at, n, pieces + 2 * at, &e), QDP_OK);
+    CK_OK(runtime_state_read(s, at, n, pieces + 2 * at, &e), e);
     at += n;
     nreads++;
   }
@@ -1055,11 +994,11 @@ START_TEST(test_reads_cross_rows_shards_and_staging_pieces) {
   compare_states(whole, ref, total, QDP_DTYPE_COMPLEX128, N, 1e-12, "phase batch read back:");
   /* A read that straddles a row boundary, and one past the end. */
   double pair[8];
-  ck_assert_int_eq(runtime_state_read(s, (UINT64_C(1) << N) - 2, 4, pair, &e), QDP_OK);
+  CK_OK(runtime_state_read(s, (UINT64_C(1) << N) - 2, 4, pair, &e), e);
   ck_assert(memcmp(pair, whole + 2 * ((UINT64_C(1) << N) - 2), sizeof pair) == 0);
-  ck_assert_int_eq(runtime_state_read(s, total - 1, 2, pair, &e), QDP_ERR_OUT_OF_RANGE);
+  CK_STATUS(runtime_state_read(s, total - 1, 2, pair, &e), QDP_ERR_OUT_OF_RANGE, e);
   runtime_state_destroy(s);
-  assert_mesh_idle(gpu);
+  qdpt_assert_mesh_idle(gpu, "after the reads");
   free(pieces);
   free(whole);
   free(ref);
@@ -1070,7 +1009,7 @@ START_TEST(test_reads_cross_rows_shards_and_staging_pieces) {
   runtime_mesh_destroy(gpu);
 
   /* Across shards on different GPUs, where there are several. */
-  struct runtime_mesh *m = mesh_of("auto", 0, SMALL_STAGING);
+  struct runtime_mesh *m = qdpt_mesh("auto", 0, SMALL_STAGING);
   size_t ndev = runtime_mesh_count(m) < 4 ? runtime_mesh_count(m) : 4;
   if (ndev < 2) {
     printf("  reads across GPU shards: SKIPPED, this machine has 1 GPU\n");
@@ -1081,18 +1020,18 @@ START_TEST(test_reads_cross_rows_shards_and_staging_pieces) {
   enum { M = 5 };
   double a[M] = {0.3, 1.1, -0.7, 2.0, 0.25};
   struct runtime_input ain = {.data = a, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = M};
-  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, M, 1, M, QDP_DTYPE_FLOAT64,
-                            QDP_DTYPE_COMPLEX128);
-  struct plan *pu = plan_on(m, ndev, ndev == 2 ? PLAN_EVEN : PLAN_UNEVEN, QDP_ENCODING_ANGLE, M, 1,
-                            M, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  struct plan *p1 = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, M, 1, M, QDP_DTYPE_FLOAT64,
+                                 QDP_DTYPE_COMPLEX128);
+  struct plan *pu = qdpt_plan_on(m, ndev, ndev == 2 ? PLAN_EVEN : PLAN_UNEVEN, QDP_ENCODING_ANGLE,
+                                 M, 1, M, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   double *one = encode_all(m, p1, &ain, NULL);
-  ck_assert_int_eq(runtime_encode(m, pu, &ain, &s, &e), QDP_OK);
+  CK_OK(runtime_encode(m, pu, &ain, &s, &e), e);
   double part[2 * 20];
-  ck_assert_int_eq(runtime_state_read(s, 7, 20, part, &e), QDP_OK); /* crosses shard edges */
+  CK_OK(runtime_state_read(s, 7, 20, part, &e), e); /* crosses shard edges */
   ck_assert(memcmp(part, one + 2 * 7, sizeof part) == 0);
   printf("  read [7, 27) across %zu GPU shards: identical to 1 GPU\n", ndev);
   runtime_state_destroy(s);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the reads across GPUs");
   free(one);
   plan_destroy(pu);
   plan_destroy(p1);
@@ -1130,12 +1069,12 @@ START_TEST(test_concurrent_jobs_share_one_gpu_staging) {
    * alone. */
   enum { N = 20, JOBS = 4 };
   uint64_t cols = (UINT64_C(1) << N) - 7;
-  struct runtime_mesh *m = mesh_of("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *m = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
   double *x = malloc((size_t)(JOBS * cols * sizeof *x));
   ck_assert_ptr_nonnull(x);
   fill_values(x, JOBS * cols, 42);
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, cols, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, cols,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct runtime_input ins[JOBS];
   struct job jobs[JOBS];
   pthread_t tids[JOBS];
@@ -1153,7 +1092,7 @@ START_TEST(test_concurrent_jobs_share_one_gpu_staging) {
     pthread_join(tids[i], NULL);
   }
   for (int i = 0; i < JOBS; i++) {
-    ck_assert_msg(jobs[i].rc == QDP_OK, "job %d: %s", i, jobs[i].err.msg);
+    CK_OK_AT(jobs[i].rc, jobs[i].err, "job %d", i);
     void *alone = encode_all(m, p, &ins[i], NULL);
     ck_assert_msg(memcmp(alone, jobs[i].out, bytes) == 0,
                   "job %d run concurrently differs from the same job alone", i);
@@ -1162,7 +1101,7 @@ START_TEST(test_concurrent_jobs_share_one_gpu_staging) {
   }
   printf("  %d concurrent amplitude jobs on cuda:0: each identical to the job alone\n", JOBS);
   fflush(stdout);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the concurrent jobs");
   plan_destroy(p);
   free(x);
   runtime_mesh_destroy(m);
@@ -1174,7 +1113,7 @@ END_TEST
 
 START_TEST(test_mesh_describes_gpus_and_refuses_bad_specs) {
   int count = runtime_cuda_device_count();
-  struct runtime_mesh *m = mesh_of("auto", 0, 0);
+  struct runtime_mesh *m = qdpt_mesh("auto", 0, 0);
   ck_assert_str_eq(runtime_mesh_backend(m), "cuda");
   ck_assert_uint_eq(runtime_mesh_count(m), (size_t)count);
   /* The default staging: two 64 MiB slots. */
@@ -1233,7 +1172,7 @@ START_TEST(test_mesh_describes_gpus_and_refuses_bad_specs) {
     struct runtime_mesh_config cfg = {.devices = bad[i]};
     struct runtime_mesh *b = NULL;
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_int_eq(runtime_mesh_create(&cfg, &b, &e), QDP_ERR_INVALID_ARGUMENT);
+    CK_STATUS(runtime_mesh_create(&cfg, &b, &e), QDP_ERR_INVALID_ARGUMENT, e);
     ck_assert_ptr_null(b);
     ck_assert_str_eq(e.field, "devices");
     printf("  devices '%s' refused: %s\n", bad[i], e.msg);
@@ -1277,10 +1216,5 @@ int main(void) {
   }
   printf("test_runtime_cuda: %d GPU%s\n", count, count == 1 ? "" : "s");
   fflush(stdout);
-  SRunner *sr = srunner_create(runtime_cuda_suite());
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return qdpt_run_suite(runtime_cuda_suite(), CK_NOFORK); /* a CUDA context does not survive fork */
 }

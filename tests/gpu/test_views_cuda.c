@@ -39,41 +39,16 @@ static struct runtime_state *encode(struct runtime_mesh *m, uint32_t n, uint64_t
   return s;
 }
 
-static void check_gathers(struct runtime_mesh *m, struct runtime_state *s, const char *what) {
-  const struct plan *p = runtime_state_plan(s);
-  uint64_t n = p->batch * p->amplitudes;
-  size_t bytes = (size_t)p->total_bytes;
-  unsigned char *want = malloc(bytes), *got = malloc(bytes);
-  struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(runtime_state_read(s, 0, n, want, &e), e);
-  for (size_t d = 0; d < runtime_mesh_count(m); d++) {
-    uint64_t before = qdpt_used_on(m, d);
-    struct runtime_state *g = NULL;
-    CK_OK(runtime_state_gather(m, s, d, &g, &e), e);
-    ck_assert_uint_eq(qdpt_used_on(m, d), before + p->total_bytes);
-    memset(got, 0xA5, bytes);
-    CK_OK(runtime_state_read(g, 0, n, got, &e), e);
-    int same = memcmp(got, want, bytes) == 0;
-    printf("%s gather of %s (%zu shards, %zu B) onto device %zu\n", same ? "ok  " : "FAIL", what,
-           p->nshards, bytes, d);
-    ck_assert(same);
-    runtime_state_destroy(g);
-    ck_assert_uint_eq(qdpt_used_on(m, d), before);
-  }
-  free(want);
-  free(got);
-}
-
 START_TEST(test_gather_equals_the_sharded_read) {
   struct runtime_mesh *m = mesh_of(0);
   struct runtime_state *s = encode(m, 24, 1, QDP_DTYPE_COMPLEX128);
-  check_gathers(m, s, "angle 24 qubits complex128");
+  qdpt_check_gather(m, s, "angle 24 qubits complex128", false);
   runtime_state_destroy(s);
   s = encode(m, 21, 1, QDP_DTYPE_COMPLEX64);
-  check_gathers(m, s, "angle 21 qubits complex64");
+  qdpt_check_gather(m, s, "angle 21 qubits complex64", false);
   runtime_state_destroy(s);
   s = encode(m, 12, 7, QDP_DTYPE_COMPLEX128);
-  check_gathers(m, s, "amplitude batch of 7 x 12 qubits");
+  qdpt_check_gather(m, s, "amplitude batch of 7 x 12 qubits", false);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common_runtime.h"
+#include "launcher.h"
 #include "plan/plan.h"
 #include "runtime/norm.h"
 #include "runtime/runtime.h"
@@ -20,74 +22,17 @@
 
 #define GIB (UINT64_C(1) << 30)
 
-static struct runtime_mesh *mesh_of(const char *spec, uint64_t budget) {
-  struct runtime_mesh_config cfg = {.devices = spec, .device_budget_bytes = budget};
-  struct runtime_mesh *m = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_mesh_create(&cfg, &m, &e) == QDP_OK, "%s", e.msg);
-  return m;
-}
-
-/* Plans a job over the first `ndev` devices of m with `policy`. */
-static struct plan *plan_on(struct runtime_mesh *m, size_t ndev, enum plan_policy policy,
-                            qdp_encoding enc, uint32_t n, uint64_t batch, uint64_t cols,
-                            qdp_dtype in, qdp_dtype out) {
-  struct plan_device devs[16];
-  runtime_mesh_plan_devices(m, 0, devs);
-  size_t subset[16];
-  for (size_t i = 0; i < ndev; i++) {
-    subset[i] = i;
-  }
-  struct plan_world world = {.devices = devs, .count = runtime_mesh_count(m), .ranks = 1};
-  struct plan_request req = {.encoding = enc,
-                             .qubits = n,
-                             .batch = batch,
-                             .values_per_sample = cols,
-                             .in_dtype = in,
-                             .out_dtype = out,
-                             .policy = policy,
-                             .device_subset = subset,
-                             .device_subset_count = ndev};
-  struct plan *p = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
-  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
-  return p;
-}
-
-/* Encodes and reads the whole state back; returns a malloc'd buffer. */
-static void *encode_all(struct runtime_mesh *m, const struct plan *p,
-                        const struct runtime_input *in) {
-  struct runtime_state *s = NULL;
-  struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(runtime_encode(m, p, in, &s, &e) == QDP_OK, "%s", e.msg);
-  uint64_t n = p->batch * p->amplitudes;
-  void *buf = malloc(n * qdp_dtype_size(p->out_dtype));
-  memset(buf, 0xA5, n * qdp_dtype_size(p->out_dtype)); /* poison: every value must be written */
-  ck_assert_msg(runtime_state_read(s, 0, n, buf, &e) == QDP_OK, "%s", e.msg);
-  runtime_state_destroy(s);
-  return buf;
-}
-
-static double *random_values(uint64_t count, unsigned seed) {
-  double *x = malloc(count * sizeof *x);
-  srand(seed);
+static double *random_values(uint64_t count, uint64_t seed) {
+  double *x = qdpt_xmalloc(count * sizeof *x);
+  qdpt_rng_seed(seed);
   for (uint64_t i = 0; i < count; i++) {
-    x[i] = (double)rand() / RAND_MAX * 4.0 - 2.0;
+    x[i] = qdpt_rng_uniform(-2.0, 2.0);
   }
   return x;
 }
 
-static void assert_mesh_idle(struct runtime_mesh *m) {
-  for (size_t i = 0; i < runtime_mesh_count(m); i++) {
-    struct runtime_device_info info;
-    runtime_mesh_device_info(m, i, &info);
-    ck_assert_uint_eq(info.used_bytes, 0);
-  }
-}
-
 START_TEST(test_mesh_cpu_spec_gives_named_devices) {
-  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:3", GIB, 0);
   ck_assert_str_eq(runtime_mesh_backend(m), "cpu");
   ck_assert_uint_eq(runtime_mesh_count(m), 3);
   struct runtime_device_info info;
@@ -105,7 +50,7 @@ START_TEST(test_mesh_refuses_bad_specs) {
     struct runtime_mesh_config cfg = {.devices = bad[i], .device_budget_bytes = GIB};
     struct runtime_mesh *m = NULL;
     struct qdp_error e = QDP_ERROR_INIT;
-    ck_assert_int_eq(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT);
+    CK_STATUS(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT, e);
     ck_assert_str_eq(e.field, "devices");
     ck_assert_ptr_null(m);
   }
@@ -115,20 +60,20 @@ END_TEST
 /* 'local-rank' needs the launcher's local index; given one, it asks for that GPU (cuda:999, which
  * no machine has, so the refusal names it). */
 START_TEST(test_mesh_local_rank_takes_the_launchers_index) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                                     "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    unsetenv(vars[i]);
+  for (size_t i = 0; launcher_var_name(i); i++) {
+    unsetenv(launcher_var_name(i));
   }
   struct runtime_mesh_config cfg = {.devices = "local-rank", .device_budget_bytes = GIB};
   struct runtime_mesh *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(runtime_mesh_create(&cfg, &m, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "devices");
   ck_assert_ptr_nonnull(strstr(e.msg, "OMPI_COMM_WORLD_LOCAL_RANK"));
   setenv("SLURM_LOCALID", "999", 1);
   e = (struct qdp_error)QDP_ERROR_INIT;
-  ck_assert_int_ne(runtime_mesh_create(&cfg, &m, &e), QDP_OK);
+  qdp_status rc = runtime_mesh_create(&cfg, &m, &e);
+  ck_assert_msg(rc != QDP_OK, "mesh 'local-rank' at SLURM_LOCALID=999 returned %s",
+                qdp_status_name(rc));
   ck_assert_ptr_null(m);
   ck_assert_msg(strstr(e.msg, "cuda:999") != NULL, "message: %s", e.msg);
   unsetenv("SLURM_LOCALID");
@@ -163,12 +108,12 @@ START_TEST(test_norm_combine_follows_the_pairwise_tree) {
 END_TEST
 
 START_TEST(test_amplitude_hand_computed) {
-  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   double x[3] = {3.0, 0.0, 4.0}; /* 2 qubits, padded to 4 */
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, 1, 3, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, 1, 3,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 3};
-  double complex *psi = encode_all(m, p, &in);
+  double complex *psi = qdpt_encode_read(m, p, &in);
   ck_assert_double_eq_tol(creal(psi[0]), 0.6, 1e-15);
   ck_assert_double_eq(creal(psi[1]), 0.0);
   ck_assert_double_eq_tol(creal(psi[2]), 0.8, 1e-15);
@@ -178,7 +123,7 @@ START_TEST(test_amplitude_hand_computed) {
   }
   free(psi);
   plan_destroy(p);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the hand-computed amplitudes");
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -188,7 +133,7 @@ END_TEST
  * squares of every double: within `tol` of the largest amplitude. */
 static void expect_amplitudes(const double *x, uint64_t cols, uint32_t n, qdp_dtype in,
                               qdp_dtype out, double tol) {
-  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   float x32[64];
   for (uint64_t i = 0; i < cols; i++) {
     x32[i] = (float)x[i];
@@ -203,8 +148,8 @@ static void expect_amplitudes(const double *x, uint64_t cols, uint32_t n, qdp_dt
                                 .dtype = in,
                                 .rows = 1,
                                 .cols = cols};
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, 1, cols, in, out);
-  void *psi = encode_all(m, p, &input);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, 1, cols, in, out);
+  void *psi = qdpt_encode_read(m, p, &input);
   for (uint64_t b = 0; b < (UINT64_C(1) << n); b++) {
     long double v = b < cols ? (in == QDP_DTYPE_FLOAT32 ? x32[b] : x[b]) : 0;
     double want = (double)(v / norm);
@@ -217,7 +162,7 @@ static void expect_amplitudes(const double *x, uint64_t cols, uint32_t n, qdp_dt
   }
   free(psi);
   plan_destroy(p);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the amplitudes");
   runtime_mesh_destroy(m);
 }
 
@@ -262,22 +207,22 @@ END_TEST
  * when encoded alone, on one device and split by sample over three. */
 START_TEST(test_amplitude_fallback_in_one_row_keeps_the_batch_bits) {
   enum { N = 5, B = 4, L = 29 };
-  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:3", GIB, 0);
   double *x = random_values(B * L, 11);
   for (int i = 0; i < L; i++) {
     x[2 * L + i] *= 1e-170;
   }
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
   for (size_t ndev = 1; ndev <= 3; ndev += 2) {
-    struct plan *p = plan_on(m, ndev, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L,
-                             QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
-    double complex *all = encode_all(m, p, &in);
+    struct plan *p = qdpt_plan_on(m, ndev, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L,
+                                  QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    double complex *all = qdpt_encode_read(m, p, &in);
     for (int r = 0; r < B; r++) {
       struct runtime_input one = {
           .data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
-      struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
-                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
-      double complex *single = encode_all(m, p1, &one);
+      struct plan *p1 = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
+                                     QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+      double complex *single = qdpt_encode_read(m, p1, &one);
       ck_assert_msg(memcmp(single, all + r * (1 << N), sizeof(double complex) << N) == 0,
                     "row %d over %zu devices differs from the row alone", r, ndev);
       double norm = 0;
@@ -292,7 +237,7 @@ START_TEST(test_amplitude_fallback_in_one_row_keeps_the_batch_bits) {
     plan_destroy(p);
   }
   free(x);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the batch");
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -302,7 +247,7 @@ END_TEST
  * whose squares under- or overflow sends every sharding through the norm's fallback). */
 static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64_t cols,
                                             qdp_dtype in, qdp_dtype out, double scale) {
-  struct runtime_mesh *m = mesh_of("cpu:8", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:8", GIB, 0);
   double *x64 = random_values(cols, 7 + (unsigned)enc);
   float *x32 = malloc(cols * sizeof *x32);
   for (uint64_t i = 0; i < cols; i++) {
@@ -313,8 +258,8 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
                                 .dtype = in,
                                 .rows = 1,
                                 .cols = cols};
-  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, enc, n, 1, cols, in, out);
-  void *ref = encode_all(m, p1, &input);
+  struct plan *p1 = qdpt_plan_on(m, 1, PLAN_SINGLE, enc, n, 1, cols, in, out);
+  void *ref = qdpt_encode_read(m, p1, &input);
   size_t bytes = (size_t)p1->total_bytes;
   plan_destroy(p1);
   if (enc == QDP_ENCODING_AMPLITUDE) {
@@ -336,15 +281,15 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
     if (iqp && (cases[c].ndev & (cases[c].ndev - 1)) != 0) {
       continue; /* iqp's global-bit stages need 2^g equal shards: the planner refuses 3 and 6 */
     }
-    struct plan *p = plan_on(m, cases[c].ndev, cases[c].policy, enc, n, 1, cols, in, out);
+    struct plan *p = qdpt_plan_on(m, cases[c].ndev, cases[c].policy, enc, n, 1, cols, in, out);
     ck_assert_uint_eq(p->nshards, cases[c].ndev);
-    void *got = encode_all(m, p, &input);
+    void *got = qdpt_encode_read(m, p, &input);
     ck_assert_msg(memcmp(ref, got, bytes) == 0, "%s over %zu %s shards differs from one device",
                   qdp_encoding_name(enc), cases[c].ndev, plan_policy_name(cases[c].policy));
     free(got);
     plan_destroy(p);
   }
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the sharded encodes");
   free(ref);
   free(x32);
   free(x64);
@@ -394,12 +339,12 @@ END_TEST
 START_TEST(test_iqp_sharded_matches_direct_sum) {
   /* psi_b = 2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, summed directly. */
   enum { N = 5, P = N + N * (N - 1) / 2 };
-  struct runtime_mesh *m = mesh_of("cpu:4", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", GIB, 0);
   double *d = random_values(P, 99);
   struct runtime_input in = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = P};
-  struct plan *p =
-      plan_on(m, 4, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
-  double complex *psi = encode_all(m, p, &in);
+  struct plan *p = qdpt_plan_on(m, 4, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
+  double complex *psi = qdpt_encode_read(m, p, &in);
   for (unsigned b = 0; b < (1u << N); b++) {
     double complex sum = 0;
     for (unsigned z = 0; z < (1u << N); z++) {
@@ -429,19 +374,19 @@ END_TEST
 START_TEST(test_batch_over_devices_matches_per_sample) {
   /* 5 samples over 3 devices by sample: each equals the sample encoded alone. */
   enum { N = 6, B = 5, L = 50 };
-  struct runtime_mesh *m = mesh_of("cpu:3", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:3", GIB, 0);
   double *x = random_values(B * L, 3);
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
-  struct plan *p = plan_on(m, 3, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 3, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   ck_assert_uint_eq(p->nshards, 3);
-  double complex *all = encode_all(m, p, &in);
+  double complex *all = qdpt_encode_read(m, p, &in);
   for (int r = 0; r < B; r++) {
     struct runtime_input one = {
         .data = x + r * L, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = L};
-    struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L, QDP_DTYPE_FLOAT64,
-                              QDP_DTYPE_COMPLEX128);
-    double complex *single = encode_all(m, p1, &one);
+    struct plan *p1 = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, N, 1, L,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+    double complex *single = qdpt_encode_read(m, p1, &one);
     ck_assert(memcmp(single, all + r * (1 << N), sizeof(double complex) << N) == 0);
     double norm = 0;
     for (int i = 0; i < (1 << N); i++) {
@@ -454,7 +399,7 @@ START_TEST(test_batch_over_devices_matches_per_sample) {
   free(all);
   free(x);
   plan_destroy(p);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the batch");
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -465,20 +410,20 @@ static void expect_refusal(struct runtime_mesh *m, const struct plan *p,
                            const struct runtime_input *in, qdp_status want, const char *fragment) {
   struct runtime_state *s = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_encode(m, p, in, &s, &e), want);
+  CK_STATUS(runtime_encode(m, p, in, &s, &e), want, e);
   ck_assert_ptr_null(s);
   ck_assert_msg(strstr(e.msg, fragment) != NULL, "message '%s' lacks '%s'", e.msg, fragment);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, fragment);
 }
 
 START_TEST(test_zero_norm_sample_in_batch_is_refused_not_zeroed) {
   enum { N = 4, B = 4, L = 16 };
-  struct runtime_mesh *m = mesh_of("cpu:2", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:2", GIB, 0);
   double *x = random_values(B * L, 5);
   memset(x + 2 * L, 0, L * sizeof *x); /* sample 2 is all zeros */
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = B, .cols = L};
-  struct plan *p = plan_on(m, 2, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 2, PLAN_BATCH, QDP_ENCODING_AMPLITUDE, N, B, L,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 2 has zero norm");
   x[2 * L] = 1.0;
   x[3 * L + 5] = NAN;
@@ -492,18 +437,18 @@ START_TEST(test_zero_norm_sample_in_batch_is_refused_not_zeroed) {
 END_TEST
 
 START_TEST(test_bad_parameters_are_refused_with_position) {
-  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   double angles[2][3] = {{0.1, 0.2, 0.3}, {0.4, INFINITY, 0.6}};
   struct runtime_input in = {.data = angles, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 3};
-  struct plan *p = plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_ANGLE, 3, 2, 3, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_ANGLE, 3, 2, 3, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "sample 1 value 1 is inf");
   plan_destroy(p);
 
   double idx[3] = {1.0, 2.5, 3.0};
   struct runtime_input bin = {.data = idx, .dtype = QDP_DTYPE_FLOAT64, .rows = 3, .cols = 1};
-  p = plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_BASIS, 2, 3, 1, QDP_DTYPE_FLOAT64,
-              QDP_DTYPE_COMPLEX64);
+  p = qdpt_plan_on(m, 1, PLAN_BATCH, QDP_ENCODING_BASIS, 2, 3, 1, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX64);
   expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "2.5 of sample 1 is not an integer");
   idx[1] = 4.0;
   expect_refusal(m, p, &bin, QDP_ERR_INVALID_ARGUMENT, "is not below 2^qubits");
@@ -518,19 +463,19 @@ END_TEST
  * become Inf there and the state NaN, so it is refused with its position and what to ask for,
  * in one row of a batch and in a state sharded over devices alike; complex128 computes it. */
 START_TEST(test_closed_forms_refuse_values_beyond_float32) {
-  struct runtime_mesh *m = mesh_of("cpu:2", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:2", GIB, 0);
   double one[1] = {1e39};
   struct runtime_input in = {.data = one, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 1};
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX64);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX64);
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
                  "input sample 0 value 0 is 1e+39, which does not fit float32");
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
                  "the precision complex64 output is computed in: ask for complex128 output");
   plan_destroy(p);
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
-              QDP_DTYPE_COMPLEX128);
-  double complex *psi = encode_all(m, p, &in);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX128);
+  double complex *psi = qdpt_encode_read(m, p, &in);
   ck_assert_double_eq_tol(creal(psi[0]), cos(1e39), 1e-15);
   ck_assert_double_eq_tol(creal(psi[1]), sin(1e39), 1e-15);
   free(psi);
@@ -540,25 +485,26 @@ START_TEST(test_closed_forms_refuse_values_beyond_float32) {
   struct runtime_input batch = {.data = rows, .dtype = QDP_DTYPE_FLOAT64, .rows = 2, .cols = 2};
   static const qdp_encoding encs[3] = {QDP_ENCODING_ANGLE, QDP_ENCODING_PHASE, QDP_ENCODING_IQP_Z};
   for (int k = 0; k < 3; k++) {
-    p = plan_on(m, 2, PLAN_BATCH, encs[k], 2, 2, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64);
+    p = qdpt_plan_on(m, 2, PLAN_BATCH, encs[k], 2, 2, 2, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64);
     expect_refusal(m, p, &batch, QDP_ERR_INVALID_ARGUMENT, "input sample 1 value 1 is -1e+39");
     plan_destroy(p);
   }
   /* iqp's pair coefficient, in a state sharded over two devices. */
   double d[3] = {0.5, 0.25, 4e38};
   struct runtime_input iqp = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 3};
-  p = plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_IQP, 2, 1, 3, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX64);
+  p = qdpt_plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_IQP, 2, 1, 3, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX64);
   expect_refusal(m, p, &iqp, QDP_ERR_INVALID_ARGUMENT, "input sample 0 value 2 is 4e+38");
   plan_destroy(p);
   /* The largest value that rounds to FLT_MAX fits; the next rounds to Inf. */
   one[0] = 0x1.fffffefffffffp127;
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 1, 1, 1, QDP_DTYPE_FLOAT64,
-              QDP_DTYPE_COMPLEX64);
-  free(encode_all(m, p, &in));
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 1, 1, 1, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX64);
+  free(qdpt_encode_read(m, p, &in));
   one[0] = 0x1p128 - 0x1p103;
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "does not fit float32");
   plan_destroy(p);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the refusals");
   runtime_mesh_destroy(m);
 }
 END_TEST
@@ -568,19 +514,19 @@ END_TEST
  * float64. phase multiplies per-qubit factors e^{i x_k} instead of summing, so its state is
  * defined and computed: complex64 agrees with complex128 from the same float32 values. */
 START_TEST(test_sums_that_overflow_the_output_precision_are_refused_or_computed) {
-  struct runtime_mesh *m = mesh_of("cpu:1", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   float big[2] = {3e38f, 3e38f};
   struct runtime_input in = {.data = big, .dtype = QDP_DTYPE_FLOAT32, .rows = 1, .cols = 2};
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
-                           QDP_DTYPE_COMPLEX64);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
+                                QDP_DTYPE_COMPLEX64);
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT,
                  "input sample 0 has coefficients whose magnitudes sum to 6e+38: theta(z), summed "
                  "in float32 (the precision complex64 output is computed in), could overflow");
   expect_refusal(m, p, &in, QDP_ERR_INVALID_ARGUMENT, "ask for complex128 output");
   plan_destroy(p);
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
-              QDP_DTYPE_COMPLEX128);
-  double complex *psi = encode_all(m, p, &in);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT32,
+                   QDP_DTYPE_COMPLEX128);
+  double complex *psi = qdpt_encode_read(m, p, &in);
   for (int b = 0; b < 4; b++) {
     ck_assert(isfinite(creal(psi[b])) && isfinite(cimag(psi[b])));
   }
@@ -588,19 +534,19 @@ START_TEST(test_sums_that_overflow_the_output_precision_are_refused_or_computed)
   plan_destroy(p);
   double huge[2] = {1e308, 1e308};
   struct runtime_input in64 = {.data = huge, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 2};
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT64,
-              QDP_DTYPE_COMPLEX128);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_IQP_Z, 2, 1, 2, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX128);
   expect_refusal(m, p, &in64, QDP_ERR_INVALID_ARGUMENT, "summed in float64, could overflow");
   expect_refusal(m, p, &in64, QDP_ERR_INVALID_ARGUMENT, "scale the coefficients down");
   plan_destroy(p);
 
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
-              QDP_DTYPE_COMPLEX64);
-  float complex *got = encode_all(m, p, &in);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
+                   QDP_DTYPE_COMPLEX64);
+  float complex *got = qdpt_encode_read(m, p, &in);
   plan_destroy(p);
-  p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
-              QDP_DTYPE_COMPLEX128);
-  psi = encode_all(m, p, &in);
+  p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_PHASE, 2, 1, 2, QDP_DTYPE_FLOAT32,
+                   QDP_DTYPE_COMPLEX128);
+  psi = qdpt_encode_read(m, p, &in);
   for (int b = 0; b < 4; b++) {
     ck_assert_msg(cabs((double complex)got[b] - psi[b]) < 1e-6,
                   "phase amplitude %d: %g%+gi vs %g%+gi", b, crealf(got[b]), cimagf(got[b]),
@@ -614,21 +560,21 @@ START_TEST(test_sums_that_overflow_the_output_precision_are_refused_or_computed)
 END_TEST
 
 START_TEST(test_device_that_filled_up_since_planning_refuses_with_numbers) {
-  struct runtime_mesh *m = mesh_of("cpu:1", 4096);
-  struct plan *p = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 8, 1, 8, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128); /* 4096 B: exactly the budget */
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", 4096, 0);
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, 8, 1, 8, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128); /* 4096 B: exactly the budget */
   double x[8] = {0};
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 8};
   struct runtime_state *first = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &first, &e), QDP_OK);
+  CK_OK(runtime_encode(m, p, &in, &first, &e), e);
   struct runtime_state *second = NULL;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   ck_assert_ptr_null(second);
   ck_assert_msg(strstr(e.msg, "cpu:0 needs 4096 B") && strstr(e.msg, "only 0 B of its 4096 B"),
                 "%s", e.msg);
   runtime_state_destroy(first);
-  assert_mesh_idle(m);
+  qdpt_assert_mesh_idle(m, "after the refusal");
   plan_destroy(p);
   runtime_mesh_destroy(m);
 }
@@ -636,21 +582,21 @@ END_TEST
 
 START_TEST(test_read_spans_shards_and_refuses_past_end) {
   enum { N = 5 };
-  struct runtime_mesh *m = mesh_of("cpu:4", GIB);
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", GIB, 0);
   double x[N] = {0.3, 1.1, -0.7, 2.0, 0.25};
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N};
-  struct plan *p1 = plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
-                            QDP_DTYPE_COMPLEX128);
-  double complex *ref = encode_all(m, p1, &in);
-  struct plan *p = plan_on(m, 3, PLAN_UNEVEN, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
-                           QDP_DTYPE_COMPLEX128);
+  struct plan *p1 = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
+                                 QDP_DTYPE_COMPLEX128);
+  double complex *ref = qdpt_encode_read(m, p1, &in);
+  struct plan *p = qdpt_plan_on(m, 3, PLAN_UNEVEN, QDP_ENCODING_ANGLE, N, 1, N, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
   struct runtime_state *s = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_encode(m, p, &in, &s, &e), QDP_OK);
+  CK_OK(runtime_encode(m, p, &in, &s, &e), e);
   double complex part[20];
-  ck_assert_int_eq(runtime_state_read(s, 7, 20, part, &e), QDP_OK); /* crosses both boundaries */
+  CK_OK(runtime_state_read(s, 7, 20, part, &e), e); /* crosses both boundaries */
   ck_assert(memcmp(part, ref + 7, sizeof part) == 0);
-  ck_assert_int_eq(runtime_state_read(s, 30, 3, part, &e), QDP_ERR_OUT_OF_RANGE);
+  CK_STATUS(runtime_state_read(s, 30, 3, part, &e), QDP_ERR_OUT_OF_RANGE, e);
   ck_assert_ptr_nonnull(strstr(e.msg, "outside the state's 32"));
   runtime_state_destroy(s);
   free(ref);
@@ -672,7 +618,7 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
   char spec[16];
   snprintf(spec, sizeof spec, "cpu:%zu", per_rank);
   for (int r = 0; r < ranks; r++) {
-    meshes[r] = mesh_of(spec, GIB);
+    meshes[r] = qdpt_mesh(spec, GIB, 0);
   }
   struct plan_device devs[64];
   harness_plan_devices(meshes, ranks, per_rank, devs);
@@ -692,8 +638,8 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
                              .device_subset_count = ndev};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_msg(plan_compute(&req, &world, NULL, &p, &e) == QDP_OK, "%s", e.msg);
-  ck_assert_msg(plan_check_feasible(p, &e) == QDP_OK, "%s", e.msg);
+  CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);
+  CK_OK(plan_check_feasible(p, &e), e);
   ck_assert_int_eq(p->shards[p->nshards - 1].rank, ranks - 1); /* the last rank takes part */
 
   uint64_t count = batch * cols;
@@ -713,19 +659,18 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
                                 .rows = batch,
                                 .cols = cols};
   void *got = NULL;
-  ck_assert_msg(harness_encode(meshes, ranks, per_rank, p, &input, &got, &e) == QDP_OK, "%s",
-                e.msg);
-  struct runtime_mesh *one = mesh_of("cpu:1", GIB);
+  CK_OK(harness_encode(meshes, ranks, per_rank, p, &input, &got, &e), e);
+  struct runtime_mesh *one = qdpt_mesh("cpu:1", GIB, 0);
   struct plan *p1 =
-      plan_on(one, 1, batch > 1 ? PLAN_BATCH : PLAN_SINGLE, enc, n, batch, cols, in, out);
-  void *want = encode_all(one, p1, &input);
+      qdpt_plan_on(one, 1, batch > 1 ? PLAN_BATCH : PLAN_SINGLE, enc, n, batch, cols, in, out);
+  void *want = qdpt_encode_read(one, p1, &input);
   size_t bytes = batch * p->amplitudes * qdp_dtype_size(out);
   ck_assert_msg(memcmp(got, want, bytes) == 0,
                 "encoding %d, %u qubits over %d ranks x %zu devices (%zu used): the bits differ "
                 "from one device",
                 (int)enc, n, ranks, per_rank, ndev);
   for (int r = 0; r < ranks; r++) {
-    assert_mesh_idle(meshes[r]);
+    qdpt_assert_mesh_idle(meshes[r], "after the ranks' encode");
     runtime_mesh_destroy(meshes[r]);
   }
   free(got);
@@ -792,7 +737,7 @@ END_TEST
 
 START_TEST(test_zero_norm_over_ranks_is_refused_on_every_rank) {
   /* Every rank sees every block, so every rank refuses (no rank waits for another). */
-  struct runtime_mesh *meshes[2] = {mesh_of("cpu:1", GIB), mesh_of("cpu:1", GIB)};
+  struct runtime_mesh *meshes[2] = {qdpt_mesh("cpu:1", GIB, 0), qdpt_mesh("cpu:1", GIB, 0)};
   struct plan_device devs[2];
   harness_plan_devices(meshes, 2, 1, devs);
   struct plan_world world = {.devices = devs, .count = 2, .ranks = 2};
@@ -805,20 +750,20 @@ START_TEST(test_zero_norm_over_ranks_is_refused_on_every_rank) {
                              .policy = PLAN_EVEN};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(plan_compute(&req, &world, NULL, &p, &e), QDP_OK);
+  CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);
   double x[16] = {0};
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 16};
   void *got = NULL;
-  ck_assert_int_eq(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_ptr_null(got);
   ck_assert_msg(strstr(e.msg, "sample 0 has zero norm"), "%s", e.msg);
   /* On rank 1 only: the ranks gather where each sample's first bad value is, so rank 0 names it
    * too. */
   x[12] = NAN;
-  ck_assert_int_eq(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(harness_encode(meshes, 2, 1, p, &in, &got, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_msg(strstr(e.msg, "sample 0 value 12 is nan"), "rank 0 says: %s", e.msg);
   for (int r = 0; r < 2; r++) {
-    assert_mesh_idle(meshes[r]);
+    qdpt_assert_mesh_idle(meshes[r], "after the refusals");
     runtime_mesh_destroy(meshes[r]);
   }
   plan_destroy(p);
@@ -855,7 +800,7 @@ static void *work_rendezvous(void *arg) {
 START_TEST(test_workers_run_every_item_once_and_in_parallel) {
   struct runtime_workers *w = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_workers_create(3, &w, &e), QDP_OK);
+  CK_OK(runtime_workers_create(3, &w, &e), e);
   int arrived = 0;
   struct work_item items[4] = {{0}};
   for (int i = 0; i < 4; i++) {
@@ -883,7 +828,7 @@ START_TEST(test_workers_run_every_item_once_and_in_parallel) {
   }
   runtime_workers_destroy(w);
   /* No workers: everything on the caller. */
-  ck_assert_int_eq(runtime_workers_create(0, &w, &e), QDP_OK);
+  CK_OK(runtime_workers_create(0, &w, &e), e);
   runtime_workers_run(w, many, 3, sizeof many[0], work_rendezvous);
   ck_assert(pthread_equal(many[2].ran_on, pthread_self()));
   runtime_workers_destroy(w);
@@ -911,7 +856,7 @@ static void *run_from_thread(void *arg) {
 START_TEST(test_workers_take_runs_from_many_threads) {
   struct runtime_workers *w = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_workers_create(2, &w, &e), QDP_OK);
+  CK_OK(runtime_workers_create(2, &w, &e), e);
   struct runner r[3];
   pthread_t tid[3];
   for (int i = 0; i < 3; i++) {
@@ -969,9 +914,5 @@ static Suite *runtime_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(runtime_suite());
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return qdpt_run_suite(runtime_suite(), CK_FORK_GETENV);
 }

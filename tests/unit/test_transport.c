@@ -12,27 +12,24 @@
 #include <unistd.h>
 
 #include "collectives.h"
+#include "common.h"
 #include "launcher.h"
 #include "transport.h"
 
 static struct transport *t;
 
+/* What a refusal prints for a call given no error to fill. */
+static const struct qdp_error no_err = QDP_ERROR_INIT;
+
 static void setup(void) {
   struct qdp_error e = QDP_ERROR_INIT;
-  qdp_status rc = transport_local_create(&t, &e);
-  ck_assert_msg(rc == QDP_OK, "local create: %s", e.msg);
+  CK_OK(transport_local_create(&t, &e), e);
 }
 
 static void teardown(void) {
   transport_destroy(t);
   t = NULL;
 }
-
-#define CK_OK(expr, err) \
-  do { \
-    qdp_status rc_ = (expr); \
-    ck_assert_msg(rc_ == QDP_OK, "%s returned %s: %s", #expr, qdp_status_name(rc_), (err).msg); \
-  } while (0)
 
 /* ---- identity ---- */
 
@@ -56,7 +53,7 @@ END_TEST
 START_TEST(test_mpi_create_without_mpi_is_unimplemented) {
   struct transport *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(transport_mpi_create(NULL, NULL, &m, &e), QDP_ERR_UNIMPLEMENTED);
+  CK_STATUS(transport_mpi_create(NULL, NULL, &m, &e), QDP_ERR_UNIMPLEMENTED, e);
   ck_assert_ptr_null(m);
   ck_assert_ptr_nonnull(strstr(e.msg, "without MPI"));
 }
@@ -65,18 +62,15 @@ END_TEST
 
 /* ---- the launcher's environment ---- */
 
+/* The variables that say a process was started into a world, each of which must do so alone. */
 static const char *const world_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
                                          "PMI_SIZE"};
-static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                                         "MPI_LOCALRANKID", "PMIX_LOCAL_RANK"};
 #define NVARS(a) (sizeof(a) / sizeof(a)[0])
 
+/* Clears every variable launcher.c reads; the local-rank ones are pinned by name below. */
 static void unset_launcher(void) {
-  for (size_t i = 0; i < NVARS(world_vars); i++) {
-    unsetenv(world_vars[i]);
-  }
-  for (size_t i = 0; i < NVARS(local_vars); i++) {
-    unsetenv(local_vars[i]);
+  for (size_t i = 0; launcher_var_name(i); i++) {
+    unsetenv(launcher_var_name(i));
   }
 }
 
@@ -168,16 +162,16 @@ END_TEST
 START_TEST(test_bcast_refuses_a_root_outside_the_world) {
   struct qdp_error e = QDP_ERROR_INIT;
   char c = 'x';
-  ck_assert_int_eq(transport_bcast(t, &c, 1, 1, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_bcast(t, &c, 1, 1, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "root");
   ck_assert_ptr_nonnull(strstr(e.msg, "(1)"));
-  ck_assert_int_eq(transport_bcast(t, &c, 1, -1, NULL), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_bcast(t, &c, 1, -1, NULL), QDP_ERR_INVALID_ARGUMENT, no_err);
 }
 END_TEST
 
 START_TEST(test_bcast_refuses_a_null_buffer_with_bytes) {
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(transport_bcast(t, NULL, 5, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_bcast(t, NULL, 5, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "buf");
   ck_assert_ptr_nonnull(strstr(e.msg, "(5)"));
 }
@@ -192,8 +186,8 @@ START_TEST(test_bcast_bytes_on_the_root_leaves_the_message) {
   ck_assert_ptr_eq(buf, msg);
   ck_assert_uint_eq(bytes, sizeof msg);
   ck_assert_str_eq(msg, "job 7");
-  ck_assert_int_eq(transport_bcast_bytes(t, &buf, &bytes, 2, &e), QDP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(transport_bcast_bytes(t, NULL, &bytes, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_bcast_bytes(t, &buf, &bytes, 2, &e), QDP_ERR_INVALID_ARGUMENT, e);
+  CK_STATUS(transport_bcast_bytes(t, NULL, &bytes, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
 }
 END_TEST
 
@@ -204,7 +198,7 @@ START_TEST(test_allgather_copies_mine) {
   ck_assert_uint_eq(ret[0], 0xdeadbeef);
   ck_assert_uint_eq(ret[1], 7);
   ck_assert_uint_eq(ret[2], 0);
-  ck_assert_int_eq(transport_allgather(t, mine, sizeof mine, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_allgather(t, mine, sizeof mine, NULL, &e), QDP_ERR_INVALID_ARGUMENT, e);
 }
 END_TEST
 
@@ -214,8 +208,7 @@ START_TEST(test_allgather_f64_is_bit_exact) {
   double mine[3] = {-0.0, 4.9406564584124654e-324, 0.1 + 0.2}, ret[3] = {1, 1, 1};
   CK_OK(transport_allgather_f64(t, mine, 3, ret, &e), e);
   ck_assert_mem_eq(ret, mine, sizeof mine);
-  ck_assert_int_eq(transport_allgather_f64(t, mine, SIZE_MAX / 4, ret, &e),
-                   QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_allgather_f64(t, mine, SIZE_MAX / 4, ret, &e), QDP_ERR_INVALID_ARGUMENT, e);
 }
 END_TEST
 
@@ -228,8 +221,8 @@ START_TEST(test_allreduce_u64_of_one_rank_is_mine_for_every_op) {
     ck_assert_uint_eq(ret[0], UINT64_MAX);
     ck_assert_uint_eq(ret[1], 3);
   }
-  ck_assert_int_eq(transport_allreduce_u64(t, mine, 2, (enum transport_op)7, NULL, &e),
-                   QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_allreduce_u64(t, mine, 2, (enum transport_op)7, NULL, &e),
+            QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "op");
 }
 END_TEST
@@ -268,7 +261,7 @@ START_TEST(test_allgatherv_refuses_a_null_blob_with_bytes_and_returns_zeroed) {
   struct qdp_error e = QDP_ERROR_INIT;
   struct transport_gathered g;
   memset(&g, 0xab, sizeof g);
-  ck_assert_int_eq(transport_allgatherv(t, NULL, 3, &g, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_allgatherv(t, NULL, 3, &g, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_ptr_null(g.data);
   ck_assert_ptr_null(g.offsets);
   ck_assert_int_eq(g.count, 0);
@@ -283,7 +276,7 @@ END_TEST
 START_TEST(test_agree_all_ok_is_ok_and_leaves_reterr) {
   struct qdp_error e = QDP_ERROR_INIT;
   snprintf(e.msg, sizeof e.msg, "untouched");
-  ck_assert_int_eq(transport_agree(t, QDP_OK, NULL, &e), QDP_OK);
+  CK_OK(transport_agree(t, QDP_OK, NULL, &e), e);
   ck_assert_str_eq(e.msg, "untouched");
 }
 END_TEST
@@ -295,9 +288,9 @@ START_TEST(test_agree_returns_my_failure_with_its_numbers) {
   snprintf(mine.field, sizeof mine.field, "qubits");
   mine.need_bytes = 4096;
   mine.free_bytes = 1024;
-  ck_assert_int_eq(transport_agree(t, QDP_ERR_RESOURCE_EXHAUSTED, &mine, &e),
-                   QDP_ERR_RESOURCE_EXHAUSTED);
-  ck_assert_int_eq(e.code, QDP_ERR_RESOURCE_EXHAUSTED);
+  CK_STATUS(transport_agree(t, QDP_ERR_RESOURCE_EXHAUSTED, &mine, &e), QDP_ERR_RESOURCE_EXHAUSTED,
+            e);
+  CK_STATUS(e.code, QDP_ERR_RESOURCE_EXHAUSTED, e);
   ck_assert_str_eq(e.msg, "cuda:3 needs 4096 B but its budget is 1024 B");
   ck_assert_str_eq(e.field, "qubits");
   ck_assert_int_eq(e.rank, 0);
@@ -310,10 +303,10 @@ END_TEST
 
 START_TEST(test_agree_without_detail_names_the_status) {
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(transport_agree(t, QDP_ERR_NOT_FOUND, NULL, &e), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(e.code, QDP_ERR_NOT_FOUND);
+  CK_STATUS(transport_agree(t, QDP_ERR_NOT_FOUND, NULL, &e), QDP_ERR_NOT_FOUND, e);
+  CK_STATUS(e.code, QDP_ERR_NOT_FOUND, e);
   ck_assert_ptr_nonnull(strstr(e.msg, "QDP_ERR_NOT_FOUND"));
-  ck_assert_int_eq(transport_agree(t, QDP_ERR_NOT_FOUND, NULL, NULL), QDP_ERR_NOT_FOUND);
+  CK_STATUS(transport_agree(t, QDP_ERR_NOT_FOUND, NULL, NULL), QDP_ERR_NOT_FOUND, no_err);
 }
 END_TEST
 
@@ -322,12 +315,12 @@ END_TEST
 START_TEST(test_send_and_recv_have_no_peer_in_a_world_of_one) {
   struct qdp_error e = QDP_ERROR_INIT;
   char c = 0;
-  ck_assert_int_eq(transport_send(t, &c, 1, 0, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_send(t, &c, 1, 0, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "peer");
   ck_assert_ptr_nonnull(strstr(e.msg, "itself"));
-  ck_assert_int_eq(transport_recv(t, &c, 1, 1, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_recv(t, &c, 1, 1, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_ptr_nonnull(strstr(e.msg, "not a rank"));
-  ck_assert_int_eq(transport_recv(t, &c, 1, -1, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_recv(t, &c, 1, -1, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
 }
 END_TEST
 
@@ -339,10 +332,10 @@ START_TEST(test_io_within_has_no_peer_in_a_world_of_one) {
   /* Nothing to do is done. */
   CK_OK(transport_io_within(t, NULL, 0, 100, NULL, &e), e);
   struct transport_io item = {.buf = &c, .bytes = 1, .peer = 0, .tag = 1};
-  ck_assert_int_eq(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "peer");
   item.peer = 1;
-  ck_assert_int_eq(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_io_within(t, &item, 1, 100, NULL, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "peer");
   ck_assert_int_eq(item.done, 0);
 }
@@ -415,9 +408,9 @@ END_TEST
 
 START_TEST(test_set_chunk_bytes_accepts_1_to_int_max_only) {
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(transport_set_chunk_bytes(t, 0, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_set_chunk_bytes(t, 0, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "chunk_bytes");
-  ck_assert_int_eq(transport_set_chunk_bytes(t, (size_t)INT_MAX + 1, &e), QDP_ERR_INVALID_ARGUMENT);
+  CK_STATUS(transport_set_chunk_bytes(t, (size_t)INT_MAX + 1, &e), QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_ptr_nonnull(strstr(e.msg, "2147483648"));
   ck_assert_uint_eq(transport_chunk_bytes(t), TRANSPORT_CHUNK_DEFAULT);
   CK_OK(transport_set_chunk_bytes(t, INT_MAX, &e), e);
@@ -465,9 +458,5 @@ static Suite *transport_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(transport_suite());
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return qdpt_run_suite(transport_suite(), CK_FORK_GETENV);
 }

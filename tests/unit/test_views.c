@@ -53,47 +53,13 @@ START_TEST(test_layout_of_four_even_shards) {
 }
 END_TEST
 
-/* Gathers s onto every device of m in turn and compares with reading s back. */
-static void check_gather_bits(struct runtime_mesh *m, struct runtime_state *s) {
-  const struct plan *p = runtime_state_plan(s);
-  uint64_t n = p->batch * p->amplitudes;
-  size_t bytes = (size_t)(n * qdp_dtype_size(p->out_dtype));
-  unsigned char *want = malloc(bytes), *got = malloc(bytes);
-  struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(runtime_state_read(s, 0, n, want, &e), e);
-  for (size_t d = 0; d < runtime_mesh_count(m); d++) {
-    uint64_t before = qdpt_used_on(m, d);
-    struct runtime_state *g = NULL;
-    CK_OK(runtime_state_gather(m, s, d, &g, &e), e);
-    ck_assert_uint_eq(qdpt_used_on(m, d), before + p->total_bytes);
-    const struct plan *gp = runtime_state_plan(g);
-    ck_assert_uint_eq(gp->nshards, 1);
-    ck_assert_uint_eq(gp->batch, p->batch);
-    ck_assert_uint_eq(gp->qubits, p->qubits);
-    struct runtime_shard_layout l;
-    runtime_state_shard_layout(g, 0, &l);
-    ck_assert_uint_eq(l.device, d);
-    ck_assert_uint_eq(l.count, p->amplitudes);
-    ck_assert_uint_eq(l.rows, p->batch);
-    ck_assert_uint_eq(l.bytes, p->total_bytes);
-    ck_assert_uint_eq(runtime_state_bytes(g), p->total_bytes);
-    memset(got, 0xA5, bytes); /* poison: every value must come from the copy */
-    CK_OK(runtime_state_read(g, 0, n, got, &e), e);
-    ck_assert_msg(memcmp(got, want, bytes) == 0, "gather onto device %zu differs", d);
-    runtime_state_destroy(g);
-    ck_assert_uint_eq(qdpt_used_on(m, d), before);
-  }
-  free(want);
-  free(got);
-}
-
 START_TEST(test_gather_of_index_range_shards_is_bit_identical) {
   struct runtime_mesh *m = qdpt_mesh("cpu:4", 64 * MIB, 0);
   struct runtime_state *s = encode_on(m, 4, PLAN_EVEN, 11, 1, QDP_DTYPE_COMPLEX128);
-  check_gather_bits(m, s);
+  qdpt_check_gather(m, s, NULL, true);
   runtime_state_destroy(s);
   s = encode_on(m, 3, PLAN_UNEVEN, 9, 1, QDP_DTYPE_COMPLEX64); /* 171 + 171 + 170 */
-  check_gather_bits(m, s);
+  qdpt_check_gather(m, s, NULL, true);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
 }
@@ -104,7 +70,7 @@ START_TEST(test_gather_of_a_sharded_batch_is_bit_identical) {
   /* 7 samples over 3 devices: rows 3 + 2 + 2, whole rows each. */
   struct runtime_state *s = encode_on(m, 3, PLAN_BATCH, 6, 7, QDP_DTYPE_COMPLEX128);
   ck_assert_uint_eq(runtime_state_plan(s)->nshards, 3);
-  check_gather_bits(m, s);
+  qdpt_check_gather(m, s, NULL, true);
   runtime_state_destroy(s);
   runtime_mesh_destroy(m);
 }
