@@ -60,7 +60,7 @@ static qdp_status map_shm(const struct job_input *in, struct job_source *src,
     close(in->fd);
     return rc;
   }
-  rc = io_map_fd(in->fd, in->what, in->offset, in->length, false, &src->map, err);
+  rc = io_map_fd(in->fd, in->what, in->offset, in->length, 0, &src->map, err);
   if (rc == QDP_OK) {
     src->in = (struct runtime_input){
         .data = src->map.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};

@@ -112,11 +112,13 @@ uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 
 /* Prepares host memory that many jobs will read (a registered input region) for fast transfers to
  * every device: page-locked and mapped for all of them on the CUDA backend (about 50 ms per GiB,
- * paid once), nothing on the CPU backend. The memory may be read-only. *ret_registered says
- * whether anything was done, and so whether runtime_mesh_unregister_host must be called. Failures
- * name the device and the CUDA error. */
+ * paid once), nothing on the CPU backend. The memory may be read-only; `writable` memory (an
+ * output region, mapped read-write) is registered so that device-to-host copies may land in it
+ * too. *ret_registered says whether anything was done, and so whether
+ * runtime_mesh_unregister_host must be called. Failures name the device and the CUDA error. */
 qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
-                                      bool *ret_registered, struct qdp_error *reterr);
+                                      bool writable, bool *ret_registered,
+                                      struct qdp_error *reterr);
 /* Undoes runtime_mesh_register_host (before the memory is unmapped). */
 void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr);
 

@@ -315,7 +315,7 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
    * packed by the copy engine instead of this thread. */
   struct qdp_error e = QDP_ERROR_INIT;
   bool registered = false;
-  ck_assert_msg(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), &registered,
+  ck_assert_msg(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), false, &registered,
                                            &e) == QDP_OK,
                 "register: %s", e.msg);
   ck_assert(registered);
