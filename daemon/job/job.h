@@ -109,6 +109,7 @@ enum job_input_source {
   JOB_INPUT_FILE,   /* a .npy file the caller handed over (or one beneath input_dir) */
   JOB_INPUT_SHM,    /* shared memory the caller handed over */
   JOB_INPUT_REGION, /* a registered region */
+  JOB_INPUT_CUDA_IPC, /* a same-node client's CUDA allocation, by IPC handle */
 };
 
 struct job_input {
@@ -123,6 +124,11 @@ struct job_input {
   const char *what;      /* SHM: how messages name it */
   uint64_t offset, length;           /* SHM, REGION: the bytes read */
   const char *region, *region_token; /* REGION */
+  /* CUDA_IPC: the allocation's handle (ipc_handle_len bytes, RUNTIME_IPC_HANDLE_BYTES expected),
+   * offset is the first value's byte offset in it, device_uuid its GPU. */
+  const unsigned char *ipc_handle;
+  size_t ipc_handle_len;
+  const char *device_uuid;
 };
 
 struct job_encode_request {

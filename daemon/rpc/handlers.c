@@ -315,6 +315,19 @@ static qdp_status input_of(struct rpc_call *c, const Qdp__Input *in, struct job_
     shm_what(sh->name, sh->pid, sh->fd, what, what_len);
     ret->what = what;
     return take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &ret->fd, err);
+  case QDP__INPUT__SOURCE_CUDA_IPC:
+    if (c->tcp) {
+      /* An IPC handle opens only on the node it came from, for a process of that node. */
+      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.cuda_ipc",
+                           "input.cuda_ipc is for callers on the daemon's node (its Unix socket); "
+                           "TCP callers send their data inline or upload it");
+    }
+    ret->source = JOB_INPUT_CUDA_IPC;
+    ret->offset = in->cuda_ipc ? in->cuda_ipc->offset : 0;
+    ret->ipc_handle = in->cuda_ipc ? in->cuda_ipc->ipc_handle.data : NULL;
+    ret->ipc_handle_len = in->cuda_ipc ? in->cuda_ipc->ipc_handle.len : 0;
+    ret->device_uuid = in->cuda_ipc ? in->cuda_ipc->device_uuid : NULL;
+    return QDP_OK;
   default:
     ret->source = JOB_INPUT_SHAPE; /* a plan of data still to be streamed; an encode refuses it */
     return QDP_OK;

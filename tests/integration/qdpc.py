@@ -25,7 +25,7 @@ _MESSAGES = (
     "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
     "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
-    "GatherRequest", "FetchIntoRequest", "FetchIntoReply",
+    "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput",
 )
 
 

@@ -472,6 +472,37 @@ START_TEST(test_fetch_into_writes_the_callers_writable_region) {
 }
 END_TEST
 
+/* A CUDA IPC input on host-memory devices: no GPU has the UUID, and the refusal names what the
+ * daemon owns; nothing is opened or kept. */
+START_TEST(test_cuda_ipc_input_names_the_gpus_the_daemon_owns) {
+  static const unsigned char handle[64];
+  struct job_encode_request req = {
+      .input = {.source = JOB_INPUT_CUDA_IPC, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 4,
+                .ipc_handle = handle, .ipc_handle_len = sizeof handle, .device_uuid = "GPU-x",
+                .fd = -1},
+      .encoding = QDP_ENCODING_AMPLITUDE,
+      .qubits = 2};
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_str_eq(e.field, "input.cuda_ipc.device_uuid");
+  ck_assert_ptr_nonnull(strstr(e.msg, "GPU GPU-x is not one this daemon owns (it owns cpu:0"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "cpu:1 (host memory)"));
+  req.input.ipc_handle_len = 63;
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+  req.input.ipc_handle_len = 64;
+  req.input.cols = 0; /* the shape cannot come from the bytes: it is required */
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+  /* A plan is refused the same way: an empty UUID names no GPU. */
+  struct plan *p = NULL;
+  struct qdp_error why = QDP_ERROR_INIT;
+  req.input.cols = 4;
+  req.input.device_uuid = "";
+  ck_assert_int_eq(job_plan(fx.jp, &alice, &req, &p, &why, &e), QDP_ERR_FAILED_PRECONDITION);
+  assert_store_empty();
+}
+END_TEST
+
 static unsigned left(const void *arg) {
   return *(const unsigned *)arg;
 }
@@ -608,6 +639,7 @@ int main(void) {
   tcase_add_test(tc, test_fetch_reads_a_window_and_refuses_past_the_end);
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_fetch_into_writes_the_callers_writable_region);
+  tcase_add_test(tc, test_cuda_ipc_input_names_the_gpus_the_daemon_owns);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
   tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
   tcase_add_test(tc, test_upload_admission_counts_each_identity_and_all);
