@@ -435,7 +435,7 @@ static void bench_host(void) {
   bool reg1 = false, reg2 = false;
   struct qdp_error e = QDP_ERROR_INIT;
   double tr = now_ms();
-  if (runtime_mesh_register_host(m1, x, N * 8, &reg1, &e) != QDP_OK) {
+  if (runtime_mesh_register_host(m1, x, N * 8, false, &reg1, &e) != QDP_OK) {
     fprintf(stderr, "register: %s\n", e.msg);
     exit(1);
   }
@@ -621,7 +621,7 @@ static void bench_big(void) {
   bool reg = false;
   struct qdp_error e = QDP_ERROR_INIT;
   double tr = now_ms();
-  if (runtime_mesh_register_host(m, x, N * 8, &reg, &e) != QDP_OK) {
+  if (runtime_mesh_register_host(m, x, N * 8, false, &reg, &e) != QDP_OK) {
     fprintf(stderr, "register 64 GiB: %s\n", e.msg);
     exit(1);
   }

@@ -222,7 +222,7 @@ static qdp_status hand_over_input(qdp_client *c, const struct qdp_input *in, str
     rc = qdp__handoff(c, fd, 1, "input.path", r->ticket, sizeof r->ticket);
     r->input.fd_ticket = r->ticket;
   } else if (r->input.source_case == QDP__INPUT__SOURCE_SHM && !*r->shm.region) {
-    fd = qdp__open_shm(in->shm_name, in->shm_pid, in->shm_fd, &rc);
+    fd = qdp__open_shm(in->shm_name, in->shm_pid, in->shm_fd, false, &rc);
     if (fd >= 0) {
       rc = qdp__handoff(c, fd, 1, "input.shm", r->ticket, sizeof r->ticket);
       r->shm.fd_ticket = r->ticket;

@@ -23,6 +23,7 @@
 
 #define M_EXPORT "/qdp.Qdp/Export"
 #define M_FETCH "/qdp.Qdp/Fetch"
+#define M_FETCH_INTO "/qdp.Qdp/FetchInto"
 
 /* ---- Fetch ---- */
 
@@ -249,6 +250,46 @@ qdp_status qdp_fetch(qdp_client *c, const char *handle, const char *token,
   rc = fetch_stream(c, handle, token, &o, &s);
   if (ret_bytes) {
     *ret_bytes = rc == QDP_OK ? (size_t)s.received : 0;
+  }
+  return rc;
+}
+
+qdp_status qdp_fetch_into(qdp_client *c, const char *handle, const char *token,
+                          const struct qdp_fetch_opts *opts, const char *region,
+                          const char *region_token, uint64_t region_offset, uint64_t *ret_bytes) {
+  qdp__err_reset();
+  struct qdp_fetch_opts o;
+  qdp_status rc = qdp__check_ref(c, handle, token);
+  if (rc == QDP_OK) {
+    rc = fetch_opts(opts, &o);
+  }
+  if (rc == QDP_OK && (!region || !*region || !region_token)) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "region",
+                        "FetchInto needs a region's handle and token (qdp_region_register_writable).");
+  }
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = (char *)handle;
+  ref.token = (char *)token;
+  Qdp__RegionRef rr = QDP__REGION_REF__INIT;
+  rr.handle = (char *)region;
+  rr.token = (char *)region_token;
+  Qdp__FetchIntoRequest req = QDP__FETCH_INTO_REQUEST__INIT;
+  req.state = &ref;
+  req.offset = o.offset;
+  req.count = o.count;
+  req.region = &rr;
+  req.region_offset = region_offset;
+  Qdp__FetchIntoReply *rep = NULL;
+  rc = qdp__unary(c, M_FETCH_INTO, &req.base, &qdp__fetch_into_reply__descriptor,
+                  (ProtobufCMessage **)&rep);
+  if (ret_bytes) {
+    *ret_bytes = rc == QDP_OK ? rep->bytes : 0;
+  }
+  if (rep) {
+    qdp__fetch_into_reply__free_unpacked(rep, NULL);
   }
   return rc;
 }

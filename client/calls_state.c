@@ -178,8 +178,8 @@ qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
 
 /* ---- Registered regions ---- */
 
-qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
-                               struct qdp_region_info *ret_info) {
+static qdp_status region_register(qdp_client *c, const char *name, int pid, int fd,
+                                  bool writable, struct qdp_region_info *ret_info) {
   qdp__err_reset();
   qdp_status rc = qdp__check_ret(qdp__check_client(c), ret_info);
   if (rc != QDP_OK) {
@@ -195,6 +195,7 @@ qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
                           pid, fd);
   }
   Qdp__RegisterRegionRequest req = QDP__REGISTER_REGION_REQUEST__INIT;
+  req.writable = writable;
   if (name && *name) {
     req.name = (char *)name;
   } else {
@@ -203,11 +204,11 @@ qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
   }
   /* The daemon maps what this process opened, with this process's rights. */
   char ticket[64];
-  int f = qdp__open_shm(name, pid, fd, &rc);
+  int f = qdp__open_shm(name, pid, fd, writable, &rc);
   if (f < 0) {
     return rc;
   }
-  rc = qdp__handoff(c, f, 1, "region", ticket, sizeof ticket);
+  rc = qdp__handoff(c, f, writable ? 2 : 1, "region", ticket, sizeof ticket);
   close(f);
   if (rc != QDP_OK) {
     return rc;
@@ -229,6 +230,16 @@ qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
     qdp__region_info__free_unpacked(rep, NULL);
   }
   return rc;
+}
+
+qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
+                               struct qdp_region_info *ret_info) {
+  return region_register(c, name, pid, fd, false, ret_info);
+}
+
+qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid, int fd,
+                                        struct qdp_region_info *ret_info) {
+  return region_register(c, name, pid, fd, true, ret_info);
 }
 
 qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token) {

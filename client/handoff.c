@@ -144,10 +144,11 @@ out:
   return rc;
 }
 
-int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
+int qdp__open_shm(const char *name, int pid, int fd, bool writable, qdp_status *rc) {
   int f = -1;
+  int mode = writable ? O_RDWR : O_RDONLY;
   if (name && *name) {
-    f = shm_open(name, O_RDONLY, 0);
+    f = shm_open(name, mode, 0);
     if (f < 0) {
       int err = errno;
       *rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_INVALID_ARGUMENT), err, "shm.name",
@@ -162,6 +163,7 @@ int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
     return -1;
   }
   if (pid == (int)getpid()) {
+    /* Our own descriptor, with the access it was opened with: the daemon checks it. */
     f = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   } else {
     /* Another process's descriptor, with this process's own rights (it must be one we could
@@ -172,7 +174,7 @@ int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc) {
     if (stat(p, &st) == 0 && !S_ISREG(st.st_mode)) {
       errno = EINVAL;
     } else {
-      f = open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+      f = open(p, mode | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     }
   }
   if (f < 0) {

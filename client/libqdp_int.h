@@ -9,6 +9,7 @@
 #define QDP_LIBQDP_INT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -109,7 +110,7 @@ QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const cha
 /* Opens shared memory for reading with this process's rights: by name (shm_open), or as fd of
  * process pid (this process: a duplicate; another: /proc/<pid>/fd/<fd>, regular files only).
  * Returns the descriptor, or -1 with *rc set and recorded. */
-QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, qdp_status *rc);
+QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, bool writable, qdp_status *rc);
 
 /* ---- calls_state.c and views.c: views and their leases ---- */
 

@@ -449,8 +449,24 @@ struct qdp_region_info {
 QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
                                           struct qdp_region_info *ret_info);
 
+/* The same for a region the daemon may also write (since 0.5): the object is opened here for
+ * reading and writing (O_RDWR) and handed over for writing, then mapped read-write (MAP_SHARED),
+ * an output of qdp_fetch_into as well as an input. */
+QDP_EXPORT qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid,
+                                                   int fd, struct qdp_region_info *ret_info);
+
 /* Forgets a region; an encode reading it finishes first. */
 QDP_EXPORT qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token);
+
+/* Has the daemon copy amplitudes [opts->offset, + opts->count) of a state straight into a region
+ * this identity registered writable (since 0.5), at byte region_offset: no message carries them.
+ * opts may be NULL (the whole state); its chunk_bytes and progress are unused. ret_bytes (may be
+ * NULL) receives the bytes written. OUT_OF_RANGE (need_bytes, free_bytes) when they do not fit,
+ * FAILED_PRECONDITION for a region registered read-only or a TCP target. */
+QDP_EXPORT qdp_status qdp_fetch_into(qdp_client *c, const char *handle, const char *token,
+                                     const struct qdp_fetch_opts *opts, const char *region,
+                                     const char *region_token, uint64_t region_offset,
+                                     uint64_t *ret_bytes);
 
 /* ---- Zero-copy shard views and gather (since 0.3) ------------------------------------------ */
 

@@ -35,8 +35,10 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
     uintptr_t b = atomic_load(&slots[i].base);
     size_t n = atomic_load(&slots[i].len);
     if (addr >= b && addr - b < n) {
-      /* Zero pages over the whole range: the read resumes, and the job learns of the loss. */
-      if (!ours && mmap((void *)b, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+      /* Zero pages over the whole range: the read (or the write into an output region) resumes,
+       * and the job learns of the loss. Writable, since a faulting write must not fault again;
+       * what lands there is private to the daemon and dropped with the mapping. */
+      if (!ours && mmap((void *)b, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
                        MAP_FAILED) {
         break;
       }

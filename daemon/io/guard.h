@@ -1,8 +1,8 @@
 /* guard.h — survives an input shrinking under the daemon, in whichever process maps it (the
  * coordinator's jobs, and each rank reading its window of an input file).
  *
- * Inputs mapped from a client's shared memory or from a .npy file are read in place. If the
- * object is truncated while a job reads it, the kernel raises SIGBUS on the lost pages, which
+ * Inputs mapped from a client's shared memory or from a .npy file are read in place, and output
+ * regions (FetchInto) written in place. If the object is truncated while a job reads or writes it, the kernel raises SIGBUS on the lost pages, which
  * would kill the daemon. A guarded range is registered here for the life of the job; the SIGBUS
  * handler replaces the pages of a faulting guarded range with anonymous zero pages (so the read
  * completes) and marks every job guarding it (several may read one region at once) as lost; each

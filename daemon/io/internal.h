@@ -16,10 +16,10 @@
  * characters and single quotes replaced by '?', so a message stays one line whose quotes match. */
 void io_quote(char *dst, size_t cap, const char *src);
 
-/* Maps [offset, offset + length) of the regular file open on fd read-only; on success the
- * mapping holds fd (not closed on failure). The caller has checked the bounds. errno-style
- * failures are SYSTEM with `what` (already quoted) leading. */
-qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *what,
+/* Maps [offset, offset + length) of the regular file open on fd, read-only or (writable) read
+ * and write MAP_SHARED; on success the mapping holds fd (not closed on failure). The caller has
+ * checked the bounds. errno-style failures are SYSTEM with `what` (already quoted) leading. */
+qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, bool writable, const char *what,
                         struct io_mapping *ret, struct qdp_error *reterr);
 
 /* fstat(2) of fd into *ret; a failure is SYSTEM with `what` (already quoted) leading. */

@@ -97,7 +97,7 @@ qdp_status io_random_hex(char *out, struct qdp_error *reterr) {
   return QDP_OK;
 }
 
-qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *what,
+qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, bool writable, const char *what,
                         struct io_mapping *ret, struct qdp_error *reterr) {
   long ps = sysconf(_SC_PAGESIZE);
   uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
@@ -110,7 +110,8 @@ qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *wh
                          what, length, offset);
   }
   size_t map_len = (size_t)(length + delta);
-  void *base = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)aligned);
+  int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  void *base = mmap(NULL, map_len, prot, MAP_SHARED, fd, (off_t)aligned);
   if (base == MAP_FAILED) {
     int err = errno;
     qdp_status code = err == ENOMEM   ? QDP_ERR_RESOURCE_EXHAUSTED
@@ -118,7 +119,10 @@ qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, const char *wh
                                       : QDP_ERR_SYSTEM;
     qdp_error_set(reterr, code, NULL, "%s: mmap of %zu B at offset %" PRIu64 " failed: %s%s", what,
                   map_len, aligned, strerror(err),
-                  err == EACCES ? " (the descriptor is not open for reading)" : "");
+                  err == EACCES ? (writable ? " (the descriptor is not open for reading and "
+                                              "writing, O_RDWR)"
+                                            : " (the descriptor is not open for reading)")
+                                : "");
     if (reterr) {
       reterr->cause = err;
       reterr->need_bytes = map_len;
@@ -169,9 +173,10 @@ qdp_status io_fstat(int fd, const char *what, struct stat *ret, struct qdp_error
   return QDP_OK;
 }
 
-qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, bool whole,
+qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, unsigned flags,
                      struct io_mapping *ret, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
+  bool whole = (flags & IO_MAP_WHOLE) != 0;
   *ret = (struct io_mapping)IO_MAPPING_INIT;
   struct stat st;
   QDP_TRY(rc, io_fstat(fd, what, &st, reterr));
@@ -209,7 +214,7 @@ qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length,
     }
     goto out;
   }
-  rc = io_map_range(fd, offset, length, what, ret, reterr);
+  rc = io_map_range(fd, offset, length, (flags & IO_MAP_WRITABLE) != 0, what, ret, reterr);
 out:
   if (rc != QDP_OK) {
     close(fd);

@@ -64,11 +64,18 @@ struct io_folder {
  * directory is nobody's business. */
 qdp_status io_check_path(const char *path, const char *field, struct qdp_error *reterr);
 
+/* io_map_fd's flags. */
+enum {
+  IO_MAP_WHOLE = 1u,    /* the entire object: offset and length ignored */
+  IO_MAP_WRITABLE = 2u, /* read and write, MAP_SHARED (an output region): fd must be O_RDWR */
+};
+
 /* Maps `length` bytes at `offset` of the regular file or shared memory open on fd (taken),
- * read-only; with `whole`, the entire object (offset and length ignored; an empty object is
- * INVALID_ARGUMENT). length 0 is refused; offset + length is checked against the object's size
- * without overflow. `what` describes the object in messages ("shared memory '/x'"). */
-qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, bool whole,
+ * read-only unless IO_MAP_WRITABLE (then writes at base reach the object); with IO_MAP_WHOLE,
+ * the entire object (an empty object is INVALID_ARGUMENT, and base is its first byte). length 0
+ * is refused; offset + length is checked against the object's size without overflow. `what`
+ * describes the object in messages ("shared memory '/x'"). */
+qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length, unsigned flags,
                      struct io_mapping *ret, struct qdp_error *reterr);
 
 /* Whether the mapped object is now shorter than the mapping needs (it was truncated: some pages

@@ -74,7 +74,7 @@ qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struc
     qdp_error_prefix(reterr, "%s", what);
     goto out;
   }
-  QDP_TRY(rc, io_map_range(fd, 0, size, what, &m, reterr));
+  QDP_TRY(rc, io_map_range(fd, 0, size, false, what, &m, reterr));
   fd = -1; /* the mapping's now */
   rc = io_npy_parse(m.data, (size_t)size, &hdr, reterr);
   if (rc != QDP_OK) {

@@ -1,6 +1,6 @@
 /* Encode and its dry run: the input resolved to host values (in memory, a mapped file or shared
- * memory, a registered region), planned over the world, admitted, encoded, checked for data loss
- * and committed. */
+ * memory, a registered region) or to a client's device allocation (CUDA IPC), planned over the
+ * world, admitted, encoded, checked for data loss and committed. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ struct job_source {
   struct runtime_input in;
   struct io_mapping map;     /* a file or shared memory mapped for this job */
   struct job_region *region; /* a registered region read, pinned */
+  struct runtime_ipc_input ipc; /* a client's allocation opened for this job */
   int guard;
 };
 
@@ -60,7 +61,7 @@ static qdp_status map_shm(const struct job_input *in, struct job_source *src,
     close(in->fd);
     return rc;
   }
-  rc = io_map_fd(in->fd, in->what, in->offset, in->length, false, &src->map, err);
+  rc = io_map_fd(in->fd, in->what, in->offset, in->length, 0, &src->map, err);
   if (rc == QDP_OK) {
     src->in = (struct runtime_input){
         .data = src->map.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
@@ -110,6 +111,55 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
   return QDP_OK;
 }
 
+/* A client's CUDA allocation: its GPU found by UUID among the mesh's, its handle opened there
+ * and the bytes the shape says checked against the allocation. Opened per job and closed when it
+ * ends, not cached: the daemon then never holds a mapping of client memory past a call (which
+ * would keep a freed allocation alive in the client), and the driver counts repeated opens of
+ * one handle, so concurrent jobs on one allocation need nothing more. A plan opens nothing. */
+static qdp_status open_device_input(struct job_pipeline *jp, const struct job_input *in,
+                                    bool plan_only, struct job_source *src,
+                                    struct qdp_error *err) {
+  uint64_t rows = 0, cols = 0;
+  size_t device = 0;
+  qdp_status rc;
+  QDP_TRY(rc, job_declared_shape(in->dtype, in->rows, in->cols, "input", &rows, &cols, err));
+  if (in->ipc_handle_len != RUNTIME_IPC_HANDLE_BYTES) {
+    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.cuda_ipc.ipc_handle",
+                       "input.cuda_ipc.ipc_handle has %zu bytes; a cudaIpcMemHandle_t has %d",
+                       in->ipc_handle_len, RUNTIME_IPC_HANDLE_BYTES);
+    goto out;
+  }
+  QDP_TRY(rc, runtime_mesh_find_uuid(jp->mesh, in->device_uuid, "input.cuda_ipc.device_uuid",
+                                     &device, err));
+  src->in = (struct runtime_input){
+      .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols, .on_device = true,
+      .device = device};
+  if (!plan_only) {
+    /* job_declared_shape proved the product fits 64 bits. */
+    uint64_t bytes = rows * cols * qdp_dtype_size((qdp_dtype)in->dtype);
+    QDP_TRY(rc, runtime_mesh_open_ipc(jp->mesh, device, in->ipc_handle, in->offset, bytes,
+                                      &src->ipc, err));
+    src->in.data = (const char *)src->ipc.base + in->offset;
+  }
+out:
+  return rc;
+}
+
+/* The tensor is in this node's GPU memory: every shard must be on this rank (the coordinator),
+ * whose process opened it. */
+static qdp_status check_on_this_rank(struct job_pipeline *jp, const struct plan *p,
+                                     struct qdp_error *err) {
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (p->shards[i].rank != 0) {
+      return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "placement",
+                           "the tensor is on this node only: shard %zu would be on rank %d (%s); "
+                           "place the state on the coordinator's devices (placement.devices)",
+                           i, p->shards[i].rank, job_rank_host(jp, p->shards[i].rank));
+    }
+  }
+  return QDP_OK;
+}
+
 /* Resolves the input to host values, and guards what is mapped (a mapped input that shrinks
  * raises SIGBUS, io/guard.h). A plan takes a declared shape; an encode needs values. */
 static qdp_status source_open(struct job_pipeline *jp, const struct job_input *in, bool plan_only,
@@ -141,6 +191,8 @@ static qdp_status source_open(struct job_pipeline *jp, const struct job_input *i
   case JOB_INPUT_REGION:
     rc = read_region(jp, in, src, err);
     break;
+  case JOB_INPUT_CUDA_IPC:
+    return open_device_input(jp, in, plan_only, src, err); /* device memory: nothing to guard */
   }
   if (rc != QDP_OK) {
     return rc;
@@ -172,6 +224,7 @@ static void source_close(struct job_pipeline *jp, struct job_source *src) {
     io_guard_remove(src->guard);
   }
   io_unmap(&src->map);
+  runtime_mesh_close_ipc(jp->mesh, &src->ipc);
   if (src->region) {
     /* The last pin of a region unregistered meanwhile unmaps it here. */
     region_registry_put(jp->regions, src->region);
@@ -258,6 +311,9 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, source_open(jp, &req->input, false, &src, err));
   QDP_TRY(rc, plan_job(jp, req, &src.in, &p, err));
+  if (src.in.on_device) {
+    QDP_TRY(rc, check_on_this_rank(jp, p, err));
+  }
   if (req->views) {
     /* Refused before anything is encoded. */
     QDP_TRY(rc, runtime_mesh_check_views(jp->mesh, err));

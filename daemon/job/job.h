@@ -109,6 +109,7 @@ enum job_input_source {
   JOB_INPUT_FILE,   /* a .npy file the caller handed over (or one beneath input_dir) */
   JOB_INPUT_SHM,    /* shared memory the caller handed over */
   JOB_INPUT_REGION, /* a registered region */
+  JOB_INPUT_CUDA_IPC, /* a same-node client's CUDA allocation, by IPC handle */
 };
 
 struct job_input {
@@ -123,6 +124,11 @@ struct job_input {
   const char *what;      /* SHM: how messages name it */
   uint64_t offset, length;           /* SHM, REGION: the bytes read */
   const char *region, *region_token; /* REGION */
+  /* CUDA_IPC: the allocation's handle (ipc_handle_len bytes, RUNTIME_IPC_HANDLE_BYTES expected),
+   * offset is the first value's byte offset in it, device_uuid its GPU. */
+  const unsigned char *ipc_handle;
+  size_t ipc_handle_len;
+  const char *device_uuid;
 };
 
 struct job_encode_request {
@@ -242,13 +248,37 @@ qdp_status job_export(struct job_pipeline *jp, const struct job_export_request *
 struct job_region_info {
   struct region_meta meta;
   char token[REGION_TOKEN_LEN];
-  bool sealed, pinned;
+  bool sealed, pinned, writable;
 };
 /* Maps the shared memory handed over on fd (taken) whole, page-locks it when the backend wants
- * that, and files it under the caller; refused before anything is mapped past max_regions. */
+ * that, and files it under the caller; refused before anything is mapped past max_regions.
+ * writable: mapped read-write MAP_SHARED, an output of job_fetch_into too (fd must be O_RDWR,
+ * handed over for writing: the transport checks the ticket's access). */
 qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
-                               const char *what, struct job_region_info *ret,
+                               const char *what, bool writable, struct job_region_info *ret,
                                struct qdp_error *reterr);
+
+struct job_fetch_into_request {
+  const char *handle, *token;        /* the state */
+  uint64_t offset, count;            /* amplitudes, as job_fetch_open; count 0: to the end */
+  const char *region, *region_token; /* a region the caller registered writable */
+  uint64_t region_offset;            /* bytes into it */
+};
+
+struct job_fetch_into_result {
+  uint64_t count, bytes; /* amplitudes and bytes written */
+  qdp_dtype dtype;
+};
+
+/* Copies the amplitudes straight into the region's mapping (device to host on GPUs, a DMA when
+ * the region is pinned), state and region pinned meanwhile. NOT_FOUND for an unknown state or
+ * region (or a wrong token); PERMISSION_DENIED for a region of another identity;
+ * FAILED_PRECONDITION for one registered without writable; OUT_OF_RANGE (need_bytes, free_bytes)
+ * when the bytes do not fit at region_offset; DATA_LOSS when the region shrank under the write
+ * (it is lost for every later job). */
+qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *caller,
+                          const struct job_fetch_into_request *req,
+                          struct job_fetch_into_result *ret, struct qdp_error *reterr);
 qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
                                  uint64_t *ret_bytes, struct qdp_error *reterr);
 

@@ -1,9 +1,12 @@
 /* Registered regions: shared memory a caller handed over once, mapped whole, read by every job
- * that names it. */
+ * that names it, and written by FetchInto when registered writable. */
+#include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "io/guard.h"
 #include "region.h"
 
 void job_region_end(void *payload) {
@@ -16,7 +19,7 @@ void job_region_end(void *payload) {
 }
 
 qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
-                               const char *what, struct job_region_info *ret,
+                               const char *what, bool writable, struct job_region_info *ret,
                                struct qdp_error *err) {
   qdp_status rc = QDP_OK;
   struct job_region *g = NULL;
@@ -31,19 +34,22 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
     goto out;
   }
   g->mesh = jp->mesh;
+  g->writable = writable;
   atomic_init(&g->lost, false);
-  rc = io_map_fd(fd, what, 0, 0, true, &g->map, err);
+  rc = io_map_fd(fd, what, 0, 0, IO_MAP_WHOLE | (writable ? IO_MAP_WRITABLE : 0), &g->map, err);
   fd = -1; /* taken */
   if (rc != QDP_OK) {
     goto out;
   }
-  QDP_TRY(rc, runtime_mesh_register_host(jp->mesh, g->map.base, g->map.map_len, &g->pinned, err));
+  QDP_TRY(rc, runtime_mesh_register_host(jp->mesh, g->map.base, g->map.map_len, writable,
+                                         &g->pinned, err));
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
   QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, g->map.bytes, g, job_region_end,
                                      handle, ret->token, &ret->meta, err));
   ret->sealed = g->map.sealed != 0;
   ret->pinned = g->pinned;
+  ret->writable = writable;
   g = NULL; /* the registry's now */
 out:
   if (fd >= 0) {
@@ -65,4 +71,94 @@ qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, co
   }
   /* Unmapping (and unpinning, on GPUs) may take a while: a worker's call. */
   return region_registry_remove(jp->regions, handle, token, ret_bytes, err);
+}
+
+/* The region a FetchInto writes, pinned into *ret (put back by the caller, even on failure): the
+ * caller's own (a token alone is not enough to write into another identity's memory), registered
+ * writable, and not lost. */
+static qdp_status output_region(struct job_pipeline *jp, const struct job_caller *caller,
+                                const struct job_fetch_into_request *req, struct job_region **ret,
+                                struct qdp_error *err) {
+  void *payload = NULL;
+  struct region_meta meta;
+  qdp_status rc;
+  QDP_TRY(rc, job_check_handle(req->region, "region", err));
+  QDP_TRY(rc, region_registry_get(jp->regions, req->region, req->region_token, &payload, &meta,
+                                  err));
+  struct job_region *g = *ret = payload;
+  if (strcmp(meta.owner, caller->owner) != 0) {
+    rc = qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "region",
+                       "region '%.64s' was registered by %s, not by %s: FetchInto writes only "
+                       "into the caller's own regions",
+                       req->region, meta.owner, caller->owner);
+  } else if (!g->writable) {
+    rc = qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "region",
+                       "region '%.64s' was registered read-only: register it with writable (its "
+                       "descriptor opened O_RDWR and handed over for writing) to FetchInto it",
+                       req->region);
+  } else if (atomic_load(&g->lost)) {
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
+                       "region '%.64s' shrank while a job used it; register it again",
+                       req->region);
+  }
+out:
+  return rc;
+}
+
+/* OUT_OF_RANGE unless `bytes` fit in region g at `at`, compared without forming at + bytes. */
+static qdp_status check_fits(const struct job_region *g, const char *name, uint64_t at,
+                             uint64_t count, uint64_t bytes, struct qdp_error *err) {
+  uint64_t size = g->map.bytes;
+  if (at <= size && bytes <= size - at) {
+    return QDP_OK;
+  }
+  qdp_status rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE, at > size ? "region_offset" : "count",
+                                "%" PRIu64 " amplitudes (%" PRIu64 " B) at byte %" PRIu64
+                                " of region '%.64s' pass its end at %" PRIu64 " B",
+                                count, bytes, at, name, size);
+  if (err) {
+    err->need_bytes = bytes;
+    err->free_bytes = at > size ? 0 : size - at;
+  }
+  return rc;
+}
+
+qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *caller,
+                          const struct job_fetch_into_request *req,
+                          struct job_fetch_into_result *ret, struct qdp_error *err) {
+  struct job_region *g = NULL;
+  struct job_fetch f;
+  qdp_status rc;
+  memset(ret, 0, sizeof *ret);
+  memset(&f, 0, sizeof f);
+  QDP_TRY(rc, output_region(jp, caller, req, &g, err));
+  QDP_TRY(rc, job_fetch_open(jp, req->handle, req->token, req->offset, req->count, &f, err));
+  uint64_t bytes = f.total * f.esize; /* fits: the state's bytes did */
+  QDP_TRY(rc, check_fits(g, req->region, req->region_offset, f.total, bytes, err));
+  /* A region cut under the write faults in the copy: the guard turns that into a loss. A pinned
+   * region takes the DMA into pages the cut orphaned instead, which only its size tells. */
+  int guard = io_guard_add(g->map.base, g->map.map_len);
+  if (guard < 0) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
+                       "too many mapped inputs and outputs are in use at once; retry");
+    goto out;
+  }
+  rc = job_fetch_read(&f, f.total, (char *)g->map.base + req->region_offset, err);
+  bool lost = io_guard_remove(guard);
+  if (lost || io_mapping_shrunk(&g->map)) {
+    atomic_store(&g->lost, true);
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
+                       "region '%.64s' shrank while the amplitudes were written into it: it does "
+                       "not hold them (the region is lost: register it again)",
+                       req->region);
+  }
+  if (rc == QDP_OK) {
+    *ret = (struct job_fetch_into_result){.count = f.total, .bytes = bytes, .dtype = f.dtype};
+  }
+out:
+  job_fetch_close(jp, &f);
+  if (g) {
+    region_registry_put(jp->regions, g);
+  }
+  return rc;
 }

@@ -9,11 +9,12 @@
 #include "runtime/runtime.h"
 
 /* The whole object mapped once, page-locked for the devices when the backend wants that, read by
- * every job that names it. */
+ * every job that names it and, when registered writable, written by FetchInto. */
 struct job_region {
   struct io_mapping map;
   struct runtime_mesh *mesh;
   bool pinned;
+  bool writable; /* mapped read-write: an output of FetchInto too */
   atomic_bool lost; /* it shrank under a job: its pages are zeros now, never to be read again */
 };
 

@@ -315,6 +315,19 @@ static qdp_status input_of(struct rpc_call *c, const Qdp__Input *in, struct job_
     shm_what(sh->name, sh->pid, sh->fd, what, what_len);
     ret->what = what;
     return take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &ret->fd, err);
+  case QDP__INPUT__SOURCE_CUDA_IPC:
+    if (c->tcp) {
+      /* An IPC handle opens only on the node it came from, for a process of that node. */
+      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.cuda_ipc",
+                           "input.cuda_ipc is for callers on the daemon's node (its Unix socket); "
+                           "TCP callers send their data inline or upload it");
+    }
+    ret->source = JOB_INPUT_CUDA_IPC;
+    ret->offset = in->cuda_ipc ? in->cuda_ipc->offset : 0;
+    ret->ipc_handle = in->cuda_ipc ? in->cuda_ipc->ipc_handle.data : NULL;
+    ret->ipc_handle_len = in->cuda_ipc ? in->cuda_ipc->ipc_handle.len : 0;
+    ret->device_uuid = in->cuda_ipc ? in->cuda_ipc->device_uuid : NULL;
+    return QDP_OK;
   default:
     ret->source = JOB_INPUT_SHAPE; /* a plan of data still to be streamed; an encode refuses it */
     return QDP_OK;
@@ -848,13 +861,17 @@ void rpc_h_register_region(struct rpc_job *j) {
   char what[256];
   int fd = -1;
   shm_what(r->name, r->pid, r->fd, what, sizeof what);
-  if (take_fd(c, r->fd_ticket, FD_ACCESS_READ, what, "fd_ticket", &fd, &err) != QDP_OK ||
-      job_register_region(s->jobs, &who, fd, what, &ri, &err) != QDP_OK) {
+  /* A writable region is written by FetchInto: its descriptor must have been handed over for
+   * writing, so the daemon writes only where the caller could. */
+  enum fd_access access = r->writable ? FD_ACCESS_WRITE : FD_ACCESS_READ;
+  if (take_fd(c, r->fd_ticket, access, what, "fd_ticket", &fd, &err) != QDP_OK ||
+      job_register_region(s->jobs, &who, fd, what, r->writable, &ri, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s)", c->client, ri.meta.handle,
-           ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "");
+  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s)", c->client, ri.meta.handle,
+           ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "",
+           ri.writable ? ", writable" : "");
   Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
   m.handle = ri.meta.handle;
   m.token = ri.token;
@@ -885,4 +902,38 @@ void rpc_h_unregister_region(struct rpc_job *j) {
   Qdp__UnregisterRegionReply r = QDP__UNREGISTER_REGION_REPLY__INIT;
   r.bytes = bytes;
   rpc_finish(c, qdp_wire_pack(&r.base), NULL);
+}
+
+void rpc_h_fetch_into(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__FetchIntoRequest *r = (const Qdp__FetchIntoRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = caller_of(c);
+  struct job_fetch_into_result res;
+  if (c->tcp) {
+    /* A region is memory of a process on the daemon's node; TCP callers have none. */
+    qdp_error_set(&err, QDP_ERR_FAILED_PRECONDITION, "region",
+                  "FetchInto writes into a region registered on the daemon's node, which only "
+                  "callers on its Unix socket have; over TCP read the state with Fetch");
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  struct job_fetch_into_request req = {.handle = r->state ? r->state->handle : NULL,
+                                       .token = r->state ? r->state->token : NULL,
+                                       .offset = r->offset,
+                                       .count = r->count,
+                                       .region = r->region ? r->region->handle : NULL,
+                                       .region_token = r->region ? r->region->token : NULL,
+                                       .region_offset = r->region_offset};
+  if (job_fetch_into(c->srv->jobs, &who, &req, &res, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "FetchInto from %s: %s -> %s at %" PRIu64 " (%" PRIu64 " B)", c->client,
+           req.handle, req.region, req.region_offset, res.bytes);
+  Qdp__FetchIntoReply fr = QDP__FETCH_INTO_REPLY__INIT;
+  fr.count = res.count;
+  fr.dtype = (Qdp__DType)res.dtype;
+  fr.bytes = res.bytes;
+  rpc_finish(c, qdp_wire_pack(&fr.base), NULL);
 }

@@ -77,6 +77,7 @@ enum rpc_method_id {
   RPC_M_UNREGISTER_REGION,
   RPC_M_CLOSE_VIEW,
   RPC_M_GATHER,
+  RPC_M_FETCH_INTO,
   RPC_M_COUNT
 };
 
@@ -246,6 +247,7 @@ void rpc_h_register_region(struct rpc_job *j);
 void rpc_h_unregister_region(struct rpc_job *j);
 void rpc_h_close_view(struct rpc_job *j);
 void rpc_h_gather(struct rpc_job *j);
+void rpc_h_fetch_into(struct rpc_job *j);
 
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);

@@ -56,6 +56,8 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                           &qdp__close_view_request__descriptor, rpc_h_close_view},
     [RPC_M_GATHER] = {"/qdp.Qdp/Gather", "Gather", RPC_UNARY, &qdp__gather_request__descriptor,
                       rpc_h_gather},
+    [RPC_M_FETCH_INTO] = {"/qdp.Qdp/FetchInto", "FetchInto", RPC_UNARY,
+                          &qdp__fetch_into_request__descriptor, rpc_h_fetch_into},
 };
 
 /* ---- time

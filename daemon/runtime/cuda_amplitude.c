@@ -51,9 +51,10 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   unsigned isize = qdp_dtype_size(w->in);
   uint64_t rows = w->shard->rows, row_bytes = w->len * isize, bytes = rows * row_bytes;
   if (w->pinned) {
+    /* Registered host memory or a client's device allocation: cuda_stage_put says why Default. */
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cuda_copy_rows_async(c, s->resident, w->x, w->in_stride * isize, row_bytes, rows,
-                                cudaMemcpyHostToDevice));
+                                cudaMemcpyDefault));
     goto out;
   }
   if (rows > 1) {

@@ -223,9 +223,10 @@ bool runtime_cuda_peer_enabled(const struct runtime_device *a, const struct runt
  * memory (no bounce through the staging copy, full PCIe rate). Portable: the pinning holds for the
  * contexts of every device of the mesh, not only the current one, so one call covers them all;
  * each device is made current first so a failure names the device whose context refused.
- * ReadOnly: the region is mapped PROT_READ, which cudaHostRegister refuses without it. */
+ * ReadOnly unless writable: an input region is mapped PROT_READ, which cudaHostRegister refuses
+ * without it; an output region (FetchInto) is mapped read-write and must take device writes. */
 static qdp_status cuda_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
-                                     struct qdp_error *reterr) {
+                                     bool writable, struct qdp_error *reterr) {
   if (m->count == 0) {
     return QDP_OK;
   }
@@ -236,7 +237,9 @@ static qdp_status cuda_register_host(struct runtime_mesh *m, void *ptr, uint64_t
   }
   unsigned flags = cudaHostRegisterPortable;
 #ifdef cudaHostRegisterReadOnly
-  flags |= cudaHostRegisterReadOnly;
+  if (!writable) {
+    flags |= cudaHostRegisterReadOnly;
+  }
 #endif
   cudaError_t err = cudaHostRegister(ptr, (size_t)bytes, flags);
   if (err != cudaSuccess) {

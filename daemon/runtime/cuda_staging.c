@@ -32,9 +32,11 @@ qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint
                             (unsigned long long)c->stage_bytes);
   }
   if (pinned) {
+    /* Default: src is registered host memory or a client's device allocation (CUDA IPC input,
+     * a peer copy when it is on another GPU); UVA tells the driver which. */
     CU_TRY(rc, &c->base, "cudaMemcpyAsync",
            cuda_copy_rows_async(c, c->stage_dev[slot], src, src_stride, row_bytes, nrows,
-                                cudaMemcpyHostToDevice));
+                                cudaMemcpyDefault));
     goto out;
   }
   CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
@@ -91,6 +93,17 @@ qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qd
   return QDP_OK;
 }
 
+/* Whether dst is page-locked host memory (a region registered for the devices, FetchInto's
+ * output): the copy engine then writes it directly, with no bounce through the staging. */
+static bool host_registered(const void *dst) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, dst) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
@@ -98,7 +111,7 @@ qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, 
   if (bytes == 0) {
     return QDP_OK;
   }
-  if (bytes <= CUDA_READ_DIRECT) {
+  if (bytes <= CUDA_READ_DIRECT || host_registered(dst)) {
     QDP_TRY(rc, cuda_use_device(d, reterr));
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream));

@@ -29,7 +29,10 @@ struct runtime_shard_work {
   qdp_dtype in;
   uint64_t in_stride;
   uint64_t len;  /* amplitude: input values present from shard->first, <= shard->count */
-  bool pinned;   /* x is in registered (page-locked) host memory */
+  /* The copy engine reads x directly (cudaMemcpyDefault: UVA tells which): registered
+   * (page-locked) host memory, or device memory of a client's allocation (CUDA IPC input) on
+   * this or another GPU of the mesh, copied device to device. */
+  bool pinned;
   void *scratch; /* the backend's, between amp_load and work_done */
 };
 
@@ -125,6 +128,14 @@ struct runtime_device_ops {
   qdp_status (*copy_rows)(struct runtime_device *d, void *dst, uint64_t dst_pitch,
                           struct runtime_device *src_dev, const void *src, uint64_t src_pitch,
                           uint64_t row_bytes, uint64_t rows, struct qdp_error *reterr);
+  /* CUDA IPC input: opens a client's allocation (its RUNTIME_IPC_HANDLE_BYTES handle) on d;
+   * *ret_base is its base, *ret_size its size as the driver records it. OUT_OF_RANGE (field
+   * "input.cuda_ipc.offset", need_bytes, free_bytes) when [offset, offset + bytes) is not inside
+   * it; nothing stays open on failure. NULL where the backend has no IPC (CPU). */
+  qdp_status (*open_ipc)(struct runtime_device *d, const unsigned char *handle, uint64_t offset,
+                         uint64_t bytes, void **ret_base, uint64_t *ret_size,
+                         struct qdp_error *reterr);
+  void (*close_ipc)(struct runtime_device *d, void *base);
 };
 
 /* What every backend's device struct starts with. */

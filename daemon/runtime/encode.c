@@ -96,6 +96,53 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
   }
 }
 
+/* check_values on the host: a device input's parameters (batch x values per sample, far smaller
+ * than the state) are copied there for it; amplitude input is never read here, its checks run on
+ * the devices' sums. */
+static qdp_status check_input_values(struct runtime_mesh *m, const struct plan *p,
+                                     const struct runtime_input *in, struct qdp_error *reterr) {
+  if (!in->on_device || p->encoding == QDP_ENCODING_AMPLITUDE) {
+    return check_values(p, in, reterr);
+  }
+  uint64_t bytes = in->rows * in->cols * qdp_dtype_size(in->dtype);
+  void *host = malloc(bytes ? (size_t)bytes : 1);
+  if (!host) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, "input",
+                         "no host memory to check %" PRIu64 " B of parameters", bytes);
+  }
+  struct runtime_device *d = m->devs[in->device];
+  qdp_status rc = d->ops->read(d, in->data, bytes, host, reterr);
+  if (rc == QDP_OK) {
+    struct runtime_input h = *in;
+    h.data = host;
+    h.on_device = false;
+    rc = check_values(p, &h, reterr);
+  }
+  free(host);
+  return rc;
+}
+
+/* A device input is this rank's only, on a device of its mesh: its pointer means nothing to
+ * another rank's process (job/ refuses such placements first). */
+static qdp_status check_device_input(const struct runtime_mesh *m, const struct plan *p,
+                                     const struct runtime_input *in, struct qdp_error *reterr) {
+  if (!in->on_device) {
+    return QDP_OK;
+  }
+  if (in->device >= m->count || !m->devs[in->device]->ops->open_ipc || in->windowed) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "input.cuda_ipc",
+                         "a device input needs a GPU of this mesh (%s:%zu)", m->backend, m->count);
+  }
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (p->shards[i].rank != m->rank) {
+      return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "placement",
+                           "the tensor is on this node only, but shard %zu is on rank %d", i,
+                           p->shards[i].rank);
+    }
+  }
+  return QDP_OK;
+}
+
 static qdp_status check_input_shape(const struct plan *p, const struct runtime_input *in,
                                     struct qdp_error *reterr) {
   if (in->rows != p->batch || in->dtype != p->in_dtype || in->cols == 0 ||
@@ -167,7 +214,7 @@ static qdp_status take_shards(struct runtime_state *st, const struct runtime_inp
                                           .out = st->bufs[i],
                                           .in = in->dtype,
                                           .in_stride = in->cols,
-                                          .pinned = in->pinned};
+                                          .pinned = in->pinned || in->on_device};
     uint64_t row0 = sh->row_first * in->cols;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       k->work.len = encode_shard_len(sh, in->cols);
@@ -222,7 +269,8 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     }
   }
   QDP_TRY(rc, check_input_shape(p, in, reterr));
-  QDP_TRY(rc, check_values(p, in, reterr));
+  QDP_TRY(rc, check_device_input(m, p, in, reterr));
+  QDP_TRY(rc, check_input_values(m, p, in, reterr));
 
   st = calloc(1, sizeof *st);
   if (!st || plan_copy(p, &st->plan) != 0) {

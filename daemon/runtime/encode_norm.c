@@ -128,6 +128,25 @@ struct norm_extreme {
   double max, bad_value;
 };
 
+/* One row of a shard's input on the host: x itself, or a device input's row copied into *copy
+ * (malloc'd; the caller frees it). */
+static qdp_status row_on_host(const struct runtime_state *st, const struct runtime_input *in,
+                              const char *x, uint64_t bytes, const char **ret, char **copy,
+                              struct qdp_error *reterr) {
+  *ret = x;
+  if (!in->on_device) {
+    return QDP_OK;
+  }
+  struct runtime_device *d = st->mesh->devs[in->device];
+  *copy = realloc(*copy, bytes ? (size_t)bytes : 1);
+  if (!*copy) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %" PRIu64 " B input row", bytes);
+  }
+  *ret = *copy;
+  return d->ops->read(d, x, bytes, *copy, reterr);
+}
+
 /* The extremes of the samples `need` marks, over the values this rank's shards hold, gathered from
  * every rank of the job: *ret (malloc'd) gets them all, rank after rank. */
 static qdp_status gather_extremes(struct runtime_state *st, struct shard_task *t, size_t n,
@@ -148,23 +167,35 @@ static qdp_status gather_extremes(struct runtime_state *st, struct shard_task *t
                          "cannot allocate %zu norm extremes", nmine);
   }
   size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
+  char *copy = NULL;
+  for (size_t i = 0; i < n && rc == QDP_OK; i++) {
     const struct runtime_shard_work *w = &t[i].work;
     size_t isize = qdp_dtype_size(w->in);
-    for (uint64_t r = 0; r < w->shard->rows && w->len > 0; r++) {
+    for (uint64_t r = 0; r < w->shard->rows && w->len > 0 && rc == QDP_OK; r++) {
       uint64_t row = w->shard->row_first + r, at = 0;
+      const char *x = NULL;
       if (!need[row]) {
         continue;
       }
-      const char *x = (const char *)w->x + r * w->in_stride * isize;
+      rc = row_on_host(st, in, (const char *)w->x + r * w->in_stride * isize, w->len * isize, &x,
+                       &copy, reterr);
+      if (rc != QDP_OK) {
+        break;
+      }
       mine[k] = (struct norm_extreme){
           .row = row, .bad = UINT64_MAX, .max = qdpk_cpu_absmax(x, w->in, w->len)};
       if (qdpk_cpu_find_nonfinite(x, w->in, w->len, &at)) {
+        struct runtime_input here = {.data = x, .dtype = w->in, .rows = 1, .cols = w->len};
         mine[k].bad = w->shard->first + at;
-        mine[k].bad_value = encode_value_at(in, row * in->cols + mine[k].bad);
+        mine[k].bad_value = encode_value_at(&here, at);
       }
       k++;
     }
+  }
+  free(copy);
+  if (rc != QDP_OK) {
+    free(mine);
+    return rc;
   }
   if (m->world_ops && encode_spans_ranks(&st->plan)) {
     void *all = NULL;

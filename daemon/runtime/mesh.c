@@ -249,12 +249,13 @@ uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
 }
 
 qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
-                                      bool *ret_registered, struct qdp_error *reterr) {
+                                      bool writable, bool *ret_registered,
+                                      struct qdp_error *reterr) {
   *ret_registered = false;
   if (!m->register_host || !ptr || bytes == 0) {
     return QDP_OK;
   }
-  qdp_status rc = m->register_host(m, ptr, bytes, reterr);
+  qdp_status rc = m->register_host(m, ptr, bytes, writable, reterr);
   *ret_registered = rc == QDP_OK;
   return rc;
 }

@@ -14,7 +14,7 @@ struct runtime_mesh {
   void (*backend_fini)(struct runtime_mesh *m);     /* backend-wide teardown, may be NULL */
   /* Page-locks host memory for every device and undoes it; NULL: nothing to do (host devices
    * read host memory as it is). */
-  qdp_status (*register_host)(struct runtime_mesh *m, void *ptr, uint64_t bytes,
+  qdp_status (*register_host)(struct runtime_mesh *m, void *ptr, uint64_t bytes, bool writable,
                               struct qdp_error *reterr);
   void (*unregister_host)(struct runtime_mesh *m, void *ptr);
   /* Hands every device its member of the mesh's group (runtime_mesh_set_device_group); NULL: the

@@ -112,11 +112,13 @@ uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 
 /* Prepares host memory that many jobs will read (a registered input region) for fast transfers to
  * every device: page-locked and mapped for all of them on the CUDA backend (about 50 ms per GiB,
- * paid once), nothing on the CPU backend. The memory may be read-only. *ret_registered says
- * whether anything was done, and so whether runtime_mesh_unregister_host must be called. Failures
- * name the device and the CUDA error. */
+ * paid once), nothing on the CPU backend. The memory may be read-only; `writable` memory (an
+ * output region, mapped read-write) is registered so that device-to-host copies may land in it
+ * too. *ret_registered says whether anything was done, and so whether
+ * runtime_mesh_unregister_host must be called. Failures name the device and the CUDA error. */
 qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
-                                      bool *ret_registered, struct qdp_error *reterr);
+                                      bool writable, bool *ret_registered,
+                                      struct qdp_error *reterr);
 /* Undoes runtime_mesh_register_host (before the memory is unmapped). */
 void runtime_mesh_unregister_host(struct runtime_mesh *m, void *ptr);
 
@@ -149,6 +151,12 @@ struct runtime_input {
   const char *file;
   uint64_t file_offset;
   struct runtime_file_id file_id;
+  /* data is device memory: a client's allocation opened by runtime_mesh_open_ipc on mesh device
+   * `device` (rank 0 only, never windowed). Shards ingest it device to device (peer copies on
+   * the mesh's other GPUs); the checks that read values (parameters, the norm's fallback) copy
+   * what they read to the host first. */
+  bool on_device;
+  size_t device;
 };
 
 struct runtime_state;
@@ -242,6 +250,32 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
  * INVALID_ARGUMENT (field `field`) naming the devices there are. */
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,
                                     size_t *ret_index, struct qdp_error *reterr);
+
+/* ---- CUDA IPC input: a same-node client's device allocation (runtime_input.on_device) -------- */
+
+/* The mesh index of the GPU whose UUID is `uuid` ("GPU-..."). FAILED_PRECONDITION (field
+ * `field`) naming what the mesh owns otherwise: a GPU of the node the daemon was not given, or
+ * the CPU backend. */
+qdp_status runtime_mesh_find_uuid(const struct runtime_mesh *m, const char *uuid, const char *field,
+                                  size_t *ret_index, struct qdp_error *reterr);
+
+/* A client's allocation opened on a device of the mesh, for one job. */
+struct runtime_ipc_input {
+  void *base;  /* the allocation's base in this process; NULL: nothing open */
+  size_t device;
+  uint64_t size; /* the allocation's bytes */
+};
+
+/* Opens the allocation of IPC handle `handle` (RUNTIME_IPC_HANDLE_BYTES) on mesh device
+ * `device` and checks [offset, offset + bytes) lies inside it (OUT_OF_RANGE with the numbers).
+ * FAILED_PRECONDITION where the backend has no IPC; QDP_ERR_CUDA naming the device when the
+ * driver refuses the handle (another node's, freed, or of this very process). */
+qdp_status runtime_mesh_open_ipc(struct runtime_mesh *m, size_t device, const unsigned char *handle,
+                                 uint64_t offset, uint64_t bytes, struct runtime_ipc_input *ret,
+                                 struct qdp_error *reterr);
+/* Closes what runtime_mesh_open_ipc opened (the client's memory stays the client's). Safe on a
+ * zeroed one. */
+void runtime_mesh_close_ipc(struct runtime_mesh *m, struct runtime_ipc_input *in);
 
 /* ---- a world of several ranks (daemon/world drives it; a mesh without a world is rank 0 of 1)
  *

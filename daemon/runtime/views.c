@@ -1,6 +1,7 @@
 /* Shard views and gather (runtime.h): the layout of a state's shards, zero-copy IPC handles to
  * them through the backend's export_ipc, and the copy of a sharded state onto one device through
- * the backend's copy_rows (peer copies between GPUs, memcpy between host-memory devices). */
+ * the backend's copy_rows (peer copies between GPUs, memcpy between host-memory devices); and the
+ * other direction, a client's allocation opened as an input (open_ipc). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,4 +191,49 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
 out:
   runtime_state_destroy(g);
   return rc;
+}
+
+qdp_status runtime_mesh_find_uuid(const struct runtime_mesh *m, const char *uuid, const char *field,
+                                  size_t *ret_index, struct qdp_error *reterr) {
+  char owned[256] = "";
+  size_t len = 0;
+  for (size_t i = 0; i < m->count; i++) {
+    const struct runtime_device_info *info = &m->devs[i]->info;
+    if (uuid && info->uuid[0] && strcmp(info->uuid, uuid) == 0) {
+      *ret_index = i;
+      return QDP_OK;
+    }
+    int w = snprintf(owned + len, sizeof owned - len, "%s%s %s", i ? ", " : "", info->name,
+                     info->uuid[0] ? info->uuid : "(host memory)");
+    len = w < 0 || (size_t)w >= sizeof owned - len ? sizeof owned - 1 : len + (size_t)w;
+  }
+  return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, field,
+                       "GPU %.64s is not one this daemon owns (it owns %s)%s",
+                       uuid && uuid[0] ? uuid : "(none given)", m->count ? owned : "nothing",
+                       strcmp(m->backend, "cpu") == 0
+                           ? ": a CUDA IPC input needs a daemon on GPUs; send the values instead"
+                           : "");
+}
+
+qdp_status runtime_mesh_open_ipc(struct runtime_mesh *m, size_t device, const unsigned char *handle,
+                                 uint64_t offset, uint64_t bytes, struct runtime_ipc_input *ret,
+                                 struct qdp_error *reterr) {
+  memset(ret, 0, sizeof *ret);
+  struct runtime_device *d = device < m->count ? m->devs[device] : NULL;
+  if (!d || !d->ops->open_ipc) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "input.cuda_ipc",
+                         "CUDA IPC input needs a GPU of this daemon's mesh (%s:%zu)", m->backend,
+                         m->count);
+  }
+  qdp_status rc = d->ops->open_ipc(d, handle, offset, bytes, &ret->base, &ret->size, reterr);
+  ret->device = device;
+  return rc;
+}
+
+void runtime_mesh_close_ipc(struct runtime_mesh *m, struct runtime_ipc_input *in) {
+  if (in->base) {
+    struct runtime_device *d = m->devs[in->device];
+    d->ops->close_ipc(d, in->base);
+    in->base = NULL;
+  }
 }

@@ -257,7 +257,8 @@ static void check_chunked_amplitude(uint32_t n, uint64_t batch, uint64_t cols, q
    * packed by the copy engine instead of this thread. */
   struct qdp_error e = QDP_ERROR_INIT;
   bool registered = false;
-  CK_OK(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), &registered, &e),
+  CK_OK(runtime_mesh_register_host(small, x, batch * cols * qdp_dtype_size(in), false, &registered,
+                                   &e),
         e);
   ck_assert(registered);
   struct runtime_input pinned = input;

@@ -25,7 +25,7 @@ _MESSAGES = (
     "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
     "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
-    "GatherRequest",
+    "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput",
 )
 
 
@@ -59,6 +59,7 @@ _UNARY = {
     "UnregisterRegion": ("RegionRef", "UnregisterRegionReply"),
     "CloseView": ("CloseViewRequest", "CloseViewReply"),
     "Gather": ("GatherRequest", "EncodeReply"),
+    "FetchInto": ("FetchIntoRequest", "FetchIntoReply"),
 }
 
 
@@ -154,6 +155,25 @@ class Client:
             path = f"/proc/{shm.pid}/fd/{shm.fd}"
         shm.fd_ticket = self.hand_file(path)
         return shm
+
+    def register_region(self, path, writable=False, name=""):
+        """RegisterRegion of the object at path (/dev/shm/..., /proc/PID/fd/N), opened here and
+        handed over: for reading, or with writable for reading and writing (an output of
+        FetchInto). Returns the RegionInfo."""
+        r = self.pb.RegisterRegionRequest(name=name, writable=writable)
+        r.fd_ticket = self.hand_file(path, WRITE if writable else READ)
+        return self.call("RegisterRegion", r)
+
+    def unregister_region(self, info):
+        return self.call("UnregisterRegion", self.pb.RegionRef(handle=info.handle, token=info.token))
+
+    def fetch_into(self, state, region, offset=0, count=0, region_offset=0, token=None):
+        """FetchInto region (a RegionInfo) at byte region_offset; returns the FetchIntoReply."""
+        req = self.pb.FetchIntoRequest(offset=offset, count=count, region_offset=region_offset)
+        req.state.CopyFrom(self.ref(state, token))
+        req.region.handle = region.handle
+        req.region.token = region.token
+        return self.call("FetchInto", req)
 
     def export(self, state, path, overwrite=False, token=None):
         """Export as libqdp does it: a file created here beside path, handed over, filled by the

@@ -632,6 +632,37 @@ os.unlink("/dev/shm" + name)
         self.assertEqual(out["after the cut"][0], "DATA_LOSS", out)
         self.assert_serving_and_empty()
 
+    # ---- 8. writing into regions: FetchInto ----
+
+    def test_8_fetch_into_writes_only_where_the_caller_could(self):
+        fd = os.memfd_create("qdp-abuse-root-out")
+        os.ftruncate(fd, 4096)
+        mine = self.root.register_region(f"/proc/{os.getpid()}/fd/{fd}", writable=True)
+        secret = self.secret_file("eve-reads-only", b"\0" * 4096)
+        os.chmod(secret, 0o644)
+        try:
+            out = self.as_user(EVE, f"""
+st = c.encode("angle", 2, np.array([0.3, 0.4]))
+root = c.pb.RegionInfo(handle={mine.handle!r}, token={mine.token!r})
+rpc("into root's region with its token", lambda: c.fetch_into(st, root))
+fd = os.open({secret!r}, os.O_RDONLY)
+rpc("hand a read-only fd for writing", lambda: c.hand(fd, qdpc.WRITE))
+req = c.pb.RegisterRegionRequest(name="ro", writable=True, fd_ticket=c.hand(fd, qdpc.READ))
+rpc("register a read-only fd writable", lambda: c.call("RegisterRegion", req))
+os.close(fd)
+c.release(st)
+""")
+        finally:
+            self.root.unregister_region(mine)
+        self.assertEqual(out["into root's region with its token"][0], "PERMISSION_DENIED", out)
+        self.assertEqual(os.pread(fd, 4096, 0), b"\0" * 4096)
+        os.close(fd)
+        self.assertEqual(out["hand a read-only fd for writing"][0], "HANDOFF:PERMISSION_DENIED", out)
+        self.assertEqual(out["register a read-only fd writable"][0], "PERMISSION_DENIED", out)
+        with open(secret, "rb") as f:
+            self.assertEqual(f.read(), b"\0" * 4096)
+        self.assert_serving_and_empty()
+
     # ---- 9. the smaller ones ----
 
     def test_9_tokens_are_compared_whole_and_refusals_are_not_failed_jobs(self):

@@ -217,6 +217,38 @@ END_TEST
 
 /* ---- the other input kinds ---- */
 
+/* FetchInto a writable memfd region: the bytes Fetch streams, at the region offset asked. */
+START_TEST(test_fetch_into_a_writable_region_matches_fetch) {
+  double x[6] = {1, -2, 3, 0.5, 4, -1};
+  struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 3, x, 6, 0);
+  double complex want[8], got[8];
+  CK_QDP(qdp_fetch(cl, s->handle, s->token, NULL, want, sizeof want, NULL));
+  int fd = memfd_create("qdp-e2e-out", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+  CK_QDP(qdp_region_register_writable(cl, NULL, (int)getpid(), fd, &ri));
+  uint64_t nb = 0;
+  CK_QDP(qdp_fetch_into(cl, s->handle, s->token, NULL, ri.handle, ri.token, 512, &nb));
+  ck_assert_uint_eq(nb, sizeof want);
+  ck_assert_int_eq(pread(fd, got, sizeof got, 512), (ssize_t)sizeof got);
+  ck_assert_mem_eq(got, want, sizeof want);
+  ck_assert_int_eq(qdp_fetch_into(cl, s->handle, s->token, NULL, ri.handle, ri.token, 4000, &nb),
+                   QDP_ERR_OUT_OF_RANGE);
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, 128);
+  ck_assert_uint_eq(qdp_last_error()->free_bytes, 96);
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+  /* Registered read-only: the daemon will not write into it. */
+  ri = (struct qdp_region_info)QDP_REGION_INFO_INIT;
+  CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &ri));
+  ck_assert_int_eq(qdp_fetch_into(cl, s->handle, s->token, NULL, ri.handle, ri.token, 0, &nb),
+                   QDP_ERR_FAILED_PRECONDITION);
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+  close(fd);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+}
+END_TEST
+
 START_TEST(test_server_file_and_shared_memory_inputs) {
   enum { N = 5, L = 32 };
   double x[L];
@@ -625,6 +657,7 @@ int main(void) {
   tcase_add_test(t, test_status_lists_four_cpu_devices_and_health_is_serving);
   tcase_add_test(t, test_inline_amplitude_round_trip_and_lifecycle);
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
+  tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
   tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
   tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);
   tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);

@@ -122,6 +122,45 @@ class Regions(unittest.TestCase):
         finally:
             self.unregister(info)
 
+    def test_fetch_into_a_writable_memfd_and_shm_matches_fetch(self):
+        s = self.c.encode("amplitude", 10, self.values[:1000])
+        want = self.c.fetch(s)
+        fd = os.memfd_create("qdp-it-out")
+        name = "/qdp-it-out-%d" % os.getpid()
+        try:
+            os.ftruncate(fd, 64 + want.nbytes)
+            with open("/dev/shm" + name, "wb") as f:
+                f.truncate(want.nbytes)
+            mem = self.c.register_region(f"/proc/{os.getpid()}/fd/{fd}", writable=True)
+            shm = self.c.register_region("/dev/shm" + name, writable=True, name=name)
+            r = self.c.fetch_into(s, mem, region_offset=64)
+            self.assertEqual((r.count, r.bytes, r.dtype), (want.size, want.nbytes, 4))
+            got = np.frombuffer(os.pread(fd, want.nbytes, 64), np.complex128)
+            self.assertEqual(got.tobytes(), want.tobytes())
+            # A window: amplitudes [100, 300) at the region's start.
+            r = self.c.fetch_into(s, shm, offset=100, count=200)
+            self.assertEqual(r.count, 200)
+            with open("/dev/shm" + name, "rb") as f:
+                got = np.frombuffer(f.read(r.bytes), np.complex128)
+            self.assertEqual(got.tobytes(), self.c.fetch(s, 100, 200).tobytes())
+            e = self.refused(lambda: self.c.fetch_into(s, shm, region_offset=64), SC.OUT_OF_RANGE)
+            self.assertIn(str(want.nbytes), e.details())
+            self.unregister(shm)
+            # Registered read-only: refused, and told how to register it.
+            ro = self.c.register_region("/dev/shm" + name, name=name)
+            e = self.refused(lambda: self.c.fetch_into(s, ro), SC.FAILED_PRECONDITION)
+            self.assertIn("writable", e.details())
+            self.unregister(ro)
+            # Cut under the writes: DATA_LOSS, the daemon still serving.
+            os.ftruncate(fd, 0)
+            self.refused(lambda: self.c.fetch_into(s, mem), SC.DATA_LOSS)
+            self.unregister(mem)
+            self.assertEqual(self.c.status().regions, 0)
+        finally:
+            os.close(fd)
+            os.unlink("/dev/shm" + name)
+            self.c.release(s)
+
     def test_wrong_token_is_not_found_and_unregister_then_encode_is_not_found(self):
         info = self.register(self.name)
         bad = ("0" if info.token[0] != "0" else "1") + info.token[1:]

@@ -167,6 +167,23 @@ class Robustness(unittest.TestCase):
             return e.code()
         self.fail("the call succeeded")
 
+    def test_cuda_ipc_input_is_refused_on_the_cpu_backend_naming_what_it_owns(self):
+        def req(uuid, handle=bytes(64)):
+            r = self.pb.EncodeRequest(encoding=qdpc.ENCODINGS["amplitude"], qubits=2)
+            r.input.dtype, r.input.rows, r.input.cols = qdpc.DTYPES["float64"], 1, 4
+            r.input.cuda_ipc.ipc_handle = handle
+            r.input.cuda_ipc.device_uuid = uuid
+            return r
+        uuid = "GPU-00000000-1111-2222-3333-444444444444"
+        self.refused("unknown GPU", self.encode_req(req(uuid)), grpc.StatusCode.FAILED_PRECONDITION,
+                     fields=["input.cuda_ipc.device_uuid"],
+                     words=[uuid, "is not one this daemon owns", "cpu:0", "GPUs"])
+        self.refused("short handle", self.encode_req(req(uuid, bytes(8))),
+                     grpc.StatusCode.INVALID_ARGUMENT, fields=["input.cuda_ipc.ipc_handle"],
+                     words=["8 bytes"])
+        self.refused("plan too", lambda: self.c.call("Plan", req(uuid)),
+                     grpc.StatusCode.FAILED_PRECONDITION, words=["is not one this daemon owns"])
+
     def test_infeasible_request_is_resource_exhausted_with_the_numbers(self):
         # 2^23 complex128 amplitudes are 128 MiB; four devices of 16 MiB cannot hold them.
         n = 23

@@ -394,7 +394,7 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
   handed = dup(fd);
   struct job_region_info ri;
-  CK_OK(job_register_region(fx.jp, &alice, handed, "region 'test'", &ri, &e), e);
+  CK_OK(job_register_region(fx.jp, &alice, handed, "region 'test'", false, &ri, &e), e);
   ck_assert_uint_eq(ri.meta.bytes, 4096);
   ck_assert_int_eq(ftruncate(fd, 0), 0);
   req.input = (struct job_input){.source = JOB_INPUT_REGION, .dtype = QDP_DTYPE_FLOAT64,
@@ -409,6 +409,95 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_int_eq(job_unregister_region(fx.jp, ri.meta.handle, ri.token, &bytes, &e), QDP_OK);
   ck_assert_uint_eq(bytes, 4096);
   close(fd);
+}
+END_TEST
+
+/* FetchInto: the amplitudes land in the caller's writable region, byte for byte what Fetch reads;
+ * a range past its end, another identity, a read-only region and a region cut under the write are
+ * refused, the last as DATA_LOSS for good. */
+START_TEST(test_fetch_into_writes_the_callers_writable_region) {
+  const double v[2] = {3, 4};
+  struct job_encode_request req = amplitude_of(v, 2, 1);
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(job_encode(fx.jp, &alice, &req, &st, &e), e);
+  char handle[STATE_HANDLE_LEN], token[STATE_TOKEN_LEN];
+  memcpy(handle, st.meta.handle, sizeof handle);
+  memcpy(token, st.token, sizeof token);
+  job_state_info_end(fx.jp, &st, true);
+  int fd = memfd_create("qdp-test-out", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  struct job_region_info out, ro;
+  CK_OK(job_register_region(fx.jp, &alice, dup(fd), "out", true, &out, &e), e);
+  ck_assert(out.writable);
+  CK_OK(job_register_region(fx.jp, &alice, dup(fd), "ro", false, &ro, &e), e);
+  struct job_fetch_into_request fr = {.handle = handle, .token = token, .region = out.meta.handle,
+                                      .region_token = out.token, .region_offset = 16};
+  struct job_fetch_into_result res;
+  CK_OK(job_fetch_into(fx.jp, &alice, &fr, &res, &e), e);
+  ck_assert_uint_eq(res.count, 2);
+  ck_assert_uint_eq(res.bytes, 32);
+  ck_assert_int_eq(res.dtype, QDP_DTYPE_COMPLEX128);
+  double want[4], got[4];
+  fetch_all(handle, token, want, 2);
+  ck_assert_int_eq(pread(fd, got, sizeof got, 16), (ssize_t)sizeof got);
+  ck_assert_mem_eq(got, want, sizeof want);
+  /* 32 B at 4080 pass the end at 4096: the numbers, and nothing written. */
+  fr.region_offset = 4080;
+  ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_OUT_OF_RANGE);
+  ck_assert_uint_eq(e.need_bytes, 32);
+  ck_assert_uint_eq(e.free_bytes, 16);
+  ck_assert_ptr_nonnull(strstr(e.msg, "4096"));
+  fr.region_offset = 0;
+  ck_assert_int_eq(job_fetch_into(fx.jp, &bob, &fr, &res, &e), QDP_ERR_PERMISSION_DENIED);
+  fr.region_token = "wrong";
+  ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_NOT_FOUND);
+  fr.region = ro.meta.handle;
+  fr.region_token = ro.token;
+  ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(e.msg, "writable"));
+  /* Cut under the write: the guard keeps the daemon alive, the region is lost from then on. */
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  fr.region = out.meta.handle;
+  fr.region_token = out.token;
+  ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
+  ck_assert_ptr_nonnull(strstr(e.msg, "register it again"));
+  ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
+  ck_assert_int_eq(job_unregister_region(fx.jp, out.meta.handle, out.token, NULL, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, ro.meta.handle, ro.token, NULL, &e), QDP_OK);
+  ck_assert_int_eq(job_release(fx.jp, &alice, handle, token, NULL, &e), QDP_OK);
+  close(fd);
+}
+END_TEST
+
+/* A CUDA IPC input on host-memory devices: no GPU has the UUID, and the refusal names what the
+ * daemon owns; nothing is opened or kept. */
+START_TEST(test_cuda_ipc_input_names_the_gpus_the_daemon_owns) {
+  static const unsigned char handle[64];
+  struct job_encode_request req = {
+      .input = {.source = JOB_INPUT_CUDA_IPC, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 4,
+                .ipc_handle = handle, .ipc_handle_len = sizeof handle, .device_uuid = "GPU-x",
+                .fd = -1},
+      .encoding = QDP_ENCODING_AMPLITUDE,
+      .qubits = 2};
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_str_eq(e.field, "input.cuda_ipc.device_uuid");
+  ck_assert_ptr_nonnull(strstr(e.msg, "GPU GPU-x is not one this daemon owns (it owns cpu:0"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "cpu:1 (host memory)"));
+  req.input.ipc_handle_len = 63;
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+  req.input.ipc_handle_len = 64;
+  req.input.cols = 0; /* the shape cannot come from the bytes: it is required */
+  ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_INVALID_ARGUMENT);
+  /* A plan is refused the same way: an empty UUID names no GPU. */
+  struct plan *p = NULL;
+  struct qdp_error why = QDP_ERROR_INIT;
+  req.input.cols = 4;
+  req.input.device_uuid = "";
+  ck_assert_int_eq(job_plan(fx.jp, &alice, &req, &p, &why, &e), QDP_ERR_FAILED_PRECONDITION);
+  assert_store_empty();
 }
 END_TEST
 
@@ -547,6 +636,8 @@ int main(void) {
   tcase_add_test(tc, test_a_state_released_as_it_is_committed_is_described_from_a_pin);
   tcase_add_test(tc, test_fetch_reads_a_window_and_refuses_past_the_end);
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
+  tcase_add_test(tc, test_fetch_into_writes_the_callers_writable_region);
+  tcase_add_test(tc, test_cuda_ipc_input_names_the_gpus_the_daemon_owns);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
   tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
   tcase_add_test(tc, test_upload_admission_counts_each_identity_and_all);
