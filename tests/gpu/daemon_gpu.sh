@@ -1,9 +1,10 @@
 #!/bin/bash
 # qdpd on the GPU, end to end: starts the daemon with --devices auto from an existing build
 # folder, shows `qdpctl status`, runs the integration suite's encoding tests (every encoding,
-# complex64 and complex128, single and batch, compared with the NumPy reference) through it, a
-# 30-qubit complex128 angle state (16 GiB) encoded and read back in part, and the end-to-end
-# benchmark; then SIGTERM, which must exit 0.
+# complex64 and complex128, single and batch, compared with the NumPy reference) and the region
+# tests (encodes from page-locked regions, FetchInto) through it, a 30-qubit complex128 angle
+# state (16 GiB) encoded and read back in part, and the end-to-end benchmark; then SIGTERM, which
+# must exit 0.
 # Usage: tests/gpu/daemon_gpu.sh BUILD_DIR OUT_DIR
 # The daemon and qdpctl run with the carried libraries (.gpu/lib); Python runs without them.
 set -uo pipefail
@@ -40,6 +41,13 @@ step "qdpctl status" ctl status
 step "encoding tests through the GPU daemon" \
   env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
   bash -c "$(declare -f py); py \"\$0\"" "$root/tests/integration/test_encodings.py"
+# Regions on the GPU are page-locked: encodes read them by DMA and FetchInto writes them by DMA.
+step "registered regions and FetchInto through the GPU daemon" \
+  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  bash -c "$(declare -f py); py \"\$0\" \"\$@\"" "$root/tests/integration/test_regions.py" \
+  Regions.test_encodes_at_several_offsets_read_the_registered_slice \
+  Regions.test_fetch_into_a_writable_memfd_and_shm_matches_fetch \
+  Regions.test_unregister_while_encodes_read_is_safe
 big() {
   py - <<'PY'
 import os, sys, time
