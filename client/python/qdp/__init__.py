@@ -17,7 +17,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
                      Unavailable, Unimplemented, Unknown)
 from .state import State
-from .types import DeviceNeed, Device, Plan, Shard, StateInfo, Status
+from .records import DeviceNeed, Device, Plan, Shard, StateInfo, Status
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .errors import FailedPrecondition, NotSupported
-from .types import NUMPY_DTYPES, Shard
+from .records import NUMPY_DTYPES, Shard
 
 if TYPE_CHECKING:
     from .state import State
@@ -220,7 +220,8 @@ def state_tensor(state: "State", device: Optional[str]) -> Any:
             s = v.shard
             src = torch.as_tensor(v, device=f"cuda:{v.ordinal}")
             out[s.row_first:s.row_first + (s.rows or 1), s.first:s.first + s.count].copy_(src)
-        torch.cuda.synchronize(target) if target.type == "cuda" else None
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
     finally:
         views[0].close()
     return out.reshape(state.shape)

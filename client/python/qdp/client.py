@@ -15,9 +15,10 @@ from . import _cuda
 from ._handoff import READ, WRITE, hand_over, hand_over_path
 from ._region import Region
 from ._wire import Wire
-from .errors import Error, InvalidArgument, NotSupported, Unimplemented, error_for, from_rpc_error
+from .errors import (Error, FailedPrecondition, InvalidArgument, NotSupported, PermissionDenied,
+                     Unimplemented, error_for, from_rpc_error)
 from .state import State
-from .types import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
+from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
                     dtype_name)
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
@@ -155,6 +156,8 @@ class Client:
         A label for the daemon's log (``qdp-client`` metadata); it grants nothing.
     timeout : float
         Seconds each call may take.
+    wire : Wire, optional
+        The contract to speak; the one shipped in the package by default.
 
     Notes
     -----
@@ -166,10 +169,11 @@ class Client:
     """
 
     def __init__(self, target: Optional[str] = None, *, token: Optional[str] = None,
-                 name: str = "python", timeout: float = 120.0) -> None:
+                 name: str = "python", timeout: float = 120.0,
+                 wire: Optional[Wire] = None) -> None:
         self.target = target or default_target()
         self.timeout = timeout
-        self.wire = Wire()
+        self.wire = wire or Wire()
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
@@ -587,13 +591,20 @@ class Client:
                     req.state.CopyFrom(ref)
                     req.region.handle, req.region.token = region.handle, region.token
                     rep = self.call("FetchInto", req)
-                    if rep.count == 0:
-                        raise error_for("DATA_LOSS", "FetchInto wrote no amplitudes")
+                    if rep.count == 0 or rep.count > out.size - done:
+                        raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes "
+                                        f"of the {out.size - done} asked for")
+                    if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != out.dtype:
+                        raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
+                                        f"into a {out.dtype} array")
                     done += rep.count
                 np.copyto(out.view(np.uint8), region._bytes[:out.nbytes])
                 return True
-            except (Unimplemented, NotSupported):
-                self._can_fetch_into = False  # an older daemon: stream from now on
+            except (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied):
+                # A daemon without FetchInto (or that may not write here): stream from now on.
+                self._can_fetch_into = False
+                self._drop_region(self._out_staging)
+                self._out_staging = None
                 return False
 
 

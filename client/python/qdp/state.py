@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _cuda
 from .errors import NotSupported, error_for
-from .types import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
+from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
 
 if TYPE_CHECKING:
     from .client import Client
@@ -150,7 +150,7 @@ class State:
         -------
         list of ShardView
             Each with ``__cuda_array_interface__`` (so ``torch.as_tensor(view, device=...)`` or
-            ``cupy.asarray(view)`` read it in place) and its :class:`~qdp.types.Shard` layout;
+            ``cupy.asarray(view)`` read it in place) and its :class:`~qdp.records.Shard` layout;
             close them (or use ``with``) to end the lease.
 
         Raises
