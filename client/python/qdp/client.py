@@ -195,7 +195,6 @@ class Client:
         self._conn = _Conn(self._calls["Release"], self.wire.StateRef, self._metadata)
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
-        self._out_staging: Optional[Region] = None
         self._regions: Dict[int, Region] = {}  # every region this client registered
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
         self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
@@ -298,7 +297,7 @@ class Client:
                 pass  # the daemon is gone or restarted: nothing is left to free
         for r in list(self._regions.values()):
             self._drop_region(r)
-        self._staging = self._out_staging = None
+        self._staging = None
         self._finalizer()
 
     def __enter__(self) -> "Client":
@@ -572,40 +571,44 @@ class Client:
                                 f"+{n // es}) outside the range asked for")
             dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
 
-    def _fetch_into(self, ref: Any, out: np.ndarray, offset: int) -> bool:
-        """FetchInto a writable region, then one copy into out; False when the daemon or this
-        target cannot (the caller streams instead)."""
+    def _fetch_into(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
+        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a fresh
+        writable region, returned as an array over its mapping: no copy at all. The region is
+        unregistered at once (the mapping outlives it). None when the daemon or this target
+        cannot; the caller streams instead."""
         if not self._can_fetch_into or self.socket_path is None:
-            return False
-        with self._lock:
-            try:
-                region = self._out_staging
-                if region is None or region.size < out.nbytes:
-                    self._drop_region(region)
-                    self._out_staging = None
-                    region = self._out_staging = self._new_region(out.nbytes, writable=True)
-                done = 0
-                while done < out.size:
-                    req = self.wire.FetchIntoRequest(offset=offset + done, count=out.size - done,
-                                                     region_offset=done * out.itemsize)
-                    req.state.CopyFrom(ref)
-                    req.region.handle, req.region.token = region.handle, region.token
-                    rep = self.call("FetchInto", req)
-                    if rep.count == 0 or rep.count > out.size - done:
-                        raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes "
-                                        f"of the {out.size - done} asked for")
-                    if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != out.dtype:
-                        raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
-                                        f"into a {out.dtype} array")
-                    done += rep.count
-                np.copyto(out.view(np.uint8), region._bytes[:out.nbytes])
-                return True
-            except (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied):
-                # A daemon without FetchInto (or that may not write here): stream from now on.
-                self._can_fetch_into = False
-                self._drop_region(self._out_staging)
-                self._out_staging = None
-                return False
+            return None
+        try:
+            region = self._new_region(count * dtype.itemsize, writable=True)
+        except (NotSupported, Unimplemented, FailedPrecondition, PermissionDenied):
+            # A daemon that cannot register regions for writing (one older than FetchInto
+            # reads the request as a read-only registration and refuses the write ticket).
+            self._can_fetch_into = False
+            return None
+        except Error:
+            return None  # no region to be had now (max_regions, memory): stream this one
+        try:
+            done = 0
+            while done < count:
+                req = self.wire.FetchIntoRequest(offset=done, count=count - done,
+                                                 region_offset=done * dtype.itemsize)
+                req.state.CopyFrom(ref)
+                req.region.handle, req.region.token = region.handle, region.token
+                rep = self.call("FetchInto", req)
+                if rep.count == 0 or rep.count > count - done:
+                    raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
+                                    f"the {count - done} asked for")
+                if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
+                    raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
+                                    f"for a {dtype} state")
+                done += rep.count
+            return region.array((count,), dtype)
+        except (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied):
+            # A daemon without FetchInto (or that may not write here): stream from now on.
+            self._can_fetch_into = False
+            return None
+        finally:
+            self._drop_region(region)
 
 
 def dtype_name_of(arr: np.ndarray) -> str:

@@ -85,7 +85,8 @@ class State:
         Parameters
         ----------
         out : numpy.ndarray, optional
-            A C-contiguous array of :attr:`size` elements of the state's dtype to fill.
+            A C-contiguous array of :attr:`size` elements of the state's dtype to fill (by the
+            streamed Fetch).
 
         Returns
         -------
@@ -95,23 +96,24 @@ class State:
 
         Notes
         -----
-        On the daemon's node a daemon with FetchInto writes the amplitudes into a region this
-        client registered; otherwise they are streamed (Fetch) in order, each chunk copied once
-        to its place.
+        On the daemon's node, a daemon with FetchInto writes the amplitudes straight into shared
+        memory that becomes the returned array (no copy); otherwise they are streamed (Fetch) in
+        order, each chunk copied once to its place in an array allocated up front.
         """
         dt = NUMPY_DTYPES[self.dtype]
-        if out is None:
-            flat = np.empty(self.size, dt)
-        else:
-            if out.dtype != dt or out.size != self.size or not out.flags.c_contiguous:
-                raise error_for("INVALID_ARGUMENT", f"out must be a C-contiguous {self.dtype} "
-                                f"array of {self.size} elements, not {out.dtype} {out.shape}",
-                                field="out")
-            flat = out.reshape(-1)
         ref = self._ref()
-        if not self._client._fetch_into(ref, flat, 0):
-            self._client._fetch_stream(ref, flat, 0)
-        return out if out is not None else flat.reshape(self.shape)
+        if out is None:
+            flat = self._client._fetch_into(ref, self.size, dt)
+            if flat is None:
+                flat = np.empty(self.size, dt)
+                self._client._fetch_stream(ref, flat, 0)
+            return flat.reshape(self.shape)
+        if out.dtype != dt or out.size != self.size or not out.flags.c_contiguous:
+            raise error_for("INVALID_ARGUMENT", f"out must be a C-contiguous {self.dtype} "
+                            f"array of {self.size} elements, not {out.dtype} {out.shape}",
+                            field="out")
+        self._client._fetch_stream(ref, out.reshape(-1), 0)
+        return out
 
     def torch(self, device: Optional[str] = None) -> Any:
         """The amplitudes as a torch tensor (torch is imported only here).

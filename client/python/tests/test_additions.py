@@ -79,6 +79,22 @@ def test_numpy_falls_back_to_fetch_without_fetch_into(daemon, extended: Wire) ->
         assert c.status().regions == 0  # the writable region went with the fallback
 
 
+def test_numpy_falls_back_when_fetch_into_is_unimplemented(daemon, extended: Wire,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The region is registered (read-only, as today's daemon can); the FetchInto call itself is
+    # then answered UNIMPLEMENTED.
+    register = qdp.Client._register
+    monkeypatch.setattr(qdp.Client, "_register", lambda self, fd, writable: register(self, fd,
+                                                                                      False))
+    with qdp.Client(daemon.target, wire=extended) as c:
+        with c.encode([0.1, 0.2, 0.3], "phase", 3) as s:
+            got = s.numpy()
+            if c._can_fetch_into:
+                pytest.skip("this daemon has FetchInto: the fallback is not exercised")
+            ref.close(got, ref.phase([0.1, 0.2, 0.3], 3), "complex128")
+        assert c.status().regions == 0
+
+
 def test_cuda_tensor_input_needs_the_field() -> None:
     inp = Wire().Input()
     if Wire().has_field("Input", "cuda_ipc"):
