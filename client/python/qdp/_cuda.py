@@ -30,12 +30,23 @@ _IPC_HANDLE_BYTES = 64
 _LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 
+class _IpcHandle(ctypes.Structure):
+    """cudaIpcMemHandle_t: 64 opaque bytes, passed by value to cudaIpcOpenMemHandle."""
+
+    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
+
+
 class _Cuda:
     """The few CUDA runtime and driver calls used here."""
 
     def __init__(self) -> None:
         self.rt = self._load(["cudart"], ["libcudart.so", "libcudart.so.12", "libcudart.so.11.0"])
         self.drv = self._load(["cuda"], ["libcuda.so.1", "libcuda.so"])
+        self.rt.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _IpcHandle,
+                                                 ctypes.c_uint]
+        self.rt.cudaIpcGetMemHandle.argtypes = [ctypes.POINTER(_IpcHandle), ctypes.c_void_p]
+        self.rt.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+        self.check(self.drv.cuInit(0), "cuInit")
 
     @staticmethod
     def _load(names: List[str], sonames: List[str]) -> ctypes.CDLL:
@@ -64,10 +75,11 @@ class _Cuda:
 
     def uuid(self, ordinal: int) -> str:
         """The UUID of device ``ordinal`` as the daemon and nvidia-smi print it ("GPU-...")."""
-        prop = ctypes.create_string_buffer(8192)  # cudaDeviceProp: name[256], then cudaUUID_t
-        self.check(self.rt.cudaGetDeviceProperties(prop, ordinal), "cudaGetDeviceProperties")
-        b = prop.raw[256:272]
-        h = b.hex()
+        dev = ctypes.c_int()
+        self.check(self.drv.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+        raw = ctypes.create_string_buffer(16)
+        self.check(self.drv.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
+        h = raw.raw.hex()
         return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
     def open_handle(self, ordinal: int, handle: bytes) -> int:
@@ -76,7 +88,8 @@ class _Cuda:
         self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
         try:
             ptr = ctypes.c_void_p()
-            h = ctypes.create_string_buffer(handle, _IPC_HANDLE_BYTES)
+            h = _IpcHandle()
+            h.reserved = handle[:_IPC_HANDLE_BYTES]
             self.check(self.rt.cudaIpcOpenMemHandle(ctypes.byref(ptr), h, _LAZY_PEER_ACCESS),
                        "cudaIpcOpenMemHandle")
             return int(ptr.value or 0)
@@ -86,15 +99,18 @@ class _Cuda:
     def close_handle(self, ptr: int) -> None:
         self.rt.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
 
-    def export(self, ptr: int) -> Tuple[bytes, int]:
-        """The IPC handle of the allocation holding ``ptr``, and ptr's offset in it."""
-        h = ctypes.create_string_buffer(_IPC_HANDLE_BYTES)
-        self.check(self.rt.cudaIpcGetMemHandle(h, ctypes.c_void_p(ptr)), "cudaIpcGetMemHandle")
+    def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
+        """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's
+        offset in it."""
+        self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
+        h = _IpcHandle()
+        self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
+                   "cudaIpcGetMemHandle")
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         fn = getattr(self.drv, "cuMemGetAddressRange_v2", None) or self.drv.cuMemGetAddressRange
         self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
                    "cuMemGetAddressRange")
-        return h.raw, ptr - base.value
+        return bytes(h.reserved).ljust(_IPC_HANDLE_BYTES, b"\0"), ptr - base.value
 
 
 def _cuda() -> _Cuda:
@@ -227,8 +243,11 @@ def state_tensor(state: "State", device: Optional[str]) -> Any:
     return out.reshape(state.shape)
 
 
-def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> None:
-    """Names a CUDA tensor in ``inp`` (Input.cuda_ipc) for the daemon to read in place."""
+def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> Any:
+    """Names a CUDA tensor in ``inp`` (Input.cuda_ipc) for the daemon to read in place.
+
+    Returns the tensor the handle points into (a contiguous copy when ``tensor`` was not
+    contiguous): the caller keeps it alive until the Encode has answered."""
     if not wire.has_field("Input", "cuda_ipc"):
         raise NotSupported("encoding a CUDA tensor needs a qdp whose wire has Input.cuda_ipc; "
                            "pass tensor.cpu() meanwhile")
@@ -241,9 +260,11 @@ def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> None:
         raise NotSupported(f"a CUDA tensor of {t.ndim} dimensions: pass 1-D or 2-D")
     torch.cuda.current_stream(t.device).synchronize()  # the daemon reads on its own streams
     cuda = _cuda()
-    handle, offset = cuda.export(t.data_ptr())
+    ordinal = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    handle, offset = cuda.export(ordinal, t.data_ptr())
     inp.dtype = 1 if t.dtype == torch.float32 else 2
     inp.rows, inp.cols = (1, t.shape[0]) if t.ndim == 1 else (t.shape[0], t.shape[1])
     inp.cuda_ipc.ipc_handle = handle
     inp.cuda_ipc.offset = offset
-    inp.cuda_ipc.device_uuid = cuda.uuid(t.device.index or 0)
+    inp.cuda_ipc.device_uuid = cuda.uuid(ordinal)
+    return t

@@ -27,7 +27,7 @@ def descriptor_bytes() -> bytes:
     return importlib.resources.files(__package__).joinpath("qdp.desc").read_bytes()
 
 
-def _message_class_getter(pool: descriptor_pool.DescriptorPool) -> Callable[[Any], type]:
+def _message_class_getter(pool: descriptor_pool.DescriptorPool) -> Callable[[Any], Any]:
     get = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
     if get is not None:
         return get
@@ -55,10 +55,10 @@ class Wire:
         for f in fds.file:
             self.pool.Add(f)
         self._get = _message_class_getter(self.pool)
-        self._classes: Dict[str, type] = {}
+        self._classes: Dict[str, Any] = {}
         self.service = self.pool.FindServiceByName(SERVICE)
 
-    def __getattr__(self, name: str) -> type:
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         cls = self._classes.get(name)
@@ -83,7 +83,7 @@ class Wire:
             return False
         return field in desc.fields_by_name
 
-    def method_types(self, name: str) -> "tuple[type, type, bool, bool]":
+    def method_types(self, name: str) -> "tuple[Any, Any, bool, bool]":
         """The request and reply classes of RPC ``name`` and whether each side streams."""
         m = self.service.methods_by_name[name]
         return (self._get(m.input_type), self._get(m.output_type),

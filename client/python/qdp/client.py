@@ -336,7 +336,7 @@ class Client:
                 return r, off
         return None
 
-    def _fill_input(self, r: Any, src: _Source) -> Optional[Tuple[Any, bytes]]:
+    def _fill_input(self, r: Any, src: _Source) -> Optional[Tuple[Any, memoryview]]:
         """Fills r.input from src; returns (request, bytes) when the input must be uploaded."""
         inp = r.input
         if src.kind == "path":
@@ -345,7 +345,8 @@ class Client:
                 inp.fd_ticket = hand_over_path(self.socket_path, src.path)
             return None
         if src.kind == "cuda":
-            _cuda.fill_cuda_input(self.wire, inp, src.tensor)
+            # Kept in src, which encode holds until the daemon has read the memory.
+            src.tensor = _cuda.fill_cuda_input(self.wire, inp, src.tensor)
             return None
         arr = src.array
         assert arr is not None
@@ -353,15 +354,14 @@ class Client:
         inp.rows, inp.cols = src.rows, src.cols
         owned = self._owned_region(arr) if self.socket_path is not None else None
         if owned is not None:
-            region, off = owned
-            inp.shm.region, inp.shm.region_token = region.handle, region.token
-            inp.shm.offset, inp.shm.length = off, arr.nbytes
+            inp.shm.region, inp.shm.region_token = owned[0].handle, owned[0].token
+            inp.shm.offset, inp.shm.length = owned[1], arr.nbytes
             return None
         if arr.nbytes < LARGE_BYTES:
             inp.data = arr.tobytes()
             return None
         if self.socket_path is not None:
-            region = self._staging
+            region: Optional[Region] = self._staging
             if region is None or region.size < arr.nbytes:
                 self._drop_region(region)
                 self._staging = None
@@ -375,7 +375,7 @@ class Client:
                 inp.shm.region, inp.shm.region_token = region.handle, region.token
                 inp.shm.offset, inp.shm.length = 0, arr.nbytes
                 return None
-        return r, memoryview(np.ascontiguousarray(arr)).cast("B")
+        return r, memoryview(np.ascontiguousarray(arr)).cast("B")  # type: ignore[arg-type]
 
     def _upload(self, request: Any, data: Any) -> Any:
         wire = self.wire

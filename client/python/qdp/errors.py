@@ -207,7 +207,7 @@ def error_for(status: str, message: str, **detail: Any) -> Error:
     return err
 
 
-def from_rpc_error(err: grpc.RpcError, detail_class: Optional[type] = None,
+def from_rpc_error(err: grpc.RpcError, detail_class: Optional[Any] = None,
                    target: str = "") -> Error:
     """Translates a failed gRPC call into its :class:`Error`.
 

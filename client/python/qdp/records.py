@@ -4,7 +4,7 @@ message it came from as ``raw`` for fields not copied here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -12,7 +12,7 @@ ENCODINGS = ("amplitude", "angle", "basis", "iqp", "iqp-z", "phase")
 DTYPES = ("float32", "float64", "complex64", "complex128", "int64")
 POLICIES = ("auto", "single", "even", "uneven", "capacity", "batch")
 
-NUMPY_DTYPES = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"),
+NUMPY_DTYPES: Dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"),
                 "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
                 "int64": np.dtype("<i8")}
 

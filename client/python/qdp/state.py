@@ -121,8 +121,10 @@ class State:
         Parameters
         ----------
         device : str, optional
-            Where the tensor should live ("cpu", "cuda:0"). On a CPU daemon the tensor is
-            ``torch.from_numpy(self.numpy())`` moved to ``device`` when one is given.
+            Where the tensor should live ("cpu", "cuda:0"). On a CPU daemon, or with "cpu", the
+            tensor is ``torch.from_numpy(self.numpy())`` (moved to ``device`` when one is
+            given). On a GPU daemon by default it is a view of the state's memory in place (one
+            shard) or its shards copied device to device into one tensor (several).
 
         Returns
         -------
@@ -138,9 +140,8 @@ class State:
             import torch
         except ImportError:
             raise NotSupported("State.torch needs PyTorch: pip install torch") from None
-        info = self._first_info
-        on_gpu = any(s.device.startswith("cuda") for s in info.shards)
-        if on_gpu:
+        on_gpu = any(s.device.startswith("cuda") for s in self._first_info.shards)
+        if on_gpu and (device is None or str(device).startswith("cuda")):
             return _cuda.state_tensor(self, device)
         t = torch.from_numpy(self.numpy())
         return t if device is None or str(device) == "cpu" else t.to(device)

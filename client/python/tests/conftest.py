@@ -29,13 +29,13 @@ def qdpd_path() -> str:
 class Daemon:
     """A running qdpd: its socket, target and log."""
 
-    def __init__(self, folder: str, *args: str) -> None:
+    def __init__(self, folder: str, *args: str, devices: str = "cpu:2") -> None:
         self.socket = os.path.join(folder, "qdpd.sock")
         self.log = os.path.join(folder, "qdpd.log")
         self.target = "unix:" + self.socket
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([qdpd_path(), "--socket", self.socket,
-                                          "--devices", "cpu:2", *args],
+                                          "--devices", devices, *args],
                                          stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 30
         while True:
@@ -62,12 +62,12 @@ class Daemon:
         return self.proc.returncode
 
 
-def _start(*args: str) -> Iterator[Daemon]:
+def _start(*args: str, devices: str = "cpu:2") -> Iterator[Daemon]:
     if not os.access(qdpd_path(), os.X_OK):
         pytest.skip(f"no qdpd at {qdpd_path()}: build it (sh deploy/build.sh) or set QDPD")
     with tempfile.TemporaryDirectory(prefix="qdp-py.") as folder:
         os.chmod(folder, 0o755)
-        d = Daemon(folder, *args)
+        d = Daemon(folder, *args, devices=devices)
         try:
             yield d
         finally:
@@ -80,6 +80,12 @@ def _start(*args: str) -> Iterator[Daemon]:
 def daemon() -> Iterator[Daemon]:
     """qdpd on cpu:2 with 64 MiB per device and 96 MiB per client: refusals are cheap."""
     yield from _start("--device-budget", str(64 << 20), "--client-budget", str(96 << 20))
+
+
+@pytest.fixture(scope="session")
+def gpu_daemon() -> Iterator[Daemon]:
+    """qdpd on every GPU of the node (--devices auto); tests that need it skip on a CPU one."""
+    yield from _start(devices="auto")
 
 
 @pytest.fixture
