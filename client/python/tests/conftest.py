@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -86,6 +87,25 @@ def daemon() -> Iterator[Daemon]:
 def gpu_daemon() -> Iterator[Daemon]:
     """qdpd on every GPU of the node (--devices auto); tests that need it skip on a CPU one."""
     yield from _start(devices="auto")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+TCP_TOKEN = "pytest-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def tcp_daemon() -> Iterator[Daemon]:
+    """qdpd on cpu:2 that also listens on TCP (127.0.0.1, a free port, token TCP_TOKEN); its
+    ``tcp`` attribute is the TCP target."""
+    port = free_port()
+    for d in _start("--tcp", f"127.0.0.1:{port}", "--tcp-token", TCP_TOKEN):
+        d.tcp = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+        yield d
 
 
 @pytest.fixture
