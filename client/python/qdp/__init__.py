@@ -1,0 +1,31 @@
+"""qdp: the Python client of qdpd, the qdp quantum data plane daemon.
+
+Encode classical data into quantum state vectors that the daemon keeps resident, on GPUs or on its
+CPU backend, and fetch them as NumPy arrays or torch tensors::
+
+    import numpy as np, qdp
+    with qdp.Client() as c:                       # $QDP_TARGET, else the default socket
+        with c.encode(np.random.rand(64, 8), "angle", 8) as s:
+            psi = s.numpy()                       # (64, 256) complex128
+
+Qubit k is bit k of the amplitude index (little-endian).
+"""
+
+from .client import LARGE_BYTES, Client, default_target
+from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
+                     FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
+                     OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
+                     Unavailable, Unimplemented, Unknown)
+from .state import State
+from .records import DeviceNeed, Device, Plan, Shard, StateInfo, Status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "State", "default_target", "LARGE_BYTES",
+    "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device",
+    "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+    "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
+    "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
+    "NotSupported",
+]

@@ -1,0 +1,270 @@
+"""GPU zero copy through CUDA IPC, with the CUDA runtime reached by ctypes (no CUDA package is
+needed to import qdp; torch is imported only when a tensor is asked for).
+
+Two directions:
+
+- **Views of a state** (Describe with views): every shard's 64-byte IPC handle and byte offset
+  under one lease; :class:`ShardView` opens it here and exposes ``__cuda_array_interface__``;
+  closing the views (or collecting them) closes the handles and ends the lease (CloseView).
+- **CUDA tensor input** (``Input.cuda_ipc``, a wire addition): the tensor's allocation is
+  exported with ``cudaIpcGetMemHandle`` and named with its offset and the device's UUID.
+
+Neither runs on the CPU backend; both are exercised only on a GPU node.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from .errors import FailedPrecondition, NotSupported
+from .records import NUMPY_DTYPES, Shard
+
+if TYPE_CHECKING:
+    from .state import State
+
+_IPC_HANDLE_BYTES = 64
+_LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+
+
+class _IpcHandle(ctypes.Structure):
+    """cudaIpcMemHandle_t: 64 opaque bytes, passed by value to cudaIpcOpenMemHandle."""
+
+    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
+
+
+class _Cuda:
+    """The few CUDA runtime and driver calls used here."""
+
+    def __init__(self) -> None:
+        self.rt = self._load(["cudart"], ["libcudart.so", "libcudart.so.12", "libcudart.so.11.0"])
+        self.drv = self._load(["cuda"], ["libcuda.so.1", "libcuda.so"])
+        self.rt.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _IpcHandle,
+                                                 ctypes.c_uint]
+        self.rt.cudaIpcGetMemHandle.argtypes = [ctypes.POINTER(_IpcHandle), ctypes.c_void_p]
+        self.rt.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+        self.check(self.drv.cuInit(0), "cuInit")
+
+    @staticmethod
+    def _load(names: List[str], sonames: List[str]) -> ctypes.CDLL:
+        cands = sonames + [p for p in (ctypes.util.find_library(n) for n in names) if p]
+        for c in cands:
+            try:
+                return ctypes.CDLL(c)
+            except OSError:
+                continue
+        raise NotSupported(f"no CUDA runtime here ({', '.join(sonames)}): GPU views need the "
+                           "CUDA libraries of the driver")
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise FailedPrecondition(f"{what} failed with CUDA error {rc}")
+
+    def device_of_uuid(self, uuid: str) -> int:
+        """This process's ordinal of the GPU whose UUID the daemon reported."""
+        n = ctypes.c_int()
+        self.check(self.rt.cudaGetDeviceCount(ctypes.byref(n)), "cudaGetDeviceCount")
+        for i in range(n.value):
+            if self.uuid(i).lower() == uuid.lower():
+                return i
+        raise FailedPrecondition(f"GPU {uuid} is not visible to this process: check "
+                                 "CUDA_VISIBLE_DEVICES")
+
+    def uuid(self, ordinal: int) -> str:
+        """The UUID of device ``ordinal`` as the daemon and nvidia-smi print it ("GPU-...")."""
+        dev = ctypes.c_int()
+        self.check(self.drv.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+        raw = ctypes.create_string_buffer(16)
+        self.check(self.drv.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
+        h = raw.raw.hex()
+        return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+    def open_handle(self, ordinal: int, handle: bytes) -> int:
+        prev = ctypes.c_int()
+        self.check(self.rt.cudaGetDevice(ctypes.byref(prev)), "cudaGetDevice")
+        self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
+        try:
+            ptr = ctypes.c_void_p()
+            h = _IpcHandle()
+            h.reserved = handle[:_IPC_HANDLE_BYTES]
+            self.check(self.rt.cudaIpcOpenMemHandle(ctypes.byref(ptr), h, _LAZY_PEER_ACCESS),
+                       "cudaIpcOpenMemHandle")
+            return int(ptr.value or 0)
+        finally:
+            self.rt.cudaSetDevice(prev.value)
+
+    def close_handle(self, ptr: int) -> None:
+        self.rt.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+
+    def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
+        """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's
+        offset in it."""
+        self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
+        h = _IpcHandle()
+        self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
+                   "cudaIpcGetMemHandle")
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        fn = getattr(self.drv, "cuMemGetAddressRange_v2", None) or self.drv.cuMemGetAddressRange
+        self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
+                   "cuMemGetAddressRange")
+        return bytes(h.reserved).ljust(_IPC_HANDLE_BYTES, b"\0"), ptr - base.value
+
+
+def _cuda() -> _Cuda:
+    return _Cuda()
+
+
+class ShardView:
+    """One shard of a state on a GPU, opened here through CUDA IPC.
+
+    Attributes
+    ----------
+    shard : Shard
+        Its layout (device, amplitude and sample ranges).
+    ordinal : int
+        This process's CUDA device ordinal of the shard's GPU.
+    ptr : int
+        Device address of the shard's first amplitude.
+    shape : tuple of int
+        ``(rows, count)``: samples by amplitudes.
+    typestr : str
+        ``"<c8"`` or ``"<c16"``.
+    """
+
+    def __init__(self, shard: Shard, ordinal: int, ptr: int, dtype: str,
+                 lease: "_Lease") -> None:
+        self.shard = shard
+        self.ordinal = ordinal
+        self.ptr = ptr
+        self.shape = (shard.rows or 1, shard.count)
+        self.typestr = NUMPY_DTYPES[dtype].str
+        self._lease = lease  # closes the handles and the lease when the last view goes
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+    def close(self) -> None:
+        """Ends the lease of every view opened with this one (idempotent)."""
+        self._lease.close()
+
+    def __enter__(self) -> "ShardView":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Lease:
+    """The handles opened for one Describe-with-views and its lease id."""
+
+    def __init__(self, state: "State", lease_id: int, cuda: _Cuda) -> None:
+        self.bases: List[int] = []
+        client = state._client
+        req = client.wire.CloseViewRequest(handle=state.handle, token=state.token,
+                                           lease_id=lease_id)
+        self._fin = weakref.finalize(self, _end_lease, cuda, self.bases, client, req)
+
+    def close(self) -> None:
+        self._fin()
+
+
+def _end_lease(cuda: _Cuda, bases: List[int], client: Any, req: Any) -> None:
+    for b in bases:
+        try:
+            cuda.close_handle(b)
+        except BaseException:
+            pass
+    try:
+        client.call("CloseView", req, timeout=10)
+    except BaseException:  # from a finalizer: the daemon ends the lease when this process ends
+        pass
+
+
+def open_views(state: "State") -> List[ShardView]:
+    """Opens every shard of ``state`` (Describe with views); see :meth:`State.shards`."""
+    client = state._client
+    if client.socket_path is None:
+        raise NotSupported("GPU views need a daemon on this node (a unix: target)")
+    req = client.wire.DescribeRequest(handle=state.handle, token=state.token, views=True,
+                                      client_pid=os.getpid())
+    try:
+        info = client.call("Describe", req)
+    except FailedPrecondition as e:
+        raise NotSupported(f"this daemon has no views of its states ({e.message}); use "
+                           "State.numpy() or State.torch()") from None
+    if not info.shards or not info.shards[0].ipc_handle:
+        raise NotSupported("the daemon answered without views; use State.numpy()")
+    cuda = _cuda()
+    lease = _Lease(state, info.shards[0].lease_id, cuda)
+    opened: Dict[Tuple[bytes, int], int] = {}
+    views = []
+    try:
+        for m in info.shards:
+            ordinal = cuda.device_of_uuid(m.uuid)
+            key = (bytes(m.ipc_handle), ordinal)
+            if key not in opened:  # one open per allocation: CUDA refuses a second
+                opened[key] = cuda.open_handle(ordinal, bytes(m.ipc_handle))
+                lease.bases.append(opened[key])
+            views.append(ShardView(Shard.from_proto(m), ordinal, opened[key] + m.ipc_offset,
+                                   state.dtype, lease))
+    except BaseException:
+        lease.close()
+        raise
+    return views
+
+
+def state_tensor(state: "State", device: Optional[str]) -> Any:
+    """The whole state as one torch tensor: the single shard's view in place, or the shards
+    copied device to device into one tensor on ``device`` (default: the first shard's GPU)."""
+    import torch
+
+    views = open_views(state)
+    first = f"cuda:{views[0].ordinal}"
+    target = torch.device(device) if device is not None else torch.device(first)
+    if len(views) == 1 and target == torch.device(first):
+        t = torch.as_tensor(views[0], device=first)  # keeps the view, hence the lease, alive
+        return t.reshape(state.shape)
+    dt = torch.complex64 if state.dtype == "complex64" else torch.complex128
+    out = torch.empty((state.batch, 1 << state.qubits), dtype=dt, device=target)
+    try:
+        for v in views:
+            s = v.shard
+            src = torch.as_tensor(v, device=f"cuda:{v.ordinal}")
+            out[s.row_first:s.row_first + (s.rows or 1), s.first:s.first + s.count].copy_(src)
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+    finally:
+        views[0].close()
+    return out.reshape(state.shape)
+
+
+def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> Any:
+    """Names a CUDA tensor in ``inp`` (Input.cuda_ipc) for the daemon to read in place.
+
+    Returns the tensor the handle points into (a contiguous copy when ``tensor`` was not
+    contiguous): the caller keeps it alive until the Encode has answered."""
+    if not wire.has_field("Input", "cuda_ipc"):
+        raise NotSupported("encoding a CUDA tensor needs a qdp whose wire has Input.cuda_ipc; "
+                           "pass tensor.cpu() meanwhile")
+    import torch
+
+    if tensor.dtype not in (torch.float32, torch.float64):
+        raise NotSupported(f"CUDA tensor input of dtype {tensor.dtype}: use float32 or float64")
+    t = tensor.detach().contiguous()
+    if t.ndim not in (1, 2):
+        raise NotSupported(f"a CUDA tensor of {t.ndim} dimensions: pass 1-D or 2-D")
+    torch.cuda.current_stream(t.device).synchronize()  # the daemon reads on its own streams
+    cuda = _cuda()
+    ordinal = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    handle, offset = cuda.export(ordinal, t.data_ptr())
+    inp.dtype = 1 if t.dtype == torch.float32 else 2
+    inp.rows, inp.cols = (1, t.shape[0]) if t.ndim == 1 else (t.shape[0], t.shape[1])
+    inp.cuda_ipc.ipc_handle = handle
+    inp.cuda_ipc.offset = offset
+    inp.cuda_ipc.device_uuid = cuda.uuid(ordinal)
+    return t

@@ -1,0 +1,628 @@
+"""qdp.Client: one channel to qdpd, and the calls on it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import _cuda
+from ._handoff import READ, WRITE, hand_over, hand_over_path
+from ._region import Region
+from ._wire import Wire
+from .errors import (Error, FailedPrecondition, InvalidArgument, NotSupported, PermissionDenied,
+                     Unimplemented, error_for, from_rpc_error)
+from .state import State
+from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
+                    dtype_name)
+
+#: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
+#: rather than inline in the request.
+LARGE_BYTES = 1 << 20
+#: Bytes per message of a streamed upload.
+UPLOAD_CHUNK = 1 << 20
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def default_target() -> str:
+    """The daemon's target as libqdp and qdpctl find it.
+
+    Returns
+    -------
+    str
+        ``$QDP_TARGET``; else ``unix:$QDP_SOCKET``; else ``unix:/run/qdp/qdpd.sock`` for root;
+        else ``unix:$XDG_RUNTIME_DIR/qdp/qdpd.sock``, or ``unix:/run/user/UID/qdp/qdpd.sock``
+        without a runtime directory.
+    """
+    t = os.environ.get("QDP_TARGET")
+    if t:
+        return t
+    sock = os.environ.get("QDP_SOCKET")
+    if sock:
+        return "unix:" + sock
+    if os.geteuid() == 0:
+        return "unix:/run/qdp/qdpd.sock"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return f"unix:{xdg}/qdp/qdpd.sock"
+    return f"unix:/run/user/{os.geteuid()}/qdp/qdpd.sock"
+
+
+class _Conn:
+    """What a State's finalizer needs without holding its Client: the channel's Release call and
+    whether the channel is still open."""
+
+    def __init__(self, release: Callable[..., Any], ref_class: type,
+                 metadata: Tuple[Tuple[str, str], ...]) -> None:
+        self.release = release
+        self.ref_class = ref_class
+        self.metadata = metadata
+        self.open = True
+
+    def release_quietly(self, handle: str, token: str) -> None:
+        if not self.open:
+            return
+        try:
+            self.release(self.ref_class(handle=handle, token=token), timeout=10,
+                         metadata=self.metadata)
+        except BaseException:  # a GC or exit-time release must never raise
+            pass
+
+
+class _Source:
+    """An encode's input, resolved: an array (with its wire shape), a path or a CUDA tensor."""
+
+    def __init__(self, kind: str, array: Optional[np.ndarray] = None, rows: int = 0,
+                 cols: int = 0, batched: bool = False, path: str = "", tensor: Any = None,
+                 dtype: str = "") -> None:
+        self.kind = kind
+        self.array = array
+        self.rows = rows
+        self.cols = cols
+        self.batched = batched
+        self.path = path
+        self.tensor = tensor
+        self.dtype = dtype
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda") and hasattr(x, "numpy")
+
+
+def _as_values(arr: np.ndarray, encoding: str) -> np.ndarray:
+    """The array in a dtype the wire carries: float32 and float64 as they are, integers as int64
+    for basis and float64 otherwise."""
+    k = arr.dtype.kind
+    if k == "f" and arr.dtype.itemsize in (4, 8):
+        return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+    if k in "iub":
+        return arr.astype("<i8" if encoding == "basis" else "<f8", copy=False)
+    if k == "f":
+        return arr.astype("<f8")
+    raise InvalidArgument(f"input values of dtype {arr.dtype} cannot be encoded: pass real "
+                          "values (float32 or float64; basis indices as integers)",
+                          field="input.dtype")
+
+
+def _source(data: Any, encoding: str) -> _Source:
+    if isinstance(data, (str, os.PathLike)):
+        return _Source("path", path=os.path.abspath(os.fspath(data)))
+    if _is_torch_tensor(data):
+        if data.is_cuda:
+            return _Source("cuda", tensor=data)
+        data = data.detach().resolve_conj().contiguous().numpy() if hasattr(
+            data, "resolve_conj") else data.detach().contiguous().numpy()
+    arr = _as_values(np.asarray(data), encoding)
+    if arr.size == 0:
+        raise InvalidArgument("the input has no values", field="input.data")
+    if encoding == "basis":
+        if arr.ndim == 0:
+            return _Source("array", arr.reshape(1), 1, 1, False)
+        if arr.ndim == 1:  # one index per sample: a batch
+            return _Source("array", np.ascontiguousarray(arr), arr.shape[0], 1, True)
+    if arr.ndim == 1:
+        return _Source("array", np.ascontiguousarray(arr), 1, arr.shape[0], False)
+    if arr.ndim == 2:
+        return _Source("array", np.ascontiguousarray(arr), arr.shape[0], arr.shape[1], True)
+    raise InvalidArgument(f"the input has {arr.ndim} dimensions: pass one sample (1-D) or a "
+                          "batch of samples (2-D, one per row)", field="input.data")
+
+
+def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
+    try:
+        return names.index(value) + 1
+    except ValueError:
+        raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
+                              field=field) from None
+
+
+class Client:
+    """One channel to qdpd.
+
+    Parameters
+    ----------
+    target : str, optional
+        A gRPC target: ``unix:/path/qdpd.sock`` (the daemon's node) or ``host:port`` (TCP). By
+        default found as qdpctl finds it (:func:`default_target`).
+    token : str, optional
+        The bearer token for TCP; default ``$QDP_TOKEN``.
+    name : str
+        A label for the daemon's log (``qdp-client`` metadata); it grants nothing.
+    timeout : float
+        Seconds each call may take.
+    wire : Wire, optional
+        The contract to speak; the one shipped in the package by default.
+
+    Notes
+    -----
+    A client on the daemon's node (a Unix socket target) opens files and shared memory itself
+    and hands their descriptors over, so the daemon reads only what this process could read.
+    Large arrays travel through shared memory regions this client creates and registers; over TCP
+    they are uploaded in chunks. Use it as a context manager, or call :meth:`close`: that
+    releases the states it made that are still alive and forgets its regions.
+    """
+
+    def __init__(self, target: Optional[str] = None, *, token: Optional[str] = None,
+                 name: str = "python", timeout: float = 120.0,
+                 wire: Optional[Wire] = None) -> None:
+        self.target = target or default_target()
+        self.timeout = timeout
+        self.wire = wire or Wire()
+        md: List[Tuple[str, str]] = [("qdp-client", name)]
+        token = os.environ.get("QDP_TOKEN") if token is None else token
+        if token:
+            md.append(("authorization", "Bearer " + token))
+        self._metadata = tuple(md)
+        self._channel = grpc.insecure_channel(
+            self.target, options=[("grpc.max_receive_message_length", -1),
+                                  ("grpc.max_send_message_length", -1)])
+        self._calls: Dict[str, Callable[..., Any]] = {}
+        for name_, m in self.wire.service.methods_by_name.items():
+            req, rep, cs, ss = self.wire.method_types(name_)
+            kind = {(False, False): self._channel.unary_unary,
+                    (False, True): self._channel.unary_stream,
+                    (True, False): self._channel.stream_unary,
+                    (True, True): self._channel.stream_stream}[(cs, ss)]
+            self._calls[name_] = kind(f"/{self.wire.service.full_name}/{name_}",
+                                      request_serializer=req.SerializeToString,
+                                      response_deserializer=rep.FromString)
+        self._conn = _Conn(self._calls["Release"], self.wire.StateRef, self._metadata)
+        self._lock = threading.Lock()  # the staging regions
+        self._staging: Optional[Region] = None
+        self._regions: Dict[int, Region] = {}  # every region this client registered
+        self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
+        self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
+        self._can_fetch_into = self.wire.has_method("FetchInto")
+        self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel)
+
+    # ---- plumbing ----
+
+    @property
+    def socket_path(self) -> Optional[str]:
+        """The daemon's socket path when the target is a Unix socket, else None (TCP)."""
+        return self.target[5:] if self.target.startswith("unix:") else None
+
+    def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
+        """Calls unary RPC ``method`` with a request message; returns the reply message.
+
+        Parameters
+        ----------
+        method : str
+            The RPC's name in proto/qdp.proto ("Describe").
+        request : protobuf message
+            Its request (``client.wire.DescribeRequest(...)``).
+        timeout : float, optional
+            Seconds; the client's default when omitted.
+
+        Raises
+        ------
+        Error
+            The subclass of the call's status, with its ErrorDetail fields.
+        """
+        fn = self._calls.get(method)
+        if fn is None:
+            raise NotSupported(f"this package's qdp.proto has no method {method}")
+        try:
+            return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
+
+    def _stream(self, method: str, request: Any) -> Iterator[Any]:
+        try:
+            for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
+                yield m
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
+
+    def _hand_fd(self, fd: int, access: int = READ) -> str:
+        sock = self.socket_path
+        if sock is None:
+            raise NotSupported("descriptors can be handed only to a daemon on this node "
+                               "(a unix: target)")
+        return hand_over(sock, fd, access)
+
+    def _register(self, fd: int, writable: bool) -> Tuple[str, str]:
+        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd)
+        if writable:
+            if not self.wire.has_field("RegisterRegionRequest", "writable"):
+                raise NotSupported("this package's qdp.proto cannot register writable regions")
+            req.writable = True
+        req.fd_ticket = self._hand_fd(fd, WRITE if writable else READ)
+        info = self.call("RegisterRegion", req)
+        return info.handle, info.token
+
+    def _unregister(self, handle: str, token: str) -> None:
+        if not self._conn.open:
+            return
+        try:
+            self.call("UnregisterRegion", self.wire.RegionRef(handle=handle, token=token),
+                      timeout=10)
+        except Error:
+            pass  # gone already (the daemon restarted): nothing left to forget
+
+    def _new_region(self, nbytes: int, writable: bool = False) -> Region:
+        r = Region(nbytes, self._register, self._unregister, writable)
+        self._regions[id(r)] = r
+        return r
+
+    def _drop_region(self, region: Optional[Region]) -> None:
+        if region is not None:
+            self._regions.pop(id(region), None)
+            self._user_regions.pop(id(region), None)
+            region.close()
+
+    def _drop_region_later(self, conn: _Conn, key: int) -> None:
+        region = self._regions.get(key)
+        if region is not None and conn.open:
+            try:
+                self._drop_region(region)
+            except BaseException:  # from a finalizer: never raise
+                pass
+
+    def close(self) -> None:
+        """Releases the states this client made that are still alive, unregisters its regions
+        and closes the channel. Idempotent."""
+        if not self._conn.open:
+            return
+        for s in list(self._states):
+            try:
+                s.release()
+            except Error:
+                pass  # the daemon is gone or restarted: nothing is left to free
+        for r in list(self._regions.values()):
+            self._drop_region(r)
+        self._staging = None
+        self._finalizer()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- requests ----
+
+    def _request(self, encoding: str, qubits: int, dtype: str, policy: str,
+                 devices: Optional[Sequence[str]], ttl: Optional[float], label: str) -> Any:
+        if dtype not in ("complex64", "complex128"):
+            raise InvalidArgument(f"output dtype {dtype!r}: use 'complex64' or 'complex128'",
+                                  field="output_dtype")
+        if not isinstance(qubits, (int, np.integer)) or isinstance(qubits, bool) or qubits < 0:
+            raise InvalidArgument(f"qubits must be a non-negative integer, not {qubits!r}",
+                                  field="qubits")
+        r = self.wire.EncodeRequest()
+        r.encoding = _enum_of(ENCODINGS, encoding, "encoding", "encoding")
+        r.qubits = int(qubits)
+        r.output_dtype = _enum_of(DTYPES, dtype, "dtype", "output_dtype")
+        r.placement.policy = _enum_of(POLICIES, policy, "policy", "placement.policy") - 1
+        if devices:
+            r.placement.devices.extend([devices] if isinstance(devices, str) else devices)
+        if ttl:
+            r.ttl_seconds = max(1, int(round(ttl)))
+        if label:
+            r.label = label
+        return r
+
+    def _owned_region(self, arr: np.ndarray) -> Optional[Tuple[Region, int]]:
+        for r in list(self._user_regions.values()):
+            off = r.offset_of(arr)
+            if off is not None:
+                return r, off
+        return None
+
+    def _fill_input(self, r: Any, src: _Source) -> Optional[Tuple[Any, memoryview]]:
+        """Fills r.input from src; returns (request, bytes) when the input must be uploaded."""
+        inp = r.input
+        if src.kind == "path":
+            inp.path = src.path
+            if self.socket_path is not None:
+                inp.fd_ticket = hand_over_path(self.socket_path, src.path)
+            return None
+        if src.kind == "cuda":
+            # Kept in src, which encode holds until the daemon has read the memory.
+            src.tensor = _cuda.fill_cuda_input(self.wire, inp, src.tensor)
+            return None
+        arr = src.array
+        assert arr is not None
+        inp.dtype = DTYPES.index(dtype_name_of(arr)) + 1
+        inp.rows, inp.cols = src.rows, src.cols
+        owned = self._owned_region(arr) if self.socket_path is not None else None
+        if owned is not None:
+            inp.shm.region, inp.shm.region_token = owned[0].handle, owned[0].token
+            inp.shm.offset, inp.shm.length = owned[1], arr.nbytes
+            return None
+        if arr.nbytes < LARGE_BYTES:
+            inp.data = arr.tobytes()
+            return None
+        if self.socket_path is not None:
+            region: Optional[Region] = self._staging
+            if region is None or region.size < arr.nbytes:
+                self._drop_region(region)
+                self._staging = None
+                try:
+                    region = self._staging = self._new_region(
+                        max(arr.nbytes, 2 * (region.size if region else 0)))
+                except Error:
+                    region = None  # no region to be had (max_regions): upload instead
+            if region is not None:
+                region.write(arr)
+                inp.shm.region, inp.shm.region_token = region.handle, region.token
+                inp.shm.offset, inp.shm.length = 0, arr.nbytes
+                return None
+        return r, memoryview(np.ascontiguousarray(arr)).cast("B")  # type: ignore[arg-type]
+
+    def _upload(self, request: Any, data: Any) -> Any:
+        wire = self.wire
+
+        def chunks() -> Iterator[Any]:
+            yield wire.UploadChunk(request=request)
+            n = len(data)
+            for i in range(0, n, UPLOAD_CHUNK):
+                yield wire.UploadChunk(data=bytes(data[i:i + UPLOAD_CHUNK]),
+                                       last=i + UPLOAD_CHUNK >= n)
+        try:
+            return self._calls["EncodeUpload"](chunks(), timeout=self.timeout,
+                                               metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
+
+    def encode(self, data: Any, encoding: str, qubits: int, *, dtype: str = "complex128",
+               policy: str = "auto", devices: Optional[Sequence[str]] = None,
+               ttl: Optional[float] = None, label: str = "") -> State:
+        """Encodes classical data into a state the daemon keeps.
+
+        Parameters
+        ----------
+        data : list, numpy.ndarray, torch.Tensor, str or os.PathLike
+            One sample (1-D) or a batch of samples (2-D, one per row), float32 or float64 (other
+            real types become float64); for basis, one index per sample (an int, or a 1-D array
+            of indices: a batch). A path names an ``.npy`` file on the daemon's node, opened here
+            and handed over. A CPU tensor is read without a copy; a CUDA tensor needs a daemon
+            with CUDA IPC input. Arrays that live in :meth:`empty` buffers are read in place.
+        encoding : str
+            "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
+        qubits : int
+            Qubits per sample; qubit k is bit k of the amplitude index.
+        dtype : str
+            The state's dtype, "complex128" or "complex64".
+        policy : str
+            Placement: "auto", "single", "even", "uneven", "capacity" or "batch".
+        devices : sequence of str, optional
+            Device names as :meth:`status` lists them; all when omitted.
+        ttl : float, optional
+            Seconds the state lives unless released; the daemon's default when omitted.
+        label : str
+            Free text kept with the state.
+
+        Returns
+        -------
+        State
+            The resident state; release it (or use ``with``) when done.
+
+        Raises
+        ------
+        InvalidArgument
+            A bad field (``field`` names it), zero norm, non-finite values.
+        ResourceExhausted
+            It does not fit (``need_bytes``, ``free_bytes``).
+        Error
+            Any other failure, as its status's subclass.
+        """
+        r = self._request(encoding, qubits, dtype, policy, devices, ttl, label)
+        src = _source(data, encoding)
+        staged = (src.kind == "array" and src.array is not None
+                  and src.array.nbytes >= LARGE_BYTES and self.socket_path is not None
+                  and self._owned_region(src.array) is None)
+        # The staging region holds one input at a time, until its Encode has read it.
+        with self._lock if staged else contextlib.nullcontext():
+            upload = self._fill_input(r, src)
+            if upload is None:
+                reply = self.call("Encode", r)
+            else:
+                req, payload = upload
+                req.input.ClearField("data")
+                reply = self._upload(req, payload)
+        st = State(self, reply.state, batched=src.batched or reply.state.batch > 1)
+        self._states.add(st)
+        return st
+
+    def plan(self, data: Any, encoding: str, qubits: int, *, dtype: str = "complex128",
+             policy: str = "auto", devices: Optional[Sequence[str]] = None,
+             shape: Optional[Tuple[int, int]] = None, input_dtype: str = "float64") -> Plan:
+        """Asks what an encode would take, allocating nothing (a dry run).
+
+        Parameters
+        ----------
+        data : array-like, str, os.PathLike or None
+            As for :meth:`encode`; only its shape and dtype are sent (a path is handed over).
+            None with ``shape``.
+        encoding, qubits, dtype, policy, devices
+            As for :meth:`encode`.
+        shape : (int, int), optional
+            (samples, values per sample), when ``data`` is None.
+        input_dtype : str
+            The values' dtype with ``shape``: "float32", "float64" or "int64".
+
+        Returns
+        -------
+        Plan
+            Feasible or not, with the layout and every device's bytes against its budget.
+        """
+        r = self._request(encoding, qubits, dtype, policy, devices, None, "")
+        if data is None:
+            if shape is None:
+                raise InvalidArgument("plan needs data or shape=(samples, values per sample)",
+                                      field="input")
+            r.input.rows, r.input.cols = int(shape[0]), int(shape[1])
+            r.input.dtype = _enum_of(DTYPES, input_dtype, "input dtype", "input.dtype")
+        else:
+            src = _source(data, encoding)
+            if src.kind == "path":
+                self._fill_input(r, src)
+            elif src.kind == "cuda":
+                raise NotSupported("plan of a CUDA tensor: pass shape= and input_dtype=")
+            else:
+                assert src.array is not None
+                r.input.rows, r.input.cols = src.rows, src.cols
+                r.input.dtype = DTYPES.index(dtype_name_of(src.array)) + 1
+        return Plan.from_proto(self.call("Plan", r))
+
+    def empty(self, shape: Union[int, Tuple[int, ...]], dtype: Any = np.float64) -> np.ndarray:
+        """A NumPy array in shared memory registered with the daemon: fill it, then encode it
+        (or any C-contiguous slice of it) as often as needed without a copy.
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            The array's shape (1-D sample or 2-D batch).
+        dtype : numpy dtype
+            float32, float64 or int64.
+
+        Returns
+        -------
+        numpy.ndarray
+            Zero-filled; the region is unregistered when the array (and every view of it) is
+            gone, or when the client closes.
+
+        Raises
+        ------
+        NotSupported
+            Over TCP: shared memory needs a daemon on this node.
+        """
+        if self.socket_path is None:
+            raise NotSupported("client.empty needs a daemon on this node (a unix: target); "
+                               "over TCP pass ordinary arrays")
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        dt = np.dtype(dtype)
+        if dt.newbyteorder("<") not in (NUMPY_DTYPES["float32"], NUMPY_DTYPES["float64"],
+                                        NUMPY_DTYPES["int64"]):
+            raise InvalidArgument(f"empty(dtype={dt}): use float32, float64 or int64",
+                                  field="input.dtype")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        region = self._new_region(nbytes)
+        arr = region.array(shape, dt.newbyteorder("<"))
+        self._user_regions[id(region)] = region
+        # The mapping lives as long as the array and its views; then the region is forgotten.
+        weakref.finalize(region.detach(), self._drop_region_later, self._conn, id(region))
+        return arr
+
+    def state(self, handle: str, token: str) -> State:
+        """A :class:`State` for a handle and token made elsewhere (qdpctl, another process).
+
+        It is not released when this object is collected; call :meth:`State.release`.
+        """
+        info = self.call("Describe", self.wire.DescribeRequest(handle=handle, token=token))
+        info.token = token
+        return State(self, info, batched=info.batch > 1, owned=False)
+
+    def states(self) -> List[StateInfo]:
+        """The caller's own states (List): every state of this identity, from any client."""
+        return [StateInfo.from_proto(s) for s in self.call("List", self.wire.ListRequest()).states]
+
+    def status(self) -> Status:
+        """The daemon's version, backend, devices, budgets and counts."""
+        return Status.from_proto(self.call("Status", self.wire.StatusRequest()))
+
+    def health(self) -> str:
+        """The daemon's serving status: "SERVING", "NOT_SERVING" or "UNKNOWN"."""
+        rep = self.call("Health", self.wire.HealthRequest())
+        return self.wire.HealthReply.DESCRIPTOR.fields_by_name["status"].enum_type \
+            .values_by_number[rep.status].name
+
+    # ---- used by State ----
+
+    def _fetch_stream(self, ref: Any, out: np.ndarray, offset: int) -> None:
+        """Streams amplitudes [offset, offset + out.size) into out (1-D, the state's dtype)."""
+        req = self.wire.FetchRequest(offset=offset, count=out.size)
+        req.state.CopyFrom(ref)
+        dst = out.view(np.uint8)
+        es = out.itemsize
+        for ch in self._stream("Fetch", req):
+            start = (ch.offset - offset) * es
+            n = len(ch.data)
+            if start < 0 or start + n > dst.size:
+                raise error_for("DATA_LOSS", f"Fetch sent amplitudes [{ch.offset}, "
+                                f"+{n // es}) outside the range asked for")
+            dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
+
+    def _fetch_into(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
+        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a fresh
+        writable region, returned as an array over its mapping: no copy at all. The region is
+        unregistered at once (the mapping outlives it). None when the daemon or this target
+        cannot; the caller streams instead."""
+        if not self._can_fetch_into or self.socket_path is None:
+            return None
+        try:
+            region = self._new_region(count * dtype.itemsize, writable=True)
+        except (NotSupported, Unimplemented, FailedPrecondition, PermissionDenied):
+            # A daemon that cannot register regions for writing (one older than FetchInto
+            # reads the request as a read-only registration and refuses the write ticket).
+            self._can_fetch_into = False
+            return None
+        except Error:
+            return None  # no region to be had now (max_regions, memory): stream this one
+        try:
+            done = 0
+            while done < count:
+                req = self.wire.FetchIntoRequest(offset=done, count=count - done,
+                                                 region_offset=done * dtype.itemsize)
+                req.state.CopyFrom(ref)
+                req.region.handle, req.region.token = region.handle, region.token
+                rep = self.call("FetchInto", req)
+                if rep.count == 0 or rep.count > count - done:
+                    raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
+                                    f"the {count - done} asked for")
+                if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
+                    raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
+                                    f"for a {dtype} state")
+                done += rep.count
+            return region.array((count,), dtype)
+        except (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied):
+            # A daemon without FetchInto (or that may not write here): stream from now on.
+            self._can_fetch_into = False
+            return None
+        finally:
+            self._drop_region(region)
+
+
+def dtype_name_of(arr: np.ndarray) -> str:
+    """The wire's name of a (little-endian) array's dtype: "float32", "float64" or "int64"."""
+    for k in ("float32", "float64", "int64"):
+        if arr.dtype == NUMPY_DTYPES[k]:
+            return k
+    raise InvalidArgument(f"input dtype {arr.dtype}: use float32, float64 or int64",
+                          field="input.dtype")
+
+
+def _close_conn(conn: _Conn, channel: grpc.Channel) -> None:
+    conn.open = False
+    try:
+        channel.close()
+    except BaseException:
+        pass

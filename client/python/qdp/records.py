@@ -1,0 +1,217 @@
+"""Plain records of what the daemon answers: layouts, plans, status. Each keeps the protobuf
+message it came from as ``raw`` for fields not copied here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+ENCODINGS = ("amplitude", "angle", "basis", "iqp", "iqp-z", "phase")
+DTYPES = ("float32", "float64", "complex64", "complex128", "int64")
+POLICIES = ("auto", "single", "even", "uneven", "capacity", "batch")
+
+NUMPY_DTYPES: Dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"),
+                "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
+                "int64": np.dtype("<i8")}
+
+
+def encoding_name(number: int) -> str:
+    """The package's name of Encoding ``number`` ("iqp-z"); "unspecified" for 0."""
+    return ENCODINGS[number - 1] if 1 <= number <= len(ENCODINGS) else "unspecified"
+
+
+def dtype_name(number: int) -> str:
+    """The package's name of DType ``number`` ("complex128"); "unspecified" for 0."""
+    return DTYPES[number - 1] if 1 <= number <= len(DTYPES) else "unspecified"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a state: which device of which rank holds which amplitudes and samples.
+
+    Attributes
+    ----------
+    rank : int
+        World rank holding it (0 for a plain qdpd).
+    device : str
+        "cpu:0", "cuda:1".
+    uuid : str
+        GPU UUID; empty on the CPU backend.
+    first, count : int
+        Amplitude index range [first, first + count) within each sample.
+    row_first, rows : int
+        Sample range [row_first, row_first + rows).
+    bytes : int
+        Device bytes the shard holds.
+    """
+
+    rank: int
+    device: str
+    uuid: str
+    first: int
+    count: int
+    row_first: int
+    rows: int
+    bytes: int
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "Shard":
+        """Builds it from a ``qdp.Shard`` message."""
+        return cls(m.rank, m.device, m.uuid, m.first, m.count, m.row_first, m.rows, m.bytes, m)
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """A state's description and layout (Describe).
+
+    Attributes
+    ----------
+    handle : str
+        The state's name.
+    encoding : str
+        "amplitude", ..., "phase".
+    qubits, batch : int
+        Qubits per sample and samples.
+    dtype : str
+        "complex64" or "complex128".
+    bytes : int
+        Device bytes of the whole state.
+    policy : str
+        The placement policy the plan resolved to.
+    shards : tuple of Shard
+        Its layout.
+    label, owner : str
+        Free text kept with it, and the identity that created it ("uid:1000").
+    expires_unix_ms : int
+        When its TTL ends (0: never).
+    leases : int
+        Open view leases.
+    """
+
+    handle: str
+    encoding: str
+    qubits: int
+    batch: int
+    dtype: str
+    bytes: int
+    policy: str
+    shards: Tuple[Shard, ...]
+    label: str = ""
+    owner: str = ""
+    expires_unix_ms: int = 0
+    leases: int = 0
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "StateInfo":
+        """Builds it from a ``qdp.StateInfo`` message."""
+        return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
+                   dtype_name(m.dtype), m.bytes, m.policy,
+                   tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
+                   m.expires_unix_ms, m.leases, m)
+
+
+@dataclass(frozen=True)
+class DeviceNeed:
+    """What one device must hold for a plan, against its budget (bytes)."""
+
+    rank: int
+    device: str
+    shard_bytes: int
+    staging_bytes: int
+    workspace_bytes: int
+    need_bytes: int
+    budget_bytes: int
+    fits: bool
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "DeviceNeed":
+        """Builds it from a ``qdp.DeviceNeed`` message."""
+        return cls(m.rank, m.device, m.shard_bytes, m.staging_bytes, m.workspace_bytes,
+                   m.need_bytes, m.budget_bytes, m.fits)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A dry run's answer (Plan): the placement and every device's arithmetic.
+
+    Attributes
+    ----------
+    feasible : bool
+        Whether an Encode of the same request would fit now.
+    policy : str
+        The policy the plan resolved to.
+    global_bits : int
+        g of an even plan, else 0.
+    total_bytes : int
+        Device bytes of the state.
+    shards : tuple of Shard
+        The layout it would have.
+    needs : tuple of DeviceNeed
+        Per device: shard, staging and workspace bytes against the budget.
+    message : str
+        When not feasible: why, with the numbers.
+    """
+
+    feasible: bool
+    policy: str
+    global_bits: int
+    total_bytes: int
+    shards: Tuple[Shard, ...]
+    needs: Tuple[DeviceNeed, ...]
+    message: str
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "Plan":
+        """Builds it from a ``qdp.PlanReply`` message."""
+        return cls(m.feasible, m.policy, m.global_bits, m.total_bytes,
+                   tuple(Shard.from_proto(s) for s in m.shards),
+                   tuple(DeviceNeed.from_proto(n) for n in m.needs), m.message, m)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the daemon (Status)."""
+
+    name: str
+    kind: str
+    rank: int
+    model: str
+    total_bytes: int
+    free_bytes: int
+    budget_bytes: int
+    used_bytes: int
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "Device":
+        """Builds it from a ``qdp.Device`` message."""
+        return cls(m.name, m.kind, m.rank, m.model, m.total_bytes, m.free_bytes,
+                   m.budget_bytes, m.used_bytes)
+
+
+@dataclass(frozen=True)
+class Status:
+    """The daemon's status: version, backend, devices, budgets and counts."""
+
+    version: str
+    backend: str
+    ranks: int
+    devices: Tuple[Device, ...]
+    budget_bytes: int
+    used_bytes: int
+    states: int
+    max_qubits: int
+    regions: int
+    region_bytes: int
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_proto(cls, m: Any) -> "Status":
+        """Builds it from a ``qdp.StatusReply`` message."""
+        return cls(m.version, m.backend, m.ranks, tuple(Device.from_proto(d) for d in m.devices),
+                   m.budget_bytes, m.used_bytes, m.states, m.max_qubits, m.regions,
+                   m.region_bytes, m)

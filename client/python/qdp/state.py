@@ -1,0 +1,190 @@
+"""qdp.State: a resident state vector (or batch) on the daemon, by handle and token."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+import numpy as np
+
+from . import _cuda
+from .errors import NotSupported, error_for
+from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class State:
+    """A state the daemon keeps for this client: handle, token and what it holds.
+
+    Made by :meth:`Client.encode`. It is released by :meth:`release`, at the end of a ``with``
+    block, when the object is garbage collected, or when its client closes (whichever comes
+    first); a state made by :meth:`Client.state` from another's handle is released only
+    explicitly.
+
+    Attributes
+    ----------
+    handle, token : str
+        Its name and capability (anyone holding both may use it).
+    encoding, dtype : str
+        "amplitude", ...; "complex64" or "complex128".
+    qubits, batch : int
+        Qubits per sample and samples.
+    shape : tuple of int
+        ``(2**qubits,)`` for one sample, ``(batch, 2**qubits)`` for a batch.
+    """
+
+    def __init__(self, client: "Client", info: Any, batched: bool = False,
+                 owned: bool = True) -> None:
+        self._client = client
+        self.handle: str = info.handle
+        self.token: str = info.token
+        self.encoding = encoding_name(info.encoding)
+        self.dtype = dtype_name(info.dtype)
+        self.qubits: int = info.qubits
+        self.batch: int = info.batch or 1
+        dim = 1 << self.qubits
+        self.shape: Tuple[int, ...] = (self.batch, dim) if batched else (dim,)
+        self._first_info = StateInfo.from_proto(info)
+        self._released = False
+        self._finalizer: Optional[weakref.finalize] = None
+        if owned:
+            self._finalizer = weakref.finalize(self, client._conn.release_quietly,
+                                               self.handle, self.token)
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "resident"
+        return (f"<qdp.State {self.handle} {self.encoding} qubits={self.qubits} "
+                f"batch={self.batch} {self.dtype} {state}>")
+
+    def _ref(self) -> Any:
+        if self._released:
+            raise error_for("NOT_FOUND", f"state {self.handle} was released by this process")
+        return self._client.wire.StateRef(handle=self.handle, token=self.token)
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` has run."""
+        return self._released
+
+    @property
+    def size(self) -> int:
+        """Amplitudes in the whole state (batch * 2**qubits)."""
+        return self.batch << self.qubits
+
+    @property
+    def info(self) -> StateInfo:
+        """Its description and layout, asked of the daemon now (Describe)."""
+        req = self._client.wire.DescribeRequest(handle=self.handle, token=self._ref().token)
+        return StateInfo.from_proto(self._client.call("Describe", req))
+
+    def numpy(self, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The amplitudes, fetched into one array allocated up front.
+
+        Parameters
+        ----------
+        out : numpy.ndarray, optional
+            A C-contiguous array of :attr:`size` elements of the state's dtype to fill (by the
+            streamed Fetch).
+
+        Returns
+        -------
+        numpy.ndarray
+            Of :attr:`shape` and the state's dtype (complex64 or complex128); qubit k is bit k
+            of the amplitude index.
+
+        Notes
+        -----
+        On the daemon's node, a daemon with FetchInto writes the amplitudes straight into shared
+        memory that becomes the returned array (no copy); otherwise they are streamed (Fetch) in
+        order, each chunk copied once to its place in an array allocated up front.
+        """
+        dt = NUMPY_DTYPES[self.dtype]
+        ref = self._ref()
+        if out is None:
+            flat = self._client._fetch_into(ref, self.size, dt)
+            if flat is None:
+                flat = np.empty(self.size, dt)
+                self._client._fetch_stream(ref, flat, 0)
+            return flat.reshape(self.shape)
+        if out.dtype != dt or out.size != self.size or not out.flags.c_contiguous:
+            raise error_for("INVALID_ARGUMENT", f"out must be a C-contiguous {self.dtype} "
+                            f"array of {self.size} elements, not {out.dtype} {out.shape}",
+                            field="out")
+        self._client._fetch_stream(ref, out.reshape(-1), 0)
+        return out
+
+    def torch(self, device: Optional[str] = None) -> Any:
+        """The amplitudes as a torch tensor (torch is imported only here).
+
+        Parameters
+        ----------
+        device : str, optional
+            Where the tensor should live ("cpu", "cuda:0"). On a CPU daemon, or with "cpu", the
+            tensor is ``torch.from_numpy(self.numpy())`` (moved to ``device`` when one is
+            given). On a GPU daemon by default it is a view of the state's memory in place (one
+            shard) or its shards copied device to device into one tensor (several).
+
+        Returns
+        -------
+        torch.Tensor
+            complex64 or complex128, of :attr:`shape`.
+
+        Raises
+        ------
+        NotSupported
+            For a state on GPUs that cannot be viewed from here (see :meth:`shards`).
+        """
+        try:
+            import torch
+        except ImportError:
+            raise NotSupported("State.torch needs PyTorch: pip install torch") from None
+        on_gpu = any(s.device.startswith("cuda") for s in self._first_info.shards)
+        if on_gpu and (device is None or str(device).startswith("cuda")):
+            return _cuda.state_tensor(self, device)
+        t = torch.from_numpy(self.numpy())
+        return t if device is None or str(device) == "cpu" else t.to(device)
+
+    def shards(self) -> List["_cuda.ShardView"]:
+        """Zero-copy views of every shard of a state on GPUs (CUDA IPC, one lease for all).
+
+        Returns
+        -------
+        list of ShardView
+            Each with ``__cuda_array_interface__`` (so ``torch.as_tensor(view, device=...)`` or
+            ``cupy.asarray(view)`` read it in place) and its :class:`~qdp.records.Shard` layout;
+            close them (or use ``with``) to end the lease.
+
+        Raises
+        ------
+        NotSupported
+            On the CPU backend (host memory has no views), or without a CUDA runtime here.
+        """
+        return _cuda.open_views(self)
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        """DLPack export is not available yet: use :meth:`torch`, :meth:`numpy` or :meth:`shards`."""
+        raise NotSupported("State.__dlpack__ is not available yet: use State.numpy(), "
+                           "State.torch() or State.shards()")
+
+    def release(self) -> None:
+        """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
+        released by another holder of its token) is not an error."""
+        if self._released:
+            return
+        self._released = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        try:
+            self._client.call("Release", self._client.wire.StateRef(handle=self.handle,
+                                                                   token=self.token))
+        except Exception as e:
+            if getattr(e, "status", "") != "NOT_FOUND":
+                raise
+
+    def __enter__(self) -> "State":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,104 @@
+"""States are released by release(), a with block, garbage collection, closing the client and
+interpreter exit; and the daemon's List shows each gone."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import qdp
+
+
+def handles(c: qdp.Client) -> set:
+    return {s.handle for s in c.states()}
+
+
+def test_release_is_idempotent(client: qdp.Client) -> None:
+    s = client.encode([1.0, 1.0], "amplitude", 1)
+    assert s.handle in handles(client)
+    s.release()
+    s.release()
+    assert s.released and s.handle not in handles(client)
+
+
+def test_with_block_releases(client: qdp.Client) -> None:
+    with client.encode([0.5], "angle", 1) as s:
+        assert s.handle in handles(client)
+    assert s.handle not in handles(client)
+
+
+def test_garbage_collection_releases(client: qdp.Client) -> None:
+    s = client.encode(np.ones((3, 4)), "amplitude", 2)
+    h = s.handle
+    assert h in handles(client)
+    del s
+    gc.collect()
+    assert h not in handles(client)
+
+
+def test_close_releases_what_is_left(daemon) -> None:
+    c = qdp.Client(daemon.target)
+    s = c.encode([1.0, 2.0], "phase", 2)
+    buf = c.empty(16)
+    buf[:] = 1
+    c.encode(buf, "amplitude", 4)  # unreferenced: collected or closed
+    with qdp.Client(daemon.target) as other:
+        assert s.handle in handles(other) and other.status().regions == 1
+        c.close()
+        c.close()
+        assert handles(other) == set() and other.status().regions == 0
+    assert s.released
+
+
+def test_interpreter_exit_releases_quietly(daemon) -> None:
+    code = textwrap.dedent("""
+        import qdp
+        c = qdp.Client()
+        s = c.encode([1.0, 2.0, 3.0], "amplitude", 2)
+        keep = c.empty(8)
+        print(s.handle)
+    """)
+    env = dict(os.environ, QDP_TARGET=daemon.target)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    with qdp.Client(daemon.target) as c:
+        assert r.stdout.strip() not in handles(c)
+        assert c.status().regions == 0
+
+
+def test_status_states_health(client: qdp.Client) -> None:
+    st = client.status()
+    assert st.backend == "cpu" and [d.name for d in st.devices] == ["cpu:0", "cpu:1"]
+    assert st.version and st.max_qubits >= 24
+    assert client.health() == "SERVING"
+    with client.encode([1.0, 0.0], "amplitude", 1, label="mine") as s:
+        (info,) = client.states()
+        assert info.handle == s.handle and info.label == "mine" and info.owner.startswith("uid:")
+
+
+def test_default_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDP_TARGET", "unix:/x.sock")
+    assert qdp.default_target() == "unix:/x.sock"
+    monkeypatch.delenv("QDP_TARGET")
+    monkeypatch.setenv("QDP_SOCKET", "/y.sock")
+    assert qdp.default_target() == "unix:/y.sock"
+    monkeypatch.delenv("QDP_SOCKET")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/5")
+    want = ("unix:/run/qdp/qdpd.sock" if os.geteuid() == 0
+            else "unix:/run/user/5/qdp/qdpd.sock")
+    assert qdp.default_target() == want
+
+
+def test_gpu_extension_points_say_what_to_use(client: qdp.Client) -> None:
+    with client.encode([1.0, 1.0], "amplitude", 1) as s:
+        with pytest.raises(qdp.NotSupported, match="numpy"):
+            s.shards()  # host memory has no views
+        with pytest.raises(NotImplementedError):
+            s.__dlpack__()

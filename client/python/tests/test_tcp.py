@@ -1,0 +1,45 @@
+"""A remote client over TCP: a bearer token, inline and uploaded inputs, streamed fetches, and no
+shared memory or node-local files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qdp
+
+import reference as ref
+from conftest import TCP_TOKEN
+
+
+@pytest.fixture
+def remote(tcp_daemon):
+    with qdp.Client(tcp_daemon.tcp, token=TCP_TOKEN) as c:
+        yield c
+        assert c.states() == []
+
+
+def test_inline_and_uploaded_inputs(remote: qdp.Client) -> None:
+    assert remote.socket_path is None
+    with remote.encode([0.3, 0.1, 0.7], "angle", 3) as s:
+        ref.close(s.numpy(), ref.angle([0.3, 0.1, 0.7], 3), "complex128")
+    X = np.random.default_rng(6).uniform(-1, 1, size=(2, 1 << 17))  # 2 MiB: uploaded
+    with remote.encode(X, "amplitude", 17) as s:
+        ref.close(s.numpy(), ref.batch("amplitude", X, 17), "complex128")
+    assert remote.status().regions == 0
+
+
+def test_no_shared_memory_or_node_files(remote: qdp.Client, tmp_path) -> None:
+    with pytest.raises(qdp.NotSupported, match="unix"):
+        remote.empty(8)
+    p = tmp_path / "x.npy"
+    np.save(p, np.ones(4))
+    with pytest.raises(qdp.Error) as e:  # no tcp_node_paths: the daemon names no files for TCP
+        remote.encode(p, "amplitude", 2)
+    assert e.value.status in ("PERMISSION_DENIED", "FAILED_PRECONDITION", "INVALID_ARGUMENT")
+
+
+def test_a_wrong_token_is_unauthenticated(tcp_daemon) -> None:
+    with qdp.Client(tcp_daemon.tcp, token="wrong") as c:
+        with pytest.raises(qdp.Unauthenticated, match="token"):
+            c.status()
