@@ -31,9 +31,22 @@ _LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 
 class _IpcHandle(ctypes.Structure):
-    """cudaIpcMemHandle_t: 64 opaque bytes, passed by value to cudaIpcOpenMemHandle."""
+    """cudaIpcMemHandle_t: 64 opaque bytes, passed by value to cudaIpcOpenMemHandle. Unsigned
+    bytes, not c_char: a c_char array reads as a C string and would stop at the first zero byte."""
 
-    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
+    _fields_ = [("reserved", ctypes.c_ubyte * _IPC_HANDLE_BYTES)]
+
+    @classmethod
+    def of(cls, handle: bytes) -> "_IpcHandle":
+        if len(handle) != _IPC_HANDLE_BYTES:
+            raise FailedPrecondition(f"a CUDA IPC handle is {_IPC_HANDLE_BYTES} bytes, this one "
+                                     f"{len(handle)}: the daemon and this package disagree")
+        h = cls()
+        ctypes.memmove(h.reserved, handle, _IPC_HANDLE_BYTES)
+        return h
+
+    def raw(self) -> bytes:
+        return bytes(bytearray(self.reserved))
 
 
 class _Cuda:
@@ -88,8 +101,7 @@ class _Cuda:
         self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
         try:
             ptr = ctypes.c_void_p()
-            h = _IpcHandle()
-            h.reserved = handle[:_IPC_HANDLE_BYTES]
+            h = _IpcHandle.of(handle)
             self.check(self.rt.cudaIpcOpenMemHandle(ctypes.byref(ptr), h, _LAZY_PEER_ACCESS),
                        "cudaIpcOpenMemHandle")
             return int(ptr.value or 0)
@@ -110,7 +122,7 @@ class _Cuda:
         fn = getattr(self.drv, "cuMemGetAddressRange_v2", None) or self.drv.cuMemGetAddressRange
         self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
                    "cuMemGetAddressRange")
-        return bytes(h.reserved).ljust(_IPC_HANDLE_BYTES, b"\0"), ptr - base.value
+        return h.raw(), ptr - base.value
 
 
 def _cuda() -> _Cuda:
