@@ -125,8 +125,18 @@ class _Cuda:
         return h.raw(), ptr - base.value
 
 
-def _cuda() -> _Cuda:
-    return _Cuda()
+_RUNTIME: Optional[_Cuda] = None
+
+
+def runtime() -> _Cuda:
+    """The CUDA runtime and driver, loaded (and cuInit run) once per process."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        _RUNTIME = _Cuda()
+    return _RUNTIME
+
+
+_cuda = runtime
 
 
 class ShardView:

@@ -14,6 +14,8 @@ from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
 if TYPE_CHECKING:
     from .client import Client
 
+_DL_CPU, _DL_CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
+
 
 class State:
     """A state the daemon keeps for this client: handle, token and what it holds.
@@ -163,10 +165,81 @@ class State:
         """
         return _cuda.open_views(self)
 
-    def __dlpack__(self, stream: Any = None) -> Any:
-        """DLPack export is not available yet: use :meth:`torch`, :meth:`numpy` or :meth:`shards`."""
-        raise NotSupported("State.__dlpack__ is not available yet: use State.numpy(), "
-                           "State.torch() or State.shards()")
+    def _gpu_shards(self) -> List[Any]:
+        return [s for s in self._first_info.shards if s.device.startswith("cuda")]
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """The DLPack device of :meth:`__dlpack__`: ``(2, ordinal)`` (kDLCUDA and this process's
+        ordinal of the state's GPU) for a state on one GPU, ``(1, 0)`` (kDLCPU) on the CPU
+        backend.
+
+        Raises
+        ------
+        NotSupported
+            For a state sharded over several GPUs (see :meth:`__dlpack__`).
+        """
+        shards = self._gpu_shards()
+        if not shards:
+            return (_DL_CPU, 0)
+        self._single_gpu(shards)
+        return (_DL_CUDA, _cuda.runtime().device_of_uuid(shards[0].uuid))
+
+    def _single_gpu(self, shards: List[Any]) -> None:
+        if len(shards) > 1:
+            raise NotSupported(f"state {self.handle} is sharded over {len(shards)} GPU pieces "
+                               "and DLPack describes one buffer: use State.shards() for a view "
+                               "of each, or State.torch(device='cuda:N') to gather them")
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        """A DLPack capsule of the amplitudes, so ``torch.from_dlpack(state)``,
+        ``cupy.from_dlpack(state)`` and ``numpy.from_dlpack(state)`` work.
+
+        On a GPU daemon (a state on one GPU) the capsule describes the state's memory in place,
+        opened here through CUDA IPC: it is built by torch from the view's
+        ``__cuda_array_interface__`` (by CuPy when torch is absent), and the capsule holds that
+        tensor, hence the view and its lease, until the consumer frees it. ``stream`` (and any
+        newer DLPack keyword: ``max_version``, ``dl_device``, ``copy``) goes to that producer.
+
+        On the CPU backend there is no memory to share: the capsule is NumPy's, of a fresh
+        :meth:`numpy` copy (which the consumer then owns); ``copy=False`` is refused.
+
+        Raises
+        ------
+        NotSupported
+            For a state sharded over several GPUs: use :meth:`shards` or
+            ``torch(device=...)``; on a GPU daemon with neither torch nor CuPy here.
+        BufferError
+            ``copy=False`` on the CPU backend.
+        """
+        shards = self._gpu_shards()
+        if not shards:
+            if kwargs.get("copy") is False:
+                raise BufferError(f"state {self.handle} is in the daemon's host memory: DLPack "
+                                  "can only give a copy (State.numpy())")
+            kwargs.pop("copy", None)
+            kwargs.pop("dl_device", None)
+            arr = self.numpy()
+            try:
+                return arr.__dlpack__(stream=stream, **kwargs)
+            except TypeError:
+                if not kwargs:
+                    raise
+                return arr.__dlpack__(stream=stream)  # NumPy before 2.0: no max_version
+        self._single_gpu(shards)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            try:
+                import cupy
+            except ImportError:
+                raise NotSupported("State.__dlpack__ of a GPU state needs PyTorch or CuPy here "
+                                   "(pip install torch); or use State.shards()") from None
+            views = _cuda.open_views(self)
+            with cupy.cuda.Device(views[0].ordinal):
+                arr = cupy.asarray(views[0]).reshape(self.shape)  # holds the view: the lease
+            return arr.__dlpack__(stream=stream, **kwargs)
+        t = _cuda.state_tensor(self, None)  # the view in place; the tensor holds the lease
+        return t.__dlpack__(stream=stream, **kwargs)
 
     def release(self) -> None:
         """Frees the state on the daemon now. Idempotent; a state already gone (expired, or

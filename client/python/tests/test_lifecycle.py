@@ -14,6 +14,8 @@ import pytest
 
 import qdp
 
+import reference as ref
+
 
 def handles(c: qdp.Client) -> set:
     return {s.handle for s in c.states()}
@@ -100,5 +102,17 @@ def test_gpu_extension_points_say_what_to_use(client: qdp.Client) -> None:
     with client.encode([1.0, 1.0], "amplitude", 1) as s:
         with pytest.raises(qdp.NotSupported, match="numpy"):
             s.shards()  # host memory has no views
-        with pytest.raises(NotImplementedError):
-            s.__dlpack__()
+        assert s.__dlpack_device__() == (1, 0)  # kDLCPU: a fetched copy
+        got = np.from_dlpack(s)
+        ref.close(got, ref.amplitude(np.array([1.0, 1.0]), 1), "complex128")
+        with pytest.raises(BufferError, match="copy"):
+            s.__dlpack__(copy=False)
+
+
+def test_dlpack_of_a_cpu_state_is_a_copy_torch_reads(client: qdp.Client) -> None:
+    torch = pytest.importorskip("torch")
+    X = np.random.default_rng(3).uniform(-1, 1, size=(4, 6))
+    with client.encode(X, "angle", 6, dtype="complex64") as s:
+        t = torch.from_dlpack(s)
+        assert t.dtype == torch.complex64 and tuple(t.shape) == (4, 64) and not t.is_cuda
+        ref.close(t.numpy(), ref.batch("angle", X, 6), "complex64")
