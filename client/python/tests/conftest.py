@@ -85,8 +85,9 @@ def daemon() -> Iterator[Daemon]:
 
 @pytest.fixture(scope="session")
 def gpu_daemon() -> Iterator[Daemon]:
-    """qdpd on every GPU of the node (--devices auto); tests that need it skip on a CPU one."""
-    yield from _start(devices="auto")
+    """qdpd on every GPU of the node (--devices auto); tests that need it skip on a CPU one. View
+    leases of exited clients end within about two seconds (a 1 s grace, swept every second)."""
+    yield from _start("--lease-grace", "1", "--expire-interval", "1", devices="auto")
 
 
 def free_port() -> int:

@@ -3,7 +3,11 @@ a CUDA tensor, and CUDA tensor input. Skipped where the daemon has no GPU or tor
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -76,3 +80,188 @@ def test_cuda_tensor_input(gpu) -> None:
         return
     with c.encode(t, "angle", 6) as s:
         ref.close(s.numpy(), ref.angle(t.cpu().numpy(), 6), "complex128")
+
+
+def wait_leases(s: qdp.State, want: int, seconds: float = 10) -> int:
+    deadline = time.monotonic() + seconds
+    n = s.info.leases
+    while n != want and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+        n = s.info.leases
+    return n
+
+
+def wait_used(c: qdp.Client, want: int, seconds: float = 10) -> int:
+    deadline = time.monotonic() + seconds
+    n = c.status().used_bytes
+    while n != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        n = c.status().used_bytes
+    return n
+
+
+def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
+    c, torch = gpu
+    from qdp import _cuda
+
+    opened = []
+
+    def recording(state):
+        views = real(state)
+        opened.extend(views)
+        return views
+
+    real = _cuda.open_views
+    monkeypatch.setattr(_cuda, "open_views", recording)
+    x = np.random.default_rng(2).uniform(-1, 1, size=1 << 20)
+    with c.encode(x, "amplitude", 20, policy="single") as s:
+        before = torch.cuda.memory_allocated(0)
+        t = s.torch()
+        assert len(opened) == 1
+        v = opened[0]
+        end = v.ptr + v.shape[0] * v.shape[1] * 16
+        assert v.ptr <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end, \
+            f"tensor at {t.data_ptr():#x}+{t.numel() * 16} is outside view {v.ptr:#x}..{end:#x}"
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        rt = _cuda.runtime()
+        fn = getattr(rt.drv, "cuMemGetAddressRange_v2", None) or rt.drv.cuMemGetAddressRange
+        rt.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(t.data_ptr())),
+                 "cuMemGetAddressRange")
+        assert base.value in v._lease.bases, "the tensor is not in the IPC-opened allocation"
+        assert torch.cuda.memory_allocated(0) == before, "torch allocated device memory"
+        assert t.numel() == 1 << 20 and size.value >= (1 << 20) * 16
+        ref.close(t.cpu().numpy(), ref.amplitude(x, 20), "complex128")
+        del t, v
+        opened.clear()
+        assert wait_leases(s, 0) == 0
+
+
+def test_torch_time_does_not_grow_with_the_state(gpu) -> None:
+    """.torch() of 2^20 and of 2^30 complex128 amplitudes (16 MiB and 16 GiB): a view either
+    way, so both are fast and about as fast."""
+    c, torch = gpu
+    if c.status().devices[0].free_bytes < (17 << 30):
+        pytest.skip("needs 17 GiB free on the first GPU")
+    times = {}
+    for q in (20, 30):
+        with c.encode(np.full(q, 0.3), "angle", q, policy="single") as s:
+            runs = []
+            for _ in range(4):  # the first opens CUDA here: not counted
+                t0 = time.perf_counter()
+                t = s.torch()
+                runs.append(time.perf_counter() - t0)
+                assert t.is_cuda and t.numel() == 1 << q
+                del t
+                assert wait_leases(s, 0) == 0
+            times[q] = sorted(runs[1:])[1]
+    small, big = times[20] * 1e3, times[30] * 1e3
+    print(f"bench op=torch-view qubits=20 ms={small:.3f}\nbench op=torch-view qubits=30 "
+          f"ms={big:.3f} ratio={big / small:.2f}")
+    assert small < 20 and big < 20, f".torch(): {small:.2f} ms at 2^20, {big:.2f} ms at 2^30"
+    assert big / small < 10, f".torch() grows with the state: {small:.3f} ms -> {big:.3f} ms"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("encoding,shape", [("amplitude", (37,)), ("amplitude", (5, 64)),
+                                            ("angle", (4, 9))])
+def test_cuda_tensor_input_gives_the_bits_of_inline_input(gpu, dtype, encoding, shape) -> None:
+    c, torch = gpu
+    if not c.wire.has_field("Input", "cuda_ipc"):
+        pytest.skip("this package's wire has no Input.cuda_ipc")
+    X = np.random.default_rng(7).uniform(-1, 1, size=shape).astype(dtype)
+    q = 6 if encoding == "amplitude" else shape[-1]
+    with c.encode(X, encoding, q) as a, \
+            c.encode(torch.from_numpy(X).to("cuda:0"), encoding, q) as b:
+        assert a.shape == b.shape
+        want, got = a.numpy(), b.numpy()
+        assert got.tobytes() == want.tobytes(), \
+            f"CUDA input differs from inline: max |d| {np.abs(got - want).max():.3g}"
+
+
+def test_dlpack_of_a_gpu_state(gpu) -> None:
+    c, torch = gpu
+    x = np.linspace(-1, 1, 256)
+    with c.encode(x, "amplitude", 8, policy="single") as s:
+        kind, ordinal = s.__dlpack_device__()
+        assert kind == 2  # kDLCUDA
+        t = torch.from_dlpack(s)
+        assert t.is_cuda and t.device.index == ordinal and t.dtype == torch.complex128
+        ref.close(t.cpu().numpy(), ref.amplitude(x, 8), "complex128")
+        assert leases(c, s) == 1  # the capsule's tensor holds the view
+        del t
+        assert wait_leases(s, 0) == 0
+
+
+def test_dlpack_of_a_sharded_state_says_what_to_use(gpu) -> None:
+    c, torch = gpu
+    if len(c.status().devices) < 2:
+        pytest.skip("one GPU: no state can be sharded")
+    with c.encode(np.full(12, 0.2), "angle", 12, policy="even") as s:
+        if len(s.info.shards) < 2:
+            pytest.skip("the daemon kept the state on one GPU")
+        with pytest.raises(qdp.NotSupported, match="shards"):
+            s.__dlpack__()
+        with pytest.raises(qdp.NotSupported, match="shards"):
+            s.__dlpack_device__()
+
+
+def test_leases_end_when_the_tensors_die(gpu) -> None:
+    c, torch = gpu
+    base = c.status().used_bytes
+    x = np.random.default_rng(4).uniform(-1, 1, size=(3, 1 << 12))
+    s = c.encode(x, "amplitude", 12, policy="single")
+    assert c.status().used_bytes > base
+    t1 = s.torch()
+    t2 = torch.from_dlpack(s)
+    views = s.shards()
+    assert leases(c, s) == 3
+    del t1
+    assert wait_leases(s, 2) == 2
+    ref.close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")  # still mapped
+    del views
+    assert wait_leases(s, 1) == 1
+    ref.close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")
+    del t2
+    assert wait_leases(s, 0) == 0
+    s.release()
+    assert wait_used(c, base) == base
+
+
+CHILD = """
+import sys, time
+import numpy as np
+import qdp
+c = qdp.Client(sys.argv[1], name="pytest-killed")
+s = c.encode(np.full(20, 0.4), "angle", 20, policy="single")
+t = s.torch()
+v = s.shards()
+print(s.handle, s.token, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_client_leaves_nothing_behind(gpu, gpu_daemon) -> None:
+    """A client process killed while it holds tensors of a state: the daemon's lease sweep ends
+    its leases (the fixture's daemon: 1 s grace), and the state, released, gives its bytes
+    back."""
+    c, torch = gpu
+    base = c.status().used_bytes
+    p = subprocess.Popen([sys.executable, "-c", CHILD, gpu_daemon.target],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline().split()
+        if len(line) != 2:
+            p.kill()
+            raise AssertionError(f"the child printed {line}: {p.communicate()[1][-2000:]}")
+        s = c.state(*line)
+        assert s.info.leases == 2 and c.status().used_bytes > base
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()  # reaped: a zombie's pid still exists
+    t0 = time.monotonic()
+    assert wait_leases(s, 0, 20) == 0, "the daemon kept the killed client's leases"
+    print(f"bench op=lease-sweep s={time.monotonic() - t0:.2f}")
+    s.release()
+    assert wait_used(c, base) == base, "the state's bytes did not come back"
+    assert s.handle not in {i.handle for i in c.states()}
