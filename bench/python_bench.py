@@ -557,6 +557,26 @@ WORKLOADS = {"a": "batch", "b": "cuda_input", "c": "numpy", "d": "torch_view", "
              "f": "largest"}
 
 
+def run_each(args: argparse.Namespace) -> int:
+    """Runs each workload as ``--together --only W`` in a child process. qumat-qdp 0.2.0 aborts
+    the whole process on some inputs (an illegal address inside its native code): a child that
+    dies is reported as that workload's error line, and the next workload still runs."""
+    only = [w.strip() for w in args.only.split(",") if w.strip()] or list(WORKLOADS)
+    rc = 0
+    for w in only:
+        cmd = [sys.executable, __file__, args.build, "--together", "--only", w,
+               "--devices", args.devices] + ["--qdpd-arg=" + a for a in args.qdpd_arg]
+        cmd += ["--quick"] if args.quick else []
+        cmd += ["--no-qumat"] if args.no_qumat else []
+        sys.stdout.flush()
+        child = subprocess.run(cmd)
+        if child.returncode != 0:
+            say("py-" + WORKLOADS.get(w, w), error=f"the workload's process exited with "
+                f"{child.returncode} (a negative number is the signal that ended it)")
+            rc = 1
+    return rc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("build", help="the build folder (its daemon/qdpd is started)")
@@ -566,7 +586,12 @@ def main() -> int:
     ap.add_argument("--no-qumat", action="store_true", help="qdp figures only")
     ap.add_argument("--qdpd-arg", action="append", default=[],
                     help="one more qdpd argument (repeatable), e.g. --qdpd-arg=--workers=8")
+    ap.add_argument("--together", action="store_true",
+                    help="every workload in this process (default: each in a child process, so "
+                         "that a library that aborts the process loses only its own workload)")
     args = ap.parse_args()
+    if not args.together:
+        return run_each(args)
     extra = list(args.qdpd_arg)
     if not args.devices.startswith("cpu"):
         extra += ["--mem-fraction", "0.97"]  # 33 qubits complex128 is 128 GiB of 140
