@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -242,6 +242,25 @@ class Bench:
                 say(op + "-ratio", **{"in": dt}, out="complex128",
                     qdp_over_qumat=rates["qdp", dt] / rates["qumat", dt, "float64"], target=4)
 
+    def _rate(self, one: Callable[[], None], rows: int, secs: float) -> Tuple[float, int]:
+        """Vectors per second of ``one`` (a batch of ``rows``): the median over groups of 20
+        batches, each group ended by a device sync, for ``secs`` after 5 batches of warm-up;
+        and how many batches ran."""
+        for _ in range(5):
+            one()
+        self.sync()
+        gc.collect()
+        n, t0 = 0, time.perf_counter()
+        chunks = []
+        while time.perf_counter() - t0 < secs:
+            c0 = time.perf_counter()
+            for _ in range(20):
+                one()
+            self.sync()
+            chunks.append(20 * rows / (time.perf_counter() - c0))
+            n += 20
+        return median(chunks), n
+
     def _qdp_batch(self, op: str, q: int, rows: int, X: np.ndarray, secs: float,
                    copy_in: bool) -> float:
         c = self.c
@@ -257,19 +276,7 @@ class Bench:
             s.release()  # the tensor's view keeps the memory until the tensor goes
             del t
 
-        for _ in range(5):
-            one()
-        gc.collect()
-        n, t0 = 0, time.perf_counter()
-        chunks = []
-        while time.perf_counter() - t0 < secs:
-            c0 = time.perf_counter()
-            for _ in range(20):
-                one()
-            self.sync()
-            chunks.append(20 * rows / (time.perf_counter() - c0))
-            n += 20
-        rate = median(chunks)
+        rate, n = self._rate(one, rows, secs)
         kv: Dict[str, Any] = {"impl": "qdp"}
         if copy_in:
             kv["input"] = "copied"
@@ -292,19 +299,7 @@ class Bench:
             t = torch.from_dlpack(eng.encode(X, q, "amplitude"))
             del t
 
-        for _ in range(5):
-            one()
-        self.sync()
-        n, t0 = 0, time.perf_counter()
-        chunks = []
-        while time.perf_counter() - t0 < secs:
-            c0 = time.perf_counter()
-            for _ in range(20):
-                one()
-            self.sync()
-            chunks.append(20 * rows / (time.perf_counter() - c0))
-            n += 20
-        rate = median(chunks)
+        rate, n = self._rate(one, rows, secs)
         say(op, impl="qumat", **{"in": X.dtype.name},
             out="complex128" if prec == "float64" else "complex64", qubits=q, batch=rows,
             tensor="dlpack", vectors_per_s=rate, batches=n)
