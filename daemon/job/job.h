@@ -303,7 +303,8 @@ qdp_status job_status(struct job_pipeline *jp, struct job_status *ret, struct qd
 void job_status_free(struct job_status *st); /* NULL-safe */
 
 /* Releases the states past their lifetime and ends the leases of exited clients, as of
- * now_unix_ms; how many of each. */
+ * now_unix_ms (how many of each), and gives back device memory kept for reuse that has gone
+ * unused (runtime_mesh_trim). */
 void job_expire(struct job_pipeline *jp, int64_t now_unix_ms, size_t *ret_states,
                 size_t *ret_leases);
 

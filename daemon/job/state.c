@@ -450,4 +450,5 @@ void job_expire(struct job_pipeline *jp, int64_t now_unix_ms, size_t *ret_states
   /* Releasing states frees device memory: a worker's call, never the loop's. */
   *ret_states = state_store_expire(jp->store, now_unix_ms);
   *ret_leases = state_store_sweep_leases(jp->store, now_unix_ms);
+  runtime_mesh_trim(jp->mesh);
 }

@@ -99,12 +99,18 @@ qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
   QDP_TRY(rc,
           cuda_scratch_grow(c, &s->norms, &s->norms_cap, w->shard->rows * sizeof(double), reterr));
   w->scratch = s;
-  if (resident_input(c, w)) {
+  if (w->x_on_device && w->len > 0) {
+    /* Already on this GPU: both passes read the client's allocation where it is. */
+    s->resident = w->x;
+    s->resident_stride = w->in_stride;
+    s->resident_external = true;
+  } else if (resident_input(c, w)) {
     uint64_t rows = w->shard->rows;
     uint64_t end = rows * w->shard->count * qdp_dtype_size(w->plan->out_dtype);
     /* 16-byte aligned for the kernels' vector loads. */
     s->resident =
         (const char *)w->out + ((end - rows * w->len * qdp_dtype_size(w->in)) & ~(uint64_t)15);
+    s->resident_stride = w->len;
     QDP_TRY(rc, cuda_stage_begin(c, reterr));
     /* Not waited for: everything that reads it is queued behind it on the stream. */
     rc = cuda_stage_end_queued(c, upload_resident(c, w, reterr), reterr);
@@ -261,9 +267,9 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
     QDP_TRY(rc, cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows),
                                   reterr));
     K_TRY(rc, d, "qdpk_sumsq",
-          qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, w->len, len, sub, rows,
-                     w->plan->out_dtype, scales, s->ws, (size_t)s->ws_cap, (double *)s->sums,
-                     c->stream));
+          qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, s->resident_stride, len,
+                     sub, rows, w->plan->out_dtype, scales, s->ws, (size_t)s->ws_cap,
+                     (double *)s->sums, c->stream));
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
                            c->stream));
@@ -349,6 +355,13 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   }
   const int32_t *scales = NULL;
   QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
+  if (s->resident && s->resident_external) {
+    /* Nothing to overwrite: one launch from the client's allocation into the shard's buffer. */
+    K_TRY(rc, d, "qdpk_amplitude",
+          qdpk_amplitude(&span, s->resident, w->in, s->resident_stride, len,
+                         (const double *)s->norms, scales, o, c->stream));
+    goto out;
+  }
   if (s->resident) {
     rc = scale_resident(c, w, scales, reterr);
     goto out;
@@ -438,8 +451,8 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
       QDP_TRY(rc, cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows),
                                     reterr));
       K_TRY(rc, d, "qdpk_sumsq",
-            qdpk_sumsq(s->resident + pt->offset * isize, w->in, w->len, pt->len, sub, rows,
-                       w->plan->out_dtype, NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums,
+            qdpk_sumsq(s->resident + pt->offset * isize, w->in, s->resident_stride, pt->len, sub,
+                       rows, w->plan->out_dtype, NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums,
                        c->stream));
       CU_TRY(
           rc, d, "cudaMemcpy2DAsync",

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -65,6 +66,24 @@
 #define CUDA_CACHE_ENTRY_MAX (UINT64_C(256) << 20)
 #define CUDA_CACHE_BYTES (UINT64_C(1) << 30)
 #define CUDA_CACHE_SLOTS 32
+/* What is kept for reuse beyond those, each for CUDA_KEEP_MS after its last use and then given
+ * back by the periodic trim (so at most that plus one sweep interval): the last freed buffer
+ * larger than CUDA_CACHE_ENTRY_MAX, for a next state of the very same size (a loop re-encoding a
+ * 16 GiB state otherwise pays a cudaMalloc of milliseconds and a cudaFree of 12 ms that waits
+ * for the whole device), and up to CUDA_IPC_KEEP clients' allocations opened through CUDA IPC
+ * (an open costs 0.1-1.2 ms; a client's caching allocator hands the same allocation again). */
+#define CUDA_KEEP_MS 2000
+#define CUDA_IPC_KEEP 16
+
+/* A client's allocation opened here through CUDA IPC, kept open between the jobs that read or
+ * write it; closed by the trim once no job has used it for CUDA_KEEP_MS. */
+struct cuda_ipc_open {
+  unsigned char handle[RUNTIME_IPC_HANDLE_BYTES];
+  void *base;
+  uint64_t size;   /* as the driver records it */
+  unsigned refs;   /* jobs using it now */
+  int64_t used_ms; /* cuda_now_ms when the last of them ended */
+};
 
 struct cuda_device {
   struct runtime_device base; /* first: the executor sees only this */
@@ -88,6 +107,14 @@ struct cuda_device {
   uint64_t cache_bytes;
   struct cuda_scratch *spares; /* under cache_lock */
   size_t nspares;
+  struct {
+    void *ptr;
+    uint64_t bytes;
+    int64_t since_ms;
+  } big;                    /* the one kept large buffer, under cache_lock */
+  pthread_mutex_t ipc_lock; /* the opened client allocations */
+  struct cuda_ipc_open ipc[CUDA_IPC_KEEP];
+  size_t nipc;
 };
 
 /* Amplitude's per-job device memory, between amp_load and work_done. */
@@ -108,9 +135,13 @@ struct cuda_scratch {
   uint64_t send_cap, recv_cap, parts_cap;
   void *pinned; /* page-locked host memory: the descriptors going up, then the totals coming back */
   uint64_t pinned_cap;
-  /* One-pass input: the slice uploaded once into the tail of the shard's own buffer (the state
-   * takes at least twice the input's bytes), read there by both passes; NULL: streamed. */
+  /* One-pass input, read in place by both passes; NULL: streamed through the staging. Either the
+   * client's own allocation on this GPU (resident_external), or the slice uploaded once into the
+   * tail of the shard's own buffer (the state takes at least twice the input's bytes), which
+   * pass 2 then overwrites as it goes. resident_stride: values from one row's start to the next. */
   const char *resident;
+  uint64_t resident_stride;
+  bool resident_external;
   struct cuda_scratch *next; /* in the device's spares */
 };
 
@@ -130,6 +161,13 @@ static inline uint64_t pow2_floor(uint64_t v) {
 
 static inline uint64_t pow2_ceil(uint64_t v) {
   return v <= 1 ? 1 : UINT64_C(1) << (64 - __builtin_clzll(v - 1));
+}
+
+/* Milliseconds of the monotonic clock: ages of what is kept for reuse. */
+static inline int64_t cuda_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static inline uint32_t log2_of(uint64_t pow2) {
@@ -185,8 +223,19 @@ qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qd
 qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);
 
+/* CUDA IPC: shards exported for views, clients' allocations opened and kept (cuda_ipc.c) */
+qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,
+                           uint64_t *ret_offset, struct qdp_error *reterr);
+qdp_status cuda_open_ipc(struct runtime_device *d, const unsigned char *handle, uint64_t offset,
+                         uint64_t bytes, void **ret_base, uint64_t *ret_size,
+                         struct qdp_error *reterr);
+void cuda_close_ipc(struct runtime_device *d, void *base);
+/* Closes the kept allocations no job uses now and none has for keep_ms (0: all unused ones). */
+void cuda_ipc_trim(struct cuda_device *c, int64_t keep_ms);
+
 /* Memory: allocations, the cache, scratch (cuda_memory.c) */
 void cuda_cache_drop(struct cuda_device *c);
+void cuda_trim(struct runtime_device *d);
 qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                       struct qdp_error *reterr);
 void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes);

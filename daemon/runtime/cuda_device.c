@@ -1,5 +1,5 @@
-/* The CUDA backend's ops table, its error reporting, the encodings other than amplitude, and
- * zero-copy views (cuda_backend.h). */
+/* The CUDA backend's ops table, its error reporting and the encodings other than amplitude
+ * (cuda_backend.h). */
 #include "runtime/cuda_backend.h"
 
 /* Records a failed CUDA call and clears the thread's CUDA error state. */
@@ -87,7 +87,7 @@ static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *
     return;
   }
   pthread_mutex_lock(&c->cache_lock);
-  uint64_t kept = c->cache_bytes;
+  uint64_t kept = c->cache_bytes + c->big.bytes;
   pthread_mutex_unlock(&c->cache_lock);
   *ret_total = total_b;
   *ret_free = free_b + kept;
@@ -179,100 +179,6 @@ static void cuda_work_done(struct runtime_device *d, struct runtime_shard_work *
   w->scratch = NULL;
 }
 
-/* cuMemGetAddressRange, which the runtime API lacks, is taken from the driver through the
- * runtime, so that qdpd does not link libcuda (absent where there is no driver). */
-typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
-
-/* The allocation holding ptr: its base and size (the device is current). */
-static qdp_status address_range(struct runtime_device *d, const void *ptr, CUdeviceptr *ret_base,
-                                size_t *ret_size, struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  /* 12000: the cuMemGetAddressRange of CUDA 12 and later (the _v2 ABI). */
-  CU_TRY(rc, d, "cudaGetDriverEntryPointByVersion",
-         cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                          &found));
-  if (found != cudaDriverEntryPointSuccess || !fn) {
-    rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
-                          "%s: the driver has no cuMemGetAddressRange (lookup result %d)",
-                          d->info.name, (int)found);
-    goto out;
-  }
-  CUresult cu = ((mem_range_fn)fn)(ret_base, ret_size, (CUdeviceptr)(uintptr_t)ptr);
-  if (cu != CUDA_SUCCESS) {
-    rc =
-        qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)cu,
-                         "%s: cuMemGetAddressRange failed with CUresult %d", d->info.name, (int)cu);
-  }
-out:
-  return rc;
-}
-
-/* The handle names the whole cudaMalloc allocation, so the offset is taken from its base: a shard
- * need not start an allocation. */
-static qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr,
-                                  unsigned char *ret_handle, uint64_t *ret_offset,
-                                  struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  cudaIpcMemHandle_t h;
-  _Static_assert(sizeof h == RUNTIME_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
-  QDP_TRY(rc, cuda_use_device(d, reterr));
-  QDP_TRY(rc, address_range(d, ptr, &base, &size, reterr));
-  CU_TRY(rc, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
-  memcpy(ret_handle, &h, sizeof h);
-  *ret_offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)base);
-out:
-  return rc;
-}
-
-/* A client's allocation opened on this device. The handle names the allocation's base; the
- * driver's own record of the opened range is what the offset and bytes are checked against, so a
- * client cannot make a job read past what it exported. LazyEnablePeerAccess: shards on the mesh's
- * other GPUs read it with peer copies. */
-static qdp_status cuda_open_ipc(struct runtime_device *d, const unsigned char *handle,
-                                uint64_t offset, uint64_t bytes, void **ret_base,
-                                uint64_t *ret_size, struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  cudaIpcMemHandle_t h;
-  void *base = NULL;
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  memcpy(&h, handle, sizeof h);
-  QDP_TRY(rc, cuda_use_device(d, reterr));
-  CU_TRY(rc, d, "cudaIpcOpenMemHandle",
-         cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess));
-  rc = address_range(d, base, &start, &size, reterr);
-  if (rc == QDP_OK && (offset > size || bytes > size - offset)) {
-    rc = qdp_error_set_at(reterr, QDP_ERR_OUT_OF_RANGE, d->info.ordinal, -1,
-                          "%s: %llu B at offset %llu pass the end of the client's allocation of "
-                          "%zu B",
-                          d->info.name, (unsigned long long)bytes, (unsigned long long)offset,
-                          size);
-    if (reterr) {
-      snprintf(reterr->field, sizeof reterr->field, "input.cuda_ipc.offset");
-      reterr->need_bytes = bytes;
-      reterr->free_bytes = offset > size ? 0 : size - offset;
-    }
-  }
-  if (rc != QDP_OK) {
-    (void)cudaIpcCloseMemHandle(base);
-    goto out;
-  }
-  *ret_base = base;
-  *ret_size = size;
-out:
-  return rc;
-}
-
-static void cuda_close_ipc(struct runtime_device *d, void *base) {
-  if (cuda_use_device(d, NULL) == QDP_OK && cudaIpcCloseMemHandle(base) != cudaSuccess) {
-    (void)cudaGetLastError();
-  }
-}
-
 /* Peer copies run on the destination's stream: peer access is enabled between the mesh's GPUs
  * (enable_peers), so they go over NVLink where there is one; without it the driver stages them
  * through the host, slower but correct. */
@@ -318,4 +224,5 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .copy_rows = cuda_copy_rows,
     .open_ipc = cuda_open_ipc,
     .close_ipc = cuda_close_ipc,
+    .trim = cuda_trim,
 };

@@ -12,6 +12,11 @@ void cuda_cache_drop(struct cuda_device *c) {
   }
   c->ncache = 0;
   c->cache_bytes = 0;
+  if (c->big.ptr && cudaFree(c->big.ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  c->big.ptr = NULL;
+  c->big.bytes = 0;
   struct cuda_scratch *spares = c->spares;
   c->spares = NULL;
   c->nspares = 0;
@@ -23,6 +28,62 @@ void cuda_cache_drop(struct cuda_device *c) {
   }
 }
 
+/* A kept buffer of exactly `bytes`, taken out of the cache. */
+static bool cache_take(struct cuda_device *c, uint64_t bytes, void **ret_ptr) {
+  bool found = false;
+  pthread_mutex_lock(&c->cache_lock);
+  if (bytes > CUDA_CACHE_ENTRY_MAX && c->big.ptr && c->big.bytes == bytes) {
+    *ret_ptr = c->big.ptr;
+    c->big.ptr = NULL;
+    c->big.bytes = 0;
+    found = true;
+  }
+  for (size_t i = 0; i < c->ncache && !found && bytes <= CUDA_CACHE_ENTRY_MAX; i++) {
+    if (c->cache[i].bytes == bytes) {
+      *ret_ptr = c->cache[i].ptr;
+      c->cache_bytes -= bytes;
+      c->cache[i] = c->cache[--c->ncache];
+      found = true;
+    }
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+  return found;
+}
+
+/* Keeps a freed buffer when there is room; *ret_evicted: a large one it displaced, to free. */
+static bool cache_keep(struct cuda_device *c, void *ptr, uint64_t bytes, void **ret_evicted) {
+  bool kept = false;
+  *ret_evicted = NULL;
+  pthread_mutex_lock(&c->cache_lock);
+  if (bytes > CUDA_CACHE_ENTRY_MAX) {
+    *ret_evicted = c->big.ptr;
+    c->big.ptr = ptr;
+    c->big.bytes = bytes;
+    c->big.since_ms = cuda_now_ms();
+    kept = true;
+  } else if (c->ncache < CUDA_CACHE_SLOTS && c->cache_bytes + bytes <= CUDA_CACHE_BYTES) {
+    c->cache[c->ncache].ptr = ptr;
+    c->cache[c->ncache].bytes = bytes;
+    c->ncache++;
+    c->cache_bytes += bytes;
+    kept = true;
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+  return kept;
+}
+
+/* cudaFree on d; errors are dropped, as nothing a caller freeing memory could do would help. */
+static void free_now(struct runtime_device *d, void *ptr) {
+  /* Freed even when the device cannot be made current: with unified addressing cudaFree finds
+   * the pointer's device itself. */
+  if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  if (cudaFree(ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+}
+
 qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                       struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
@@ -30,21 +91,11 @@ qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
   if (rc != QDP_OK) {
     return rc;
   }
-  if (bytes <= CUDA_CACHE_ENTRY_MAX) {
-    pthread_mutex_lock(&c->cache_lock);
-    for (size_t i = 0; i < c->ncache; i++) {
-      if (c->cache[i].bytes == bytes) {
-        *ret_ptr = c->cache[i].ptr;
-        c->cache_bytes -= bytes;
-        c->cache[i] = c->cache[--c->ncache];
-        pthread_mutex_unlock(&c->cache_lock);
-        return QDP_OK;
-      }
-    }
-    pthread_mutex_unlock(&c->cache_lock);
+  if (cache_take(c, bytes, ret_ptr)) {
+    return QDP_OK;
   }
   rc = cuda_dev_malloc(d, bytes, ret_ptr, reterr);
-  if (rc == QDP_ERR_RESOURCE_EXHAUSTED && (c->ncache > 0 || c->nspares > 0)) {
+  if (rc == QDP_ERR_RESOURCE_EXHAUSTED && (c->ncache > 0 || c->nspares > 0 || c->big.ptr)) {
     cuda_cache_drop(c);
     rc = cuda_dev_malloc(d, bytes, ret_ptr, reterr);
   }
@@ -56,27 +107,29 @@ void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   if (!ptr) {
     return;
   }
-  if (bytes <= CUDA_CACHE_ENTRY_MAX) {
-    pthread_mutex_lock(&c->cache_lock);
-    if (c->ncache < CUDA_CACHE_SLOTS && c->cache_bytes + bytes <= CUDA_CACHE_BYTES) {
-      c->cache[c->ncache].ptr = ptr;
-      c->cache[c->ncache].bytes = bytes;
-      c->ncache++;
-      c->cache_bytes += bytes;
-      pthread_mutex_unlock(&c->cache_lock);
-      return;
-    }
-    pthread_mutex_unlock(&c->cache_lock);
+  void *evicted = NULL;
+  if (!cache_keep(c, ptr, bytes, &evicted)) {
+    free_now(d, ptr);
   }
-  /* Freed even when the device cannot be made current: with unified addressing cudaFree finds
-   * the pointer's device itself. Errors are dropped, as nothing a caller freeing memory could do
-   * would help. */
-  if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (evicted) {
+    free_now(d, evicted);
   }
-  if (cudaFree(ptr) != cudaSuccess) {
-    (void)cudaGetLastError();
+}
+
+void cuda_trim(struct runtime_device *d) {
+  struct cuda_device *c = cuda_of(d);
+  void *old = NULL;
+  pthread_mutex_lock(&c->cache_lock);
+  if (c->big.ptr && cuda_now_ms() - c->big.since_ms >= CUDA_KEEP_MS) {
+    old = c->big.ptr;
+    c->big.ptr = NULL;
+    c->big.bytes = 0;
   }
+  pthread_mutex_unlock(&c->cache_lock);
+  if (old) {
+    free_now(d, old);
+  }
+  cuda_ipc_trim(c, CUDA_KEEP_MS);
 }
 
 void cuda_scratch_free(struct cuda_scratch *s) {
@@ -144,6 +197,8 @@ struct cuda_scratch *cuda_scratch_take(struct cuda_device *c) {
   if (s) {
     s->next = NULL;
     s->resident = NULL;
+    s->resident_stride = 0;
+    s->resident_external = false;
     return s;
   }
   return calloc(1, sizeof *s);

@@ -26,6 +26,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
     cuda_drain(c);
   }
   if (c->lock_ready) {
+    cuda_ipc_trim(c, 0);
     cuda_cache_drop(c);
   }
   for (int i = 0; i < 2; i++) {
@@ -46,6 +47,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
   if (c->lock_ready) {
     pthread_mutex_destroy(&c->stage_lock);
     pthread_mutex_destroy(&c->cache_lock);
+    pthread_mutex_destroy(&c->ipc_lock);
   }
   free(c);
 }
@@ -80,6 +82,13 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
   }
   if (pthread_mutex_init(&c->cache_lock, NULL) != 0) {
     pthread_mutex_destroy(&c->stage_lock);
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
+                          d->info.name);
+    goto out;
+  }
+  if (pthread_mutex_init(&c->ipc_lock, NULL) != 0) {
+    pthread_mutex_destroy(&c->stage_lock);
+    pthread_mutex_destroy(&c->cache_lock);
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
                           d->info.name);
     goto out;

@@ -28,11 +28,14 @@ struct runtime_shard_work {
   const void *x;
   qdp_dtype in;
   uint64_t in_stride;
-  uint64_t len;  /* amplitude: input values present from shard->first, <= shard->count */
+  uint64_t len; /* amplitude: input values present from shard->first, <= shard->count */
   /* The copy engine reads x directly (cudaMemcpyDefault: UVA tells which): registered
    * (page-locked) host memory, or device memory of a client's allocation (CUDA IPC input) on
    * this or another GPU of the mesh, copied device to device. */
   bool pinned;
+  /* x is memory of this very device (a client's allocation on the shard's GPU): the kernels read
+   * it in place, with no copy into the staging or the shard's buffer. */
+  bool x_on_device;
   void *scratch; /* the backend's, between amp_load and work_done */
 };
 
@@ -136,6 +139,9 @@ struct runtime_device_ops {
                          uint64_t bytes, void **ret_base, uint64_t *ret_size,
                          struct qdp_error *reterr);
   void (*close_ipc)(struct runtime_device *d, void *base);
+  /* Gives back what the backend keeps for reuse and has not used for a while (runtime_mesh_trim).
+   * NULL where it keeps nothing time-bound. */
+  void (*trim)(struct runtime_device *d);
 };
 
 /* What every backend's device struct starts with. */

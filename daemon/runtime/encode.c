@@ -214,7 +214,8 @@ static qdp_status take_shards(struct runtime_state *st, const struct runtime_inp
                                           .out = st->bufs[i],
                                           .in = in->dtype,
                                           .in_stride = in->cols,
-                                          .pinned = in->pinned || in->on_device};
+                                          .pinned = in->pinned || in->on_device,
+                                          .x_on_device = in->on_device && in->device == sh->device};
     uint64_t row0 = sh->row_first * in->cols;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       k->work.len = encode_shard_len(sh, in->cols);

@@ -171,6 +171,14 @@ const char *runtime_link_kind_name(enum runtime_link_kind k) {
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 
+void runtime_mesh_trim(struct runtime_mesh *m) {
+  for (size_t i = 0; m && i < m->count; i++) {
+    if (m->devs[i]->ops->trim) {
+      m->devs[i]->ops->trim(m->devs[i]);
+    }
+  }
+}
+
 void runtime_mesh_link(const struct runtime_mesh *m, size_t i, size_t j, struct runtime_link *ret) {
   if (m->links) {
     *ret = m->links[i * m->count + j];

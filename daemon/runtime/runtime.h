@@ -80,6 +80,10 @@ struct device_comm;
 qdp_status runtime_mesh_create(const struct runtime_mesh_config *cfg,
                                struct runtime_mesh **ret_mesh, struct qdp_error *reterr);
 void runtime_mesh_destroy(struct runtime_mesh *m); /* NULL-safe; all states must be gone */
+/* Gives back what the devices keep for reuse and no job has used for a few seconds (freed large
+ * buffers, clients' allocations opened through CUDA IPC). Called periodically, on a thread that
+ * may wait for the devices. */
+void runtime_mesh_trim(struct runtime_mesh *m);
 
 /* "cpu" or "cuda". */
 const char *runtime_mesh_backend(const struct runtime_mesh *m);
