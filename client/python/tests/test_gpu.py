@@ -177,9 +177,9 @@ def same_bits_as_inline(c: qdp.Client, torch, X: np.ndarray, encoding: str, q: i
 # state (zero padding, a row stride that is not a power of two) and one sample larger than a
 # staging slot (64 MiB) included.
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("encoding,shape,q", [("amplitude", (37,), 6), ("amplitude", (5, 64), 6),
-                                              ("amplitude", (5, 37), 6),
-                                              ("amplitude", ((1 << 24) + 3,), 25), ("angle", (4, 9), 9)])
+@pytest.mark.parametrize("encoding,shape,q", [
+    ("amplitude", (37,), 6), ("amplitude", (5, 64), 6), ("amplitude", (5, 37), 6),
+    ("amplitude", ((1 << 24) + 3,), 25), ("angle", (4, 9), 9)])
 def test_cuda_tensor_input_gives_the_bits_of_inline_input(gpu, dtype, encoding, shape,
                                                           q) -> None:
     c, torch = gpu
