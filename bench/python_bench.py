@@ -9,13 +9,17 @@ qdp from client/python of this tree and qumat_qdp when it is importable (``pip i
 --target /tmp/site qumat_qdp-*.whl`` and PYTHONPATH=/tmp/site), and runs each workload:
 
   a  batch     16-qubit amplitude, batches of 64 from NumPy to complex128 torch tensors on the
-               GPU: vectors/s. qdp: a client.empty() batch encoded in place and viewed with
-               .torch() (and, for reference, the same after copying the batch in from another
-               array); qumat: QdpEngine.encode of the NumPy batch and torch.from_dlpack, float64
-               and float32 input.
+               GPU: vectors/s. qdp: a client.empty() batch encoded in place, either into torch
+               tensors allocated up front (encode(..., out=t): one call a batch; one at a time,
+               and with 2 and 3 batches in flight from as many threads) or into a resident
+               state viewed with .torch(); for reference also after copying the batch in from
+               another array. qumat: QdpEngine.encode of the NumPy batch and torch.from_dlpack,
+               float64 and float32 input.
   b  cuda-in   amplitude of a 2^30 float64 CUDA tensor into a complex128 state on the GPU, ms
-               from the call to a torch tensor of the state (qdp: Input.cuda_ipc and .torch();
-               qumat: its CUDA tensor input and torch.from_dlpack).
+               from the call to a torch tensor of the state (qdp: Input.cuda_ipc, then .torch()
+               of the state, or out= a tensor allocated up front; qumat: its CUDA tensor input
+               and torch.from_dlpack). The first call (which opens the tensor's allocation in
+               the daemon and allocates the state) is reported apart (first_ms).
   c  numpy     .numpy() of a 1 GiB state (2^26 complex128), GB/s.
   d  torch     .torch() of a 16 GiB state (2^30 complex128) on one GPU, ms.
   e  small     8-qubit amplitude, inline input: the Encode round trip from Python, p50 us.
@@ -43,6 +47,7 @@ import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -217,16 +222,17 @@ class Bench:
         src = {"float64": rng.uniform(-1, 1, size=(rows, dim))}
         src["float32"] = src["float64"].astype(np.float32)
         rates: Dict[str, float] = {}
+        modes = [("view", 1, False), ("out", 1, False), ("out", 2, False), ("out", 3, False),
+                 ("view", 1, True), ("out", 2, True)]
         for dt in ("float64", "float32"):
-            try:
-                rates["qdp", dt] = self._qdp_batch(op, q, rows, src[dt], secs, copy_in=False)
-            except Exception as e:
-                say(op, impl="qdp", qubits=q, batch=rows, **{"in": dt}, error=brief(e))
-            try:
-                self._qdp_batch(op, q, rows, src[dt], secs, copy_in=True)
-            except Exception as e:
-                say(op, impl="qdp", input="copied", qubits=q, batch=rows, **{"in": dt},
-                    error=brief(e))
+            for tensor, depth, copy_in in modes:
+                try:
+                    r = self._qdp_batch(op, q, rows, src[dt], secs, copy_in, tensor, depth)
+                    if not copy_in:
+                        rates["qdp", dt] = max(rates.get(("qdp", dt), 0.0), r)
+                except Exception as e:
+                    say(op, impl="qdp", input="copied" if copy_in else "in-place", tensor=tensor,
+                        in_flight=depth, qubits=q, batch=rows, **{"in": dt}, error=brief(e))
         if self.need_qumat(op):
             for dt in ("float64", "float32"):
                 for prec in ("float64", "float32"):
@@ -262,33 +268,70 @@ class Bench:
         return median(chunks), n
 
     def _qdp_batch(self, op: str, q: int, rows: int, X: np.ndarray, secs: float,
-                   copy_in: bool) -> float:
+                   copy_in: bool, tensor: str, depth: int) -> float:
+        """One way of qdp's batch pipeline: tensor "view" (a resident state, .torch(), release)
+        or "out" (encode into torch tensors allocated up front; a GPU daemon only), with
+        ``depth`` batches in flight from as many threads, each with a buffer of its own."""
         c = self.c
-        buf = c.empty(X.shape, X.dtype)
-        buf[...] = X
-        view = self.cuda
+        if tensor == "out" and not self.cuda:
+            say(op, impl="qdp", tensor="out", in_flight=depth, skipped="out= needs a GPU daemon")
+            return 0.0
+        bufs = [c.empty(X.shape, X.dtype) for _ in range(depth)]
+        for b in bufs:
+            b[...] = X
+        outs: List[Any] = []
+        if tensor == "out":
+            outs = [self.torch.empty(X.shape, dtype=self.torch.complex128, device="cuda:0")
+                    for _ in range(depth)]
 
-        def one() -> None:
+        def one(k: int) -> None:
+            buf = bufs[k]
             if copy_in:
                 np.copyto(buf, X)
+            if tensor == "out":
+                c.encode(buf, "amplitude", q, policy="single", out=outs[k])
+                return
             s = c.encode(buf, "amplitude", q, policy="single")
             t = s.torch()  # a view in place on a GPU daemon, a fetched copy on the CPU one
             s.release()  # the tensor's view keeps the memory until the tensor goes
             del t
 
-        rate, n = self._rate(one, rows, secs)
-        kv: Dict[str, Any] = {"impl": "qdp"}
-        if copy_in:
-            kv["input"] = "copied"
-        kv.update({"in": X.dtype.name, "out": "complex128", "qubits": q, "batch": rows,
-                   "tensor": "view" if view else "copy", "vectors_per_s": rate,
-                   "batches": n})
+        if depth == 1:
+            rate, n = self._rate(lambda: one(0), rows, secs)
+        else:
+            with ThreadPoolExecutor(depth) as pool:
+                rate, n = self._rate_group(pool, one, depth, rows, secs)
+        kv: Dict[str, Any] = {"impl": "qdp", "input": "copied" if copy_in else "in-place",
+                              "in": X.dtype.name, "out": "complex128", "qubits": q,
+                              "batch": rows, "tensor": tensor if self.cuda else "copy",
+                              "in_flight": depth, "vectors_per_s": rate, "batches": n}
         if not copy_in:
             kv["target_vectors_per_s"] = 60000
         say(op, **kv)
-        del buf
+        del bufs, outs
         gc.collect()
         return rate
+
+    def _rate_group(self, pool: "ThreadPoolExecutor", one: Callable[[int], None], depth: int,
+                    rows: int, secs: float) -> Tuple[float, int]:
+        """_rate with ``depth`` batches in flight: each of ``depth`` threads calls one(k) (k: its
+        slot, its buffers) 20 times a group, back to back; a group ends when every thread is
+        done and the device is synchronized. The median over groups, and the batches run."""
+        def group(count: int) -> float:
+            t0 = time.perf_counter()
+            for f in [pool.submit(lambda k=k: [one(k) for _ in range(count)])
+                      for k in range(depth)]:
+                f.result()
+            self.sync()
+            return count * depth * rows / (time.perf_counter() - t0)
+
+        group(5)
+        gc.collect()
+        n, t0, chunks = 0, time.perf_counter(), []
+        while time.perf_counter() - t0 < secs:
+            chunks.append(group(20))
+            n += 20 * depth
+        return median(chunks), n
 
     def _qumat_batch(self, op: str, q: int, rows: int, X: np.ndarray, secs: float,
                      prec: str) -> float:
@@ -316,6 +359,7 @@ class Bench:
         x = torch.rand(1 << q, dtype=torch.float64, device="cuda:0") + 0.01
         torch.cuda.synchronize()
         ms: Dict[str, float] = {}
+        n = 3 if self.quick else 7
         try:
             def one() -> Any:
                 s = self.c.encode(x, "amplitude", q, policy="single")
@@ -328,13 +372,26 @@ class Bench:
                 s.release()
                 gc.collect()
 
-            xs = repeat(one, 3 if self.quick else 5, warm=1, between=drop)
-            ms["qdp"] = median(xs) * 1e3
+            xs = repeat(one, n, warm=0, between=drop)
+            ms["qdp"] = median(xs[1:]) * 1e3
             say(op, impl="qdp", qubits=q, **{"in": "float64"}, out="complex128",
-                ms=ms["qdp"], min_ms=min(xs) * 1e3, target_ms=9.5)
+                tensor="state.torch()", ms=ms["qdp"], min_ms=min(xs[1:]) * 1e3,
+                first_ms=xs[0] * 1e3, target_ms=9.5)
         except Exception as e:
-            say(op, impl="qdp", qubits=q, error=brief(e))
+            say(op, impl="qdp", qubits=q, tensor="state.torch()", error=brief(e))
         self.release_all()
+        try:
+            out = torch.empty(1 << q, dtype=torch.complex128, device="cuda:0")
+            xs = repeat(lambda: self.c.encode(x, "amplitude", q, policy="single", out=out), n,
+                        warm=0)
+            ms["qdp"] = min(ms.get("qdp", float("inf")), median(xs[1:]) * 1e3)
+            say(op, impl="qdp", qubits=q, **{"in": "float64"}, out="complex128",
+                tensor="out=", ms=median(xs[1:]) * 1e3, min_ms=min(xs[1:]) * 1e3,
+                first_ms=xs[0] * 1e3, target_ms=9.5)
+            del out
+        except Exception as e:
+            say(op, impl="qdp", qubits=q, tensor="out=", error=brief(e))
+        torch.cuda.empty_cache()
         if self.need_qumat(op):
             try:
                 eng = self.engine("float64")

@@ -179,9 +179,13 @@ class Client:
         if token:
             md.append(("authorization", "Bearer " + token))
         self._metadata = tuple(md)
+        # As libqdp: no message size cap of our own (states reach gigabytes; the daemon bounds
+        # what it takes), and no retries, whose bookkeeping costs every call and which would
+        # make gRPC buffer a whole upload to replay it.
         self._channel = grpc.insecure_channel(
             self.target, options=[("grpc.max_receive_message_length", -1),
-                                  ("grpc.max_send_message_length", -1)])
+                                  ("grpc.max_send_message_length", -1),
+                                  ("grpc.enable_retries", 0)])
         self._calls: Dict[str, Callable[..., Any]] = {}
         for name_, m in self.wire.service.methods_by_name.items():
             req, rep, cs, ss = self.wire.method_types(name_)
@@ -189,9 +193,8 @@ class Client:
                     (False, True): self._channel.unary_stream,
                     (True, False): self._channel.stream_unary,
                     (True, True): self._channel.stream_stream}[(cs, ss)]
-            self._calls[name_] = kind(f"/{self.wire.service.full_name}/{name_}",
-                                      request_serializer=req.SerializeToString,
-                                      response_deserializer=rep.FromString)
+            self._calls[name_] = _multicallable(kind, f"/{self.wire.service.full_name}/{name_}",
+                                                req.SerializeToString, rep.FromString)
         self._conn = _Conn(self._calls["Release"], self.wire.StateRef, self._metadata)
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
@@ -618,6 +621,17 @@ def dtype_name_of(arr: np.ndarray) -> str:
             return k
     raise InvalidArgument(f"input dtype {arr.dtype}: use float32, float64 or int64",
                           field="input.dtype")
+
+
+def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[..., bytes],
+                   deserialize: Callable[[bytes], Any]) -> Any:
+    """A method of the channel; registered with it where grpcio can (1.62 and later), which
+    spares every call the lookup of its path."""
+    try:
+        return kind(path, request_serializer=serialize, response_deserializer=deserialize,
+                    _registered_method=True)
+    except TypeError:
+        return kind(path, request_serializer=serialize, response_deserializer=deserialize)
 
 
 def _close_conn(conn: _Conn, channel: grpc.Channel) -> None:
