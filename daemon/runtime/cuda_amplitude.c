@@ -252,6 +252,12 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
                             d->info.name, (unsigned long long)len, (unsigned long long)block,
                             w->scratch ? "" : " before the slice was loaded");
   }
+  uint64_t rows = w->shard->rows, isize = qdp_dtype_size(w->in);
+  if (w->x_host && rows * w->in_stride * isize <= CUDA_HOST_NORM_MAX) {
+    qdpk_cpu_sumsq((const char *)w->x + offset * isize, w->in, w->in_stride, len, block, rows,
+                   w->plan->out_dtype, scale_log2, ret_sums);
+    return QDP_OK;
+  }
   qdp_status rc = cuda_stage_begin(c, reterr);
   if (rc != QDP_OK) {
     return rc;
@@ -262,7 +268,7 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
   if (s->resident) {
     /* The whole block in one launch: the tree over the smallest power of two holding len, which
      * is the block's (the rest is zeros). */
-    uint64_t sub = pow2_ceil(len), rows = w->shard->rows;
+    uint64_t sub = pow2_ceil(len);
     QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
     QDP_TRY(rc, cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows),
                                   reterr));

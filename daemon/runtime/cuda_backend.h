@@ -73,6 +73,10 @@
  * for the whole device), and up to CUDA_IPC_KEEP clients' allocations opened through CUDA IPC
  * (an open costs 0.1-1.2 ms; a client's caching allocator hands the same allocation again). */
 #define CUDA_KEEP_MS 2000
+/* Pass 1 of a slice in host memory up to this size is summed on the host (qdpk_cpu_sumsq, the
+ * same bits): a launch, a copy back and a stream synchronization cost a small job more than
+ * summing 8 K values here. */
+#define CUDA_HOST_NORM_MAX (UINT64_C(64) << 10)
 #define CUDA_IPC_KEEP 16
 
 /* A client's allocation opened here through CUDA IPC, kept open between the jobs that read or

@@ -36,6 +36,7 @@ struct runtime_shard_work {
   /* x is memory of this very device (a client's allocation on the shard's GPU): the kernels read
    * it in place, with no copy into the staging or the shard's buffer. */
   bool x_on_device;
+  bool x_host; /* x is host memory (inline, a mapped file or region): the host can read it */
   void *scratch; /* the backend's, between amp_load and work_done */
 };
 

@@ -215,7 +215,8 @@ static qdp_status take_shards(struct runtime_state *st, const struct runtime_inp
                                           .in = in->dtype,
                                           .in_stride = in->cols,
                                           .pinned = in->pinned || in->on_device,
-                                          .x_on_device = in->on_device && in->device == sh->device};
+                                          .x_on_device = in->on_device && in->device == sh->device,
+                                          .x_host = !in->on_device};
     uint64_t row0 = sh->row_first * in->cols;
     if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
       k->work.len = encode_shard_len(sh, in->cols);
