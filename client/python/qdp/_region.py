@@ -1,16 +1,24 @@
 """Shared-memory regions a client owns: a memfd it creates, maps, hands over and registers once
-(RegisterRegion), so that every later Encode reads the bytes in place (SharedMemory.region)."""
+(RegisterRegion), so that every later Encode reads the bytes in place (SharedMemory.region); and
+the pool of writable ones that fetches (FetchInto) reuse."""
 
 from __future__ import annotations
 
 import fcntl
 import mmap
 import os
-from typing import Callable, Optional
+import threading
+import weakref
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 _PAGE = mmap.PAGESIZE
+
+#: At most this many fetch regions of one client stay registered (lent or idle): the daemon's
+#: max_regions (64 by default) is shared by every client on the node, and a caller that holds many
+#: small arrays must not spend it on its cache.
+POOL_REGIONS = 4
 
 
 def _create_memfd(size: int) -> int:
@@ -102,3 +110,147 @@ class Region:
         self.handle = self.token = ""
         if handle:
             self._unregister(handle, token)
+
+
+class _Lent:
+    """The base object of the arrays of one fetch into a kept region.
+
+    NumPy builds the array from :attr:`__array_interface__` and holds this object as its base;
+    every slice and view holds the array, so this object is collected only when the last of them
+    is, and its finalizer (set by :meth:`RegionPool.lend`) gives the region back then.
+    """
+
+    def __init__(self, region: Region, shape: Tuple[int, ...], dtype: np.dtype) -> None:
+        self.__array_interface__ = {"data": (region.address, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+        self.map = region.map  # the memory itself, whatever becomes of the region
+
+
+class RegionPool:
+    """Writable regions a client keeps registered between fetches (FetchInto), so that a fetch of
+    a size fetched before neither registers a region (the daemon pins its pages: the slow part)
+    nor unregisters one.
+
+    Parameters
+    ----------
+    limit : int
+        Bytes of regions it may keep registered, lent or idle; 0 keeps none.
+
+    Notes
+    -----
+    A region given to it (:meth:`add`) is *kept* when ``limit`` and :data:`POOL_REGIONS` allow,
+    else *passing*: unregistered as soon as its fetch is done, as without a pool. A kept region
+    is lent to the arrays of one fetch at a time or idle; only an idle region is taken
+    (:meth:`take`), and a region becomes idle again only when the last array over it is
+    collected, so the daemon never writes into memory that a live array shows. Every method may
+    be called from any thread.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        # Reentrant: the garbage collector may run a finalizer (give) in this thread at any
+        # allocation, also while the lock is held.
+        self._lock = threading.RLock()
+        self._open: Dict[int, Region] = {}  # every region given and not closed yet
+        self._kept: Dict[int, Region] = {}  # those that stay registered between fetches
+        self._idle: List[Region] = []  # kept and free, least recently used first
+        self._kept_bytes = 0
+        self._closed = False
+
+    def take(self, nbytes: int) -> Optional[Region]:
+        """An idle region for a fetch of ``nbytes``, now taken from the pool.
+
+        Returns
+        -------
+        Region or None
+            The smallest idle region of at least ``nbytes`` and at most twice that plus a page
+            (a small fetch must not tie up a large region); None when there is none.
+        """
+        with self._lock:
+            fits = [r for r in self._idle if nbytes <= r.size <= 2 * nbytes + _PAGE]
+            if not fits:
+                return None
+            region = min(fits, key=lambda r: r.size)
+            self._idle.remove(region)
+            return region
+
+    def add(self, region: Region) -> None:
+        """Takes in a fresh region for its first fetch: kept when the bounds allow it once idle
+        regions are unregistered (least recently used first), else passing."""
+        evicted: List[Region] = []
+        with self._lock:
+            self._open[id(region)] = region
+            lent = len(self._kept) - len(self._idle)
+            lent_bytes = self._kept_bytes - sum(r.size for r in self._idle)
+            # Only idle regions can make room: when lent ones leave none, evict nothing.
+            if not self._closed and lent < POOL_REGIONS and lent_bytes + region.size <= self.limit:
+                while (len(self._kept) >= POOL_REGIONS
+                       or self._kept_bytes + region.size > self.limit):
+                    evicted.append(self._idle[0])
+                    self._unkeep(self._idle[0])
+                self._kept[id(region)] = region
+                self._kept_bytes += region.size
+        for r in evicted:
+            self._close(r)
+
+    def lend(self, region: Region, shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The array of ``shape`` and ``dtype`` at the start of a region a fetch has filled.
+
+        Returns
+        -------
+        numpy.ndarray
+            Writable, over the region's mapping (no copy). For a kept region its base is a
+            :class:`_Lent` that gives the region back when collected; a passing region is
+            unregistered now (the mapping stays with the array).
+        """
+        with self._lock:
+            kept = id(region) in self._kept
+        if not kept:
+            arr = region.array(shape, dtype)
+            self._close(region)
+            return arr
+        lent = _Lent(region, shape, dtype)
+        # Not at exit: the client's own finalizer unregisters every region then, and a region
+        # must not turn idle while its arrays still exist.
+        weakref.finalize(lent, self.give, region).atexit = False
+        return np.asarray(lent)
+
+    def give(self, region: Region) -> None:
+        """Takes back a region whose fetch failed or whose arrays are gone: idle again when kept,
+        else unregistered."""
+        with self._lock:
+            if id(region) in self._kept:
+                self._idle.append(region)
+                return
+        self._close(region)
+
+    def forget(self, region: Region) -> None:
+        """Unregisters a region the daemon refused or cannot write, and keeps it no more."""
+        with self._lock:
+            self._unkeep(region)
+        self._close(region)
+
+    def close(self) -> None:
+        """Unregisters every region it holds, lent or idle (arrays over them stay valid); a
+        region given later passes. Idempotent."""
+        with self._lock:
+            self._closed = True
+            regions = list(self._open.values())
+            self._open.clear()
+            self._kept.clear()
+            self._idle.clear()
+            self._kept_bytes = 0
+        for r in regions:
+            r.close()
+
+    def _unkeep(self, region: Region) -> None:
+        """Under the lock: the region is no longer kept (nor idle)."""
+        if self._kept.pop(id(region), None) is not None:
+            self._kept_bytes -= region.size
+            if region in self._idle:
+                self._idle.remove(region)
+
+    def _close(self, region: Region) -> None:
+        with self._lock:
+            self._open.pop(id(region), None)
+        region.close()  # outside the lock: UnregisterRegion is a call to the daemon

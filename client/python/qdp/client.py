@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _cuda
 from ._handoff import READ, WRITE, hand_over, hand_over_path
-from ._region import Region
+from ._region import Region, RegionPool
 from ._wire import Wire
 from .errors import (Error, FailedPrecondition, InvalidArgument, NotSupported, PermissionDenied,
                      Unimplemented, error_for, from_rpc_error)
@@ -26,6 +26,13 @@ from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo
 LARGE_BYTES = 1 << 20
 #: Bytes per message of a streamed upload.
 UPLOAD_CHUNK = 1 << 20
+#: Bytes of fetch regions a client keeps registered by default (``region_cache_bytes``): two
+#: 1 GiB states, so that a loop that fetches the next state while it holds the last one reuses
+#: both.
+REGION_CACHE_BYTES = 2 << 30
+#: What FetchInto raises when the daemon cannot write a region (one older than FetchInto, or one
+#: that registered it read-only): this client streams from then on.
+_CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -55,13 +62,13 @@ def default_target() -> str:
 
 
 class _Conn:
-    """What a State's finalizer needs without holding its Client: the channel's Release call and
-    whether the channel is still open."""
+    """What finalizers (a State's, a region's) need without holding the Client: the channel's
+    Release and UnregisterRegion calls and whether the channel is still open."""
 
-    def __init__(self, release: Callable[..., Any], ref_class: type,
+    def __init__(self, calls: Dict[str, Callable[..., Any]], wire: Wire,
                  metadata: Tuple[Tuple[str, str], ...]) -> None:
-        self.release = release
-        self.ref_class = ref_class
+        self.calls = calls
+        self.wire = wire
         self.metadata = metadata
         self.open = True
 
@@ -69,9 +76,18 @@ class _Conn:
         if not self.open:
             return
         try:
-            self.release(self.ref_class(handle=handle, token=token), timeout=10,
-                         metadata=self.metadata)
+            self.calls["Release"](self.wire.StateRef(handle=handle, token=token), timeout=10,
+                                  metadata=self.metadata)
         except BaseException:  # a GC or exit-time release must never raise
+            pass
+
+    def unregister_quietly(self, handle: str, token: str) -> None:
+        if not self.open:
+            return
+        try:
+            self.calls["UnregisterRegion"](self.wire.RegionRef(handle=handle, token=token),
+                                           timeout=10, metadata=self.metadata)
+        except BaseException:  # gone already (the daemon restarted), or from a finalizer
             pass
 
 
@@ -158,6 +174,18 @@ class Client:
         Seconds each call may take.
     wire : Wire, optional
         The contract to speak; the one shipped in the package by default.
+    region_cache_bytes : int
+        Bytes of the shared memory regions that :meth:`State.numpy` fetches into (on the
+        daemon's node) which the client may keep registered for later fetches, counting those
+        that live arrays still use; the daemon keeps them pinned. A fetch of about a size fetched
+        before then reuses a region rather than registering one, the slow part of a large fetch.
+        At most four regions are kept; 0 keeps none (each is unregistered once its fetch is
+        done: its array needs only the mapping).
+
+    Raises
+    ------
+    InvalidArgument
+        A negative ``region_cache_bytes``.
 
     Notes
     -----
@@ -165,12 +193,19 @@ class Client:
     and hands their descriptors over, so the daemon reads only what this process could read.
     Large arrays travel through shared memory regions this client creates and registers; over TCP
     they are uploaded in chunks. Use it as a context manager, or call :meth:`close`: that
-    releases the states it made that are still alive and forgets its regions.
+    releases the states it made that are still alive and unregisters its regions (arrays over
+    them stay valid).
     """
 
     def __init__(self, target: Optional[str] = None, *, token: Optional[str] = None,
                  name: str = "python", timeout: float = 120.0,
-                 wire: Optional[Wire] = None) -> None:
+                 wire: Optional[Wire] = None,
+                 region_cache_bytes: int = REGION_CACHE_BYTES) -> None:
+        if (not isinstance(region_cache_bytes, (int, np.integer))
+                or isinstance(region_cache_bytes, bool) or region_cache_bytes < 0):
+            raise InvalidArgument(f"region_cache_bytes must be a number of bytes >= 0 (0 keeps "
+                                  f"no fetch regions), not {region_cache_bytes!r}",
+                                  field="region_cache_bytes")
         self.target = target or default_target()
         self.timeout = timeout
         self.wire = wire or Wire()
@@ -195,14 +230,16 @@ class Client:
                     (True, True): self._channel.stream_stream}[(cs, ss)]
             self._calls[name_] = _multicallable(kind, f"/{self.wire.service.full_name}/{name_}",
                                                 req.SerializeToString, rep.FromString)
-        self._conn = _Conn(self._calls["Release"], self.wire.StateRef, self._metadata)
+        self._conn = _Conn(self._calls, self.wire, self._metadata)
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
-        self._regions: Dict[int, Region] = {}  # every region this client registered
+        self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
+        self._fetch_regions = RegionPool(int(region_cache_bytes))  # those State.numpy fills
         self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
         self._can_fetch_into = self.wire.has_method("FetchInto")
-        self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel)
+        self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel,
+                                           self._fetch_regions)
 
     # ---- plumbing ----
 
@@ -260,17 +297,8 @@ class Client:
         info = self.call("RegisterRegion", req)
         return info.handle, info.token
 
-    def _unregister(self, handle: str, token: str) -> None:
-        if not self._conn.open:
-            return
-        try:
-            self.call("UnregisterRegion", self.wire.RegionRef(handle=handle, token=token),
-                      timeout=10)
-        except Error:
-            pass  # gone already (the daemon restarted): nothing left to forget
-
-    def _new_region(self, nbytes: int, writable: bool = False) -> Region:
-        r = Region(nbytes, self._register, self._unregister, writable)
+    def _new_region(self, nbytes: int) -> Region:
+        r = Region(nbytes, self._register, self._conn.unregister_quietly)
         self._regions[id(r)] = r
         return r
 
@@ -290,7 +318,8 @@ class Client:
 
     def close(self) -> None:
         """Releases the states this client made that are still alive, unregisters its regions
-        and closes the channel. Idempotent."""
+        (those kept for fetches too; arrays over them stay valid) and closes the channel.
+        Idempotent."""
         if not self._conn.open:
             return
         for s in list(self._states):
@@ -575,43 +604,80 @@ class Client:
             dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
 
     def _fetch_into(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
-        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a fresh
-        writable region, returned as an array over its mapping: no copy at all. The region is
-        unregistered at once (the mapping outlives it). None when the daemon or this target
-        cannot; the caller streams instead."""
+        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a writable
+        region, returned as an array over its mapping: no copy at all.
+
+        The region is one the client kept from an earlier fetch when one fits and no array over
+        it is alive, else a fresh one, kept afterwards when ``region_cache_bytes`` allows (else
+        unregistered at once: the mapping outlives it). A kept region the daemon refuses (it
+        restarted, or the region was unregistered elsewhere) is dropped and the fetch retried in
+        a fresh one. None when the daemon or this target cannot; the caller streams instead.
+        """
         if not self._can_fetch_into or self.socket_path is None:
             return None
+        pool = self._fetch_regions
+        nbytes = count * dtype.itemsize
+        region = pool.take(nbytes)
+        if region is not None:
+            try:
+                self._write_into(region, ref, count, dtype)
+            except Error as e:
+                if not (isinstance(e, _CANNOT_FETCH_INTO) or e.field == "region"):
+                    pool.give(region)
+                    raise
+                pool.forget(region)  # the region's fault, not the state's: a fresh one decides
+            except BaseException:
+                pool.give(region)
+                raise
+            else:
+                return pool.lend(region, (count,), dtype)
         try:
-            region = self._new_region(count * dtype.itemsize, writable=True)
-        except (NotSupported, Unimplemented, FailedPrecondition, PermissionDenied):
+            region = Region(nbytes, self._register, self._conn.unregister_quietly, writable=True)
+        except _CANNOT_FETCH_INTO:
             # A daemon that cannot register regions for writing (one older than FetchInto
             # reads the request as a read-only registration and refuses the write ticket).
             self._can_fetch_into = False
             return None
         except Error:
             return None  # no region to be had now (max_regions, memory): stream this one
+        pool.add(region)
         try:
-            done = 0
-            while done < count:
-                req = self.wire.FetchIntoRequest(offset=done, count=count - done,
-                                                 region_offset=done * dtype.itemsize)
-                req.state.CopyFrom(ref)
-                req.region.handle, req.region.token = region.handle, region.token
-                rep = self.call("FetchInto", req)
-                if rep.count == 0 or rep.count > count - done:
-                    raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
-                                    f"the {count - done} asked for")
-                if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
-                    raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
-                                    f"for a {dtype} state")
-                done += rep.count
-            return region.array((count,), dtype)
-        except (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied):
+            self._write_into(region, ref, count, dtype)
+        except _CANNOT_FETCH_INTO:
             # A daemon without FetchInto (or that may not write here): stream from now on.
             self._can_fetch_into = False
+            pool.forget(region)
             return None
-        finally:
-            self._drop_region(region)
+        except BaseException:
+            pool.give(region)
+            raise
+        return pool.lend(region, (count,), dtype)
+
+    def _write_into(self, region: Region, ref: Any, count: int, dtype: np.dtype) -> None:
+        """Has the daemon write amplitudes [0, count) of state ``ref`` at the start of
+        ``region`` (FetchInto, as many calls as it takes).
+
+        Raises
+        ------
+        DataLoss
+            The daemon wrote other than asked (no amplitudes, too many, another dtype).
+        Error
+            The call's failure, as its status's subclass.
+        """
+        done = 0
+        while done < count:
+            req = self.wire.FetchIntoRequest(offset=done, count=count - done,
+                                             region_offset=done * dtype.itemsize)
+            req.state.CopyFrom(ref)
+            req.region.handle, req.region.token = region.handle, region.token
+            rep = self.call("FetchInto", req)
+            if rep.count == 0 or rep.count > count - done:
+                raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
+                                f"the {count - done} asked for")
+            if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
+                raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
+                                f"for a {dtype} state")
+            done += rep.count
 
 
 def dtype_name_of(arr: np.ndarray) -> str:
@@ -634,7 +700,8 @@ def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[...,
         return kind(path, request_serializer=serialize, response_deserializer=deserialize)
 
 
-def _close_conn(conn: _Conn, channel: grpc.Channel) -> None:
+def _close_conn(conn: _Conn, channel: grpc.Channel, fetch_regions: RegionPool) -> None:
+    fetch_regions.close()  # while the channel is open: it unregisters them
     conn.open = False
     try:
         channel.close()

@@ -100,7 +100,10 @@ class State:
         -----
         On the daemon's node, a daemon with FetchInto writes the amplitudes straight into shared
         memory that becomes the returned array (no copy); otherwise they are streamed (Fetch) in
-        order, each chunk copied once to its place in an array allocated up front.
+        order, each chunk copied once to its place in an array allocated up front. The client
+        keeps that shared memory registered once the array and every view of it are gone, for the
+        next fetch of about its size, within ``region_cache_bytes`` (see :class:`Client`); it
+        never writes into memory a live array shows.
         """
         dt = NUMPY_DTYPES[self.dtype]
         ref = self._ref()

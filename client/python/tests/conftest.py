@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -109,10 +109,10 @@ def tcp_daemon() -> Iterator[Daemon]:
         yield d
 
 
-@pytest.fixture
-def client(daemon: Daemon) -> Iterator[qdp.Client]:
-    """A client of the session's daemon; after the test, nothing of it may be left there."""
-    c = qdp.Client(daemon.target, name="pytest")
+def client_of(daemon: Daemon, **kwargs: Any) -> Iterator[qdp.Client]:
+    """A client of ``daemon`` (``kwargs`` go to qdp.Client) for one test; after the test, nothing
+    of it may be left there."""
+    c = qdp.Client(daemon.target, name="pytest", **kwargs)
     try:
         yield c
     finally:
@@ -122,3 +122,16 @@ def client(daemon: Daemon) -> Iterator[qdp.Client]:
         st = check.status()
     assert not left, f"states left on the daemon: {[s.handle for s in left]}"
     assert st.regions == 0, f"{st.regions} regions left registered"
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[qdp.Client]:
+    """A client of the session's daemon; after the test, nothing of it may be left there."""
+    yield from client_of(daemon)
+
+
+@pytest.fixture
+def unpooled(daemon: Daemon) -> Iterator[qdp.Client]:
+    """A client of the session's daemon that keeps no fetch regions (region_cache_bytes=0), for
+    tests that count the regions of its inputs."""
+    yield from client_of(daemon, region_cache_bytes=0)

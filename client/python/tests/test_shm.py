@@ -13,41 +13,41 @@ import qdp
 import reference as ref
 
 
-def test_large_array_goes_through_one_staging_region(client: qdp.Client) -> None:
+def test_large_array_goes_through_one_staging_region(unpooled: qdp.Client) -> None:
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.LARGE_BYTES
     assert x.nbytes >= qdp.LARGE_BYTES
-    with client.encode(x, "amplitude", 18) as s:
+    with unpooled.encode(x, "amplitude", 18) as s:
         ref.close(s.numpy(), ref.amplitude(x, 18), "complex128")
-    st = client.status()
+    st = unpooled.status()
     assert st.regions == 1 and st.region_bytes >= x.nbytes
     # A second large input reuses the region; a larger one replaces it.
     y = rng.uniform(-1, 1, size=(2, 1 << 17))
-    with client.encode(y, "amplitude", 17) as s:
+    with unpooled.encode(y, "amplitude", 17) as s:
         ref.close(s.numpy(), ref.batch("amplitude", y, 17), "complex128")
-    assert client.status().regions == 1
+    assert unpooled.status().regions == 1
     z = rng.uniform(-1, 1, size=1 << 19).astype(np.float32)
-    with client.encode(z, "amplitude", 19, dtype="complex64") as s:
+    with unpooled.encode(z, "amplitude", 19, dtype="complex64") as s:
         got = s.numpy()
     ref.close(got, ref.amplitude(z.astype(np.float64), 19), "complex64")
-    assert client.status().regions == 1
+    assert unpooled.status().regions == 1
 
 
-def test_empty_is_read_in_place_every_time(client: qdp.Client) -> None:
-    buf = client.empty((8, 64))
+def test_empty_is_read_in_place_every_time(unpooled: qdp.Client) -> None:
+    buf = unpooled.empty((8, 64))
     assert buf.shape == (8, 64) and buf.dtype == np.float64 and not buf.any()
-    assert client.status().regions == 1
+    assert unpooled.status().regions == 1
     rng = np.random.default_rng(4)
     for _ in range(3):
         buf[:] = rng.uniform(-1, 1, size=buf.shape)
-        with client.encode(buf, "amplitude", 6) as s:
+        with unpooled.encode(buf, "amplitude", 6) as s:
             ref.close(s.numpy(), ref.batch("amplitude", buf, 6), "complex128")
         # A contiguous slice of the buffer is read in place too, at its offset.
-        with client.encode(buf[3:5], "amplitude", 6) as s:
+        with unpooled.encode(buf[3:5], "amplitude", 6) as s:
             ref.close(s.numpy(), ref.batch("amplitude", buf[3:5], 6), "complex128")
-        with client.encode(buf[6, :6], "angle", 6, dtype="complex64") as s:
+        with unpooled.encode(buf[6, :6], "angle", 6, dtype="complex64") as s:
             ref.close(s.numpy(), ref.angle(buf[6, :6], 6), "complex64")
-    assert client.status().regions == 1  # nothing but the buffer's own region
+    assert unpooled.status().regions == 1  # nothing but the buffer's own region
 
 
 def test_empty_sample_of_angles(client: qdp.Client) -> None:
@@ -57,19 +57,19 @@ def test_empty_sample_of_angles(client: qdp.Client) -> None:
         ref.close(s.numpy(), ref.angle(buf.astype(np.float64), 6), "complex64")
 
 
-def test_empty_region_goes_with_its_array(client: qdp.Client) -> None:
-    buf = client.empty(1 << 10)
+def test_empty_region_goes_with_its_array(unpooled: qdp.Client) -> None:
+    buf = unpooled.empty(1 << 10)
     view = buf[10:20]
-    assert client.status().regions == 1
+    assert unpooled.status().regions == 1
     del buf
     gc.collect()
-    assert client.status().regions == 1  # the view keeps the mapping
+    assert unpooled.status().regions == 1  # the view keeps the mapping
     view[:] = 1.0
-    with client.encode(view, "amplitude", 4) as s:
+    with unpooled.encode(view, "amplitude", 4) as s:
         ref.close(s.numpy(), ref.amplitude(np.ones(10), 4), "complex128")
     del view
     gc.collect()
-    assert client.status().regions == 0
+    assert unpooled.status().regions == 0
 
 
 def test_empty_refuses_other_dtypes(client: qdp.Client) -> None:
