@@ -24,7 +24,7 @@ HIGHER = ("vectors_per_s", "jobs_per_s", "best_GBps", "samples_per_s")
 # Outcomes and run lengths rather than parameters: never part of a figure's identity.
 NOT_IDENTITY = {
     "GBps", "roofline", "min_us", "p99_us", "vs_health", "jobs", "batches", "seconds",
-    "register_ms", "input_GBps", "region_pinned", "speedup", "bytes_exchanged",
+    "register_ms", "input_GBps", "region_pinned", "speedup", "bytes_exchanged", "first_ms",
 }
 
 
