@@ -719,7 +719,7 @@ static void compute_needs(struct plan *p, const struct plan_world *w) {
     } else {
       snprintf(n->name, sizeof n->name, "r%d/device %d", dev->rank, dev->ordinal);
     }
-    n->shard_bytes = s->bytes;
+    n->shard_bytes = p->output_external ? 0 : s->bytes;
     n->staging_bytes = p->staging_bytes;
     n->workspace_bytes = plan_workspace_bytes(p, s);
     n->need_bytes = sat_add(sat_add(n->shard_bytes, n->staging_bytes), n->workspace_bytes);
@@ -792,6 +792,7 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
   p->total_bytes = p->amplitudes * qdp_dtype_size(req->out_dtype) * req->batch; /* validated */
   p->ranks = world->ranks;
   p->staging_bytes = req->staging_bytes;
+  p->output_external = req->output_external != 0;
   switch (req->policy) {
   case PLAN_SINGLE:
     QDP_TRY(rc, place_single(p, world, &set, reterr));

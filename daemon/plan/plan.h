@@ -94,6 +94,9 @@ struct plan_request {
                                   NULL or a count of 0 = every device, in world order */
   size_t device_subset_count;
   uint64_t staging_bytes; /* per device used for input staging (runtime's figure) */
+  /* 1: the state is written into memory its caller owns (an encode into the caller's own
+   * allocation), not into shards the daemon allocates: the needs count no shard bytes. */
+  int output_external;
 };
 
 struct plan_shard {
@@ -108,7 +111,8 @@ struct plan_need { /* per device of the plan, in shard order (needs[i] is shards
   size_t device;
   int rank, ordinal;
   char name[32];
-  uint64_t shard_bytes, staging_bytes, workspace_bytes;
+  uint64_t shard_bytes; /* the shard's bytes; 0 when the output is external */
+  uint64_t staging_bytes, workspace_bytes;
   uint64_t need_bytes; /* the sum of the three; UINT64_MAX if it overflows */
   uint64_t budget_bytes;
   int fits; /* need_bytes <= budget_bytes */
@@ -130,6 +134,7 @@ struct plan {
   struct plan_need *needs;
   int ranks;              /* the world's rank count when planned */
   uint64_t staging_bytes; /* the request's per-device staging figure */
+  int output_external;    /* the request's: needs hold shard_bytes 0 */
 };
 
 /* Checks the request against the world and the limits without placing anything: encoding, qubits,

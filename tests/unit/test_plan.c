@@ -94,7 +94,7 @@ static void assert_tiles(const struct plan *p, const struct plan_world *w) {
     ck_assert_int_eq(s->rank, w->devices[s->device].rank);
     ck_assert_int_eq(s->ordinal, w->devices[s->device].ordinal);
     ck_assert_uint_eq(p->needs[i].device, s->device);
-    ck_assert_uint_eq(p->needs[i].shard_bytes, s->bytes);
+    ck_assert_uint_eq(p->needs[i].shard_bytes, p->output_external ? 0 : s->bytes);
     ck_assert_uint_eq(p->needs[i].budget_bytes, w->devices[s->device].budget_bytes);
     area += (u128)s->count * s->rows;
     bytes += s->bytes;
@@ -505,6 +505,37 @@ START_TEST(test_feasibility_counts_staging_and_workspace_to_the_byte) {
                                "workspace 8200) but its budget is 8397807 B"));
   /* complex64 already: no complex64 hint. */
   ck_assert_ptr_null(strstr(e.msg, "use complex64"));
+  plan_destroy(p);
+}
+END_TEST
+
+/* A state written into its caller's own memory takes no shard bytes of the device: the need is
+ * staging + workspace, so it fits where the shard alone would not, and its total stays the
+ * state's size. */
+START_TEST(test_an_external_output_needs_only_staging_and_workspace) {
+  uint64_t b[1] = {8200 + 1000};
+  struct world_buf wb;
+  world1(&wb, "cuda", 1, b);
+  struct plan_request r = req_for(QDP_ENCODING_AMPLITUDE, 20, PLAN_SINGLE);
+  r.out_dtype = QDP_DTYPE_COMPLEX64;
+  r.values_per_sample = 1000;
+  r.staging_bytes = 1000;
+  r.output_external = 1;
+  struct plan *p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(p->output_external, 1);
+  ck_assert_uint_eq(p->total_bytes, 8388608ull);
+  ck_assert_uint_eq(p->needs[0].shard_bytes, 0);
+  ck_assert_uint_eq(p->needs[0].need_bytes, 8200 + 1000);
+  ck_assert_int_eq(p->feasible, 1);
+  plan_destroy(p);
+  wb.dev[0].budget_bytes = 8200 + 1000 - 1;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(p->feasible, 0);
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(plan_check_feasible(p, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(e.msg,
+                               "cuda:0 needs 9200 B (shard 0 + staging 1000 + "
+                               "workspace 8200) but its budget is 9199 B"));
   plan_destroy(p);
 }
 END_TEST
@@ -1274,6 +1305,7 @@ static Suite *plan_suite(void) {
   t = tcase_create("feasibility");
   tcase_add_test(t, test_35_qubits_complex128_over_two_139_gib_is_refused_with_the_numbers);
   tcase_add_test(t, test_feasibility_counts_staging_and_workspace_to_the_byte);
+  tcase_add_test(t, test_an_external_output_needs_only_staging_and_workspace);
   tcase_add_test(t, test_workspace_follows_the_documented_formulas);
   tcase_add_test(t, test_refusal_message_stays_within_its_buffer);
   suite_add_tcase(s, t);
