@@ -160,8 +160,43 @@ static qdp_status check_input_shape(const struct plan *p, const struct runtime_i
   return QDP_OK;
 }
 
+/* The output of runtime_encode_into: one shard on this rank, on out's device, that fits out and
+ * may be stored at its address (kernels store whole complex values, and a misaligned store
+ * faults the device's context for every job). */
+static qdp_status check_output(const struct runtime_mesh *m, const struct plan *p,
+                               const struct runtime_output *out, struct qdp_error *reterr) {
+  if (!out) {
+    return QDP_OK;
+  }
+  const struct plan_shard *sh = &p->shards[0];
+  if (p->nshards != 1 || sh->rank != m->rank || sh->device != out->device) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "placement",
+                         "an encode into an allocation of device %zu needs one shard there, but "
+                         "the plan has %zu, the first on rank %d device %zu",
+                         out->device, p->nshards, sh->rank, sh->device);
+  }
+  if (out->bytes < p->total_bytes) {
+    qdp_status rc =
+        qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "out.bytes",
+                      "the state needs %" PRIu64 " B but the output holds %" PRIu64 " B",
+                      p->total_bytes, out->bytes);
+    if (reterr) {
+      reterr->need_bytes = p->total_bytes;
+      reterr->free_bytes = out->bytes;
+    }
+    return rc;
+  }
+  unsigned esize = qdp_dtype_size(p->out_dtype);
+  if ((uintptr_t)out->data % esize != 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "out.offset",
+                         "the output at %p is not aligned to its %u B amplitudes", out->data,
+                         esize);
+  }
+  return QDP_OK;
+}
+
 static void state_free_buffers(struct runtime_state *st) {
-  for (size_t i = 0; st->bufs && i < st->plan.nshards; i++) {
+  for (size_t i = 0; !st->external && st->bufs && i < st->plan.nshards; i++) {
     if (st->bufs[i]) {
       struct runtime_device *d = st->mesh->devs[st->plan.shards[i].device];
       d->ops->free(d, st->bufs[i], st->plan.shards[i].bytes);
@@ -185,10 +220,29 @@ void runtime_state_destroy(struct runtime_state *s) {
   free(s);
 }
 
-/* Reserves and allocates every local shard of st before any work starts, each with its task
- * (*ret_n of them in t). */
+/* Reserves and allocates one shard on its device; st->bytes counts what it holds. */
+static qdp_status alloc_shard(struct runtime_state *st, size_t i, struct qdp_error *reterr) {
+  const struct plan_shard *sh = &st->plan.shards[i];
+  struct runtime_device *d = st->mesh->devs[sh->device];
+  qdp_status rc = runtime_device_reserve(d, sh->bytes, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  rc = d->ops->alloc(d, sh->bytes, &st->bufs[i], reterr);
+  if (rc != QDP_OK) {
+    runtime_device_unreserve(d, sh->bytes);
+    return rc;
+  }
+  st->bytes += sh->bytes;
+  return QDP_OK;
+}
+
+/* Gives every local shard of st its memory before any work starts, each with its task (*ret_n of
+ * them in t): out's when there is one (check_output proved it is the only shard), else reserved
+ * and allocated on its device. */
 static qdp_status take_shards(struct runtime_state *st, const struct runtime_input *in,
-                              struct shard_task *t, size_t *ret_n, struct qdp_error *reterr) {
+                              const struct runtime_output *out, struct shard_task *t, size_t *ret_n,
+                              struct qdp_error *reterr) {
   struct runtime_mesh *m = st->mesh;
   qdp_status rc = QDP_OK;
   for (size_t i = 0; i < st->plan.nshards; i++) {
@@ -197,13 +251,12 @@ static qdp_status take_shards(struct runtime_state *st, const struct runtime_inp
       continue;
     }
     struct runtime_device *d = m->devs[sh->device];
-    QDP_TRY(rc, runtime_device_reserve(d, sh->bytes, reterr));
-    rc = d->ops->alloc(d, sh->bytes, &st->bufs[i], reterr);
-    if (rc != QDP_OK) {
-      runtime_device_unreserve(d, sh->bytes);
-      goto out;
+    if (out) {
+      st->bufs[i] = out->data;
+      st->external = true;
+    } else {
+      QDP_TRY(rc, alloc_shard(st, i, reterr));
     }
-    st->bytes += sh->bytes;
     struct shard_task *k = &t[(*ret_n)++];
     k->st = st;
     k->index = i;
@@ -253,6 +306,12 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
 qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
                           const struct runtime_input *in, struct runtime_state **ret_state,
                           struct qdp_error *reterr) {
+  return runtime_encode_into(m, p, in, NULL, ret_state, reterr);
+}
+
+qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
+                               const struct runtime_input *in, const struct runtime_output *out,
+                               struct runtime_state **ret_state, struct qdp_error *reterr) {
   double t0 = encode_now_ms();
   qdp_status rc = QDP_OK;
   struct runtime_state *st = NULL;
@@ -272,6 +331,7 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
   }
   QDP_TRY(rc, check_input_shape(p, in, reterr));
   QDP_TRY(rc, check_device_input(m, p, in, reterr));
+  QDP_TRY(rc, check_output(m, p, out, reterr));
   QDP_TRY(rc, check_input_values(m, p, in, reterr));
 
   st = calloc(1, sizeof *st);
@@ -290,7 +350,7 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
     goto out;
   }
 
-  QDP_TRY(rc, take_shards(st, in, t, &n, reterr));
+  QDP_TRY(rc, take_shards(st, in, out, t, &n, reterr));
   rc = run_phases(st, t, n, in, reterr);
   if (rc != QDP_OK) {
     goto out;

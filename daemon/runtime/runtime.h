@@ -171,7 +171,30 @@ struct runtime_state;
 qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
                           const struct runtime_input *in, struct runtime_state **ret_state,
                           struct qdp_error *reterr);
-void runtime_state_destroy(struct runtime_state *s); /* NULL-safe; frees every shard */
+
+/* Memory the mesh does not own that an encode writes its one shard into: a client's allocation
+ * opened by runtime_mesh_open_ipc on GPUs, any host memory on the CPU backend. `bytes` are
+ * writable from data, which is aligned to the output dtype's size. */
+struct runtime_output {
+  void *data;
+  size_t device; /* the mesh device it is memory of */
+  uint64_t bytes;
+};
+
+/* runtime_encode writing into `out` instead of a shard it allocates: p must be one shard on this
+ * rank's device out->device (FAILED_PRECONDITION otherwise, naming the shards and devices), of
+ * at most out->bytes (INVALID_ARGUMENT, field "out.bytes", need_bytes and free_bytes set), and
+ * data aligned (INVALID_ARGUMENT, field "out.offset"). Nothing is reserved or allocated for the
+ * shard; the amplitudes are in place, every stream that wrote them synchronized, when it returns
+ * QDP_OK, and only [data, data + p->total_bytes) was written (on failure that range holds
+ * anything). *ret_state describes the job (plan,
+ * collective, encode_ms; runtime_state_bytes 0) and must only be read for that: it holds no
+ * memory of its own, and runtime_state_destroy leaves out's memory as it is. */
+qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
+                               const struct runtime_input *in, const struct runtime_output *out,
+                               struct runtime_state **ret_state, struct qdp_error *reterr);
+/* NULL-safe; frees every shard the mesh allocated (none of runtime_encode_into's output). */
+void runtime_state_destroy(struct runtime_state *s);
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
 /* How shards exchanged: "none" (nothing to exchange); for the amplitude norm "host" (partials

@@ -9,6 +9,7 @@ struct runtime_state {
   struct runtime_mesh *mesh;
   struct plan plan; /* a private copy: shards and needs arrays owned here */
   void **bufs;      /* per shard of plan.shards; NULL for shards of other ranks */
+  bool external;    /* bufs[0] is runtime_encode_into's output: never the mesh's to free */
   uint64_t bytes;
   const char *collective;
   double encode_ms;
