@@ -231,10 +231,11 @@ static void source_close(struct job_pipeline *jp, struct job_source *src) {
   }
 }
 
-/* The plan of req over input `in`, across the world's live devices (or those it names). */
+/* The plan of req over input `in`, across the world's live devices (or those it names); with
+ * `sink`, whole on the caller's allocation's GPU and holding none of the state's bytes there. */
 static qdp_status plan_job(struct job_pipeline *jp, const struct job_encode_request *req,
-                           const struct runtime_input *in, struct plan **ret,
-                           struct qdp_error *err) {
+                           const struct runtime_input *in, const struct job_sink *sink,
+                           struct plan **ret, struct qdp_error *err) {
   qdp_dtype out_dtype;
   qdp_status rc = job_output_dtype(req->output_dtype, &out_dtype, err);
   if (rc != QDP_OK) {
@@ -251,6 +252,9 @@ static qdp_status plan_job(struct job_pipeline *jp, const struct job_encode_requ
   enum plan_policy policy;
   size_t nsub = 0;
   QDP_TRY(rc, job_placement(&req->placement, devs, n, &policy, subset, &nsub, err));
+  if (sink) {
+    QDP_TRY(rc, job_sink_place(jp, sink, &policy, subset, &nsub, err));
+  }
   if (nsub == 0) {
     nsub = world_live_devices(jp->world, subset); /* 0 while no rank is lost: all of them */
   }
@@ -265,6 +269,7 @@ static qdp_status plan_job(struct job_pipeline *jp, const struct job_encode_requ
       .device_subset = nsub ? subset : NULL,
       .device_subset_count = nsub,
       .staging_bytes = runtime_mesh_staging_bytes(jp->mesh),
+      .output_external = sink != NULL,
   };
   /* Links order the shards of an even plan so that exchange partners are the best joined (on
    * this node: the mesh knows only its own links). */
@@ -286,10 +291,14 @@ qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
                     const struct job_encode_request *req, struct plan **ret_plan,
                     struct qdp_error *ret_why, struct qdp_error *err) {
   struct job_source src = JOB_SOURCE_INIT;
+  struct job_sink sink = {0};
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, source_open(jp, &req->input, true, &src, err));
-  QDP_TRY(rc, plan_job(jp, req, &src.in, ret_plan, err));
+  if (req->out) {
+    QDP_TRY(rc, job_sink_find(jp, req, &src.in, &sink, err));
+  }
+  QDP_TRY(rc, plan_job(jp, req, &src.in, req->out ? &sink : NULL, ret_plan, err));
   qdp_error_clear(ret_why);
   if (!(*ret_plan)->feasible) {
     plan_check_feasible(*ret_plan, ret_why);
@@ -299,10 +308,25 @@ out:
   return rc;
 }
 
+/* The job on the devices: into the caller's allocation (opened here, on this rank: plan_job put
+ * the one shard on its GPU, which is what world_encode runs on the mesh directly), else across
+ * the world. */
+static qdp_status run_job(struct job_pipeline *jp, const struct job_encode_request *req,
+                          const struct runtime_input *in, const struct plan *p,
+                          struct job_sink *sink, struct runtime_state **ret,
+                          struct qdp_error *err) {
+  if (!req->out) {
+    return world_encode(jp->world, p, in, ret, err);
+  }
+  qdp_status rc = job_sink_open(jp, req->out, in, p, sink, err);
+  return rc == QDP_OK ? runtime_encode_into(jp->mesh, p, in, &sink->out, ret, err) : rc;
+}
+
 qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_encode_request *req, struct job_state_info *ret,
                       struct qdp_error *err) {
   struct job_source src = JOB_SOURCE_INIT;
+  struct job_sink sink = {0};
   struct plan *p = NULL;
   struct state_reservation *res = NULL;
   struct runtime_state *st = NULL;
@@ -310,8 +334,11 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   memset(ret, 0, sizeof *ret);
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, source_open(jp, &req->input, false, &src, err));
-  QDP_TRY(rc, plan_job(jp, req, &src.in, &p, err));
-  if (src.in.on_device) {
+  if (req->out) {
+    QDP_TRY(rc, job_sink_find(jp, req, &src.in, &sink, err));
+  }
+  QDP_TRY(rc, plan_job(jp, req, &src.in, req->out ? &sink : NULL, &p, err));
+  if (src.in.on_device || req->out) {
     QDP_TRY(rc, check_on_this_rank(jp, p, err));
   }
   if (req->views) {
@@ -319,8 +346,11 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
     QDP_TRY(rc, runtime_mesh_check_views(jp->mesh, err));
   }
   QDP_TRY(rc, plan_check_feasible(p, err));
-  QDP_TRY(rc, state_store_admit(jp->store, caller->owner, p->total_bytes, &res, err));
-  rc = world_encode(jp->world, p, &src.in, &st, err);
+  /* The caller's allocation holds the state: its job takes none of the store's bytes, and counts
+   * against the state limits only as a job in flight. */
+  QDP_TRY(rc,
+          state_store_admit(jp->store, caller->owner, req->out ? 0 : p->total_bytes, &res, err));
+  rc = run_job(jp, req, &src.in, p, &sink, &st, err);
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
   if (source_lost(&src)) {
@@ -330,6 +360,13 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                        src.region ? " (the region is lost: register it again)" : "");
   }
   if (rc != QDP_OK) {
+    goto out;
+  }
+  if (req->out) {
+    /* The amplitudes are in place: nothing to commit, whether or not the caller still waits. */
+    job_info_fill(ret, &(struct state_meta){0}, st);
+    ret->written = st;
+    st = NULL;
     goto out;
   }
   /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
@@ -342,6 +379,7 @@ out:
   runtime_state_destroy(st);
   state_reservation_cancel(res);
   plan_destroy(p);
+  job_sink_close(jp, &sink);
   source_close(jp, &src);
   return rc;
 }

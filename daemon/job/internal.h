@@ -57,4 +57,34 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       uint64_t ttl_seconds, const char *label, bool views, int pid,
                       struct job_state_info *ret, struct qdp_error *reterr);
 
+/* ---- an encode into the caller's allocation (output.c) ---- */
+
+/* The caller's allocation while its job runs: its GPU, then its mapping and what the runtime
+ * writes. */
+struct job_sink {
+  size_t device; /* mesh index of its GPU (rank 0's, so also its planner index) */
+  struct runtime_ipc_input ipc;
+  struct runtime_output out;
+};
+
+/* Checks req->out against the request and the resolved input `in` (job_encode lists the
+ * refusals), then finds its GPU: FAILED_PRECONDITION on the CPU backend or for a GPU the mesh
+ * does not own. Opens nothing. */
+qdp_status job_sink_find(struct job_pipeline *jp, const struct job_encode_request *req,
+                         const struct runtime_input *in, struct job_sink *ret,
+                         struct qdp_error *reterr);
+/* The placement job_placement resolved (*count devices in subset, 0: none named), made the
+ * state whole on sink's GPU: INVALID_ARGUMENT ("placement.devices") when it names another. */
+qdp_status job_sink_place(const struct job_pipeline *jp, const struct job_sink *sink,
+                          enum plan_policy *policy, size_t *subset, size_t *count,
+                          struct qdp_error *reterr);
+/* Opens the allocation for the job and fills sink->out for plan p: OUT_OF_RANGE for a range
+ * past it, INVALID_ARGUMENT for one that overlaps a device input `in`. On failure what was
+ * opened stays in sink, for job_sink_close. */
+qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
+                         const struct runtime_input *in, const struct plan *p,
+                         struct job_sink *sink, struct qdp_error *reterr);
+/* Closes what job_sink_open opened (the memory stays the caller's). Safe on a zeroed sink. */
+void job_sink_close(struct job_pipeline *jp, struct job_sink *sink);
+
 #endif /* QDP_JOB_INTERNAL_H */

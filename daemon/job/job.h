@@ -8,8 +8,9 @@
  *    trust boundary, docs/trust-boundary.md), calls job_*, and packs the result.
  *  - Who asks comes as struct job_caller: the identity the kernel gave (states, regions, budgets
  *    and listing key on it, never on what the caller says) and whether it still waits.
- *  - Every job goes through the world (a world of one without MPI). A descriptor in a request is
- *    taken in every case: kept by the mapping it becomes, or closed.
+ *  - Every job goes through the world (a world of one without MPI), but an encode into a caller's
+ *    allocation, whose one shard is on this rank's device (checked): it runs on the mesh. A
+ *    descriptor in a request is taken in every case: kept by the mapping it becomes, or closed.
  *  - Any thread; the pipeline takes no lock of its own (the store, registry and world have
  *    theirs) but the short one over its count of upload memory. Calls that free device memory
  *    may block: worker threads, not an event loop.
@@ -131,8 +132,19 @@ struct job_input {
   const char *device_uuid;
 };
 
+/* Where an encode writes its state instead of keeping it: a same-node client's CUDA allocation
+ * by IPC handle (ipc_handle_len bytes, RUNTIME_IPC_HANDLE_BYTES expected) on the GPU of
+ * device_uuid; the state's first amplitude at byte offset, `bytes` offered from there. */
+struct job_output {
+  const unsigned char *ipc_handle;
+  size_t ipc_handle_len;
+  uint64_t offset, bytes;
+  const char *device_uuid;
+};
+
 struct job_encode_request {
   struct job_input input;
+  const struct job_output *out; /* NULL: a new state, committed to the store */
   int encoding; /* qdp_encoding */
   uint32_t qubits;
   int output_dtype;
@@ -155,16 +167,32 @@ struct job_state_info {
   /* private */
   void *pinned;
   bool fresh; /* committed by this job: released when its handle cannot be handed over */
+  struct runtime_state *written; /* an encode into the caller's allocation: what describes it */
 };
 
 /* Plan, feasibility, admission against the caller's budgets, encode across the world, the
  * data-loss check of mapped inputs, and the commit, refused (nothing kept) when the caller left
- * or its deadline passed meanwhile. *ret is the new state (views opened when asked). */
+ * or its deadline passed meanwhile. *ret is the new state (views opened when asked).
+ *
+ * With req->out the state goes into the caller's allocation and nothing is committed: *ret has
+ * the plan, collective and encode_ms, an empty meta (no handle, no owner) and no token, and the
+ * amplitudes are in place when it returns. The request is checked before any device is looked
+ * at: INVALID_ARGUMENT for a handle of the wrong length ("out.ipc_handle"), views ("views"), a
+ * policy that shards ("placement.policy"), more than one device named ("placement.devices"), an
+ * offset not a multiple of the dtype's size ("out.offset"), and fewer bytes than the state's
+ * ("out.bytes", need_bytes and free_bytes set). Then FAILED_PRECONDITION ("out") on the CPU
+ * backend and ("out.device_uuid") for a GPU the mesh does not own; INVALID_ARGUMENT
+ * ("placement.devices") for a device named other than that GPU; OUT_OF_RANGE ("out.offset",
+ * "out.bytes") for a range past the allocation the driver reports, INVALID_ARGUMENT ("out") for
+ * one that overlaps a CUDA IPC input. The job counts as one reservation of 0 bytes against the
+ * store's state limits while it runs; the plan's needs hold no shard bytes (the caller holds
+ * them). */
 qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_encode_request *req, struct job_state_info *ret,
                       struct qdp_error *reterr);
-/* The dry run: the plan job_encode would make (req->views, ttl and label unused), which the
- * caller destroys; *ret_why gets why it is infeasible (code QDP_OK when it is feasible). */
+/* The dry run: the plan job_encode would make (req->views, ttl and label unused; req->out checked
+ * and its GPU found, nothing opened), which the caller destroys; *ret_why gets why it is
+ * infeasible (code QDP_OK when it is feasible). */
 qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
                     const struct job_encode_request *req, struct plan **ret_plan,
                     struct qdp_error *ret_why, struct qdp_error *reterr);

@@ -198,6 +198,7 @@ void job_state_info_end(struct job_pipeline *jp, struct job_state_info *info, bo
     state_store_release(jp->store, info->meta.handle, info->token, NULL, NULL);
   }
   free(info->ipc);
+  runtime_state_destroy(info->written); /* the caller's memory stays as it is */
   memset(info, 0, sizeof *info);
 }
 

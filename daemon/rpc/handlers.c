@@ -334,7 +334,33 @@ static qdp_status input_of(struct rpc_call *c, const Qdp__Input *in, struct job_
   }
 }
 
-static void encode_request_of(const Qdp__EncodeRequest *r, struct job_encode_request *ret) {
+/* Where a request asks its state written instead of kept, into *ret (req->out then points to it):
+ * a CUDA allocation of a caller on this node, like input.cuda_ipc. */
+static qdp_status output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *o,
+                            struct job_output *ret, struct job_encode_request *req,
+                            struct qdp_error *err) {
+  if (!o) {
+    return QDP_OK;
+  }
+  if (c->tcp) {
+    /* An IPC handle opens only on the node it came from, for a process of that node. */
+    return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "out",
+                         "out is for callers on the daemon's node (its Unix socket); TCP callers "
+                         "fetch the state instead");
+  }
+  *ret = (struct job_output){.ipc_handle = o->ipc_handle.data,
+                             .ipc_handle_len = o->ipc_handle.len,
+                             .offset = o->offset,
+                             .bytes = o->bytes,
+                             .device_uuid = o->device_uuid};
+  req->out = ret;
+  return QDP_OK;
+}
+
+/* The request's fields as job/ takes them, but its input; out into *out. */
+static qdp_status encode_request_of(const struct rpc_call *c, const Qdp__EncodeRequest *r,
+                                    struct job_encode_request *ret, struct job_output *out,
+                                    struct qdp_error *err) {
   const Qdp__Placement *pl = r->placement;
   *ret = (struct job_encode_request){
       .encoding = (int)r->encoding,
@@ -347,6 +373,7 @@ static void encode_request_of(const Qdp__EncodeRequest *r, struct job_encode_req
       .label = r->label,
       .views = r->views,
       .client_pid = r->client_pid};
+  return output_of(c, r->out, out, ret, err);
 }
 
 /* ---- Encode, Plan, EncodeUpload ----------------------------------------------------------------
@@ -377,8 +404,8 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
   const struct plan *p = st.plan;
   log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
            rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
-           req->qubits, p->batch, st.meta.handle, p->total_bytes, plan_policy_name(p->policy),
-           p->nshards, p->nshards == 1 ? "" : "s");
+           req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
+           p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s");
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }
@@ -388,10 +415,11 @@ void rpc_h_encode(struct rpc_job *j) {
   const Qdp__EncodeRequest *r = (const Qdp__EncodeRequest *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
   struct job_encode_request req;
+  struct job_output out;
   char what[256];
   count_job(c);
-  encode_request_of(r, &req);
-  if (input_of(c, r->input, &req.input, what, sizeof what, &err) != QDP_OK) {
+  if (encode_request_of(c, r, &req, &out, &err) != QDP_OK ||
+      input_of(c, r->input, &req.input, what, sizeof what, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
@@ -404,8 +432,14 @@ void rpc_h_upload_encode(struct rpc_job *j) {
   const Qdp__EncodeRequest *r = c->up.req;
   const Qdp__Input *decl = r->input;
   struct job_encode_request req;
+  struct job_output out;
+  struct qdp_error err = QDP_ERROR_INIT;
   count_job(c);
-  encode_request_of(r, &req);
+  if (encode_request_of(c, r, &req, &out, &err) != QDP_OK) {
+    rpc_upload_free(c);
+    rpc_finish(c, NULL, &err);
+    return;
+  }
   req.input = (struct job_input){.source = JOB_INPUT_VALUES,
                                  .field = "request.input",
                                  .dtype = decl->dtype,
@@ -460,8 +494,11 @@ void rpc_h_plan(struct rpc_job *j) {
   grpc_byte_buffer *reply = NULL;
   char what[256];
   struct job_caller who = caller_of(c);
-  encode_request_of(r, &req);
-  qdp_status rc = input_of(c, r->input, &req.input, what, sizeof what, &err);
+  struct job_output out;
+  qdp_status rc = encode_request_of(c, r, &req, &out, &err);
+  if (rc == QDP_OK) {
+    rc = input_of(c, r->input, &req.input, what, sizeof what, &err);
+  }
   if (rc == QDP_OK) {
     rc = job_plan(c->srv->jobs, &who, &req, &p, &why, &err);
   }

@@ -360,7 +360,8 @@ static bool runs_inline(const struct rpc_call *c) {
     if (job_world_ranks(c->srv->jobs) > 1) {
       return false; /* it waits on other ranks, up to the rank timeout */
     }
-    if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA) {
+    /* An output into the caller's allocation opens its IPC handle: a driver call. */
+    if (!r->input || r->input->source_case != QDP__INPUT__SOURCE_DATA || r->out) {
       return false;
     }
     uint64_t rows = r->input->rows ? r->input->rows : 1;

@@ -184,6 +184,32 @@ class Robustness(unittest.TestCase):
         self.refused("plan too", lambda: self.c.call("Plan", req(uuid)),
                      grpc.StatusCode.FAILED_PRECONDITION, words=["is not one this daemon owns"])
 
+    def test_out_is_refused_on_the_cpu_backend_after_the_requests_own_faults(self):
+        """EncodeRequest.out on host memory: the request's own faults first, naming their
+        fields (so that they are found without a GPU), then the backend with what to do; the
+        dry run as the encode, and nothing kept."""
+        def req(handle=bytes(64), nbytes=4 * 16, offset=0, views=False):
+            r = self.c.request("angle", 2, np.array([0.1, 0.2]))  # 4 complex128 amplitudes
+            r.out.ipc_handle, r.out.bytes, r.out.offset = handle, nbytes, offset
+            r.out.device_uuid = "GPU-00000000-1111-2222-3333-444444444444"
+            r.views = views
+            return r
+        self.refused("cpu backend", self.encode_req(req()), SC.FAILED_PRECONDITION,
+                     fields=["out"], words=["mesh is cpu:", "(host memory)", "leave out unset"])
+        self.refused("plan too", lambda: self.c.call("Plan", req()), SC.FAILED_PRECONDITION,
+                     fields=["out"], words=["host memory"])
+        self.refused("short handle", self.encode_req(req(handle=bytes(8))), SC.INVALID_ARGUMENT,
+                     fields=["out.ipc_handle"], words=["8 bytes"])
+        self.refused("with views", self.encode_req(req(views=True)), SC.INVALID_ARGUMENT,
+                     fields=["views"], words=["exclude each other"])
+        self.refused("misaligned", self.encode_req(req(offset=8)), SC.INVALID_ARGUMENT,
+                     fields=["out.offset"], words=["not a multiple of 16 B"])
+        e = self.refused("too small", self.encode_req(req(nbytes=63)), SC.INVALID_ARGUMENT,
+                         fields=["out.bytes"], words=["needs 64 B but out offers 63 B"])
+        d = self.c.error_detail(e)
+        self.assertEqual((d.need_bytes, d.free_bytes), (64, 63))
+        self.assertEqual(list(self.c.call("List", self.pb.ListRequest()).states), [])
+
     def test_infeasible_request_is_resource_exhausted_with_the_numbers(self):
         # 2^23 complex128 amplitudes are 128 MiB; four devices of 16 MiB cannot hold them.
         n = 23

@@ -501,6 +501,78 @@ START_TEST(test_cuda_ipc_input_names_the_gpus_the_daemon_owns) {
 }
 END_TEST
 
+/* job_encode and job_plan of req both refused with `want`, field and a message fragment, and
+ * nothing left stored or reserved. */
+static void expect_out_refused(const struct job_encode_request *req, qdp_status want,
+                               const char *field, const char *fragment) {
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT, why = QDP_ERROR_INIT;
+  struct plan *p = NULL;
+  CK_STATUS(job_encode(fx.jp, &alice, req, &st, &e), want, e);
+  ck_assert_str_eq(e.field, field);
+  ck_assert_msg(strstr(e.msg, fragment), "'%s' lacks '%s'", e.msg, fragment);
+  e = (struct qdp_error)QDP_ERROR_INIT;
+  CK_STATUS(job_plan(fx.jp, &alice, req, &p, &why, &e), want, e);
+  ck_assert_str_eq(e.field, field);
+  ck_assert_ptr_null(p);
+  assert_store_empty();
+  assert_devices_empty();
+}
+
+/* An encode into a caller's CUDA allocation on host-memory devices: the request's own faults
+ * come first, each naming its field (a handle of the wrong length, views, a policy that shards,
+ * two devices, a misaligned offset, too few bytes with both numbers), so that they are found
+ * before any device is looked at; then the backend, with what to do instead. The dry run refuses
+ * as the encode does; nothing is opened, stored or reserved. */
+START_TEST(test_out_refuses_the_request_then_the_cpu_backend) {
+  static const unsigned char handle[64];
+  const double v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  struct job_encode_request req = amplitude_of(v, 8, 3);
+  req.input.rows = 2; /* 2 samples of 4 values on 3 qubits: 2 x 8 x 16 = 256 B of complex128 */
+  struct job_output out = {.ipc_handle = handle,
+                           .ipc_handle_len = 64,
+                           .offset = 256,
+                           .bytes = 256,
+                           .device_uuid = "GPU-x"};
+  req.out = &out;
+  expect_out_refused(&req, QDP_ERR_FAILED_PRECONDITION, "out",
+                     "out names a CUDA allocation to write the state into, but this daemon's "
+                     "mesh is cpu:2 (host memory); leave out unset and read the state back");
+  out.ipc_handle_len = 63;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "out.ipc_handle",
+                     "out.ipc_handle has 63 bytes; a cudaIpcMemHandle_t has 64");
+  out.ipc_handle_len = 64;
+  req.views = true;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "views", "views and out exclude each other");
+  req.views = false;
+  req.placement.policy = PLAN_EVEN;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
+                     "placement.policy even shards the state");
+  req.placement.policy = PLAN_SINGLE;
+  const char *two[] = {"cpu:0", "cpu:1"};
+  req.placement.devices = two;
+  req.placement.ndevices = 2;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "placement.devices", "names 2 devices");
+  req.placement.ndevices = 0;
+  out.offset = 8;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "out.offset",
+                     "out.offset 8 is not a multiple of 16 B, the size of a complex128 amplitude");
+  out.offset = 256;
+  out.bytes = 255;
+  expect_out_refused(&req, QDP_ERR_INVALID_ARGUMENT, "out.bytes",
+                     "the state of 2 x 2^3 complex128 amplitudes needs 256 B but out offers 255 B");
+  struct job_state_info st;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_STATUS(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_INVALID_ARGUMENT, e);
+  ck_assert_uint_eq(e.need_bytes, 256);
+  ck_assert_uint_eq(e.free_bytes, 255);
+  /* complex64 needs half: 128 B are enough, and the backend is what refuses. */
+  req.output_dtype = QDP_DTYPE_COMPLEX64;
+  out.bytes = 128;
+  expect_out_refused(&req, QDP_ERR_FAILED_PRECONDITION, "out", "cpu:2 (host memory)");
+}
+END_TEST
+
 static unsigned left(const void *arg) {
   return *(const unsigned *)arg;
 }
@@ -638,6 +710,7 @@ int main(void) {
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_fetch_into_writes_the_callers_writable_region);
   tcase_add_test(tc, test_cuda_ipc_input_names_the_gpus_the_daemon_owns);
+  tcase_add_test(tc, test_out_refuses_the_request_then_the_cpu_backend);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
   tcase_add_test(tc, test_placement_maps_names_to_indices_in_order);
   tcase_add_test(tc, test_upload_admission_counts_each_identity_and_all);
