@@ -190,9 +190,9 @@ struct job_state_info {
 qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_encode_request *req, struct job_state_info *ret,
                       struct qdp_error *reterr);
-/* The dry run: the plan job_encode would make (req->views, ttl and label unused; req->out checked
- * and its GPU found, nothing opened), which the caller destroys; *ret_why gets why it is
- * infeasible (code QDP_OK when it is feasible). */
+/* The dry run: the plan job_encode would make (req->views, ttl and label unused, but for out's
+ * checks, which are job_encode's: its GPU is found and nothing opened), which the caller
+ * destroys; *ret_why gets why it is infeasible (code QDP_OK when it is feasible). */
 qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
                     const struct job_encode_request *req, struct plan **ret_plan,
                     struct qdp_error *ret_why, struct qdp_error *reterr);
