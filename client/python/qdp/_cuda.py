@@ -8,8 +8,10 @@ Two directions:
   closing the views (or collecting them) closes the handles and ends the lease (CloseView).
 - **CUDA tensor input** (``Input.cuda_ipc``, a wire addition): the tensor's allocation is
   exported with ``cudaIpcGetMemHandle`` and named with its offset and the device's UUID.
+- **CUDA tensor output** (``EncodeRequest.out``, ``encode(..., out=t)``): the same export of the
+  caller's tensor, which the daemon writes the state into; nothing is kept on the daemon.
 
-Neither runs on the CPU backend; both are exercised only on a GPU node.
+None runs on the CPU backend; all are exercised only on a GPU node.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .errors import FailedPrecondition, NotSupported
+from .errors import FailedPrecondition, InvalidArgument, NotSupported
 from .records import NUMPY_DTYPES, Shard
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 _IPC_HANDLE_BYTES = 64
 _LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+_POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 
 
 class _IpcHandle(ctypes.Structure):
@@ -59,6 +62,7 @@ class _Cuda:
                                                  ctypes.c_uint]
         self.rt.cudaIpcGetMemHandle.argtypes = [ctypes.POINTER(_IpcHandle), ctypes.c_void_p]
         self.rt.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
+        self.rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
         self.check(self.drv.cuInit(0), "cuInit")
 
     @staticmethod
@@ -123,6 +127,19 @@ class _Cuda:
         self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
                    "cuMemGetAddressRange")
         return h.raw(), ptr - base.value
+
+
+    def device_of_pointer(self, ptr: int) -> int:
+        """This process's ordinal of the GPU whose memory ``ptr`` is."""
+        ordinal = ctypes.c_int()
+        self.check(self.drv.cuPointerGetAttribute(ctypes.byref(ordinal), _POINTER_DEVICE_ORDINAL,
+                                                  ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
+        return ordinal.value
+
+    def synchronize(self, stream: int) -> None:
+        """Waits for CUDA stream ``stream`` (1: the legacy default stream, 2: per-thread)."""
+        self.check(self.rt.cudaStreamSynchronize(ctypes.c_void_p(stream)),
+                   "cudaStreamSynchronize")
 
 
 _RUNTIME: Optional[_Cuda] = None
@@ -290,3 +307,105 @@ def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> Any:
     inp.cuda_ipc.offset = offset
     inp.cuda_ipc.device_uuid = cuda.uuid(ordinal)
     return t
+
+
+_OUT_DTYPES = {"<c8": "complex64", "<c16": "complex128"}
+
+
+def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+class CudaOutput:
+    """Where ``encode(..., out=...)`` writes: a C-contiguous complex64 or complex128 CUDA
+    tensor, or any object with ``__cuda_array_interface__``, described without a CUDA call.
+
+    Attributes
+    ----------
+    obj : object
+        What the caller passed, kept alive by this object until the Encode has answered.
+    dtype : str
+        "complex64" or "complex128".
+    numel : int
+        Its elements.
+    ptr : int
+        The device address of its first element.
+    """
+
+    def __init__(self, out: Any) -> None:
+        self.obj = out
+        self._torch = type(out).__module__.startswith("torch") and hasattr(out, "is_cuda")
+        if self._torch:
+            self._of_tensor(out)
+        else:
+            self._of_interface(out)
+
+    def _of_tensor(self, t: Any) -> None:
+        import torch
+
+        if not t.is_cuda:
+            raise NotSupported(f"out= takes a CUDA tensor, not one on {t.device}: encode, then "
+                               "State.numpy() or .torch(device='cpu')", field="out")
+        names = {torch.complex64: "complex64", torch.complex128: "complex128"}
+        if t.dtype not in names:
+            raise InvalidArgument(f"out is a {t.dtype} tensor: a state is complex64 or "
+                                  "complex128", field="out")
+        if not t.is_contiguous():
+            raise InvalidArgument("out is not contiguous: the state is written row-major in "
+                                  "place; pass a contiguous tensor (or slice)", field="out")
+        if t.requires_grad:
+            raise InvalidArgument("out requires grad: autograd cannot follow a write by the "
+                                  "daemon; pass a tensor that does not", field="out")
+        self.dtype, self.numel, self.ptr = names[t.dtype], t.numel(), t.data_ptr()
+
+    def _of_interface(self, out: Any) -> None:
+        cai = getattr(out, "__cuda_array_interface__", None)
+        if cai is None:
+            raise NotSupported(f"out= takes a CUDA tensor (or an object with "
+                               f"__cuda_array_interface__), not {type(out).__name__}: encode, "
+                               "then State.numpy()", field="out")
+        shape = tuple(int(n) for n in cai["shape"])
+        self.dtype = _OUT_DTYPES.get(cai["typestr"], "")
+        if not self.dtype:
+            raise InvalidArgument(f"out has typestr {cai['typestr']!r}: a state is complex64 "
+                                  "('<c8') or complex128 ('<c16')", field="out")
+        itemsize = 8 if self.dtype == "complex64" else 16
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(shape, itemsize):
+            raise InvalidArgument(f"out has strides {tuple(strides)}, not C-contiguous ones: the "
+                                  "state is written row-major in place", field="out")
+        if cai["data"][1]:
+            raise InvalidArgument("out is read-only", field="out")
+        self.numel, self.ptr = 1, int(cai["data"][0])
+        for n in shape:
+            self.numel *= n
+        self._stream = cai.get("stream")
+
+    def fill(self, req: Any, batch: int, qubits: int) -> None:
+        """Names the memory in ``req.out`` for a state of ``batch`` x 2^``qubits`` amplitudes
+        (batch 0: unknown here, the daemon checks the bytes), once the work queued on it is done
+        (the daemon writes on its own streams)."""
+        want = batch << qubits
+        if batch and self.numel != want:
+            raise InvalidArgument(f"out has {self.numel} elements; the state has {batch} x "
+                                  f"2^{qubits} = {want} amplitudes: pass a tensor of shape "
+                                  f"({batch}, {1 << qubits})", field="out")
+        cuda = _cuda()
+        if self._torch:
+            import torch
+
+            ordinal = self.obj.get_device()
+            torch.cuda.current_stream(self.obj.device).synchronize()
+        else:
+            ordinal = cuda.device_of_pointer(self.ptr)
+            if self._stream is not None:
+                cuda.synchronize(self._stream)
+        handle, offset = cuda.export(ordinal, self.ptr)
+        req.out.ipc_handle = handle
+        req.out.offset = offset
+        req.out.bytes = self.numel * (8 if self.dtype == "complex64" else 16)
+        req.out.device_uuid = cuda.uuid(ordinal)

@@ -6,7 +6,8 @@ import contextlib
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union, overload)
 
 import grpc
 import numpy as np
@@ -35,6 +36,8 @@ REGION_CACHE_BYTES = 2 << 30
 _CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
 
 PathLike = Union[str, "os.PathLike[str]"]
+#: What ``encode(..., out=...)`` writes into, and returns.
+Out = TypeVar("Out")
 
 
 def default_target() -> str:
@@ -424,10 +427,20 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
 
-    def encode(self, data: Any, encoding: str, qubits: int, *, dtype: str = "complex128",
+    @overload
+    def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
                policy: str = "auto", devices: Optional[Sequence[str]] = None,
-               ttl: Optional[float] = None, label: str = "") -> State:
-        """Encodes classical data into a state the daemon keeps.
+               ttl: Optional[float] = None, label: str = "", out: None = None) -> State: ...
+
+    @overload
+    def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
+               policy: str = "auto", devices: Optional[Sequence[str]] = None,
+               ttl: Optional[float] = None, label: str = "", out: Out) -> Out: ...
+
+    def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
+               policy: str = "auto", devices: Optional[Sequence[str]] = None,
+               ttl: Optional[float] = None, label: str = "", out: Any = None) -> Any:
+        """Encodes classical data into a state the daemon keeps, or into ``out``.
 
         Parameters
         ----------
@@ -441,8 +454,9 @@ class Client:
             "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
         qubits : int
             Qubits per sample; qubit k is bit k of the amplitude index.
-        dtype : str
-            The state's dtype, "complex128" or "complex64".
+        dtype : str, optional
+            The state's dtype, "complex128" or "complex64"; by default complex128, or the dtype
+            of ``out``.
         policy : str
             Placement: "auto", "single", "even", "uneven", "capacity" or "batch".
         devices : sequence of str, optional
@@ -451,22 +465,39 @@ class Client:
             Seconds the state lives unless released; the daemon's default when omitted.
         label : str
             Free text kept with the state.
+        out : torch.Tensor or object with ``__cuda_array_interface__``, optional
+            Memory on one of the daemon's GPUs to write the state into instead of keeping it:
+            C-contiguous, complex64 or complex128 (the state's ``dtype``), of ``batch * 2**qubits``
+            elements in any shape (``(batch, 2**qubits)``, or ``(2**qubits,)`` for one sample),
+            a slice of a larger tensor included. One call: the daemon opens the tensor's
+            allocation through CUDA IPC, writes the amplitudes there on the tensor's GPU (one
+            shard: ``policy`` "auto" or "single", ``devices`` none or that GPU) and answers once
+            they are in place; it keeps nothing. The work queued on the tensor's current stream
+            is waited for first. Same-node daemons on GPUs only; after a failure the tensor
+            holds anything.
 
         Returns
         -------
-        State
-            The resident state; release it (or use ``with``) when done.
+        State or the type of ``out``
+            The resident state (release it, or use ``with``, when done); with ``out``, ``out``
+            itself, holding the state.
 
         Raises
         ------
         InvalidArgument
-            A bad field (``field`` names it), zero norm, non-finite values.
+            A bad field (``field`` names it; "out" for a tensor of the wrong dtype, size or
+            layout), zero norm, non-finite values.
+        NotSupported
+            ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
+            target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
         ResourceExhausted
             It does not fit (``need_bytes``, ``free_bytes``).
         Error
             Any other failure, as its status's subclass.
         """
-        r = self._request(encoding, qubits, dtype, policy, devices, ttl, label)
+        dst = self._output(out, dtype) if out is not None else None
+        r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
+                          devices, ttl, label)
         src = _source(data, encoding)
         staged = (src.kind == "array" and src.array is not None
                   and src.array.nbytes >= LARGE_BYTES and self.socket_path is not None
@@ -474,15 +505,38 @@ class Client:
         # The staging region holds one input at a time, until its Encode has read it.
         with self._lock if staged else contextlib.nullcontext():
             upload = self._fill_input(r, src)
-            if upload is None:
-                reply = self.call("Encode", r)
-            else:
-                req, payload = upload
-                req.input.ClearField("data")
-                reply = self._upload(req, payload)
+            if dst is not None:
+                dst.fill(r, _batch_of(r.input, src), r.qubits)  # an upload sends r too
+            try:
+                if upload is None:
+                    reply = self.call("Encode", r)
+                else:
+                    req, payload = upload
+                    req.input.ClearField("data")
+                    reply = self._upload(req, payload)
+            except FailedPrecondition as e:
+                if dst is not None and e.field in ("out", "out.device_uuid"):
+                    raise NotSupported(f"out=: {e.message}", field=e.field) from None
+                raise
+        if dst is not None:
+            return out  # dst held it until the reply; the amplitudes are in place
         st = State(self, reply.state, batched=src.batched or reply.state.batch > 1)
         self._states.add(st)
         return st
+
+    def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
+        """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""
+        if not self.wire.has_field("EncodeRequest", "out"):
+            raise NotSupported("encoding into a tensor (out=) needs a qdp whose wire has "
+                               "EncodeRequest.out; use State.torch() meanwhile", field="out")
+        if self.socket_path is None:
+            raise NotSupported("out= needs a daemon on this node (a unix: target): an IPC handle "
+                               "opens only on its own node", field="out")
+        dst = _cuda.CudaOutput(out)
+        if dtype is not None and dtype != dst.dtype:
+            raise InvalidArgument(f"out is {dst.dtype} but dtype is {dtype!r}: pass a {dtype} "
+                                  "tensor, or leave dtype out", field="out")
+        return dst
 
     def plan(self, data: Any, encoding: str, qubits: int, *, dtype: str = "complex128",
              policy: str = "auto", devices: Optional[Sequence[str]] = None,
@@ -678,6 +732,18 @@ class Client:
                 raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
                                 f"for a {dtype} state")
             done += rep.count
+
+
+def _batch_of(inp: Any, src: _Source) -> int:
+    """The samples of an encode's input as the daemon will count them: the request's rows, or a
+    file's from its .npy header; 0 when that cannot be read here (the daemon then says why)."""
+    if src.kind != "path":
+        return inp.rows or 1
+    try:
+        shape = np.load(src.path, mmap_mode="r").shape
+    except (OSError, ValueError):
+        return 0
+    return int(shape[0]) if len(shape) == 2 else 1
 
 
 def dtype_name_of(arr: np.ndarray) -> str:

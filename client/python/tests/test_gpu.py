@@ -1,5 +1,6 @@
 """On a GPU daemon: zero-copy views of a state's shards (CUDA IPC under one lease), the state as
-a CUDA tensor, and CUDA tensor input. Skipped where the daemon has no GPU or torch sees none."""
+a CUDA tensor, CUDA tensor input, and encodes into a caller's tensor (out=). Skipped where the
+daemon has no GPU or torch sees none."""
 
 from __future__ import annotations
 
@@ -294,3 +295,122 @@ def test_a_killed_client_leaves_nothing_behind(gpu, gpu_daemon) -> None:
     s.release()
     assert wait_used(c, base) == base, "the state's bytes did not come back"
     assert s.handle not in {i.handle for i in c.states()}
+
+
+# ---- encode(..., out=tensor): the state written into the caller's own allocation ----
+
+SENTINEL = complex(-7.25, 3.5)  # exact in both precisions; never an amplitude of a unit state
+
+
+def needs_out(c: qdp.Client) -> None:
+    if not c.wire.has_field("EncodeRequest", "out"):
+        pytest.skip("this package's wire has no EncodeRequest.out")
+
+
+def nothing_kept(c: qdp.Client, used: int) -> None:
+    assert c.states() == [], "out= left a state behind"
+    assert wait_used(c, used) == used, "out= left bytes held on a device"
+
+
+@pytest.mark.parametrize("encoding,in_dtype,dtype", [("amplitude", "float64", "complex128"),
+                                                     ("amplitude", "float32", "complex64"),
+                                                     ("angle", "float64", "complex128")])
+def test_out_gives_the_bits_of_an_inline_encode_and_torch(gpu, encoding, in_dtype, dtype) -> None:
+    """A batch of 64 on 16 qubits into a tensor of the state's dtype (left to out's when
+    dtype= is not given): the bits .torch() of the same encode gives, out itself returned, and
+    nothing kept on the daemon."""
+    c, torch = gpu
+    needs_out(c)
+    q, rows = 16, 64
+    cols = (1 << q) - 5 if encoding == "amplitude" else q
+    X = np.random.default_rng(21).uniform(-1, 1, size=(rows, cols)).astype(in_dtype)
+    used = c.status().used_bytes
+    with c.encode(X, encoding, q, dtype=dtype, policy="single") as s:
+        want = s.torch().cpu().numpy()
+    tdt = torch.complex64 if dtype == "complex64" else torch.complex128
+    out = torch.full((rows, 1 << q), SENTINEL, dtype=tdt, device="cuda:0")
+    got = c.encode(X, encoding, q, out=out)
+    assert got is out
+    assert out.cpu().numpy().tobytes() == want.tobytes(), \
+        f"out= differs from .torch(): max |d| {np.abs(out.cpu().numpy() - want).max():.3g}"
+    nothing_kept(c, used)
+
+
+def test_out_into_a_slice_leaves_the_bytes_around_it_untouched(gpu) -> None:
+    """Rows 2..3 of a larger tensor (a nonzero offset into its allocation), and a flat slice
+    starting three amplitudes in: the state lands there, every other element keeps its value."""
+    c, torch = gpu
+    needs_out(c)
+    q = 10
+    X = np.random.default_rng(22).uniform(-1, 1, size=(2, 1 << q))
+    big = torch.full((5, 1 << q), SENTINEL, dtype=torch.complex128, device="cuda:0")
+    c.encode(X, "amplitude", q, out=big[2:4])
+    host = big.cpu().numpy()
+    ref.close(host[2:4], ref.batch("amplitude", X, q), "complex128")
+    assert (host[[0, 1, 4]] == SENTINEL).all(), "out= wrote outside rows 2..3"
+    flat = torch.full((3 + (1 << q) + 3,), SENTINEL, dtype=torch.complex64, device="cuda:0")
+    c.encode(X[0], "amplitude", q, out=flat[3:3 + (1 << q)])
+    host = flat.cpu().numpy()
+    ref.close(host[3:3 + (1 << q)], ref.amplitude(X[0], q), "complex64")
+    assert (host[:3] == SENTINEL).all() and (host[3 + (1 << q):] == SENTINEL).all()
+
+
+def out_request(c: qdp.Client, t, offered: int, qubits: int = 10) -> object:
+    """An angle encode of one sample into tensor t, offering `offered` bytes from its start."""
+    from qdp import _cuda
+
+    r = c.wire.EncodeRequest(encoding=2, qubits=qubits, output_dtype=4)  # angle, complex128
+    r.input.dtype, r.input.rows, r.input.cols = 2, 1, qubits
+    r.input.data = np.full(qubits, 0.3).tobytes()
+    cu = _cuda.runtime()
+    handle, offset = cu.export(t.get_device(), t.data_ptr())
+    r.out.ipc_handle, r.out.offset, r.out.bytes = handle, offset, offered
+    r.out.device_uuid = cu.uuid(t.get_device())
+    return r
+
+
+def test_a_too_small_out_is_refused_and_nothing_is_written(gpu) -> None:
+    """Refused here (the tensor's size) and by the daemon (the bytes offered, the allocation's
+    end as the driver knows it), each with its field; the tensor keeps every value."""
+    c, torch = gpu
+    needs_out(c)
+    used = c.status().used_bytes
+    small = torch.full((1 << 9,), SENTINEL, dtype=torch.complex128, device="cuda:0")
+    with pytest.raises(qdp.InvalidArgument, match="2\\^10 = 1024 amplitudes") as e:
+        c.encode(np.full(10, 0.3), "angle", 10, out=small)
+    assert e.value.field == "out"
+    with pytest.raises(qdp.InvalidArgument, match="needs 16384 B but out offers 8192 B") as e:
+        c.call("Encode", out_request(c, small, small.numel() * 16))
+    assert (e.value.field, e.value.need_bytes, e.value.free_bytes) == ("out.bytes", 16384, 8192)
+    with pytest.raises(qdp.OutOfRange, match="pass the end of the allocation") as e:
+        c.call("Encode", out_request(c, small, 1 << 40))
+    assert e.value.field == "out.bytes"
+    assert (small.cpu().numpy() == SENTINEL).all(), "a refused out= wrote into the tensor"
+    nothing_kept(c, used)
+
+
+def test_cuda_tensor_input_and_out_together(gpu) -> None:
+    """A CUDA tensor in and a CUDA tensor out, one call: the bits of inline input; input and
+    output in one allocation work apart and are refused where they share bytes."""
+    c, torch = gpu
+    needs_out(c)
+    if not c.wire.has_field("Input", "cuda_ipc"):
+        pytest.skip("this package's wire has no Input.cuda_ipc")
+    q = 12
+    X = np.random.default_rng(23).uniform(-1, 1, size=(3, 1 << q))
+    with c.encode(X, "amplitude", q, policy="single") as s:
+        want = s.numpy()
+    out = torch.empty((3, 1 << q), dtype=torch.complex128, device="cuda:0")
+    c.encode(torch.from_numpy(X).to("cuda:0"), "amplitude", q, out=out)
+    assert out.cpu().numpy().tobytes() == want.tobytes()
+    # One allocation: the input's 3 x 2^q float64 first, the state's complex128 after them.
+    n_in = X.size
+    buf = torch.zeros(n_in + 2 * X.size, dtype=torch.float64, device="cuda:0")
+    buf[:n_in] = torch.from_numpy(X.ravel()).to("cuda:0")
+    gx = buf[:n_in].view(3, 1 << q)
+    c.encode(gx, "amplitude", q, out=buf[n_in:].view(torch.complex128))
+    got = buf[n_in:].view(torch.complex128).cpu().numpy().reshape(3, 1 << q)
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(qdp.InvalidArgument, match="share bytes") as e:
+        c.encode(gx, "amplitude", q, out=buf[: 2 * X.size].view(torch.complex128))
+    assert e.value.field == "out"

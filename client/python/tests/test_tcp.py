@@ -39,6 +39,20 @@ def test_no_shared_memory_or_node_files(remote: qdp.Client, tmp_path) -> None:
     assert e.value.status in ("PERMISSION_DENIED", "FAILED_PRECONDITION", "INVALID_ARGUMENT")
 
 
+def test_out_is_for_callers_on_the_node(remote: qdp.Client) -> None:
+    """An IPC handle opens only on its own node: the client says so before sending, and the
+    daemon refuses a TCP caller's EncodeRequest.out whatever it names."""
+    with pytest.raises(qdp.NotSupported, match="unix") as e:
+        remote.encode([0.1, 0.2], "angle", 2, out=object())
+    assert e.value.field == "out"
+    r = remote.wire.EncodeRequest(encoding=2, qubits=2)
+    r.input.dtype, r.input.data = 2, np.array([0.1, 0.2]).tobytes()
+    r.out.ipc_handle, r.out.bytes = bytes(64), 64
+    with pytest.raises(qdp.PermissionDenied, match="daemon's node") as e:
+        remote.call("Encode", r)
+    assert e.value.field == "out"
+
+
 def test_a_wrong_token_is_unauthenticated(tcp_daemon) -> None:
     with qdp.Client(tcp_daemon.tcp, token="wrong") as c:
         with pytest.raises(qdp.Unauthenticated, match="token"):
