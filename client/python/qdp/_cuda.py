@@ -64,6 +64,7 @@ class _Cuda:
         self.rt.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
         self.rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
         self.check(self.drv.cuInit(0), "cuInit")
+        self._uuids: Dict[int, str] = {}
 
     @staticmethod
     def _load(names: List[str], sonames: List[str]) -> ctypes.CDLL:
@@ -91,13 +92,18 @@ class _Cuda:
                                  "CUDA_VISIBLE_DEVICES")
 
     def uuid(self, ordinal: int) -> str:
-        """The UUID of device ``ordinal`` as the daemon and nvidia-smi print it ("GPU-...")."""
+        """The UUID of device ``ordinal`` as the daemon and nvidia-smi print it ("GPU-..."); an
+        ordinal names one device for the life of the process, so it is asked once."""
+        known = self._uuids.get(ordinal)
+        if known is not None:
+            return known
         dev = ctypes.c_int()
         self.check(self.drv.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
         raw = ctypes.create_string_buffer(16)
         self.check(self.drv.cuDeviceGetUuid(raw, dev), "cuDeviceGetUuid")
         h = raw.raw.hex()
-        return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        self._uuids[ordinal] = f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        return self._uuids[ordinal]
 
     def open_handle(self, ordinal: int, handle: bytes) -> int:
         prev = ctypes.c_int()
