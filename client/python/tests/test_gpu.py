@@ -355,6 +355,26 @@ def test_out_into_a_slice_leaves_the_bytes_around_it_untouched(gpu) -> None:
     assert (host[:3] == SENTINEL).all() and (host[3 + (1 << q):] == SENTINEL).all()
 
 
+def test_an_out_tensor_is_checked_before_anything_is_sent(gpu) -> None:
+    """A CUDA tensor of the wrong dtype, not contiguous, or requiring grad: InvalidArgument on
+    field "out", and the tensor as it was."""
+    c, torch = gpu
+    needs_out(c)
+    x = np.full(4, 0.3)
+    t = torch.full((16,), SENTINEL, dtype=torch.complex64, device="cuda:0")
+    cases = [(t, dict(dtype="complex128"), "out is complex64 but dtype is 'complex128'"),
+             (torch.zeros(16, device="cuda:0"), {}, "torch.float32 tensor"),
+             (torch.zeros((4, 8), dtype=torch.complex64, device="cuda:0")[:, :4], {},
+              "not contiguous"),
+             (torch.zeros(16, dtype=torch.complex64, device="cuda:0", requires_grad=True), {},
+              "requires grad")]
+    for out, kw, words in cases:
+        with pytest.raises(qdp.InvalidArgument, match=words) as e:
+            c.encode(x, "angle", 4, out=out, **kw)
+        assert e.value.field == "out"
+    assert (t.cpu().numpy() == SENTINEL).all()
+
+
 def out_request(c: qdp.Client, t, offered: int, qubits: int = 10) -> object:
     """An angle encode of one sample into tensor t, offering `offered` bytes from its start."""
     from qdp import _cuda

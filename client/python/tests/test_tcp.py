@@ -51,6 +51,14 @@ def test_out_is_for_callers_on_the_node(remote: qdp.Client) -> None:
     with pytest.raises(qdp.PermissionDenied, match="daemon's node") as e:
         remote.call("Encode", r)
     assert e.value.field == "out"
+    # The same through an upload: refused once the data is in, and its memory given back.
+    r.input.ClearField("data")
+    r.input.rows, r.input.cols = 1, 2
+    with pytest.raises(qdp.PermissionDenied, match="daemon's node") as e:
+        remote._upload(r, memoryview(np.array([0.1, 0.2]).tobytes()))
+    assert e.value.field == "out"
+    with remote.encode([0.1, 0.2], "angle", 2) as s:  # and the daemon serves on
+        ref.close(s.numpy(), ref.angle([0.1, 0.2], 2), "complex128")
 
 
 def test_a_wrong_token_is_unauthenticated(tcp_daemon) -> None:
