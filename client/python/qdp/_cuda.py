@@ -16,11 +16,12 @@ None runs on the CPU backend; all are exercised only on a GPU node.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from .errors import FailedPrecondition, InvalidArgument, NotSupported
 from .records import NUMPY_DTYPES, Shard
@@ -105,18 +106,25 @@ class _Cuda:
         self._uuids[ordinal] = f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
         return self._uuids[ordinal]
 
-    def open_handle(self, ordinal: int, handle: bytes) -> int:
+    @contextlib.contextmanager
+    def on_device(self, ordinal: int) -> Iterator[None]:
+        """Makes ``ordinal`` this thread's current device, and the one before current again
+        after (torch and the caller's code rely on theirs)."""
         prev = ctypes.c_int()
         self.check(self.rt.cudaGetDevice(ctypes.byref(prev)), "cudaGetDevice")
         self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
         try:
+            yield
+        finally:
+            self.rt.cudaSetDevice(prev.value)
+
+    def open_handle(self, ordinal: int, handle: bytes) -> int:
+        with self.on_device(ordinal):
             ptr = ctypes.c_void_p()
             h = _IpcHandle.of(handle)
             self.check(self.rt.cudaIpcOpenMemHandle(ctypes.byref(ptr), h, _LAZY_PEER_ACCESS),
                        "cudaIpcOpenMemHandle")
             return int(ptr.value or 0)
-        finally:
-            self.rt.cudaSetDevice(prev.value)
 
     def close_handle(self, ptr: int) -> None:
         self.rt.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
@@ -124,10 +132,10 @@ class _Cuda:
     def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
         """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's
         offset in it."""
-        self.check(self.rt.cudaSetDevice(ordinal), "cudaSetDevice")
         h = _IpcHandle()
-        self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
-                   "cudaIpcGetMemHandle")
+        with self.on_device(ordinal):
+            self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
+                       "cudaIpcGetMemHandle")
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         fn = getattr(self.drv, "cuMemGetAddressRange_v2", None) or self.drv.cuMemGetAddressRange
         self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
