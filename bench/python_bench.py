@@ -11,7 +11,7 @@ qdp from client/python of this tree and qumat_qdp when it is importable (``pip i
   a  batch     16-qubit amplitude, batches of 64 from NumPy to complex128 torch tensors on the
                GPU: vectors/s. qdp: a client.empty() batch encoded in place, either into torch
                tensors allocated up front (encode(..., out=t): one call a batch; one at a time,
-               and with 2 and 3 batches in flight from as many threads) or into a resident
+               and with 2 and 4 batches in flight from as many threads) or into a resident
                state viewed with .torch(); for reference also after copying the batch in from
                another array. qumat: QdpEngine.encode of the NumPy batch and torch.from_dlpack,
                float64 and float32 input.
@@ -224,7 +224,7 @@ class Bench:
         src = {"float64": rng.uniform(-1, 1, size=(rows, dim))}
         src["float32"] = src["float64"].astype(np.float32)
         rates: Dict[str, float] = {}
-        modes = [("view", 1, False), ("out", 1, False), ("out", 2, False), ("out", 3, False),
+        modes = [("view", 1, False), ("out", 1, False), ("out", 2, False), ("out", 4, False),
                  ("view", 1, True), ("out", 2, True)]
         for dt in ("float64", "float32"):
             for tensor, depth, copy_in in modes:

@@ -284,7 +284,7 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
   rc = sumsq_staged(c, w, x, len, block, scales, ret_sums, reterr);
 out:
-  return cuda_stage_end(c, rc, reterr);
+  return cuda_stage_end_waited(c, &s->done, rc, reterr);
 }
 
 /* Pass 2 for a resident slice, in place: the amplitudes are written from the front of the buffer
@@ -422,7 +422,7 @@ qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w
     return rc;
   }
   rc = scale_staged(c, w, sumsq, scale_log2, reterr);
-  return cuda_stage_end(c, rc, reterr);
+  return cuda_stage_end_waited(c, &((struct cuda_scratch *)w->scratch)->done, rc, reterr);
 }
 
 uint32_t cuda_amp_part_log2(struct runtime_device *d, qdp_dtype in) {

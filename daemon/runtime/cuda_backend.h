@@ -146,6 +146,7 @@ struct cuda_scratch {
   const char *resident;
   uint64_t resident_stride;
   bool resident_external;
+  cudaEvent_t done; /* behind the job's work on this device, for cuda_stage_end_waited */
   struct cuda_scratch *next; /* in the device's spares */
 };
 
@@ -224,6 +225,12 @@ qdp_status cuda_stage_release(struct cuda_device *c, int slot, struct qdp_error 
 qdp_status cuda_stage_begin(struct cuda_device *c, struct qdp_error *reterr);
 qdp_status cuda_stage_end(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr);
 qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qdp_error *reterr);
+/* Ends a staged op whose results the host reads next (sums, a finished shard): the staging is
+ * handed back at once and then only the work queued so far is waited for, through *done (an
+ * event made on first use), so that the next holder queues its own work meanwhile instead of
+ * waiting for it too. On failure as stage_end. */
+qdp_status cuda_stage_end_waited(struct cuda_device *c, cudaEvent_t *done, qdp_status rc,
+                                 struct qdp_error *reterr);
 qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);
 

@@ -145,6 +145,9 @@ void cuda_scratch_free(struct cuda_scratch *s) {
   if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
     (void)cudaGetLastError();
   }
+  if (s->done && cudaEventDestroy(s->done) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
   free(s->host_sums);
   free(s);
 }

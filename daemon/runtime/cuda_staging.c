@@ -93,6 +93,24 @@ qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qd
   return QDP_OK;
 }
 
+qdp_status cuda_stage_end_waited(struct cuda_device *c, cudaEvent_t *done, qdp_status rc,
+                                 struct qdp_error *reterr) {
+  if (rc == QDP_OK && !*done) {
+    CU_TRY(rc, &c->base, "cudaEventCreateWithFlags",
+           cudaEventCreateWithFlags(done, cudaEventDisableTiming));
+  }
+  if (rc == QDP_OK) {
+    CU_TRY(rc, &c->base, "cudaEventRecord", cudaEventRecord(*done, c->stream));
+  }
+out:
+  if (rc != QDP_OK) {
+    return cuda_stage_end(c, rc, reterr);
+  }
+  pthread_mutex_unlock(&c->stage_lock);
+  cudaError_t err = cudaEventSynchronize(*done);
+  return err == cudaSuccess ? QDP_OK : cuda_failed(&c->base, err, "cudaEventSynchronize", reterr);
+}
+
 /* Whether dst is page-locked host memory (a region registered for the devices, FetchInto's
  * output): the copy engine then writes it directly, with no bounce through the staging. */
 static bool host_registered(const void *dst) {
