@@ -45,8 +45,10 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
                                          &g->pinned, err));
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
-  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, g->map.bytes, g, job_region_end,
-                                     handle, ret->token, &ret->meta, err));
+  /* Swept by the kernel's pid of the caller, never one the request declares: that is a label,
+   * and in another pid namespace not even this daemon's number for the process. */
+  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, caller->pid, g->map.bytes, g,
+                                     job_region_end, handle, ret->token, &ret->meta, err));
   ret->sealed = g->map.sealed != 0;
   ret->pinned = g->pinned;
   ret->writable = writable;

@@ -14,6 +14,7 @@
 #include "alloc_shim.h"
 #include "common.h"
 #include "job/job.h"
+#include "state/capability.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -415,6 +416,62 @@ END_TEST
 /* FetchInto: the amplitudes land in the caller's writable region, byte for byte what Fetch reads;
  * a range past its end, another identity, a read-only region and a region cut under the write are
  * refused, the last as DATA_LOSS for good. */
+static void count_swept(const struct region_meta *m, void *arg) {
+  struct region_meta *last = arg;
+  *last = *m;
+}
+
+static uint32_t regions_registered(uint64_t *ret_bytes) {
+  struct job_status js;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(job_status(fx.jp, &js, &e), e);
+  uint32_t n = js.regions;
+  *ret_bytes = js.region_bytes;
+  job_status_free(&js);
+  return n;
+}
+
+/* The sweep unregisters the region of a caller whose process is gone (the fixture's lease_grace
+ * is 0), and none of a live process or of a caller with no process on the node (pid 0, TCP). */
+START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  int fd = memfd_create("qdp-test-sweep", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(fd, 8192), 0);
+  struct job_caller dead = {.owner = "uid:1000", .pid = qdpt_dead_pid()};
+  struct job_caller live = {.owner = "uid:1000", .pid = (int)getpid()};
+  struct job_region_info gone, kept, tcp;
+  CK_OK(job_register_region(fx.jp, &dead, dup(fd), "gone", true, &gone, &e), e);
+  CK_OK(job_register_region(fx.jp, &live, dup(fd), "kept", false, &kept, &e), e);
+  CK_OK(job_register_region(fx.jp, &alice, dup(fd), "tcp", false, &tcp, &e), e);
+  ck_assert_int_eq(gone.meta.pid, dead.pid);
+  uint64_t bytes = 0;
+  ck_assert_uint_eq(regions_registered(&bytes), 3);
+  ck_assert_uint_eq(bytes, 3 * 8192);
+  struct region_meta last;
+  memset(&last, 0, sizeof last);
+  struct job_expiry ex;
+  job_expire(fx.jp, capability_now_unix_ms(), count_swept, &last, &ex);
+  ck_assert_uint_eq(ex.regions, 1);
+  ck_assert_uint_eq(ex.states, 0);
+  ck_assert_uint_eq(ex.leases, 0);
+  ck_assert_str_eq(last.handle, gone.meta.handle);
+  ck_assert_str_eq(last.owner, "uid:1000");
+  ck_assert_uint_eq(last.bytes, 8192);
+  ck_assert_uint_eq(regions_registered(&bytes), 2);
+  ck_assert_uint_eq(bytes, 2 * 8192);
+  /* Gone as if unregistered: its handle is unknown. */
+  ck_assert_int_eq(job_unregister_region(fx.jp, gone.meta.handle, gone.token, NULL, &e),
+                   QDP_ERR_NOT_FOUND);
+  job_expire(fx.jp, capability_now_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
+  ck_assert_uint_eq(ex.regions, 0);
+  CK_OK(job_unregister_region(fx.jp, kept.meta.handle, kept.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, tcp.meta.handle, tcp.token, NULL, &e), e);
+  ck_assert_uint_eq(regions_registered(&bytes), 0);
+  ck_assert_uint_eq(bytes, 0);
+  close(fd);
+}
+END_TEST
+
 START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   const double v[2] = {3, 4};
   struct job_encode_request req = amplitude_of(v, 2, 1);
@@ -709,6 +766,7 @@ int main(void) {
   tcase_add_test(tc, test_fetch_reads_a_window_and_refuses_past_the_end);
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_fetch_into_writes_the_callers_writable_region);
+  tcase_add_test(tc, test_expiry_unregisters_the_regions_of_exited_processes);
   tcase_add_test(tc, test_cuda_ipc_input_names_the_gpus_the_daemon_owns);
   tcase_add_test(tc, test_out_refuses_the_request_then_the_cpu_backend);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);
