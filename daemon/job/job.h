@@ -281,14 +281,24 @@ struct job_region_info {
   char token[REGION_TOKEN_LEN];
   bool sealed, pinned, writable;
 };
-/* Maps the shared memory handed over on fd (taken) whole, page-locks it when the backend wants
- * that, and files it under the caller and its process (caller->pid, the kernel's word: a region
- * of a process that exited without unregistering it is swept by job_expire; pid 0, a TCP caller
- * with no process on the node, never is); refused before anything is mapped past max_regions.
- * writable: mapped read-write MAP_SHARED, an output of job_fetch_into too (fd must be O_RDWR,
- * handed over for writing: the transport checks the ticket's access). */
-qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
-                               const char *what, bool writable, struct job_region_info *ret,
+struct job_region_request {
+  int fd;           /* the shared memory the caller handed over: taken */
+  const char *what; /* how messages name it */
+  /* Mapped read-write MAP_SHARED, an output of job_fetch_into too (fd must be O_RDWR, handed over
+   * for writing: the transport checks the ticket's access). */
+  bool writable;
+  /* Outlives the caller's process: never swept, only unregistered (a region one program
+   * registers for others to name). */
+  bool keep;
+};
+
+/* Maps the shared memory of req->fd whole, page-locks it when the backend wants that, and files
+ * it under the caller and, unless req->keep, its process (caller->pid, the kernel's word: a
+ * region of a process that exited without unregistering it is swept by job_expire; pid 0, a TCP
+ * caller with no process on the node, never is); refused before anything is mapped past
+ * max_regions. */
+qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller,
+                               const struct job_region_request *req, struct job_region_info *ret,
                                struct qdp_error *reterr);
 
 struct job_fetch_into_request {

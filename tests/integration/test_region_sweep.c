@@ -2,13 +2,14 @@
  * real qdpd (with_qdpd.sh, --expire-interval 1 --lease-grace 1) finds the registering process
  * gone at a sweep and unregisters its regions a grace later, as UnregisterRegion would: Status
  * counts neither them nor their bytes, and the log names each one. A live process's region is
- * never swept, however many sweeps pass.
+ * never swept, however many sweeps pass, nor one registered with QDP_REGION_KEEP.
  *
  * The killed process is this program again (`test_region_sweep hold`), started with posix_spawn:
  * a forked copy of a process with gRPC's threads would not survive, and its own connection makes
  * the kernel name its own pid as the regions' process.
- * Usage: test_region_sweep        (QDP_TARGET, QDPD_LOG set by with_qdpd.sh)
- *        test_region_sweep hold   (registers two regions, prints them, waits to be killed) */
+ * Usage: test_region_sweep             (QDP_TARGET, QDPD_LOG set by with_qdpd.sh)
+ *        test_region_sweep hold [keep] (registers two regions, kept or not, prints their handles
+ *                                       and tokens, waits to be killed) */
 #include <check.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -96,9 +97,9 @@ static int memfd_of(uint64_t bytes) {
   return fd;
 }
 
-/* `hold`: registers the two regions from a connection of its own, tells the parent their
- * handles, and waits to be killed without unregistering them. */
-static int hold(void) {
+/* `hold`: registers the two regions from a connection of its own (with `flags`), tells the
+ * parent their handles and tokens, and waits to be killed without unregistering them. */
+static int hold(unsigned flags) {
   qdp_client *c = NULL;
   struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
   o.client_name = "region-sweep-holder@test:1";
@@ -111,12 +112,13 @@ static int hold(void) {
   if (fro < 0 || frw < 0) {
     return 1;
   }
-  if (qdp_region_register(c, NULL, (int)getpid(), fro, &ro) != QDP_OK ||
-      qdp_region_register_writable(c, NULL, (int)getpid(), frw, &rw) != QDP_OK) {
+  if (qdp_region_register_flags(c, NULL, (int)getpid(), fro, flags, &ro) != QDP_OK ||
+      qdp_region_register_flags(c, NULL, (int)getpid(), frw, flags | QDP_REGION_WRITABLE, &rw) !=
+          QDP_OK) {
     fprintf(stderr, "holder: %s\n", qdp_last_error()->msg);
     return 1;
   }
-  printf("%s %s %d\n", ro.handle, rw.handle, (int)getpid());
+  printf("%s %s %s %s %d\n", ro.handle, ro.token, rw.handle, rw.token, (int)getpid());
   fflush(stdout);
   for (;;) {
     pause();
@@ -125,26 +127,26 @@ static int hold(void) {
 
 struct holder {
   pid_t pid;
-  char ro[64], rw[64];
+  char ro[64], ro_token[64], rw[64], rw_token[64];
 };
 
-/* Starts `test_region_sweep hold` and reads its line once its regions are registered. */
-static void start_holder(struct holder *h) {
+/* Starts `test_region_sweep hold [keep]` and reads its line once its regions are registered. */
+static void start_holder(struct holder *h, bool keep) {
   int p[2];
   ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], STDOUT_FILENO);
-  char *argv[] = {self, (char *)"hold", NULL};
+  char *argv[] = {self, (char *)"hold", keep ? (char *)"keep" : NULL, NULL};
   ck_assert_int_eq(posix_spawn(&h->pid, self, &fa, NULL, argv, environ), 0);
   posix_spawn_file_actions_destroy(&fa);
   close(p[1]);
   FILE *f = fdopen(p[0], "r");
   ck_assert_ptr_nonnull(f);
   int pid = 0;
-  int got = fscanf(f, "%63s %63s %d", h->ro, h->rw, &pid);
+  int got = fscanf(f, "%63s %63s %63s %63s %d", h->ro, h->ro_token, h->rw, h->rw_token, &pid);
   fclose(f);
-  ck_assert_msg(got == 3 && pid == h->pid, "the holder (pid %d) printed %d fields", (int)h->pid,
+  ck_assert_msg(got == 5 && pid == h->pid, "the holder (pid %d) printed %d fields", (int)h->pid,
                 got);
 }
 
@@ -179,7 +181,7 @@ START_TEST(test_a_killed_process_s_regions_are_unregistered) {
   uint64_t bytes = 1;
   ck_assert_uint_eq(registered(&bytes), 0);
   struct holder h;
-  start_holder(&h);
+  start_holder(&h, false);
   ck_assert_uint_eq(registered(&bytes), 2);
   ck_assert_uint_eq(bytes, HOLD_RO_BYTES + HOLD_RW_BYTES);
   kill_holder(&h);
@@ -197,7 +199,7 @@ START_TEST(test_a_live_process_s_region_outlasts_the_sweeps) {
   struct qdp_region_info mine = QDP_REGION_INFO_INIT;
   CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &mine));
   struct holder h;
-  start_holder(&h);
+  start_holder(&h, false);
   kill_holder(&h);
   uint64_t bytes = 0;
   ck_assert_uint_eq(wait_registered(1, &bytes), 1);
@@ -230,9 +232,25 @@ START_TEST(test_a_live_process_s_region_outlasts_the_sweeps) {
 }
 END_TEST
 
+START_TEST(test_kept_regions_outlive_their_killed_process) {
+  struct holder h;
+  start_holder(&h, true);
+  kill_holder(&h);
+  /* Three sweeps, each past the grace: kept, they stay, and this identity may still use them. */
+  sleep_ms(3500);
+  uint64_t bytes = 0;
+  ck_assert_uint_eq(registered(&bytes), 2);
+  ck_assert_uint_eq(bytes, HOLD_RO_BYTES + HOLD_RW_BYTES);
+  CK_QDP(qdp_region_unregister(cl, h.ro, h.ro_token));
+  CK_QDP(qdp_region_unregister(cl, h.rw, h.rw_token));
+  ck_assert_uint_eq(registered(&bytes), 0);
+  ck_assert_uint_eq(bytes, 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
-  if (argc == 2 && strcmp(argv[1], "hold") == 0) {
-    return hold();
+  if (argc >= 2 && strcmp(argv[1], "hold") == 0) {
+    return hold(argc == 3 && strcmp(argv[2], "keep") == 0 ? QDP_REGION_KEEP : 0);
   }
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
@@ -246,6 +264,7 @@ int main(int argc, char **argv) {
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_add_test(t, test_a_killed_process_s_regions_are_unregistered);
   tcase_add_test(t, test_a_live_process_s_region_outlasts_the_sweeps);
+  tcase_add_test(t, test_kept_regions_outlive_their_killed_process);
   suite_add_tcase(s, t);
   return qdpt_run_suite(s, CK_NOFORK);
 }
