@@ -178,13 +178,20 @@ qdp_status qdp_get_health(qdp_client *c, qdp_health *ret) {
 
 /* ---- Registered regions ---- */
 
-static qdp_status region_register(qdp_client *c, const char *name, int pid, int fd,
-                                  bool writable, struct qdp_region_info *ret_info) {
+qdp_status qdp_region_register_flags(qdp_client *c, const char *name, int pid, int fd,
+                                     unsigned flags, struct qdp_region_info *ret_info) {
   qdp__err_reset();
   qdp_status rc = qdp__check_ret(qdp__check_client(c), ret_info);
   if (rc != QDP_OK) {
     return rc;
   }
+  if (flags & ~(unsigned)(QDP_REGION_WRITABLE | QDP_REGION_KEEP)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "flags",
+                          "Unknown region flags 0x%x (known: QDP_REGION_WRITABLE 0x%x, "
+                          "QDP_REGION_KEEP 0x%x).",
+                          flags, (unsigned)QDP_REGION_WRITABLE, (unsigned)QDP_REGION_KEEP);
+  }
+  bool writable = (flags & QDP_REGION_WRITABLE) != 0;
   if (ret_info->struct_size < sizeof *ret_info) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret_info",
                           "The region info is too short; initialise it with QDP_REGION_INFO_INIT.");
@@ -196,6 +203,7 @@ static qdp_status region_register(qdp_client *c, const char *name, int pid, int 
   }
   Qdp__RegisterRegionRequest req = QDP__REGISTER_REGION_REQUEST__INIT;
   req.writable = writable;
+  req.keep = (flags & QDP_REGION_KEEP) != 0;
   if (name && *name) {
     req.name = (char *)name;
   } else {
@@ -234,12 +242,12 @@ static qdp_status region_register(qdp_client *c, const char *name, int pid, int 
 
 qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
                                struct qdp_region_info *ret_info) {
-  return region_register(c, name, pid, fd, false, ret_info);
+  return qdp_region_register_flags(c, name, pid, fd, 0, ret_info);
 }
 
 qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid, int fd,
                                         struct qdp_region_info *ret_info) {
-  return region_register(c, name, pid, fd, true, ret_info);
+  return qdp_region_register_flags(c, name, pid, fd, QDP_REGION_WRITABLE, ret_info);
 }
 
 qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token) {

@@ -445,7 +445,9 @@ struct qdp_region_info {
  * rights); the descriptor is handed to the daemon, so a Unix socket target is needed. The
  * daemon maps the whole object once
  * (and pins it on GPUs); encodes then name it with qdp_input.region / region_token. ret_info must
- * be initialised with QDP_REGION_INFO_INIT. */
+ * be initialised with QDP_REGION_INFO_INIT. The region stays registered until
+ * qdp_region_unregister, or until this process has been gone for the daemon's lease_grace (since
+ * 0.6; QDP_REGION_KEEP: until unregistered). */
 QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int pid, int fd,
                                           struct qdp_region_info *ret_info);
 
@@ -454,6 +456,19 @@ QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int p
  * an output of qdp_fetch_into as well as an input. */
 QDP_EXPORT qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid,
                                                    int fd, struct qdp_region_info *ret_info);
+
+/* Flags of qdp_region_register_flags (since 0.6), or'ed together. */
+enum {
+  QDP_REGION_WRITABLE = 1u, /* as qdp_region_register_writable */
+  /* The region outlives this process, until qdp_region_unregister (or the daemon's exit): for a
+   * region one program registers for others to name, as `qdpctl region add` does. */
+  QDP_REGION_KEEP = 2u,
+};
+
+/* qdp_region_register with flags (since 0.6); unknown flags are INVALID_ARGUMENT. A daemon that
+ * predates QDP_REGION_KEEP ignores it, and unregisters no region by itself either. */
+QDP_EXPORT qdp_status qdp_region_register_flags(qdp_client *c, const char *name, int pid, int fd,
+                                                unsigned flags, struct qdp_region_info *ret_info);
 
 /* Forgets a region; an encode reading it finishes first. */
 QDP_EXPORT qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *token);

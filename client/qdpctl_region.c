@@ -17,6 +17,7 @@ static const char region_help[] =
     "then reads it in place, as many times as needed, without mapping it again. The region is\n"
     "named by its shm_open NAME, or by an open fd of a process (/proc/PID/fd/FD); qdpctl opens it\n"
     "with your rights and hands the descriptor to qdpd (so it must run on qdpd's node).\n"
+    "The region stays registered after qdpctl exits, until rm (or qdpd stops).\n"
     "rm unregisters it; an encode reading it finishes first.\n"
     "\n"
     "Examples:\n"
@@ -102,7 +103,8 @@ static int region_parse(struct global *g, int argc, char **argv, struct region_a
 
 static int region_add(struct global *g, qdp_client *c, const struct region_args *a) {
   struct qdp_region_info ri = QDP_REGION_INFO_INIT;
-  if (qdp_region_register(c, a->name, a->pid, a->fd, &ri) != QDP_OK) {
+  /* Kept: the region is for later commands to name, so it must outlive this one's process. */
+  if (qdp_region_register_flags(c, a->name, a->pid, a->fd, QDP_REGION_KEEP, &ri) != QDP_OK) {
     return fail(g, "region");
   }
   if (g->json) {

@@ -266,6 +266,10 @@ START_TEST(test_calls_check_their_arguments_before_any_rpc) {
   ck_assert_int_eq(qdp_encode(c, &eo, &in, &s), QDP_ERR_SYSTEM);
   ck_assert_int_eq(qdp_last_error()->remote, 0);
   ck_assert_int_eq(qdp_fetch_npy(c, "h", "t", NULL, "", 0), QDP_ERR_INVALID_ARGUMENT);
+  struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+  ck_assert_int_eq(qdp_region_register_flags(c, "/x", 0, -1, 8u, &ri), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "flags");
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "0x8"));
   qdp_client_destroy(c);
   /* Destructors take NULL. */
   qdp_client_destroy(NULL);

@@ -90,7 +90,7 @@ static const struct config_option options[] = {
     OPT(expire_interval, CONFIG_SECONDS, "10", 1, 3600, "seconds", false, NULL,
         "how often states past their lifetime are released"),
     OPT(lease_grace, CONFIG_SECONDS, "30", 0, 86400, "seconds", false, NULL,
-        "how long a view lease outlives its exited client process"),
+        "how long a view lease or registered region outlives its exited client process"),
     OPT(max_qubits, CONFIG_U64, "40", 1, 60, "count", true, NULL, "qubits one request may ask for"),
     OPT(max_batch, CONFIG_U64, "1048576", 1, UINT64_C(1) << 40, "count", true, NULL,
         "samples one request may carry"),

@@ -2,6 +2,8 @@
 #include "common.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static uint64_t rng_state;
 
@@ -30,6 +32,16 @@ void *qdpt_xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   ck_assert_msg(p != NULL, "calloc of %zu x %zu bytes failed", n, size);
   return p;
+}
+
+int qdpt_dead_pid(void) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    _exit(0);
+  }
+  ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+  return (int)pid;
 }
 
 int qdpt_run_suite(Suite *s, enum fork_status fork) {

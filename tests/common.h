@@ -56,6 +56,10 @@ double qdpt_rng_uniform(double lo, double hi); /* in [lo, hi) */
 void *qdpt_xmalloc(size_t bytes);
 void *qdpt_xcalloc(size_t n, size_t size);
 
+/* A pid that existed and no longer does: a child that exited and was reaped (the sweeps of
+ * exited clients' leases and regions). Forks: not for a process with gRPC or CUDA threads. */
+int qdpt_dead_pid(void);
+
 /* Runs every test of s with fork status `fork` (CK_FORK_GETENV: as CK_FORK says; CK_NOFORK where a
  * CUDA context or a daemon connection must not be forked) and frees it; returns main's exit
  * status: 1 when any test failed, else 0. */

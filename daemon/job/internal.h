@@ -13,6 +13,7 @@ struct job_pipeline {
   struct world *world;
   struct state_store *store;
   struct region_registry *regions;
+  uint64_t lease_grace_ms; /* how long a region outlives its exited process */
   /* The devices' fixed facts (names, UUIDs) for naming shards: every rank's, planner order. */
   struct runtime_device_info *devs;
   size_t ndev;

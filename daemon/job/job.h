@@ -37,6 +37,9 @@ struct job_deps {
   struct world *world; /* the ranks jobs are planned over */
   struct state_store *store;
   uint32_t max_regions; /* 0 = unlimited */
+  /* A region whose registering process has been gone this long is unregistered by job_expire,
+   * as the store ends such a process's view leases (lease_grace). */
+  uint64_t lease_grace_ms;
   const struct io_file_id *own_files; /* the daemon's own files: never written for a caller */
   size_t nown;
 };
@@ -278,12 +281,24 @@ struct job_region_info {
   char token[REGION_TOKEN_LEN];
   bool sealed, pinned, writable;
 };
-/* Maps the shared memory handed over on fd (taken) whole, page-locks it when the backend wants
- * that, and files it under the caller; refused before anything is mapped past max_regions.
- * writable: mapped read-write MAP_SHARED, an output of job_fetch_into too (fd must be O_RDWR,
- * handed over for writing: the transport checks the ticket's access). */
-qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
-                               const char *what, bool writable, struct job_region_info *ret,
+struct job_region_request {
+  int fd;           /* the shared memory the caller handed over: taken */
+  const char *what; /* how messages name it */
+  /* Mapped read-write MAP_SHARED, an output of job_fetch_into too (fd must be O_RDWR, handed over
+   * for writing: the transport checks the ticket's access). */
+  bool writable;
+  /* Outlives the caller's process: never swept, only unregistered (a region one program
+   * registers for others to name). */
+  bool keep;
+};
+
+/* Maps the shared memory of req->fd whole, page-locks it when the backend wants that, and files
+ * it under the caller and, unless req->keep, its process (caller->pid, the kernel's word: a
+ * region of a process that exited without unregistering it is swept by job_expire; pid 0, a TCP
+ * caller with no process on the node, never is); refused before anything is mapped past
+ * max_regions. */
+qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller,
+                               const struct job_region_request *req, struct job_region_info *ret,
                                struct qdp_error *reterr);
 
 struct job_fetch_into_request {
@@ -330,10 +345,19 @@ struct job_status {
 qdp_status job_status(struct job_pipeline *jp, struct job_status *ret, struct qdp_error *reterr);
 void job_status_free(struct job_status *st); /* NULL-safe */
 
-/* Releases the states past their lifetime and ends the leases of exited clients, as of
- * now_unix_ms (how many of each), and gives back device memory kept for reuse that has gone
- * unused (runtime_mesh_trim). */
-void job_expire(struct job_pipeline *jp, int64_t now_unix_ms, size_t *ret_states,
-                size_t *ret_leases);
+/* What one sweep of job_expire ended. */
+struct job_expiry {
+  size_t states;  /* released past their lifetime */
+  size_t leases;  /* view leases of exited processes */
+  size_t regions; /* regions of exited processes, unregistered */
+};
+
+/* Releases the states past their lifetime, ends the leases and unregisters the regions of
+ * processes gone for lease_grace, as of now_unix_ms, and gives back device memory kept for reuse
+ * that has gone unused (runtime_mesh_trim). region (may be NULL) gets the record of each region
+ * swept, for the log. Blocks while memory is freed and regions unpinned: a worker's call. */
+void job_expire(struct job_pipeline *jp, int64_t now_unix_ms,
+                void (*region)(const struct region_meta *meta, void *arg), void *arg,
+                struct job_expiry *ret);
 
 #endif /* QDP_JOB_H */

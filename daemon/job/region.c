@@ -18,12 +18,14 @@ void job_region_end(void *payload) {
   free(g);
 }
 
-qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller, int fd,
-                               const char *what, bool writable, struct job_region_info *ret,
+qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller,
+                               const struct job_region_request *req, struct job_region_info *ret,
                                struct qdp_error *err) {
   qdp_status rc = QDP_OK;
   struct job_region *g = NULL;
   bool reserved = false;
+  int fd = req->fd;
+  bool writable = req->writable;
   /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
   QDP_TRY(rc, region_registry_reserve(jp->regions, err));
   reserved = true;
@@ -36,7 +38,8 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   g->mesh = jp->mesh;
   g->writable = writable;
   atomic_init(&g->lost, false);
-  rc = io_map_fd(fd, what, 0, 0, IO_MAP_WHOLE | (writable ? IO_MAP_WRITABLE : 0), &g->map, err);
+  rc =
+      io_map_fd(fd, req->what, 0, 0, IO_MAP_WHOLE | (writable ? IO_MAP_WRITABLE : 0), &g->map, err);
   fd = -1; /* taken */
   if (rc != QDP_OK) {
     goto out;
@@ -45,8 +48,11 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
                                          &g->pinned, err));
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
-  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, g->map.bytes, g, job_region_end,
-                                     handle, ret->token, &ret->meta, err));
+  /* Swept by the kernel's pid of the caller, never one the request declares: that is a label,
+   * and in another pid namespace not even this daemon's number for the process. */
+  int pid = req->keep ? 0 : caller->pid;
+  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, pid, g->map.bytes, g,
+                                     job_region_end, handle, ret->token, &ret->meta, err));
   ret->sealed = g->map.sealed != 0;
   ret->pinned = g->pinned;
   ret->writable = writable;

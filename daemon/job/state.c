@@ -46,6 +46,7 @@ qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline 
   }
   QDP_TRY(rc, io_guard_install(err));
   QDP_TRY(rc, region_registry_create(deps->max_regions, &jp->regions, err));
+  jp->lease_grace_ms = deps->lease_grace_ms;
   *ret = jp;
   jp = NULL;
 out:
@@ -446,10 +447,14 @@ void job_status_free(struct job_status *st) {
   memset(st, 0, sizeof *st);
 }
 
-void job_expire(struct job_pipeline *jp, int64_t now_unix_ms, size_t *ret_states,
-                size_t *ret_leases) {
+void job_expire(struct job_pipeline *jp, int64_t now_unix_ms,
+                void (*region)(const struct region_meta *meta, void *arg), void *arg,
+                struct job_expiry *ret) {
   /* Releasing states frees device memory: a worker's call, never the loop's. */
-  *ret_states = state_store_expire(jp->store, now_unix_ms);
-  *ret_leases = state_store_sweep_leases(jp->store, now_unix_ms);
+  ret->states = state_store_expire(jp->store, now_unix_ms);
+  ret->leases = state_store_sweep_leases(jp->store, now_unix_ms);
+  /* A region's pages stay mapped (and pinned, on GPUs) for as long as it is registered; a client
+   * killed before it unregistered has nobody left to do it. */
+  ret->regions = region_registry_sweep(jp->regions, now_unix_ms, jp->lease_grace_ms, region, arg);
   runtime_mesh_trim(jp->mesh);
 }

@@ -901,14 +901,19 @@ void rpc_h_register_region(struct rpc_job *j) {
   /* A writable region is written by FetchInto: its descriptor must have been handed over for
    * writing, so the daemon writes only where the caller could. */
   enum fd_access access = r->writable ? FD_ACCESS_WRITE : FD_ACCESS_READ;
-  if (take_fd(c, r->fd_ticket, access, what, "fd_ticket", &fd, &err) != QDP_OK ||
-      job_register_region(s->jobs, &who, fd, what, r->writable, &ri, &err) != QDP_OK) {
+  if (take_fd(c, r->fd_ticket, access, what, "fd_ticket", &fd, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s)", c->client, ri.meta.handle,
+  struct job_region_request req = {
+      .fd = fd, .what = what, .writable = r->writable, .keep = r->keep};
+  if (job_register_region(s->jobs, &who, &req, &ri, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s%s)", c->client, ri.meta.handle,
            ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "",
-           ri.writable ? ", writable" : "");
+           ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
   Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
   m.handle = ri.meta.handle;
   m.token = ri.token;

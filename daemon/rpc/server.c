@@ -615,16 +615,24 @@ static void cq_main(void *arg) {
 /* ---- expiry
  * --------------------------------------------------------------------------------------- */
 
+/* One line per region swept: whose it was and what it held, as UnregisterRegion logs. */
+static void log_swept_region(const struct region_meta *m, void *arg) {
+  (void)arg;
+  log_info("rpc", "unregistered region %s of %s (%" PRIu64 " B): its process %d has exited",
+           m->handle, m->owner, m->bytes, m->pid);
+}
+
 static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
   /* Releasing states frees device memory: a worker's job, never the loop's. */
-  size_t n = 0, leases = 0;
-  job_expire(s->jobs, rpc_now_unix_ms(), &n, &leases);
+  struct job_expiry ex;
+  job_expire(s->jobs, rpc_now_unix_ms(), log_swept_region, NULL, &ex);
+  size_t n = ex.states;
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
              n == 1 ? "its" : "their");
   }
-  n = leases;
+  n = ex.leases;
   if (n > 0) {
     log_info("rpc", "ended %zu view lease%s of exited clients", n, n == 1 ? "" : "s");
   }
@@ -835,6 +843,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
                         .world = deps->world,
                         .store = deps->store,
                         .max_regions = (uint32_t)cfg->max_regions,
+                        .lease_grace_ms = cfg->lease_grace * 1000,
                         .own_files = s->own,
                         .nown = s->nown};
   QDP_TRY(rc, job_pipeline_create(&jd, &s->jobs, reterr));

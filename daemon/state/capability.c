@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -51,4 +52,18 @@ int64_t capability_now_unix_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool capability_pid_gone(int pid, int64_t now, uint64_t grace_ms, int64_t *gone_since) {
+  if (pid == 0) {
+    return false;
+  }
+  if (kill(pid, 0) == 0 || errno != ESRCH) {
+    *gone_since = 0;
+    return false;
+  }
+  if (*gone_since == 0) {
+    *gone_since = now;
+  }
+  return now - *gone_since >= (int64_t)grace_ms;
 }

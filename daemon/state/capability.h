@@ -1,6 +1,6 @@
 /* capability.h — what the state store and the region registry share to name things a client may
- * hold: random hex strings for handles and tokens, the constant-time token comparison, and the
- * wall clock their records carry. Any thread. */
+ * hold: random hex strings for handles and tokens, the constant-time token comparison, the wall
+ * clock their records carry, and the test their sweeps make of a client's process. Any thread. */
 #ifndef QDP_STATE_CAPABILITY_H
 #define QDP_STATE_CAPABILITY_H
 
@@ -19,5 +19,13 @@ qdp_status capability_random_hex(char *out, size_t nbytes, struct qdp_error *ret
 bool capability_equal(const char *want, const char *given, size_t len);
 
 int64_t capability_now_unix_ms(void);
+
+/* Whether process pid has been gone for grace_ms as of now_unix_ms: what ends a view lease and a
+ * registered region of a client that exited without closing them. Gone means kill(pid, 0) fails
+ * with ESRCH (EPERM: it exists, as another user's; a zombie exists until it is reaped).
+ * *gone_since_ms is the caller's record for this pid, 0 while the process exists: the first call
+ * that finds it gone sets it to now_unix_ms, from which the grace counts, and a call that finds it
+ * again clears it. pid 0 (no process known) is never gone. */
+bool capability_pid_gone(int pid, int64_t now_unix_ms, uint64_t grace_ms, int64_t *gone_since_ms);
 
 #endif /* QDP_STATE_CAPABILITY_H */

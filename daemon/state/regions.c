@@ -27,6 +27,8 @@ struct region {
   void (*payload_end)(void *);
   uint32_t pins;
   bool linked;
+  int64_t gone_since_ms;     /* when a sweep first found meta.pid gone; 0 while it exists */
+  struct region *swept_next; /* on a sweep's list, pinned by the sweep until it reports it */
 };
 
 struct region_registry {
@@ -110,9 +112,9 @@ static struct region *find(struct region_registry *r, const char *handle) {
   return NULL;
 }
 
-qdp_status region_registry_commit(struct region_registry *r, const char *owner, uint64_t bytes,
-                                  void *payload, void (*payload_end)(void *), char *ret_handle,
-                                  char *ret_token, struct region_meta *ret_meta,
+qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
+                                  uint64_t bytes, void *payload, void (*payload_end)(void *),
+                                  char *ret_handle, char *ret_token, struct region_meta *ret_meta,
                                   struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct region *e = NULL;
@@ -123,6 +125,13 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
   if (olen >= OWNER_MAX) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
                        "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
+    goto out;
+  }
+  if (pid < 0) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "pid",
+                       "a region's process id %d is negative: give the registering process's, "
+                       "or 0 for none",
+                       pid);
     goto out;
   }
   if (!payload) {
@@ -139,6 +148,7 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
   QDP_TRY(rc, capability_random_hex(e->token, TOKEN_BYTES, reterr));
   memcpy(e->meta.owner, owner, olen + 1);
   e->meta.bytes = bytes;
+  e->meta.pid = pid;
   e->meta.created_unix_ms = capability_now_unix_ms();
   e->payload = payload;
   e->payload_end = payload_end;
@@ -218,6 +228,17 @@ static void drop(struct region_registry *r, struct region *e) {
   }
 }
 
+/* Takes one pin off e; returns e, off the list, when that was the last hold of an unlinked
+ * region and it must end (outside the lock). Under the lock. */
+static struct region *unpin(struct region_registry *r, struct region *e) {
+  e->pins--;
+  if (e->pins || e->linked) {
+    return NULL;
+  }
+  drop(r, e);
+  return e;
+}
+
 void region_registry_put(struct region_registry *r, void *payload) {
   if (!r || !payload) {
     return;
@@ -226,11 +247,7 @@ void region_registry_put(struct region_registry *r, void *payload) {
   pthread_mutex_lock(&r->mu);
   for (struct region *e = r->head; e; e = e->next) {
     if (e->payload == payload && e->pins) {
-      e->pins--;
-      if (!e->pins && !e->linked) {
-        drop(r, e);
-        dead = e;
-      }
+      dead = unpin(r, e);
       break;
     }
   }
@@ -238,6 +255,15 @@ void region_registry_put(struct region_registry *r, void *payload) {
   if (dead) {
     end_region(dead);
   }
+}
+
+/* Unlinks e: clients can no longer name it, and its slot and bytes are free at once. It stays on
+ * the list while pinned. Under the lock. */
+static void unlink_region(struct region_registry *r, struct region *e) {
+  e->linked = false;
+  r->regions--;
+  r->slots--;
+  r->bytes -= e->meta.bytes;
 }
 
 qdp_status region_registry_remove(struct region_registry *r, const char *handle, const char *token,
@@ -250,10 +276,7 @@ qdp_status region_registry_remove(struct region_registry *r, const char *handle,
     return not_found(handle, reterr);
   }
   uint64_t bytes = e->meta.bytes;
-  e->linked = false;
-  r->regions--;
-  r->slots--;
-  r->bytes -= bytes;
+  unlink_region(r, e);
   if (!e->pins) {
     drop(r, e);
     dead = e;
@@ -266,6 +289,39 @@ qdp_status region_registry_remove(struct region_registry *r, const char *handle,
     *ret_bytes = bytes;
   }
   return QDP_OK;
+}
+
+size_t region_registry_sweep(struct region_registry *r, int64_t now, uint64_t grace_ms,
+                             void (*swept)(const struct region_meta *meta, void *arg), void *arg) {
+  struct region *list = NULL;
+  size_t n = 0;
+  pthread_mutex_lock(&r->mu);
+  for (struct region *e = r->head; e; e = e->next) {
+    if (e->linked && capability_pid_gone(e->meta.pid, now, grace_ms, &e->gone_since_ms)) {
+      /* Unlinked as Unregister would, and pinned by the sweep itself, so that its record lasts
+       * until it is reported even if a job's last put lands meanwhile. */
+      unlink_region(r, e);
+      e->pins++;
+      e->swept_next = list;
+      list = e;
+      n++;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  while (list) {
+    struct region *e = list;
+    list = e->swept_next;
+    if (swept) {
+      swept(&e->meta, arg);
+    }
+    pthread_mutex_lock(&r->mu);
+    struct region *dead = unpin(r, e);
+    pthread_mutex_unlock(&r->mu);
+    if (dead) {
+      end_region(dead);
+    }
+  }
+  return n;
 }
 
 void region_registry_usage(struct region_registry *r, uint32_t *ret_count, uint64_t *ret_bytes) {

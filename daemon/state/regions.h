@@ -11,11 +11,18 @@
  * Registration is two steps so the limit is checked before anything is mapped: reserve a slot
  * (RESOURCE_EXHAUSTED past max_regions), then commit it with the payload or cancel it.
  *
+ * A region records the process that registered it, as the kernel named it. A client that dies
+ * without unregistering would otherwise keep its regions (and, on GPUs, their page-locked memory)
+ * until the daemon stops: region_registry_sweep unregisters those whose process has been gone for
+ * a grace period, as the state store ends such a client's leases. A region with pid 0 (no process
+ * on this node, or none known) ends only when unregistered.
+ *
  * Thread-safe: one internal mutex; payload callbacks run outside it.
  */
 #ifndef QDP_STATE_REGIONS_H
 #define QDP_STATE_REGIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -28,6 +35,7 @@ struct region_meta {
   char owner[64];
   uint64_t bytes;
   int64_t created_unix_ms;
+  int pid; /* the registering process, in the daemon's pid namespace; 0: never swept */
 };
 
 struct region_registry;
@@ -43,13 +51,14 @@ qdp_status region_registry_reserve(struct region_registry *r, struct qdp_error *
 /* Gives back a slot taken by reserve and not committed. */
 void region_registry_cancel(struct region_registry *r);
 
-/* Turns a reserved slot into a region holding payload (ended through payload_end when the region
- * goes). Consumes the slot in every case; on failure the payload is not taken. owner (NULL = "")
- * at most 63 B (INVALID_ARGUMENT); INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails.
- * ret_handle / ret_token: REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
-qdp_status region_registry_commit(struct region_registry *r, const char *owner, uint64_t bytes,
-                                  void *payload, void (*payload_end)(void *), char *ret_handle,
-                                  char *ret_token, struct region_meta *ret_meta,
+/* Turns a reserved slot into a region of process pid (0: never swept) holding payload (ended
+ * through payload_end when the region goes). Consumes the slot in every case; on failure the
+ * payload is not taken. owner (NULL = "") at most 63 B, pid not negative (INVALID_ARGUMENT);
+ * INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle / ret_token:
+ * REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
+qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
+                                  uint64_t bytes, void *payload, void (*payload_end)(void *),
+                                  char *ret_handle, char *ret_token, struct region_meta *ret_meta,
                                   struct qdp_error *reterr);
 
 /* Pins the region and returns its payload; NOT_FOUND for an unknown handle or a wrong token. */
@@ -63,6 +72,15 @@ void region_registry_put(struct region_registry *r, void *payload);
 /* Unlinks the region now (its slot is free at once); the payload ends with its last pin. */
 qdp_status region_registry_remove(struct region_registry *r, const char *handle, const char *token,
                                   uint64_t *ret_bytes, struct qdp_error *reterr);
+
+/* Unlinks every region whose process has been gone for grace_ms as of now_unix_ms
+ * (capability_pid_gone: the first sweep that finds it gone starts its grace), as
+ * region_registry_remove would: its slot and bytes are free at once, its payload ends with its
+ * last pin, so a job still reading or writing it finishes first. swept (may be NULL) gets each
+ * one's record, outside the lock and before its payload ends. Returns how many. Blocks while
+ * payloads end (unpinning, unmapping): a worker's call. */
+size_t region_registry_sweep(struct region_registry *r, int64_t now_unix_ms, uint64_t grace_ms,
+                             void (*swept)(const struct region_meta *meta, void *arg), void *arg);
 
 /* Linked regions and their bytes together. */
 void region_registry_usage(struct region_registry *r, uint32_t *ret_count, uint64_t *ret_bytes);

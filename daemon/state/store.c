@@ -10,10 +10,8 @@
  * failed grow keeps the old table (longer chains, still correct). Payload destroy callbacks always
  * run after the mutex is dropped, because they may free device memory and take their own locks.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -802,12 +800,6 @@ qdp_status state_store_lease_close(struct state_store *s, const char *handle, co
   return QDP_OK;
 }
 
-/* Whether process pid exists: kill(pid, 0) fails with ESRCH only when it does not (EPERM means
- * it exists but belongs to someone else). */
-static bool pid_exists(int pid) {
-  return kill(pid, 0) == 0 || errno != ESRCH;
-}
-
 size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
   struct entry *dead = NULL;
   size_t ended = 0;
@@ -818,17 +810,7 @@ size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
       struct hnode *next = n->next; /* n may leave the chain below */
       struct lease *l = CONTAINER(n, struct lease, node);
       n = next;
-      if (l->pid == 0) {
-        continue;
-      }
-      if (pid_exists(l->pid)) {
-        l->gone_since_ms = 0;
-        continue;
-      }
-      if (l->gone_since_ms == 0) {
-        l->gone_since_ms = now;
-      }
-      if (now - l->gone_since_ms >= (int64_t)s->lim.lease_grace_ms) {
+      if (capability_pid_gone(l->pid, now, s->lim.lease_grace_ms, &l->gone_since_ms)) {
         struct entry *d = end_lease(s, l);
         if (d) {
           d->dead_next = dead;

@@ -1,8 +1,8 @@
 """Integration: registered shared-memory regions, through the Python gRPC client and qdpctl.
 
-The daemon runs with max_regions = 3 (tests/integration/meson.build). A region is registered
-once, then read by several encodes at different offsets; each state is compared with the NumPy
-reference of the slice it was given.
+The daemon runs with max_regions = 3, sweeping every second with a 1 s grace
+(tests/integration/meson.build). A region is registered once, then read by several encodes at
+different offsets; each state is compared with the NumPy reference of the slice it was given.
 """
 
 import json
@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import unittest
 
 import grpc
@@ -246,6 +247,8 @@ class Regions(unittest.TestCase):
         added = json.loads(p.stdout)
         self.assertEqual(added["bytes"], self.values.nbytes)
         ref = added["ref"]
+        time.sleep(2.5)  # qdpctl has exited, and sweeps past the grace pass: the region stays
+        self.assertEqual(self.c.status().regions, 1)
         for first in (0, 100):
             p = ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "3", "--region",
                     ref, "--offset", str(first * 8), "--length", "64", "--input-dtype", "float64")

@@ -14,6 +14,7 @@
 #include "alloc_shim.h"
 #include "common.h"
 #include "job/job.h"
+#include "state/capability.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -366,6 +367,14 @@ START_TEST(test_the_budget_refuses_with_the_numbers) {
 END_TEST
 
 /* A memfd of n float64 values, and a second descriptor of it to hand over. */
+/* Registers the shared memory of fd (taken) as rpc/ does for RegisterRegion. */
+static qdp_status register_region(const struct job_caller *who, int fd, const char *what,
+                                  bool writable, bool keep, struct job_region_info *ret,
+                                  struct qdp_error *e) {
+  struct job_region_request req = {.fd = fd, .what = what, .writable = writable, .keep = keep};
+  return job_register_region(fx.jp, who, &req, ret, e);
+}
+
 static int memfd_of(const double *v, size_t n, int *ret_handed) {
   int fd = memfd_create("qdp-test-job", MFD_CLOEXEC);
   ck_assert_int_ge(fd, 0);
@@ -394,7 +403,7 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
   handed = dup(fd);
   struct job_region_info ri;
-  CK_OK(job_register_region(fx.jp, &alice, handed, "region 'test'", false, &ri, &e), e);
+  CK_OK(register_region(&alice, handed, "region 'test'", false, false, &ri, &e), e);
   ck_assert_uint_eq(ri.meta.bytes, 4096);
   ck_assert_int_eq(ftruncate(fd, 0), 0);
   req.input = (struct job_input){.source = JOB_INPUT_REGION, .dtype = QDP_DTYPE_FLOAT64,
@@ -415,6 +424,66 @@ END_TEST
 /* FetchInto: the amplitudes land in the caller's writable region, byte for byte what Fetch reads;
  * a range past its end, another identity, a read-only region and a region cut under the write are
  * refused, the last as DATA_LOSS for good. */
+static void count_swept(const struct region_meta *m, void *arg) {
+  struct region_meta *last = arg;
+  *last = *m;
+}
+
+static uint32_t regions_registered(uint64_t *ret_bytes) {
+  struct job_status js;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(job_status(fx.jp, &js, &e), e);
+  uint32_t n = js.regions;
+  *ret_bytes = js.region_bytes;
+  job_status_free(&js);
+  return n;
+}
+
+/* The sweep unregisters the region of a caller whose process is gone (the fixture's lease_grace
+ * is 0), and none of a live process, of a caller with no process on the node (pid 0, TCP), or
+ * registered to be kept. */
+START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
+  struct qdp_error e = QDP_ERROR_INIT;
+  int fd = memfd_create("qdp-test-sweep", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(fd, 8192), 0);
+  struct job_caller dead = {.owner = "uid:1000", .pid = qdpt_dead_pid()};
+  struct job_caller live = {.owner = "uid:1000", .pid = (int)getpid()};
+  struct job_region_info gone, alive, tcp, kept;
+  CK_OK(register_region(&dead, dup(fd), "gone", true, false, &gone, &e), e);
+  CK_OK(register_region(&live, dup(fd), "alive", false, false, &alive, &e), e);
+  CK_OK(register_region(&alice, dup(fd), "tcp", false, false, &tcp, &e), e);
+  CK_OK(register_region(&dead, dup(fd), "kept", false, true, &kept, &e), e);
+  ck_assert_int_eq(gone.meta.pid, dead.pid);
+  ck_assert_int_eq(kept.meta.pid, 0); /* kept: outlives its process */
+  uint64_t bytes = 0;
+  ck_assert_uint_eq(regions_registered(&bytes), 4);
+  ck_assert_uint_eq(bytes, 4 * 8192);
+  struct region_meta last;
+  memset(&last, 0, sizeof last);
+  struct job_expiry ex;
+  job_expire(fx.jp, capability_now_unix_ms(), count_swept, &last, &ex);
+  ck_assert_uint_eq(ex.regions, 1);
+  ck_assert_uint_eq(ex.states, 0);
+  ck_assert_uint_eq(ex.leases, 0);
+  ck_assert_str_eq(last.handle, gone.meta.handle);
+  ck_assert_str_eq(last.owner, "uid:1000");
+  ck_assert_uint_eq(last.bytes, 8192);
+  ck_assert_uint_eq(regions_registered(&bytes), 3);
+  ck_assert_uint_eq(bytes, 3 * 8192);
+  /* Gone as if unregistered: its handle is unknown. */
+  ck_assert_int_eq(job_unregister_region(fx.jp, gone.meta.handle, gone.token, NULL, &e),
+                   QDP_ERR_NOT_FOUND);
+  job_expire(fx.jp, capability_now_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
+  ck_assert_uint_eq(ex.regions, 0);
+  CK_OK(job_unregister_region(fx.jp, alive.meta.handle, alive.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, tcp.meta.handle, tcp.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, kept.meta.handle, kept.token, NULL, &e), e);
+  ck_assert_uint_eq(regions_registered(&bytes), 0);
+  ck_assert_uint_eq(bytes, 0);
+  close(fd);
+}
+END_TEST
+
 START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   const double v[2] = {3, 4};
   struct job_encode_request req = amplitude_of(v, 2, 1);
@@ -428,9 +497,9 @@ START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   int fd = memfd_create("qdp-test-out", MFD_CLOEXEC);
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
   struct job_region_info out, ro;
-  CK_OK(job_register_region(fx.jp, &alice, dup(fd), "out", true, &out, &e), e);
+  CK_OK(register_region(&alice, dup(fd), "out", true, false, &out, &e), e);
   ck_assert(out.writable);
-  CK_OK(job_register_region(fx.jp, &alice, dup(fd), "ro", false, &ro, &e), e);
+  CK_OK(register_region(&alice, dup(fd), "ro", false, false, &ro, &e), e);
   struct job_fetch_into_request fr = {.handle = handle, .token = token, .region = out.meta.handle,
                                       .region_token = out.token, .region_offset = 16};
   struct job_fetch_into_result res;
@@ -709,6 +778,7 @@ int main(void) {
   tcase_add_test(tc, test_fetch_reads_a_window_and_refuses_past_the_end);
   tcase_add_test(tc, test_short_and_shrunk_inputs_keep_nothing);
   tcase_add_test(tc, test_fetch_into_writes_the_callers_writable_region);
+  tcase_add_test(tc, test_expiry_unregisters_the_regions_of_exited_processes);
   tcase_add_test(tc, test_cuda_ipc_input_names_the_gpus_the_daemon_owns);
   tcase_add_test(tc, test_out_refuses_the_request_then_the_cpu_backend);
   tcase_add_test(tc, test_a_caller_that_left_or_is_late_gets_nothing_kept);

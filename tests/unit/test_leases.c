@@ -4,7 +4,6 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -53,17 +52,6 @@ static uint32_t leases_of(struct state_store *s, const char *handle, const char 
   ck_assert_int_eq(state_store_get(s, handle, token, &got, &meta, NULL), QDP_OK);
   state_store_put(s, got);
   return meta.leases;
-}
-
-/* A pid that existed and no longer does: a child that exited and was reaped. */
-static int dead_pid(void) {
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    _exit(0);
-  }
-  ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
-  return (int)pid;
 }
 
 START_TEST(test_release_with_open_lease_defers_the_free) {
@@ -172,7 +160,7 @@ START_TEST(test_lease_of_an_exited_client_ends_after_the_grace) {
   char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN], h2[STATE_HANDLE_LEN], t2[STATE_TOKEN_LEN];
   add(s, &p, 256, 0, h, t);
   add(s, &q, 512, 0, h2, t2);
-  int gone = dead_pid();
+  int gone = qdpt_dead_pid();
   lease(s, h, t, gone);
   lease(s, h, t, getpid()); /* alive: stays */
   lease(s, h, t, 0);        /* no pid: stays until closed */

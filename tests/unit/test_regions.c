@@ -1,9 +1,11 @@
-/* Unit tests for daemon/state/regions.c: the region limit, tokens, pins and deferred ends. */
+/* Unit tests for daemon/state/regions.c: the region limit, tokens, pins and deferred ends, and the
+ * sweep of regions whose process exited. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "state/regions.h"
@@ -24,11 +26,17 @@ static struct region_registry *make(uint32_t max) {
   return r;
 }
 
-static void add(struct region_registry *r, struct payload *p, uint64_t bytes, char *handle,
-                char *token) {
+/* A region of process pid (0: none, never swept), registered by "alice". */
+static void add_of(struct region_registry *r, int pid, struct payload *p, uint64_t bytes,
+                   char *handle, char *token) {
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(region_registry_reserve(r, &e), e);
-  CK_OK(region_registry_commit(r, "alice", bytes, p, payload_end, handle, token, NULL, &e), e);
+  CK_OK(region_registry_commit(r, "alice", pid, bytes, p, payload_end, handle, token, NULL, &e), e);
+}
+
+static void add(struct region_registry *r, struct payload *p, uint64_t bytes, char *handle,
+                char *token) {
+  add_of(r, 0, p, bytes, handle, token);
 }
 
 START_TEST(test_commit_gives_a_handle_and_token_and_get_returns_the_payload) {
@@ -38,7 +46,8 @@ START_TEST(test_commit_gives_a_handle_and_token_and_get_returns_the_payload) {
   struct region_meta m;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
-  ck_assert_int_eq(region_registry_commit(r, "alice", 4096, &p, payload_end, h, t, &m, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_commit(r, "alice", 0, 4096, &p, payload_end, h, t, &m, &e),
+                   QDP_OK);
   ck_assert_int_eq(h[0], 'r');
   ck_assert_uint_eq(strlen(h), 17);
   ck_assert_uint_eq(strlen(t), 32);
@@ -121,7 +130,7 @@ START_TEST(test_max_regions_counts_reservations_and_frees_on_remove_and_cancel) 
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = '\0';
   char h3[REGION_HANDLE_LEN], t3[REGION_TOKEN_LEN];
-  ck_assert_int_eq(region_registry_commit(r, longname, 5, &p3, payload_end, h3, t3, NULL, &e),
+  ck_assert_int_eq(region_registry_commit(r, longname, 0, 5, &p3, payload_end, h3, t3, NULL, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(atomic_load(&p3.ended), 0);
   ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
@@ -208,6 +217,121 @@ START_TEST(test_concurrent_readers_and_remove_end_the_payload_once) {
 }
 END_TEST
 
+/* What the sweep reported, region by region. */
+struct swept {
+  int n;
+  struct region_meta last;
+  int ended_when_reported; /* the payload's end count when it was reported */
+  struct payload *watch;
+};
+
+static void on_swept(const struct region_meta *m, void *arg) {
+  struct swept *s = arg;
+  s->n++;
+  s->last = *m;
+  s->ended_when_reported = s->watch ? atomic_load(&s->watch->ended) : -1;
+}
+
+static uint32_t count(struct region_registry *r, uint64_t *ret_bytes) {
+  uint32_t n = 0;
+  region_registry_usage(r, &n, ret_bytes);
+  return n;
+}
+
+START_TEST(test_sweep_unregisters_a_dead_process_s_region_after_the_grace) {
+  struct region_registry *r = make(4);
+  struct payload dead = {0}, live = {0}, none = {0};
+  char hd[REGION_HANDLE_LEN], td[REGION_TOKEN_LEN], hl[REGION_HANDLE_LEN], tl[REGION_TOKEN_LEN],
+      hn[REGION_HANDLE_LEN], tn[REGION_TOKEN_LEN];
+  int gone = qdpt_dead_pid();
+  add_of(r, gone, &dead, 4096, hd, td);
+  add_of(r, (int)getpid(), &live, 100, hl, tl);
+  add_of(r, 0, &none, 10, hn, tn);
+  struct swept sw = {.watch = &dead};
+  /* The first sweep that finds the process gone starts its grace of 1000 ms. */
+  ck_assert_uint_eq(region_registry_sweep(r, 50000, 1000, on_swept, &sw), 0);
+  ck_assert_uint_eq(region_registry_sweep(r, 50999, 1000, on_swept, &sw), 0);
+  uint64_t bytes = 0;
+  ck_assert_uint_eq(count(r, &bytes), 3);
+  ck_assert_uint_eq(bytes, 4206);
+  ck_assert_uint_eq(region_registry_sweep(r, 51000, 1000, on_swept, &sw), 1);
+  ck_assert_int_eq(sw.n, 1);
+  ck_assert_str_eq(sw.last.handle, hd);
+  ck_assert_str_eq(sw.last.owner, "alice");
+  ck_assert_int_eq(sw.last.pid, gone);
+  ck_assert_uint_eq(sw.last.bytes, 4096);
+  ck_assert_int_eq(sw.ended_when_reported, 0); /* reported, then ended */
+  ck_assert_int_eq(atomic_load(&dead.ended), 1);
+  ck_assert_uint_eq(count(r, &bytes), 2);
+  ck_assert_uint_eq(bytes, 110);
+  void *got = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(region_registry_get(r, hd, td, &got, NULL, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(region_registry_remove(r, hd, td, NULL, &e), QDP_ERR_NOT_FOUND);
+  /* A live process's region and one of no process stay, however long. */
+  ck_assert_uint_eq(region_registry_sweep(r, INT64_MAX / 2, 0, on_swept, &sw), 0);
+  ck_assert_int_eq(sw.n, 1);
+  ck_assert_int_eq(region_registry_get(r, hl, tl, &got, NULL, &e), QDP_OK);
+  region_registry_put(r, got);
+  ck_assert_int_eq(region_registry_get(r, hn, tn, &got, NULL, &e), QDP_OK);
+  region_registry_put(r, got);
+  /* The swept region's slot is free: max 4, two linked, two more fit. */
+  CK_OK(region_registry_reserve(r, &e), e);
+  CK_OK(region_registry_reserve(r, &e), e);
+  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  region_registry_cancel(r);
+  region_registry_cancel(r);
+  region_registry_destroy(r);
+  ck_assert_int_eq(atomic_load(&dead.ended), 1);
+  ck_assert_int_eq(atomic_load(&live.ended), 1);
+  ck_assert_int_eq(atomic_load(&none.ended), 1);
+}
+END_TEST
+
+START_TEST(test_sweep_of_a_pinned_region_defers_the_end_to_the_last_put) {
+  struct region_registry *r = make(1);
+  struct payload p = {0};
+  char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN];
+  add_of(r, qdpt_dead_pid(), &p, 64, h, t);
+  void *job = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(region_registry_get(r, h, t, &job, NULL, &e), e); /* a job reading it */
+  struct swept sw = {.watch = &p};
+  ck_assert_uint_eq(region_registry_sweep(r, 1000, 0, on_swept, &sw), 1);
+  ck_assert_int_eq(sw.n, 1);
+  /* Gone for clients and for the counts, but mapped until the job is done with it. */
+  ck_assert_uint_eq(count(r, NULL), 0);
+  ck_assert_int_eq(atomic_load(&p.ended), 0);
+  void *again = NULL;
+  ck_assert_int_eq(region_registry_get(r, h, t, &again, NULL, &e), QDP_ERR_NOT_FOUND);
+  CK_OK(region_registry_reserve(r, &e), e);
+  region_registry_cancel(r);
+  ck_assert_uint_eq(region_registry_sweep(r, 2000, 0, on_swept, &sw), 0); /* swept once */
+  region_registry_put(r, job);
+  ck_assert_int_eq(atomic_load(&p.ended), 1);
+  region_registry_destroy(r);
+  ck_assert_int_eq(atomic_load(&p.ended), 1);
+}
+END_TEST
+
+START_TEST(test_a_negative_pid_is_refused_and_gives_the_slot_back) {
+  struct region_registry *r = make(1);
+  struct payload p = {0};
+  char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN];
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(region_registry_reserve(r, &e), e);
+  CK_STATUS(region_registry_commit(r, "alice", -5, 8, &p, payload_end, h, t, NULL, &e),
+            QDP_ERR_INVALID_ARGUMENT, e);
+  ck_assert_str_eq(e.field, "pid");
+  ck_assert_ptr_nonnull(strstr(e.msg, "-5"));
+  ck_assert_int_eq(atomic_load(&p.ended), 0);
+  CK_OK(region_registry_reserve(r, &e), e);
+  region_registry_cancel(r);
+  region_registry_destroy(r);
+  ck_assert_int_eq(atomic_load(&p.ended), 0);
+}
+END_TEST
+
 static Suite *regions_suite(void) {
   Suite *s = suite_create("regions");
   TCase *tc = tcase_create("registry");
@@ -216,6 +340,9 @@ static Suite *regions_suite(void) {
   tcase_add_test(tc, test_max_regions_counts_reservations_and_frees_on_remove_and_cancel);
   tcase_add_test(tc, test_remove_while_pinned_defers_the_end_to_the_last_put);
   tcase_add_test(tc, test_concurrent_readers_and_remove_end_the_payload_once);
+  tcase_add_test(tc, test_sweep_unregisters_a_dead_process_s_region_after_the_grace);
+  tcase_add_test(tc, test_sweep_of_a_pinned_region_defers_the_end_to_the_last_put);
+  tcase_add_test(tc, test_a_negative_pid_is_refused_and_gives_the_slot_back);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -90,6 +90,13 @@ def gpu_daemon() -> Iterator[Daemon]:
     yield from _start("--lease-grace", "1", "--expire-interval", "1", devices="auto")
 
 
+@pytest.fixture(scope="session")
+def sweeping_daemon() -> Iterator[Daemon]:
+    """qdpd on cpu:2 that sweeps every second with a 1 s grace: what a killed client left
+    registered is unregistered within about two seconds of its death."""
+    yield from _start("--lease-grace", "1", "--expire-interval", "1")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,11 +1,13 @@
 """State.numpy() on the daemon's node fetches (FetchInto) into writable regions the client keeps
 registered for the next fetch once no array over them is alive: reuse, the bounds, threads,
-close, and regions the daemon no longer takes."""
+close, regions the daemon no longer takes, and those of a killed client, which the daemon
+unregisters itself."""
 
 from __future__ import annotations
 
 import gc
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -371,3 +373,62 @@ def test_interpreter_exit_unregisters_the_kept_regions(daemon: Daemon) -> None:
     assert r.returncode == 0 and r.stderr == "", r.stderr
     with qdp.Client(daemon.target) as c:
         assert c.status().regions == 0 and c.states() == []
+
+
+KILLED = """
+import sys, time
+import numpy as np
+import qdp
+c = qdp.Client(sys.argv[1], name="pytest-killed")
+x = np.random.default_rng(7).uniform(-1, 1, size=1 << 17)  # 1 MiB: through the staging region
+s = c.encode(x, "amplitude", 17)
+held = s.numpy()  # a kept region, lent to this array
+s.numpy()  # a second one, idle again once its array is gone
+st = c.status()
+print(s.handle, s.token, st.regions, st.region_bytes, flush=True)
+time.sleep(600)
+"""
+
+
+def wait_regions(c: qdp.Client, want: int, seconds: float = 20) -> int:
+    deadline = time.monotonic() + seconds
+    n = c.status().regions
+    while n != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        n = c.status().regions
+    return n
+
+
+def test_a_killed_clients_regions_are_unregistered(sweeping_daemon: Daemon) -> None:
+    """A client SIGKILLed while it holds its staging region and two kept fetch regions (one lent,
+    one idle): the daemon's sweep (the fixture's: every second, 1 s grace) unregisters all three;
+    a live client's region is left alone."""
+    with qdp.Client(sweeping_daemon.target, name="pytest") as c:
+        mine = c.empty(1 << 10)  # a region of this live process
+        mine[:] = 1.0
+        p = subprocess.Popen([sys.executable, "-c", KILLED, sweeping_daemon.target],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = p.stdout.readline().split()
+            if len(line) != 4:
+                p.kill()
+                raise AssertionError(f"the child printed {line}: {p.communicate()[1][-2000:]}")
+            handle, token, theirs, their_bytes = line[0], line[1], int(line[2]), int(line[3])
+            assert theirs == 4 and their_bytes == (1 << 20) + 2 * (2 << 20) + mine.nbytes
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()  # reaped: a zombie's pid still exists
+        t0 = time.monotonic()
+        assert wait_regions(c, 1) == 1, "the daemon kept the killed client's regions"
+        print(f"bench op=region-sweep s={time.monotonic() - t0:.2f}")
+        assert c.status().region_bytes == mine.nbytes
+        time.sleep(2.5)  # more sweeps past the grace: this process is alive
+        assert c.status().regions == 1
+        with c.encode(mine, "amplitude", 10) as s:  # read in place from the live region
+            ref.close(s.numpy(), ref.amplitude(np.ones(1 << 10), 10), "complex128")
+        c.state(handle, token).release()  # states are the client's until their TTL
+        del mine
+        gc.collect()
+    with qdp.Client(sweeping_daemon.target) as check:
+        st = check.status()
+        assert st.regions == 0 and st.region_bytes == 0 and check.states() == []
