@@ -1,0 +1,43 @@
+#!/bin/bash
+# A GPU run in steps, each into OUT_DIR: every GPU test binary of the NEW build ("tests"), the GPU
+# daemon end to end (tests/gpu/daemon_gpu.sh, "daemon"), a world of two ranks on the GPU
+# (tests/gpu/world_gpu.sh, "world"), the Python package's suite on the GPU node
+# (tests/gpu/python_gpu.sh, "python"), the Python benchmark beside qumat-qdp
+# (bench/python_bench.py with BENCH_ARGS; qumat_qdp importable from QUMAT_SITE when set, "bench"),
+# and the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
+# bench/regress.py, ROUNDS rounds, "side"). STEPS picks some of them (all by default) so that the
+# run can be cut into calls. Builds nothing.
+# Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
+set -uo pipefail
+old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
+new=${2:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
+out=${3:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
+steps=" ${STEPS:-tests daemon world python bench side} "
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+rc=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$root/bench/run-common.sh"
+py=$(env -u LD_LIBRARY_PATH which python3)
+if [[ $steps == *" tests "* ]]; then
+  for t in "$new"/tests/gpu/test_*; do
+    [ -f "$t" ] && [ -x "$t" ] || continue
+    TAIL=6 run "$(basename "$t")" 400 "$t"
+  done
+fi
+[[ $steps == *" daemon "* ]] && TAIL=30 run daemon 400 bash "$root/tests/gpu/daemon_gpu.sh" "$new" "$out/daemon"
+if [[ $steps == *" world "* ]]; then
+  run world_gpu 300 sh "$root/tests/gpu/world_gpu.sh" "$new/daemon/qdpd" "$new/proto/qdp.desc" \
+    "$py" "$new/tests/gpu/views_client"
+fi
+[[ $steps == *" python "* ]] && TAIL=25 run python_gpu 500 bash "$root/tests/gpu/python_gpu.sh" "$new"
+if [[ $steps == *" bench "* ]]; then
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+  TAIL=80 run python_bench 550 env -u LD_LIBRARY_PATH \
+    PYTHONPATH="${QUMAT_SITE:+$QUMAT_SITE:}$root/client/python" \
+    "$py" "$root/bench/python_bench.py" "$new" ${BENCH_ARGS:-}
+fi
+if [[ $steps == *" side "* ]]; then
+  bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1
+fi
+exit $rc
