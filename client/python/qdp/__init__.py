@@ -9,15 +9,22 @@ CPU backend, and fetch them as NumPy arrays or torch tensors::
             psi = s.numpy()                       # (64, 256) complex128
 
 Qubit k is bit k of the amplitude index (little-endian).
+
+Importing qdp before grpc picks gRPC's lower-latency client transport for the process (see
+qdp._grpc_env; QDP_GRPC_DEFAULTS=1 keeps gRPC's defaults).
 """
 
-from .client import LARGE_BYTES, Client, default_target
-from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
-                     FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
-                     OutOfRange, PermissionDenied, ResourceExhausted, Unauthenticated,
-                     Unavailable, Unimplemented, Unknown)
-from .state import State
-from .records import DeviceNeed, Device, Plan, Shard, StateInfo, Status
+from ._grpc_env import choose_transport
+
+choose_transport()  # before anything imports grpc, which reads its experiments once
+
+from .client import LARGE_BYTES, Client, default_target  # noqa: E402
+from .errors import (  # noqa: E402
+    Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
+    FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported, OutOfRange,
+    PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
+from .state import State  # noqa: E402
+from .records import DeviceNeed, Device, Plan, Shard, StateInfo, Status  # noqa: E402
 
 __version__ = "0.1.0"
 
