@@ -73,6 +73,8 @@
  * for the whole device), and up to CUDA_IPC_KEEP clients' allocations opened through CUDA IPC
  * (an open costs 0.1-1.2 ms; a client's caching allocator hands the same allocation again). */
 #define CUDA_KEEP_MS 2000
+/* How long a cudaMemGetInfo answer stands in for the next (cuda_query). */
+#define CUDA_FREE_TTL_MS 20
 /* Pass 1 of a slice in host memory up to this size is summed on the host (qdpk_cpu_sumsq, the
  * same bits): a launch, a copy back and a stream synchronization cost a small job more than
  * summing 8 K values here. */
@@ -115,7 +117,9 @@ struct cuda_device {
     void *ptr;
     uint64_t bytes;
     int64_t since_ms;
-  } big;                    /* the one kept large buffer, under cache_lock */
+  } big;                      /* the one kept large buffer, under cache_lock */
+  size_t mem_free, mem_total; /* the last cudaMemGetInfo, at mem_info_ms (0: none yet) */
+  int64_t mem_info_ms;
   pthread_mutex_t ipc_lock; /* the opened client allocations */
   struct cuda_ipc_open ipc[CUDA_IPC_KEEP];
   size_t nipc;

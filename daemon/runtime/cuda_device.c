@@ -76,11 +76,37 @@ qdp_status cuda_finish(struct cuda_device *c, struct qdp_error *reterr) {
   return err == cudaSuccess ? QDP_OK : cuda_failed(&c->base, err, "cudaStreamSynchronize", reterr);
 }
 
+/* cudaMemGetInfo, answered from the last call when it is under CUDA_FREE_TTL_MS old: every plan
+ * asks, and the driver's answer costs a small job tens of microseconds. What qdp itself holds is
+ * counted by its reservations, exactly; this figure only bounds what other processes took. */
+static cudaError_t mem_info(struct cuda_device *c, size_t *ret_free, size_t *ret_total) {
+  int64_t now = cuda_now_ms();
+  pthread_mutex_lock(&c->cache_lock);
+  bool fresh = c->mem_info_ms != 0 && now - c->mem_info_ms < CUDA_FREE_TTL_MS;
+  *ret_free = c->mem_free;
+  *ret_total = c->mem_total;
+  pthread_mutex_unlock(&c->cache_lock);
+  if (fresh) {
+    return cudaSuccess;
+  }
+  cudaError_t err = cudaSetDevice(c->base.info.ordinal);
+  if (err == cudaSuccess) {
+    err = cudaMemGetInfo(ret_free, ret_total);
+  }
+  if (err == cudaSuccess) {
+    pthread_mutex_lock(&c->cache_lock);
+    c->mem_free = *ret_free;
+    c->mem_total = *ret_total;
+    c->mem_info_ms = now;
+    pthread_mutex_unlock(&c->cache_lock);
+  }
+  return err;
+}
+
 static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *ret_free) {
   struct cuda_device *c = cuda_of(d);
   size_t free_b = 0, total_b = 0;
-  if (cudaSetDevice(d->info.ordinal) != cudaSuccess ||
-      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+  if (mem_info(c, &free_b, &total_b) != cudaSuccess) {
     (void)cudaGetLastError();
     *ret_total = d->info.total_bytes;
     *ret_free = 0; /* a device that cannot answer has nothing to offer */

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
 
 _IPC_HANDLE_BYTES = 64
 _LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+_POINTER_BUFFER_ID = 7  # CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+_EXPORTS_KEPT = 64
 
 
 class _IpcHandle(ctypes.Structure):
@@ -66,6 +69,11 @@ class _Cuda:
         self.rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
         self.check(self.drv.cuInit(0), "cuInit")
         self._uuids: Dict[int, str] = {}
+        # (allocation base, buffer id) -> its IPC handle: a caching allocator hands the same
+        # allocation again and again, and cudaIpcGetMemHandle costs tens of microseconds. The
+        # buffer id tells a new allocation at a freed one's address from the old one.
+        self._exports: Dict[Tuple[int, int], bytes] = {}
+        self._exports_lock = threading.Lock()
 
     @staticmethod
     def _load(names: List[str], sonames: List[str]) -> ctypes.CDLL:
@@ -132,15 +140,26 @@ class _Cuda:
     def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
         """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's
         offset in it."""
-        h = _IpcHandle()
-        with self.on_device(ordinal):
-            self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
-                       "cudaIpcGetMemHandle")
-        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        base, size, buf = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_ulonglong()
         fn = getattr(self.drv, "cuMemGetAddressRange_v2", None) or self.drv.cuMemGetAddressRange
         self.check(fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)),
                    "cuMemGetAddressRange")
-        return h.raw(), ptr - base.value
+        self.check(self.drv.cuPointerGetAttribute(ctypes.byref(buf), _POINTER_BUFFER_ID,
+                                                  ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
+        key = (base.value, buf.value)
+        with self._exports_lock:
+            raw = self._exports.get(key)
+        if raw is None:
+            h = _IpcHandle()
+            with self.on_device(ordinal):
+                self.check(self.rt.cudaIpcGetMemHandle(ctypes.byref(h), ctypes.c_void_p(ptr)),
+                           "cudaIpcGetMemHandle")
+            raw = h.raw()
+            with self._exports_lock:
+                if len(self._exports) >= _EXPORTS_KEPT:
+                    self._exports.pop(next(iter(self._exports)))  # the oldest
+                self._exports[key] = raw
+        return raw, ptr - base.value
 
 
     def device_of_pointer(self, ptr: int) -> int:
