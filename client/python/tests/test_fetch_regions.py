@@ -23,6 +23,7 @@ import qdp
 from qdp._region import POOL_REGIONS
 
 import reference as ref
+from polling import wait_for
 from conftest import Daemon, client_of, qdpd_path
 
 Q = 12  # 4096 amplitudes: 64 KiB of complex128
@@ -391,12 +392,7 @@ time.sleep(600)
 
 
 def wait_regions(c: qdp.Client, want: int, seconds: float = 20) -> int:
-    deadline = time.monotonic() + seconds
-    n = c.status().regions
-    while n != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        n = c.status().regions
-    return n
+    return wait_for(lambda: c.status().regions, want, seconds)
 
 
 def test_a_killed_clients_regions_are_unregistered(sweeping_daemon: Daemon) -> None:

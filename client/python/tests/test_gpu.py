@@ -17,6 +17,7 @@ import pytest
 import qdp
 
 import reference as ref
+from polling import wait_for
 
 
 @pytest.fixture
@@ -84,22 +85,11 @@ def test_cuda_tensor_input(gpu) -> None:
 
 
 def wait_leases(s: qdp.State, want: int, seconds: float = 10) -> int:
-    deadline = time.monotonic() + seconds
-    n = s.info.leases
-    while n != want and time.monotonic() < deadline:
-        gc.collect()
-        time.sleep(0.05)
-        n = s.info.leases
-    return n
+    return wait_for(lambda: s.info.leases, want, seconds)
 
 
 def wait_used(c: qdp.Client, want: int, seconds: float = 10) -> int:
-    deadline = time.monotonic() + seconds
-    n = c.status().used_bytes
-    while n != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        n = c.status().used_bytes
-    return n
+    return wait_for(lambda: c.status().used_bytes, want, seconds)
 
 
 def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
