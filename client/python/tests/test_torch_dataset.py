@@ -1,0 +1,183 @@
+"""qdp.torch.QuantumDataset against the CPU daemon: every batch against NumPy reference states,
+each row once per epoch on every world size, the same global order whatever the world size,
+shuffling by (seed, epoch), prefetch, workers and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qdp
+
+import reference as ref
+
+torch = pytest.importorskip("torch")
+qt = pytest.importorskip("qdp.torch")
+
+Q = 6
+
+
+def data(rows: int = 203, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, size=(rows, Q))
+
+
+def rows_of(batch: "torch.Tensor", X: np.ndarray) -> np.ndarray:
+    """The row of X each state of an angle batch encodes (matched against the reference states
+    of every row), checking that each state is exactly one of them."""
+    want = ref.batch("angle", X, Q)
+    got = batch.numpy()
+    d = np.abs(got[:, None, :] - want[None, :, :]).max(axis=2)
+    idx = d.argmin(axis=1)
+    assert np.all(d[np.arange(len(idx)), idx] < 1e-12), "a batch holds a state of no row"
+    return idx
+
+
+def epoch_rows(X: np.ndarray, daemon, world: int, **kw) -> list:
+    """Every rank's batches of one epoch, merged by global batch index, as row indices."""
+    per_rank = []
+    for r in range(world):
+        ds = qt.QuantumDataset(X, "angle", Q, target=daemon.target, rank=r, world_size=world,
+                               **kw)
+        per_rank.append([rows_of(b, X) for b in ds])
+    merged = []
+    for i in range(max(len(p) for p in per_rank)):
+        for r in range(world):
+            if i < len(per_rank[r]):
+                merged.append(per_rank[r][i])
+    return merged
+
+
+def test_batches_are_the_reference_states_in_order(daemon) -> None:
+    X = data()
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=64, target=daemon.target, prefetch=0)
+    got = list(ds)
+    assert [b.shape for b in got] == [(64, 1 << Q)] * 3 + [(203 - 192, 1 << Q)]
+    assert got[0].dtype == torch.complex128 and got[0].device.type == "cpu"
+    want = ref.batch("angle", X, Q)
+    ref.close(torch.cat(got).numpy(), want, "complex128")
+    assert len(ds) == 4
+
+
+@pytest.mark.parametrize("encoding,cols,dtype", [("amplitude", 50, "complex64"),
+                                                 ("phase", Q, "complex128"),
+                                                 ("iqp-z", Q, "complex64")])
+def test_other_encodings_and_dtypes(daemon, encoding, cols, dtype) -> None:
+    X = np.random.default_rng(4).uniform(0.1, 1, size=(70, cols)).astype(np.float32)
+    ds = qt.QuantumDataset(X, encoding, Q, batch_size=32, dtype=dtype, target=daemon.target)
+    got = torch.cat(list(ds)).numpy()
+    assert got.dtype == np.complex64 if dtype == "complex64" else np.complex128
+    ref.close(got, ref.batch(encoding, X.astype(np.float64), Q), dtype)
+
+
+def test_basis_indices(daemon) -> None:
+    idx = np.array([0, 5, 63, 7, 2], dtype=np.int64)
+    ds = qt.QuantumDataset(idx, "basis", Q, batch_size=2, target=daemon.target)
+    got = torch.cat(list(ds)).numpy()
+    assert got.shape == (5, 1 << Q)
+    assert np.array_equal(np.abs(got).argmax(axis=1), idx)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_world_size_reads_each_row_once_in_the_same_global_order(daemon, shuffle) -> None:
+    X = data(rows=157)
+    orders = {}
+    for world in (1, 2, 3, 4):
+        merged = epoch_rows(X, daemon, world, batch_size=10, shuffle=shuffle, seed=11,
+                            even_batches=False)
+        flat = np.concatenate(merged)
+        assert sorted(flat.tolist()) == list(range(len(X))), f"world {world}"
+        orders[world] = flat.tolist()
+    assert orders[1] == orders[2] == orders[3] == orders[4]
+    assert (orders[1] == list(range(len(X)))) == (not shuffle)
+
+
+def test_the_order_is_a_function_of_seed_and_epoch(daemon) -> None:
+    X = data(rows=90)
+
+    def order(seed: int, epoch: int) -> list:
+        ds = qt.QuantumDataset(X, "angle", Q, batch_size=30, shuffle=True, seed=seed,
+                               target=daemon.target)
+        ds.set_epoch(epoch)
+        return np.concatenate([rows_of(b, X) for b in ds]).tolist()
+
+    a = order(5, 0)
+    assert a == order(5, 0)
+    assert a != order(5, 1) and a != order(6, 0)
+    assert sorted(order(5, 1)) == list(range(90))
+
+
+def test_even_batches_by_default_in_a_job_and_drop_last(daemon) -> None:
+    X = data(rows=95)  # 10 batches of 10 (the last short)
+    counts = [len(qt.QuantumDataset(X, "angle", Q, batch_size=10, rank=r, world_size=3,
+                                    target=daemon.target)) for r in range(3)]
+    assert counts == [3, 3, 3]  # 10 batches: the 10th is dropped so that the ranks step alike
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=10, drop_last=True, target=daemon.target)
+    assert [b.shape[0] for b in ds] == [10] * 9
+
+
+def test_prefetch_depths_give_the_same_batches(daemon) -> None:
+    X = data(rows=120)
+    runs = []
+    for depth in (0, 1, 4):
+        ds = qt.QuantumDataset(X, "angle", Q, batch_size=16, prefetch=depth, shuffle=True,
+                               target=daemon.target)
+        runs.append(torch.cat(list(ds)).numpy())
+    assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
+
+
+def test_breaking_off_leaves_nothing_on_the_daemon(client, daemon) -> None:
+    X = data(rows=500)
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=20, prefetch=3, target=daemon.target)
+    it = iter(ds)
+    next(it)
+    it.close()  # the consumer stops early: pending batches are dropped, the channel closed
+    st = client.status()
+    assert client.states() == [] and st.states == 0
+
+
+def test_workers_split_a_ranks_batches(daemon) -> None:
+    X = data(rows=100)
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=10, target=daemon.target)
+    got = [rows_of(b, X) for b in qt.loader(ds, num_workers=2)]
+    assert sorted(np.concatenate(got).tolist()) == list(range(100))
+
+
+def test_an_iterable_source_streams_in_order(daemon) -> None:
+    X = data(rows=45)
+    ds = qt.QuantumDataset((X[i:i + 7] for i in range(0, 45, 7)), "angle", Q, batch_size=10,
+                           target=daemon.target)
+    got = np.concatenate([rows_of(b, X) for b in ds]).tolist()
+    assert got == list(range(45))
+    with pytest.raises(qdp.NotSupported, match="shuffle"):
+        qt.QuantumDataset(iter([X]), "angle", Q, shuffle=True, target=daemon.target)
+
+
+def test_refusals(daemon) -> None:
+    X = data(rows=10)
+    with pytest.raises(qdp.InvalidArgument) as e:
+        qt.QuantumDataset(X, "angle", Q, dtype="float64")
+    assert e.value.field == "dtype"
+    for kw, field in (({"batch_size": 0}, "batch_size"), ({"prefetch": -1}, "prefetch"),
+                      ({"rank": 1}, "rank"), ({"rank": 4, "world_size": 4}, "rank")):
+        with pytest.raises(qdp.InvalidArgument) as e:
+            qt.QuantumDataset(X, "angle", Q, **kw)
+        assert e.value.field == field
+    ds = qt.QuantumDataset(X, "angle", Q, device="cuda:0", target=daemon.target)
+    with pytest.raises(qdp.NotSupported, match="no GPU"):
+        next(iter(ds))
+    bad = qt.QuantumDataset(X, "angle", Q + 1, target=daemon.target)  # 6 values for 7 qubits
+    with pytest.raises(qdp.InvalidArgument):
+        next(iter(bad))
+
+
+def test_labels_follow_their_rows(daemon) -> None:
+    X = data(rows=77)
+    y = np.arange(77) * 10
+    for shuffle in (False, True):
+        ds = qt.QuantumDataset(X, "angle", Q, batch_size=16, shuffle=shuffle, seed=2, labels=y,
+                               target=daemon.target)
+        for states, targets in ds:
+            assert torch.equal(targets, torch.as_tensor(y[rows_of(states, X)]))
+    with pytest.raises(qdp.InvalidArgument) as e:
+        qt.QuantumDataset(X, "angle", Q, labels=y[:5])
+    assert e.value.field == "labels"
