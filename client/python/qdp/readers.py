@@ -643,8 +643,10 @@ def _convert(pa: Any, data: Any, feat: _Features, policy: str, row0: int, where:
         size = 0
     flat = arr.flatten()  # the values of rows that are not null
     elem_null = _nulls(flat)
-    out = np.zeros((n, size), dtype=feat.dtype)
     vals = _values(pa, flat, feat.dtype).reshape(-1, size) if size else None
+    if row_null is None and elem_null is None and vals is not None:
+        return vals, None  # the common case: one copy out of Arrow, no zeroing, no second copy
+    out = np.zeros((n, size), dtype=feat.dtype)
     if row_null is None:
         if vals is not None:
             out[:] = vals
