@@ -424,3 +424,23 @@ def test_cuda_tensor_input_and_out_together(gpu) -> None:
     with pytest.raises(qdp.InvalidArgument, match="share bytes") as e:
         c.encode(gx, "amplitude", q, out=buf[: 2 * X.size].view(torch.complex128))
     assert e.value.field == "out"
+
+
+def test_the_loader_delivers_cuda_tensors_of_the_reference_states(gpu, gpu_daemon) -> None:
+    c, torch = gpu
+    if not c.wire.has_field("EncodeRequest", "out"):
+        pytest.skip("this package's wire has no EncodeRequest.out")
+    import qdp.torch as qt
+
+    X = np.random.default_rng(9).uniform(-1, 1, size=(150, 10))
+    for prefetch in (0, 3):
+        ds = qt.QuantumDataset(X, "angle", 10, batch_size=32, prefetch=prefetch,
+                               target=gpu_daemon.target, labels=np.arange(150))
+        got, rows = [], []
+        for psi, idx in ds:
+            assert psi.is_cuda and psi.dtype == torch.complex128 and idx.is_cuda
+            got.append(psi.cpu().numpy())
+            rows.append(idx.cpu().numpy())
+        ref.close(np.concatenate(got), ref.batch("angle", X[np.concatenate(rows)], 10),
+                  "complex128")
+    assert c.states() == []  # out= tensors: nothing stays on the daemon
