@@ -3,7 +3,8 @@
 
 Each rank streams its batches of the same shuffled epoch from qdpd with qdp.torch.QuantumDataset
 (rank and world size from torch.distributed) and records which rows it got; rank 0 gathers the
-records and checks that together the ranks read every row exactly once, in equal numbers of steps.
+records and checks that together the ranks read every row exactly once, in equal numbers of steps,
+and in the very order one process reads the same epoch.
 
 Usage: python3 examples/ddp_shards.py [--target unix:/run/qdp/qdpd.sock] [--world 2]
 """
@@ -29,15 +30,23 @@ def rank_main(rank: int, world: int, target: str, port: int) -> None:
     ds = qt.QuantumDataset(x, "angle", QUBITS, batch_size=32, shuffle=True, seed=7, labels=ids,
                            target=target)  # rank, world size: torch.distributed's
     ds.set_epoch(3)
-    mine = torch.cat([rows for _, rows in ds]).tolist()
+    mine = [rows.tolist() for _, rows in ds]  # this rank's batches, in its order
     got = [None] * world
-    dist.all_gather_object(got, (mine, len(ds)))
+    dist.all_gather_object(got, mine)
     if rank == 0:
-        rows = [r for m, _ in got for r in m]
+        # Global batch k is rank k % world's (k // world)-th: merged back, the epoch's sequence.
+        merged = [got[k % world][k // world] for k in range(sum(len(g) for g in got))]
+        rows = [r for b in merged for r in b]
         assert len(set(rows)) == len(rows), "a row was read twice"
-        assert len({steps for _, steps in got}) == 1, "ranks took different numbers of steps"
-        print(f"world {world}: {len(rows)} rows of {ROWS} read once each (even batches drop "
-              f"{ROWS - len(rows)}), {got[0][1]} steps per rank")
+        assert len({len(g) for g in got}) == 1, "ranks took different numbers of steps"
+        alone = qt.QuantumDataset(x, "angle", QUBITS, batch_size=32, shuffle=True, seed=7,
+                                  labels=ids, target=target, rank=0, world_size=1)
+        alone.set_epoch(3)
+        single = [r for _, b in alone for r in b.tolist()]
+        assert rows == single[:len(rows)], "the global order depends on the world size"
+        print(f"world {world}: {len(rows)} rows of {ROWS} read once each, in the order of a "
+              f"single process (even batches drop {ROWS - len(rows)}), {len(got[0])} steps per "
+              "rank")
     dist.destroy_process_group()
 
 

@@ -27,7 +27,7 @@ def test_train_hybrid(daemon) -> None:
     assert "25 steps, loss" in said
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_ddp_shards(daemon, world) -> None:
     said = run("ddp_shards.py", "--target", daemon.target, "--world", str(world),
                "--port", str(free_port()))
