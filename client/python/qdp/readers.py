@@ -147,18 +147,22 @@ class Source:
         k = np.searchsorted(starts, rows, side="right") - 1
         return k if np.ndim(rows) else int(k)
 
-    def read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Rows ``start`` to ``stop`` (excluded), reading only the blocks that hold them.
 
         Parameters
         ----------
         start, stop : int
             0 <= start <= stop <= rows.
+        out : numpy.ndarray, optional
+            ``(stop - start, features)`` of ``dtype`` to fill (a loader's shared-memory slot):
+            an array source copies its rows there once, with no array in between.
 
         Returns
         -------
         numpy.ndarray
-            C-contiguous ``(stop - start, features)`` of ``dtype``, owned by the caller.
+            C-contiguous ``(stop - start, features)`` of ``dtype``, owned by the caller
+            (``out`` when given).
 
         Raises
         ------
@@ -173,10 +177,15 @@ class Source:
         if not 0 <= start <= stop <= rows:
             raise OutOfRange(f"read({start}, {stop}) of a source of {rows} rows: "
                              f"pass 0 <= start <= stop <= {rows}", field="start")
-        return self._read(start, stop)
+        if out is None:
+            return self._read(start, stop)
+        self._check_out(out, stop - start)
+        self._read_into(start, stop, out)
+        return out
 
-    def take(self, indices: Any) -> np.ndarray:
-        """The rows of ``indices``, in that order (repeats allowed).
+    def take(self, indices: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The rows of ``indices``, in that order (repeats allowed); into ``out`` when given
+        (as :meth:`read`).
 
         Rows are gathered block by block (indices sorted by block), so each block is read once
         per call; the result follows the order asked.
@@ -209,7 +218,22 @@ class Source:
             bad = int(idx[(idx < 0) | (idx >= rows)][0])
             raise OutOfRange(f"row index {bad} of a source of {rows} rows: pass indices in "
                              f"[0, {rows})", field="indices")
-        return self._take(idx)
+        if out is None:
+            return self._take(idx)
+        self._check_out(out, len(idx))
+        self._take_into(idx, out)
+        return out
+
+    def _check_out(self, out: np.ndarray, rows: int) -> None:
+        if out.shape != (rows, self.features) or out.dtype != self.dtype:
+            raise InvalidArgument(f"out must be ({rows}, {self.features}) {self.dtype}, not "
+                                  f"{out.shape} {out.dtype}", field="out")
+
+    def _read_into(self, start: int, stop: int, out: np.ndarray) -> None:
+        np.copyto(out, self._read(start, stop))
+
+    def _take_into(self, idx: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, self._take(idx))
 
     def iter_blocks(self, rows: Optional[int] = None) -> Iterator[np.ndarray]:
         """The rows in order, as arrays that do not cross a block boundary.
@@ -291,10 +315,19 @@ class ArraySource(Source):
         return np.array(self._array[start:stop], dtype=self.dtype, order="C", copy=True)
 
     def _take(self, idx: np.ndarray) -> np.ndarray:
-        order = np.argsort(idx, kind="stable")
         out = np.empty((len(idx), self.features), dtype=self.dtype)
-        out[order] = self._array[idx[order]]  # in file order: a memory map reads pages in turn
+        self._take_into(idx, out)
         return out
+
+    def _read_into(self, start: int, stop: int, out: np.ndarray) -> None:
+        np.copyto(out, self._array[start:stop], casting="unsafe")
+
+    def _take_into(self, idx: np.ndarray, out: np.ndarray) -> None:
+        if not isinstance(self._array, np.memmap) and self._array.dtype == self.dtype:
+            np.take(self._array, idx, axis=0, out=out)  # one gather, nothing in between
+            return
+        order = np.argsort(idx, kind="stable")
+        out[order] = self._array[idx[order]]  # in file order: a memory map reads pages in turn
 
     def _iter_blocks(self) -> Iterator[np.ndarray]:
         step = max(1, STREAM_BYTES // max(1, self.features * self.dtype.itemsize))

@@ -156,16 +156,17 @@ class QuantumDataset(IterableDataset):
         """Batches this rank yields in an epoch (over all its DataLoader workers)."""
         return self._shares(1).steps(self.rank)
 
-    def _batches(self, worker: int, workers: int) -> Iterator[Tuple[np.ndarray, Any]]:
-        """This (rank, worker)'s batches of the epoch, in order: the rows, and their indices
-        in the source (None for a stream)."""
+    def _batches(self, worker: int, workers: int) -> Iterator[Tuple[Any, int, Any]]:
+        """This (rank, worker)'s batches of the epoch, in order: how to fill a slot with the
+        rows (``fill(out)``), how many, and their indices in the source (None for a stream)."""
         src = self.source
         if src.rows is None:  # a stream: every share reads it all and keeps its own batches
             k = 0
             for rows in _rebatch(src.iter_blocks(), self.batch_size, self.drop_last):
                 if k % self.world_size == self.rank and \
                         (k // self.world_size) % workers == worker:
-                    yield rows, None
+                    yield (lambda out, rows=rows: np.copyto(out, rows.reshape(out.shape))), \
+                        len(rows), None
                 k += 1
             return
         shares = self._shares(workers)
@@ -175,9 +176,10 @@ class QuantumDataset(IterableDataset):
             start, stop = shares.span(k)
             if self.shuffle:
                 idx = order.at(np.arange(start, stop, dtype=np.int64))
-                yield src.take(idx), idx
+                yield (lambda out, idx=idx: src.take(idx, out=out)), stop - start, idx
             else:
-                yield src.read(start, stop), slice(start, stop)
+                yield (lambda out, a=start, b=stop: src.read(a, b, out=out)), stop - start, \
+                    slice(start, stop)
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -239,9 +241,8 @@ class _Stream:
             batch = next(self.batches, None)
             if batch is None:
                 return None
-            rows, idx = batch
-            m = len(rows)
-            np.copyto(slot[:m], rows.reshape(m, -1))
+            fill, m, idx = batch
+            fill(slot[:m])  # the batch's one copy on the host: into the slot the daemon reads
         t = self._states(slot, m)
         labels = self.ds.labels
         return t if labels is None else (t, labels[torch.as_tensor(idx) if isinstance(

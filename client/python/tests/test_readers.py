@@ -510,3 +510,26 @@ def test_missing_pyarrow_says_what_to_install(tmp_path: pathlib.Path,
         open_source(tmp_path / "x.feather")
     with pytest.raises(qdp.NotSupported, match="pip install pyarrow"):
         open_source(tmp_path / "x.parquet")
+
+
+@pytest.mark.parametrize("kind", ["memory", "float32-converted", "npy"])
+def test_read_and_take_into_a_callers_array(tmp_path: pathlib.Path, kind: str) -> None:
+    X = np.random.default_rng(12).uniform(size=(40, 3))
+    if kind == "memory":
+        src = open_source(X)
+    elif kind == "float32-converted":
+        src = open_source(X, dtype="float32")
+    else:
+        np.save(tmp_path / "x.npy", X)
+        src = open_source(str(tmp_path / "x.npy"))
+    idx = np.array([39, 0, 7, 7, 21])
+    for want, call in ((src.read(5, 17), lambda out: src.read(5, 17, out=out)),
+                       (src.take(idx), lambda out: src.take(idx, out=out))):
+        out = np.full(want.shape, -1.0, dtype=src.dtype)
+        assert call(out) is out
+        assert np.array_equal(out, want)
+    with pytest.raises(qdp.InvalidArgument) as e:
+        src.read(0, 4, out=np.empty((3, 3), dtype=src.dtype))
+    assert e.value.field == "out"
+    with pytest.raises(qdp.InvalidArgument):
+        src.take(idx, out=np.empty((5, 3), dtype=np.int64))

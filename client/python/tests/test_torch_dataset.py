@@ -181,3 +181,17 @@ def test_labels_follow_their_rows(daemon) -> None:
     with pytest.raises(qdp.InvalidArgument) as e:
         qt.QuantumDataset(X, "angle", Q, labels=y[:5])
     assert e.value.field == "labels"
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_parquet_file_of_row_groups(daemon, tmp_path, shuffle) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X = data(rows=130)
+    path = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({f"c{k}": X[:, k] for k in range(Q)}), path, row_group_size=40)
+    ds = qt.QuantumDataset(path, "angle", Q, batch_size=16, shuffle=shuffle, seed=4,
+                           target=daemon.target)
+    got = np.concatenate([rows_of(b, X) for b in ds]).tolist()
+    assert sorted(got) == list(range(130))
+    assert (got == list(range(130))) == (not shuffle)
