@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -133,6 +134,8 @@ class QuantumDataset(IterableDataset):
         self.rank, self.world_size = _rank_world(rank, world_size)
         self.even_batches = self.world_size > 1 if even_batches is None else even_batches
         self.target = target
+        self._conn: Optional[_Conn] = None
+        self._conn_finalizer: Optional[weakref.finalize] = None
         self.labels = None if labels is None else torch.as_tensor(labels)
         if self.labels is not None and (self.source.rows is None or
                                         len(self.labels) != self.source.rows):
@@ -184,11 +187,37 @@ class QuantumDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        client = Client(self.target, name=f"qdp.torch:{self.rank}.{worker}:{os.getpid()}")
+        conn = self._conn_for(worker)
+        if not conn.lock.acquire(blocking=False):  # another iteration of this process runs
+            conn = _Conn(self, worker)
         try:
-            yield from _Stream(self, client, worker, workers)
+            yield from _Stream(self, conn, worker, workers)
         finally:
-            client.close()
+            if conn is self._conn:
+                conn.lock.release()
+            else:
+                conn.close()
+
+    def _conn_for(self, worker: int) -> "_Conn":
+        """This process's channel and shared-memory slots, kept from one epoch to the next
+        (opening them costs milliseconds: registering a slot pins its pages); a process of its
+        own (a DataLoader worker) opens its own."""
+        if self._conn is None or self._conn.pid != os.getpid():
+            self._conn = _Conn(self, worker)
+            self._conn_finalizer = weakref.finalize(self, self._conn.close)
+        return self._conn
+
+    def close(self) -> None:
+        """Closes this process's channel to the daemon and gives its slots back (also done when
+        the data set is garbage collected). Idempotent; a later iteration opens them again."""
+        if self._conn is not None and self._conn.pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        d = dict(self.__dict__)
+        d["_conn"] = d["_conn_finalizer"] = None  # a channel never crosses processes
+        return d
 
 
 def _rebatch(blocks: Iterator[np.ndarray], size: int, drop_last: bool) -> Iterator[np.ndarray]:
@@ -208,21 +237,37 @@ def _rebatch(blocks: Iterator[np.ndarray], size: int, drop_last: bool) -> Iterat
         yield np.concatenate(held)
 
 
-class _Stream:
-    """One iteration: batches read, copied into shared memory and encoded ``prefetch`` ahead."""
+class _Conn:
+    """A process's channel to the daemon and the slots its batches pass through: one array in
+    a registered shared-memory region per batch in flight (plain arrays over TCP, uploaded)."""
 
-    def __init__(self, ds: QuantumDataset, client: Client, worker: int, workers: int) -> None:
-        self.ds, self.client = ds, client
-        self.batches = ds._batches(worker, workers)
-        self.device = self._device(ds.device)
-        self.read_lock = threading.Lock()  # sources are read by one thread at a time
-        self.slots: Deque[np.ndarray] = deque()
+    def __init__(self, ds: QuantumDataset, worker: int) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()  # held by the iteration using it
+        self.client = Client(ds.target, name=f"qdp.torch:{ds.rank}.{worker}:{self.pid}")
+        self.slots: List[np.ndarray] = []
         features, dt = ds.source.features, ds.source.dtype
         for _ in range(max(1, ds.prefetch)):
             try:
-                self.slots.append(client.empty((ds.batch_size, features), dt))
+                self.slots.append(self.client.empty((ds.batch_size, features), dt))
             except (NotSupported, Error):
-                self.slots.append(np.empty((ds.batch_size, features), dt))  # TCP: uploads
+                self.slots.append(np.empty((ds.batch_size, features), dt))
+
+    def close(self) -> None:
+        if self.pid == os.getpid():
+            self.slots = []
+            self.client.close()
+
+
+class _Stream:
+    """One iteration: batches read, copied into shared memory and encoded ``prefetch`` ahead."""
+
+    def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int) -> None:
+        self.ds, self.client = ds, conn.client
+        self.batches = ds._batches(worker, workers)
+        self.device = self._device(ds.device)
+        self.read_lock = threading.Lock()  # sources are read by one thread at a time
+        self.slots: Deque[np.ndarray] = deque(conn.slots)
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
         gpu_daemon = self.client.status().backend == "cuda"

@@ -195,3 +195,23 @@ def test_a_parquet_file_of_row_groups(daemon, tmp_path, shuffle) -> None:
     got = np.concatenate([rows_of(b, X) for b in ds]).tolist()
     assert sorted(got) == list(range(130))
     assert (got == list(range(130))) == (not shuffle)
+
+
+def test_epochs_reuse_the_channel_and_slots_and_close_gives_them_back(client, daemon) -> None:
+    X = data(rows=100)
+    base = client.status().regions
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=20, prefetch=2, target=daemon.target)
+    first = torch.cat(list(ds))
+    regions = client.status().regions
+    # One slot per batch in flight, and on the CPU the client's kept fetch regions (at most 4).
+    assert base + 2 <= regions <= base + 2 + 4
+    for epoch in (1, 2):
+        ds.set_epoch(epoch)
+        assert torch.equal(torch.cat(list(ds)), first)  # not shuffled: the same batches
+        assert client.status().regions == regions
+    both = [iter(ds), iter(ds)]  # two iterations at once: the second opens its own
+    assert [next(it).shape for it in both] == [(20, 1 << Q)] * 2
+    for it in both:
+        it.close()
+    ds.close()
+    assert client.status().regions == base
