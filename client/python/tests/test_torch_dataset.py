@@ -4,6 +4,8 @@ shuffling by (seed, epoch), prefetch, workers and the refusals."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -199,6 +201,7 @@ def test_a_parquet_file_of_row_groups(daemon, tmp_path, shuffle) -> None:
 
 def test_epochs_reuse_the_channel_and_slots_and_close_gives_them_back(client, daemon) -> None:
     X = data(rows=100)
+    gc.collect()  # data sets of earlier tests give their slots back when collected
     base = client.status().regions
     ds = qt.QuantumDataset(X, "angle", Q, batch_size=20, prefetch=2, target=daemon.target)
     first = torch.cat(list(ds))
