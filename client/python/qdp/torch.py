@@ -266,7 +266,7 @@ class _Stream:
         self.ds, self.client = ds, conn.client
         self.batches = ds._batches(worker, workers)
         self.device = self._device(ds.device)
-        self.read_lock = threading.Lock()  # sources are read by one thread at a time
+        self.read_lock = threading.Lock()
         self.slots: Deque[np.ndarray] = deque(conn.slots)
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
@@ -282,12 +282,14 @@ class _Stream:
     def _encode(self, slot: np.ndarray) -> Any:
         """Reads the next batch into ``slot`` and encodes it (with its labels when the data set
         has them); None past the last batch."""
-        with self.read_lock:
+        with self.read_lock:  # the generator of batches is one thread's at a time
             batch = next(self.batches, None)
-            if batch is None:
-                return None
-            fill, m, idx = batch
-            fill(slot[:m])  # the batch's one copy on the host: into the slot the daemon reads
+        if batch is None:
+            return None
+        fill, m, idx = batch
+        # The batch's one copy on the host, into the slot the daemon reads: outside the lock, so
+        # the prefetch threads copy side by side (sources guard their own caches and files).
+        fill(slot[:m])
         t = self._states(slot, m)
         labels = self.ds.labels
         return t if labels is None else (t, labels[torch.as_tensor(idx) if isinstance(
