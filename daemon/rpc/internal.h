@@ -27,6 +27,7 @@
 #include "io/map.h"
 #include "job/job.h"
 #include "listener.h"
+#include "health.pb-c.h"
 #include "qdp.pb-c.h"
 #include "server.h"
 
@@ -78,6 +79,7 @@ enum rpc_method_id {
   RPC_M_CLOSE_VIEW,
   RPC_M_GATHER,
   RPC_M_FETCH_INTO,
+  RPC_M_GRPC_HEALTH_CHECK, /* grpc.health.v1.Health/Check, the standard probe */
   RPC_M_COUNT
 };
 

@@ -58,6 +58,9 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                       rpc_h_gather},
     [RPC_M_FETCH_INTO] = {"/qdp.Qdp/FetchInto", "FetchInto", RPC_UNARY,
                           &qdp__fetch_into_request__descriptor, rpc_h_fetch_into},
+    [RPC_M_GRPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "grpc.health.v1.Check", RPC_UNARY,
+                                 &grpc__health__v1__health_check_request__descriptor,
+                                 NULL /* answered on the completion-queue thread */},
 };
 
 /* ---- time
@@ -374,6 +377,29 @@ static bool runs_inline(const struct rpc_call *c) {
   }
 }
 
+/* grpc.health.v1.Health/Check: the daemon ("") and its service "qdp.Qdp" serve until the drain on
+ * SIGTERM; other names are NOT_FOUND, as the standard asks. */
+static void answer_health_check(struct rpc_server *s, struct rpc_call *c) {
+  struct qdp_error err = QDP_ERROR_INIT;
+  if (c->unpack_rc != QDP_OK) {
+    rpc_finish(c, NULL, &c->err);
+    return;
+  }
+  const Grpc__Health__V1__HealthCheckRequest *req =
+      (const Grpc__Health__V1__HealthCheckRequest *)c->req;
+  const char *service = req && req->service ? req->service : "";
+  if (service[0] && strcmp(service, "qdp.Qdp") != 0) {
+    qdp_error_set(&err, QDP_ERR_NOT_FOUND, "service",
+                  "no service '%.64s' here: ask for \"\" (the daemon) or \"qdp.Qdp\"", service);
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = s->shutting_down ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  rpc_finish(c, qdp_wire_pack(&r.base), NULL);
+}
+
 static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   if (!e->ok) {
@@ -400,6 +426,10 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     return;
   }
   const struct rpc_method *m = &rpc_methods[c->method];
+  if (c->method == RPC_M_GRPC_HEALTH_CHECK) {
+    answer_health_check(s, c); /* a probe carries no token: it learns only whether we serve */
+    return;
+  }
   if (c->tcp) {
     const grpc_slice *auth = md_find(&c->md, "authorization");
     const char *principal = auth ? token_principal(s, auth) : NULL;

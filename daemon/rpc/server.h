@@ -7,7 +7,8 @@
  *  - the loop thread (the caller's libuv loop) owns the server's lifecycle: create, start,
  *    shutdown, destroy, apply_config, the expiry and drain timers;
  *  - one completion-queue thread blocks in grpc_completion_queue_next and runs every completed
- *    operation's handler itself: it unpacks requests, checks identity and auth, answers Health and
+ *    operation's handler itself: it unpacks requests, checks identity and auth (the standard
+ *    grpc.health.v1 Check needs none: a probe sends no token), answers Health, that Check and
  *    the cheap calls (Plan, Describe, List, Status, encodes of states up to 1 MiB from inline
  *    input), and hands the rest to the workers. Relaying through the loop cost a thread hop per
  *    operation, most of a small job's round trip; only the drained queue is reported to the loop
