@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
 #include "qdp_limits.h"
 
 #define KI 1024ull
@@ -115,6 +116,9 @@ static const struct config_option options[] = {
         "and it is marked lost"),
     OPT(log_level, CONFIG_LEVEL, "info", 3, 7, "level", true, NULL,
         "err, warning, notice, info or debug"),
+    OPT(log_format, CONFIG_LOG_FORMAT, "text", 0, 1, "format", true, NULL,
+        "text (a timestamped line, or the journal's priority prefix under journald) or json (one "
+        "object per line: ts, level, ident, rank, device, subsys, msg)"),
     OPT(log_subsys, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "list", true, NULL,
         "show info and debug lines only of these subsystems ('rpc,plan'); empty: all"),
     OPT(watchdog, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
@@ -374,6 +378,16 @@ qdp_status config_parse_level(const char *s, const char *field, int *ret,
                        field, s);
 }
 
+qdp_status config_parse_log_format(const char *s, const char *field, int *ret,
+                                   struct qdp_error *reterr) {
+  if (strcasecmp(s, "text") == 0 || strcasecmp(s, "json") == 0) {
+    *ret = strcasecmp(s, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+    return QDP_OK;
+  }
+  return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                       "%s = '%s' is not a log format (text or json)", field, s);
+}
+
 /* ---- setting values ----------------------------------------------------------------------------
  */
 
@@ -406,6 +420,8 @@ static qdp_status set_value(struct config *c, const struct config_option *o, con
     return config_parse_double(value, o->dmin, o->dmax, o->name, (double *)p, reterr);
   case CONFIG_LEVEL:
     return config_parse_level(value, o->name, (int *)p, reterr);
+  case CONFIG_LOG_FORMAT:
+    return config_parse_log_format(value, o->name, (int *)p, reterr);
   }
   return QDP_OK;
 }
@@ -820,6 +836,9 @@ void config_format_value(const struct config *c, const struct config_option *o, 
     snprintf(buf, len, "%s", l >= 3 && l <= 7 ? names[l - 3] : "?");
     break;
   }
+  case CONFIG_LOG_FORMAT:
+    snprintf(buf, len, "%s", *(const int *)p == LOG_FORMAT_JSON ? "json" : "text");
+    break;
   }
 }
 

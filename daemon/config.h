@@ -36,7 +36,8 @@ enum config_type {
   CONFIG_SECONDS, /* uint64_t seconds, with s/m/h/d suffixes */
   CONFIG_DOUBLE,
   CONFIG_MODE,  /* uint64_t permission bits, in octal */
-  CONFIG_LEVEL /* int syslog level 3..7, by name (err, warning, notice, info, debug) or number */
+  CONFIG_LEVEL, /* int syslog level 3..7, by name (err, warning, notice, info, debug) or number */
+  CONFIG_LOG_FORMAT /* enum log_format (log.h), by name: text or json */
 };
 
 enum config_source { CONFIG_SRC_DEFAULT = 0, CONFIG_SRC_FILE, CONFIG_SRC_ENV, CONFIG_SRC_ARG };
@@ -92,6 +93,7 @@ struct config {
   uint64_t shutdown_timeout;
   uint64_t rank_timeout;
   int log_level;
+  int log_format; /* enum log_format */
   char log_subsys[CONFIG_STR_MAX];
   bool watchdog;
 
@@ -168,5 +170,8 @@ qdp_status config_parse_double(const char *s, double min, double max, const char
                                double *ret, struct qdp_error *reterr);
 qdp_status config_parse_bool(const char *s, const char *field, bool *ret, struct qdp_error *reterr);
 qdp_status config_parse_level(const char *s, const char *field, int *ret, struct qdp_error *reterr);
+/* "text" or "json" (any case) into an enum log_format. */
+qdp_status config_parse_log_format(const char *s, const char *field, int *ret,
+                                   struct qdp_error *reterr);
 
 #endif /* QDP_CONFIG_H */

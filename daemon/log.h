@@ -7,6 +7,11 @@
  * otherwise with an ISO-8601 UTC timestamp and the level name:
  *   2025-01-31T12:00:00.123Z warning qdpd r1 cuda:3 transport: peer access ...
  * The rank appears once it is known (log_set_rank), the device when the caller names one.
+ * With LOG_FORMAT_JSON every line is one JSON object instead, for collectors that parse lines
+ * (the journal's prefix is not written then):
+ *   {"ts":"2025-01-31T12:00:00.123Z","level":"warning","ident":"qdpd","rank":1,
+ *    "device":"cuda:3","subsys":"transport","msg":"peer access 3->5 unavailable, ..."}
+ * (on one line; rank, device and subsys only when known).
  * Lines at INFO and DEBUG are shown only for the subsystems in log_set_subsys (all when empty).
  *
  * Any thread: the level, rank and filter are read atomically (the filter under a lock, so SIGHUP
@@ -17,6 +22,8 @@
 #define QDP_LOG_H
 
 #include <stdbool.h>
+
+enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON = 1 };
 
 enum log_level {
   LOG_LEVEL_ERR = 3,
@@ -39,6 +46,7 @@ int log_get_level(void);
 /* Comma-separated subsystem names; NULL or "" = all. */
 void log_set_subsys(const char *list);
 void log_set_rank(int rank); /* -1: unknown (not printed) */
+void log_set_format(enum log_format f);
 
 /* "err", "warning", "notice", "info", "debug". */
 const char *log_level_name(int level);

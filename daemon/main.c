@@ -291,6 +291,7 @@ static void on_hup(uv_signal_t *h, int sig) {
       }
     }
     log_set_level(d->cfg.log_level);
+    log_set_format((enum log_format)d->cfg.log_format);
     log_set_subsys(d->cfg.log_subsys);
     rpc_server_apply_config(d->server, &d->cfg);
   }
@@ -392,6 +393,7 @@ static int parse_args(struct daemon *d, int argc, char **argv) {
 static qdp_status create_world(struct daemon *d, struct qdp_error *err) {
   log_init("qdpd");
   log_set_level(d->cfg.log_level);
+  log_set_format((enum log_format)d->cfg.log_format);
   log_set_subsys(d->cfg.log_subsys);
   rpc_route_grpc_logs();
   /* A client vanishing mid-write must not kill the daemon, nor an input shrinking under a read
@@ -505,7 +507,8 @@ static void watch_signals(struct daemon *d) {
   }
 }
 
-/* The contract with scripts and clients: these lines, verbatim, once serving. */
+/* The contract with scripts and clients: these lines, verbatim, once serving (as log records
+ * where every line must be one: under the journal, and with log_format = json). */
 static void announce(struct daemon *d, int tcp_port) {
   char tcp_addr[CONFIG_STR_MAX + 16] = "";
   if (d->cfg.tcp[0]) {
@@ -513,7 +516,7 @@ static void announce(struct daemon *d, int tcp_port) {
     snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d->cfg.tcp), d->cfg.tcp,
              tcp_port);
   }
-  if (log_journal()) {
+  if (log_journal() || d->cfg.log_format == LOG_FORMAT_JSON) {
     log_notice("main", "listening on unix:%s", d->socket_path);
     if (tcp_addr[0]) {
       log_notice("main", "listening on %s", tcp_addr);

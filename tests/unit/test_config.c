@@ -492,6 +492,60 @@ START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
 }
 END_TEST
 
+START_TEST(test_log_json_lines_are_one_object_each_with_every_field_escaped) {
+  char path[] = "/tmp/qdp-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  unlink(path);
+  log_init("qdpd");
+  log_set_fd(fd);
+  log_set_level(LOG_LEVEL_INFO);
+  log_set_rank(2);
+  log_set_journal(1); /* json wins over the journal's prefix */
+  log_set_format(LOG_FORMAT_JSON);
+  log_write(LOG_LEVEL_WARNING, "rpc", "cuda:1", "a \"quoted\" \\ path\nand\ta tab %d", 7);
+  log_set_rank(-1);
+  log_write(LOG_LEVEL_INFO, NULL, NULL, "plain");
+  char buf[4096];
+  read_log(fd, buf, sizeof buf);
+  char *second = strchr(buf, '\n');
+  ck_assert_ptr_nonnull(second);
+  *second++ = '\0';
+  /* {"ts":"2025-01-31T12:00:00.123Z","level":... */
+  ck_assert_int_eq(strncmp(buf, "{\"ts\":\"", 7), 0);
+  ck_assert_int_eq(buf[7 + 23], 'Z');
+  ck_assert_str_eq(buf + 7 + 24, "\",\"level\":\"warning\",\"ident\":\"qdpd\",\"rank\":2,"
+                                  "\"device\":\"cuda:1\",\"subsys\":\"rpc\","
+                                  "\"msg\":\"a \\\"quoted\\\" \\\\ path\\u000aand\\u0009a tab 7\"}");
+  ck_assert_str_eq(second + 7 + 24, "\",\"level\":\"info\",\"ident\":\"qdpd\",\"msg\":\"plain\"}\n");
+  /* A message longer than a line is cut inside its string: the object still closes. */
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  lseek(fd, 0, SEEK_SET);
+  char big[3000];
+  memset(big, '"', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  log_write(LOG_LEVEL_ERR, "rpc", NULL, "%s", big);
+  size_t n = read_log(fd, buf, sizeof buf);
+  ck_assert_uint_le(n, 2048);
+  ck_assert_str_eq(buf + n - 3, "\"}\n");
+  ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1); /* one line */
+  log_set_format(LOG_FORMAT_TEXT);
+  log_set_fd(2);
+  log_set_journal(-1);
+  close(fd);
+
+  struct qdp_error e = QDP_ERROR_INIT;
+  int f = -1;
+  ck_assert_int_eq(config_parse_log_format("JSON", "log_format", &f, &e), QDP_OK);
+  ck_assert_int_eq(f, LOG_FORMAT_JSON);
+  ck_assert_int_eq(config_parse_log_format("text", "log_format", &f, &e), QDP_OK);
+  ck_assert_int_eq(f, LOG_FORMAT_TEXT);
+  ck_assert_int_eq(config_parse_log_format("xml", "log_format", &f, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "log_format");
+  ck_assert_ptr_nonnull(strstr(e.msg, "text or json"));
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("parsers");
@@ -513,6 +567,7 @@ static Suite *config_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("log");
   tcase_add_test(tc, test_log_formats_journal_and_timestamp_lines_and_filters);
+  tcase_add_test(tc, test_log_json_lines_are_one_object_each_with_every_field_escaped);
   suite_add_tcase(s, tc);
   return s;
 }
