@@ -18,12 +18,19 @@
 
 #include "qdp.h"
 
+/* Exit statuses, one per failure class (exit_help in qdpctl_args.c is the table users read). */
 enum {
   EXIT_OK = 0,
   EXIT_LOCAL = 1,
   EXIT_USAGE = 2,
-  EXIT_UNAVAILABLE = 3,
-  EXIT_REFUSED = 4,
+  EXIT_UNAVAILABLE = 3, /* not reachable, UNAVAILABLE, DEADLINE_EXCEEDED */
+  EXIT_REFUSED = 4,     /* any status without a code of its own */
+  EXIT_NOT_FOUND = 5,
+  EXIT_INVALID = 6, /* INVALID_ARGUMENT, OUT_OF_RANGE */
+  EXIT_EXHAUSTED = 7,
+  EXIT_PERMISSION = 8, /* PERMISSION_DENIED, UNAUTHENTICATED */
+  EXIT_DATA_LOSS = 9,
+  EXIT_INTERRUPTED = 130, /* Ctrl-C, as a shell reports SIGINT */
 };
 
 /* Options every subcommand accepts, before or after its name. */

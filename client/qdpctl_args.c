@@ -69,10 +69,31 @@ int split_ref(const char *cmd, const char *ref, char *buf, size_t size, const ch
 }
 
 int exit_code_for(const struct qdp_errinfo *e) {
+  if (interrupted) {
+    return EXIT_INTERRUPTED;
+  }
   if (!e->remote) {
     return EXIT_LOCAL;
   }
-  return e->code == QDP_ERR_UNAVAILABLE ? EXIT_UNAVAILABLE : EXIT_REFUSED;
+  switch (e->code) {
+  case QDP_ERR_UNAVAILABLE:
+  case QDP_ERR_DEADLINE_EXCEEDED:
+    return EXIT_UNAVAILABLE;
+  case QDP_ERR_NOT_FOUND:
+    return EXIT_NOT_FOUND;
+  case QDP_ERR_INVALID_ARGUMENT:
+  case QDP_ERR_OUT_OF_RANGE:
+    return EXIT_INVALID;
+  case QDP_ERR_RESOURCE_EXHAUSTED:
+    return EXIT_EXHAUSTED;
+  case QDP_ERR_PERMISSION_DENIED:
+  case QDP_ERR_UNAUTHENTICATED:
+    return EXIT_PERMISSION;
+  case QDP_ERR_DATA_LOSS:
+    return EXIT_DATA_LOSS;
+  default:
+    return EXIT_REFUSED;
+  }
 }
 
 /* ---- failures ---- */
@@ -178,9 +199,14 @@ static const char exit_help[] =
     "  1  local error (a file that cannot be read or written, out of memory, a reply qdpctl\n"
     "     cannot use, Ctrl-C)\n"
     "  2  usage error (unknown option, missing or malformed argument)\n"
-    "  3  cannot connect: qdpd is not running or not reachable (UNAVAILABLE)\n"
-    "  4  refused by qdpd: any other gRPC status (INVALID_ARGUMENT, NOT_FOUND,\n"
-    "     RESOURCE_EXHAUSTED, ...); the message names the field and the numbers\n";
+    "  3  cannot connect: qdpd is not running or not reachable (UNAVAILABLE, DEADLINE_EXCEEDED)\n"
+    "  4  refused by qdpd with a status not listed below (FAILED_PRECONDITION, INTERNAL, ...)\n"
+    "  5  not found (NOT_FOUND: an unknown or released state, region or lease)\n"
+    "  6  invalid argument (INVALID_ARGUMENT, OUT_OF_RANGE); the message names the field\n"
+    "  7  resource exhausted (RESOURCE_EXHAUSTED: memory, budgets); with the bytes needed and free\n"
+    "  8  permission (PERMISSION_DENIED, UNAUTHENTICATED)\n"
+    "  9  data loss (DATA_LOSS: an input that changed or shrank while it was read)\n"
+    "  130  interrupted (Ctrl-C)\n";
 
 /* A command's own help (followed by `gap`), then the common options and the exit codes. */
 void print_help(const char *help, const char *gap) {

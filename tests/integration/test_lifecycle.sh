@@ -168,14 +168,14 @@ else
   [ "$rc" -eq 0 ] && ok "TCP with the token is served" || fail "TCP with the token: exit $rc"
   env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --json status >"$dir/t.json" 2>/dev/null
   rc=$?
-  if [ "$rc" -eq 4 ] && grep -q UNAUTHENTICATED "$dir/t.json"; then
-    ok "TCP without a token is UNAUTHENTICATED (exit 4)"
+  if [ "$rc" -eq 8 ] && grep -q UNAUTHENTICATED "$dir/t.json"; then
+    ok "TCP without a token is UNAUTHENTICATED (exit 8, permission)"
   else
     fail "TCP without a token: exit $rc, $(cat "$dir/t.json")"
   fi
   env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --token wrong status >/dev/null 2>&1
   rc=$?
-  [ "$rc" -eq 4 ] && ok "TCP with a wrong token is refused (exit 4)" ||
+  [ "$rc" -eq 8 ] && ok "TCP with a wrong token is refused (exit 8)" ||
     fail "TCP with a wrong token: exit $rc"
   kill -TERM "$t"
   wait_exit "$t" 30

@@ -166,31 +166,33 @@ class Qdpctl(unittest.TestCase):
         np.testing.assert_allclose(np.load(out), [0.6, 0.8, 0, 0], atol=1e-15)
         r = self.js("rm", e["ref"])
         self.assertEqual(r["released"], [{"handle": handle, "freed_bytes": 64}])
-        err = self.refused(4, "rm", e["ref"])
+        err = self.refused(5, "rm", e["ref"])
         self.assertEqual(err["code"], "QDP_ERR_NOT_FOUND")
-        err = self.refused(4, "describe", e["ref"])
+        err = self.refused(5, "describe", e["ref"])
         self.assertEqual(err["code"], "QDP_ERR_NOT_FOUND")
         self.assertTrue(err["remote"])
 
-    def test_server_refusals_exit_4_with_the_details(self):
-        e = self.refused(4, "encode", "--encoding", "amplitude", "--qubits", "0", "--values", "1")
+    def test_server_refusals_exit_by_their_class_with_the_details(self):
+        """The exit status is the refusal's class (qdpctl --help's table): 5 not found, 6
+        invalid, 7 exhausted; the JSON error carries the status and its numbers."""
+        e = self.refused(6, "encode", "--encoding", "amplitude", "--qubits", "0", "--values", "1")
         self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
         self.assertEqual(e["status"], 3)
         self.assertEqual(e["field"], "qubits")
-        e = self.refused(4, "encode", "--encoding", "amplitude", "--qubits", "2", "--values",
+        e = self.refused(6, "encode", "--encoding", "amplitude", "--qubits", "2", "--values",
                          "0,0,0,0")
         self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
         self.assertTrue(e["field"].startswith("input"), e)
-        e = self.refused(4, "encode", "--encoding", "basis", "--qubits", "2", "--values", "nan")
+        e = self.refused(6, "encode", "--encoding", "basis", "--qubits", "2", "--values", "nan")
         self.assertEqual(e["code"], "QDP_ERR_INVALID_ARGUMENT")
         # Infeasible: 2^40 amplitudes are 16 TiB.
         q = str(self.js("status")["max_qubits"])
         vals = ",".join(["0.5"] * int(q))
-        e = self.refused(4, "encode", "--encoding", "phase", "--qubits", q, "--values", vals)
+        e = self.refused(7, "encode", "--encoding", "phase", "--qubits", q, "--values", vals)
         self.assertEqual(e["code"], "QDP_ERR_RESOURCE_EXHAUSTED")
         self.assertGreater(e["need_bytes"], e["free_bytes"])
         self.assertIn(str(e["need_bytes"]), e["message"])
-        e = self.refused(4, "describe", "00000000:11111111")
+        e = self.refused(5, "describe", "00000000:11111111")
         self.assertEqual(e["code"], "QDP_ERR_NOT_FOUND")
 
     def test_plan_prints_the_per_device_arithmetic(self):

@@ -198,10 +198,10 @@ class Views(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--device is required", p.stderr)
         p = self.ctl("--json", "gather", ref, "--device", "9")
-        self.assertEqual(p.returncode, 4)
+        self.assertEqual(p.returncode, 6)  # INVALID_ARGUMENT: the device field
         self.assertIn("is not a device", p.stderr)
         p = self.ctl("view-close", ref, "77")
-        self.assertEqual(p.returncode, 4)
+        self.assertEqual(p.returncode, 5)  # NOT_FOUND: no such lease
         self.assertIn("lease 77", p.stderr)
         p = self.ctl("view-close", ref, "x")
         self.assertEqual(p.returncode, 2)
