@@ -113,5 +113,12 @@ int main(int argc, char **argv) {
       return commands[i].run(&g, argc - optind, argv + optind);
     }
   }
+  struct nearest nr = NEAREST_INIT;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    nearest_word(cmd, commands[i].name, &nr);
+  }
+  if (nr.word) {
+    return usage_error(NULL, "unknown command '%s'; did you mean '%s'?", cmd, nr.word);
+  }
   return usage_error(NULL, "unknown command '%s'", cmd);
 }

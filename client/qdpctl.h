@@ -51,6 +51,14 @@ extern volatile sig_atomic_t interrupted;
 
 /* Prints "qdpctl CMD: message" and the hint to --help on stderr; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The candidate nearest to a misspelt word, for "did you mean": call nearest_word with each
+ * candidate; nr.word stays NULL when none is a likely slip. */
+struct nearest {
+  size_t distance;
+  const char *word;
+};
+#define NEAREST_INIT {SIZE_MAX, NULL}
+void nearest_word(const char *given, const char *candidate, struct nearest *nr);
 /* Parses an unsigned decimal (or 0x hex) integer in [min, max]; the whole string must be used. */
 int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 int parse_i32(const char *s, int32_t min, int32_t max, int *ret);

@@ -21,6 +21,43 @@ int usage_error(const char *cmd, const char *fmt, ...) {
   return EXIT_USAGE;
 }
 
+/* Edits (insertions, deletions, substitutions, swaps of neighbours) from a to b; words longer
+ * than 63 characters count as far from everything. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) {
+    return SIZE_MAX;
+  }
+  size_t d[64][64];
+  for (size_t i = 0; i <= n; i++) {
+    for (size_t j = 0; j <= m; j++) {
+      if (i == 0 || j == 0) {
+        d[i][j] = i + j;
+        continue;
+      }
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+      best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best) {
+        best = d[i - 2][j - 2] + 1;
+      }
+      d[i][j] = best;
+    }
+  }
+  return d[n][m];
+}
+
+void nearest_word(const char *given, const char *candidate, struct nearest *nr) {
+  size_t d = edit_distance(given, candidate);
+  /* Close enough to be a slip: at most 2 edits, and fewer than a third of the word. */
+  size_t limit = strlen(candidate) / 3 < 2 ? strlen(candidate) / 3 : 2;
+  if (d <= (limit ? limit : 1) && d < nr->distance) {
+    nr->distance = d;
+    nr->word = candidate;
+  }
+}
+
 /* Parses an unsigned decimal (or 0x hex) integer in [min, max]; the whole string must be used. */
 int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
   if (!s || !*s || *s == '-' || *s == '+' || *s == ' ') {
@@ -238,6 +275,18 @@ int next_opt(struct global *g, const char *cmd, const char *help, int argc, char
     if (opt == OPT_HELP) {
       print_help(help, "\n");
       return OPT_HELPED;
+    }
+    if (opt == '?' && optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0) {
+      char given[64];
+      snprintf(given, sizeof given, "%.*s", (int)strcspn(argv[optind - 1] + 2, "="),
+               argv[optind - 1] + 2);
+      struct nearest nr = NEAREST_INIT;
+      for (const struct option *o = opts; o->name; o++) {
+        nearest_word(given, o->name, &nr);
+      }
+      if (nr.word) {
+        fprintf(stderr, "qdpctl %s: did you mean '--%s'?\n", cmd ? cmd : "", nr.word);
+      }
     }
     return opt;
   }

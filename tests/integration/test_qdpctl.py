@@ -98,6 +98,18 @@ class Qdpctl(unittest.TestCase):
             self.assertEqual(p.returncode, 2, f"qdpctl {' '.join(args)}: {p.stderr}")
             self.assertIn("qdpctl", p.stderr)
 
+    def test_a_slip_gets_a_did_you_mean(self):
+        for args, want in ((("stauts",), "did you mean 'status'?"),
+                           (("desribe", "a:b"), "did you mean 'describe'?"),
+                           (("encode", "--encodng", "angle"), "did you mean '--encoding'?"),
+                           (("fetch", "a:b", "--ouptut", "x.npy"), "did you mean '--output'?")):
+            p = self.run_ctl(*args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(want, p.stderr)
+        p = self.run_ctl("frobnicate")  # nothing near: no guess
+        self.assertEqual(p.returncode, 2)
+        self.assertNotIn("did you mean", p.stderr)
+
     def test_no_daemon_exits_3(self):
         target = "unix:" + os.path.join(self.dir, "nobody.sock")
         for args in (("status",), ("health",), ("ls",), ("describe", "a:b"),
