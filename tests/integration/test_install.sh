@@ -62,6 +62,24 @@ grep -q '^User=qdp$' "$dest$unitdir/qdpd.service" && grep -q '^CapabilityBoundin
 grep -q '^u qdp ' "$dest$prefix/lib/sysusers.d/qdp.conf" && ok "sysusers makes the qdp user" ||
   fail "the sysusers file makes no qdp user"
 
+# The installed qdp.pc builds a program against the installed headers and library, which runs.
+libdir=$(under "$(opt libdir)")
+pc_dir=$dest$libdir/pkgconfig
+if [ -f "$pc_dir/qdp.pc" ] && command -v pkg-config >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
+  flags=$(PKG_CONFIG_PATH=$pc_dir PKG_CONFIG_SYSROOT_DIR=$dest pkg-config --cflags --libs qdp)
+  printf '#include <qdp.h>\n#include <stdio.h>\nint main(void) { puts(qdp_version_string()); return 0; }\n' \
+    >"$dest/hello.c"
+  # shellcheck disable=SC2086 # flags is a list of arguments
+  if cc "$dest/hello.c" -o "$dest/hello" $flags 2>"$dest/cc.log" &&
+    LD_LIBRARY_PATH=$dest$libdir "$dest/hello" >"$dest/hello.out"; then
+    ok "pkg-config --cflags --libs qdp builds and links a program (libqdp $(cat "$dest/hello.out"))"
+  else
+    fail "a program built with pkg-config's flags ($flags): $(cat "$dest/cc.log")"
+  fi
+else
+  [ -f "$pc_dir/qdp.pc" ] && echo "skip: no pkg-config or cc" || fail "qdp.pc is not installed"
+fi
+
 if "$dest$sbindir/qdpd" --config "$dest$sysconfdir/qdp/qdpd.conf" --print-config >/dev/null; then
   ok "the installed qdpd reads the installed config"
 else
