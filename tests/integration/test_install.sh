@@ -67,6 +67,9 @@ libdir=$(under "$(opt libdir)")
 pc_dir=$dest$libdir/pkgconfig
 if [ -f "$pc_dir/qdp.pc" ] && command -v pkg-config >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; then
   flags=$(PKG_CONFIG_PATH=$pc_dir PKG_CONFIG_SYSROOT_DIR=$dest pkg-config --cflags --libs qdp)
+  # A sanitized build's library needs its runtime in the program too (qdp.pc does not say so).
+  san=$(opt b_sanitize)
+  [ "$san" = none ] || flags="$flags -fsanitize=$san"
   printf '#include <qdp.h>\n#include <stdio.h>\nint main(void) { puts(qdp_version_string()); return 0; }\n' \
     >"$dest/hello.c"
   # shellcheck disable=SC2086 # flags is a list of arguments

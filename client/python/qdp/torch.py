@@ -266,7 +266,6 @@ class _Stream:
         self.ds, self.client = ds, conn.client
         self.batches = ds._batches(worker, workers)
         self.device = self._device(ds.device)
-        self.read_lock = threading.Lock()
         self.slots: Deque[np.ndarray] = deque(conn.slots)
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
@@ -279,16 +278,11 @@ class _Stream:
             raise NotSupported(f"device {asked}: the daemon has no GPU; use device='cpu'")
         return asked
 
-    def _encode(self, slot: np.ndarray) -> Any:
-        """Reads the next batch into ``slot`` and encodes it (with its labels when the data set
-        has them); None past the last batch."""
-        with self.read_lock:  # the generator of batches is one thread's at a time
-            batch = next(self.batches, None)
-        if batch is None:
-            return None
+    def _encode(self, slot: np.ndarray, batch: Tuple[Any, int, Any]) -> Any:
+        """Reads ``batch`` into ``slot`` and encodes it (with its labels when the data set has
+        them). Runs on a prefetch thread: the copy into the slot, the daemon's only input, is
+        made there, so batches in flight copy side by side (sources guard their own caches)."""
         fill, m, idx = batch
-        # The batch's one copy on the host, into the slot the daemon reads: outside the lock, so
-        # the prefetch threads copy side by side (sources guard their own caches and files).
         fill(slot[:m])
         t = self._states(slot, m)
         labels = self.ds.labels
@@ -307,23 +301,26 @@ class _Stream:
 
     def __iter__(self) -> Iterator[Any]:
         if self.ds.prefetch == 0:
-            while True:
-                t = self._encode(self.slots[0])
-                if t is None:
-                    return
-                yield t
+            for batch in self.batches:
+                yield self._encode(self.slots[0], batch)
+            return
+        # Each batch is bound to its slot and future here, in order, so the batches come out in
+        # the epoch's order however the threads run.
         pool = ThreadPoolExecutor(self.ds.prefetch, thread_name_prefix="qdp-prefetch")
         pending: Deque[Tuple[Future, np.ndarray]] = deque()
         try:
             while True:
                 while self.slots:
+                    batch = next(self.batches, None)
+                    if batch is None:
+                        break
                     slot = self.slots.popleft()
-                    pending.append((pool.submit(self._encode, slot), slot))
+                    pending.append((pool.submit(self._encode, slot, batch), slot))
+                if not pending:
+                    return
                 fut, slot = pending.popleft()
                 t = fut.result()
                 self.slots.append(slot)
-                if t is None:
-                    return
                 yield t
         finally:
             for fut, _ in pending:
