@@ -446,7 +446,8 @@ static size_t read_log(int fd, char *buf, size_t cap) {
   return (size_t)n;
 }
 
-START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
+/* The logger writing into a fresh unlinked file at level info; its descriptor. */
+static int log_to_temp_file(void) {
   char path[] = "/tmp/qdp-log-XXXXXX";
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
@@ -454,6 +455,11 @@ START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
   log_init("qdpd");
   log_set_fd(fd);
   log_set_level(LOG_LEVEL_INFO);
+  return fd;
+}
+
+START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
+  int fd = log_to_temp_file();
   log_set_rank(1);
   log_set_journal(1);
   log_write(LOG_LEVEL_WARNING, "transport", "cuda:3", "peer access %d->%d unavailable", 3, 5);
@@ -493,13 +499,7 @@ START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
 END_TEST
 
 START_TEST(test_log_json_lines_are_one_object_each_with_every_field_escaped) {
-  char path[] = "/tmp/qdp-log-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  unlink(path);
-  log_init("qdpd");
-  log_set_fd(fd);
-  log_set_level(LOG_LEVEL_INFO);
+  int fd = log_to_temp_file();
   log_set_rank(2);
   log_set_journal(1); /* json wins over the journal's prefix */
   log_set_format(LOG_FORMAT_JSON);
