@@ -83,6 +83,7 @@ class Bench:
         self.rows = 64 * (8 if args.quick else 64)
         self.secs = 0.3 if args.quick else 2.0
         self.dir = tempfile.TemporaryDirectory(prefix="qdp-loader-bench-")
+        self._files: Dict[str, Dict[str, str]] = {}  # by encoding: written once, read by a and b
         self.qumat: Any = None
         if not args.no_qumat and gpu:
             try:
@@ -101,6 +102,8 @@ class Bench:
         return rng.uniform(0.01, 1, size=(self.rows, cols))
 
     def files(self, encoding: str, X: np.ndarray) -> Dict[str, str]:
+        if encoding in self._files:
+            return self._files[encoding]
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -108,7 +111,8 @@ class Bench:
         np.save(base + ".npy", X)
         arr = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), X.shape[1])
         pq.write_table(pa.table({"x": arr}), base + ".parquet", row_group_size=1024)
-        return {"npy": base + ".npy", "parquet": base + ".parquet"}
+        self._files[encoding] = {"npy": base + ".npy", "parquet": base + ".parquet"}
+        return self._files[encoding]
 
     # ---- (a) ----
 

@@ -50,9 +50,10 @@ static size_t edit_distance(const char *a, const char *b) {
 
 void nearest_word(const char *given, const char *candidate, struct nearest *nr) {
   size_t d = edit_distance(given, candidate);
-  /* Close enough to be a slip: at most 2 edits, and fewer than a third of the word. */
-  size_t limit = strlen(candidate) / 3 < 2 ? strlen(candidate) / 3 : 2;
-  if (d <= (limit ? limit : 1) && d < nr->distance) {
+  /* Close enough to be a slip: a third of the word's letters, at least 1 edit and at most 2. */
+  size_t limit = strlen(candidate) / 3;
+  limit = limit < 1 ? 1 : limit > 2 ? 2 : limit;
+  if (d <= limit && d < nr->distance) {
     nr->distance = d;
     nr->word = candidate;
   }
