@@ -127,10 +127,8 @@ class Bench:
             ours: Dict[str, float] = {}
             for name, src in srcs.items():
                 for prefetch in (0, 4):
-                    ds = qt.QuantumDataset(src, encoding, self.q, batch_size=64,
-                                           prefetch=prefetch, target=self.target)
                     try:
-                        r = rate(lambda: iter(ds), 64, self.sync, self.secs)
+                        r = self.qdp_rate(src, encoding, prefetch)
                         ours[name] = max(ours.get(name, 0.0), r)
                         say("loader-rate", impl="qdp", encoding=encoding, qubits=self.q,
                             batch=64, source=name, prefetch=prefetch, vectors_per_s=r,
@@ -145,21 +143,54 @@ class Bench:
                 if name == "memory":
                     continue  # QuantumDataLoader reads files or makes its own data
                 try:
-                    def run(src=src) -> Any:
-                        ld = self.qumat.QuantumDataLoader(device_id=0, num_qubits=self.q,
-                                                          batch_size=64, total_batches=total,
-                                                          encoding_method=encoding)
-                        ld = ld.source_synthetic() if src is None else ld.source_file(src)
-                        return (torch.from_dlpack(t) for t in ld)
-                    r = rate(run, 64, self.sync, self.secs)
-                    say("loader-rate", impl="qumat", encoding=encoding, qubits=self.q, batch=64,
-                        source=name, vectors_per_s=r)
-                    if name in ours:
-                        say("loader-rate-ratio", encoding=encoding, source=name,
-                            qdp_over_qumat=ours[name] / r, target=4)
+                    r = self.qumat_rate(encoding, src, total)
                 except Exception as e:
                     say("loader-rate", impl="qumat", encoding=encoding, source=name,
                         error=brief(e))
+                    if name != "parquet":
+                        continue
+                    # QuantumDataLoader may want a variable-length list column: the same rows
+                    # in that layout, read by both loaders, so that the pair still compares.
+                    try:
+                        src = self.list_parquet(encoding, X)
+                        r = self.qumat_rate(encoding, src, total)
+                        name = "parquet-list"
+                        ours[name] = self.qdp_rate(src, encoding, 4)
+                        say("loader-rate", impl="qdp", encoding=encoding, qubits=self.q,
+                            batch=64, source=name, prefetch=4, vectors_per_s=ours[name])
+                    except Exception as e2:
+                        say("loader-rate", impl="qumat", encoding=encoding,
+                            source="parquet-list", error=brief(e2))
+                        continue
+                say("loader-rate", impl="qumat", encoding=encoding, qubits=self.q, batch=64,
+                    source=name, vectors_per_s=r)
+                if name in ours:
+                    say("loader-rate-ratio", encoding=encoding, source=name,
+                        qdp_over_qumat=ours[name] / r, target=4)
+
+    def qdp_rate(self, src: Any, encoding: str, prefetch: int) -> float:
+        ds = qt.QuantumDataset(src, encoding, self.q, batch_size=64, prefetch=prefetch,
+                               target=self.target)
+        return rate(lambda: iter(ds), 64, self.sync, self.secs)
+
+    def qumat_rate(self, encoding: str, src: Optional[str], total: int) -> float:
+        """QuantumDataLoader's vectors/s on the file ``src``, or on its own synthetic data."""
+        def run() -> Any:
+            ld = self.qumat.QuantumDataLoader(device_id=0, num_qubits=self.q, batch_size=64,
+                                              total_batches=total, encoding_method=encoding)
+            ld = ld.source_synthetic() if src is None else ld.source_file(src)
+            return (torch.from_dlpack(t) for t in ld)
+        return rate(run, 64, self.sync, self.secs)
+
+    def list_parquet(self, encoding: str, X: np.ndarray) -> str:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = os.path.join(self.dir.name, encoding + "-list.parquet")
+        offsets = pa.array(np.arange(0, X.size + 1, X.shape[1], dtype=np.int32))
+        arr = pa.ListArray.from_arrays(offsets, pa.array(X.reshape(-1)))
+        pq.write_table(pa.table({"x": arr}), path, row_group_size=1024)
+        return path
 
     # ---- (b) ----
 

@@ -4,7 +4,8 @@
 # (tests/gpu/world_gpu.sh, "world"), the Python package's suite on the GPU node
 # (tests/gpu/python_gpu.sh, "python"), the Python benchmark beside qumat-qdp
 # (bench/python_bench.py with BENCH_ARGS; qumat_qdp importable from QUMAT_SITE when set, "bench"),
-# and the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
+# qdp.torch's loader beside qumat-qdp's (bench/loader_bench.py with LOADER_ARGS, "loader"), and
+# the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
 # bench/regress.py, ROUNDS rounds, "side"). STEPS picks some of them (all by default) so that the
 # run can be cut into calls. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
@@ -12,7 +13,7 @@ set -uo pipefail
 old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
 new=${2:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
 out=${3:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
-steps=" ${STEPS:-tests daemon world python bench side} "
+steps=" ${STEPS:-tests daemon world python bench loader side} "
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 rc=0
@@ -36,6 +37,12 @@ if [[ $steps == *" bench "* ]]; then
   TAIL=80 run python_bench 550 env -u LD_LIBRARY_PATH \
     PYTHONPATH="${QUMAT_SITE:+$QUMAT_SITE:}$root/client/python" \
     "$py" "$root/bench/python_bench.py" "$new" ${BENCH_ARGS:-}
+fi
+if [[ $steps == *" loader "* ]]; then
+  # shellcheck disable=SC2086 # LOADER_ARGS is a list of arguments
+  TAIL=80 run loader_bench 580 env -u LD_LIBRARY_PATH \
+    PYTHONPATH="${QUMAT_SITE:+$QUMAT_SITE:}$root/client/python" \
+    "$py" "$root/bench/loader_bench.py" "$new" ${LOADER_ARGS:-}
 fi
 if [[ $steps == *" side "* ]]; then
   bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1
