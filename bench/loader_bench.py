@@ -9,16 +9,21 @@ ROOT/.gpu/lib for qdpd only) and, for each figure, prints ``bench op=loader-... 
 
   a  rate      batches of 64 into torch tensors on the GPU, vectors/s, for amplitude and angle
                16 qubits from a NumPy array in memory, an .npy file and a Parquet file (both in the
-               page cache): qdp with prefetch 0 and 4; qumat's QuantumDataLoader on the same file
-               (source_file) and on its own synthetic data (source_synthetic); the ratio per pair.
-  b  read      the Parquet file read whole by pyarrow alone (row groups to NumPy) and by
-               qdp.readers (the loader's reader), seconds and the reader's overhead.
+               page cache; row groups of 128 MiB): qdp with prefetch 0 and 4, in the dtype of
+               QuantumDataLoader's batches and in complex128; qumat's QuantumDataLoader on the
+               same file (source_file) and, beside the array in memory, on its own synthetic
+               data (source_synthetic); the ratio per pair, in the same dtype.
+  b  read      the amplitude Parquet file read whole by pyarrow alone (read_table, and row
+               group after row group, to NumPy), by qdp.readers, and by the loader into states
+               on the GPU: seconds, and the reader's and the loader's time over pyarrow's best.
   c  idle      a model step of 2 ms (a GPU sleep) per batch with prefetch 0, 2 and 4: the wall
                time against the steps' own, i.e. the fraction the GPU waited on the loader.
   d  big       a Parquet file of --big-gib GiB (16-qubit amplitude rows, a fixed-size list
-               column) streamed through the loader: rows/s and the process's peak RSS against
-               the reader's bound (two kept row groups and one being decoded, its Arrow table and
-               NumPy copy, plus the prefetch slots: nothing that grows with the file).
+               column, row groups of 256 MiB) streamed through the loader: rows/s, and the
+               growth of the process's resident memory (its peak since the start, against its
+               size then) beside the loader's bound (the reader's decoded row groups, cached and
+               ahead, each twice while converted, and the prefetch slots: nothing that grows
+               with the file).
 
 --quick shrinks every size so that the script runs in seconds against a CPU daemon
 (--devices cpu:1); the GPU-only parts then skip.
@@ -30,11 +35,10 @@ import argparse
 import gc
 import os
 import pathlib
-import resource
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -50,8 +54,20 @@ import torch  # noqa: E402
 from python_bench import Daemon, brief, say  # noqa: E402
 
 
-def peak_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / (1 << 30)
+def status_gib(key: str) -> float:
+    """A size from /proc/self/status (VmRSS, VmHWM), GiB."""
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024 / (1 << 30)
+    raise KeyError(key)
+
+
+def reset_peak_rss() -> float:
+    """Resets the process's peak resident size to its current one (clear_refs 5), which it
+    returns, so that a later VmHWM is the peak of what ran since."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return status_gib("VmRSS")
 
 
 def rate(batches: Callable[[], Any], rows: int, sync: Callable[[], None],
@@ -110,7 +126,9 @@ class Bench:
         base = os.path.join(self.dir.name, encoding)
         np.save(base + ".npy", X)
         arr = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), X.shape[1])
-        pq.write_table(pa.table({"x": arr}), base + ".parquet", row_group_size=1024)
+        # Row groups of 128 MiB for amplitude at 16 qubits (256 rows), as data pipelines write.
+        pq.write_table(pa.table({"x": arr}), base + ".parquet",
+                       row_group_size=max(1, (128 << 20) // X[0].nbytes))
         self._files[encoding] = {"npy": base + ".npy", "parquet": base + ".parquet"}
         return self._files[encoding]
 
@@ -124,73 +142,66 @@ class Bench:
                 srcs.update(self.files(encoding, X))
             except ImportError as e:
                 say("loader-rate", skipped=f"no pyarrow here ({brief(e)}): memory and npy only")
-            ours: Dict[str, float] = {}
+            # QuantumDataLoader reads files or makes its own data: its synthetic source stands
+            # beside an array in memory.
+            theirs: Dict[str, float] = {}
+            same = "complex64"
             for name, src in srcs.items():
-                for prefetch in (0, 4):
-                    try:
-                        r = self.qdp_rate(src, encoding, prefetch)
-                        ours[name] = max(ours.get(name, 0.0), r)
-                        say("loader-rate", impl="qdp", encoding=encoding, qubits=self.q,
-                            batch=64, source=name, prefetch=prefetch, vectors_per_s=r,
-                            device="cuda" if self.gpu else "cpu")
-                    except Exception as e:
-                        say("loader-rate", impl="qdp", encoding=encoding, source=name,
-                            prefetch=prefetch, error=brief(e))
-            if self.qumat is None:
-                continue
-            total = self.rows // 64
-            for name, src in list(srcs.items()) + [("synthetic", None)]:
-                if name == "memory":
-                    continue  # QuantumDataLoader reads files or makes its own data
+                if self.qumat is None:
+                    break
                 try:
-                    r = self.qumat_rate(encoding, src, total)
+                    r, dt = self.qumat_rate(encoding, None if name == "memory" else src)
                 except Exception as e:
                     say("loader-rate", impl="qumat", encoding=encoding, source=name,
                         error=brief(e))
-                    if name != "parquet":
-                        continue
-                    # QuantumDataLoader may want a variable-length list column: the same rows
-                    # in that layout, read by both loaders, so that the pair still compares.
-                    try:
-                        src = self.list_parquet(encoding, X)
-                        r = self.qumat_rate(encoding, src, total)
-                        name = "parquet-list"
-                        ours[name] = self.qdp_rate(src, encoding, 4)
-                        say("loader-rate", impl="qdp", encoding=encoding, qubits=self.q,
-                            batch=64, source=name, prefetch=4, vectors_per_s=ours[name])
-                    except Exception as e2:
-                        say("loader-rate", impl="qumat", encoding=encoding,
-                            source="parquet-list", error=brief(e2))
-                        continue
+                    continue
+                theirs[name], same = r, dt
                 say("loader-rate", impl="qumat", encoding=encoding, qubits=self.q, batch=64,
-                    source=name, vectors_per_s=r)
-                if name in ours:
+                    source="synthetic" if name == "memory" else name, dtype=dt, vectors_per_s=r)
+            for name, src in srcs.items():
+                best = 0.0
+                for dtype in (same, "complex128") if same != "complex128" else (same,):
+                    for prefetch in (0, 4):
+                        try:
+                            r = self.qdp_rate(src, encoding, prefetch, dtype)
+                        except Exception as e:
+                            say("loader-rate", impl="qdp", encoding=encoding, source=name,
+                                prefetch=prefetch, dtype=dtype, error=brief(e))
+                            continue
+                        if dtype == same:
+                            best = max(best, r)
+                        say("loader-rate", impl="qdp", encoding=encoding, qubits=self.q,
+                            batch=64, source=name, prefetch=prefetch, dtype=dtype,
+                            vectors_per_s=r, device="cuda" if self.gpu else "cpu")
+                if name in theirs and best:
                     say("loader-rate-ratio", encoding=encoding, source=name,
-                        qdp_over_qumat=ours[name] / r, target=4)
+                        against="synthetic" if name == "memory" else name, dtype=same,
+                        qdp_over_qumat=best / theirs[name], target=4)
 
-    def qdp_rate(self, src: Any, encoding: str, prefetch: int) -> float:
+    def qdp_rate(self, src: Any, encoding: str, prefetch: int, dtype: str) -> float:
         ds = qt.QuantumDataset(src, encoding, self.q, batch_size=64, prefetch=prefetch,
-                               target=self.target)
-        return rate(lambda: iter(ds), 64, self.sync, self.secs)
+                               dtype=dtype, target=self.target)
+        try:
+            return rate(lambda: iter(ds), 64, self.sync, self.secs)
+        finally:
+            ds.close()
 
-    def qumat_rate(self, encoding: str, src: Optional[str], total: int) -> float:
-        """QuantumDataLoader's vectors/s on the file ``src``, or on its own synthetic data."""
+    def qumat_rate(self, encoding: str, src: Optional[str]) -> Tuple[float, str]:
+        """QuantumDataLoader's vectors/s on the file ``src``, or on its own synthetic data, and
+        the dtype of its batches."""
+        dtypes = set()
+
         def run() -> Any:
             ld = self.qumat.QuantumDataLoader(device_id=0, num_qubits=self.q, batch_size=64,
-                                              total_batches=total, encoding_method=encoding)
+                                              total_batches=self.rows // 64,
+                                              encoding_method=encoding)
             ld = ld.source_synthetic() if src is None else ld.source_file(src)
-            return (torch.from_dlpack(t) for t in ld)
-        return rate(run, 64, self.sync, self.secs)
-
-    def list_parquet(self, encoding: str, X: np.ndarray) -> str:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        path = os.path.join(self.dir.name, encoding + "-list.parquet")
-        offsets = pa.array(np.arange(0, X.size + 1, X.shape[1], dtype=np.int32))
-        arr = pa.ListArray.from_arrays(offsets, pa.array(X.reshape(-1)))
-        pq.write_table(pa.table({"x": arr}), path, row_group_size=1024)
-        return path
+            for t in ld:
+                t = torch.from_dlpack(t)
+                dtypes.add(str(t.dtype).replace("torch.", ""))
+                yield t
+        r = rate(run, 64, self.sync, self.secs)
+        return r, ",".join(sorted(dtypes))
 
     # ---- (b) ----
 
@@ -203,7 +214,11 @@ class Bench:
         X = self.data("amplitude")
         path = self.files("amplitude", X)["parquet"]
 
-        def arrow() -> None:
+        def table() -> None:  # pyarrow's own read: its threads over row groups and columns
+            col = pq.read_table(path).column(0).combine_chunks()
+            col.values.to_numpy().reshape(len(col), -1)
+
+        def groups() -> None:  # row group after row group, as a streaming reader goes
             f = pq.ParquetFile(path)
             for k in range(f.num_row_groups):
                 col = f.read_row_group(k).column(0).combine_chunks()
@@ -214,17 +229,28 @@ class Bench:
                 for _ in src.iter_blocks():
                     pass
 
+        def loader() -> None:  # into states on the GPU (the CPU's memory on a CPU daemon)
+            ds = qt.QuantumDataset(path, "amplitude", self.q, batch_size=64, prefetch=4,
+                                   dtype="complex64", target=self.target)
+            for _ in ds:
+                pass
+            self.sync()
+            ds.close()
+
         t = {}
-        for name, fn in (("pyarrow", arrow), ("qdp.readers", ours)):
+        for name, fn in (("pyarrow.read_table", table), ("pyarrow-row-groups", groups),
+                         ("qdp.readers", ours), ("qdp.torch", loader)):
             fn()
             xs = []
-            for _ in range(3 if self.args.quick else 5):
+            for _ in range(3):
                 t0 = time.perf_counter()
                 fn()
                 xs.append(time.perf_counter() - t0)
             t[name] = min(xs)
             say("loader-read", impl=name, bytes=X.nbytes, s=t[name], GBps=X.nbytes / t[name] / 1e9)
-        say("loader-read-ratio", readers_over_pyarrow=t["qdp.readers"] / t["pyarrow"], target=1.2)
+        arrow = min(t["pyarrow.read_table"], t["pyarrow-row-groups"])
+        say("loader-read-ratio", readers_over_pyarrow=t["qdp.readers"] / arrow,
+            loader_over_pyarrow=t["qdp.torch"] / arrow, target=1.2)
 
     # ---- (c) ----
 
@@ -285,20 +311,26 @@ class Bench:
         size = os.path.getsize(path)
         say("loader-big", file_GiB=size / (1 << 30), row_groups=groups, rows_per_group=group,
             write_s=time.perf_counter() - t0)
-        rss0 = peak_rss_gib()
         ds = qt.QuantumDataset(path, "amplitude", self.q, batch_size=64, prefetch=4,
                                target=self.target)
+        rss0 = reset_peak_rss()
         t0 = time.perf_counter()
         n = 0
         for psi in ds:
             n += psi.shape[0]
         self.sync()
         dt = time.perf_counter() - t0
-        # The reader keeps 2 decoded row groups; decoding one holds its Arrow table and the
-        # NumPy copy at once; the loader has 4 slots of a batch. None of it grows with the file.
-        bound = (4 * group + 4 * 64) * dim * 8 / (1 << 30)
+        peak = status_gib("VmHWM")
+        # What the loader may hold, none of it growing with the file: the reader's decoded row
+        # groups (cached and ahead, each as its Arrow table and its NumPy rows while it is
+        # converted), the prefetch slots of a request each.
+        src = ds.source
+        held = src.cache_blocks + src.readahead
+        bound = (2 * held * group * dim * 8 + ds.prefetch * ds.group * 64 * dim * 8) / (1 << 30)
         say("loader-big", rows=n, s=dt, rows_per_s=n / dt, input_GBps=size / dt / 1e9,
-            peak_rss_GiB=peak_rss_gib(), rss_before_GiB=rss0, reader_bound_GiB=bound)
+            rss_before_GiB=rss0, peak_rss_GiB=peak, growth_GiB=peak - rss0,
+            bound_GiB=bound, within=peak - rss0 <= bound)
+        ds.close()
         os.unlink(path)
 
 

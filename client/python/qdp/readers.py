@@ -41,6 +41,7 @@ from __future__ import annotations
 import collections
 import csv
 import inspect
+import mmap
 import os
 import threading
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
@@ -235,6 +236,12 @@ class Source:
     def _take_into(self, idx: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, self._take(idx))
 
+    def in_memory(self) -> Optional[np.ndarray]:
+        """The rows as one writable C-contiguous array of ``dtype`` in this process's memory,
+        when the source holds them so (an array, not a memory map): a loader may then copy
+        from it directly. None otherwise."""
+        return None
+
     def iter_blocks(self, rows: Optional[int] = None) -> Iterator[np.ndarray]:
         """The rows in order, as arrays that do not cross a block boundary.
 
@@ -310,6 +317,13 @@ class ArraySource(Source):
     @property
     def rows(self) -> int:
         return self._array.shape[0]
+
+    def in_memory(self) -> Optional[np.ndarray]:
+        a = self._array
+        if isinstance(a, np.memmap) or isinstance(a.base, mmap.mmap) or a.dtype != self.dtype \
+                or not a.flags.c_contiguous or not a.flags.writeable:
+            return None
+        return a
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         return np.array(self._array[start:stop], dtype=self.dtype, order="C", copy=True)

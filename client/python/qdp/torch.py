@@ -15,12 +15,14 @@ size, every row once per epoch. Sources are those of :func:`qdp.readers.open_sou
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import threading
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -75,8 +77,15 @@ class QuantumDataset(IterableDataset):
         into host memory). Default: this process's current CUDA device when torch sees one and
         the daemon has GPUs, else the CPU.
     prefetch : int
-        Batches encoded ahead, on as many threads, while the consumer works on the current one;
-        0 encodes each batch when it is asked for.
+        Requests to the daemon kept in flight (each of ``group`` batches), on as many threads,
+        while the consumer works on the batches already delivered; 0 sends each request when
+        its first batch is asked for.
+    group : int, optional
+        Batches per request. The daemon's cost per request is about a third of a millisecond
+        whatever its size, so batches of small states are asked for together: by default as
+        many as keep a request within 512 MiB of states and 8 MiB of input (at most 64), one
+        for large inputs. Each batch is still its own tensor (a view of its request's), and
+        on a GPU the batches in flight hold about ``(prefetch + 1) * group`` batches' states.
     shuffle : bool
         A new order every epoch (:meth:`set_epoch`), a keyed permutation of (seed, epoch); files
         are permuted by whole blocks (row groups), then rows within a block.
@@ -102,9 +111,14 @@ class QuantumDataset(IterableDataset):
 
     Notes
     -----
-    Each yielded tensor is the caller's own: nothing in it is reused for a later batch. The
-    host side copies each batch once, from the source into shared memory the daemon reads in
-    place; on a GPU it never comes back through the host.
+    Each yielded tensor is the caller's own: nothing in it is reused for a later batch. On a
+    GPU, the daemon writes the batches into tensors allocated on the loader's own streams, and
+    each is marked as used on the consumer's current stream when it is yielded (so its memory
+    is not taken again before the work queued there is done); a model's queued steps never
+    hold the loader up. Input rows reach the daemon with one copy: from the source into shared
+    memory the daemon reads in place, or, for an array in memory read in order onto a GPU,
+    straight from the array (pinned in place while the data set's channel is open) into GPU
+    memory by DMA. States on a GPU never come back through the host.
     """
 
     def __init__(self, source: Any, encoding: str, qubits: int, *, batch_size: int = 64,
@@ -113,12 +127,13 @@ class QuantumDataset(IterableDataset):
                  even_batches: Optional[bool] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None, target: Optional[str] = None,
                  columns: Optional[Sequence[str]] = None, null_policy: str = "error",
-                 labels: Any = None) -> None:
+                 labels: Any = None, group: Optional[int] = None) -> None:
         super().__init__()
         if dtype not in _COMPLEX:
             raise InvalidArgument(f"dtype {dtype!r}: use 'complex64' or 'complex128'",
                                   field="dtype")
-        for name, value, low in (("batch_size", batch_size, 1), ("prefetch", prefetch, 0)):
+        for name, value, low in (("batch_size", batch_size, 1), ("prefetch", prefetch, 0),
+                                 ("group", 1 if group is None else group, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise InvalidArgument(f"{name} must be an integer >= {low}, not {value!r}",
                                       field=name)
@@ -129,6 +144,9 @@ class QuantumDataset(IterableDataset):
                                "file), not an iterable: pass shuffle=False")
         self.encoding, self.qubits, self.dtype = encoding, int(qubits), dtype
         self.batch_size, self.prefetch = batch_size, prefetch
+        self.group = group if group is not None else _default_group(
+            batch_size, self.source.features * self.source.dtype.itemsize,
+            (1 << self.qubits) * (16 if dtype == "complex128" else 8))
         self.device = torch.device(device) if device is not None else None
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.rank, self.world_size = _rank_world(rank, world_size)
@@ -159,17 +177,16 @@ class QuantumDataset(IterableDataset):
         """Batches this rank yields in an epoch (over all its DataLoader workers)."""
         return self._shares(1).steps(self.rank)
 
-    def _batches(self, worker: int, workers: int) -> Iterator[Tuple[Any, int, Any]]:
-        """This (rank, worker)'s batches of the epoch, in order: how to fill a slot with the
-        rows (``fill(out)``), how many, and their indices in the source (None for a stream)."""
+    def _batches(self, worker: int, workers: int) -> Iterator["_Batch"]:
+        """This (rank, worker)'s batches of the epoch, in order."""
         src = self.source
         if src.rows is None:  # a stream: every share reads it all and keeps its own batches
             k = 0
             for rows in _rebatch(src.iter_blocks(), self.batch_size, self.drop_last):
                 if k % self.world_size == self.rank and \
                         (k // self.world_size) % workers == worker:
-                    yield (lambda out, rows=rows: np.copyto(out, rows.reshape(out.shape))), \
-                        len(rows), None
+                    yield _Batch(len(rows), None,
+                                 lambda out, rows=rows: np.copyto(out, rows.reshape(out.shape)))
                 k += 1
             return
         shares = self._shares(workers)
@@ -179,10 +196,10 @@ class QuantumDataset(IterableDataset):
             start, stop = shares.span(k)
             if self.shuffle:
                 idx = order.at(np.arange(start, stop, dtype=np.int64))
-                yield (lambda out, idx=idx: src.take(idx, out=out)), stop - start, idx
+                yield _Batch(stop - start, idx, lambda out, idx=idx: src.take(idx, out=out))
             else:
-                yield (lambda out, a=start, b=stop: src.read(a, b, out=out)), stop - start, \
-                    slice(start, stop)
+                yield _Batch(stop - start, slice(start, stop),
+                             lambda out, a=start, b=stop: src.read(a, b, out=out))
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -237,36 +254,111 @@ def _rebatch(blocks: Iterator[np.ndarray], size: int, drop_last: bool) -> Iterat
         yield np.concatenate(held)
 
 
+#: A request's default bounds (``group``): its states, and its input rows.
+GROUP_STATE_BYTES = 512 << 20
+GROUP_INPUT_BYTES = 8 << 20
+GROUP_MAX = 64
+#: Requests whose input is at least this large are copied onto the GPU by this process from an
+#: in-memory array pinned in place; smaller ones go through shared memory, which costs less
+#: than a copy and an IPC handle.
+DIRECT_INPUT_BYTES = 1 << 20
+
+
+def _default_group(batch_size: int, row_bytes: int, state_bytes: int) -> int:
+    return max(1, min(GROUP_MAX, GROUP_STATE_BYTES // max(1, batch_size * state_bytes),
+                      GROUP_INPUT_BYTES // max(1, batch_size * row_bytes)))
+
+
+class _Batch:
+    """One batch of a share: its rows (``m``), their indices in the source (an int64 array
+    when shuffled, a slice in order, None for a stream) and how to copy them into a slot."""
+
+    __slots__ = ("m", "idx", "fill")
+
+    def __init__(self, m: int, idx: Any, fill: Callable[[np.ndarray], Any]) -> None:
+        self.m, self.idx, self.fill = m, idx, fill
+
+
+class _Pinned:
+    """An in-memory source array registered with the CUDA driver (pinned in place), so that
+    batches read in order are copied from it onto the GPU by DMA; None where it cannot be."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.tensor, self.ptr, self.owned = torch.from_numpy(array), array.ctypes.data, False
+        rc = int(torch.cuda.cudart().cudaHostRegister(self.ptr, array.nbytes, 0))
+        if rc == 712:  # cudaErrorHostMemoryAlreadyRegistered: pinned by its owner already
+            return
+        if rc != 0:
+            raise OSError(rc, f"cudaHostRegister of {array.nbytes} bytes: CUDA error {rc}")
+        self.owned = True
+
+    @staticmethod
+    def of(src: Source) -> Optional["_Pinned"]:
+        array = src.in_memory()
+        if array is None or not array.nbytes:
+            return None
+        try:
+            return _Pinned(array)
+        except (OSError, RuntimeError):
+            return None  # the copy through shared memory gives the same rows
+
+    def close(self) -> None:
+        if self.owned:
+            self.owned = False
+            torch.cuda.cudart().cudaHostUnregister(self.ptr)
+
+
 class _Conn:
-    """A process's channel to the daemon and the slots its batches pass through: one array in
-    a registered shared-memory region per batch in flight (plain arrays over TCP, uploaded)."""
+    """A process's channel to the daemon and the slots its requests pass through: one array in
+    a registered shared-memory region per request in flight (plain arrays over TCP, uploaded),
+    and the source pinned in place when it is an array in memory read onto a GPU."""
 
     def __init__(self, ds: QuantumDataset, worker: int) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()  # held by the iteration using it
         self.client = Client(ds.target, name=f"qdp.torch:{ds.rank}.{worker}:{self.pid}")
         self.slots: List[np.ndarray] = []
+        self.pinned: Optional[_Pinned] = None
+        self._pin_tried = False
         features, dt = ds.source.features, ds.source.dtype
+        rows = ds.batch_size * ds.group
         for _ in range(max(1, ds.prefetch)):
             try:
-                self.slots.append(self.client.empty((ds.batch_size, features), dt))
+                self.slots.append(self.client.empty((rows, features), dt))
             except (NotSupported, Error):
-                self.slots.append(np.empty((ds.batch_size, features), dt))
+                self.slots.append(np.empty((rows, features), dt))
+
+    def pin(self, src: Source) -> Optional[_Pinned]:
+        """The source pinned in place, tried once per channel."""
+        if not self._pin_tried:
+            self._pin_tried = True
+            self.pinned = _Pinned.of(src)
+        return self.pinned
 
     def close(self) -> None:
         if self.pid == os.getpid():
             self.slots = []
+            if self.pinned is not None:
+                self.pinned.close()
+                self.pinned = None
             self.client.close()
 
 
 class _Stream:
-    """One iteration: batches read, copied into shared memory and encoded ``prefetch`` ahead."""
+    """One iteration: requests of ``group`` batches, each read into a slot and encoded
+    ``prefetch`` ahead, then handed out batch by batch."""
 
     def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int) -> None:
-        self.ds, self.client = ds, conn.client
+        self.ds, self.conn, self.client = ds, conn, conn.client
         self.batches = ds._batches(worker, workers)
         self.device = self._device(ds.device)
-        self.slots: Deque[np.ndarray] = deque(conn.slots)
+        self.slots: Deque[Tuple[np.ndarray, Any]] = deque(
+            (slot, torch.cuda.Stream(self.device) if self.device.type == "cuda" else None)
+            for slot in conn.slots)
+        row_bytes = ds.source.features * ds.source.dtype.itemsize
+        self.pinned = conn.pin(ds.source) if (
+            self.device.type == "cuda" and not ds.shuffle
+            and ds.batch_size * ds.group * row_bytes >= DIRECT_INPUT_BYTES) else None
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
         gpu_daemon = self.client.status().backend == "cuda"
@@ -278,20 +370,49 @@ class _Stream:
             raise NotSupported(f"device {asked}: the daemon has no GPU; use device='cpu'")
         return asked
 
-    def _encode(self, slot: np.ndarray, batch: Tuple[Any, int, Any]) -> Any:
-        """Reads ``batch`` into ``slot`` and encodes it (with its labels when the data set has
-        them). Runs on a prefetch thread: the copy into the slot, the daemon's only input, is
-        made there, so batches in flight copy side by side (sources guard their own caches)."""
-        fill, m, idx = batch
-        fill(slot[:m])
-        t = self._states(slot, m)
-        labels = self.ds.labels
-        return t if labels is None else (t, labels[torch.as_tensor(idx) if isinstance(
-            idx, np.ndarray) else idx].to(t.device))
+    def _next_request(self) -> List[_Batch]:
+        return list(itertools.islice(self.batches, self.ds.group))
 
-    def _states(self, slot: np.ndarray, m: int) -> torch.Tensor:
+    def _encode(self, slot: Tuple[np.ndarray, Any], req: List[_Batch]) -> List[Any]:
+        """Reads the batches of ``req`` and encodes them in one request: the batches' tensors
+        (with their labels when the data set has them). Runs on a prefetch thread, so requests
+        in flight read and copy side by side (sources guard their own caches)."""
+        rows, stream = slot
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            t = self._states(rows, req)
+            labels = self.ds.labels
+            out: List[Any] = []
+            off = 0
+            for b in req:
+                psi = t[off:off + b.m]
+                off += b.m
+                if labels is not None:
+                    idx = torch.as_tensor(b.idx) if isinstance(b.idx, np.ndarray) else b.idx
+                    psi = (psi, labels[idx].to(t.device))
+                out.append(psi)
+            if stream is not None:
+                stream.synchronize()  # the labels' copies; the states are in place already
+        return out
+
+    def _states(self, rows: np.ndarray, req: List[_Batch]) -> torch.Tensor:
         ds = self.ds
-        x = slot[:m, 0] if ds.encoding == "basis" else slot[:m]  # basis: one index per sample
+        m = sum(b.m for b in req)
+        x: Any
+        if self.pinned is not None:  # a DMA per batch, from the array into GPU memory
+            x = torch.empty((m, ds.source.features), dtype=self.pinned.tensor.dtype,
+                            device=self.device)
+            off = 0
+            for b in req:
+                x[off:off + b.m].copy_(self.pinned.tensor[b.idx], non_blocking=True)
+                off += b.m
+        else:
+            off = 0
+            for b in req:
+                b.fill(rows[off:off + b.m])
+                off += b.m
+            x = rows[:m]
+        if ds.encoding == "basis":  # one index per sample
+            x = x[:, 0]
         if self.device.type == "cuda":
             out = torch.empty((m, 1 << ds.qubits), dtype=_COMPLEX[ds.dtype], device=self.device)
             return self.client.encode(x, ds.encoding, ds.qubits, dtype=ds.dtype, policy="single",
@@ -299,29 +420,48 @@ class _Stream:
         with self.client.encode(x, ds.encoding, ds.qubits, dtype=ds.dtype) as s:
             return torch.from_numpy(s.numpy()).reshape(m, 1 << ds.qubits)
 
+    def _handed(self, psi: Any) -> Any:
+        """``psi`` as the consumer gets it: on a GPU, its memory marked as used on the
+        consumer's current stream, so that it is not allocated again (to the loader's streams)
+        before the work queued there on it is done."""
+        if self.device.type == "cuda":
+            consumer = torch.cuda.current_stream(self.device)
+            for t in psi if isinstance(psi, tuple) else (psi,):
+                if t.is_cuda:
+                    t.record_stream(consumer)
+        return psi
+
     def __iter__(self) -> Iterator[Any]:
         if self.ds.prefetch == 0:
-            for batch in self.batches:
-                yield self._encode(self.slots[0], batch)
-            return
-        # Each batch is bound to its slot and future here, in order, so the batches come out in
-        # the epoch's order however the threads run.
-        pool = ThreadPoolExecutor(self.ds.prefetch, thread_name_prefix="qdp-prefetch")
-        pending: Deque[Tuple[Future, np.ndarray]] = deque()
-        try:
             while True:
-                while self.slots:
-                    batch = next(self.batches, None)
-                    if batch is None:
-                        break
-                    slot = self.slots.popleft()
-                    pending.append((pool.submit(self._encode, slot, batch), slot))
-                if not pending:
+                req = self._next_request()
+                if not req:
                     return
+                for psi in self._encode(self.slots[0], req):
+                    yield self._handed(psi)
+        # Each request is bound to its slot and future here, in order, so the batches come out
+        # in the epoch's order however the threads run. A slot goes back to work as soon as its
+        # request is answered, before its batches are handed out.
+        pool = ThreadPoolExecutor(self.ds.prefetch, thread_name_prefix="qdp-prefetch")
+        pending: Deque[Tuple[Future, Tuple[np.ndarray, Any]]] = deque()
+
+        def submit() -> None:
+            while self.slots:
+                req = self._next_request()
+                if not req:
+                    return
+                slot = self.slots.popleft()
+                pending.append((pool.submit(self._encode, slot, req), slot))
+
+        try:
+            submit()
+            while pending:
                 fut, slot = pending.popleft()
-                t = fut.result()
+                got = fut.result()
                 self.slots.append(slot)
-                yield t
+                submit()
+                for psi in got:
+                    yield self._handed(psi)
         finally:
             for fut, _ in pending:
                 fut.cancel()

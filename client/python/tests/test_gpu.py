@@ -433,8 +433,8 @@ def test_the_loader_delivers_cuda_tensors_of_the_reference_states(gpu, gpu_daemo
     import qdp.torch as qt
 
     X = np.random.default_rng(9).uniform(-1, 1, size=(150, 10))
-    for prefetch in (0, 3):
-        ds = qt.QuantumDataset(X, "angle", 10, batch_size=32, prefetch=prefetch,
+    for prefetch, group in ((0, None), (3, None), (3, 2), (0, 1)):
+        ds = qt.QuantumDataset(X, "angle", 10, batch_size=32, prefetch=prefetch, group=group,
                                target=gpu_daemon.target, labels=np.arange(150))
         got, rows = [], []
         for psi, idx in ds:
@@ -444,3 +444,70 @@ def test_the_loader_delivers_cuda_tensors_of_the_reference_states(gpu, gpu_daemo
         ref.close(np.concatenate(got), ref.batch("angle", X[np.concatenate(rows)], 10),
                   "complex128")
     assert c.states() == []  # out= tensors: nothing stays on the daemon
+
+
+def test_the_loader_reads_an_array_in_memory_by_dma_from_where_it_is(gpu, gpu_daemon) -> None:
+    """Batches of 1 MiB and more, in order, from an array in memory: the array is pinned in
+    place while the channel is open (and let go at close), each batch copied onto the GPU from
+    it; shuffled, the rows are gathered through shared memory instead. Both the reference."""
+    c, torch = gpu
+    if not c.wire.has_field("EncodeRequest", "out"):
+        pytest.skip("this package's wire has no EncodeRequest.out")
+    import qdp.torch as qt
+
+    q = 12
+    X = np.random.default_rng(10).uniform(0.05, 1, size=(100, 1 << q))  # 32 rows: 1 MiB
+    want = ref.batch("amplitude", X, q)
+    cudart = torch.cuda.cudart()
+    for shuffle in (False, True):
+        for prefetch in (0, 3):
+            ds = qt.QuantumDataset(X, "amplitude", q, batch_size=32, prefetch=prefetch,
+                                   shuffle=shuffle, seed=5, target=gpu_daemon.target,
+                                   labels=np.arange(100))
+            got = [(psi.cpu().numpy(), rows.cpu().numpy()) for psi, rows in ds]
+            ref.close(np.concatenate([g for g, _ in got]),
+                      want[np.concatenate([r for _, r in got])], "complex128")
+            pinned = ds._conn.pinned
+            assert (pinned is not None and pinned.owned) == (not shuffle)
+            ds.close()
+            rc = int(cudart.cudaHostRegister(X.ctypes.data, X.nbytes, 0))
+            assert rc == 0, f"the array is still registered after close (CUDA error {rc})"
+            cudart.cudaHostUnregister(X.ctypes.data)
+
+
+def test_the_loader_neither_waits_for_nor_overwrites_the_consumers_queued_work(
+        gpu, gpu_daemon) -> None:
+    """The consumer queues a long sleep, then reads of each batch behind it, and drops the
+    batches at once: the loader delivers them all while the sleep still runs (it writes on its
+    own streams), and no batch's memory is written again before the queued reads are done
+    (each batch is marked as used on the consumer's stream)."""
+    c, torch = gpu
+    if not c.wire.has_field("EncodeRequest", "out"):
+        pytest.skip("this package's wire has no EncodeRequest.out")
+    import qdp.torch as qt
+
+    X = np.random.default_rng(11).uniform(-1, 1, size=(96, 10))
+    want = ref.batch("angle", X, 10)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda._sleep(1_000_000)
+    torch.cuda.synchronize()
+    cycles = int(1.5 / ((time.perf_counter() - t0) / 1_000_000))  # about 1.5 s
+    for prefetch, group in ((0, 1), (2, 1), (2, 3)):
+        ds = qt.QuantumDataset(X, "angle", 10, batch_size=8, prefetch=prefetch, group=group,
+                               target=gpu_daemon.target, labels=np.arange(96))
+        sums, rows = [], []
+        torch.cuda._sleep(cycles)
+        for psi, idx in ds:
+            sums.append(psi.real.sum(dim=1))  # queued behind the sleep
+            rows.append(idx)  # on the GPU: reading it here would wait for the sleep
+            del psi
+        busy = not torch.cuda.current_stream().query()
+        torch.cuda.synchronize()
+        assert busy, f"prefetch {prefetch} group {group}: the loader waited for the sleep"
+        got = torch.cat(sums).cpu().numpy()
+        rows = torch.cat(rows).cpu().numpy()
+        np.testing.assert_allclose(got, want[rows].real.sum(axis=1), atol=1e-9,
+                                   err_msg=f"prefetch {prefetch} group {group}: a batch was "
+                                   "overwritten before the consumer's queued reads")
+        ds.close()

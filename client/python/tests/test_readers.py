@@ -134,6 +134,21 @@ def test_npy_is_memory_mapped(tmp_path: pathlib.Path) -> None:
     assert open_source(str(tmp_path / "i.npy"), dtype="int64").read(2, 4).tolist() == [[2], [3]]
 
 
+def test_in_memory_offers_only_an_array_held_as_is(tmp_path: pathlib.Path) -> None:
+    """A loader may DMA straight from in_memory(): only a writable C-contiguous array of the
+    source's dtype in this process's memory qualifies."""
+    X = features()
+    assert open_source(X).in_memory() is X
+    assert open_source(X.astype(np.float32)).in_memory().dtype == np.float32
+    assert open_source(X.astype(np.float32), dtype="float64").in_memory() is None  # converted
+    ro = X.copy()
+    ro.setflags(write=False)
+    assert open_source(ro).in_memory() is None
+    np.save(tmp_path / "x.npy", X)
+    assert open_source(tmp_path / "x.npy").in_memory() is None  # a memory map of the file
+    assert open_source(iter([X])).in_memory() is None
+
+
 def test_torch_tensor_is_viewed(torch: Any) -> None:
     X = features(dtype=np.float32)
     t = torch.from_numpy(X.copy())

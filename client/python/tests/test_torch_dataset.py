@@ -122,16 +122,50 @@ def test_prefetch_depths_give_the_same_batches_in_the_same_order(daemon) -> None
     finishes first (a batch is bound to its place when it is submitted)."""
     X = data(rows=300)
     want = None
-    for depth in (0, 1, 4, 8, 4, 8):
+    for depth, group in ((0, 1), (1, 1), (4, 1), (8, 1), (4, 1), (8, 1), (0, 3), (2, 3),
+                         (4, 5), (3, None)):
         ds = qt.QuantumDataset(X, "angle", Q, batch_size=8, prefetch=depth, shuffle=True,
-                               target=daemon.target, labels=np.arange(300))
+                               target=daemon.target, labels=np.arange(300), group=group)
         got = list(ds)
+        assert [len(r) for _, r in got] == [8] * 37 + [4], f"prefetch {depth} group {group}"
         states = torch.cat([b for b, _ in got]).numpy()
         rows = torch.cat([r for _, r in got]).numpy()
         if want is None:
             want = (states, rows)
-        assert np.array_equal(rows, want[1]), f"prefetch {depth}: the batches came out of order"
+        assert np.array_equal(rows, want[1]), \
+            f"prefetch {depth} group {group}: the batches came out of order"
         assert np.array_equal(states, want[0])
+
+
+def test_the_default_group_keeps_a_request_within_its_bounds() -> None:
+    """Hand-computed: 512 MiB of states, 8 MiB of input, 64 batches at most, 1 at least."""
+    X = np.zeros((10, 16))
+    for qubits, cols, dtype, bs, want in ((16, 16, "complex128", 64, 8),  # 64 MiB of states
+                                          (16, 16, "complex64", 64, 16),
+                                          (6, 6, "complex128", 8, 64),      # the cap
+                                          (16, 1 << 16, "complex128", 64, 1),  # 32 MiB input
+                                          (10, 1 << 10, "complex128", 64, 16),  # 512 KiB input
+                                          (20, 20, "complex128", 64, 1)):   # 1 GiB of states
+        ds = qt.QuantumDataset(np.zeros((10, cols)), "angle", qubits, batch_size=bs,
+                               dtype=dtype)
+        assert ds.group == want, (qubits, cols, dtype, bs)
+    assert qt.QuantumDataset(X, "angle", 16, group=3).group == 3
+
+
+def test_grouped_batches_are_each_the_callers_own(daemon) -> None:
+    """Batches answered in one request are views of one tensor: kept past later requests and
+    epochs, each still holds its own rows' states."""
+    X = data(rows=100)
+    ds = qt.QuantumDataset(X, "angle", Q, batch_size=7, prefetch=2, group=4, shuffle=True,
+                           seed=3, target=daemon.target, labels=np.arange(100))
+    kept = list(ds)
+    ds.set_epoch(1)
+    later = list(ds)
+    assert not np.array_equal(torch.cat([r for _, r in kept]).numpy(),
+                              torch.cat([r for _, r in later]).numpy())
+    want = ref.batch("angle", X, Q)
+    for psi, rows in kept + later:
+        ref.close(psi.numpy(), want[rows.numpy()], "complex128")
 
 
 def test_breaking_off_leaves_nothing_on_the_daemon(client, daemon) -> None:
@@ -170,6 +204,7 @@ def test_refusals(daemon) -> None:
         qt.QuantumDataset(X, "angle", Q, dtype="float64")
     assert e.value.field == "dtype"
     for kw, field in (({"batch_size": 0}, "batch_size"), ({"prefetch": -1}, "prefetch"),
+                      ({"group": 0}, "group"), ({"group": True}, "group"),
                       ({"rank": 1}, "rank"), ({"rank": 4, "world_size": 4}, "rank")):
         with pytest.raises(qdp.InvalidArgument) as e:
             qt.QuantumDataset(X, "angle", Q, **kw)
