@@ -113,9 +113,12 @@ class Bench:
             torch.cuda.synchronize()
 
     def data(self, encoding: str) -> np.ndarray:
+        """The rows of a pass: 64 batches of amplitude (2 GiB at 16 qubits), 1024 of angle (its
+        rows are small: a pass of 64 would time little more than starting one)."""
         rng = np.random.default_rng(1)
         cols = 1 << self.q if encoding == "amplitude" else self.q
-        return rng.uniform(0.01, 1, size=(self.rows, cols))
+        rows = self.rows if encoding == "amplitude" else self.rows * 16
+        return rng.uniform(0.01, 1, size=(rows, cols))
 
     def files(self, encoding: str, X: np.ndarray) -> Dict[str, str]:
         if encoding in self._files:
@@ -150,7 +153,7 @@ class Bench:
                 if self.qumat is None:
                     break
                 try:
-                    r, dt = self.qumat_rate(encoding, None if name == "memory" else src)
+                    r, dt = self.qumat_rate(encoding, None if name == "memory" else src, len(X))
                 except Exception as e:
                     say("loader-rate", impl="qumat", encoding=encoding, source=name,
                         error=brief(e))
@@ -186,14 +189,14 @@ class Bench:
         finally:
             ds.close()
 
-    def qumat_rate(self, encoding: str, src: Optional[str]) -> Tuple[float, str]:
+    def qumat_rate(self, encoding: str, src: Optional[str], rows: int) -> Tuple[float, str]:
         """QuantumDataLoader's vectors/s on the file ``src``, or on its own synthetic data, and
         the dtype of its batches."""
         dtypes = set()
 
         def run() -> Any:
             ld = self.qumat.QuantumDataLoader(device_id=0, num_qubits=self.q, batch_size=64,
-                                              total_batches=self.rows // 64,
+                                              total_batches=rows // 64,
                                               encoding_method=encoding)
             ld = ld.source_synthetic() if src is None else ld.source_file(src)
             for t in ld:
@@ -261,12 +264,13 @@ class Bench:
         X = self.data("amplitude")
         step_ms = 2.0
         # torch.cuda._sleep spins for a number of cycles: calibrate it to 2 ms once.
-        torch.cuda.synchronize()
-        cycles = 1_000_000
-        t0 = time.perf_counter()
-        torch.cuda._sleep(cycles)
-        torch.cuda.synchronize()
-        per_cycle = (time.perf_counter() - t0) / cycles
+        cycles = 100_000_000  # about 50 ms: the launch and the wait are lost in it
+        for _ in range(2):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            torch.cuda._sleep(cycles)
+            torch.cuda.synchronize()
+            per_cycle = (time.perf_counter() - t0) / cycles
         step_cycles = int(step_ms / 1e3 / per_cycle)
         for prefetch in (0, 2, 4):
             ds = qt.QuantumDataset(X, "amplitude", self.q, batch_size=64, prefetch=prefetch,

@@ -320,6 +320,7 @@ class _Conn:
         self.slots: List[np.ndarray] = []
         self.pinned: Optional[_Pinned] = None
         self._pin_tried = False
+        self._gpu_daemon: Optional[bool] = None
         features, dt = ds.source.features, ds.source.dtype
         rows = ds.batch_size * ds.group
         for _ in range(max(1, ds.prefetch)):
@@ -327,6 +328,12 @@ class _Conn:
                 self.slots.append(self.client.empty((rows, features), dt))
             except (NotSupported, Error):
                 self.slots.append(np.empty((rows, features), dt))
+
+    def gpu_daemon(self) -> bool:
+        """Whether the daemon encodes on GPUs (asked once per channel)."""
+        if self._gpu_daemon is None:
+            self._gpu_daemon = self.client.status().backend == "cuda"
+        return self._gpu_daemon
 
     def pin(self, src: Source) -> Optional[_Pinned]:
         """The source pinned in place, tried once per channel."""
@@ -361,7 +368,7 @@ class _Stream:
             and ds.batch_size * ds.group * row_bytes >= DIRECT_INPUT_BYTES) else None
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
-        gpu_daemon = self.client.status().backend == "cuda"
+        gpu_daemon = self.conn.gpu_daemon()
         if asked is None:
             if gpu_daemon and torch.cuda.is_available():
                 return torch.device("cuda", torch.cuda.current_device())
