@@ -18,6 +18,17 @@ streams with bounded resident memory. ``.csv`` files are read whole at open (Num
 streaming CSV parser); ``.pt`` files are memory-mapped where torch can (``torch.load(mmap=True)``,
 torch 2.1 and later), else read whole.
 
+Decoding a Parquet or Arrow block is the costly part, and pyarrow does it for one block on
+about one core, so these files decode up to ``readahead`` (``min(4, CPUs)``) blocks ahead on
+threads of their own: when a read asks block k, blocks k+1, k+2, ... start, and
+:meth:`Source.will_need` starts the blocks a caller knows it reads next (a shuffled epoch's).
+Reads from several threads decode their blocks side by side. The bound on memory: a file
+source holds at most ``cache_blocks + readahead`` decoded blocks, plus the one each reading
+thread is converting or waiting for; blocks decoded ahead and never read are dropped, oldest
+first, to make room. ``readahead=0`` decodes on the reading thread only, as asked, one read at a
+time. An error in a block decoded ahead (a null under ``null_policy="error"``) is raised by the
+read that asks that block, as without readahead.
+
 Features of a table (Parquet, Arrow, CSV with a header) come from ``columns=[...]``, naming N
 numeric columns stacked as N features, or one list (or fixed-size list) column of numbers whose
 every row holds the same number of values. By default: the only column of a one-column table,
@@ -39,17 +50,21 @@ those inputs raise :class:`qdp.NotSupported` saying what to install.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import contextlib
 import csv
 import inspect
 import mmap
+import operator
 import os
 import threading
+import weakref
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
                     Union)
 
 import numpy as np
 
-from .errors import InvalidArgument, NotSupported, OutOfRange
+from .errors import Aborted, InvalidArgument, NotSupported, OutOfRange
 
 NULL_POLICIES = ("error", "zero", "skip")
 DTYPES = ("float32", "float64", "int64")
@@ -269,6 +284,13 @@ class Source:
     def __iter__(self) -> Iterator[np.ndarray]:
         return self.iter_blocks()
 
+    def will_need(self, blocks: Iterable[int]) -> None:
+        """A hint: ``blocks`` (numbers as of :meth:`block_of`) are read next, most urgent first.
+
+        A Parquet or Arrow file starts decoding them ahead, up to its ``readahead``; other
+        sources (arrays, iterables) have nothing to prepare and ignore it.
+        """
+
     def close(self) -> None:
         """Lets go of the file (and the cached blocks); reads after it fail."""
 
@@ -414,16 +436,37 @@ def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     return fn(*args, **kwargs)
 
 
+class _Pending:
+    """A block asked for and not in the cache yet: the future its readers wait on."""
+
+    __slots__ = ("future", "shared")
+
+    def __init__(self, future: "concurrent.futures.Future[np.ndarray]") -> None:
+        self.future = future
+        self.shared = False  # a second reader waits on it too: the array is not one's own
+
+
 class _BlockSource(Source):
-    """A file read block by block through ``_load_block``, with a cache of ``cache_blocks``."""
+    """A file read block by block through ``_load_block``, with a cache of ``cache_blocks`` and
+    up to ``readahead`` blocks decoded ahead on a pool of threads.
+
+    A block is in at most one of: the cache (LRU), ``_ahead`` (started before it was asked:
+    by a read, for the blocks after the one it asked, or by :meth:`will_need`; oldest first)
+    and ``_loading`` (asked by a reader, decoding or awaited). The lock guards these dicts
+    only; no decode and no wait runs under it, so readers of different blocks go on side by
+    side. With ``readahead=0`` the lock is held through each decode, on ``_main_handle()``, and
+    no thread is started.
+    """
 
     def __init__(self, features: int, dtype: np.dtype, block_sizes: np.ndarray,
                  null_policy: str, cache_blocks: int,
-                 reopen: Tuple[Callable[..., Source], tuple, dict]) -> None:
+                 reopen: Tuple[Callable[..., Source], tuple, dict],
+                 readahead: Optional[int] = None) -> None:
         super().__init__(features, dtype, int(block_sizes.max()) if len(block_sizes) else 0)
         self._sizes = block_sizes.astype(np.int64)  # rows of each block in the file
         self._null_policy = null_policy
         self._cache_blocks = max(0, int(cache_blocks))
+        self._readahead = _readahead_arg(readahead)
         self._cache: "collections.OrderedDict[int, np.ndarray]" = collections.OrderedDict()
         self._lock = threading.RLock()
         self._starts: Optional[np.ndarray] = None
@@ -431,6 +474,16 @@ class _BlockSource(Source):
         self._file_starts = np.concatenate([[0], np.cumsum(self._sizes)]).astype(np.int64)
         if null_policy != "skip":
             self._starts = self._file_starts
+        self._closed = False
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        # block -> (its decode, whether will_need asked for it rather than a read guessing)
+        self._ahead: collections.OrderedDict[
+            int, Tuple[concurrent.futures.Future[np.ndarray], bool]] = collections.OrderedDict()
+        self._loading: Dict[int, _Pending] = {}
+        self._handles_lock = threading.Lock()
+        self._free_handles: List[Any] = []  # file handles of decodes that ended, for the next
+        if self._readahead:
+            _THREADED.add(self)
 
     def __reduce__(self) -> Any:
         fn, args, kwargs = self._reopen
@@ -447,6 +500,11 @@ class _BlockSource(Source):
         return len(self._sizes)
 
     @property
+    def readahead(self) -> int:
+        """Blocks that may be decoding or decoded ahead at once, beyond the cache (0: none)."""
+        return self._readahead
+
+    @property
     def rows(self) -> int:
         return int(self.block_starts[-1])
 
@@ -455,31 +513,171 @@ class _BlockSource(Source):
         if self._starts is None:
             with self._lock:
                 if self._starts is None:
-                    kept = [self._sizes[k] if self._maybe_nulls(k) is False
-                            else self._sizes[k] - int(self._null_rows(k).sum())
-                            for k in range(self.blocks)]
+                    scan = [k for k in range(self.blocks) if self._maybe_nulls(k) is not False]
+                    dropped = dict(zip(scan, self._decode_each(self._null_count, scan)))
+                    kept = [self._sizes[k] - dropped.get(k, 0) for k in range(self.blocks)]
                     self._starts = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
         return self._starts
 
     @property
     def cached_blocks(self) -> Tuple[int, ...]:
         """The blocks held now, least recently used first."""
-        return tuple(self._cache)
+        with self._lock:
+            return tuple(self._cache)
+
+    @property
+    def ahead_blocks(self) -> Tuple[int, ...]:
+        """The blocks decoding or decoded ahead of being asked, oldest first (at most
+        ``readahead``)."""
+        with self._lock:
+            return tuple(self._ahead)
 
     def block(self, k: int) -> np.ndarray:
         """Block ``k`` whole, as rows after ``null_policy`` (through the cache; do not modify)."""
         if not 0 <= k < self.blocks:
             raise OutOfRange(f"block {k} of {self.blocks}", field="block")
+        return self._get(k, own=False)
+
+    def will_need(self, blocks: Iterable[int]) -> None:
+        """Starts decoding ``blocks``, in the order given, so that reads of them find them
+        decoded: the blocks of the batches to come where they are not simply the next ones
+        (a shuffled epoch).
+
+        Blocks cached or started already are passed over; as many start as ``readahead``
+        allows. To make room, blocks decoded ahead and not asked since, oldest first, are
+        dropped (never one of ``blocks``, never one still decoding). A no-op with
+        ``readahead=0``.
+
+        Parameters
+        ----------
+        blocks : iterable of int
+            Block numbers in [0, blocks), most urgent first.
+
+        Raises
+        ------
+        qdp.OutOfRange
+            A block outside [0, blocks).
+        """
+        try:
+            ks = [operator.index(k) for k in blocks]
+        except TypeError:
+            raise InvalidArgument("will_need() takes an iterable of integer block numbers",
+                                  field="blocks") from None
+        bad = [k for k in ks if not 0 <= k < self.blocks]
+        if bad:
+            raise OutOfRange(f"block {bad[0]} of a source of {self.blocks} blocks: pass "
+                             f"blocks in [0, {self.blocks})", field="blocks")
         with self._lock:
-            if k in self._cache:
-                self._cache.move_to_end(k)
-                return self._cache[k]
-            while self._cache and len(self._cache) >= self._cache_blocks:
-                self._cache.popitem(last=False)  # before the load: at most cache_blocks held
-            arr = self._load_block(k)
-            if self._cache_blocks:
-                self._cache[k] = arr
-            return arr
+            self._start(ks, hinted=True)
+
+    def _get(self, k: int, own: bool) -> np.ndarray:
+        """Block ``k``: the cached array (do not modify), or with ``own`` one of the caller's
+        own, not kept in the cache (iter_blocks: a stream would only push out what reads use)."""
+        if not self._readahead:
+            with self._lock:
+                cached = self._cache.get(k)
+                if own:
+                    return cached.copy() if cached is not None else self._load_block(k)
+                if cached is not None:
+                    self._cache.move_to_end(k)
+                    return cached
+                while self._cache and len(self._cache) >= self._cache_blocks:
+                    self._cache.popitem(last=False)  # before the load: at most cache_blocks
+                arr = self._load_block(k)
+                if self._cache_blocks:
+                    self._cache[k] = arr
+                return arr
+        while True:
+            with self._lock:
+                cached = self._cache.get(k)
+                if cached is not None:
+                    self._cache.move_to_end(k)
+                    return cached.copy() if own else cached
+                pending = self._loading.get(k)
+                decode_here = False
+                if pending is not None:
+                    pending.shared = True
+                else:
+                    started, hinted = self._ahead.pop(k, (None, False))
+                    decode_here = started is None
+                    pending = _Pending(started or concurrent.futures.Future())
+                    self._loading[k] = pending
+                    if not hinted:  # a miss, or a guess that came true: the next blocks too
+                        self._start(range(k + 1, min(k + 1 + self._readahead, self.blocks)),
+                                    hinted=False)
+            if decode_here:
+                try:
+                    pending.future.set_result(self._load_block(k))
+                except BaseException as e:  # to every reader of the block, as to this one
+                    pending.future.set_exception(e)
+            try:
+                arr = pending.future.result()
+            except concurrent.futures.CancelledError:
+                self._unload(k, pending)  # cancelled by close() before it began: read it here
+                continue
+            except BaseException:
+                self._unload(k, pending)  # the next reader of the block decodes it again
+                raise
+            with self._lock:
+                if self._loading.get(k) is pending:
+                    del self._loading[k]
+                if own and not pending.shared:
+                    return arr
+                if self._cache_blocks and not self._closed and k not in self._cache:
+                    while len(self._cache) >= self._cache_blocks:
+                        self._cache.popitem(last=False)
+                    self._cache[k] = arr
+            return arr.copy() if own else arr
+
+    def _unload(self, k: int, pending: _Pending) -> None:
+        with self._lock:
+            if self._loading.get(k) is pending:
+                del self._loading[k]
+
+    def _start(self, ks: Iterable[int], hinted: bool, keep: Iterable[int] = ()) -> None:
+        """Under the lock: submits the decodes of blocks ``ks`` in order, up to the bound.
+
+        Room is made by dropping the oldest block ahead that is decoded or not begun, is not
+        one of ``ks`` or ``keep`` and, for a read's guess (``hinted`` False), was a guess too.
+        """
+        if self._closed or not self._readahead:
+            return
+        ks = list(ks)
+        named = set(ks).union(keep)
+        for k in ks:
+            if k in self._ahead:
+                if hinted:
+                    self._ahead[k] = (self._ahead[k][0], True)
+                continue
+            if k in self._cache or k in self._loading:
+                continue
+            if len(self._ahead) >= self._readahead and not self._drop_one(named, hinted):
+                return
+            self._ahead[k] = (self._executor().submit(self._load_block, k), hinted)
+
+    def _drop_one(self, keep: set, hinted: bool) -> bool:
+        for j, (fut, was_hinted) in self._ahead.items():
+            if j in keep or (was_hinted and not hinted):
+                continue
+            if fut.done() or fut.cancel():  # one still decoding would stay in memory
+                del self._ahead[j]
+                return True
+        return False
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._readahead, thread_name_prefix="qdp-readahead")
+        return self._pool
+
+    def _decode_each(self, fn: Callable[[int], Any], ks: List[int]) -> Iterable[Any]:
+        """``fn`` of each of ``ks``, on the pool where there is one (``readahead`` at once)."""
+        if self._readahead and not self._closed and len(ks) > 1:
+            return self._executor().map(fn, ks)
+        return map(fn, ks)
+
+    def _null_count(self, k: int) -> int:
+        return int(self._null_rows(k).sum())
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, self.features), dtype=self.dtype)
@@ -505,8 +703,12 @@ class _BlockSource(Source):
         order = np.argsort(blk, kind="stable")
         sorted_blk = blk[order]
         cuts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_blk)) + 1, [len(idx)]])
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            k = int(sorted_blk[a])
+        needed = [int(k) for k in sorted_blk[cuts[:-1]]]
+        for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            k = needed[i]
+            if self._readahead:  # the blocks after this one are known: not a guess
+                with self._lock:
+                    self._start(needed[i + 1:i + 1 + self._readahead], hinted=True, keep=(k,))
             pos = order[a:b]
             block = self.block(k)
             out[pos] = block[idx[pos] - starts[k]]
@@ -515,17 +717,69 @@ class _BlockSource(Source):
 
     def _iter_blocks(self) -> Iterator[np.ndarray]:
         for k in range(self.blocks):
-            with self._lock:
-                cached = self._cache.get(k)
-                arr = cached.copy() if cached is not None else self._load_block(k)
-            yield arr
+            yield self._get(k, own=True)
 
     def close(self) -> None:
+        """Lets go of the file and the blocks held: decodes under way are waited for, those
+        not begun are cancelled. Reads after it fail."""
         with self._lock:
+            self._closed = True
             self._cache.clear()
+            ahead = [fut for fut, _ in self._ahead.values()]
+            self._ahead.clear()
+            pool, self._pool = self._pool, None
+        for fut in ahead:
+            fut.cancel()
+        if pool is not None:
+            # Decodes under way end (a reader waiting on one gets it); those not begun are
+            # cancelled, and their readers read through the closed file, failing as after close.
+            pool.shutdown(wait=True, cancel_futures=True)
+        with self._handles_lock:
+            free, self._free_handles = self._free_handles, []
+        for h in free:
+            self._close_handle(h)
+        with self._lock:
             self._close()
 
-    # A file kind gives these three.
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's threads are not there, nor is what they were doing."""
+        self._lock = threading.RLock()
+        self._handles_lock = threading.Lock()
+        self._pool = None
+        self._ahead = collections.OrderedDict()
+        self._loading = {}
+        self._free_handles = []  # dropped with the parent's threads: this process opens its own
+
+    @contextlib.contextmanager
+    def _handle(self) -> Iterator[Any]:
+        """A file handle for one decode: pyarrow's readers are not shared between threads, so
+        each decode running takes one of its own (kept for later decodes) while there are
+        threads; the main one under the lock with ``readahead=0``, and after close (so reads
+        fail as they did)."""
+        if not self._readahead:
+            yield self._main_handle()  # the caller holds the lock
+            return
+        if self._closed:
+            # No decode waits on the pool under the lock once closed (the scan of
+            # block_starts runs on this thread then), so a pool thread may take it too.
+            with self._lock:
+                yield self._main_handle()
+            return
+        with self._handles_lock:
+            h = self._free_handles.pop() if self._free_handles else None
+        if h is None:
+            h = self._open_handle()
+        try:
+            yield h
+        finally:
+            with self._handles_lock:
+                keep = not self._closed
+                if keep:
+                    self._free_handles.append(h)
+            if not keep:
+                self._close_handle(h)
+
+    # A file kind gives these.
     def _load_block(self, k: int) -> np.ndarray:
         """Block ``k`` converted: a fresh C-contiguous (n, features) array, nulls handled."""
         raise NotImplementedError
@@ -538,8 +792,44 @@ class _BlockSource(Source):
         """A bool per row of block ``k`` of the file: whether it holds a null."""
         raise NotImplementedError
 
+    def _main_handle(self) -> Any:
+        """The handle opened with the source, which also answers for its metadata."""
+        raise NotImplementedError
+
+    def _open_handle(self) -> Any:
+        """Another handle on the same file, for a decode thread."""
+        raise NotImplementedError
+
+    def _close_handle(self, h: Any) -> None:
+        """Lets go of a handle of ``_open_handle``."""
+        raise NotImplementedError
+
     def _close(self) -> None:
         pass
+
+
+_THREADED: "weakref.WeakSet[_BlockSource]" = weakref.WeakSet()  # sources that start threads
+
+
+def _forget_threads_after_fork() -> None:
+    for src in list(_THREADED):
+        src._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads_after_fork)
+
+
+def _readahead_arg(readahead: Any) -> int:
+    """``readahead`` checked, None as the default: min(4, CPUs)."""
+    if readahead is None:
+        return min(4, os.cpu_count() or 1)
+    if isinstance(readahead, bool) or not isinstance(readahead, (int, np.integer)) or \
+            readahead < 0:
+        raise InvalidArgument(f"readahead={readahead!r}: pass a whole number of blocks >= 0 "
+                              "(0 decodes on the reading thread only, with no threads)",
+                              field="readahead")
+    return int(readahead)
 
 
 class _Features:
@@ -725,17 +1015,20 @@ class _ArrowFileSource(_BlockSource):
 
     def __init__(self, pa: Any, path: str, feat: _Features, sizes: np.ndarray,
                  null_policy: str, cache_blocks: int,
-                 reopen: Tuple[Callable[..., Source], tuple, dict]) -> None:
+                 reopen: Tuple[Callable[..., Source], tuple, dict],
+                 readahead: Optional[int]) -> None:
         self._pa = pa
         self._path = path
         self._feat = feat
+        self._identity = _identity(os.stat(path))  # decode threads open the path again
         features = self._feat.size
         if features is None:
             features = self._first_list_size(len(sizes))
         if features == 0:
             raise InvalidArgument(f"column {self._feat.columns[0]!r} of {path} has lists of "
                                   "no values: a row needs at least one feature", field="columns")
-        super().__init__(features, self._feat.dtype, sizes, null_policy, cache_blocks, reopen)
+        super().__init__(features, self._feat.dtype, sizes, null_policy, cache_blocks, reopen,
+                         readahead)
         if null_policy == "error":  # fail at open where the metadata says there are nulls
             for k in range(self.blocks):
                 if self._maybe_nulls(k):
@@ -749,7 +1042,7 @@ class _ArrowFileSource(_BlockSource):
     def _first_list_size(self, blocks: int) -> int:
         pc = self._pa.compute
         for k in range(blocks):
-            arr = _column(self._read_arrow(k), self._feat.columns[0])
+            arr = _column(self._read_arrow(k, self._main_handle()), self._feat.columns[0])
             lengths = pc.list_value_length(arr).drop_null()
             if len(lengths):
                 return int(lengths[0].as_py())
@@ -757,27 +1050,43 @@ class _ArrowFileSource(_BlockSource):
                               "that is not null: its features are not known", field="columns")
 
     def _load_block(self, k: int) -> np.ndarray:
-        data = self._read_arrow(k)
-        out, mask = _convert(self._pa, data, self._feat, self._null_policy,
-                             int(self._file_starts[k]), self._path, self.features)
+        with self._handle() as h:  # through the conversion: the data may be the handle's map
+            out, mask = _convert(self._pa, self._read_arrow(k, h), self._feat,
+                                 self._null_policy, int(self._file_starts[k]), self._path,
+                                 self.features)
         if mask is not None and self._null_policy == "skip":
             out = out[~mask]
         return np.ascontiguousarray(out)
 
     def _null_rows(self, k: int) -> np.ndarray:
-        _, mask = _convert(self._pa, self._read_arrow(k), self._feat, "zero",
-                           int(self._file_starts[k]), self._path, self.features)
+        with self._handle() as h:
+            _, mask = _convert(self._pa, self._read_arrow(k, h), self._feat, "zero",
+                               int(self._file_starts[k]), self._path, self.features)
         return mask if mask is not None else np.zeros(int(self._sizes[k]), dtype=bool)
 
-    def _read_arrow(self, k: int) -> Any:
+    def _check_same_file(self, fd: int) -> None:
+        """Refuses a file at the path that is not the one opened (replaced or rewritten): its
+        blocks are not those of the metadata read at open."""
+        if _identity(os.fstat(fd)) != self._identity:
+            raise Aborted(f"{self._path} changed since the source was opened (another file "
+                          "now has its name, or it was rewritten): open the source again to "
+                          "read the new file", field="data")
+
+    def _read_arrow(self, k: int, h: Any) -> Any:
+        """Block ``k`` of the file through handle ``h``: its feature columns, as Arrow data."""
         raise NotImplementedError
+
+
+def _identity(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class ParquetSource(_ArrowFileSource):
     """A Parquet file: a block is a row group, read (decoded) when a row of it is asked."""
 
     def __init__(self, path: str, columns: Any, null_policy: str, dtype: Optional[str],
-                 cache_blocks: int, reopen: Tuple[Callable[..., Source], tuple, dict]) -> None:
+                 cache_blocks: int, reopen: Tuple[Callable[..., Source], tuple, dict],
+                 readahead: Optional[int] = None) -> None:
         pa = _import_pyarrow()
         try:
             self._file = pa.parquet.ParquetFile(path)
@@ -787,11 +1096,11 @@ class ParquetSource(_ArrowFileSource):
         sizes = np.array([meta.row_group(k).num_rows for k in range(meta.num_row_groups)],
                          dtype=np.int64)
         feat = _Features(pa, self._file.schema_arrow, columns, dtype, path)
-        super().__init__(pa, path, feat, sizes, null_policy, cache_blocks, reopen)
+        super().__init__(pa, path, feat, sizes, null_policy, cache_blocks, reopen, readahead)
 
-    def _read_arrow(self, k: int) -> Any:
+    def _read_arrow(self, k: int, h: Any) -> Any:
         try:
-            return self._file.read_row_group(k, columns=self._feat.columns)
+            return h.read_row_group(k, columns=self._feat.columns)
         except self._pa.ArrowInvalid as e:
             hint = ""
             if self._feat.list and self._feat.size is not None:
@@ -817,6 +1126,22 @@ class ParquetSource(_ArrowFileSource):
             total += stats.null_count
         return total > 0
 
+    def _main_handle(self) -> Any:
+        return self._file
+
+    def _open_handle(self) -> Any:
+        f = self._pa.OSFile(self._path, "r")
+        try:
+            self._check_same_file(f.fileno())
+            # The footer parsed at open serves again: only the row groups are read.
+            return self._pa.parquet.ParquetFile(f, metadata=self._file.metadata)
+        except BaseException:
+            f.close()
+            raise
+
+    def _close_handle(self, h: Any) -> None:
+        h.close(force=True)  # and the file under it, which it was given and so does not own
+
     def _close(self) -> None:
         close = getattr(self._file, "close", None)  # pyarrow 8 and later
         if close is not None:
@@ -832,7 +1157,8 @@ class ArrowSource(_ArrowFileSource):
     """
 
     def __init__(self, path: str, columns: Any, null_policy: str, dtype: Optional[str],
-                 cache_blocks: int, reopen: Tuple[Callable[..., Source], tuple, dict]) -> None:
+                 cache_blocks: int, reopen: Tuple[Callable[..., Source], tuple, dict],
+                 readahead: Optional[int] = None) -> None:
         pa = _import_pyarrow()
         self._map = pa.memory_map(path, "r")
         try:
@@ -861,13 +1187,32 @@ class ArrowSource(_ArrowFileSource):
             self._batch_nulls.append(count > 0)
             del batch
         super().__init__(pa, path, feat, np.array(sizes, dtype=np.int64), null_policy,
-                         cache_blocks, reopen)
+                         cache_blocks, reopen, readahead)
 
     def _maybe_nulls(self, k: int) -> Optional[bool]:
         return self._batch_nulls[k]
 
-    def _read_arrow(self, k: int) -> Any:
-        return self._reader.get_batch(k).select(self._feat.columns)
+    def _read_arrow(self, k: int, h: Any) -> Any:
+        _, reader = h
+        return reader.get_batch(k).select(self._feat.columns)
+
+    # A handle is a memory map and an IPC reader of it. The C++ file reader keeps state of its
+    # own between batches (the dictionaries read, its counters) and is not documented as safe
+    # to share between threads, so each decode thread maps the file on its own.
+    def _main_handle(self) -> Any:
+        return self._map, self._reader
+
+    def _open_handle(self) -> Any:
+        m = self._pa.memory_map(self._path, "r")
+        try:
+            self._check_same_file(m.fileno())
+            return m, self._pa.ipc.open_file(m)
+        except BaseException:
+            m.close()
+            raise
+
+    def _close_handle(self, h: Any) -> None:
+        h[0].close()
 
     def _close(self) -> None:
         self._map.close()
@@ -875,7 +1220,7 @@ class ArrowSource(_ArrowFileSource):
 
 def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
                 null_policy: str = "error", dtype: Optional[str] = None,
-                cache_blocks: int = 2) -> Source:
+                cache_blocks: int = 2, readahead: Optional[int] = None) -> Source:
     """A :class:`Source` of feature rows from an array, a tensor, a file or an iterable.
 
     Parameters
@@ -900,7 +1245,14 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
         Convert to this. Default: float32 or float64 as the data is; float16 and integers
         become float64; "int64" (basis indices) takes integers only.
     cache_blocks : int
-        Blocks of a file kept after a read (2): the bound on what reads hold in memory.
+        Blocks of a Parquet or Arrow file kept after a read (2).
+    readahead : int, optional
+        Blocks of a Parquet or Arrow file that may be decoding or decoded ahead at once,
+        beyond the cache, on as many threads (named "qdp-readahead"): after a read of block k,
+        the blocks after it, and those of :meth:`Source.will_need`. Default ``min(4, CPUs)``;
+        0 decodes only the block a read asks, on the reading thread, one read at a time, with
+        no threads. A file source holds at most ``cache_blocks + readahead`` decoded blocks,
+        plus the one each reading thread is converting or waiting for.
 
     Returns
     -------
@@ -910,13 +1262,15 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
     ------
     qdp.InvalidArgument
         An input of no supported kind, shape or type, a column missing or not numeric, rows of
-        lists of different lengths, a null under ``null_policy="error"``.
+        lists of different lengths, a null under ``null_policy="error"``, a ``readahead`` that
+        is not a whole number >= 0.
     qdp.NotSupported
         pyarrow or torch is missing for the input, or a tensor is not on the CPU.
     """
     if null_policy not in NULL_POLICIES:
         raise InvalidArgument(f"null_policy={null_policy!r}: pass one of {NULL_POLICIES}",
                               field="null_policy")
+    readahead = _readahead_arg(readahead)  # refused whatever the data, as the others are
     if isinstance(data, Source) and columns is None and dtype is None:
         return data
     if dtype is not None:
@@ -927,7 +1281,8 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
         if dtype not in DTYPES:
             raise InvalidArgument(f"dtype={dtype!r}: pass one of {DTYPES}", field="dtype")
     if isinstance(data, (str, os.PathLike)):
-        return _open_path(os.fspath(data), columns, null_policy, dtype, cache_blocks)
+        return _open_path(os.fspath(data), columns, null_policy, dtype, cache_blocks,
+                          readahead)
     if isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgument("bytes are not a source: pass an array, a tensor, a path or an "
                               "iterable of arrays", field="data")
@@ -951,7 +1306,7 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
 
 
 def _open_path(path: str, columns: Any, null_policy: str, dtype: Optional[str],
-               cache_blocks: int) -> Source:
+               cache_blocks: int, readahead: Optional[int]) -> Source:
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in SUFFIXES:
         raise InvalidArgument(f"{path}: files ending in {suffix or '(nothing)'} are not read; "
@@ -959,11 +1314,12 @@ def _open_path(path: str, columns: Any, null_policy: str, dtype: Optional[str],
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     reopen = (open_source, (path,), dict(columns=columns, null_policy=null_policy,
-                                         dtype=dtype, cache_blocks=cache_blocks))
+                                         dtype=dtype, cache_blocks=cache_blocks,
+                                         readahead=readahead))
     if suffix == ".parquet":
-        return ParquetSource(path, columns, null_policy, dtype, cache_blocks, reopen)
+        return ParquetSource(path, columns, null_policy, dtype, cache_blocks, reopen, readahead)
     if suffix in ARROW_SUFFIXES:
-        return ArrowSource(path, columns, null_policy, dtype, cache_blocks, reopen)
+        return ArrowSource(path, columns, null_policy, dtype, cache_blocks, reopen, readahead)
     if suffix == ".csv":
         arr = _read_csv(path, columns, null_policy, dtype)
         return ArraySource(arr, arr.dtype, reopen)

@@ -4,9 +4,15 @@ on blocks held in memory. No daemon is needed."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import pathlib
 import pickle
+import signal
 import sys
+import threading
+import time
+import warnings
 import weakref
 from typing import Any, List
 
@@ -404,26 +410,33 @@ def test_null_found_on_read_without_statistics(tmp_path: pathlib.Path, pa: Any) 
 # --- bounded memory ------------------------------------------------------------------------------
 
 class Loads:
-    """Records the blocks a source converts and how many of them are alive at once."""
+    """Records the blocks a source converts and how many of them are alive at once (from any
+    thread); a decode of a block in ``gated`` waits for ``gate``."""
 
-    def __init__(self, src: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, src: Any, monkeypatch: pytest.MonkeyPatch, gated: Any = ()) -> None:
         self.loaded: List[int] = []
         self.alive = 0
         self.most = 0
+        self.gate = threading.Event()
+        self._lock = threading.RLock()  # _gone may run wherever an array dies
         load = src._load_block
 
         def counted(k: int) -> np.ndarray:
+            if k in gated:
+                assert self.gate.wait(10), f"the decode of block {k} was never let go"
             arr = load(k)
-            self.loaded.append(k)
-            self.alive += 1
-            self.most = max(self.most, self.alive)
+            with self._lock:
+                self.loaded.append(k)
+                self.alive += 1
+                self.most = max(self.most, self.alive)
             weakref.finalize(arr, self._gone)
             return arr
 
         monkeypatch.setattr(src, "_load_block", counted)
 
     def _gone(self) -> None:
-        self.alive -= 1
+        with self._lock:
+            self.alive -= 1
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
@@ -432,7 +445,7 @@ def test_reads_hold_a_bounded_number_of_blocks(tmp_path: pathlib.Path, pa: Any, 
     sizes = [10] * 20
     X = features(rows=200, cols=4)
     write = write_parquet if fmt == "parquet" else write_ipc
-    src = open_source(write(pa, tmp_path / f"b.{fmt}", table(pa, X), sizes))
+    src = open_source(write(pa, tmp_path / f"b.{fmt}", table(pa, X), sizes), readahead=0)
     loads = Loads(src, monkeypatch)
     np.testing.assert_array_equal(src.read(73, 77), X[73:77])
     assert loads.loaded == [7]  # block 7 alone is read
@@ -449,7 +462,8 @@ def test_reads_hold_a_bounded_number_of_blocks(tmp_path: pathlib.Path, pa: Any, 
         assert len(src.cached_blocks) <= 2
     del block
     assert loads.most <= 4  # the cache's two, the one the loop holds and the next one
-    one = open_source(write(pa, tmp_path / f"c.{fmt}", table(pa, X), sizes), cache_blocks=1)
+    one = open_source(write(pa, tmp_path / f"c.{fmt}", table(pa, X), sizes), cache_blocks=1,
+                      readahead=0)
     loads = Loads(one, monkeypatch)
     one.take(idx)
     one.read(0, 200)
@@ -462,6 +476,326 @@ def test_pickled_file_source_opens_again(tmp_path: pathlib.Path, pa: Any) -> Non
     again = pickle.loads(pickle.dumps(src))
     assert again.columns == ["x1"] and again.rows == ROWS
     np.testing.assert_array_equal(again.take([30, 2]), X[[30, 2]][:, [1]])
+
+
+# --- readahead: blocks decoded ahead on threads ------------------------------------------------
+
+BLOCKS = 20  # blocks of 10 rows
+
+
+def blocks_file(pa: Any, tmp_path: pathlib.Path, fmt: str = "parquet") -> Any:
+    """X (200 x 4) and a file of it in BLOCKS blocks of 10 rows."""
+    X = features(rows=10 * BLOCKS, cols=4)
+    write = write_parquet if fmt == "parquet" else write_ipc
+    return X, write(pa, tmp_path / f"r.{fmt}", table(pa, X), [10] * BLOCKS)
+
+
+def settle(src: Any) -> None:
+    """Waits for the decodes started ahead to end (with a value or an error)."""
+    concurrent.futures.wait([fut for fut, _ in list(src._ahead.values())], timeout=10)
+
+
+def readahead_threads() -> List[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("qdp-readahead")]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("kind", ["columns", "fixed"])
+def test_readahead_reads_what_readahead_0_reads(tmp_path: pathlib.Path, pa: Any, fmt: str,
+                                                kind: str) -> None:
+    X = features()
+    write = write_parquet if fmt == "parquet" else write_ipc
+    path = write(pa, tmp_path / f"x.{fmt}", table(pa, X, kind))
+    serial, ahead = open_source(path, readahead=0), open_source(path, readahead=4)
+    assert (serial.readahead, ahead.readahead) == (0, 4)
+    np.testing.assert_array_equal(ahead.read(0, 1), serial.read(0, 1))
+    assert ahead.ahead_blocks == (1, 2, 3, 4) and serial.ahead_blocks == ()
+    check_random_access(ahead, X)
+    check_random_access(serial, X)
+    assert [b.tolist() for b in ahead.iter_blocks()] == \
+        [b.tolist() for b in serial.iter_blocks()]
+
+
+def test_the_next_blocks_are_decoded_ahead_once(tmp_path: pathlib.Path, pa: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=3)
+    loads = Loads(src, monkeypatch)
+    np.testing.assert_array_equal(src.read(0, 1), X[:1])
+    assert src.ahead_blocks == (1, 2, 3) and src.cached_blocks == (0,)
+    settle(src)
+    assert sorted(loads.loaded) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(src.read(10, 30), X[10:30])  # blocks 1 and 2, from ahead
+    assert sorted(loads.loaded) == [0, 1, 2, 3]  # not decoded again
+    assert src.cached_blocks == (1, 2) and src.ahead_blocks == (3, 4, 5)  # the window moves on
+    stream = open_source(path, readahead=3)
+    loads = Loads(stream, monkeypatch)
+    got = []
+    for block in stream.iter_blocks():
+        assert len(stream.ahead_blocks) <= 3
+        got.append(block)
+    np.testing.assert_array_equal(np.concatenate(got), X)
+    assert sorted(loads.loaded) == list(range(BLOCKS))  # each block once
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_readahead_holds_a_bounded_number_of_blocks(tmp_path: pathlib.Path, pa: Any, fmt: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path, fmt)
+    src = open_source(path, readahead=3)  # and cache_blocks=2: at most 5 blocks held
+    loads = Loads(src, monkeypatch)
+    src.read(0, 1)
+    settle(src)
+    assert loads.alive == 4  # block 0 cached, 1-3 decoded ahead
+    np.testing.assert_array_equal(src.read(150, 151), X[150:151])  # far from those
+    settle(src)
+    assert src.ahead_blocks == (16, 17, 18)  # 1-3, never read, dropped to make room
+    assert src.cached_blocks == (0, 15) and loads.alive == 5
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        a = int(rng.integers(0, 200))
+        np.testing.assert_array_equal(src.read(a, min(a + 13, 200)), X[a:a + 13])
+        idx = rng.integers(0, 200, 9)
+        np.testing.assert_array_equal(src.take(idx), X[idx])
+        assert len(src.cached_blocks) <= 2 and len(src.ahead_blocks) <= 3
+    assert loads.most <= 2 + 3 + 1  # cache, ahead, and the one the reading thread converts
+    for block in src.iter_blocks():
+        assert len(src.cached_blocks) <= 2 and len(src.ahead_blocks) <= 3
+    del block
+    assert loads.most <= 2 + 3 + 2  # and the one the loop holds
+
+
+def test_threads_reading_random_rows(tmp_path: pathlib.Path, pa: Any) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=2)
+    failures: List[str] = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(25):
+            a = int(rng.integers(0, 200))
+            b = min(200, a + int(rng.integers(1, 40)))
+            idx = rng.integers(0, 200, 16)
+            out = np.empty((len(idx), 4))
+            try:
+                right = np.array_equal(src.read(a, b), X[a:b]) and \
+                    np.array_equal(src.take(idx, out=out), X[idx])
+            except Exception as e:
+                failures.append(f"reader {seed}: {e!r}")
+                return
+            if not right:
+                failures.append(f"reader {seed}: rows {a}-{b} or {idx.tolist()} wrong")
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads) and failures == []
+    assert len(src.ahead_blocks) <= 2 and len(src.cached_blocks) <= 2
+
+
+def test_two_readers_of_a_block_decode_it_once(tmp_path: pathlib.Path, pa: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=2)
+    loads = Loads(src, monkeypatch, gated={5})
+    got: List[np.ndarray] = []
+    threads = [threading.Thread(target=lambda: got.append(src.block(5))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)  # all three asking while the first decodes
+    loads.gate.set()
+    for t in threads:
+        t.join(10)
+    assert loads.loaded.count(5) == 1 and len(got) == 3
+    assert got[0] is got[1] is got[2]
+    np.testing.assert_array_equal(got[0], X[50:60])
+
+
+def test_a_wait_for_a_block_blocks_no_other_reader(tmp_path: pathlib.Path, pa: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=2)
+    loads = Loads(src, monkeypatch, gated={6, 12})
+    src.read(50, 51)  # block 5: 6 (held at the gate) and 7 start ahead
+    got = {}
+    waiting = [threading.Thread(target=lambda k=k: got.setdefault(k, src.block(k)))
+               for k in (6, 12)]  # 6 waits on its decode ahead, 12 decodes on its thread
+    for t in waiting:
+        t.start()
+    time.sleep(0.1)
+    other = threading.Thread(target=lambda: got.setdefault(0, src.read(0, 10)))
+    other.start()
+    other.join(5)
+    assert not other.is_alive(), "a read of block 0 waited for readers of blocks 6 and 12"
+    assert 6 not in got and 12 not in got
+    np.testing.assert_array_equal(got[0], X[:10])
+    loads.gate.set()
+    for t in waiting:
+        t.join(10)
+    np.testing.assert_array_equal(got[6], X[60:70])
+    np.testing.assert_array_equal(got[12], X[120:130])
+
+
+def test_an_error_decoded_ahead_is_raised_by_its_block(tmp_path: pathlib.Path,
+                                                       pa: Any) -> None:
+    X = features()
+    path = write_parquet(pa, tmp_path / "n.parquet", null_table(pa, X, "columns"),
+                         write_statistics=False)  # nothing says there are nulls before a read
+    with pytest.raises(qdp.InvalidArgument) as serial:
+        open_source(path, readahead=0).read(23, 32)
+    src = open_source(path, readahead=4)
+    np.testing.assert_array_equal(src.read(0, 5), X[:5])
+    assert src.ahead_blocks == (1, 2, 3, 4)
+    settle(src)  # blocks 1 (rows 5-21, a null at 7) and 3 (rows 23-31, at 25) failed ahead
+    np.testing.assert_array_equal(src.read(22, 23), X[22:23])  # block 2, between them
+    for _ in range(2):  # raised on every read of it, not once
+        with pytest.raises(qdp.InvalidArgument, match="row 25, column 'x1'") as e:
+            src.read(23, 32)
+        assert str(e.value) == str(serial.value) and e.value.field == "data"
+    with pytest.raises(qdp.InvalidArgument, match="row 7, column 'x2'"):
+        src.read(5, 22)
+    with pytest.raises(qdp.InvalidArgument, match="row 25, column 'x1'"):
+        src.take([3, 26, 25])
+    np.testing.assert_array_equal(src.read(62, 64), X[62:64])
+    np.testing.assert_array_equal(src.read(0, 5), X[:5])
+    skip = [open_source(path, null_policy="skip", readahead=r) for r in (0, 3)]
+    assert skip[1].block_starts.tolist() == skip[0].block_starts.tolist()  # scanned on threads
+    assert skip[1].rows == ROWS - 3
+    np.testing.assert_array_equal(skip[1].read(0, skip[1].rows),
+                                  X[np.setdiff1d(np.arange(ROWS), [7, 25, 40])])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_close_while_decoding_ahead(tmp_path: pathlib.Path, pa: Any, fmt: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path, fmt)
+    closed = open_source(path, readahead=0)
+    closed.close()
+    with pytest.raises(Exception) as serial:
+        closed.read(0, 5)
+    src = open_source(path, readahead=2)
+    loads = Loads(src, monkeypatch, gated={1, 2})
+    before = set(readahead_threads())
+    src.read(0, 1)  # 1 and 2 start and wait at the gate
+    threads = [t for t in readahead_threads() if t not in before]
+    assert threads and src.ahead_blocks == (1, 2)
+    outcome: List[Any] = []
+
+    def reader() -> None:
+        try:
+            outcome.append(src.read(10, 20))
+        except Exception as e:
+            outcome.append(e)
+
+    waiting = threading.Thread(target=reader)
+    waiting.start()
+    time.sleep(0.05)
+    threading.Timer(0.2, loads.gate.set).start()
+    src.close()  # waits for the decodes under way
+    waiting.join(10)
+    assert not waiting.is_alive() and len(outcome) == 1
+    if isinstance(outcome[0], np.ndarray):  # its block was decoded before close
+        np.testing.assert_array_equal(outcome[0], X[10:20])
+    assert not any(t.is_alive() for t in threads)
+    assert src.ahead_blocks == () and src.cached_blocks == ()
+    with pytest.raises(type(serial.value)):
+        src.read(0, 5)
+    assert src.ahead_blocks == ()
+
+
+def test_will_need_starts_the_blocks_named(tmp_path: pathlib.Path, pa: Any,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=3)
+    loads = Loads(src, monkeypatch)
+    src.will_need([9, 2, 15, 7, 11])
+    assert src.ahead_blocks == (9, 2, 15)  # in order, up to the bound
+    settle(src)
+    assert sorted(loads.loaded) == [2, 9, 15]
+    np.testing.assert_array_equal(src.read(20, 30), X[20:30])
+    assert loads.loaded.count(2) == 1
+    assert src.ahead_blocks == (9, 15)  # a block asked for starts no guesses after it
+    src.will_need([7, 9])
+    assert src.ahead_blocks == (9, 15, 7)
+    settle(src)
+    src.will_need([0, 9])  # room made by the oldest not named: 15
+    assert src.ahead_blocks == (9, 7, 0)
+    settle(src)
+    np.testing.assert_array_equal(src.read(180, 181), X[180:181])
+    settle(src)
+    assert src.ahead_blocks == (9, 7, 0)  # the guess of block 19 displaces no block named
+    assert 19 not in loads.loaded
+    np.testing.assert_array_equal(src.take([95, 1, 72]), X[[95, 1, 72]])
+    assert sorted(loads.loaded) == [0, 2, 7, 9, 15, 18]  # taken from ahead
+    with pytest.raises(qdp.OutOfRange, match=r"block 20 of a source of 20 blocks") as e:
+        src.will_need([1, 20])
+    assert e.value.field == "blocks"
+    with pytest.raises(qdp.InvalidArgument, match="integer block numbers"):
+        src.will_need([1.5])
+    serial = open_source(path, readahead=0)
+    serial_loads = Loads(serial, monkeypatch)
+    serial.will_need([1, 2])
+    assert serial.ahead_blocks == () and serial_loads.loaded == []
+    assert open_source(X).will_need([1, 2]) is None  # arrays: nothing to prepare
+
+
+def test_readahead_is_checked(tmp_path: pathlib.Path, pa: Any) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    for bad in (-1, 1.5, "2", True):
+        for data in (path, X):
+            with pytest.raises(qdp.InvalidArgument, match="readahead=") as e:
+                open_source(data, readahead=bad)
+            assert e.value.field == "readahead"
+    assert open_source(path).readahead == min(4, os.cpu_count() or 1)
+    assert open_source(path, readahead=np.int64(2)).readahead == 2
+
+
+def test_pickling_keeps_readahead(tmp_path: pathlib.Path, pa: Any) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    for n in (0, 3):
+        again = pickle.loads(pickle.dumps(open_source(path, readahead=n, cache_blocks=1)))
+        assert again.readahead == n
+        np.testing.assert_array_equal(again.read(0, 15), X[:15])
+        assert again.ahead_blocks == ((2, 3, 4) if n else ())
+
+
+def test_a_replaced_file_is_refused(tmp_path: pathlib.Path, pa: Any) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src, serial = open_source(path, readahead=2), open_source(path, readahead=0)
+    other = write_parquet(pa, tmp_path / "other.parquet", table(pa, X + 1), [10] * BLOCKS)
+    os.replace(other, path)
+    with pytest.raises(qdp.Aborted, match="changed since the source was opened"):
+        src.read(0, 5)  # a decode thread would open the new file
+    np.testing.assert_array_equal(serial.read(0, 5), X[:5])  # its file, open since
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+def test_a_forked_child_reads_with_threads_of_its_own(tmp_path: pathlib.Path, pa: Any) -> None:
+    X, path = blocks_file(pa, tmp_path)
+    src = open_source(path, readahead=2)
+    src.read(0, 1)  # the parent's threads decode 1 and 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if np.array_equal(src.read(0, 200), X) else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung reading the source")
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_array_equal(src.read(0, 200), X)
 
 
 # --- bad inputs ----------------------------------------------------------------------------------
