@@ -326,10 +326,10 @@ class Bench:
         dt = time.perf_counter() - t0
         peak = status_gib("VmHWM")
         # What the loader may hold, none of it growing with the file: the reader's decoded row
-        # groups (cached and ahead, each as its Arrow table and its NumPy rows while it is
-        # converted), the prefetch slots of a request each.
-        src = ds.source
-        held = src.cache_blocks + src.readahead
+        # groups (2 cached, readahead ahead, one per prefetch thread being read; each counted
+        # twice, as its Arrow table and its NumPy rows while it is converted) and the prefetch
+        # slots of a request each.
+        held = 2 + ds.source.readahead + ds.prefetch
         bound = (2 * held * group * dim * 8 + ds.prefetch * ds.group * 64 * dim * 8) / (1 << 30)
         say("loader-big", rows=n, s=dt, rows_per_s=n / dt, input_GBps=size / dt / 1e9,
             rss_before_GiB=rss0, peak_rss_GiB=peak, growth_GiB=peak - rss0,

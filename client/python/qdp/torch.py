@@ -192,14 +192,30 @@ class QuantumDataset(IterableDataset):
         shares = self._shares(workers)
         order = BlockOrder(src.rows, src.block_rows if self.shuffle else 1, seed=self.seed,
                            epoch=self.epoch, shuffle=self.shuffle)
+        hinted = -1
         for k in shares.batch_indices(self.rank, worker):
             start, stop = shares.span(k)
             if self.shuffle:
+                if getattr(src, "readahead", 0) and start // src.block_rows != hinted:
+                    hinted = start // src.block_rows
+                    self._hint(order, start)
                 idx = order.at(np.arange(start, stop, dtype=np.int64))
                 yield _Batch(stop - start, idx, lambda out, idx=idx: src.take(idx, out=out))
             else:
                 yield _Batch(stop - start, slice(start, stop),
                              lambda out, a=start, b=stop: src.read(a, b, out=out))
+
+    def _hint(self, order: BlockOrder, start: int) -> None:
+        """Names to a file source the blocks a shuffled epoch reads from position ``start`` on
+        (its own and the next ``readahead``), so they decode ahead: the epoch goes through the
+        file block by block in a permuted order, where the reader's own guess (the blocks
+        after) would be wrong."""
+        src = self.source
+        pos = np.arange(start, min(src.rows, start + (src.readahead + 1) * src.block_rows),
+                        src.block_rows, dtype=np.int64)
+        blocks = src.block_of(order.at(pos))
+        _, first = np.unique(blocks, return_index=True)
+        src.will_need(blocks[np.sort(first)].tolist())
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import qdp
+import qdp.readers
 
 import reference as ref
 
@@ -242,6 +243,36 @@ def test_a_parquet_file_of_row_groups(daemon, tmp_path, shuffle) -> None:
     got = np.concatenate([rows_of(b, X) for b in ds]).tolist()
     assert sorted(got) == list(range(130))
     assert (got == list(range(130))) == (not shuffle)
+
+
+def test_a_shuffled_epoch_names_its_next_row_groups_to_the_reader(daemon, tmp_path,
+                                                                   monkeypatch) -> None:
+    """A shuffled epoch reads the file block by block in a permuted order: as it comes to a
+    block, the loader names that block and the next ones in that order for decoding ahead."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X = data(rows=130)
+    path = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({f"c{k}": X[:, k] for k in range(Q)}), path, row_group_size=40)
+    src = qdp.readers.open_source(path, readahead=2)
+    calls = []
+    will_need = src.will_need
+    monkeypatch.setattr(src, "will_need", lambda b: (calls.append(list(b)), will_need(b))[1])
+    ds = qt.QuantumDataset(src, "angle", Q, batch_size=16, shuffle=True, seed=4, prefetch=0,
+                           target=daemon.target)
+    batches = [rows_of(b, X) for b in ds]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(130))
+    # A call at each batch that starts in another 40 positions than the one before: 0, 3, 5, 8.
+    starts = [k for k in range(len(batches)) if k == 0 or 16 * k // 40 != 16 * (k - 1) // 40]
+    assert len(calls) == len(starts) == 4
+    seq = []  # the blocks in the order the epoch comes to them
+    for r in np.concatenate(batches) // 40:
+        if not seq or seq[-1] != r:
+            seq.append(int(r))
+    assert seq[:3] == calls[0]  # its own block and the next two in the permuted order
+    for c, k in zip(calls, starts):
+        assert c[0] == batches[k][0] // 40, f"the call at batch {k} names {c}"
+        assert c == seq[seq.index(c[0]):seq.index(c[0]) + len(c)]
 
 
 def test_epochs_reuse_the_channel_and_slots_and_close_gives_them_back(client, daemon) -> None:
