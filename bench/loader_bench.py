@@ -16,14 +16,15 @@ ROOT/.gpu/lib for qdpd only) and, for each figure, prints ``bench op=loader-... 
   b  read      the amplitude Parquet file read whole by pyarrow alone (read_table, and row
                group after row group, to NumPy), by qdp.readers, and by the loader into states
                on the GPU: seconds, and the reader's and the loader's time over pyarrow's best.
-  c  idle      a model step of 2 ms (a GPU sleep) per batch with prefetch 0, 2 and 4: the wall
-               time against the steps' own, i.e. the fraction the GPU waited on the loader.
+  c  idle      a model step of 2 ms per batch (a GPU sleep: one kernel, or 20 of 0.1 ms) with
+               prefetch 0, 2 and 4: the wall time against the steps' own and the loader's own;
+               the fraction of the wall the model's steps did not fill.
   d  big       a Parquet file of --big-gib GiB (16-qubit amplitude rows, a fixed-size list
                column, row groups of 256 MiB) streamed through the loader: rows/s, and the
                growth of the process's resident memory (its peak since the start, against its
                size then) beside the loader's bound (the reader's decoded row groups, cached and
-               ahead, each twice while converted, and the prefetch slots: nothing that grows
-               with the file).
+               ahead, each three times while read and converted, and the prefetch slots:
+               nothing that grows with the file).
 
 --quick shrinks every size so that the script runs in seconds against a CPU daemon
 (--devices cpu:1); the GPU-only parts then skip.
@@ -263,8 +264,9 @@ class Bench:
             return
         X = self.data("amplitude")
         step_ms = 2.0
-        # torch.cuda._sleep spins for a number of cycles: calibrate it to 2 ms once.
-        cycles = 100_000_000  # about 50 ms: the launch and the wait are lost in it
+        # torch.cuda._sleep spins for a number of cycles: calibrated over about 50 ms, where the
+        # launch and the wait are lost.
+        cycles = 100_000_000
         for _ in range(2):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -272,21 +274,42 @@ class Bench:
             torch.cuda.synchronize()
             per_cycle = (time.perf_counter() - t0) / cycles
         step_cycles = int(step_ms / 1e3 / per_cycle)
-        for prefetch in (0, 2, 4):
-            ds = qt.QuantumDataset(X, "amplitude", self.q, batch_size=64, prefetch=prefetch,
-                                   target=self.target)
-            for _ in ds:  # warm-up pass
-                pass
-            t0 = time.perf_counter()
-            steps = 0
-            for psi in ds:
-                torch.cuda._sleep(step_cycles)  # the model's step, on the batch's stream
-                steps += 1
-            torch.cuda.synchronize()
-            wall = time.perf_counter() - t0
-            busy = steps * step_ms / 1e3
-            say("loader-idle", prefetch=prefetch, steps=steps, step_ms=step_ms, wall_s=wall,
-                gpu_idle_fraction=max(0.0, 1 - busy / wall))
+        steps = len(X) // 64
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            torch.cuda._sleep(step_cycles)
+        torch.cuda.synchronize()
+        alone = time.perf_counter() - t0
+        # The model's step as one kernel of 2 ms, or as 20 of 0.1 ms as a model's layers are.
+        # Without MPS the daemon's kernels time-share the GPU with the model's, so the wall
+        # time is the steps' plus the encodings' own GPU time at best: printed beside it.
+        for kernels in (1, 20):
+            for prefetch in (0, 2, 4):
+                ds = qt.QuantumDataset(X, "amplitude", self.q, batch_size=64,
+                                       prefetch=prefetch, dtype="complex64",
+                                       target=self.target)
+                for _ in ds:  # warm-up pass; then the loader alone
+                    pass
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in ds:
+                    pass
+                torch.cuda.synchronize()
+                loader = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                n = 0
+                for psi in ds:
+                    for _ in range(kernels):  # the model's step, on the consumer's stream
+                        torch.cuda._sleep(step_cycles // kernels)
+                    n += 1
+                torch.cuda.synchronize()
+                wall = time.perf_counter() - t0
+                ds.close()
+                say("loader-idle", prefetch=prefetch, kernels_per_step=kernels, steps=n,
+                    step_ms=step_ms, steps_alone_s=alone, loader_alone_s=loader, wall_s=wall,
+                    gpu_idle_fraction=max(0.0, 1 - alone / wall),
+                    extra_s=wall - alone)
 
     # ---- (d) ----
 
@@ -327,10 +350,10 @@ class Bench:
         peak = status_gib("VmHWM")
         # What the loader may hold, none of it growing with the file: the reader's decoded row
         # groups (2 cached, readahead ahead, one per prefetch thread being read; each counted
-        # twice, as its Arrow table and its NumPy rows while it is converted) and the prefetch
-        # slots of a request each.
+        # three times: the file's bytes as read, the Arrow array, the NumPy rows), and the
+        # prefetch slots of a request each.
         held = 2 + ds.source.readahead + ds.prefetch
-        bound = (2 * held * group * dim * 8 + ds.prefetch * ds.group * 64 * dim * 8) / (1 << 30)
+        bound = (3 * held * group * dim * 8 + ds.prefetch * ds.group * 64 * dim * 8) / (1 << 30)
         say("loader-big", rows=n, s=dt, rows_per_s=n / dt, input_GBps=size / dt / 1e9,
             rss_before_GiB=rss0, peak_rss_GiB=peak, growth_GiB=peak - rss0,
             bound_GiB=bound, within=peak - rss0 <= bound)

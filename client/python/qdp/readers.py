@@ -19,8 +19,8 @@ streaming CSV parser); ``.pt`` files are memory-mapped where torch can (``torch.
 torch 2.1 and later), else read whole.
 
 Decoding a Parquet or Arrow block is the costly part, and pyarrow does it for one block on
-about one core, so these files decode up to ``readahead`` (``min(4, CPUs)``) blocks ahead on
-threads of their own: when a read asks block k, blocks k+1, k+2, ... start, and
+about one core, so these files decode up to ``readahead`` blocks ahead on threads of their own
+(by default as many as hold 1 GiB of decoded rows, 1 to ``min(8, CPUs)``): when a read asks block k, blocks k+1, k+2, ... start, and
 :meth:`Source.will_need` starts the blocks a caller knows it reads next (a shuffled epoch's).
 Reads from several threads decode their blocks side by side. The bound on memory: a file
 source holds at most ``cache_blocks + readahead`` decoded blocks, plus the one each reading
@@ -466,7 +466,7 @@ class _BlockSource(Source):
         self._sizes = block_sizes.astype(np.int64)  # rows of each block in the file
         self._null_policy = null_policy
         self._cache_blocks = max(0, int(cache_blocks))
-        self._readahead = _readahead_arg(readahead)
+        self._readahead = _readahead_arg(readahead, self.block_rows * features * dtype.itemsize)
         self._cache: "collections.OrderedDict[int, np.ndarray]" = collections.OrderedDict()
         self._lock = threading.RLock()
         self._starts: Optional[np.ndarray] = None
@@ -820,10 +820,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-def _readahead_arg(readahead: Any) -> int:
-    """``readahead`` checked, None as the default: min(4, CPUs)."""
+#: Decoded rows that blocks ahead may hold by default (``readahead=None``).
+READAHEAD_BYTES = 1 << 30
+
+
+def _readahead_arg(readahead: Any, block_bytes: int) -> int:
+    """``readahead`` checked; None as the default: the blocks of ``block_bytes`` that fit in
+    READAHEAD_BYTES, 1 to min(8, CPUs) (beyond about 8 decodes pyarrow gains little)."""
     if readahead is None:
-        return min(4, os.cpu_count() or 1)
+        return max(1, min(8, os.cpu_count() or 1, READAHEAD_BYTES // max(1, block_bytes)))
     if isinstance(readahead, bool) or not isinstance(readahead, (int, np.integer)) or \
             readahead < 0:
         raise InvalidArgument(f"readahead={readahead!r}: pass a whole number of blocks >= 0 "
@@ -1249,8 +1254,9 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
     readahead : int, optional
         Blocks of a Parquet or Arrow file that may be decoding or decoded ahead at once,
         beyond the cache, on as many threads (named "qdp-readahead"): after a read of block k,
-        the blocks after it, and those of :meth:`Source.will_need`. Default ``min(4, CPUs)``;
-        0 decodes only the block a read asks, on the reading thread, one read at a time, with
+        the blocks after it, and those of :meth:`Source.will_need`. Default: as many blocks as
+        hold 1 GiB of decoded rows (``READAHEAD_BYTES``), at least 1 and at most
+        ``min(8, CPUs)``; 0 decodes only the block a read asks, on the reading thread, one read at a time, with
         no threads. A file source holds at most ``cache_blocks + readahead`` decoded blocks,
         plus the one each reading thread is converting or waiting for.
 
@@ -1270,7 +1276,8 @@ def open_source(data: Any, *, columns: Optional[Sequence[str]] = None,
     if null_policy not in NULL_POLICIES:
         raise InvalidArgument(f"null_policy={null_policy!r}: pass one of {NULL_POLICIES}",
                               field="null_policy")
-    readahead = _readahead_arg(readahead)  # refused whatever the data, as the others are
+    if readahead is not None:
+        _readahead_arg(readahead, 0)  # refused whatever the data, as the others are
     if isinstance(data, Source) and columns is None and dtype is None:
         return data
     if dtype is not None:

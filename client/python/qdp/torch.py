@@ -337,6 +337,8 @@ class _Conn:
         self.pinned: Optional[_Pinned] = None
         self._pin_tried = False
         self._gpu_daemon: Optional[bool] = None
+        self._streams: List[Any] = []
+        self._streams_on: Optional[torch.device] = None
         features, dt = ds.source.features, ds.source.dtype
         rows = ds.batch_size * ds.group
         for _ in range(max(1, ds.prefetch)):
@@ -344,6 +346,17 @@ class _Conn:
                 self.slots.append(self.client.empty((rows, features), dt))
             except (NotSupported, Error):
                 self.slots.append(np.empty((rows, features), dt))
+
+    def streams(self, device: torch.device) -> List[Any]:
+        """A CUDA stream per slot on ``device`` (None each on the CPU), kept with the channel:
+        the memory of a stream's batches is then allocated again from one epoch to the next,
+        and the daemon's mappings of it stay valid."""
+        if device.type != "cuda":
+            return [None] * len(self.slots)
+        if self._streams_on != device:
+            self._streams = [torch.cuda.Stream(device) for _ in self.slots]
+            self._streams_on = device
+        return self._streams
 
     def gpu_daemon(self) -> bool:
         """Whether the daemon encodes on GPUs (asked once per channel)."""
@@ -376,8 +389,7 @@ class _Stream:
         self.batches = ds._batches(worker, workers)
         self.device = self._device(ds.device)
         self.slots: Deque[Tuple[np.ndarray, Any]] = deque(
-            (slot, torch.cuda.Stream(self.device) if self.device.type == "cuda" else None)
-            for slot in conn.slots)
+            zip(conn.slots, conn.streams(self.device)))
         row_bytes = ds.source.features * ds.source.dtype.itemsize
         self.pinned = conn.pin(ds.source) if (
             self.device.type == "cuda" and not ds.shuffle

@@ -188,7 +188,9 @@ def test_pt_files(tmp_path: pathlib.Path, torch: Any) -> None:
 def test_csv(tmp_path: pathlib.Path) -> None:
     X = features(rows=12)
     path = tmp_path / "h.csv"
-    lines = ["a,label,b,c"] + [f"{r[0]!r},name{i},{r[1]!r},{r[2]!r}" for i, r in enumerate(X)]
+    # repr(float): NumPy 2 writes a scalar's repr as "np.float64(...)"
+    lines = ["a,label,b,c"] + [f"{float(r[0])!r},name{i},{float(r[1])!r},{float(r[2])!r}"
+                               for i, r in enumerate(X)]
     path.write_text("\n".join(lines) + "\n")
     src = open_source(path)  # the string column is left out by default
     check_random_access(src, X)
@@ -197,7 +199,7 @@ def test_csv(tmp_path: pathlib.Path) -> None:
     with pytest.raises(qdp.InvalidArgument, match=r"row 0 \(line 2\), column 'label'"):
         open_source(path, columns=["a", "label"])
     bare = tmp_path / "bare.csv"
-    bare.write_text("\n".join(",".join(repr(v) for v in r) for r in X) + "\n")
+    bare.write_text("\n".join(",".join(repr(float(v)) for v in r) for r in X) + "\n")
     check_random_access(open_source(bare), X)
     with pytest.raises(qdp.InvalidArgument, match="names columns of a header; .* has none"):
         open_source(bare, columns=["a"])
@@ -748,8 +750,23 @@ def test_readahead_is_checked(tmp_path: pathlib.Path, pa: Any) -> None:
             with pytest.raises(qdp.InvalidArgument, match="readahead=") as e:
                 open_source(data, readahead=bad)
             assert e.value.field == "readahead"
-    assert open_source(path).readahead == min(4, os.cpu_count() or 1)
     assert open_source(path, readahead=np.int64(2)).readahead == 2
+
+
+def test_the_default_readahead_holds_a_gib_of_blocks(tmp_path: pathlib.Path, pa: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 10 rows x 4 float64 (320 bytes): as many as fit in READAHEAD_BYTES, 1 to
+    min(8, CPUs)."""
+    _, path = blocks_file(pa, tmp_path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert open_source(path).readahead == 8  # 1 GiB holds millions
+    monkeypatch.setattr(qdp.readers, "READAHEAD_BYTES", 3 * 320 + 319)
+    assert open_source(path).readahead == 3
+    monkeypatch.setattr(qdp.readers, "READAHEAD_BYTES", 100)
+    assert open_source(path).readahead == 1  # a block larger than the budget: still one
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(qdp.readers, "READAHEAD_BYTES", 1 << 30)
+    assert open_source(path).readahead == 2
 
 
 def test_pickling_keeps_readahead(tmp_path: pathlib.Path, pa: Any) -> None:
