@@ -423,7 +423,10 @@ class _Stream:
                 off += b.m
                 if labels is not None:
                     idx = torch.as_tensor(b.idx) if isinstance(b.idx, np.ndarray) else b.idx
-                    psi = (psi, labels[idx].to(t.device))
+                    lab = labels[idx]
+                    if t.is_cuda:  # from pinned memory: a pageable copy waits for a GPU
+                        lab = lab.pin_memory().to(t.device, non_blocking=True)  # busy elsewhere
+                    psi = (psi, lab)
                 out.append(psi)
             if stream is not None:
                 stream.synchronize()  # the labels' copies; the states are in place already
