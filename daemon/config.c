@@ -52,6 +52,9 @@ static const struct config_option options[] = {
         "file of TCP bearer tokens, one 'PRINCIPAL TOKEN' per line; each principal is an identity"),
     OPT(tcp_node_paths, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "let TCP clients read .npy files beneath input_dir and Export beneath export_dir"),
+    OPT(metrics_listen, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "host:port", false, NULL,
+        "serve Prometheus metrics, /healthz and /readyz over HTTP at HOST:PORT (127.0.0.1:9464; "
+        "port 0 picks one); counts only, no states; empty: off"),
     OPT(input_dir, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
         ".npy inputs named by path must lie beneath this folder (also files Unix clients hand "
         "over); empty: no folder (TCP clients then name none)"),

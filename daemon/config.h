@@ -64,6 +64,7 @@ struct config {
   char tcp_token[CONFIG_STR_MAX];
   char tcp_tokens_file[CONFIG_STR_MAX];
   bool tcp_node_paths;
+  char metrics_listen[CONFIG_STR_MAX];
   char input_dir[CONFIG_STR_MAX];
   char export_dir[CONFIG_STR_MAX];
   char devices[CONFIG_STR_MAX];

@@ -509,22 +509,32 @@ static void watch_signals(struct daemon *d) {
 
 /* The contract with scripts and clients: these lines, verbatim, once serving (as log records
  * where every line must be one: under the journal, and with log_format = json). */
-static void announce(struct daemon *d, int tcp_port) {
-  char tcp_addr[CONFIG_STR_MAX + 16] = "";
+static void announce(struct daemon *d, int tcp_port, int metrics_port) {
+  char tcp_addr[CONFIG_STR_MAX + 16] = "", metrics_addr[CONFIG_STR_MAX + 16] = "";
   if (d->cfg.tcp[0]) {
     const char *colon = strrchr(d->cfg.tcp, ':');
     snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d->cfg.tcp), d->cfg.tcp,
              tcp_port);
+  }
+  if (metrics_port) {
+    const char *m = d->cfg.metrics_listen, *colon = strrchr(m, ':');
+    snprintf(metrics_addr, sizeof metrics_addr, "%.*s:%d", (int)(colon - m), m, metrics_port);
   }
   if (log_journal() || d->cfg.log_format == LOG_FORMAT_JSON) {
     log_notice("main", "listening on unix:%s", d->socket_path);
     if (tcp_addr[0]) {
       log_notice("main", "listening on %s", tcp_addr);
     }
+    if (metrics_addr[0]) {
+      log_notice("main", "serving metrics on http://%s/metrics", metrics_addr);
+    }
   } else {
     fprintf(stderr, "listening on unix:%s\n", d->socket_path);
     if (tcp_addr[0]) {
       fprintf(stderr, "listening on %s\n", tcp_addr);
+    }
+    if (metrics_addr[0]) {
+      fprintf(stderr, "serving metrics on http://%s/metrics\n", metrics_addr);
     }
     fflush(stderr);
   }
@@ -588,7 +598,7 @@ int main(int argc, char **argv) {
   }
   if (rc == 0) {
     watch_signals(&d);
-    announce(&d, tcp_port);
+    announce(&d, tcp_port, rpc_server_metrics_port(d.server));
     uv_run(d.loop, UV_RUN_DEFAULT);
     log_info("main", "stopped serving; releasing every state and device");
   }

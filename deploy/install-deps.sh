@@ -7,9 +7,9 @@
 # tests run (without it they are skipped).
 set -eu
 pkgs="meson ninja-build pkg-config gcc libc6-dev libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
-  libuv1-dev libopenmpi-dev openmpi-bin check libsubunit-dev libsystemd-dev python3 python3-grpcio
-  python3-protobuf python3-numpy python3-venv python3-torch iproute2 procps clang-14
-  libclang-rt-14-dev"
+  libuv1-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin check libsubunit-dev libsystemd-dev
+  python3 python3-grpcio python3-protobuf python3-numpy python3-venv python3-torch iproute2 procps
+  clang-14 libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -3,6 +3,7 @@
  * here runs on a worker thread unless it says otherwise. */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -388,15 +389,57 @@ static void count_job(struct rpc_call *c) {
 /* Encodes req and answers the call; an upload (its buffer and its request, which req points
  * into) goes back to upload_budget as soon as the encode is over, not when the client reads the
  * reply. */
+/* The metrics' source of an input and its bytes: the values', the shared memory's or region's
+ * range, the .npy file's size, a CUDA input's declared shape. */
+static enum metrics_source input_source(const struct job_input *in, bool uploaded,
+                                        uint64_t *ret_bytes) {
+  struct stat sb;
+  switch (in->source) {
+  case JOB_INPUT_FILE:
+    *ret_bytes = fstat(in->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    return METRICS_IN_FILE;
+  case JOB_INPUT_SHM:
+    *ret_bytes = in->length;
+    return METRICS_IN_SHM;
+  case JOB_INPUT_REGION:
+    *ret_bytes = in->length;
+    return METRICS_IN_REGION;
+  case JOB_INPUT_CUDA_IPC:
+    *ret_bytes = in->rows * in->cols * qdp_dtype_size((qdp_dtype)in->dtype);
+    return METRICS_IN_CUDA_IPC;
+  default:
+    *ret_bytes = in->bytes;
+    return uploaded ? METRICS_IN_UPLOAD : METRICS_IN_VALUES;
+  }
+}
+
+/* A job's end in the metrics: its encoding, status and times; on success its bytes in and out. */
+static void count_job_end(struct rpc_call *c, const struct job_encode_request *req,
+                          enum metrics_source src, uint64_t in_bytes, qdp_status rc,
+                          const struct job_state_info *st) {
+  struct metrics *m = c->srv->metrics;
+  unsigned code = rc == QDP_OK ? 0 : (unsigned)rpc_codec_grpc_status(rc);
+  metrics_job(m, (size_t)req->encoding - 1, code, rpc_call_seconds(c),
+              rc == QDP_OK ? st->encode_ms / 1e3 : -1);
+  if (rc == QDP_OK) {
+    metrics_input(m, src, in_bytes);
+    metrics_output(m, req->out ? METRICS_OUT_CUDA_IPC : METRICS_OUT_STATE,
+                   st->plan->total_bytes);
+  }
+}
+
 static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req, bool uploaded) {
   struct rpc_server *s = c->srv;
   struct qdp_error err = QDP_ERROR_INIT;
   struct job_state_info st;
   struct job_caller who = caller_of(c);
+  uint64_t in_bytes = 0;
+  enum metrics_source src = input_source(&req->input, uploaded, &in_bytes);
   qdp_status rc = job_encode(s->jobs, &who, req, &st, &err);
   if (uploaded) {
     rpc_upload_free(c);
   }
+  count_job_end(c, req, src, in_bytes, rc, &st);
   if (rc != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
@@ -681,6 +724,7 @@ static void fetch_step(struct rpc_job *j) {
     fetch_end(c, &err);
     return;
   }
+  metrics_output(c->srv->metrics, METRICS_OUT_FETCH, n * f->esize);
   c->sending = bb;
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
@@ -757,6 +801,7 @@ void rpc_h_export(struct rpc_job *j) {
     }
   }
   QDP_TRY(rc, job_export(s->jobs, &req, &bytes, &err));
+  metrics_output(s->metrics, METRICS_OUT_EXPORT, bytes);
   log_info("rpc", "Export from %s: %s -> %s (%" PRIu64 " B)", c->client, req.handle, r->path,
            bytes);
   Qdp__ExportReply er = QDP__EXPORT_REPLY__INIT;
@@ -971,6 +1016,7 @@ void rpc_h_fetch_into(struct rpc_job *j) {
     rpc_finish(c, NULL, &err);
     return;
   }
+  metrics_output(c->srv->metrics, METRICS_OUT_FETCH_INTO, res.bytes);
   log_info("rpc", "FetchInto from %s: %s -> %s at %" PRIu64 " (%" PRIu64 " B)", c->client,
            req.handle, req.region, req.region_offset, res.bytes);
   Qdp__FetchIntoReply fr = QDP__FETCH_INTO_REPLY__INIT;

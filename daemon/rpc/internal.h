@@ -28,6 +28,7 @@
 #include "job/job.h"
 #include "listener.h"
 #include "health.pb-c.h"
+#include "metrics.h"
 #include "qdp.pb-c.h"
 #include "server.h"
 
@@ -144,6 +145,7 @@ struct rpc_call {
   bool job_started; /* an Encode or EncodeUpload that got as far as its job: counted in Status */
   bool live;        /* counted in live_calls: it arrived and is not freed yet */
   uint64_t start_ms;
+  uint64_t start_ns; /* uv_hrtime at arrival: the metrics' latencies */
 
   /* The answer, kept until its batch completes. */
   grpc_byte_buffer *reply;
@@ -208,9 +210,14 @@ struct rpc_server {
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (read by workers). */
-  atomic_uint_fast64_t max_upload_bytes, fetch_chunk, upload_idle_ms;
+  atomic_uint_fast64_t max_upload_bytes, fetch_chunk, upload_idle_ms, upload_budget;
 
   atomic_uint_fast64_t jobs_total, jobs_failed;
+  /* Counted always (relaxed atomics); served over HTTP only with metrics_listen. */
+  struct metrics *metrics;
+  struct metrics_http *metrics_http;
+  int metrics_port;
+  const char *method_names[RPC_M_COUNT];
   uv_mutex_t uploads_mu;    /* uploads, and each one's `reserved` */
   struct rpc_call *uploads; /* receiving, watched for idleness */
   uv_timer_t upload_timer;
@@ -219,6 +226,8 @@ struct rpc_server {
 };
 
 int64_t rpc_now_unix_ms(void);
+/* Seconds since the call arrived. */
+double rpc_call_seconds(const struct rpc_call *c);
 const char *rpc_method_name(const struct rpc_call *c);
 
 void rpc_submit(struct rpc_server *s, struct rpc_job *j);

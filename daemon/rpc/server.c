@@ -18,6 +18,8 @@
 #include <grpc/support/time.h>
 
 #include "codec.h"
+#include "http.h"
+#include "qdp_build_config.h"
 #include "qdp_wire.h"
 #include "internal.h"
 #include "log.h"
@@ -413,6 +415,7 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     arm(s, c->method);
   }
   c->start_ms = rpc_mono_ms();
+  c->start_ns = uv_hrtime();
   identify(c);
   struct qdp_error err = QDP_ERROR_INIT;
   if (c->method < 0) {
@@ -485,6 +488,10 @@ static void on_done(struct rpc_server *s, struct rpc_ev *e) {
   rpc_call_unref(c);
 }
 
+double rpc_call_seconds(const struct rpc_call *c) {
+  return (double)(uv_hrtime() - c->start_ns) / 1e9;
+}
+
 const char *rpc_method_name(const struct rpc_call *c) {
   return c->method >= 0 ? rpc_methods[c->method].name : "(unregistered)";
 }
@@ -552,6 +559,9 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
   }
   log_debug("rpc", "%s from %s: status %d after %" PRIu64 " ms", rpc_method_name(c), c->client,
             (int)code, rpc_mono_ms() - c->start_ms);
+  if (c->method >= 0) {
+    metrics_rpc(c->srv->metrics, (size_t)c->method, (unsigned)code, rpc_call_seconds(c));
+  }
   c->ev_done = (struct rpc_ev){.fn = on_done, .call = c};
   /* The caller's reference passes to this batch; on_done drops it. */
   grpc_call_error ce = grpc_call_start_batch(c->call, ops, n, &c->ev_done, NULL);
@@ -706,6 +716,7 @@ void rpc_route_grpc_logs(void) {
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
   job_set_limits(s->jobs, (uint32_t)cfg->max_qubits, cfg->max_batch);
   job_set_upload_budgets(s->jobs, cfg->upload_budget, cfg->client_upload_budget);
+  atomic_store(&s->upload_budget, cfg->upload_budget);
   atomic_store(&s->max_upload_bytes, cfg->max_upload_bytes);
   atomic_store(&s->fetch_chunk, cfg->fetch_chunk);
   atomic_store(&s->upload_idle_ms, cfg->upload_idle_timeout * 1000);
@@ -835,6 +846,90 @@ static void create_grpc_server(struct rpc_server *s, const struct config *cfg) {
   }
 }
 
+/* ---- metrics ---- */
+
+static const char *const encoding_names[] = {"amplitude", "angle", "basis", "iqp", "iqp-z",
+                                             "phase"};
+
+/* The scrape: the counters, and what job_status says now. The HTTP thread. */
+static void render_metrics(void *arg, struct metrics_text *t) {
+  struct rpc_server *s = arg;
+  struct job_status st;
+  struct qdp_error err = QDP_ERROR_INIT;
+  if (job_status(s->jobs, &st, &err) != QDP_OK) {
+    job_status_free(&st);
+    t->failed = true;
+    return;
+  }
+  struct metrics_device *d = calloc(st.ndevices ? st.ndevices : 1, sizeof *d);
+  bool *lost = calloc(st.ranks > 0 ? (size_t)st.ranks : 1, sizeof *lost);
+  if (d && lost) {
+    for (size_t i = 0; i < st.ndevices; i++) {
+      const struct runtime_device_info *in = &st.devices[i].info;
+      d[i] = (struct metrics_device){.name = in->name, .rank = st.devices[i].rank,
+                                     .total_bytes = in->total_bytes,
+                                     .budget_bytes = in->budget_bytes,
+                                     .used_bytes = in->used_bytes, .free_bytes = in->free_bytes};
+    }
+    for (int r = 0; r < st.ranks; r++) {
+      lost[r] = st.rank_info[r].lost;
+    }
+    uint64_t uploads = 0;
+    job_upload_usage(s->jobs, NULL, &uploads, NULL);
+    struct metrics_sample sm = {
+        .version = QDP_VERSION, .backend = st.backend,
+        .transport = strcmp(st.transport, "mpi") == 0 ? "mpi" : "local",
+        .serving = s->started && !atomic_load(&s->shutting_down),
+        .uptime_seconds = (double)(rpc_mono_ms() - s->start_mono_ms) / 1e3,
+        .states = st.states, .regions = st.regions, .region_bytes = st.region_bytes,
+        .store_budget_bytes = s->store_budget, .store_used_bytes = st.used_bytes,
+        .upload_bytes = uploads, .upload_budget_bytes = atomic_load(&s->upload_budget),
+        .devices = d, .ndevices = st.ndevices, .rank_lost = lost, .nranks = (size_t)st.ranks};
+    metrics_render(s->metrics, &sm, t, &err);
+  } else {
+    t->failed = true;
+  }
+  free(d);
+  free(lost);
+  job_status_free(&st);
+}
+
+/* Ready: serving, not draining, and no rank of the world lost. The HTTP thread. */
+static bool metrics_ready(void *arg) {
+  struct rpc_server *s = arg;
+  if (!s->started || atomic_load(&s->shutting_down)) {
+    return false;
+  }
+  struct job_status st;
+  struct qdp_error err = QDP_ERROR_INIT;
+  bool ok = job_status(s->jobs, &st, &err) == QDP_OK;
+  for (int r = 0; ok && r < st.ranks; r++) {
+    ok = !st.rank_info[r].lost;
+  }
+  job_status_free(&st);
+  return ok;
+}
+
+static qdp_status start_metrics(struct rpc_server *s, const struct config *cfg,
+                                struct qdp_error *reterr) {
+  for (int i = 0; i < RPC_M_COUNT; i++) {
+    s->method_names[i] = rpc_methods[i].name;
+  }
+  struct metrics_names names = {s->method_names, RPC_M_COUNT, encoding_names,
+                                sizeof encoding_names / sizeof encoding_names[0]};
+  qdp_status rc = metrics_create(&names, &s->metrics, reterr);
+  if (rc != QDP_OK || !cfg->metrics_listen[0]) {
+    return rc;
+  }
+  struct metrics_http_ops ops = {render_metrics, metrics_ready, s};
+  return metrics_http_start(cfg->metrics_listen, &ops, &s->metrics_http, &s->metrics_port,
+                            reterr);
+}
+
+int rpc_server_metrics_port(const struct rpc_server *s) {
+  return s->metrics_http ? s->metrics_port : 0;
+}
+
 qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *unix_path,
                              struct rpc_server **ret_server, int *ret_tcp_port,
                              struct qdp_error *reterr) {
@@ -884,6 +979,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
   QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
 
+  QDP_TRY(rc, start_metrics(s, cfg, reterr));
   create_grpc_server(s, cfg);
 
   if (unix_path && unix_path[0]) {
@@ -1078,6 +1174,8 @@ void rpc_server_destroy(struct rpc_server *s) {
   if (!s) {
     return;
   }
+  metrics_http_stop(s->metrics_http); /* before the jobs its scrapes read go */
+  s->metrics_http = NULL;
   if (s->server && !s->cq_drained) {
     /* Never served (a failed start): shut down here and hand back what was armed. */
     s->ev_shutdown = (struct rpc_ev){.fn = NULL};
@@ -1126,6 +1224,7 @@ void rpc_server_destroy(struct rpc_server *s) {
   free(s->workers);
   /* Every job is over (the workers have stopped). */
   job_pipeline_destroy(s->jobs);
+  metrics_destroy(s->metrics);
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);
     uv_mutex_destroy(&s->uploads_mu);

@@ -72,6 +72,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
                              struct rpc_server **ret_server, int *ret_tcp_port,
                              struct qdp_error *reterr);
 
+/* The port the metrics listener (cfg->metrics_listen, bound at create) serves on; 0: off. */
+int rpc_server_metrics_port(const struct rpc_server *s);
+
 /* Starts serving: worker threads, the completion-queue thread, the expiry timer. Loop thread. */
 qdp_status rpc_server_start(struct rpc_server *s, struct qdp_error *reterr);
 

@@ -1,0 +1,189 @@
+"""Integration: qdpd's Prometheus listener (metrics_listen) against a real daemon — the text
+parsed strictly, counters and histograms moved by jobs made here (by hand-computed amounts),
+gauges against the daemon's own answers, the HTTP paths and methods, and readiness through a
+SIGTERM drain.
+
+Run by with_qdpd.sh (QDP_TARGET, QDPD_LOG, QDPD_PID set) with `--metrics-listen 127.0.0.1:0`.
+"""
+
+import os
+import re
+import signal
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+import qdpc
+
+SAMPLE = re.compile(r'^([a-z_:][a-z0-9_:]*)(\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"(,|$)')
+
+
+def metrics_url():
+    with open(os.environ["QDPD_LOG"]) as f:
+        m = re.search(r"serving metrics on (http://\S+/metrics)", f.read())
+    assert m, "qdpd did not say where it serves metrics"
+    return m.group(1)
+
+
+def get(url, method="GET"):
+    req = urllib.request.Request(url, method=method, data=b"x" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def parse(text):
+    """{(name, frozenset(labels)): value}, checking every line's grammar, each family's TYPE
+    before its samples and every name's qdp_ prefix."""
+    out, typed = {}, {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            typed[name] = kind
+            continue
+        if line.startswith("# HELP "):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"line {n} is not a sample: {line!r}"
+        name, _, labels, value = m.groups()
+        assert name.startswith("qdp_"), f"line {n}: {name} has no qdp_ prefix"
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in typed else name
+        assert family in typed, f"line {n}: {name} comes before its TYPE"
+        kv = []
+        rest = labels or ""
+        while rest:
+            lm = LABEL.match(rest)
+            assert lm, f"line {n}: bad labels {labels!r}"
+            kv.append((lm.group(1), lm.group(2)))
+            rest = rest[lm.end():]
+        key = (name, frozenset(kv))
+        assert key not in out, f"line {n}: {name}{labels} twice"
+        out[key] = float("inf") if value == "+Inf" else float(value)
+    return out, typed
+
+
+def val(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+class Metrics(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.url = metrics_url()
+        cls.base = cls.url[:-len("/metrics")]
+        cls.c = qdpc.Client()
+
+    def scrape(self):
+        status, headers, body = get(self.url)
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        return parse(body)
+
+    def test_jobs_move_the_counters_by_what_they_did(self):
+        before, typed = self.scrape()
+        self.assertEqual(typed["qdp_jobs_total"], "counter")
+        self.assertEqual(typed["qdp_job_duration_seconds"], "histogram")
+        states = []
+        for k in range(5):
+            states.append(self.c.encode("angle", 3, values=np.full(3, 0.1 * k)))
+        with self.assertRaises(Exception):
+            self.c.encode("angle", 3, values=np.zeros(2))  # 2 angles for 3 qubits
+        after, _ = self.scrape()
+
+        def moved(name, **labels):
+            return val(after, name, **labels) - val(before, name, **labels)
+
+        self.assertEqual(moved("qdp_jobs_total", encoding="angle", code="OK"), 5)
+        self.assertEqual(moved("qdp_jobs_total", encoding="angle", code="INVALID_ARGUMENT"), 1)
+        self.assertEqual(moved("qdp_rpcs_total", method="Encode", code="OK"), 5)
+        self.assertEqual(moved("qdp_input_bytes_total", source="values"), 5 * 3 * 8)
+        self.assertEqual(moved("qdp_output_bytes_total", sink="state"), 5 * 8 * 16)
+        self.assertEqual(moved("qdp_job_duration_seconds_count", encoding="angle"), 6)
+        self.assertEqual(moved("qdp_job_encode_seconds_count", encoding="angle"), 5)
+        self.assertGreater(moved("qdp_job_duration_seconds_sum", encoding="angle"), 0)
+        # Buckets cumulative, the last one the count.
+        les = sorted((float(dict(k[1])["le"]), v) for k, v in after.items()
+                     if k[0] == "qdp_job_duration_seconds_bucket"
+                     and dict(k[1])["encoding"] == "angle")
+        counts = [v for _, v in les]
+        self.assertEqual(counts, sorted(counts))
+        self.assertEqual(les[-1], (float("inf"),
+                                   val(after, "qdp_job_duration_seconds_count",
+                                       encoding="angle")))
+        self.assertEqual(val(after, "qdp_states"), self.c.status().states)
+        for s in states:
+            self.c.release(s)
+        self.assertEqual(val(self.scrape()[0], "qdp_states"), val(after, "qdp_states") - 5)
+
+    def test_gauges_agree_with_status(self):
+        st = self.c.status()
+        got, _ = self.scrape()
+        self.assertEqual(val(got, "qdp_up"), 1)
+        self.assertEqual(val(got, "qdp_build_info", version=st.version, backend=st.backend,
+                             transport="local"), 1)
+        self.assertEqual(val(got, "qdp_rank_up", rank="0"), 1)
+        self.assertEqual(len(st.devices), 4)
+        for d in st.devices:
+            self.assertEqual(val(got, "qdp_device_memory_budget_bytes", device=d.name, rank="0"),
+                             d.budget_bytes)
+            self.assertEqual(val(got, "qdp_device_memory_total_bytes", device=d.name, rank="0"),
+                             d.total_bytes)
+
+    def test_paths_and_methods(self):
+        self.assertEqual(get(self.base + "/healthz")[0], 200)
+        self.assertEqual(get(self.base + "/readyz")[0], 200)
+        self.assertEqual(get(self.base + "/states")[0], 404)
+        status, headers, _ = get(self.url, method="POST")
+        self.assertEqual(status, 405)
+        self.assertEqual(headers["Allow"], "GET, HEAD")
+
+    def test_zz_not_ready_while_draining(self):
+        """Last (zz): SIGTERM with an upload in flight; while the daemon drains, /readyz is 503
+        and qdp_up 0; then the upload ends and the daemon exits (the harness checks 0)."""
+        go = threading.Event()
+        req = self.c.request("angle", 2, input_dtype="float64", rows=1, cols=2)
+        done = []
+
+        def chunks():
+            first = self.c.pb.UploadChunk()
+            first.request.CopyFrom(req)
+            yield first
+            yield self.c.pb.UploadChunk(data=np.zeros(1).tobytes())  # half the values
+            go.wait(30)
+            yield self.c.pb.UploadChunk(data=np.zeros(1).tobytes(), last=True)
+
+        def upload():
+            try:
+                done.append(self.c._EncodeUpload(chunks(), timeout=60, metadata=self.c.metadata))
+            except Exception as e:  # the drain may cancel it; either way it ends
+                done.append(e)
+
+        t = threading.Thread(target=upload)
+        t.start()
+        deadline = time.monotonic() + 10
+        while val(self.scrape()[0], "qdp_upload_bytes") == 0:
+            self.assertLess(time.monotonic(), deadline, "the upload never started")
+            time.sleep(0.05)
+        os.kill(int(os.environ["QDPD_PID"]), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while get(self.base + "/readyz")[0] != 503:
+            self.assertLess(time.monotonic(), deadline, "/readyz stayed 200 after SIGTERM")
+            time.sleep(0.05)
+        self.assertEqual(val(self.scrape()[0], "qdp_up"), 0)
+        self.assertEqual(get(self.base + "/healthz")[0], 200)  # alive, only not ready
+        go.set()
+        t.join(30)
+        self.assertTrue(done)
+
+
+if __name__ == "__main__":
+    import sys
+    r = unittest.main(verbosity=2, exit=False)
+    sys.exit(0 if r.result.wasSuccessful() else 1)
