@@ -4,12 +4,13 @@
 # has nvcc the build adds the CUDA backend, otherwise it builds the CPU backend alone. clang and
 # its runtimes (libFuzzer, the sanitizers) build the fuzz harnesses of tests/fuzz. python3-venv
 # makes the Python package's test environment (tests/python.sh) and python3-torch lets its torch
-# tests run (without it they are skipped).
+# tests run (without it they are skipped). prometheus (and its promtool) scrapes qdpd in
+# tests/integration/test_prometheus.py and checks deploy/prometheus/alerts.yml.
 set -eu
 pkgs="meson ninja-build pkg-config gcc libc6-dev libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   libuv1-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin check libsubunit-dev libsystemd-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-venv python3-torch iproute2 procps
-  clang-14 libclang-rt-14-dev"
+  clang-14 libclang-rt-14-dev prometheus"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
