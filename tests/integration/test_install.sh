@@ -3,7 +3,8 @@
 #   test_install.sh BUILD_DIR
 # Installs into a fresh DESTDIR; checks the daemon, the CLI, the library and its headers, the
 # units, the sysusers file and the config are there; that each unit's ExecStart names the
-# installed qdpd and config; that the installed qdpd reads the installed config; and that
+# installed qdpd and config; that the installed qdpd reads the installed config; the manual
+# pages, the contract and the bash completion; and that
 # `systemd-analyze verify` accepts the units (their paths taken under DESTDIR; skipped where
 # systemd-analyze is missing).
 set -eu
@@ -87,6 +88,42 @@ if "$dest$sbindir/qdpd" --config "$dest$sysconfdir/qdp/qdpd.conf" --print-config
   ok "the installed qdpd reads the installed config"
 else
   fail "the installed qdpd refuses the installed config"
+fi
+
+# Manual pages (rendered without a warning where groff is), qdpd.conf(5) naming every option
+# qdpd --help lists, the contract, and the bash completion completing from the installed qdpctl.
+mandir=$(under "$(opt mandir)")
+datadir=$(under "$(opt datadir)")
+for page in man8/qdpd.8 man1/qdpctl.1 man5/qdpd.conf.5; do
+  f=$dest$mandir/$page
+  if [ ! -f "$f" ]; then
+    fail "$mandir/$page is not installed"
+  elif command -v groff >/dev/null 2>&1 &&
+    w=$(groff -man -Tutf8 -ww -z "$f" 2>&1; echo "exit $?") && [ "$w" != "exit 0" ]; then
+    fail "groff on $page: $w"
+  else
+    ok "installed $mandir/$page"
+  fi
+done
+missing=""
+for o in $("$dest$sbindir/qdpd" --help | sed -n 's/^  --\([a-z_]*\) .*/\1/p'); do
+  grep -q "^\.BI \"$(printf '%s' "$o" | sed 's/-/\\\\-/g') = \"" "$dest$mandir/man5/qdpd.conf.5" || missing="$missing $o"
+done
+[ -z "$missing" ] && ok "qdpd.conf(5) has every option of qdpd --help" ||
+  fail "qdpd.conf(5) lacks:$missing"
+for f in qdp.proto health.proto qdp.desc; do
+  [ -f "$dest$datadir/qdp/$f" ] && ok "installed $datadir/qdp/$f" || fail "$datadir/qdp/$f is not installed"
+done
+comp=$dest$datadir/bash-completion/completions/qdpctl
+if [ ! -f "$comp" ]; then
+  fail "the bash completion is not installed"
+elif command -v bash >/dev/null 2>&1; then
+  got=$(LD_LIBRARY_PATH=$dest$(under "$(opt libdir)") bash -c '. "$1"; COMP_WORDS=("$2" en); COMP_CWORD=1; _qdpctl
+    a=${COMPREPLY[*]}; COMP_WORDS=("$2" encode --encoding iqp); COMP_CWORD=3; _qdpctl
+    b=${COMPREPLY[*]}; COMP_WORDS=("$2" fetch --fo); COMP_CWORD=2; _qdpctl; echo "$a|$b|${COMPREPLY[*]}"' \
+    _ "$comp" "$dest$bindir/qdpctl")
+  [ "$got" = "encode|iqp iqp-z|--force" ] && ok "the bash completion completes commands, values and options" ||
+    fail "the bash completion gave '$got', not 'encode|iqp iqp-z|--force'"
 fi
 
 if command -v systemd-analyze >/dev/null 2>&1; then
