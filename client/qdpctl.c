@@ -65,7 +65,7 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
-  struct global g = {NULL, NULL, NULL, -1, 0, -1};
+  struct global g = {.timeout_ms = -1, .progress = -1};
   static const struct option opts[] = {
       COMMON_LONG_OPTS,
       {"version", no_argument, NULL, 'V'},

@@ -40,7 +40,8 @@ struct global {
   const char *client_name;
   int64_t timeout_ms;
   int json;
-  int progress; /* -1 auto (a terminal on stderr), 0 off, 1 on */
+  int raw_bytes; /* --bytes: sizes as byte counts in tables and lines, not 16 MiB */
+  int progress;  /* -1 auto (a terminal on stderr), 0 off, 1 on */
 };
 
 /* Set by SIGINT (qdpctl.c); the progress callback then cancels the call. A flag a signal handler
@@ -88,6 +89,7 @@ enum {
   OPT_NAME,
   OPT_TIMEOUT,
   OPT_JSON,
+  OPT_BYTES,
   OPT_NO_PROGRESS,
   OPT_PROGRESS,
   OPT_HELP,
@@ -133,6 +135,7 @@ enum {
   {"client-name", required_argument, NULL, OPT_NAME}, \
   {"timeout", required_argument, NULL, OPT_TIMEOUT}, \
   {"json", no_argument, NULL, OPT_JSON}, \
+  {"bytes", no_argument, NULL, OPT_BYTES}, \
   {"no-progress", no_argument, NULL, OPT_NO_PROGRESS}, \
   {"progress", no_argument, NULL, OPT_PROGRESS}, \
   {"help", no_argument, NULL, OPT_HELP}
@@ -193,6 +196,9 @@ void table_row(struct table *t, char *const *cells);
 /* Prints the table and frees its rows. */
 void table_print(struct table *t, FILE *f);
 void fmt_u64(char *buf, size_t size, uint64_t v);
+/* A size for people: "0 B", "512 B", "1.5 KiB", "16 MiB", "10.4 GiB" (binary units, one
+ * decimal when it is not whole); the byte count itself with --bytes (g->raw_bytes). */
+void fmt_size(const struct global *g, char *buf, size_t size, uint64_t v);
 /* ISO-8601 UTC; `none` when the daemon sent no time (0). */
 void fmt_time(char *buf, size_t size, int64_t unix_ms, const char *none);
 
@@ -215,9 +221,9 @@ void error_json(struct jw *w, const struct qdp_errinfo *e, int full);
 void shard_json(struct jw *w, const struct qdp_shard *s);
 /* A state's members (its fields and its shards) inside an open object. */
 void state_json_fields(struct jw *w, const struct qdp_state_info *s);
-void shards_table(struct qdp_shard *const *shards, size_t n);
+void shards_table(const struct global *g, struct qdp_shard *const *shards, size_t n);
 /* A state's layout as text, headed by its REF (or its handle when ref is NULL). */
-void state_print(const struct qdp_state_info *s, const char *ref);
+void state_print(const struct global *g, const struct qdp_state_info *s, const char *ref);
 /* Prints a state just made (encode, gather) with the REF that names it; EXIT_LOCAL without memory.
  */
 int print_new_state(const struct global *g, const struct qdp_state_info *s);

@@ -205,6 +205,9 @@ int common_opt(struct global *g, int opt, const char *arg) {
   case OPT_JSON:
     g->json = 1;
     return 1;
+  case OPT_BYTES:
+    g->raw_bytes = 1;
+    return 1;
   case OPT_NO_PROGRESS:
     g->progress = 0;
     return 1;
@@ -227,6 +230,8 @@ static const char common_help[] =
     "  --timeout MS      deadline of each request in milliseconds, 0 = none (default 60000;\n"
     "                    uploads and fetches have none)\n"
     "  --json            print the result (or the error) as JSON on stdout\n"
+    "  --bytes           sizes as byte counts (16777216), not for people (16 MiB); JSON always\n"
+    "                    has byte counts\n"
     "  --progress, --no-progress\n"
     "                    force the progress bar on or off (default: on when stderr is a terminal)\n"
     "  --help            this help\n";

@@ -490,10 +490,12 @@ static void plan_json(const struct qdp_plan_info *p) {
   jw_close(w, '}');
 }
 
-static void plan_text(const struct qdp_plan_info *p) {
-  printf("%s: policy %s, global bits %" PRIu32 ", %" PRIu64 " bytes in %zu shard%s\n",
-         p->feasible ? "feasible" : "NOT FEASIBLE", p->policy, p->global_bits, p->total_bytes,
-         p->nshards, p->nshards == 1 ? "" : "s");
+static void plan_text(const struct global *g, const struct qdp_plan_info *p) {
+  char total[32];
+  fmt_size(g, total, sizeof total, p->total_bytes);
+  printf("%s: policy %s, global bits %" PRIu32 ", %s%s in %zu shard%s\n",
+         p->feasible ? "feasible" : "NOT FEASIBLE", p->policy, p->global_bits, total,
+         g->raw_bytes ? " bytes" : "", p->nshards, p->nshards == 1 ? "" : "s");
   if (p->message[0]) {
     printf("%s\n", p->message);
   }
@@ -507,18 +509,18 @@ static void plan_text(const struct qdp_plan_info *p) {
     const struct qdp_device_need *d = p->needs[i];
     char rank[16], sh[24], st[24], ws[24], need[24], bud[24];
     snprintf(rank, sizeof rank, "%d", d->rank);
-    fmt_u64(sh, sizeof sh, d->shard_bytes);
-    fmt_u64(st, sizeof st, d->staging_bytes);
-    fmt_u64(ws, sizeof ws, d->workspace_bytes);
-    fmt_u64(need, sizeof need, d->need_bytes);
-    fmt_u64(bud, sizeof bud, d->budget_bytes);
+    fmt_size(g, sh, sizeof sh, d->shard_bytes);
+    fmt_size(g, st, sizeof st, d->staging_bytes);
+    fmt_size(g, ws, sizeof ws, d->workspace_bytes);
+    fmt_size(g, need, sizeof need, d->need_bytes);
+    fmt_size(g, bud, sizeof bud, d->budget_bytes);
     char *row[] = {d->device, rank, sh, st, ws, need, bud, d->fits ? "yes" : "NO"};
     table_row(&t, row);
   }
   table_print(&t, stdout);
   if (p->nshards) {
     printf("\n");
-    shards_table(p->shards, p->nshards);
+    shards_table(g, p->shards, p->nshards);
   }
 }
 
@@ -538,7 +540,7 @@ int cmd_plan(struct global *g, int argc, char **argv) {
   } else if (rc == EXIT_OK && g->json) {
     plan_json(p);
   } else if (rc == EXIT_OK) {
-    plan_text(p);
+    plan_text(g, p);
   }
   qdp_plan_info_free(p);
   qdp_client_destroy(c);

@@ -93,7 +93,9 @@ int cmd_fetch(struct global *g, int argc, char **argv) {
       jw_u(&w, "file_bytes", size);
       jw_close(&w, '}');
     } else {
-      printf("wrote %s (%" PRIu64 " bytes)\n", out, size);
+      char sz[32];
+      fmt_size(g, sz, sizeof sz, size);
+      printf("wrote %s (%s%s)\n", out, sz, g->raw_bytes ? " bytes" : "");
     }
   }
   qdp_client_destroy(c);
@@ -126,7 +128,9 @@ int cmd_export(struct global *g, int argc, char **argv) {
       jw_u(&w, "bytes", bytes);
       jw_close(&w, '}');
     } else {
-      printf("exported %s (%" PRIu64 " bytes)\n", path, bytes);
+      char sz[32];
+      fmt_size(g, sz, sizeof sz, bytes);
+      printf("exported %s (%s%s)\n", path, sz, g->raw_bytes ? " bytes" : "");
     }
   }
   qdp_free(path);

@@ -174,6 +174,28 @@ void fmt_u64(char *buf, size_t size, uint64_t v) {
   snprintf(buf, size, "%" PRIu64, v);
 }
 
+void fmt_size(const struct global *g, char *buf, size_t size, uint64_t v) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (g->raw_bytes || v < 1024) {
+    snprintf(buf, size, g->raw_bytes ? "%" PRIu64 : "%" PRIu64 " B", v);
+    return;
+  }
+  double x = (double)v;
+  int u = -1;
+  while (x >= 1024 && u < 5) {
+    x /= 1024;
+    u++;
+  }
+  /* One decimal unless it would be .0 (rounded as printed: 1023.96 KiB is "1024 KiB"). */
+  char one[32];
+  snprintf(one, sizeof one, "%.1f", x);
+  size_t n = strlen(one);
+  if (n >= 2 && one[n - 1] == '0' && one[n - 2] == '.') {
+    one[n - 2] = '\0';
+  }
+  snprintf(buf, size, "%s %s", one, units[u]);
+}
+
 /* ISO-8601 UTC; `none` when the daemon sent no time (0). */
 void fmt_time(char *buf, size_t size, int64_t unix_ms, const char *none) {
   if (unix_ms <= 0) {
@@ -307,7 +329,7 @@ void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_close(w, ']');
 }
 
-void shards_table(struct qdp_shard *const *shards, size_t n) {
+void shards_table(const struct global *g, struct qdp_shard *const *shards, size_t n) {
   static const char *const head[] = {"SHARD", "DEVICE",    "RANK", "HOST", "FIRST",
                                      "COUNT", "ROW_FIRST", "ROWS", "BYTES"};
   static const int right[] = {1, 0, 1, 0, 1, 1, 1, 1, 1};
@@ -322,17 +344,18 @@ void shards_table(struct qdp_shard *const *shards, size_t n) {
     fmt_u64(count, sizeof count, s->count);
     fmt_u64(rf, sizeof rf, s->row_first);
     fmt_u64(rows, sizeof rows, s->rows);
-    fmt_u64(bytes, sizeof bytes, s->bytes);
+    fmt_size(g, bytes, sizeof bytes, s->bytes);
     char *row[] = {idx, s->device, rank, s->host, first, count, rf, rows, bytes};
     table_row(&t, row);
   }
   table_print(&t, stdout);
 }
 
-void state_print(const struct qdp_state_info *s, const char *ref) {
+void state_print(const struct global *g, const struct qdp_state_info *s, const char *ref) {
   const char *enc = qdp_encoding_name(s->encoding);
   const char *dt = qdp_dtype_name(s->dtype);
-  char created[40], expires[40];
+  char created[40], expires[40], bytes[32];
+  fmt_size(g, bytes, sizeof bytes, s->bytes);
   fmt_time(created, sizeof created, s->created_unix_ms, "-");
   fmt_time(expires, sizeof expires, s->expires_unix_ms, "never");
   if (ref) {
@@ -340,8 +363,9 @@ void state_print(const struct qdp_state_info *s, const char *ref) {
   } else {
     printf("HANDLE     %s\n", s->handle);
   }
-  printf("encoding   %s, %" PRIu32 " qubits, batch %" PRIu64 ", %s, %" PRIu64 " bytes\n",
-         enc ? enc : "unspecified", s->qubits, s->batch, dt ? dt : "unspecified", s->bytes);
+  printf("encoding   %s, %" PRIu32 " qubits, batch %" PRIu64 ", %s, %s%s\n",
+         enc ? enc : "unspecified", s->qubits, s->batch, dt ? dt : "unspecified", bytes,
+         g->raw_bytes ? " bytes" : "");
   printf("placement  %s, global bits %" PRIu32 ", collective %s, %zu shard%s\n", s->policy,
          s->global_bits, s->collective[0] ? s->collective : "none", s->nshards,
          s->nshards == 1 ? "" : "s");
@@ -352,7 +376,7 @@ void state_print(const struct qdp_state_info *s, const char *ref) {
     printf("label      %s\n", s->label);
   }
   printf("\n");
-  shards_table(s->shards, s->nshards);
+  shards_table(g, s->shards, s->nshards);
 }
 
 /* Prints a state just made (encode, gather) with the REF that names it; EXIT_LOCAL without memory.
@@ -372,7 +396,7 @@ int print_new_state(const struct global *g, const struct qdp_state_info *s) {
     state_json_fields(&w, s);
     jw_close(&w, '}');
   } else {
-    state_print(s, ref);
+    state_print(g, s, ref);
   }
   free(ref);
   return EXIT_OK;

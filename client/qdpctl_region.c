@@ -122,7 +122,9 @@ static int region_add(struct global *g, qdp_client *c, const struct region_args 
     jw_close(&w, '}');
   } else {
     printf("%s:%s\n", ri.handle, ri.token);
-    printf("region     %" PRIu64 " bytes%s%s\n", ri.bytes, ri.sealed ? ", sealed" : "",
+    char sz[32];
+    fmt_size(g, sz, sizeof sz, ri.bytes);
+    printf("region     %s%s%s%s\n", sz, g->raw_bytes ? " bytes" : "", ri.sealed ? ", sealed" : "",
            ri.pinned ? ", pinned" : "");
   }
   return EXIT_OK;

@@ -99,7 +99,7 @@ int cmd_describe(struct global *g, int argc, char **argv) {
       }
       jw_close(&w, '}');
     } else {
-      state_print(info, pos[0]);
+      state_print(g, info, pos[0]);
       if (v) {
         views_table(v);
       }
@@ -151,7 +151,7 @@ int cmd_ls(struct global *g, int argc, char **argv) {
         const char *dt = qdp_dtype_name(s->dtype);
         snprintf(q, sizeof q, "%" PRIu32, s->qubits);
         fmt_u64(batch, sizeof batch, s->batch);
-        fmt_u64(bytes, sizeof bytes, s->bytes);
+        fmt_size(g, bytes, sizeof bytes, s->bytes);
         snprintf(shards, sizeof shards, "%zu", s->nshards);
         fmt_time(exp, sizeof exp, s->expires_unix_ms, "never");
         char *row[] = {s->handle,
@@ -231,7 +231,9 @@ int cmd_rm(struct global *g, int argc, char **argv) {
       jw_u(&w, "freed_bytes", freed);
       jw_close(&w, '}');
     } else {
-      printf("released %s (%" PRIu64 " bytes freed)\n", handles[i], freed);
+      char sz[32];
+      fmt_size(g, sz, sizeof sz, freed);
+      printf("released %s (%s%s freed)\n", handles[i], sz, g->raw_bytes ? " bytes" : "");
     }
   }
   if (rc == EXIT_OK) {
@@ -283,7 +285,9 @@ int cmd_view_close(struct global *g, int argc, char **argv) {
       jw_u(&w, "freed_bytes", freed);
       jw_close(&w, '}');
     } else {
-      printf("closed lease %" PRIu64 " (%" PRIu64 " bytes freed)\n", lease, freed);
+      char sz[32];
+      fmt_size(g, sz, sizeof sz, freed);
+      printf("closed lease %" PRIu64 " (%s%s freed)\n", lease, sz, g->raw_bytes ? " bytes" : "");
     }
   }
   qdp_client_destroy(c);

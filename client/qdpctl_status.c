@@ -178,18 +178,23 @@ static void status_json(const struct qdp_server_status *s, const char *target) {
   jw_close(w, '}');
 }
 
-static void status_text(const struct qdp_server_status *s, const char *target) {
+static void status_text(const struct global *g, const struct qdp_server_status *s,
+                        const char *target) {
   printf("qdpd %s at %s: backend %s, %d rank%s, up %.1f s\n", s->version, target, s->backend,
          s->ranks, s->ranks == 1 ? "" : "s", (double)s->uptime_ms / 1000.0);
   /* A store budget of 0 means only the device budgets apply. */
-  char budget[48] = "no store budget";
+  const char *unit = g->raw_bytes ? " bytes" : "";
+  char budget[64] = "no store budget", used[32], regions[32], b[32];
   if (s->budget_bytes) {
-    snprintf(budget, sizeof budget, "store budget %" PRIu64, s->budget_bytes);
+    fmt_size(g, b, sizeof b, s->budget_bytes);
+    snprintf(budget, sizeof budget, "store budget %s%s", b, unit);
   }
-  printf("states %" PRIu32 ", %" PRIu64 " bytes used (%s); jobs %" PRIu64 " (%" PRIu64
-         " failed); max qubits %" PRIu32 "; regions %" PRIu32 " (%" PRIu64 " bytes)\n",
-         s->states, s->used_bytes, budget, s->jobs_total, s->jobs_failed, s->max_qubits, s->regions,
-         s->region_bytes);
+  fmt_size(g, used, sizeof used, s->used_bytes);
+  fmt_size(g, regions, sizeof regions, s->region_bytes);
+  printf("states %" PRIu32 ", %s%s used (%s); jobs %" PRIu64 " (%" PRIu64 " failed); max qubits %" PRIu32
+         "; regions %" PRIu32 " (%s%s)\n",
+         s->states, used, unit, budget, s->jobs_total, s->jobs_failed, s->max_qubits, s->regions,
+         regions, unit);
   printf("collectives: %s\n\n", s->collectives);
   if (s->ranks > 1) {
     print_world(s);
@@ -204,10 +209,10 @@ static void status_text(const struct qdp_server_status *s, const char *target) {
     char rank[16], numa[16], tot[24], fr[24], bud[24], used[24];
     snprintf(rank, sizeof rank, "%d", d->rank);
     snprintf(numa, sizeof numa, d->numa_node < 0 ? "-" : "%d", d->numa_node);
-    fmt_u64(tot, sizeof tot, d->total_bytes);
-    fmt_u64(fr, sizeof fr, d->free_bytes);
-    fmt_u64(bud, sizeof bud, d->budget_bytes);
-    fmt_u64(used, sizeof used, d->used_bytes);
+    fmt_size(g, tot, sizeof tot, d->total_bytes);
+    fmt_size(g, fr, sizeof fr, d->free_bytes);
+    fmt_size(g, bud, sizeof bud, d->budget_bytes);
+    fmt_size(g, used, sizeof used, d->used_bytes);
     char *row[] = {d->name, d->kind, rank, d->host, d->model, numa, tot, fr, bud, used};
     table_row(&t, row);
   }
@@ -223,7 +228,7 @@ static int run_status(struct global *g, qdp_client *c) {
   if (g->json) {
     status_json(s, qdp_client_target(c));
   } else {
-    status_text(s, qdp_client_target(c));
+    status_text(g, s, qdp_client_target(c));
   }
   qdp_server_status_free(s);
   return EXIT_OK;

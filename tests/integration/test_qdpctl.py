@@ -47,6 +47,32 @@ class Qdpctl(unittest.TestCase):
         self.assertTrue(p.stderr.strip(), "no message on stderr")
         return json.loads(p.stdout)["error"] if p.stdout.strip() else None
 
+    # ---- sizes ----
+
+    def test_sizes_print_for_people_and_as_bytes_with_bytes(self):
+        """Hand-computed: 3 x 2^5 complex128 amplitudes are 1536 B = 1.5 KiB, 2^16 of them
+        1 MiB; --bytes gives the counts; JSON always has counts."""
+        small = self.js("encode", "--encoding", "amplitude", "--qubits", "5", "--rows", "3",
+                        "--values", ",".join(["1"] * 96))
+        big = self.js("encode", "--encoding", "phase", "--qubits", "16",
+                      "--values", ",".join(["0.5"] * 16))
+        self.assertEqual((small["bytes"], big["bytes"]), (1536, 1 << 20))
+        for e, human, raw in ((small, "1.5 KiB", "1536"), (big, "1 MiB", "1048576")):
+            d = self.ok("describe", e["ref"]).stdout
+            self.assertRegex(d, rf"complex128, {re.escape(human)}\n")
+            self.assertRegex(self.ok("--bytes", "describe", e["ref"]).stdout,
+                             rf"complex128, {raw} bytes\n")
+            self.assertRegex(d, rf"\s{re.escape(human)}\n")  # the shard's BYTES column
+        ls = self.ok("ls").stdout
+        self.assertRegex(ls, r"\s1\.5 KiB\s")
+        self.assertRegex(self.ok("--bytes", "ls").stdout, r"\s1048576\s")
+        st = self.ok("status").stdout
+        self.assertRegex(st, r"states \d+, [\d.]+ (B|KiB|MiB|GiB) used")
+        self.assertRegex(self.ok("status", "--bytes").stdout, r"states \d+, \d+ bytes used")
+        for e, freed in ((small, "1.5 KiB"), (big, "1048576 bytes")):
+            out = self.ok(*(("--bytes",) if "bytes" in freed else ()), "rm", e["ref"]).stdout
+            self.assertIn(f"({freed} freed)", out)
+
     # ---- help and usage ----
 
     def test_help_describes_commands_exit_codes_and_inputs(self):
