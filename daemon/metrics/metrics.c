@@ -201,6 +201,21 @@ static void histogram(struct metrics_text *t, const char *name, const char *key,
   metrics_text_printf(t, "\"} %" PRIu64 "\n", cum);
 }
 
+/* A histogram family: one histogram per key. */
+static void histograms(struct metrics_text *t, const char *name, const char *help,
+                       const char *key, const char *const *keys, size_t nkeys,
+                       const struct histogram *h) {
+  head(t, name, "histogram", help);
+  for (size_t k = 0; k < nkeys; k++) {
+    histogram(t, name, key, keys[k], &h[k]);
+  }
+}
+
+static void gauge(struct metrics_text *t, const char *name, const char *help, uint64_t v) {
+  head(t, name, "gauge", help);
+  metrics_text_printf(t, "%s %" PRIu64 "\n", name, v);
+}
+
 /* A counter by (key, code): every key's OK series (so that a rate starts at zero) and the
  * other codes once they happened. */
 static void by_code(struct metrics_text *t, const char *name, const char *key,
@@ -247,25 +262,18 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
 
   head(t, "qdp_rpcs_total", "counter", "Calls answered, by method and gRPC status code.");
   by_code(t, "qdp_rpcs_total", "method", nm->methods, nm->nmethods, m->rpcs);
-  head(t, "qdp_rpc_duration_seconds", "histogram",
-       "Seconds from a call's arrival to its answer, by method.");
-  for (size_t k = 0; k < nm->nmethods; k++) {
-    histogram(t, "qdp_rpc_duration_seconds", "method", nm->methods[k], &m->rpc_seconds[k]);
-  }
+  histograms(t, "qdp_rpc_duration_seconds",
+             "Seconds from a call's arrival to its answer, by method.", "method", nm->methods,
+             nm->nmethods, m->rpc_seconds);
   head(t, "qdp_jobs_total", "counter",
        "Encode jobs (Encode, EncodeUpload) ended, by encoding and gRPC status code.");
   by_code(t, "qdp_jobs_total", "encoding", nm->encodings, nm->nencodings, m->jobs);
-  head(t, "qdp_job_duration_seconds", "histogram",
-       "Seconds an encode job took from its call's arrival to its end, by encoding.");
-  for (size_t k = 0; k < nm->nencodings; k++) {
-    histogram(t, "qdp_job_duration_seconds", "encoding", nm->encodings[k], &m->job_seconds[k]);
-  }
-  head(t, "qdp_job_encode_seconds", "histogram",
-       "Seconds of a job's encode phase (the devices writing amplitudes), by encoding.");
-  for (size_t k = 0; k < nm->nencodings; k++) {
-    histogram(t, "qdp_job_encode_seconds", "encoding", nm->encodings[k],
-              &m->encode_seconds[k]);
-  }
+  histograms(t, "qdp_job_duration_seconds",
+             "Seconds an encode job took from its call's arrival to its end, by encoding.",
+             "encoding", nm->encodings, nm->nencodings, m->job_seconds);
+  histograms(t, "qdp_job_encode_seconds",
+             "Seconds of a job's encode phase (the devices writing amplitudes), by encoding.",
+             "encoding", nm->encodings, nm->nencodings, m->encode_seconds);
   head(t, "qdp_input_bytes_total", "counter", "Input bytes encode jobs read, by source.");
   for (unsigned k = 0; k < METRICS_IN_COUNT; k++) {
     metrics_text_printf(t, "qdp_input_bytes_total{source=\"%s\"} %" PRIu64 "\n",
@@ -277,20 +285,15 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
                         atomic_load_explicit(&m->out[k], memory_order_relaxed));
   }
 
-  head(t, "qdp_states", "gauge", "States resident now.");
-  metrics_text_printf(t, "qdp_states %" PRIu64 "\n", s->states);
-  head(t, "qdp_regions", "gauge", "Shared-memory regions registered now.");
-  metrics_text_printf(t, "qdp_regions %" PRIu64 "\n", s->regions);
-  head(t, "qdp_region_bytes", "gauge", "Bytes of the regions registered now.");
-  metrics_text_printf(t, "qdp_region_bytes %" PRIu64 "\n", s->region_bytes);
-  head(t, "qdp_store_budget_bytes", "gauge", "Bytes all states together may hold.");
-  metrics_text_printf(t, "qdp_store_budget_bytes %" PRIu64 "\n", s->store_budget_bytes);
-  head(t, "qdp_store_used_bytes", "gauge", "Bytes the resident states hold.");
-  metrics_text_printf(t, "qdp_store_used_bytes %" PRIu64 "\n", s->store_used_bytes);
-  head(t, "qdp_upload_bytes", "gauge", "Host memory the uploads in flight hold.");
-  metrics_text_printf(t, "qdp_upload_bytes %" PRIu64 "\n", s->upload_bytes);
-  head(t, "qdp_upload_budget_bytes", "gauge", "Host memory all uploads in flight may hold.");
-  metrics_text_printf(t, "qdp_upload_budget_bytes %" PRIu64 "\n", s->upload_budget_bytes);
+  gauge(t, "qdp_states", "States resident now.", s->states);
+  gauge(t, "qdp_regions", "Shared-memory regions registered now.", s->regions);
+  gauge(t, "qdp_region_bytes", "Bytes of the regions registered now.", s->region_bytes);
+  gauge(t, "qdp_store_budget_bytes", "Bytes all states together may hold.",
+        s->store_budget_bytes);
+  gauge(t, "qdp_store_used_bytes", "Bytes the resident states hold.", s->store_used_bytes);
+  gauge(t, "qdp_upload_bytes", "Host memory the uploads in flight hold.", s->upload_bytes);
+  gauge(t, "qdp_upload_budget_bytes", "Host memory all uploads in flight may hold.",
+        s->upload_budget_bytes);
 
   device_gauge(t, s, "qdp_device_memory_total_bytes", "A device's memory.", 0);
   device_gauge(t, s, "qdp_device_memory_budget_bytes", "What qdp may hold on a device.", 1);
