@@ -344,6 +344,8 @@ struct job_status {
 };
 qdp_status job_status(struct job_pipeline *jp, struct job_status *ret, struct qdp_error *reterr);
 void job_status_free(struct job_status *st); /* NULL-safe */
+/* Ranks of the world marked lost (0 in a world of one): cheap, for health checks. */
+int job_ranks_lost(struct job_pipeline *jp);
 
 /* What one sweep of job_expire ended. */
 struct job_expiry {

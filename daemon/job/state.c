@@ -401,6 +401,16 @@ out:
   return rc;
 }
 
+int job_ranks_lost(struct job_pipeline *jp) {
+  int lost = 0;
+  for (int r = 0; r < world_size(jp->world); r++) {
+    struct world_rank_info ri;
+    world_rank_info(jp->world, r, &ri);
+    lost += ri.lost;
+  }
+  return lost;
+}
+
 qdp_status job_status(struct job_pipeline *jp, struct job_status *st, struct qdp_error *err) {
   memset(st, 0, sizeof *st);
   st->backend = runtime_mesh_backend(jp->mesh);

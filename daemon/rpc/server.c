@@ -380,7 +380,8 @@ static bool runs_inline(const struct rpc_call *c) {
 }
 
 /* grpc.health.v1.Health/Check: the daemon ("") and its service "qdp.Qdp" serve until the drain on
- * SIGTERM; other names are NOT_FOUND, as the standard asks. */
+ * SIGTERM, and not while a rank of the world is lost (its jobs fail until a restart); other names
+ * are NOT_FOUND, as the standard asks. */
 static void answer_health_check(struct rpc_server *s, struct rpc_call *c) {
   struct qdp_error err = QDP_ERROR_INIT;
   if (c->unpack_rc != QDP_OK) {
@@ -397,8 +398,9 @@ static void answer_health_check(struct rpc_server *s, struct rpc_call *c) {
     return;
   }
   Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  r.status = s->shutting_down ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  r.status = s->shutting_down || job_ranks_lost(s->jobs)
+                 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
   rpc_finish(c, qdp_wire_pack(&r.base), NULL);
 }
 
@@ -897,17 +899,7 @@ static void render_metrics(void *arg, struct metrics_text *t) {
 /* Ready: serving, not draining, and no rank of the world lost. The HTTP thread. */
 static bool metrics_ready(void *arg) {
   struct rpc_server *s = arg;
-  if (!s->started || atomic_load(&s->shutting_down)) {
-    return false;
-  }
-  struct job_status st;
-  struct qdp_error err = QDP_ERROR_INIT;
-  bool ok = job_status(s->jobs, &st, &err) == QDP_OK;
-  for (int r = 0; ok && r < st.ranks; r++) {
-    ok = !st.rank_info[r].lost;
-  }
-  job_status_free(&st);
-  return ok;
+  return s->started && !atomic_load(&s->shutting_down) && job_ranks_lost(s->jobs) == 0;
 }
 
 static qdp_status start_metrics(struct rpc_server *s, const struct config *cfg,

@@ -52,6 +52,10 @@ class Faults(unittest.TestCase):
         kept = c.encode("angle", 6, x, policy="even", devices=survivors)
         self.assertNotIn(victim, {s.rank for s in kept.shards})
 
+        # The standard health check: SERVING (08 01) while whole, NOT_SERVING (08 02) once a
+        # rank is lost.
+        check = "/grpc.health.v1.Health/Check"
+        self.assertEqual(c.raw(check, b""), b"\x08\x01")
         pid = rank_pid(os.environ["QDP_WORLD_LOG"], victim)
         hang = ranks == 3
         os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
@@ -72,6 +76,7 @@ class Faults(unittest.TestCase):
             self.assertEqual(s.ranks, ranks)
             lost = [r.rank for r in s.rank_info if r.lost]
             self.assertEqual(lost, [victim])
+            self.assertEqual(c.raw(check, b""), b"\x08\x02")
             self.assertIn("did not", s.rank_info[victim].reason)
             out = subprocess.run([os.environ["QDPCTL"], "status", "--json"], check=True,
                                  capture_output=True, text=True).stdout
