@@ -71,6 +71,11 @@ int main(int argc, char **argv) {
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
   };
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      usage_json(1);
+    }
+  }
   int opt;
   /* '+': stop at the subcommand, whose own parser takes the rest. */
   while ((opt = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {

@@ -50,8 +50,12 @@ extern volatile sig_atomic_t interrupted;
 
 /* ---- parsing (qdpctl_args.c) ---- */
 
-/* Prints "qdpctl CMD: message" and the hint to --help on stderr; returns EXIT_USAGE. */
+/* Prints "qdpctl CMD: message" and the hint to --help on stderr, and with usage_json on also
+ * {"schema", "error": {"code": "USAGE", "message", "exit": 2}} on stdout; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether usage errors are reported as JSON too: set from the command line before it is parsed
+ * (--json anywhere in it), so that an error before or in the options still comes out as JSON. */
+void usage_json(int on);
 /* The candidate nearest to a misspelt word, for "did you mean": call nearest_word with each
  * candidate; nr.word stays NULL when none is a likely slip. */
 struct nearest {
@@ -166,6 +170,10 @@ int parse_owned(struct global *g, const char *cmd, const char *help, int argc, c
 
 /* A JSON writer onto f: objects and arrays nest (jw_open / jw_close with '{' or '['); a member
  * has a key inside an object and NULL inside an array. Start from {f, 0, {0}}. */
+/* The version of qdpctl's JSON, the "schema" member of every top-level object it prints: raised
+ * when a member changes meaning or goes (members are only ever added within a version). */
+#define QDPCTL_JSON_SCHEMA 1
+
 struct jw {
   FILE *f;
   int depth;

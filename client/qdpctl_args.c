@@ -11,13 +11,33 @@
 
 #include "qdpctl.h"
 
+/* One process runs one command: its output mode, fixed before parsing, lives here so that the
+ * dozens of parsers that report usage errors need not carry it. */
+static int usage_as_json;
+
+void usage_json(int on) {
+  usage_as_json = on;
+}
+
 int usage_error(const char *cmd, const char *fmt, ...) {
+  char msg[1024];
   va_list ap;
-  fprintf(stderr, "qdpctl%s%s: ", cmd ? " " : "", cmd ? cmd : "");
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nTry 'qdpctl %s%s--help'.\n", cmd ? cmd : "", cmd ? " " : "");
+  fprintf(stderr, "qdpctl%s%s: %s\nTry 'qdpctl %s%s--help'.\n", cmd ? " " : "", cmd ? cmd : "",
+          msg, cmd ? cmd : "", cmd ? " " : "");
+  if (usage_as_json) {
+    struct jw w = {stdout, 0, {0}};
+    jw_open(&w, NULL, '{');
+    jw_open(&w, "error", '{');
+    jw_s(&w, "code", "USAGE");
+    jw_s(&w, "command", cmd ? cmd : "");
+    jw_s(&w, "message", msg);
+    jw_i(&w, "exit", EXIT_USAGE);
+    jw_close(&w, '}');
+    jw_close(&w, '}');
+  }
   return EXIT_USAGE;
 }
 
@@ -229,7 +249,8 @@ static const char common_help[] =
     "  --client-name N   identity per-client budgets count against (default user@host:pid)\n"
     "  --timeout MS      deadline of each request in milliseconds, 0 = none (default 60000;\n"
     "                    uploads and fetches have none)\n"
-    "  --json            print the result (or the error) as JSON on stdout\n"
+    "  --json            print the result (or the error, usage errors too) as JSON on stdout;\n"
+    "                    each object has \"schema\": 1, the version of its layout\n"
     "  --bytes           sizes as byte counts (16777216), not for people (16 MiB); JSON always\n"
     "                    has byte counts\n"
     "  --progress, --no-progress\n"

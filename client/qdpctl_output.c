@@ -59,10 +59,14 @@ static void jw_key(struct jw *w, const char *key) {
 void jw_open(struct jw *w, const char *key, char ch) {
   jw_key(w, key);
   fputc(ch, w->f);
+  int top = w->depth == 0 && ch == '{';
   if (w->depth < 31) {
     w->depth++;
   }
   w->count[w->depth] = 0;
+  if (top) {
+    jw_i(w, "schema", QDPCTL_JSON_SCHEMA);
+  }
 }
 
 void jw_close(struct jw *w, char ch) {

@@ -38,7 +38,9 @@ class Qdpctl(unittest.TestCase):
         return p
 
     def js(self, *args):
-        return json.loads(self.ok("--json", *args).stdout)
+        d = json.loads(self.ok("--json", *args).stdout)
+        self.assertEqual(d.pop("schema"), 1, f"qdpctl --json {' '.join(args)}: no schema 1")
+        return d
 
     def refused(self, code, *args):
         """Runs with --json; requires exit `code` and returns the parsed error object."""
@@ -123,6 +125,15 @@ class Qdpctl(unittest.TestCase):
             p = self.run_ctl(*args, env={**env, "QDP_TARGET": ""})
             self.assertEqual(p.returncode, 2, f"qdpctl {' '.join(args)}: {p.stderr}")
             self.assertIn("qdpctl", p.stderr)
+            self.assertEqual(p.stdout, "")  # without --json, nothing on stdout
+            # With --json (first or last), the same error as JSON on stdout, schema 1.
+            for j in (("--json", *args), (*args, "--json")):
+                p = self.run_ctl(*j, env={**env, "QDP_TARGET": ""})
+                self.assertEqual(p.returncode, 2, f"qdpctl {' '.join(j)}: {p.stderr}")
+                d = json.loads(p.stdout)
+                self.assertEqual(d["schema"], 1)
+                self.assertEqual((d["error"]["code"], d["error"]["exit"]), ("USAGE", 2))
+                self.assertIn(d["error"]["message"], p.stderr)
 
     def test_a_slip_gets_a_did_you_mean(self):
         for args, want in ((("stauts",), "did you mean 'status'?"),
