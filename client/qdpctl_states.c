@@ -2,7 +2,9 @@
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qdpctl.h"
 
@@ -29,7 +31,8 @@ static const char ls_help[] =
     "Lists your states (handles only: tokens are never listed): encoding, qubits, batch, dtype,\n"
     "bytes, policy, shards, owner, expiry and label. You are who the daemon finds you to be: your\n"
     "uid on its socket, your token's principal over TCP. --mine (the default) says so; --all\n"
-    "lists every identity's states, for the daemon's own user and root.\n"
+    "lists every identity's states, for the daemon's own user and root, yours marked '*'. Oldest\n"
+    "first.\n"
     "\n"
     "Examples:\n"
     "  qdpctl ls\n"
@@ -110,6 +113,26 @@ int cmd_describe(struct global *g, int argc, char **argv) {
   return rc;
 }
 
+/* Oldest first, then by handle: the same order on every call. */
+static int by_age(const void *a, const void *b) {
+  const struct qdp_state_info *x = *(const struct qdp_state_info *const *)a;
+  const struct qdp_state_info *y = *(const struct qdp_state_info *const *)b;
+  if (x->created_unix_ms != y->created_unix_ms) {
+    return x->created_unix_ms < y->created_unix_ms ? -1 : 1;
+  }
+  return strcmp(x->handle, y->handle);
+}
+
+/* The identity the daemon files this caller's states under, when qdpctl can know it: its uid on
+ * a Unix socket ("uid:N"); "" over TCP (a token's principal is the daemon's to say). */
+static void own_identity(qdp_client *c, char *buf, size_t size) {
+  const char *t = qdp_client_target(c);
+  buf[0] = '\0';
+  if (t && strncmp(t, "unix:", 5) == 0) {
+    snprintf(buf, size, "uid:%u", (unsigned)getuid());
+  }
+}
+
 int cmd_ls(struct global *g, int argc, char **argv) {
   const char *pos[1];
   int npos, mine = 0, all = 0;
@@ -126,6 +149,9 @@ int cmd_ls(struct global *g, int argc, char **argv) {
   if (rc == EXIT_OK && (all ? qdp_list_all(c, &l) : qdp_list(c, &l)) != QDP_OK) {
     rc = fail(g, "ls");
   } else if (rc == EXIT_OK) {
+    char me[64];
+    own_identity(c, me, sizeof me);
+    qsort(l->states, l->count, sizeof *l->states, by_age);
     if (g->json) {
       struct jw w = {stdout, 0, {0}};
       jw_open(&w, NULL, '{');
@@ -133,6 +159,9 @@ int cmd_ls(struct global *g, int argc, char **argv) {
       for (size_t i = 0; i < l->count; i++) {
         jw_open(&w, NULL, '{');
         state_json_fields(&w, l->states[i]);
+        if (me[0]) {
+          jw_b(&w, "yours", strcmp(l->states[i]->owner, me) == 0);
+        }
         jw_close(&w, '}');
       }
       jw_close(&w, ']');
@@ -144,9 +173,14 @@ int cmd_ls(struct global *g, int argc, char **argv) {
       static const int right[] = {0, 0, 1, 1, 0, 1, 0, 1, 0, 0, 0};
       struct table t;
       table_init(&t, 11, head, right);
+      int marked = 0;
       for (size_t i = 0; i < l->count; i++) {
         const struct qdp_state_info *s = l->states[i];
-        char q[16], batch[24], bytes[24], shards[24], exp[40];
+        char q[16], batch[24], bytes[24], shards[24], exp[40], handle[80];
+        /* Listing every identity's: the caller's own are marked. */
+        int yours = all && me[0] && strcmp(s->owner, me) == 0;
+        marked |= yours;
+        snprintf(handle, sizeof handle, "%s%s", s->handle, yours ? " *" : "");
         const char *enc = qdp_encoding_name(s->encoding);
         const char *dt = qdp_dtype_name(s->dtype);
         snprintf(q, sizeof q, "%" PRIu32, s->qubits);
@@ -154,7 +188,7 @@ int cmd_ls(struct global *g, int argc, char **argv) {
         fmt_size(g, bytes, sizeof bytes, s->bytes);
         snprintf(shards, sizeof shards, "%zu", s->nshards);
         fmt_time(exp, sizeof exp, s->expires_unix_ms, "never");
-        char *row[] = {s->handle,
+        char *row[] = {handle,
                        (char *)(enc ? enc : "?"),
                        q,
                        batch,
@@ -168,6 +202,9 @@ int cmd_ls(struct global *g, int argc, char **argv) {
         table_row(&t, row);
       }
       table_print(&t, stdout);
+      if (marked) {
+        printf("* yours (%s)\n", me);
+      }
     }
   }
   qdp_state_list_free(l);

@@ -75,6 +75,23 @@ class Qdpctl(unittest.TestCase):
             out = self.ok(*(("--bytes",) if "bytes" in freed else ()), "rm", e["ref"]).stdout
             self.assertIn(f"({freed} freed)", out)
 
+    def test_ls_is_oldest_first_with_the_callers_states_marked(self):
+        made = [self.js("encode", "--encoding", "angle", "--qubits", "2", "--values", v)["ref"]
+                for v in ("0.1,0.2", "0.3,0.4", "0.5,0.6")]
+        handles = [r.split(":")[0] for r in made]
+        states = self.js("ls")["states"]
+        created = [s["created_unix_ms"] for s in states]
+        self.assertEqual(created, sorted(created))
+        listed = [s["handle"] for s in states]
+        self.assertEqual([h for h in listed if h in handles], handles)  # made in this order
+        self.assertTrue(all(s["yours"] for s in states))  # a Unix caller: its uid's states
+        out = self.ok("ls", "--all").stdout
+        for h in handles:
+            self.assertRegex(out, rf"\n{h} \*\s")
+        self.assertIn(f"* yours (uid:{os.getuid()})", out)
+        self.assertNotIn(" *", self.ok("ls").stdout)  # only yours are listed: nothing to mark
+        self.ok("rm", *made)
+
     # ---- help and usage ----
 
     def test_help_describes_commands_exit_codes_and_inputs(self):
