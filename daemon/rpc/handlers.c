@@ -445,10 +445,13 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
     return;
   }
   const struct plan *p = st.plan;
-  log_info("rpc", "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s)",
+  log_info("rpc",
+           "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s): OK in "
+           "%.3f ms, encode %.3f ms",
            rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
            req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
-           p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s");
+           p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s",
+           rpc_call_seconds(c) * 1e3, st.encode_ms);
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }
