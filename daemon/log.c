@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +24,11 @@ static atomic_int rank = -1;
 static atomic_int out_fd = 2;
 static atomic_int journal = 0;
 static atomic_int format = LOG_FORMAT_TEXT;
+/* The journal's native socket: its address (set before threads start, or by tests) and one
+ * datagram socket to send from, made on first use. */
+#define JOURNAL_SOCKET "/run/systemd/journal/socket"
+static char journal_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static atomic_int journal_fd = -1;
 /* Written on SIGHUP while other threads filter: guarded. */
 static pthread_mutex_t subsys_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int subsys_set;
@@ -54,6 +61,15 @@ static bool detect_journal(int fd) {
 void log_init(const char *name) {
   snprintf(ident, sizeof ident, "%s", name ? name : "qdpd");
   atomic_store(&journal, detect_journal(atomic_load(&out_fd)));
+  struct stat st;
+  log_set_journal_socket(atomic_load(&journal) && stat(JOURNAL_SOCKET, &st) == 0 &&
+                                 S_ISSOCK(st.st_mode)
+                             ? JOURNAL_SOCKET
+                             : "");
+}
+
+void log_set_journal_socket(const char *path) {
+  snprintf(journal_path, sizeof journal_path, "%s", path ? path : "");
 }
 
 void log_set_fd(int fd) {
@@ -166,7 +182,7 @@ static void json_escape(char *buf, size_t len, size_t *n, const char *s) {
 
 /* One JSON object for the record (see log.h), newline included, into line; its length. */
 static size_t json_line(char *line, size_t len, int l, const char *subsys, const char *device,
-                        const char *msg) {
+                        const struct log_field *f, size_t nf, const char *msg) {
   char ts[64];
   now_iso(ts, sizeof ts);
   size_t n = (size_t)snprintf(line, len, "{\"ts\":\"%s\",\"level\":\"%s\",\"ident\":\"", ts,
@@ -180,10 +196,23 @@ static size_t json_line(char *line, size_t len, int l, const char *subsys, const
   }
   const char *keys[] = {"device", "subsys", "msg"};
   const char *vals[] = {device, subsys, msg};
-  for (size_t i = 0; i < 3; i++) {
-    if (vals[i] && n + 16 < len) {
-      n += (size_t)snprintf(line + n, len - n, ",\"%s\":\"", keys[i]);
-      json_escape(line, len - 3, &n, vals[i]);
+  for (size_t i = 0; i < 3 + nf; i++) {
+    char key[64];
+    const char *v = i < 3 ? vals[i] : f[i - 3].value;
+    if (i < 3) {
+      snprintf(key, sizeof key, "%s", keys[i]);
+    } else { /* QDP_STATUS -> status */
+      const char *name = f[i - 3].name;
+      name += strncmp(name, "QDP_", 4) == 0 ? 4 : 0;
+      size_t k = 0;
+      for (; name[k] && k + 1 < sizeof key; k++) {
+        key[k] = (char)(name[k] >= 'A' && name[k] <= 'Z' ? name[k] - 'A' + 'a' : name[k]);
+      }
+      key[k] = '\0';
+    }
+    if (v && n + 16 + strlen(key) < len) {
+      n += (size_t)snprintf(line + n, len - n, ",\"%s\":\"", key);
+      json_escape(line, len - 3, &n, v);
       line[n++] = '"';
     }
   }
@@ -207,22 +236,98 @@ static void write_all(const char *line, size_t n) {
   }
 }
 
-void log_write(int l, const char *subsys, const char *device, const char *fmt, ...) {
-  if (!log_enabled(l, subsys)) {
-    return;
+/* Appends NAME=value\n to buf[*n..len), newlines in the value as spaces; false when it does not
+ * fit. */
+static bool journal_field(char *buf, size_t len, size_t *n, const char *name, const char *value) {
+  size_t nl = strlen(name), vl = strlen(value);
+  if (*n + nl + vl + 2 > len) {
+    return false;
   }
+  memcpy(buf + *n, name, nl);
+  buf[*n + nl] = '=';
+  for (size_t i = 0; i < vl; i++) {
+    buf[*n + nl + 1 + i] = value[i] == '\n' || value[i] == '\r' ? ' ' : value[i];
+  }
+  *n += nl + vl + 2;
+  buf[*n - 1] = '\n';
+  return true;
+}
+
+/* The record as one datagram of the journal's native protocol; false when it could not be
+ * sent (the caller writes the line to the stream instead). */
+static bool journal_send(int l, const char *subsys, const char *device,
+                         const struct log_field *f, size_t nf, const char *msg) {
+  if (!journal_path[0]) {
+    return false;
+  }
+  int fd = atomic_load(&journal_fd);
+  if (fd < 0) {
+    int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int expect = -1;
+    if (nfd < 0) {
+      return false;
+    }
+    if (atomic_compare_exchange_strong(&journal_fd, &expect, nfd)) {
+      fd = nfd;
+    } else {
+      close(nfd);
+      fd = expect;
+    }
+  }
+  char buf[LOG_LINE_MAX + 1024], num[16];
+  size_t n = 0;
+  snprintf(num, sizeof num, "%d", l);
+  bool ok = journal_field(buf, sizeof buf, &n, "PRIORITY", num) &&
+            journal_field(buf, sizeof buf, &n, "SYSLOG_IDENTIFIER", ident) &&
+            journal_field(buf, sizeof buf, &n, "MESSAGE", msg);
+  int r = atomic_load(&rank);
+  if (ok && r >= 0) {
+    snprintf(num, sizeof num, "%d", r);
+    ok = journal_field(buf, sizeof buf, &n, "QDP_RANK", num);
+  }
+  if (ok && subsys) {
+    ok = journal_field(buf, sizeof buf, &n, "QDP_SUBSYS", subsys);
+  }
+  if (ok && device) {
+    ok = journal_field(buf, sizeof buf, &n, "QDP_DEVICE", device);
+  }
+  for (size_t i = 0; ok && i < nf; i++) {
+    ok = !f[i].value || journal_field(buf, sizeof buf, &n, f[i].name, f[i].value);
+  }
+  if (!ok) {
+    return false;
+  }
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, journal_path, strlen(journal_path) + 1);
+  return sendto(fd, buf, n, MSG_NOSIGNAL, (struct sockaddr *)&sa, sizeof sa) == (ssize_t)n;
+}
+
+static void vlog(int l, const char *subsys, const char *device, const struct log_field *f,
+                 size_t nf, const char *fmt, va_list ap) {
   int saved_errno = errno;
   char line[LOG_LINE_MAX];
   size_t n = 0;
-  if (atomic_load(&format) == LOG_FORMAT_JSON) {
+  int fmt_kind = atomic_load(&format);
+  if (fmt_kind == LOG_FORMAT_JSON || (atomic_load(&journal) && journal_path[0])) {
     char msg[LOG_LINE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    write_all(line, json_line(line, sizeof line, l, subsys, device, msg));
-    errno = saved_errno;
-    return;
+    va_list copy; /* the stream below formats again when the journal's socket fails */
+    va_copy(copy, ap);
+    vsnprintf(msg, sizeof msg, fmt, copy);
+    va_end(copy);
+    if (fmt_kind == LOG_FORMAT_JSON) {
+      write_all(line, json_line(line, sizeof line, l, subsys, device, f, nf, msg));
+      errno = saved_errno;
+      return;
+    }
+    for (char *p = msg; *p; p++) { /* one record: its message on one line */
+      if (*p == '\n' || *p == '\r') {
+        *p = ' ';
+      }
+    }
+    if (journal_send(l, subsys, device, f, nf, msg)) {
+      errno = saved_errno;
+      return;
+    }
   }
   if (atomic_load(&journal)) {
     n = (size_t)snprintf(line, sizeof line, "<%d>%s", l, ident);
@@ -246,10 +351,7 @@ void log_write(int l, const char *subsys, const char *device, const char *fmt, .
   }
   size_t body = n < sizeof line ? n : sizeof line - 1;
   if (n < sizeof line) {
-    va_list ap;
-    va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof line - n, fmt, ap);
-    va_end(ap);
     n += m > 0 ? (size_t)m : 0;
   }
   if (n > sizeof line - 2) {
@@ -264,4 +366,25 @@ void log_write(int l, const char *subsys, const char *device, const char *fmt, .
   line[n++] = '\n';
   write_all(line, n);
   errno = saved_errno;
+}
+
+void log_write(int l, const char *subsys, const char *device, const char *fmt, ...) {
+  if (!log_enabled(l, subsys)) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(l, subsys, device, NULL, 0, fmt, ap);
+  va_end(ap);
+}
+
+void log_fields(int l, const char *subsys, const char *device, const struct log_field *f,
+                size_t nf, const char *fmt, ...) {
+  if (!log_enabled(l, subsys)) {
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(l, subsys, device, f, nf, fmt, ap);
+  va_end(ap);
 }

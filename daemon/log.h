@@ -12,6 +12,12 @@
  *   {"ts":"2025-01-31T12:00:00.123Z","level":"warning","ident":"qdpd","rank":1,
  *    "device":"cuda:3","subsys":"transport","msg":"peer access 3->5 unavailable, ..."}
  * (on one line; rank, device and subsys only when known).
+ * Under the journal, when its native socket is there, a record goes to it instead, as fields
+ * journalctl can select on: MESSAGE, PRIORITY, SYSLOG_IDENTIFIER, QDP_SUBSYS, QDP_RANK, QDP_DEVICE
+ * and the caller's own (log_fields: QDP_METHOD, QDP_STATUS, QDP_CLIENT, ...), so that
+ * `journalctl QDP_STATUS=RESOURCE_EXHAUSTED` works; a send that fails falls back to the stream.
+ * In JSON lines the caller's fields are members too, named in lower case without QDP_
+ * ("status").
  * Lines at INFO and DEBUG are shown only for the subsystems in log_set_subsys (all when empty).
  *
  * Any thread: the level, rank and filter are read atomically (the filter under a lock, so SIGHUP
@@ -39,6 +45,9 @@ void log_init(const char *ident);
 void log_set_fd(int fd);
 /* Forces (1) or denies (0) the journal format; -1 detects it again. For tests. */
 void log_set_journal(int on);
+/* The journal's native socket records go to under the journal (log_init: the system's, when
+ * it exists); "" for none (the stream only). For tests. */
+void log_set_journal_socket(const char *path);
 bool log_journal(void);
 
 void log_set_level(int level);
@@ -57,6 +66,15 @@ bool log_enabled(int level, const char *subsys);
  * NULL ("cpu:0", "cuda:3"). */
 void log_write(int level, const char *subsys, const char *device, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* A field of a record: NAME as the journal takes it (upper case letters, digits and '_', not
+ * starting with '_'; "QDP_STATUS") and its value (newlines become spaces). */
+struct log_field {
+  const char *name, *value;
+};
+/* log_write with fields: the n of f, for the journal and JSON lines (see above). */
+void log_fields(int level, const char *subsys, const char *device, const struct log_field *f,
+                size_t n, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #define log_err(subsys, ...) log_write(LOG_LEVEL_ERR, subsys, NULL, __VA_ARGS__)
 #define log_warning(subsys, ...) log_write(LOG_LEVEL_WARNING, subsys, NULL, __VA_ARGS__)

@@ -445,13 +445,29 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
     return;
   }
   const struct plan *p = st.plan;
-  log_info("rpc",
-           "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64 " B, %s, %zu shard%s): OK in "
-           "%.3f ms, encode %.3f ms",
-           rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
-           req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
-           p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s",
-           rpc_call_seconds(c) * 1e3, st.encode_ms);
+  double ms = rpc_call_seconds(c) * 1e3;
+  char qubits[16], bytes[24], total[32];
+  snprintf(qubits, sizeof qubits, "%u", req->qubits);
+  snprintf(bytes, sizeof bytes, "%" PRIu64, p->total_bytes);
+  snprintf(total, sizeof total, "%.3f", ms);
+  const struct log_field f[] = {
+      {"QDP_METHOD", rpc_method_name(c)},
+      {"QDP_STATUS", "OK"},
+      {"QDP_CLIENT", c->client},
+      {"QDP_OWNER", c->owner[0] ? c->owner : NULL},
+      {"QDP_ENCODING", qdp_encoding_name((qdp_encoding)req->encoding)},
+      {"QDP_QUBITS", qubits},
+      {"QDP_BYTES", bytes},
+      {"QDP_POLICY", plan_policy_name(p->policy)},
+      {"QDP_STATE", st.meta.handle[0] ? st.meta.handle : NULL},
+      {"QDP_MS", total}};
+  log_fields(LOG_LEVEL_INFO, "rpc", NULL, f, sizeof f / sizeof f[0],
+             "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64
+             " B, %s, %zu shard%s): OK in %.3f ms, encode %.3f ms",
+             rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
+             req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
+             p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s",
+             ms, st.encode_ms);
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }

@@ -511,8 +511,15 @@ static void log_failure(const struct rpc_call *c, const struct qdp_error *err) {
   default:
     level = (int)err->code >= 100 ? LOG_LEVEL_ERR : LOG_LEVEL_INFO;
   }
-  log_write(level, "rpc", NULL, "%s from %s failed: %s: %s", rpc_method_name(c), c->client,
-            qdp_status_name(err->code), err->msg);
+  const char *status = qdp_status_name(err->code);
+  status += strncmp(status, "QDP_ERR_", 8) == 0 ? 8 : 0; /* RESOURCE_EXHAUSTED, as gRPC's */
+  const struct log_field f[] = {{"QDP_METHOD", rpc_method_name(c)},
+                                {"QDP_STATUS", status},
+                                {"QDP_CLIENT", c->client},
+                                {"QDP_OWNER", c->owner[0] ? c->owner : NULL},
+                                {"QDP_FIELD", err->field[0] ? err->field : NULL}};
+  log_fields(level, "rpc", NULL, f, sizeof f / sizeof f[0], "%s from %s failed: %s: %s",
+             rpc_method_name(c), c->client, qdp_status_name(err->code), err->msg);
 }
 
 void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_error *err) {

@@ -2,6 +2,8 @@
  * line format (daemon/log.{c,h}). The deployed deploy/qdpd.conf is checked against the table: the
  * test takes its path from QDP_DEPLOY_CONF. */
 #include <check.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -546,6 +548,61 @@ START_TEST(test_log_json_lines_are_one_object_each_with_every_field_escaped) {
 }
 END_TEST
 
+START_TEST(test_log_fields_go_to_the_journal_socket_as_fields_and_into_json) {
+  char dir[] = "/tmp/qdp-journal-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[64];
+  snprintf(path, sizeof path, "%.40s/socket", dir);
+  int sock = socket(AF_UNIX, SOCK_DGRAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  ck_assert_int_eq(bind(sock, (struct sockaddr *)&sa, sizeof sa), 0);
+  int fd = log_to_temp_file();
+  log_set_rank(1);
+  log_set_journal(1);
+  log_set_journal_socket(path);
+  const struct log_field f[] = {{"QDP_METHOD", "Encode"},
+                                {"QDP_STATUS", "RESOURCE_EXHAUSTED"},
+                                {"QDP_CLIENT", "a\nb"},
+                                {"QDP_STATE", NULL}}; /* no value: left out */
+  log_fields(LOG_LEVEL_ERR, "rpc", "cuda:0", f, 4, "Encode from %s failed", "x");
+  char got[4096];
+  ssize_t n = recv(sock, got, sizeof got - 1, MSG_DONTWAIT);
+  ck_assert_int_gt(n, 0);
+  got[n] = '\0';
+  ck_assert_str_eq(got, "PRIORITY=3\nSYSLOG_IDENTIFIER=qdpd\nMESSAGE=Encode from x failed\n"
+                        "QDP_RANK=1\nQDP_SUBSYS=rpc\nQDP_DEVICE=cuda:0\nQDP_METHOD=Encode\n"
+                        "QDP_STATUS=RESOURCE_EXHAUSTED\nQDP_CLIENT=a b\n");
+  char buf[4096];
+  read_log(fd, buf, sizeof buf);
+  ck_assert_str_eq(buf, ""); /* the journal took it: nothing on the stream */
+
+  /* The socket gone: the record falls back to the stream, nothing lost. */
+  close(sock);
+  unlink(path);
+  rmdir(dir);
+  log_write(LOG_LEVEL_WARNING, "rpc", NULL, "still here");
+  read_log(fd, buf, sizeof buf);
+  ck_assert_str_eq(buf, "<4>qdpd r1 rpc: still here\n");
+
+  /* JSON lines carry the fields as members, named without QDP_ in lower case. */
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  lseek(fd, 0, SEEK_SET);
+  log_set_format(LOG_FORMAT_JSON);
+  log_fields(LOG_LEVEL_ERR, "rpc", NULL, f, 4, "failed");
+  read_log(fd, buf, sizeof buf);
+  ck_assert_ptr_nonnull(strstr(buf, "\"msg\":\"failed\",\"method\":\"Encode\",\"status\":"
+                                    "\"RESOURCE_EXHAUSTED\",\"client\":\"a\\u000ab\"}\n"));
+  ck_assert_ptr_null(strstr(buf, "state"));
+  log_set_format(LOG_FORMAT_TEXT);
+  log_set_journal_socket("");
+  log_set_rank(-1);
+  log_set_fd(2);
+  log_set_journal(-1);
+  close(fd);
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("parsers");
@@ -568,6 +625,7 @@ static Suite *config_suite(void) {
   tc = tcase_create("log");
   tcase_add_test(tc, test_log_formats_journal_and_timestamp_lines_and_filters);
   tcase_add_test(tc, test_log_json_lines_are_one_object_each_with_every_field_escaped);
+  tcase_add_test(tc, test_log_fields_go_to_the_journal_socket_as_fields_and_into_json);
   suite_add_tcase(s, tc);
   return s;
 }
