@@ -81,6 +81,7 @@ enum rpc_method_id {
   RPC_M_GATHER,
   RPC_M_FETCH_INTO,
   RPC_M_GRPC_HEALTH_CHECK, /* grpc.health.v1.Health/Check, the standard probe */
+  RPC_M_GRPC_HEALTH_WATCH, /* grpc.health.v1.Health/Watch: the status, then each change */
   RPC_M_COUNT
 };
 
@@ -157,6 +158,11 @@ struct rpc_call {
 
   struct rpc_upload up;
   struct rpc_fetch fetch;
+
+  /* grpc.health.v1 Watch (watch.c), under the server's watch_mu. */
+  struct rpc_call *watch_next;
+  int watch_sent; /* the status last sent; -1 none */
+  bool watch_sending;
 };
 
 struct rpc_server {
@@ -218,6 +224,8 @@ struct rpc_server {
   struct metrics_http *metrics_http;
   int metrics_port;
   const char *method_names[RPC_M_COUNT];
+  uv_mutex_t watch_mu;      /* watchers, and each one's watch_* */
+  struct rpc_call *watchers; /* Health/Watch streams open */
   uv_mutex_t uploads_mu;    /* uploads, and each one's `reserved` */
   struct rpc_call *uploads; /* receiving, watched for idleness */
   uv_timer_t upload_timer;
@@ -259,6 +267,13 @@ void rpc_h_unregister_region(struct rpc_job *j);
 void rpc_h_close_view(struct rpc_job *j);
 void rpc_h_gather(struct rpc_job *j);
 void rpc_h_fetch_into(struct rpc_job *j);
+
+/* grpc.health.v1 (watch.c). The serving status of service (Check, Watch); a Watch that arrived
+ * (completion-queue thread); a look at every watcher for a change or an end (any thread: the
+ * loop every second, and when a drain starts). */
+int rpc_serving_status(struct rpc_server *s, const char *service);
+void rpc_watch_begin(struct rpc_call *c);
+void rpc_watch_sweep(struct rpc_server *s);
 
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);

@@ -63,6 +63,10 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
     [RPC_M_GRPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "grpc.health.v1.Check", RPC_UNARY,
                                  &grpc__health__v1__health_check_request__descriptor,
                                  NULL /* answered on the completion-queue thread */},
+    [RPC_M_GRPC_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", "grpc.health.v1.Watch",
+                                 RPC_SERVER_STREAM,
+                                 &grpc__health__v1__health_check_request__descriptor,
+                                 NULL /* streamed from watch.c */},
 };
 
 /* ---- time
@@ -398,9 +402,7 @@ static void answer_health_check(struct rpc_server *s, struct rpc_call *c) {
     return;
   }
   Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  r.status = s->shutting_down || job_ranks_lost(s->jobs)
-                 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                 : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)rpc_serving_status(s, "");
   rpc_finish(c, qdp_wire_pack(&r.base), NULL);
 }
 
@@ -433,6 +435,10 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   const struct rpc_method *m = &rpc_methods[c->method];
   if (c->method == RPC_M_GRPC_HEALTH_CHECK) {
     answer_health_check(s, c); /* a probe carries no token: it learns only whether we serve */
+    return;
+  }
+  if (c->method == RPC_M_GRPC_HEALTH_WATCH) {
+    rpc_watch_begin(c); /* as Check: no token */
     return;
   }
   if (c->tcp) {
@@ -693,6 +699,7 @@ static void expire_run(struct rpc_job *j) {
 
 static void on_upload_timer(uv_timer_t *t) {
   rpc_upload_sweep(t->data);
+  rpc_watch_sweep(t->data);
 }
 
 static void on_expire_timer(uv_timer_t *t) {
@@ -959,6 +966,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   s->shutdown_timeout_ms = cfg->shutdown_timeout * 1000;
   uv_mutex_init(&s->inbox_mu);
   uv_mutex_init(&s->uploads_mu);
+  uv_mutex_init(&s->watch_mu);
   uv_mutex_init(&s->pool_mu);
   uv_cond_init(&s->pool_cv);
   s->sync_inited = true;
@@ -1165,6 +1173,7 @@ void rpc_server_shutdown(struct rpc_server *s, void (*done)(void *arg), void (*o
   if (s->shutdown_timeout_ms > 0) {
     uv_timer_start(&s->drain_timer, on_drain_timeout, s->shutdown_timeout_ms, 0);
   }
+  rpc_watch_sweep(s); /* watchers hear NOT_SERVING now, and their streams end */
   s->ev_shutdown = (struct rpc_ev){.fn = on_shutdown_notified};
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->ev_shutdown);
 }
@@ -1227,6 +1236,7 @@ void rpc_server_destroy(struct rpc_server *s) {
   if (s->sync_inited) {
     uv_mutex_destroy(&s->inbox_mu);
     uv_mutex_destroy(&s->uploads_mu);
+    uv_mutex_destroy(&s->watch_mu);
     uv_mutex_destroy(&s->pool_mu);
     uv_cond_destroy(&s->pool_cv);
   }

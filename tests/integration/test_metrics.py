@@ -15,6 +15,7 @@ import unittest
 import urllib.error
 import urllib.request
 
+import grpc
 import numpy as np
 
 import qdpc
@@ -167,6 +168,14 @@ class Metrics(unittest.TestCase):
 
         t = threading.Thread(target=upload)
         t.start()
+        # grpc.health.v1 Watch: SERVING (08 01) now; an unknown service SERVICE_UNKNOWN (08 03).
+        watch = self.c.channel.unary_stream("/grpc.health.v1.Health/Watch",
+                                            request_serializer=None, response_deserializer=None)
+        stream = watch(b"", timeout=30)
+        self.assertEqual(next(stream), b"\x08\x01")
+        other = watch(b"\x0a\x04nope", timeout=30)  # service "nope"
+        self.assertEqual(next(other), b"\x08\x03")
+        other.cancel()
         deadline = time.monotonic() + 10
         while val(self.scrape()[0], "qdp_upload_bytes") == 0:
             self.assertLess(time.monotonic(), deadline, "the upload never started")
@@ -178,6 +187,9 @@ class Metrics(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(val(self.scrape()[0], "qdp_up"), 0)
         self.assertEqual(get(self.base + "/healthz")[0], 200)  # alive, only not ready
+        # The watcher hears NOT_SERVING (08 02), and its stream ends OK: no waiting for it.
+        self.assertEqual(list(stream), [b"\x08\x02"])
+        self.assertEqual(stream.code(), grpc.StatusCode.OK)
         go.set()
         t.join(30)
         self.assertTrue(done)

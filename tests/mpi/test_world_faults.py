@@ -56,6 +56,9 @@ class Faults(unittest.TestCase):
         # rank is lost.
         check = "/grpc.health.v1.Health/Check"
         self.assertEqual(c.raw(check, b""), b"\x08\x01")
+        watch = c.channel.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=None,
+                                       response_deserializer=None)(b"", timeout=60)
+        self.assertEqual(next(watch), b"\x08\x01")
         pid = rank_pid(os.environ["QDP_WORLD_LOG"], victim)
         hang = ranks == 3
         os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
@@ -77,6 +80,8 @@ class Faults(unittest.TestCase):
             lost = [r.rank for r in s.rank_info if r.lost]
             self.assertEqual(lost, [victim])
             self.assertEqual(c.raw(check, b""), b"\x08\x02")
+            self.assertEqual(next(watch), b"\x08\x02")  # a Watch hears it within a sweep
+            watch.cancel()
             self.assertIn("did not", s.rank_info[victim].reason)
             out = subprocess.run([os.environ["QDPCTL"], "status", "--json"], check=True,
                                  capture_output=True, text=True).stdout
