@@ -1,6 +1,7 @@
-"""The standard gRPC health service (grpc.health.v1.Health/Check) that load balancers and
-Kubernetes probes ask: SERVING for the daemon and qdp.Qdp, NOT_FOUND for other names, no token
-needed over TCP. Messages are encoded by hand: the health proto is two one-field messages."""
+"""The standard gRPC health service (grpc.health.v1.Health) that load balancers and Kubernetes
+probes ask: Check is SERVING for the daemon and qdp.Qdp, NOT_FOUND for other names; Watch sends
+the status and stays open; no token needed over TCP. Messages are encoded by hand: the health
+proto is two one-field messages."""
 
 from __future__ import annotations
 
@@ -49,8 +50,18 @@ def test_a_probe_over_tcp_needs_no_token(tcp_daemon) -> None:
     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_watch_is_not_offered_yet(daemon) -> None:
-    with grpc.insecure_channel(daemon.target) as ch:
+@pytest.mark.parametrize("service,want", [("", SERVING), ("qdp.Qdp", SERVING),
+                                           ("other.Service", 3)])  # 3: SERVICE_UNKNOWN
+def test_watch_sends_the_status_and_keeps_the_stream_open(tcp_daemon, service, want) -> None:
+    """Watch over TCP, no token: the status at once, then nothing while nothing changes: the
+    stream stays open until its deadline (or the client's cancel)."""
+    watch = "/grpc.health.v1.Health/Watch"
+    with grpc.insecure_channel(tcp_daemon.tcp) as ch:
+        stream = ch.unary_stream(watch)(request(service), timeout=1.5)
+        assert status_of(next(stream)) == want
         with pytest.raises(grpc.RpcError) as e:
-            list(ch.unary_stream("/grpc.health.v1.Health/Watch")(b"", timeout=10))
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            next(stream)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        other = ch.unary_stream(watch)(request(service), timeout=30)
+        assert status_of(next(other)) == want
+        other.cancel()
