@@ -62,7 +62,7 @@ struct rpc_job {
   struct rpc_server *srv;
 };
 
-enum rpc_kind { RPC_UNARY, RPC_SERVER_STREAM, RPC_CLIENT_STREAM };
+enum rpc_kind { RPC_UNARY, RPC_SERVER_STREAM, RPC_CLIENT_STREAM, RPC_BIDI_STREAM };
 
 enum rpc_method_id {
   RPC_M_ENCODE,
@@ -82,6 +82,8 @@ enum rpc_method_id {
   RPC_M_FETCH_INTO,
   RPC_M_GRPC_HEALTH_CHECK, /* grpc.health.v1.Health/Check, the standard probe */
   RPC_M_GRPC_HEALTH_WATCH, /* grpc.health.v1.Health/Watch: the status, then each change */
+  RPC_M_REFLECTION,        /* grpc.reflection.v1.ServerReflection/ServerReflectionInfo */
+  RPC_M_REFLECTION_ALPHA,  /* the same under grpc.reflection.v1alpha */
   RPC_M_COUNT
 };
 
@@ -274,6 +276,9 @@ void rpc_h_fetch_into(struct rpc_job *j);
 int rpc_serving_status(struct rpc_server *s, const char *service);
 void rpc_watch_begin(struct rpc_call *c);
 void rpc_watch_sweep(struct rpc_server *s);
+
+/* Server reflection (reflection.c): a stream that arrived; completion-queue thread. */
+void rpc_reflection_begin(struct rpc_call *c);
 
 /* EncodeUpload's receiving side (upload.c): completion-queue thread. */
 void rpc_upload_begin(struct rpc_call *c);

@@ -67,6 +67,12 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
                                  RPC_SERVER_STREAM,
                                  &grpc__health__v1__health_check_request__descriptor,
                                  NULL /* streamed from watch.c */},
+    [RPC_M_REFLECTION] = {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                          "grpc.reflection.v1.ServerReflectionInfo", RPC_BIDI_STREAM, NULL,
+                          NULL /* reflection.c */},
+    [RPC_M_REFLECTION_ALPHA] = {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                "grpc.reflection.v1alpha.ServerReflectionInfo", RPC_BIDI_STREAM,
+                                NULL, NULL /* reflection.c, as v1: the same messages */},
 };
 
 /* ---- time
@@ -227,8 +233,8 @@ static void prepare_new(struct rpc_ev *e) {
     return;
   }
   const struct rpc_method *m = &rpc_methods[c->method];
-  if (m->kind == RPC_CLIENT_STREAM) {
-    return;
+  if (m->kind == RPC_CLIENT_STREAM || m->kind == RPC_BIDI_STREAM) {
+    return; /* their messages come one by one */
   }
   c->unpack_rc = rpc_codec_unpack(c->payload, m->req, &c->req, &c->err);
   if (c->payload) {
@@ -258,7 +264,7 @@ static void arm(struct rpc_server *s, int mid) {
   c->ev_new = (struct rpc_ev){.fn = on_new, .prepare = prepare_new, .call = c};
   grpc_call_error ce;
   if (mid >= 0) {
-    bool payload = rpc_methods[mid].kind != RPC_CLIENT_STREAM;
+    bool payload = rpc_methods[mid].kind == RPC_UNARY || rpc_methods[mid].kind == RPC_SERVER_STREAM;
     ce = grpc_server_request_registered_call(s->server, s->registered[mid], &c->call, &c->deadline,
                                              &c->md, payload ? &c->payload : NULL, s->cq, s->cq,
                                              &c->ev_new);
@@ -464,6 +470,10 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
     r.status = s->shutting_down ? QDP__HEALTH_REPLY__SERVING_STATUS__NOT_SERVING
                                 : QDP__HEALTH_REPLY__SERVING_STATUS__SERVING;
     rpc_finish(c, qdp_wire_pack(&r.base), NULL);
+    return;
+  }
+  if (m->kind == RPC_BIDI_STREAM) {
+    rpc_reflection_begin(c);
     return;
   }
   if (m->kind == RPC_CLIENT_STREAM) {
@@ -856,8 +866,9 @@ static void create_grpc_server(struct rpc_server *s, const struct config *cfg) {
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   for (int i = 0; i < RPC_M_COUNT; i++) {
     grpc_server_register_method_payload_handling ph =
-        rpc_methods[i].kind == RPC_CLIENT_STREAM ? GRPC_SRM_PAYLOAD_NONE
-                                                 : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
+        rpc_methods[i].kind == RPC_CLIENT_STREAM || rpc_methods[i].kind == RPC_BIDI_STREAM
+            ? GRPC_SRM_PAYLOAD_NONE
+            : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER;
     s->registered[i] = grpc_server_register_method(s->server, rpc_methods[i].path, NULL, ph, 0);
   }
 }
