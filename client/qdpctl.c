@@ -39,6 +39,7 @@ static const char main_help[] =
     "  gather REF --device D  copy a state onto one device as a new state\n"
     "  view-close REF LEASE   close a zero-copy view lease\n"
     "  region add|rm          register a shared-memory region once for many encodes\n"
+    "  top                    a live view from qdpd's metrics: jobs/s, latency, memory\n"
     "\n"
     "A REF is HANDLE:TOKEN, as encode prints it; the token is the capability to use the state.\n"
     "Inputs (encode, plan): --values (inline), --input FILE (local .npy or raw: inline when\n"
@@ -62,6 +63,7 @@ static const struct {
     {"plan", cmd_plan},     {"describe", cmd_describe}, {"ls", cmd_ls},
     {"fetch", cmd_fetch},   {"export", cmd_export},     {"rm", cmd_rm},
     {"region", cmd_region}, {"gather", cmd_gather},     {"view-close", cmd_view_close},
+    {"top", cmd_top},
 };
 
 int main(int argc, char **argv) {
@@ -99,7 +101,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) {
     return usage_error(NULL,
                        "a command is required (status, health, encode, plan, describe, ls, "
-                       "fetch, export, rm, gather, view-close, region)");
+                       "fetch, export, rm, gather, view-close, region, top)");
   }
   const char *cmd = argv[optind];
 

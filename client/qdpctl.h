@@ -129,6 +129,9 @@ enum {
   OPT_DEVICE,
   OPT_MINE,
   OPT_ALL,
+  OPT_METRICS,
+  OPT_INTERVAL,
+  OPT_ONCE,
 };
 
 /* clang-format off */
@@ -252,5 +255,6 @@ int cmd_fetch(struct global *g, int argc, char **argv);      /* qdpctl_fetch.c *
 int cmd_export(struct global *g, int argc, char **argv);     /* qdpctl_fetch.c */
 int cmd_gather(struct global *g, int argc, char **argv);     /* qdpctl_fetch.c */
 int cmd_region(struct global *g, int argc, char **argv);     /* qdpctl_region.c */
+int cmd_top(struct global *g, int argc, char **argv);        /* qdpctl_top.c */
 
 #endif /* QDPCTL_H */

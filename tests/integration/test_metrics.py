@@ -6,9 +6,11 @@ SIGTERM drain.
 Run by with_qdpd.sh (QDP_TARGET, QDPD_LOG, QDPD_PID set) with `--metrics-listen 127.0.0.1:0`.
 """
 
+import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 import unittest
@@ -144,6 +146,50 @@ class Metrics(unittest.TestCase):
         status, headers, _ = get(self.url, method="POST")
         self.assertEqual(status, 405)
         self.assertEqual(headers["Allow"], "GET, HEAD")
+
+    def top(self, *args):
+        p = subprocess.run([os.environ["QDPCTL"], *args], capture_output=True, text=True,
+                           timeout=60)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_qdpctl_top_shows_the_daemon_from_its_metrics(self):
+        st = self.c.status()
+        rc, out, err = self.top("--json", "top", "--once", "--interval", "0.5", "--metrics",
+                                self.url)
+        self.assertEqual(rc, 0, err)
+        idle = json.loads(out)
+        self.assertEqual(idle["schema"], 1)
+        self.assertEqual((idle["jobs_per_s"], idle["job_p50_s"]), (0, None))  # nothing ran
+        self.assertEqual(idle["states"], st.states)
+        self.assertEqual({d["device"]: d["budget_bytes"] for d in idle["devices"]},
+                         {d.name: d.budget_bytes for d in st.devices})
+        stop = threading.Event()
+
+        def work():
+            while not stop.is_set():
+                self.c.release(self.c.encode("angle", 3, values=np.full(3, 0.2)))
+
+        t = threading.Thread(target=work)
+        t.start()
+        try:
+            rc, out, err = self.top("--json", "top", "--once", "--interval", "1", "--metrics",
+                                    self.url[len("http://"):-len("/metrics")])  # HOST:PORT
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual(rc, 0, err)
+        busy = json.loads(out)
+        self.assertGreater(busy["jobs_per_s"], 0)
+        self.assertTrue(0 < busy["job_p50_s"] <= busy["job_p99_s"] < 10, busy)
+        rc, out, err = self.top("top", "--once", "--interval", "0.5", "--metrics", self.url)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"jobs [\d.]+/s, failed [\d.]+/s")
+        for d in st.devices:
+            self.assertRegex(out, rf"\n{re.escape(d.name)}\s")
+        self.assertEqual(self.top("--json", "top")[0], 2)  # JSON is one frame: --once
+        rc, _, err = self.top("top", "--once", "--metrics", "127.0.0.1:1")
+        self.assertEqual(rc, 3)
+        self.assertIn("metrics_listen", err)
 
     def test_zz_not_ready_while_draining(self):
         """Last (zz): SIGTERM with an upload in flight; while the daemon drains, /readyz is 503

@@ -16,7 +16,8 @@ import numpy as np
 
 import qdpc
 
-COMMANDS = ("status", "health", "encode", "plan", "describe", "ls", "fetch", "export", "rm")
+COMMANDS = ("status", "health", "encode", "plan", "describe", "ls", "fetch", "export", "rm",
+            "top")
 
 
 class Qdpctl(unittest.TestCase):
