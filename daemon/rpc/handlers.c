@@ -744,21 +744,7 @@ static void fetch_step(struct rpc_job *j) {
     return;
   }
   metrics_output(c->srv->metrics, METRICS_OUT_FETCH, n * f->esize);
-  c->sending = bb;
-  grpc_op ops[2];
-  memset(ops, 0, sizeof ops);
-  size_t k = 0;
-  if (!c->md_sent) {
-    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
-  }
-  ops[k].op = GRPC_OP_SEND_MESSAGE;
-  ops[k].data.send_message.send_message = bb;
-  k++;
-  c->ev_send = (struct rpc_ev){.fn = on_fetch_sent, .call = c};
-  if (!rpc_start(c, ops, k, &c->ev_send)) {
-    grpc_byte_buffer_destroy(bb);
-    c->sending = NULL;
+  if (!rpc_send_message(c, bb, on_fetch_sent)) {
     qdp_error_set(&err, QDP_ERR_INTERNAL, NULL, "Fetch could not send a chunk");
     fetch_end(c, &err);
   }

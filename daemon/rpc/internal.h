@@ -250,6 +250,10 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
 void rpc_finish_status(struct rpc_call *c, qdp_status rc, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e);
+/* Sends one message of a stream (owned; with the initial metadata the first time), fn(ev_send)
+ * when it is written; false, bb freed, when it could not start. One send of c at a time. */
+bool rpc_send_message(struct rpc_call *c, grpc_byte_buffer *bb,
+                      void (*fn)(struct rpc_server *s, struct rpc_ev *e));
 /* Arms RECV_CLOSE_ON_SERVER now, so cancel_seen tells at once when the client leaves (a stream's
  * reader, a long job deciding whether to commit). Never concurrently with another batch of c. */
 void rpc_watch_close(struct rpc_call *c);

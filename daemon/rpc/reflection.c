@@ -265,20 +265,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
     rpc_call_unref(c);
     return;
   }
-  grpc_op ops[2];
-  memset(ops, 0, sizeof ops);
-  size_t n = 0;
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = bb;
-  c->sending = bb;
-  c->ev_send = (struct rpc_ev){.fn = on_sent, .call = c};
-  if (!rpc_start(c, ops, n, &c->ev_send)) {
-    grpc_byte_buffer_destroy(bb);
-    c->sending = NULL;
+  if (!rpc_send_message(c, bb, on_sent)) {
     rpc_finish(c, NULL, NULL);
   }
   rpc_call_unref(c); /* the receive's */

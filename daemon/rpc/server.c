@@ -625,6 +625,27 @@ bool rpc_start(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_ev *e) {
   return true;
 }
 
+bool rpc_send_message(struct rpc_call *c, grpc_byte_buffer *bb,
+                      void (*fn)(struct rpc_server *s, struct rpc_ev *e)) {
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!c->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = true;
+  }
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = bb;
+  c->sending = bb;
+  c->ev_send = (struct rpc_ev){.fn = fn, .call = c};
+  if (!rpc_start(c, ops, n, &c->ev_send)) {
+    grpc_byte_buffer_destroy(bb);
+    c->sending = NULL;
+    return false;
+  }
+  return true;
+}
+
 /* Completion-queue thread. */
 static void on_close(struct rpc_server *s, struct rpc_ev *e) {
   (void)s;

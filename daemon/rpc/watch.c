@@ -44,26 +44,9 @@ static bool send_status(struct rpc_call *c, int status) {
   if (!bb) {
     return false;
   }
-  grpc_op ops[2];
-  memset(ops, 0, sizeof ops);
-  size_t n = 0;
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = bb;
-  c->sending = bb;
   c->watch_sent = status;
-  c->watch_sending = true;
-  c->ev_send = (struct rpc_ev){.fn = on_watch_sent, .call = c};
-  if (!rpc_start(c, ops, n, &c->ev_send)) {
-    grpc_byte_buffer_destroy(bb);
-    c->sending = NULL;
-    c->watch_sending = false;
-    return false;
-  }
-  return true;
+  c->watch_sending = rpc_send_message(c, bb, on_watch_sent);
+  return c->watch_sending;
 }
 
 /* Takes c off the list (watch_mu held); the caller then ends it with rpc_finish. */
