@@ -164,6 +164,9 @@ struct job_state_info {
   const struct plan *plan;
   const char *collective;
   double encode_ms;
+  /* job_encode's other phases: reading the input in (ingest: resolving and mapping it), planning
+   * and admitting, committing the new state (0 with out=). */
+  double ingest_ms, plan_ms, commit_ms;
   char token[STATE_TOKEN_LEN]; /* a new state's token (Encode, Gather); else "" */
   uint64_t lease;              /* views opened under this lease; 0: none */
   struct runtime_ipc *ipc;     /* views: one per shard of plan */

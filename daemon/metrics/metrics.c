@@ -23,6 +23,8 @@ static const char *const source_names[METRICS_IN_COUNT] = {"values", "upload", "
                                                            "region", "file",   "cuda_ipc"};
 static const char *const sink_names[METRICS_OUT_COUNT] = {"state", "cuda_ipc", "fetch",
                                                           "fetch_into", "export"};
+static const char *const phase_names[METRICS_PHASE_COUNT] = {"ingest", "plan", "encode",
+                                                             "commit"};
 
 /* Counts per bucket (not cumulative: one increment per observation), the last one +Inf, and the
  * sum in nanoseconds (exact, one atomic). */
@@ -37,6 +39,7 @@ struct metrics {
   struct histogram *rpc_seconds; /* [method] */
   atomic_uint_fast64_t *jobs;    /* [encoding][code] */
   struct histogram *job_seconds, *encode_seconds; /* [encoding] */
+  struct histogram phases[METRICS_PHASE_COUNT];
   atomic_uint_fast64_t in[METRICS_IN_COUNT], out[METRICS_OUT_COUNT];
 };
 
@@ -110,6 +113,12 @@ void metrics_job(struct metrics *m, size_t encoding, unsigned code, double secon
   observe(&m->job_seconds[encoding], seconds);
   if (encode_seconds >= 0) {
     observe(&m->encode_seconds[encoding], encode_seconds);
+  }
+}
+
+void metrics_phase(struct metrics *m, enum metrics_phase ph, double seconds) {
+  if (m && (unsigned)ph < METRICS_PHASE_COUNT) {
+    observe(&m->phases[ph], seconds);
   }
 }
 
@@ -274,6 +283,9 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
   histograms(t, "qdp_job_encode_seconds",
              "Seconds of a job's encode phase (the devices writing amplitudes), by encoding.",
              "encoding", nm->encodings, nm->nencodings, m->encode_seconds);
+  histograms(t, "qdp_job_phase_seconds",
+             "Seconds successful encode jobs spent in each phase: ingest, plan, encode, commit.",
+             "phase", phase_names, METRICS_PHASE_COUNT, m->phases);
   head(t, "qdp_input_bytes_total", "counter", "Input bytes encode jobs read, by source.");
   for (unsigned k = 0; k < METRICS_IN_COUNT; k++) {
     metrics_text_printf(t, "qdp_input_bytes_total{source=\"%s\"} %" PRIu64 "\n",

@@ -37,6 +37,15 @@ enum metrics_sink {
   METRICS_OUT_COUNT
 };
 
+/* The phases of a successful encode job. */
+enum metrics_phase {
+  METRICS_PHASE_INGEST, /* the input resolved, mapped or read in */
+  METRICS_PHASE_PLAN,   /* planned, checked and admitted */
+  METRICS_PHASE_ENCODE, /* the devices writing amplitudes (and amplitude's norm reduction) */
+  METRICS_PHASE_COMMIT, /* the new state filed in the store */
+  METRICS_PHASE_COUNT
+};
+
 #define METRICS_CODES 17 /* gRPC status codes 0 (OK) .. 16 (UNAUTHENTICATED) */
 
 struct metrics;
@@ -60,6 +69,8 @@ void metrics_rpc(struct metrics *m, size_t method, unsigned code, double seconds
  * not get there). */
 void metrics_job(struct metrics *m, size_t encoding, unsigned code, double seconds,
                  double encode_seconds);
+/* A successful job spent `seconds` in phase ph. */
+void metrics_phase(struct metrics *m, enum metrics_phase ph, double seconds);
 void metrics_input(struct metrics *m, enum metrics_source src, uint64_t bytes);
 void metrics_output(struct metrics *m, enum metrics_sink sink, uint64_t bytes);
 

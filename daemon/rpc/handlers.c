@@ -422,6 +422,12 @@ static void count_job_end(struct rpc_call *c, const struct job_encode_request *r
   metrics_job(m, (size_t)req->encoding - 1, code, rpc_call_seconds(c),
               rc == QDP_OK ? st->encode_ms / 1e3 : -1);
   if (rc == QDP_OK) {
+    metrics_phase(m, METRICS_PHASE_INGEST, st->ingest_ms / 1e3);
+    metrics_phase(m, METRICS_PHASE_PLAN, st->plan_ms / 1e3);
+    metrics_phase(m, METRICS_PHASE_ENCODE, st->encode_ms / 1e3);
+    if (!req->out) {
+      metrics_phase(m, METRICS_PHASE_COMMIT, st->commit_ms / 1e3);
+    }
     metrics_input(m, src, in_bytes);
     metrics_output(m, req->out ? METRICS_OUT_CUDA_IPC : METRICS_OUT_STATE,
                    st->plan->total_bytes);

@@ -110,6 +110,9 @@ class Metrics(unittest.TestCase):
         self.assertEqual(moved("qdp_output_bytes_total", sink="state"), 5 * 8 * 16)
         self.assertEqual(moved("qdp_job_duration_seconds_count", encoding="angle"), 6)
         self.assertEqual(moved("qdp_job_encode_seconds_count", encoding="angle"), 5)
+        for phase in ("ingest", "plan", "encode", "commit"):  # successful jobs only
+            self.assertEqual(moved("qdp_job_phase_seconds_count", phase=phase), 5, phase)
+        self.assertGreater(moved("qdp_job_phase_seconds_sum", phase="encode"), 0)
         self.assertGreater(moved("qdp_job_duration_seconds_sum", encoding="angle"), 0)
         # Buckets cumulative, the last one the count.
         les = sorted((float(dict(k[1])["le"]), v) for k, v in after.items()

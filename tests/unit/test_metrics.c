@@ -83,6 +83,9 @@ START_TEST(observations_land_in_their_codes_and_cumulative_buckets) {
   metrics_job(m, 1, 0, 0.004, 0.003);
   metrics_input(m, METRICS_IN_SHM, 4096);
   metrics_input(m, METRICS_IN_SHM, 1);
+  metrics_phase(m, METRICS_PHASE_COMMIT, 0.0002);
+  metrics_phase(m, METRICS_PHASE_COMMIT, 0.03);
+  metrics_phase(m, METRICS_PHASE_COUNT, 1); /* no such phase: not counted */
   metrics_output(m, METRICS_OUT_STATE, 1 << 20);
   char *t = render(m, &empty);
   ck_line(t, "qdp_rpcs_total{method=\"Encode\",code=\"OK\"} 2");
@@ -107,6 +110,11 @@ START_TEST(observations_land_in_their_codes_and_cumulative_buckets) {
   ck_line(t, "qdp_job_encode_seconds_bucket{encoding=\"angle\",le=\"0.0025\"} 0");
   ck_line(t, "qdp_job_encode_seconds_bucket{encoding=\"angle\",le=\"0.005\"} 1");
   ck_line(t, "qdp_input_bytes_total{source=\"shm\"} 4097");
+  ck_line(t, "qdp_job_phase_seconds_bucket{phase=\"commit\",le=\"0.00025\"} 1");
+  ck_line(t, "qdp_job_phase_seconds_bucket{phase=\"commit\",le=\"0.025\"} 1");
+  ck_line(t, "qdp_job_phase_seconds_bucket{phase=\"commit\",le=\"0.05\"} 2");
+  ck_line(t, "qdp_job_phase_seconds_count{phase=\"commit\"} 2");
+  ck_line(t, "qdp_job_phase_seconds_count{phase=\"ingest\"} 0");
   ck_line(t, "qdp_output_bytes_total{sink=\"state\"} 1048576");
   free(t);
   metrics_destroy(m);
