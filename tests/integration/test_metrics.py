@@ -196,7 +196,8 @@ class Metrics(unittest.TestCase):
 
     def test_zz_not_ready_while_draining(self):
         """Last (zz): SIGTERM with an upload in flight; while the daemon drains, /readyz is 503
-        and qdp_up 0; then the upload ends and the daemon exits (the harness checks 0)."""
+        and qdp_up 0; then the upload ends and the daemon exits (the harness checks it exited
+        0)."""
         go = threading.Event()
         req = self.c.request("angle", 2, input_dtype="float64", rows=1, cols=2)
         done = []
@@ -242,6 +243,20 @@ class Metrics(unittest.TestCase):
         go.set()
         t.join(30)
         self.assertTrue(done)
+        # The daemon finishes its drain and exits; the harness's own SIGTERM must not land in
+        # its last moments (signals back to their defaults), so wait until it is gone.
+        pid = int(os.environ["QDPD_PID"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(")")[-1].split()[0] == "Z":
+                        break
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("qdpd did not exit within 60 s of the drain")
 
 
 if __name__ == "__main__":
