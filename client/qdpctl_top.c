@@ -117,19 +117,28 @@ static int http_get(const char *url, char **ret) {
   return EXIT_OK;
 }
 
-/* Whether a sample's labels ("a=\"x\",b=\"y\"") have key=value (want_eq) or key!=value. */
-static int label_is(const char *labels, size_t len, const char *key, const char *value,
-                    int want_eq) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "%s=\"%s\"", key, value);
-  size_t pl = strlen(pat);
-  int has = 0;
-  for (size_t i = 0; i + pl <= len; i++) {
-    if ((i == 0 || labels[i - 1] == ',') && strncmp(labels + i, pat, pl) == 0 &&
-        (i + pl == len || labels[i + pl] == ',')) {
-      has = 1;
+/* The value of label `key` in a sample's labels ("a=\"x\",b=\"y\""), as far as its closing
+ * quote (*ret_len), or NULL. */
+static const char *label_value(const char *labels, size_t len, const char *key, size_t *ret_len) {
+  size_t kl = strlen(key);
+  for (size_t i = 0; i + kl + 2 <= len; i++) {
+    if ((i == 0 || labels[i - 1] == ',') && strncmp(labels + i, key, kl) == 0 &&
+        labels[i + kl] == '=' && labels[i + kl + 1] == '"') {
+      const char *v = labels + i + kl + 2;
+      const char *q = memchr(v, '"', len - (size_t)(v - labels));
+      *ret_len = q ? (size_t)(q - v) : len - (size_t)(v - labels);
+      return v;
     }
   }
+  return NULL;
+}
+
+/* Whether a sample's labels have key=value (want_eq) or key!=value. */
+static int label_is(const char *labels, size_t len, const char *key, const char *value,
+                    int want_eq) {
+  size_t vl = 0;
+  const char *v = label_value(labels, len, key, &vl);
+  int has = v && vl == strlen(value) && strncmp(v, value, vl) == 0;
   return has == want_eq;
 }
 
@@ -189,12 +198,8 @@ struct buckets {
 
 static void bucket(const char *labels, size_t len, double v, void *arg) {
   struct buckets *b = arg;
-  const char *le = NULL;
-  for (size_t i = 0; i + 4 <= len; i++) {
-    if ((i == 0 || labels[i - 1] == ',') && strncmp(labels + i, "le=\"", 4) == 0) {
-      le = labels + i + 4;
-    }
-  }
+  size_t ll = 0;
+  const char *le = label_value(labels, len, "le", &ll);
   if (!le) {
     return;
   }
@@ -246,17 +251,13 @@ struct devices {
 
 static void device(const char *labels, size_t len, double v, void *arg) {
   struct devices *d = arg;
-  const char *k = NULL;
-  for (size_t i = 0; i + 8 <= len; i++) {
-    if ((i == 0 || labels[i - 1] == ',') && strncmp(labels + i, "device=\"", 8) == 0) {
-      k = labels + i + 8;
-    }
-  }
+  size_t kl = 0;
+  const char *k = label_value(labels, len, "device", &kl);
   if (!k) {
     return;
   }
   char name[64];
-  snprintf(name, sizeof name, "%.*s", (int)strcspn(k, "\""), k);
+  snprintf(name, sizeof name, "%.*s", (int)kl, k);
   int i = 0;
   while (i < d->n && strcmp(d->row[i].name, name) != 0) {
     i++;

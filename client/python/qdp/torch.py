@@ -429,7 +429,7 @@ class _Stream:
                         lab = lab.pin_memory().to(t.device, non_blocking=True)
                     psi = (psi, lab)
                 out.append(psi)
-            if stream is not None:
+            if stream is not None and labels is not None:
                 stream.synchronize()  # the labels' copies; the states are in place already
         return out
 
