@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """qdp.torch's loader beside qumat-qdp's QuantumDataLoader, in one run on one GPU.
 
-Usage: python3 bench/loader_bench.py BUILD_DIR [--quick] [--devices 0] [--only a,b,c,d]
+Usage: python3 bench/loader_bench.py BUILD_DIR [--quick] [--devices 0] [--only a,b,c,d,e]
        [--big-gib 10] [--no-qumat]
 
 Starts BUILD_DIR/daemon/qdpd (as bench/python_bench.py does: its own socket, LD_LIBRARY_PATH at
@@ -18,13 +18,20 @@ ROOT/.gpu/lib for qdpd only) and, for each figure, prints ``bench op=loader-... 
                on the GPU: seconds, and the reader's and the loader's time over pyarrow's best.
   c  idle      a model step of 2 ms per batch (a GPU sleep: one kernel, or 20 of 0.1 ms) with
                prefetch 0, 2 and 4: the wall time against the steps' own and the loader's own;
-               the fraction of the wall the model's steps did not fill.
+               from CUDA events around each step on the consumer's stream, the wait for the
+               first batch, the waits between steps after it (the GPU waiting on the loader),
+               and the steps' own stretch (the GPU shared with the daemon's kernels).
   d  big       a Parquet file of --big-gib GiB (16-qubit amplitude rows, a fixed-size list
                column, row groups of 256 MiB) streamed through the loader: rows/s, and the
                growth of the process's resident memory (its peak since the start, against its
                size then) beside the loader's bound (the reader's decoded row groups, cached and
                ahead, each three times while read and converted, and the prefetch slots:
                nothing that grows with the file).
+
+  e  where     (not by default) where angle batches' time goes: the device's write rate
+               (a fill), one encode into a kept tensor by rows per request beside the daemon's
+               phases (its /metrics), the loader by group and prefetch with the share of the
+               pass its consumer waits.
 
 --quick shrinks every size so that the script runs in seconds against a CPU daemon
 (--devices cpu:1); the GPU-only parts then skip.
@@ -36,10 +43,11 @@ import argparse
 import gc
 import os
 import pathlib
+import socket
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -284,6 +292,9 @@ class Bench:
         # The model's step as one kernel of 2 ms, or as 20 of 0.1 ms as a model's layers are.
         # Without MPS the daemon's kernels time-share the GPU with the model's, so the wall
         # time is the steps' plus the encodings' own GPU time at best: printed beside it.
+        # Each step is timed on the consumer's stream with CUDA events: a gap between one
+        # step's end and the next one's start is the GPU's stream waiting for the loader; a
+        # step longer than its own time is the GPU shared with the daemon's kernels.
         for kernels in (1, 20):
             for prefetch in (0, 2, 4):
                 ds = qt.QuantumDataset(X, "amplitude", self.q, batch_size=64,
@@ -297,19 +308,118 @@ class Bench:
                     pass
                 torch.cuda.synchronize()
                 loader = time.perf_counter() - t0
+                begin = torch.cuda.Event(enable_timing=True)
+                marks = [(torch.cuda.Event(enable_timing=True),
+                          torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
                 t0 = time.perf_counter()
+                begin.record()
                 n = 0
                 for psi in ds:
+                    marks[n][0].record()
                     for _ in range(kernels):  # the model's step, on the consumer's stream
                         torch.cuda._sleep(step_cycles // kernels)
+                    marks[n][1].record()
                     n += 1
                 torch.cuda.synchronize()
                 wall = time.perf_counter() - t0
                 ds.close()
+                first = begin.elapsed_time(marks[0][0]) / 1e3
+                gaps = [marks[i - 1][1].elapsed_time(marks[i][0]) / 1e3 for i in range(1, n)]
+                ran = [a.elapsed_time(b) / 1e3 for a, b in marks[:n]]
                 say("loader-idle", prefetch=prefetch, kernels_per_step=kernels, steps=n,
                     step_ms=step_ms, steps_alone_s=alone, loader_alone_s=loader, wall_s=wall,
-                    gpu_idle_fraction=max(0.0, 1 - alone / wall),
-                    extra_s=wall - alone)
+                    first_batch_s=first, waits_after_first_s=sum(gaps),
+                    longest_wait_ms=max(gaps, default=0.0) * 1e3,
+                    waiting_fraction=sum(gaps) / (first + sum(gaps) + sum(ran)),
+                    steps_on_gpu_s=sum(ran), stretch_s=sum(ran) - alone,
+                    gpu_idle_fraction=max(0.0, 1 - alone / wall))
+
+    # ---- (e) ----
+
+    def where(self) -> None:
+        """Where the time of angle batches from memory goes (complex64, 16 qubits): the
+        device's own write rate; one request of R rows into a kept tensor, end to end, beside
+        the daemon's phases for it (its /metrics); the loader by group and prefetch, and the
+        share of its pass the consumer waits for a batch."""
+        if not self.gpu:
+            say("loader-where", skipped="needs a GPU")
+            return
+        q, dim = self.q, 1 << self.q
+        X = self.data("angle")
+        big = torch.empty((4096, dim), dtype=torch.complex64, device="cuda")
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for rows in (1024, 4096):
+            for _ in range(3):
+                a.record()
+                big[:rows].fill_(1)
+                b.record()
+                b.synchronize()
+            s = a.elapsed_time(b) / 1e3
+            say("loader-where", what="torch-fill", rows=rows, bytes=rows * dim * 8, s=s,
+                GBps=rows * dim * 8 / s / 1e9, vectors_per_s=rows / s)
+        with qdp.Client(self.target) as c:
+            for rows in (64, 256, 1024, 4096):
+                x = c.empty((rows, q), np.float64)
+                x[:] = X[:rows]
+                out = big[:rows]
+                before = self.phases()
+                times = []
+                for k in range(40):
+                    t0 = time.perf_counter()
+                    c.encode(x, "angle", q, dtype="complex64", policy="single", out=out)
+                    times.append(time.perf_counter() - t0)
+                after = self.phases()
+                p50 = sorted(times[5:])[len(times[5:]) // 2]
+                per = {f"daemon_{k}_ms": (after[k][0] - before[k][0])
+                       / max(1, after[k][1] - before[k][1]) * 1e3 for k in after}
+                say("loader-where", what="encode-out", rows=rows, p50_ms=p50 * 1e3,
+                    vectors_per_s=rows / p50, **per)
+                del x
+        del big
+        for group in (4, 16, 64):
+            for prefetch in (0, 2, 4, 8):
+                ds = qt.QuantumDataset(X, "angle", q, batch_size=64, prefetch=prefetch,
+                                       dtype="complex64", group=group, target=self.target)
+                try:
+                    for _ in ds:
+                        pass
+                    best, share = 0.0, 0.0
+                    for _ in range(3):
+                        t0 = time.perf_counter()
+                        waited = 0.0
+                        it = iter(ds)
+                        n = 0
+                        while True:
+                            w0 = time.perf_counter()
+                            try:
+                                psi = next(it)
+                            except StopIteration:
+                                break
+                            waited += time.perf_counter() - w0
+                            n += psi.shape[0]
+                        torch.cuda.synchronize()
+                        dt = time.perf_counter() - t0
+                        if n / dt > best:
+                            best, share = n / dt, waited / dt
+                finally:
+                    ds.close()
+                say("loader-where", what="loader", group=group, prefetch=prefetch,
+                    vectors_per_s=best, consumer_waiting_fraction=share)
+
+    def phases(self) -> Dict[str, Tuple[float, float]]:
+        """The daemon's qdp_job_phase_seconds sums and counts by phase, from its /metrics."""
+        import urllib.request
+
+        got: Dict[str, List[float]] = {}
+        if not self.args.metrics:
+            return {}
+        text = urllib.request.urlopen(f"http://{self.args.metrics}/metrics", timeout=10).read()
+        for line in text.decode().splitlines():
+            for end, at in (("_sum{", 0), ("_count{", 1)):
+                if line.startswith("qdp_job_phase_seconds" + end):
+                    phase = line.split('phase="', 1)[1].split('"', 1)[0]
+                    got.setdefault(phase, [0.0, 0.0])[at] += float(line.rsplit(" ", 1)[1])
+        return {k: (v[0], v[1]) for k, v in got.items()}
 
     # ---- (d) ----
 
@@ -370,13 +480,20 @@ def main() -> int:
     ap.add_argument("--big-gib", type=float, default=10.0, help="part d's file size")
     ap.add_argument("--no-qumat", action="store_true", help="qdp figures only")
     args = ap.parse_args()
-    daemon = Daemon(pathlib.Path(args.build).resolve(), args.devices, [])
+    extra: List[str] = []
+    args.metrics = ""
+    if "e" in args.only:  # part e reads the daemon's phases from its metrics
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            args.metrics = f"127.0.0.1:{s.getsockname()[1]}"
+        extra = ["--metrics_listen", args.metrics]
+    daemon = Daemon(pathlib.Path(args.build).resolve(), args.devices, extra)
     rc = 0
     try:
         with qdp.Client(daemon.target) as c:
             gpu = c.status().backend == "cuda" and torch.cuda.is_available()
         b = Bench(args, daemon.target, gpu)
-        parts = {"a": b.rate_all, "b": b.read, "c": b.idle, "d": b.big}
+        parts = {"a": b.rate_all, "b": b.read, "c": b.idle, "d": b.big, "e": b.where}
         for p in [x.strip() for x in args.only.split(",") if x.strip()]:
             t0 = time.perf_counter()
             try:

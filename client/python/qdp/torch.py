@@ -86,6 +86,8 @@ class QuantumDataset(IterableDataset):
         many as keep a request within 512 MiB of states and 8 MiB of input (at most 64), one
         for large inputs. Each batch is still its own tensor (a view of its request's), and
         on a GPU the batches in flight hold about ``(prefetch + 1) * group`` batches' states.
+        An iteration's first requests carry 1, 2, 4, ... batches, so that its first batch
+        comes as soon as one batch is encoded.
     shuffle : bool
         A new order every epoch (:meth:`set_epoch`), a keyed permutation of (seed, epoch); files
         are permuted by whole blocks (row groups), then rows within a block.
@@ -394,6 +396,9 @@ class _Stream:
         self.pinned = conn.pin(ds.source) if (
             self.device.type == "cuda" and not ds.shuffle
             and ds.batch_size * ds.group * row_bytes >= DIRECT_INPUT_BYTES) else None
+        # The first requests carry 1, 2, 4, ... batches up to ``group``: the first batch then
+        # comes after one batch's read and encode, not a whole group's.
+        self.ramp = 1
 
     def _device(self, asked: Optional[torch.device]) -> torch.device:
         gpu_daemon = self.conn.gpu_daemon()
@@ -406,7 +411,9 @@ class _Stream:
         return asked
 
     def _next_request(self) -> List[_Batch]:
-        return list(itertools.islice(self.batches, self.ds.group))
+        n = min(self.ramp, self.ds.group)
+        self.ramp *= 2
+        return list(itertools.islice(self.batches, n))
 
     def _encode(self, slot: Tuple[np.ndarray, Any], req: List[_Batch]) -> List[Any]:
         """Reads the batches of ``req`` and encodes them in one request: the batches' tensors

@@ -153,6 +153,27 @@ def test_the_default_group_keeps_a_request_within_its_bounds() -> None:
     assert qt.QuantumDataset(X, "angle", 16, group=3).group == 3
 
 
+def test_an_iterations_first_requests_grow_to_the_group(daemon, monkeypatch) -> None:
+    """Requests of 1, 2, 4, ... batches up to ``group``, so the first batch is not held back
+    until a whole group is encoded; every batch still comes, in order."""
+    sizes = []
+    encode = qt._Stream._encode
+
+    def spy(self, slot, req):
+        sizes.append(len(req))
+        return encode(self, slot, req)
+
+    monkeypatch.setattr(qt._Stream, "_encode", spy)
+    X = data(rows=400)
+    for prefetch in (0, 2):
+        sizes.clear()
+        ds = qt.QuantumDataset(X, "angle", Q, batch_size=10, prefetch=prefetch, group=8,
+                               target=daemon.target)
+        got = np.concatenate([rows_of(b, X) for b in ds]).tolist()
+        assert sizes == [1, 2, 4, 8, 8, 8, 8, 1], (prefetch, sizes)
+        assert got == list(range(400))
+
+
 def test_grouped_batches_are_each_the_callers_own(daemon) -> None:
     """Batches answered in one request are views of one tensor: kept past later requests and
     epochs, each still holds its own rows' states."""
