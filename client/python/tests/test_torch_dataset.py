@@ -139,18 +139,23 @@ def test_prefetch_depths_give_the_same_batches_in_the_same_order(daemon) -> None
 
 
 def test_the_default_group_keeps_a_request_within_its_bounds() -> None:
-    """Hand-computed: 512 MiB of states, 8 MiB of input, 64 batches at most, 1 at least."""
+    """Hand-computed: 2 GiB of states (and 1/64 of a GPU's memory), 8 MiB of input, 64
+    batches at most, 1 at least."""
     X = np.zeros((10, 16))
-    for qubits, cols, dtype, bs, want in ((16, 16, "complex128", 64, 8),  # 64 MiB of states
-                                          (16, 16, "complex64", 64, 16),
+    for qubits, cols, dtype, bs, want in ((16, 16, "complex128", 64, 32),  # 64 MiB of states
+                                          (16, 16, "complex64", 64, 64),
                                           (6, 6, "complex128", 8, 64),      # the cap
                                           (16, 1 << 16, "complex128", 64, 1),  # 32 MiB input
                                           (10, 1 << 10, "complex128", 64, 16),  # 512 KiB input
-                                          (20, 20, "complex128", 64, 1)):   # 1 GiB of states
+                                          (20, 20, "complex128", 64, 2),    # 1 GiB of states
+                                          (21, 21, "complex128", 64, 1)):   # 2 GiB of states
         ds = qt.QuantumDataset(np.zeros((10, cols)), "angle", qubits, batch_size=bs,
                                dtype=dtype)
         assert ds.group == want, (qubits, cols, dtype, bs)
     assert qt.QuantumDataset(X, "angle", 16, group=3).group == 3
+    # On a GPU of 16 GiB a request holds at most 256 MiB: 8 batches of 32 MiB.
+    assert qt._default_group(64, 128, 8 << 16, device_bytes=16 << 30) == 8
+    assert qt._default_group(64, 128, 8 << 16, device_bytes=141 << 30) == 64
 
 
 def test_an_iterations_first_requests_grow_to_the_group(daemon, monkeypatch) -> None:
