@@ -442,11 +442,14 @@ class _Stream:
         self.ramp *= 2
         return list(itertools.islice(self.batches, n))
 
-    def _encode(self, slot: Tuple[np.ndarray, Any], req: List[_Batch]) -> List[Any]:
+    def _encode(self, slot: Tuple[np.ndarray, Any],
+                req: List[_Batch]) -> Tuple[List[Any], Any]:
         """Reads the batches of ``req`` and encodes them in one request: the batches' tensors
-        (with their labels when the data set has them). Runs on a prefetch thread, so requests
-        in flight read and copy side by side (sources guard their own caches)."""
+        (with their labels when the data set has them), and the CUDA event that the labels'
+        copies are done at (None without them). Runs on a prefetch thread, so requests in
+        flight read and copy side by side (sources guard their own caches)."""
         rows, stream = slot
+        copied = None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             t = self._states(rows, req)
             labels = self.ds.labels
@@ -459,9 +462,13 @@ class _Stream:
                         # the consumer's kernels run on another stream
                         lab = lab.pin_memory().to(t.device, non_blocking=True)
                     out[k] = (out[k], lab)
-            if stream is not None and labels is not None:
-                stream.synchronize()  # the labels' copies; the states are in place already
-        return out
+                if stream is not None:
+                    # The consumer's stream waits for the copies on the GPU. This thread waiting
+                    # for them (a stream synchronize) held the consumer's next kernel launch
+                    # until its queued work was done, measured on an H200 with prefetch 0.
+                    copied = torch.cuda.Event()
+                    copied.record(stream)
+        return out, copied
 
     def _states(self, rows: np.ndarray, req: List[_Batch]) -> torch.Tensor:
         ds = self.ds
@@ -494,12 +501,15 @@ class _Stream:
         with self.client.encode(x, ds.encoding, ds.qubits, dtype=ds.dtype) as s:
             return torch.from_numpy(s.numpy()).reshape(m, 1 << ds.qubits)
 
-    def _handed(self, psi: Any) -> Any:
+    def _handed(self, psi: Any, copied: Any) -> Any:
         """``psi`` as the consumer gets it: on a GPU, its memory marked as used on the
         consumer's current stream, so that it is not allocated again (to the loader's streams)
-        before the work queued there on it is done."""
+        before the work queued there on it is done; that stream waits for the event
+        ``copied`` (its labels' copies) first."""
         if self.device.type == "cuda":
             consumer = torch.cuda.current_stream(self.device)
+            if copied is not None:
+                consumer.wait_event(copied)
             for t in psi if isinstance(psi, tuple) else (psi,):
                 if t.is_cuda:
                     t.record_stream(consumer)
@@ -511,8 +521,10 @@ class _Stream:
                 req = self._next_request()
                 if not req:
                     return
-                for psi in self._encode(self.slots[0], req):
-                    yield self._handed(psi)
+                got, copied = self._encode(self.slots[0], req)
+                for psi in got:
+                    yield self._handed(psi, copied)
+                del got
         # Each request is bound to its slot and future here, in order, so the batches come out
         # in the epoch's order however the threads run. A slot goes back to work as soon as its
         # request is answered, before its batches are handed out.
@@ -531,11 +543,12 @@ class _Stream:
             submit()
             while pending:
                 fut, slot = pending.popleft()
-                got = fut.result()
+                got, copied = fut.result()
                 self.slots.append(slot)
                 submit()
                 for psi in got:
-                    yield self._handed(psi)
+                    yield self._handed(psi, copied)
+                del got
         finally:
             for fut, _ in pending:
                 fut.cancel()
