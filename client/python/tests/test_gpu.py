@@ -481,9 +481,11 @@ def test_the_loader_neither_waits_for_nor_overwrites_the_consumers_queued_work(
     batches at once: the loader delivers a pass while the sleep still runs (it writes on its
     own streams), and no batch's memory is written again before the queued reads are done
     (each batch is marked as used on the consumer's stream). The pass timed is a data set's
-    second: its first sets up what the driver may do only between kernels. Without MPS the
-    daemon's kernels get the GPU only in time slices while the sleep runs (about 0.1 s per
-    request measured on an H200), so the sleep is long beside the pass's 12 requests."""
+    second: its first sets up what the driver may do only between kernels, and launches the
+    consumer's own reduction once. The process's first launch of it waited for the running
+    sleep on an H200, with CUDA_MODULE_LOADING=EAGER as with LAZY, loader or not; without
+    that warm-up this test failed at prefetch 0 (its first pass). The sleep is long beside
+    the pass's 12 requests."""
     c, torch = gpu
     if not c.wire.has_field("EncodeRequest", "out"):
         pytest.skip("this package's wire has no EncodeRequest.out")
@@ -500,8 +502,8 @@ def test_the_loader_neither_waits_for_nor_overwrites_the_consumers_queued_work(
     for prefetch, group in ((0, 1), (2, 1), (2, 3)):
         ds = qt.QuantumDataset(X, "angle", 10, batch_size=8, prefetch=prefetch, group=group,
                                target=gpu_daemon.target, labels=np.arange(96))
-        for _ in ds:  # a first pass registers the slots, maps the tensors' memory and the like
-            pass
+        for psi, _ in ds:  # a first pass registers the slots, maps the tensors' memory, and
+            psi.real.sum(dim=1)  # launches the consumer's reduction once (see above)
         torch.cuda.synchronize()
         sums, rows = [], []
         torch.cuda._sleep(cycles)
