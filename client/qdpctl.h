@@ -11,6 +11,7 @@
 #define QDPCTL_H
 
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -213,19 +214,34 @@ void fmt_size(const struct global *g, char *buf, size_t size, uint64_t v);
 /* ISO-8601 UTC; `none` when the daemon sent no time (0). */
 void fmt_time(char *buf, size_t size, int64_t unix_ms, const char *none);
 
-/* A progress bar on stderr for uploads and fetches (on a terminal, or with --progress). */
+/* Progress on stderr (on a terminal, or with --progress): a bar while bytes move (uploads,
+ * fetches), and while the call waits on the daemon (before the first byte, after the last, or
+ * throughout) a line that names the phase and counts its seconds. */
 struct bar {
   int on;
   int forced; /* --progress: draw from the first chunk, even for short transfers */
   const char *label;
   struct timespec start, last;
   int drawn;
+  /* The waiting line, drawn by its own thread (bar_wait) under mu. */
+  const char *before, *after; /* the phase before the first byte moves, and after the last */
+  int moving, moved;          /* bytes are moving; the last has */
+  const char *phase_drawn;    /* the waiting line last drawn; NULL: none, or a bar after it */
+  struct timespec phase_start;
+  int ticking, stop;
+  pthread_t ticker;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
 };
 
 /* libqdp's progress callback (arg: a struct bar); returns 1 to cancel after Ctrl-C. */
 int bar_cb(void *arg, uint64_t done, uint64_t total);
 void bar_start(struct bar *b, const struct global *g, const char *label);
-void bar_end(struct bar *b);
+/* Names the waiting phases ("sending", "encoding on the daemon") and starts drawing them; NULL
+ * `before` for a call whose bytes never move here (the daemon reads the file itself): `after`
+ * from the start. Nothing when progress is off. */
+void bar_wait(struct bar *b, const char *before, const char *after);
+void bar_end(struct bar *b); /* stops the waiting line, ends the progress output's line */
 
 /* The "error" object; rm's per-REF report leaves out the placement details (`full` 0). */
 void error_json(struct jw *w, const struct qdp_errinfo *e, int full);

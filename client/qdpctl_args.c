@@ -254,7 +254,8 @@ static const char common_help[] =
     "  --bytes           sizes as byte counts (16777216), not for people (16 MiB); JSON always\n"
     "                    has byte counts\n"
     "  --progress, --no-progress\n"
-    "                    force the progress bar on or off (default: on when stderr is a terminal)\n"
+    "                    force progress on or off (default: on when stderr is a terminal): a bar\n"
+    "                    while bytes move, the phase and its seconds while the daemon works\n"
     "  --help            this help\n";
 
 static const char exit_help[] =

@@ -440,18 +440,19 @@ int cmd_encode(struct global *g, int argc, char **argv) {
   qdp_client *c = NULL;
   rc = connect_client(g, "encode", &c);
   struct bar b;
-  bar_start(&b, g, "upload");
-  if (a.in.kind == QDP_INPUT_LOCAL_FILE) {
+  bar_start(&b, g, "encode");
+  if (a.in.kind == QDP_INPUT_LOCAL_FILE) { /* uploaded: a bar, then the daemon's part */
     a.in.progress = bar_cb;
     a.in.progress_arg = &b;
+    bar_wait(&b, "starting the upload", "encoding on the daemon");
+  } else {
+    bar_wait(&b, NULL, "encoding on the daemon");
   }
   struct qdp_state_info *s = NULL;
-  if (rc == EXIT_OK && qdp_encode(c, &a.eo, &a.in, &s) != QDP_OK) {
-    bar_end(&b);
-    rc = fail(g, "encode");
-  } else if (rc == EXIT_OK) {
-    bar_end(&b);
-    rc = print_new_state(g, s);
+  qdp_status st = rc == EXIT_OK ? qdp_encode(c, &a.eo, &a.in, &s) : QDP_OK;
+  bar_end(&b);
+  if (rc == EXIT_OK) {
+    rc = st != QDP_OK ? fail(g, "encode") : print_new_state(g, s);
   }
   qdp_state_info_free(s);
   qdp_client_destroy(c);

@@ -74,14 +74,16 @@ int cmd_fetch(struct global *g, int argc, char **argv) {
   bar_start(&b, g, "fetch");
   fo.progress = bar_cb;
   fo.progress_arg = &b;
-  if (rc == EXIT_OK && qdp_fetch_npy(c, r.handle, r.token, &fo, out, force) != QDP_OK) {
-    bar_end(&b);
+  bar_wait(&b, "waiting for the first bytes", "finishing the file");
+  qdp_status fetched = rc == EXIT_OK ? qdp_fetch_npy(c, r.handle, r.token, &fo, out, force)
+                                     : QDP_OK;
+  bar_end(&b);
+  if (rc == EXIT_OK && fetched != QDP_OK) {
     rc = fail(g, "fetch");
     if (qdp_last_error()->code == QDP_ERR_ALREADY_EXISTS && !qdp_last_error()->remote) {
       fprintf(stderr, "qdpctl fetch: pass --force to replace '%s'\n", out);
     }
   } else if (rc == EXIT_OK) {
-    bar_end(&b);
     struct stat st;
     uint64_t size = stat(out, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (g->json) {

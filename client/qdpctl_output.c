@@ -221,6 +221,8 @@ static double since(const struct timespec *a) {
   return (double)(now.tv_sec - a->tv_sec) + (double)(now.tv_nsec - a->tv_nsec) / 1e9;
 }
 
+static void draw_bar(struct bar *b, uint64_t done, uint64_t total, int final);
+
 int bar_cb(void *arg, uint64_t done, uint64_t total) {
   struct bar *b = arg;
   if (interrupted) {
@@ -229,12 +231,25 @@ int bar_cb(void *arg, uint64_t done, uint64_t total) {
   if (!b->on) {
     return 0;
   }
-  /* Short transfers get no bar: draw once a transfer has run for a quarter second, then at
-   * most ten times a second, and always the final state. */
-  double t = since(&b->start);
   int final = total && done >= total;
+  pthread_mutex_lock(&b->mu);
+  b->moving = !final;
+  if (final && !b->moved) {
+    b->moved = 1;
+    clock_gettime(CLOCK_MONOTONIC, &b->phase_start); /* what comes after starts now */
+  }
+  draw_bar(b, done, total, final);
+  pthread_mutex_unlock(&b->mu);
+  return 0;
+}
+
+/* The bar itself, under b->mu. Short transfers get none: it is drawn once a transfer has run for
+ * a quarter second, then at most ten times a second, and always its final state (a line of its
+ * own then, so that a waiting phase after it starts on the next). */
+static void draw_bar(struct bar *b, uint64_t done, uint64_t total, int final) {
+  double t = since(&b->start);
   if ((t < 0.25 && !b->drawn && !b->forced) || (since(&b->last) < 0.1 && !final && b->drawn)) {
-    return 0;
+    return;
   }
   clock_gettime(CLOCK_MONOTONIC, &b->last);
   const int width = 30;
@@ -246,11 +261,45 @@ int bar_cb(void *arg, uint64_t done, uint64_t total) {
   }
   bar[width] = '\0';
   double mib = (double)done / 1048576.0;
-  fprintf(stderr, "\r%s [%s] %5.1f%% %.1f/%.1f MiB %.1f MiB/s", b->label, bar, frac * 100.0, mib,
-          (double)total / 1048576.0, t > 0 ? mib / t : 0.0);
+  fprintf(stderr, "\r%s [%s] %5.1f%% %.1f/%.1f MiB %.1f MiB/s%s", b->label, bar, frac * 100.0,
+          mib, (double)total / 1048576.0, t > 0 ? mib / t : 0.0, final ? "\n" : "");
+  fflush(stderr);
+  b->drawn = !final;
+  b->phase_drawn = NULL;
+}
+
+/* The waiting line, under b->mu; padded, so that a shorter line covers the one before it
+ * without terminal codes. */
+static void draw_phase(struct bar *b, const char *phase, double seconds) {
+  fprintf(stderr, "\r%s: %s, %.1f s%-12s", b->label, phase, seconds, "");
   fflush(stderr);
   b->drawn = 1;
-  return 0;
+  b->phase_drawn = phase;
+}
+
+/* The waiting line's thread: ten times a second, while no bytes move, the phase and its
+ * seconds, once it has lasted a quarter second (at once with --progress). */
+static void *tick(void *arg) {
+  struct bar *b = arg;
+  pthread_mutex_lock(&b->mu);
+  while (!b->stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&b->cv, &b->mu, &until);
+    const char *phase = b->moved || !b->before ? b->after : b->before;
+    double t = since(b->moved ? &b->phase_start : &b->start);
+    if (b->stop || b->moving || !phase || (t < 0.25 && !b->forced)) {
+      continue;
+    }
+    draw_phase(b, phase, t);
+  }
+  pthread_mutex_unlock(&b->mu);
+  return NULL;
 }
 
 void bar_start(struct bar *b, const struct global *g, const char *label) {
@@ -259,13 +308,38 @@ void bar_start(struct bar *b, const struct global *g, const char *label) {
   b->forced = g->progress > 0;
   b->label = label;
   clock_gettime(CLOCK_MONOTONIC, &b->start);
-  b->last = b->start;
+  b->last = b->phase_start = b->start;
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+}
+
+void bar_wait(struct bar *b, const char *before, const char *after) {
+  b->before = before;
+  b->after = after;
+  b->moved = before == NULL; /* nothing will move: the call is in its last phase already */
+  if (b->on && !b->ticking) {
+    b->ticking = pthread_create(&b->ticker, NULL, tick, b) == 0;
+  }
 }
 
 void bar_end(struct bar *b) {
+  if (b->ticking) {
+    pthread_mutex_lock(&b->mu);
+    b->stop = 1;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->ticker, NULL);
+    b->ticking = 0;
+    if (b->drawn && b->phase_drawn) { /* the phase's whole time */
+      draw_phase(b, b->phase_drawn, since(b->moved ? &b->phase_start : &b->start));
+    }
+  }
   if (b->drawn) {
     fputc('\n', stderr);
+    b->drawn = 0;
   }
+  pthread_cond_destroy(&b->cv);
+  pthread_mutex_destroy(&b->mu);
 }
 
 /* ---- errors ---- */

@@ -164,6 +164,7 @@ struct job_state_info {
   const struct plan *plan;
   const char *collective;
   double encode_ms;
+  double collective_ms; /* the part of encode_ms spent between shards (0 on one device) */
   /* job_encode's other phases: reading the input in (ingest: resolving and mapping it), planning
    * and admitting, committing the new state (0 with out=). */
   double ingest_ms, plan_ms, commit_ms;
@@ -341,7 +342,7 @@ struct job_status {
   size_t nlocal;
   struct world_rank_info *rank_info; /* ranks of them */
   uint64_t used_bytes;
-  uint32_t states, regions;
+  uint32_t states, leases, regions;
   uint64_t region_bytes;
   uint32_t max_qubits;
 };

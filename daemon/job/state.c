@@ -118,6 +118,7 @@ void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
   info->plan = runtime_state_plan(st);
   info->collective = runtime_state_collective(st);
   info->encode_ms = runtime_state_encode_ms(st);
+  info->collective_ms = runtime_state_collective_ms(st);
 }
 
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
@@ -441,7 +442,7 @@ qdp_status job_status(struct job_pipeline *jp, struct job_status *st, struct qdp
   for (int i = 0; i < st->ranks; i++) {
     world_rank_info(jp->world, i, &st->rank_info[i]);
   }
-  state_store_usage(jp->store, &st->used_bytes, &st->states);
+  state_store_usage(jp->store, &st->used_bytes, &st->states, &st->leases);
   region_registry_usage(jp->regions, &st->regions, &st->region_bytes);
   st->max_qubits = (uint32_t)atomic_load(&jp->max_qubits);
   return QDP_OK;

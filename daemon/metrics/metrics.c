@@ -24,7 +24,7 @@ static const char *const source_names[METRICS_IN_COUNT] = {"values", "upload", "
 static const char *const sink_names[METRICS_OUT_COUNT] = {"state", "cuda_ipc", "fetch",
                                                           "fetch_into", "export"};
 static const char *const phase_names[METRICS_PHASE_COUNT] = {"ingest", "plan", "encode",
-                                                             "commit"};
+                                                             "collective", "commit"};
 
 /* Counts per bucket (not cumulative: one increment per observation), the last one +Inf, and the
  * sum in nanoseconds (exact, one atomic). */
@@ -298,11 +298,13 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
   }
 
   gauge(t, "qdp_states", "States resident now.", s->states);
+  gauge(t, "qdp_leases", "Zero-copy view leases open now.", s->leases);
   gauge(t, "qdp_regions", "Shared-memory regions registered now.", s->regions);
   gauge(t, "qdp_region_bytes", "Bytes of the regions registered now.", s->region_bytes);
   gauge(t, "qdp_store_budget_bytes", "Bytes all states together may hold.",
         s->store_budget_bytes);
   gauge(t, "qdp_store_used_bytes", "Bytes the resident states hold.", s->store_used_bytes);
+  gauge(t, "qdp_uploads", "Uploads (EncodeUpload) being received now.", s->uploads);
   gauge(t, "qdp_upload_bytes", "Host memory the uploads in flight hold.", s->upload_bytes);
   gauge(t, "qdp_upload_budget_bytes", "Host memory all uploads in flight may hold.",
         s->upload_budget_bytes);

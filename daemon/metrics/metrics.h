@@ -42,7 +42,8 @@ enum metrics_phase {
   METRICS_PHASE_INGEST, /* the input resolved, mapped or read in */
   METRICS_PHASE_PLAN,   /* planned, checked and admitted */
   METRICS_PHASE_ENCODE, /* the devices writing amplitudes (and amplitude's norm reduction) */
-  METRICS_PHASE_COMMIT, /* the new state filed in the store */
+  METRICS_PHASE_COLLECTIVE, /* the part of encode spent between shards (sharded states only) */
+  METRICS_PHASE_COMMIT,     /* the new state filed in the store */
   METRICS_PHASE_COUNT
 };
 
@@ -84,8 +85,8 @@ struct metrics_sample {
   const char *version, *backend, *transport; /* build info; transport: "local" or "mpi" */
   bool serving;                               /* not draining */
   double uptime_seconds;
-  uint64_t states, regions, region_bytes, store_budget_bytes, store_used_bytes;
-  uint64_t upload_bytes, upload_budget_bytes;
+  uint64_t states, leases, regions, region_bytes, store_budget_bytes, store_used_bytes;
+  uint64_t uploads, upload_bytes, upload_budget_bytes;
   const struct metrics_device *devices;
   size_t ndevices;
   const bool *rank_lost; /* nranks entries */

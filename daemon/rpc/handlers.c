@@ -382,8 +382,7 @@ static qdp_status encode_request_of(const struct rpc_call *c, const Qdp__EncodeR
 
 /* Counted in Status from here, whether it succeeds or not. */
 static void count_job(struct rpc_call *c) {
-  atomic_fetch_add(&c->srv->jobs_total, 1);
-  c->job_started = true;
+  c->job_no = atomic_fetch_add(&c->srv->jobs_total, 1) + 1;
 }
 
 /* Encodes req and answers the call; an upload (its buffer and its request, which req points
@@ -425,6 +424,9 @@ static void count_job_end(struct rpc_call *c, const struct job_encode_request *r
     metrics_phase(m, METRICS_PHASE_INGEST, st->ingest_ms / 1e3);
     metrics_phase(m, METRICS_PHASE_PLAN, st->plan_ms / 1e3);
     metrics_phase(m, METRICS_PHASE_ENCODE, st->encode_ms / 1e3);
+    if (st->collective_ms > 0) {
+      metrics_phase(m, METRICS_PHASE_COLLECTIVE, st->collective_ms / 1e3);
+    }
     if (!req->out) {
       metrics_phase(m, METRICS_PHASE_COMMIT, st->commit_ms / 1e3);
     }
@@ -452,11 +454,18 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
   }
   const struct plan *p = st.plan;
   double ms = rpc_call_seconds(c) * 1e3;
-  char qubits[16], bytes[24], total[32];
+  char job[24], qubits[16], bytes[24], total[32], phase[5][32];
+  snprintf(job, sizeof job, "%" PRIu64, c->job_no);
   snprintf(qubits, sizeof qubits, "%u", req->qubits);
   snprintf(bytes, sizeof bytes, "%" PRIu64, p->total_bytes);
   snprintf(total, sizeof total, "%.3f", ms);
+  const double phase_ms[5] = {st.ingest_ms, st.plan_ms, st.encode_ms, st.collective_ms,
+                              st.commit_ms};
+  for (int i = 0; i < 5; i++) {
+    snprintf(phase[i], sizeof phase[i], "%.3f", phase_ms[i]);
+  }
   const struct log_field f[] = {
+      {"QDP_JOB", job},
       {"QDP_METHOD", rpc_method_name(c)},
       {"QDP_STATUS", "OK"},
       {"QDP_CLIENT", c->client},
@@ -466,14 +475,20 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
       {"QDP_BYTES", bytes},
       {"QDP_POLICY", plan_policy_name(p->policy)},
       {"QDP_STATE", st.meta.handle[0] ? st.meta.handle : NULL},
-      {"QDP_MS", total}};
+      {"QDP_MS", total},
+      {"QDP_INGEST_MS", phase[0]},
+      {"QDP_PLAN_MS", phase[1]},
+      {"QDP_ENCODE_MS", phase[2]},
+      {"QDP_COLLECTIVE_MS", phase[3]},
+      {"QDP_COMMIT_MS", phase[4]}};
   log_fields(LOG_LEVEL_INFO, "rpc", NULL, f, sizeof f / sizeof f[0],
-             "%s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64
-             " B, %s, %zu shard%s): OK in %.3f ms, encode %.3f ms",
-             rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
+             "job %s: %s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64
+             " B, %s, %zu shard%s): OK in %.3f ms (ingest %s, plan %s, encode %s, collective %s, "
+             "commit %s)",
+             job, rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
              req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
              p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s",
-             ms, st.encode_ms);
+             ms, phase[0], phase[1], phase[2], phase[3], phase[4]);
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }

@@ -145,7 +145,9 @@ struct rpc_call {
   struct rpc_peer ucred; /* Unix callers */
   char owner[64];
   char client[160];
-  bool job_started; /* an Encode or EncodeUpload that got as far as its job: counted in Status */
+  /* An Encode or EncodeUpload that got as far as its job (counted in Status): the job's number
+   * in this daemon's life, from 1, as its log lines give it (QDP_JOB); 0 for other calls. */
+  uint64_t job_no;
   bool live;        /* counted in live_calls: it arrived and is not freed yet */
   uint64_t start_ms;
   uint64_t start_ns; /* uv_hrtime at arrival: the metrics' latencies */

@@ -529,13 +529,19 @@ static void log_failure(const struct rpc_call *c, const struct qdp_error *err) {
   }
   const char *status = qdp_status_name(err->code);
   status += strncmp(status, "QDP_ERR_", 8) == 0 ? 8 : 0; /* RESOURCE_EXHAUSTED, as gRPC's */
-  const struct log_field f[] = {{"QDP_METHOD", rpc_method_name(c)},
+  char job[24] = "";
+  if (c->job_no) {
+    snprintf(job, sizeof job, "%" PRIu64, c->job_no);
+  }
+  const struct log_field f[] = {{"QDP_JOB", job[0] ? job : NULL},
+                                {"QDP_METHOD", rpc_method_name(c)},
                                 {"QDP_STATUS", status},
                                 {"QDP_CLIENT", c->client},
                                 {"QDP_OWNER", c->owner[0] ? c->owner : NULL},
                                 {"QDP_FIELD", err->field[0] ? err->field : NULL}};
-  log_fields(level, "rpc", NULL, f, sizeof f / sizeof f[0], "%s from %s failed: %s: %s",
-             rpc_method_name(c), c->client, qdp_status_name(err->code), err->msg);
+  log_fields(level, "rpc", NULL, f, sizeof f / sizeof f[0], "%s%s%s%s from %s failed: %s: %s",
+             job[0] ? "job " : "", job, job[0] ? ": " : "", rpc_method_name(c), c->client,
+             qdp_status_name(err->code), err->msg);
 }
 
 void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_error *err) {
@@ -560,7 +566,7 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
     c->trailing.key = grpc_slice_from_static_string(RPC_ERROR_DETAIL_KEY);
     c->trailing.value = rpc_codec_error_detail(err);
     c->have_trailing = true;
-    if (c->job_started) {
+    if (c->job_no) {
       atomic_fetch_add(&c->srv->jobs_failed, 1);
     }
   }
@@ -922,14 +928,20 @@ static void render_metrics(void *arg, struct metrics_text *t) {
     for (int r = 0; r < st.ranks; r++) {
       lost[r] = st.rank_info[r].lost;
     }
-    uint64_t uploads = 0;
+    uint64_t uploads = 0, receiving = 0;
     job_upload_usage(s->jobs, NULL, &uploads, NULL);
+    uv_mutex_lock(&s->uploads_mu);
+    for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
+      receiving++;
+    }
+    uv_mutex_unlock(&s->uploads_mu);
     struct metrics_sample sm = {
         .version = QDP_VERSION, .backend = st.backend,
         .transport = strcmp(st.transport, "mpi") == 0 ? "mpi" : "local",
         .serving = s->started && !atomic_load(&s->shutting_down),
         .uptime_seconds = (double)(rpc_mono_ms() - s->start_mono_ms) / 1e3,
-        .states = st.states, .regions = st.regions, .region_bytes = st.region_bytes,
+        .states = st.states, .leases = st.leases, .regions = st.regions,
+        .region_bytes = st.region_bytes, .uploads = receiving,
         .store_budget_bytes = s->store_budget, .store_used_bytes = st.used_bytes,
         .upload_bytes = uploads, .upload_budget_bytes = atomic_load(&s->upload_budget),
         .devices = d, .ndevices = st.ndevices, .rank_lost = lost, .nranks = (size_t)st.ranks};

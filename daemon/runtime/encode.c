@@ -293,12 +293,14 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
   qdp_status rc = encode_first_failure(t, n, reterr);
   bool staged = st->plan.global_bits > 0 &&
                 (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z);
+  double t0 = encode_now_ms();
   if (staged && encode_spans_ranks(&st->plan)) {
     rc = encode_agree_before("the global-bit exchange", st->mesh,
                              encode_job_group(st->mesh, &st->plan), rc, reterr);
   }
   if (rc == QDP_OK && staged) {
     rc = encode_run_global_stages(st, t, n, reterr);
+    st->exchange_us = (encode_now_ms() - t0) * 1e3;
   }
   return rc;
 }
@@ -391,6 +393,10 @@ double runtime_state_encode_ms(const struct runtime_state *s) {
 
 double runtime_state_norm_us(const struct runtime_state *s) {
   return s->norm_us;
+}
+
+double runtime_state_collective_ms(const struct runtime_state *s) {
+  return (s->norm_us + s->exchange_us) / 1e3;
 }
 
 qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,

@@ -213,6 +213,9 @@ double runtime_state_encode_ms(const struct runtime_state *s);
  * or on the host (host path) to every device holding the totals; 0 otherwise. On the device path
  * it includes waiting for the slowest device's partial sums. */
 double runtime_state_norm_us(const struct runtime_state *s);
+/* Milliseconds of runtime_encode spent between shards: amplitude's norm reduction across devices
+ * (runtime_state_norm_us) or sharded iqp's global-bit stages; 0 for a state on one device. */
+double runtime_state_collective_ms(const struct runtime_state *s);
 
 /* Copies amplitudes [offset, offset + count) of the flattened [batch][2^n] array, in the state's
  * dtype, to host memory dst (count * dtype size bytes). OUT_OF_RANGE past the end. */

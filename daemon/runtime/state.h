@@ -14,6 +14,7 @@ struct runtime_state {
   const char *collective;
   double encode_ms;
   double norm_us; /* amplitude across devices: the norm's exchange and combine (wall time) */
+  double exchange_us; /* sharded iqp: the global-bit stages, their agreement across ranks too */
   uint64_t world_job; /* the coordinator's name for the state on the other ranks; 0: none */
 };
 

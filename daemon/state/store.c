@@ -85,6 +85,7 @@ struct state_store {
   uint64_t bytes;  /* committed + reserved */
   uint32_t slots;  /* committed + reserved */
   uint32_t states; /* committed and linked */
+  uint32_t leases; /* open, over every entry */
 };
 
 /* ---- hashing ----------------------------------------------------------------------------------
@@ -733,6 +734,7 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
   l->next = e->leases;
   e->leases = l;
   e->meta.leases++;
+  s->leases++;
   ht_insert(&s->by_lease, &l->node, hash_ptr((const void *)(uintptr_t)l->id));
   *ret_lease_id = l->id;
   l = NULL;
@@ -764,6 +766,7 @@ static struct entry *end_lease(struct state_store *s, struct lease *l) {
   }
   *pp = l->next;
   e->meta.leases--;
+  s->leases--;
   free(l);
   if (e->linked || e->pins || e->leases) {
     return NULL;
@@ -825,8 +828,12 @@ size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
   return ended;
 }
 
-void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states) {
+void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states,
+                       uint32_t *ret_leases) {
   pthread_mutex_lock(&s->mu);
+  if (ret_leases) {
+    *ret_leases = s->leases;
+  }
   if (ret_bytes) {
     *ret_bytes = s->bytes;
   }

@@ -141,6 +141,7 @@ qdp_status state_store_lease_close(struct state_store *s, const char *handle, co
 size_t state_store_sweep_leases(struct state_store *s, int64_t now_unix_ms);
 
 /* Bytes held (committed + reserved) and live states. */
-void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states);
+void state_store_usage(struct state_store *s, uint64_t *ret_bytes, uint32_t *ret_states,
+                       uint32_t *ret_leases);
 
 #endif /* QDP_STATE_STORE_H */

@@ -51,7 +51,7 @@ static unsigned char *kept_state(struct qdpt_ipc *d, struct job_encode_request r
 static void check_idle(struct qdpt_ipc *d, const char *what) {
   uint64_t bytes = 1;
   uint32_t states = 1;
-  state_store_usage(d->store, &bytes, &states);
+  state_store_usage(d->store, &bytes, &states, NULL);
   CHECK(bytes == 0 && states == 0, "%s: the store holds %" PRIu32 " states, %" PRIu64 " B", what,
         states, bytes);
   for (size_t i = 0; i < runtime_mesh_count(d->mesh); i++) {

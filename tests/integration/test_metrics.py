@@ -89,6 +89,27 @@ class Metrics(unittest.TestCase):
         self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
         return parse(body)
 
+    def test_a_sharded_state_counts_its_collective_phase(self):
+        """Amplitude over 4 devices reduces its norm across them, iqp over 4 runs its global-bit
+        stages: each job observes a collective phase; a state on one device does not."""
+        before, typed = self.scrape()
+        made = [self.c.encode("amplitude", 6, values=np.arange(1.0, 65.0), policy="even"),
+                self.c.encode("iqp", 6, values=np.full(21, 0.2), policy="even"),
+                self.c.encode("amplitude", 6, values=np.arange(1.0, 65.0), policy="single")]
+        self.assertEqual([len(s.shards) for s in made], [4, 4, 1])
+        after, _ = self.scrape()
+        moved = {k: val(after, "qdp_job_phase_seconds_" + k, phase="collective")
+                 - val(before, "qdp_job_phase_seconds_" + k, phase="collective")
+                 for k in ("count", "sum")}
+        self.assertEqual(moved["count"], 2)
+        self.assertGreater(moved["sum"], 0)
+        # Nothing here holds a view or an upload.
+        for gauge in ("qdp_leases", "qdp_uploads"):
+            self.assertEqual(typed[gauge], "gauge")
+            self.assertEqual(val(after, gauge), 0, gauge)
+        for s in made:
+            self.c.release(s)
+
     def test_jobs_move_the_counters_by_what_they_did(self):
         before, typed = self.scrape()
         self.assertEqual(typed["qdp_jobs_total"], "counter")
@@ -123,6 +144,7 @@ class Metrics(unittest.TestCase):
         self.assertEqual(les[-1], (float("inf"),
                                    val(after, "qdp_job_duration_seconds_count",
                                        encoding="angle")))
+        self.assertEqual(moved("qdp_job_phase_seconds_count", phase="collective"), 0)  # 1 device
         self.assertEqual(val(after, "qdp_states"), self.c.status().states)
         for s in states:
             self.c.release(s)

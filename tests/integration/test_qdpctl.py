@@ -50,6 +50,33 @@ class Qdpctl(unittest.TestCase):
         self.assertTrue(p.stderr.strip(), "no message on stderr")
         return json.loads(p.stdout)["error"] if p.stdout.strip() else None
 
+    # ---- progress ----
+
+    def test_progress_names_the_phase_the_call_waits_in(self):
+        """With --progress, an encode whose bytes never move here says it waits for the daemon
+        and counts the seconds (a 23-qubit iqp state: 0.3 s on a 2-core VM, where the line is
+        drawn every 0.1 s); an upload's bar reaches 100% before that line; both end their
+        line."""
+        values = ",".join(["0.1"] * (23 + 23 * 22 // 2))
+        p = self.ok("--progress", "encode", "--encoding", "iqp", "--qubits", "23", "--values",
+                    values)
+        lines = p.stderr.replace("\r", "\n").split("\n")
+        waits = [ln.strip() for ln in lines if ln.startswith("encode: encoding on the daemon, ")]
+        self.assertTrue(waits, p.stderr)
+        seconds = [float(w.rsplit(", ", 1)[1].split()[0]) for w in waits]
+        self.assertEqual(seconds, sorted(seconds))  # counted up, the last the phase's whole
+        self.assertTrue(p.stderr.endswith("\n"), repr(p.stderr[-80:]))
+        ref = p.stdout.split()[1]
+        self.ok("rm", ref)
+        path = os.path.join(self.dir, "wait.npy")
+        np.save(path, self.rng.uniform(0.1, 1, size=1 << 22))
+        p = self.ok("--progress", "encode", "--encoding", "amplitude", "--qubits", "22",
+                    "--input", path, "--chunk-bytes", "1048576")
+        self.assertIn("100.0%", p.stderr)
+        phase = p.stderr.find("encode: encoding on the daemon, ")
+        self.assertTrue(phase < 0 or phase > p.stderr.find("100.0%"), p.stderr)
+        self.ok("rm", p.stdout.split()[1])
+
     # ---- sizes ----
 
     def test_sizes_print_for_people_and_as_bytes_with_bytes(self):

@@ -178,7 +178,7 @@ static void check_job(void *arg, qdp_status rc) {
   qdpt_assert_mesh_idle(j->mesh, name);
   uint64_t bytes = 1;
   uint32_t states = 1;
-  state_store_usage(j->store, &bytes, &states);
+  state_store_usage(j->store, &bytes, &states, NULL);
   ck_assert_msg(bytes == 0 && states == 0, "%s: the store still holds %llu B in %u states", name,
                 (unsigned long long)bytes, states);
   if (rc == QDP_OK && j->expected) {

@@ -72,7 +72,7 @@ static struct job_encode_request amplitude_of(const double *v, size_t n, uint32_
 static void assert_store_empty(void) {
   uint64_t bytes = 1;
   uint32_t states = 1;
-  state_store_usage(fx.store, &bytes, &states);
+  state_store_usage(fx.store, &bytes, &states, NULL);
   ck_assert_uint_eq(bytes, 0);
   ck_assert_uint_eq(states, 0);
 }

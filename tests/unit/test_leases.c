@@ -70,10 +70,11 @@ START_TEST(test_release_with_open_lease_defers_the_free) {
   ck_assert_int_eq(state_store_get(s, h, t, &got, NULL, &e), QDP_ERR_NOT_FOUND);
   ck_assert_int_eq(state_store_release(s, h, t, NULL, &e), QDP_ERR_NOT_FOUND);
   uint64_t bytes = 1;
-  uint32_t states = 1;
-  state_store_usage(s, &bytes, &states);
+  uint32_t states = 1, open = 0;
+  state_store_usage(s, &bytes, &states, &open);
   ck_assert_uint_eq(bytes, 0);
   ck_assert_uint_eq(states, 0);
+  ck_assert_uint_eq(open, 1); /* the view's lease outlives the release */
   /* Wrong token, wrong handle, wrong lease: refused alike, nothing freed. */
   char bad[STATE_TOKEN_LEN];
   memcpy(bad, t, sizeof bad);
@@ -87,6 +88,8 @@ START_TEST(test_release_with_open_lease_defers_the_free) {
   ck_assert_int_eq(state_store_lease_close(s, h, t, id, &freed, &e), QDP_OK);
   ck_assert_int_eq(p.destroyed, 1);
   ck_assert_uint_eq(freed, 4096);
+  state_store_usage(s, NULL, NULL, &open);
+  ck_assert_uint_eq(open, 0);
   ck_assert_int_eq(state_store_lease_close(s, h, t, id, &freed, &e), QDP_ERR_NOT_FOUND);
   state_store_destroy(s);
   ck_assert_int_eq(p.destroyed, 1);
@@ -101,6 +104,9 @@ START_TEST(test_close_on_a_live_state_frees_nothing) {
   uint64_t a = lease(s, h, t, getpid()), b = lease(s, h, t, 0);
   ck_assert_uint_ne(a, b);
   ck_assert_uint_eq(leases_of(s, h, t), 2);
+  uint32_t open = 0;
+  state_store_usage(s, NULL, NULL, &open);
+  ck_assert_uint_eq(open, 2); /* the store's count of every entry's leases */
   uint64_t freed = 99;
   ck_assert_int_eq(state_store_lease_close(s, h, t, a, &freed, NULL), QDP_OK);
   ck_assert_uint_eq(freed, 0);

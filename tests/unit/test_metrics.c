@@ -115,6 +115,7 @@ START_TEST(observations_land_in_their_codes_and_cumulative_buckets) {
   ck_line(t, "qdp_job_phase_seconds_bucket{phase=\"commit\",le=\"0.05\"} 2");
   ck_line(t, "qdp_job_phase_seconds_count{phase=\"commit\"} 2");
   ck_line(t, "qdp_job_phase_seconds_count{phase=\"ingest\"} 0");
+  ck_line(t, "qdp_job_phase_seconds_count{phase=\"collective\"} 0");
   ck_line(t, "qdp_output_bytes_total{sink=\"state\"} 1048576");
   free(t);
   metrics_destroy(m);
@@ -131,7 +132,9 @@ START_TEST(samples_render_with_their_labels_escaped) {
   struct metrics_sample s = empty;
   s.serving = false;
   s.states = 4096;
+  s.leases = 7;
   s.regions = 3;
+  s.uploads = 2;
   s.store_budget_bytes = 1 << 30;
   s.devices = d;
   s.ndevices = 2;
@@ -140,7 +143,9 @@ START_TEST(samples_render_with_their_labels_escaped) {
   char *t = render(m, &s);
   ck_line(t, "qdp_up 0");
   ck_line(t, "qdp_states 4096");
+  ck_line(t, "qdp_leases 7");
   ck_line(t, "qdp_regions 3");
+  ck_line(t, "qdp_uploads 2");
   ck_line(t, "qdp_store_budget_bytes 1073741824");
   ck_line(t, "qdp_device_memory_budget_bytes{device=\"cuda:0\",rank=\"0\"} 90");
   ck_line(t, "qdp_device_memory_free_bytes{device=\"cuda:0\",rank=\"0\"} 80");

@@ -64,13 +64,13 @@ static void add_state(struct state_store *s, const char *owner, uint64_t bytes, 
 
 static uint64_t usage_bytes(struct state_store *s) {
   uint64_t b = 0;
-  state_store_usage(s, &b, NULL);
+  state_store_usage(s, &b, NULL, NULL);
   return b;
 }
 
 static uint32_t usage_states(struct state_store *s) {
   uint32_t n = 0;
-  state_store_usage(s, NULL, &n);
+  state_store_usage(s, NULL, &n, NULL);
   return n;
 }
 

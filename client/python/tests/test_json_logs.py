@@ -32,3 +32,14 @@ def test_every_line_is_a_json_object() -> None:
     assert "rpc" in subsystems and "main" in subsystems
     assert any("Encode" in r["msg"] and r["level"] in ("info", "notice", "warning")
                for r in records if r.get("subsys") == "rpc")
+    # One line per finished job: its number, what it made and its phases; the refusal's too.
+    done = [r for r in records if r.get("status") == "OK" and r.get("encoding")]
+    assert len(done) == 1, done
+    r = done[0]
+    assert (r["encoding"], r["qubits"], r["bytes"], r["policy"]) == ("amplitude", "2", "64",
+                                                                      "single"), r
+    for phase in ("ingest", "plan", "encode", "collective", "commit"):
+        assert float(r[phase + "_ms"]) >= 0, (phase, r)
+    assert float(r["collective_ms"]) == 0  # one device
+    refused = [x for x in records if x.get("status") == "INVALID_ARGUMENT"]
+    assert len(refused) == 1 and int(refused[0]["job"]) == int(r["job"]) + 1, refused
