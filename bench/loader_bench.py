@@ -43,7 +43,6 @@ import argparse
 import gc
 import os
 import pathlib
-import socket
 import sys
 import tempfile
 import time
@@ -60,7 +59,7 @@ import qdp.readers  # noqa: E402
 import qdp.torch as qt  # noqa: E402
 import torch  # noqa: E402
 
-from python_bench import Daemon, brief, say  # noqa: E402
+from python_bench import Daemon, brief, free_port, phase_sums, say  # noqa: E402
 
 
 def status_gib(key: str) -> float:
@@ -407,19 +406,7 @@ class Bench:
                     vectors_per_s=best, consumer_waiting_fraction=share)
 
     def phases(self) -> Dict[str, Tuple[float, float]]:
-        """The daemon's qdp_job_phase_seconds sums and counts by phase, from its /metrics."""
-        import urllib.request
-
-        got: Dict[str, List[float]] = {}
-        if not self.args.metrics:
-            return {}
-        text = urllib.request.urlopen(f"http://{self.args.metrics}/metrics", timeout=10).read()
-        for line in text.decode().splitlines():
-            for end, at in (("_sum{", 0), ("_count{", 1)):
-                if line.startswith("qdp_job_phase_seconds" + end):
-                    phase = line.split('phase="', 1)[1].split('"', 1)[0]
-                    got.setdefault(phase, [0.0, 0.0])[at] += float(line.rsplit(" ", 1)[1])
-        return {k: (v[0], v[1]) for k, v in got.items()}
+        return phase_sums(self.args.metrics) if self.args.metrics else {}
 
     # ---- (d) ----
 
@@ -483,9 +470,7 @@ def main() -> int:
     extra: List[str] = []
     args.metrics = ""
     if "e" in args.only:  # part e reads the daemon's phases from its metrics
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            args.metrics = f"127.0.0.1:{s.getsockname()[1]}"
+        args.metrics = free_port()
         extra = ["--metrics_listen", args.metrics]
     daemon = Daemon(pathlib.Path(args.build).resolve(), args.devices, extra)
     rc = 0

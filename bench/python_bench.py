@@ -98,6 +98,29 @@ def repeat(fn: Callable[[], Any], n: int, warm: int = 1,
     return out
 
 
+def free_port() -> str:
+    """127.0.0.1:PORT with a port free now, for a daemon's metrics_listen."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def phase_sums(addr: str) -> Dict[str, Tuple[float, float]]:
+    """A daemon's qdp_job_phase_seconds sum and count by phase, from its /metrics at addr."""
+    import urllib.request
+
+    got: Dict[str, List[float]] = {}
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read()
+    for line in text.decode().splitlines():
+        for end, at in (("_sum{", 0), ("_count{", 1)):
+            if line.startswith("qdp_job_phase_seconds" + end):
+                phase = line.split('phase="', 1)[1].split('"', 1)[0]
+                got.setdefault(phase, [0.0, 0.0])[at] += float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in got.items()}
+
+
 class Daemon:
     """qdpd of the build folder on a socket in a fresh folder."""
 

@@ -85,6 +85,19 @@ void qdpk_cpu_basis(const struct qdpk_span *s, const void *x, qdp_dtype in, uint
 void qdpk_cpu_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                          int pairs, void *out);
 
+/* IQP whole, the path a state takes on the CPU backend: psi over the span, with the top
+ * K = min(n, QDPK_IQP_TOP_BITS) bits of the transform taken in registers per low index before the
+ * low bits' stages (iqp_top.c gives the order). The span is a power-of-two range aligned to its
+ * size (QDPK_IQP_BAD_SPAN otherwise): whole blocks of 2^(n-K), done here, or a part of one, whose
+ * remaining low bits above log2(count) are the exchange stages (qdpk_cpu_butterfly, ascending).
+ * Bit-identical however the state is split. 0, or QDPK_IQP_NO_MEMORY when its scratch (about
+ * 80 KiB) cannot be allocated. */
+#define QDPK_IQP_TOP_BITS 3u
+#define QDPK_IQP_BAD_SPAN (-1)
+#define QDPK_IQP_NO_MEMORY (-2)
+int qdpk_cpu_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                 int pairs, void *out);
+
 /* In place over each of `rows` rows of `count` (a power of two) complex values of type `out`:
  * the unnormalized Walsh-Hadamard transform over the low log2(count) bits, ascending bit order. */
 void qdpk_cpu_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows);

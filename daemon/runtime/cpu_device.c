@@ -3,6 +3,7 @@
  * Memory is plain host memory, so amp_load needs no copy and a butterfly between two cpu devices
  * works on both buffers in place. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,10 +104,19 @@ static qdp_status cpu_encode(struct runtime_device *d, struct runtime_shard_work
     return QDP_OK;
   case QDP_ENCODING_IQP:
   case QDP_ENCODING_IQP_Z:
-    qdpk_cpu_iqp_phases(&s, w->x, w->in, w->in_stride, w->plan->encoding == QDP_ENCODING_IQP,
-                        w->out);
-    qdpk_cpu_wht(w->out, w->plan->out_dtype, w->shard->count, w->shard->rows);
-    return QDP_OK;
+    switch (qdpk_cpu_iqp(&s, w->x, w->in, w->in_stride, w->plan->encoding == QDP_ENCODING_IQP,
+                         w->out)) {
+    case 0:
+      return QDP_OK;
+    case QDPK_IQP_NO_MEMORY:
+      return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
+                              "%s: no host memory for the iqp kernel's scratch", d->info.name);
+    default:
+      return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                              "%s: iqp shard [%" PRIu64 ", +%" PRIu64
+                              ") is not a power-of-two range aligned to its size",
+                              d->info.name, s.first, s.count);
+    }
   default:
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
                             "%s: encoding %d has no direct kernel", d->info.name,
@@ -170,6 +180,7 @@ static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t ds
 
 static const struct runtime_device_ops cpu_ops = {
     .backend = "cpu",
+    .iqp_top_bits = QDPK_IQP_TOP_BITS,
     .query = cpu_query,
     .alloc = cpu_alloc,
     .free = cpu_free,

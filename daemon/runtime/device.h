@@ -95,9 +95,14 @@ struct runtime_device_ops {
    * (within its bounds). */
   qdp_status (*amp_combine)(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
                             uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
-  /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform. */
+  /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform,
+   * and the transform over the state's top min(n, iqp_top_bits) bits too. */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);
+  /* The top bits of an iqp state that encode transforms on every shard with no exchange
+   * (QDPK_IQP_TOP_BITS on the CPU, 0 where the backend has no such kernel): the global-bit stages
+   * run only over the global bits below them. */
+  uint32_t iqp_top_bits;
   /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b).
    * *ret_how names the path the data took: "local" (one memory or one device), "peer" (a kernel
    * reading the partner's memory over a peer link), "nccl" (swapped over NCCL), "copy" (copied

@@ -291,15 +291,20 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
   }
   runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_encode);
   qdp_status rc = encode_first_failure(t, n, reterr);
-  bool staged = st->plan.global_bits > 0 &&
-                (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z);
+  uint32_t stages = 0;
+  if (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z) {
+    /* The devices' encode took the state's top bits; the global bits below them exchange. */
+    uint32_t g = st->plan.global_bits, top = n ? t[0].dev->ops->iqp_top_bits : 0;
+    top = top < st->plan.qubits ? top : st->plan.qubits;
+    stages = g > top ? g - top : 0;
+  }
   double t0 = encode_now_ms();
-  if (staged && encode_spans_ranks(&st->plan)) {
+  if (stages && encode_spans_ranks(&st->plan)) {
     rc = encode_agree_before("the global-bit exchange", st->mesh,
                              encode_job_group(st->mesh, &st->plan), rc, reterr);
   }
-  if (rc == QDP_OK && staged) {
-    rc = encode_run_global_stages(st, t, n, reterr);
+  if (rc == QDP_OK && stages) {
+    rc = encode_run_global_stages(st, t, n, stages, reterr);
     st->exchange_us = (encode_now_ms() - t0) * 1e3;
   }
   return rc;

@@ -132,8 +132,9 @@ qdp_status encode_device_norms(struct runtime_state *st, struct shard_task *t, s
                                const struct runtime_input *in, struct device_comm *c, double *sumsq,
                                struct qdp_error *reterr);
 
-/* The global-bit stages (encode_stages.c). */
+/* The global-bit stages (encode_stages.c): the `stages` lowest global bits, ascending (those above
+ * them, the state's top bits, the shards' encode transformed with no exchange). */
 qdp_status encode_run_global_stages(struct runtime_state *st, struct shard_task *t, size_t n,
-                                    struct qdp_error *reterr);
+                                    uint32_t stages, struct qdp_error *reterr);
 
 #endif /* QDP_RUNTIME_ENCODE_H */

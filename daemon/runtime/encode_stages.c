@@ -34,12 +34,13 @@ out:
 }
 
 /* The global-bit stages of the Walsh-Hadamard transform of a sharded iqp state: for each global
- * bit, ascending, every shard pair differing in that bit exchanges and combines. Shards of an even
+ * bit below the top ones, ascending, every shard pair differing in that bit exchanges and
+ * combines. Shards of an even
  * plan are in index order, so shard i holds global index bits i. Pairs on this rank run
  * concurrently; pairs split with another rank run one after another in shard order, the same
  * order on every rank, so two ranks always meet at their lowest pending pair. */
 qdp_status encode_run_global_stages(struct runtime_state *st, struct shard_task *t, size_t n,
-                                    struct qdp_error *reterr) {
+                                    uint32_t stages, struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
   size_t npairs = p->nshards / 2;
   struct device_comm *group = encode_spans_ranks(p) ? encode_job_group(st->mesh, p) : NULL;
@@ -54,7 +55,7 @@ qdp_status encode_run_global_stages(struct runtime_state *st, struct shard_task 
   for (size_t i = 0; i < n; i++) {
     local[t[i].index] = &t[i];
   }
-  for (uint32_t bit = 0; bit < p->global_bits; bit++) {
+  for (uint32_t bit = 0; bit < stages; bit++) {
     size_t k = 0, stride = (size_t)1 << bit;
     for (size_t i = 0; i < p->nshards; i++) {
       if (!(i & stride) && local[i] && local[i | stride]) {

@@ -197,7 +197,8 @@ qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
 void runtime_state_destroy(struct runtime_state *s);
 
 const struct plan *runtime_state_plan(const struct runtime_state *s);
-/* How shards exchanged: "none" (nothing to exchange); for the amplitude norm "host" (partials
+/* How shards exchanged: "none" (nothing to exchange: one shard, a batch split by sample, or iqp
+ * whose global bits are all among the top ones its devices transform alone); for the amplitude norm "host" (partials
  * combined on the host in the fixed order), "mpi" (the same, gathered from the other ranks over
  * MPI) or "nccl" (partials all-gathered over NCCL, across ranks too, and combined on every device
  * in the same fixed order); for iqp's global-bit stages the path the shards took (between ranks:

@@ -933,9 +933,16 @@ END_TEST
 
 /* ---- iqp ---------------------------------------------------------------------------------- */
 
-/* The whole encoding over one span: phases, then the transform over all n bits. */
+/* The whole encoding over one span, as the CPU backend runs it (qdpk_cpu_iqp). */
 static void encode_iqp(const void *x, qdp_dtype in, uint64_t stride, uint32_t n, uint64_t rows,
                        int pairs, qdp_dtype out, void *o) {
+  struct qdpk_span s = span_of(n, 0, UINT64_C(1) << n, rows, out);
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, x, in, stride, pairs, o), 0);
+}
+
+/* The reference path: the phases, then the transform over all n bits in ascending order. */
+static void encode_iqp_phases_then_wht(const void *x, qdp_dtype in, uint64_t stride, uint32_t n,
+                                       uint64_t rows, int pairs, qdp_dtype out, void *o) {
   struct qdpk_span s = span_of(n, 0, UINT64_C(1) << n, rows, out);
   qdpk_cpu_iqp_phases(&s, x, in, stride, pairs, o);
   qdpk_cpu_wht(o, out, UINT64_C(1) << n, rows);
@@ -1062,10 +1069,11 @@ START_TEST(test_iqp_matches_direct_sum) {
 }
 END_TEST
 
-/* 2^g shards: phases per span, the transform over the local bits per span, then one butterfly
- * stage per global bit in ascending order between the span pairs that differ in that bit. */
-START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
-  uint32_t n = 11;
+/* 2^g shards, g = 0..5: qdpk_cpu_iqp per span (the top 3 bits with no exchange), then one
+ * butterfly stage per global bit below those, ascending, between the span pairs that differ in
+ * it (g = 4, 5), as the executor runs them: every shard has the bits of the whole state. */
+START_TEST(test_iqp_sharded_bit_identical_exchanging_only_below_the_top_bits) {
+  uint32_t n = 14;
   uint64_t rows = 2, count = UINT64_C(1) << n;
   uint64_t stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
   double *v = qdpt_xmalloc(rows * stride * sizeof(double));
@@ -1081,16 +1089,16 @@ START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
         size_t cs = cplx_size(out);
         char *whole = qdpt_xmalloc(rows * count * cs);
         encode_iqp(x, IN_TYPES[io], stride, n, rows, pairs, out, whole);
-        for (uint32_t g = 0; g <= 3; g++) {
+        for (uint32_t g = 0; g <= 5; g++) {
           uint64_t parts = UINT64_C(1) << g, sub = count >> g;
-          char *shard[8];
+          uint32_t stages = g > QDPK_IQP_TOP_BITS ? g - QDPK_IQP_TOP_BITS : 0;
+          char *shard[32];
           for (uint64_t p = 0; p < parts; p++) {
             shard[p] = qdpt_xmalloc(rows * sub * cs);
             struct qdpk_span s = span_of(n, p * sub, sub, rows, out);
-            qdpk_cpu_iqp_phases(&s, x, IN_TYPES[io], stride, pairs, shard[p]);
-            qdpk_cpu_wht(shard[p], out, sub, rows);
+            ck_assert_int_eq(qdpk_cpu_iqp(&s, x, IN_TYPES[io], stride, pairs, shard[p]), 0);
           }
-          for (uint32_t bit = 0; bit < g; bit++) {
+          for (uint32_t bit = 0; bit < stages; bit++) {
             for (uint64_t p = 0; p < parts; p++) {
               if (p & (UINT64_C(1) << bit)) {
                 continue;
@@ -1115,6 +1123,54 @@ START_TEST(test_iqp_sharded_wht_and_butterfly_bit_identical) {
     }
   }
   free(v);
+}
+END_TEST
+
+/* Past the sizes the direct sum reaches: the whole path against the reference path (phases, then
+ * the transform in ascending bit order; itself checked against the direct sum above), within
+ * rounding, at qubit counts where the low index runs through several of qdpk_cpu_iqp's chunks
+ * of 2^13 and the phase kernel's tables of 2^10. */
+START_TEST(test_iqp_whole_matches_the_reference_path) {
+  static const uint32_t qubits[] = {11, 17};
+  for (size_t qi = 0; qi < 2; qi++) {
+    uint32_t n = qubits[qi];
+    uint64_t count = UINT64_C(1) << n, stride = qdp_values_per_sample(QDP_ENCODING_IQP, n);
+    double *v = qdpt_xmalloc(stride * sizeof(double));
+    qdpt_rng_seed(60 + n);
+    for (uint64_t i = 0; i < stride; i++) {
+      v[i] = qdpt_rng_uniform(-1, 1);
+    }
+    long double *re = qdpt_xmalloc(count * sizeof *re), *im = qdpt_xmalloc(count * sizeof *im);
+    for (int pairs = 0; pairs <= 1; pairs++) {
+      double *ref = qdpt_xmalloc(count * 2 * sizeof(double));
+      encode_iqp_phases_then_wht(v, QDP_DTYPE_FLOAT64, stride, n, 1, pairs, QDP_DTYPE_COMPLEX128,
+                                 ref);
+      for (uint64_t i = 0; i < count; i++) {
+        re[i] = ref[2 * i];
+        im[i] = ref[2 * i + 1];
+      }
+      for (int oo = 0; oo < 2; oo++) {
+        char *o = qdpt_xmalloc(count * cplx_size(OUT_TYPES[oo]));
+        encode_iqp(v, QDP_DTYPE_FLOAT64, stride, n, 1, pairs, OUT_TYPES[oo], o);
+        assert_state_close(o, OUT_TYPES[oo], re, im, count, pairs ? "iqp" : "iqp-z");
+        assert_rows_normalized(o, OUT_TYPES[oo], count, 1);
+        free(o);
+      }
+      free(ref);
+    }
+    free(re);
+    free(im);
+    free(v);
+  }
+}
+END_TEST
+
+START_TEST(test_iqp_whole_refuses_a_span_it_cannot_take) {
+  double v[6] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, o[2 * 8];
+  struct qdpk_span s = span_of(3, 1, 3, 1, QDP_DTYPE_COMPLEX128); /* not a power of two */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 6, 1, o), QDPK_IQP_BAD_SPAN);
+  s = span_of(3, 2, 4, 1, QDP_DTYPE_COMPLEX128); /* not aligned to its size */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 6, 1, o), QDPK_IQP_BAD_SPAN);
 }
 END_TEST
 
@@ -1604,7 +1660,9 @@ static Suite *kernels_cpu_suite(void) {
   tcase_add_test(tc, test_iqp_pair_coefficients_in_pair_order);
   tcase_add_test(tc, test_iqp_matches_direct_sum);
   tcase_add_test(tc, test_iqp_phases_match_theta_definition);
-  tcase_add_test(tc, test_iqp_sharded_wht_and_butterfly_bit_identical);
+  tcase_add_test(tc, test_iqp_sharded_bit_identical_exchanging_only_below_the_top_bits);
+  tcase_add_test(tc, test_iqp_whole_matches_the_reference_path);
+  tcase_add_test(tc, test_iqp_whole_refuses_a_span_it_cannot_take);
   tcase_add_test(tc, test_iqp_phases_uneven_spans_bit_identical);
   suite_add_tcase(s, tc);
 

@@ -242,12 +242,13 @@ START_TEST(test_amplitude_fallback_in_one_row_keeps_the_batch_bits) {
 }
 END_TEST
 
-/* One encoding on one device, then over 2, 4 and 8 even shards, 2, 3 and 6 uneven ones and 4 by
- * capacity: the same bits. The values are random in [-2, 2), times `scale` (amplitude: a scale
+/* One encoding on one device, then over 2, 4, 8, 16 and 32 even shards, 2, 3 and 6 uneven ones and
+ * 4 by capacity: the same bits (iqp over 16 and 32: one and two exchange stages below the top
+ * bits its shards transform themselves). The values are random in [-2, 2), times `scale` (amplitude: a scale
  * whose squares under- or overflow sends every sharding through the norm's fallback). */
 static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64_t cols,
                                             qdp_dtype in, qdp_dtype out, double scale) {
-  struct runtime_mesh *m = qdpt_mesh("cpu:8", GIB, 0);
+  struct runtime_mesh *m = qdpt_mesh("cpu:32", GIB, 0);
   double *x64 = random_values(cols, 7 + (unsigned)enc);
   float *x32 = malloc(cols * sizeof *x32);
   for (uint64_t i = 0; i < cols; i++) {
@@ -274,8 +275,9 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
   struct {
     size_t ndev;
     enum plan_policy policy;
-  } cases[] = {{2, PLAN_EVEN},   {4, PLAN_EVEN},   {8, PLAN_EVEN},    {3, PLAN_UNEVEN},
-               {6, PLAN_UNEVEN}, {2, PLAN_UNEVEN}, {4, PLAN_CAPACITY}};
+  } cases[] = {{2, PLAN_EVEN},   {4, PLAN_EVEN},   {8, PLAN_EVEN},    {16, PLAN_EVEN},
+               {32, PLAN_EVEN},  {3, PLAN_UNEVEN}, {6, PLAN_UNEVEN},  {2, PLAN_UNEVEN},
+               {4, PLAN_CAPACITY}};
   int iqp = enc == QDP_ENCODING_IQP || enc == QDP_ENCODING_IQP_Z;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     if (iqp && (cases[c].ndev & (cases[c].ndev - 1)) != 0) {
@@ -736,7 +738,7 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
                                              enum plan_policy policy, qdp_encoding enc, uint32_t n,
                                              uint64_t batch, uint64_t cols, qdp_dtype in,
                                              qdp_dtype out, double scale) {
-  struct runtime_mesh *meshes[8];
+  struct runtime_mesh *meshes[16];
   char spec[16];
   snprintf(spec, sizeof spec, "cpu:%zu", per_rank);
   for (int r = 0; r < ranks; r++) {
@@ -837,9 +839,17 @@ START_TEST(test_amplitude_fallback_over_ranks_gives_one_device_bits) {
 END_TEST
 
 START_TEST(test_iqp_over_ranks_gives_one_device_bits) {
-  /* 8 shards on 4 ranks: global bit 0 pairs shards of one rank, bits 1 and 2 pair ranks. */
+  /* 8 shards on 4 ranks: the top 3 bits, each shard alone, no exchange. */
   check_ranks_give_one_device_bits(4, 2, 8, PLAN_EVEN, QDP_ENCODING_IQP, 7, 1, 7 + 21,
                                    QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
+  /* 32 shards on 8 ranks of 4: global bits 0 and 1, below the top 3, pair shards of one rank.
+   * 16 on 16 ranks of 1: bit 0 pairs ranks, which exchange through the world. */
+  check_ranks_give_one_device_bits(8, 4, 32, PLAN_EVEN, QDP_ENCODING_IQP, 8, 1, 8 + 28,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
+  check_ranks_give_one_device_bits(16, 1, 16, PLAN_EVEN, QDP_ENCODING_IQP, 8, 1, 8 + 28,
+                                   QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
+  check_ranks_give_one_device_bits(16, 1, 16, PLAN_EVEN, QDP_ENCODING_IQP_Z, 8, 1, 8,
+                                   QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
   check_ranks_give_one_device_bits(2, 1, 2, PLAN_EVEN, QDP_ENCODING_IQP, 6, 1, 6 + 15,
                                    QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
   check_ranks_give_one_device_bits(2, 2, 4, PLAN_EVEN, QDP_ENCODING_IQP_Z, 8, 1, 8,

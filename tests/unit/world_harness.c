@@ -5,7 +5,7 @@
 
 #include "world_harness.h"
 
-#define HARNESS_MAX_RANKS 8
+#define HARNESS_MAX_RANKS 16
 
 struct shared {
   int ranks;

@@ -89,6 +89,12 @@ class StateInfo:
         When its TTL ends (0: never).
     leases : int
         Open view leases.
+    collective : str
+        What its shards exchanged while it was encoded: "none" (nothing), "host", "mpi" or
+        "nccl" for amplitude's norm, "local", "peer", "nccl", "copy" or "mpi" for iqp's
+        global-bit stages ("" from a daemon that does not say).
+    encode_ms : float
+        Milliseconds its encode took on the devices.
     """
 
     handle: str
@@ -103,6 +109,8 @@ class StateInfo:
     owner: str = ""
     expires_unix_ms: int = 0
     leases: int = 0
+    collective: str = ""
+    encode_ms: float = 0.0
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -111,7 +119,7 @@ class StateInfo:
         return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
-                   m.expires_unix_ms, m.leases, m)
+                   m.expires_unix_ms, m.leases, m.collective, m.encode_ms, m)
 
 
 @dataclass(frozen=True)

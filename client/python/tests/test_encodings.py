@@ -89,6 +89,21 @@ def test_sharded_over_two_devices(client: qdp.Client, policy: str, rows: int) ->
         ref.close(s.numpy(), want, "complex128")
 
 
+def test_info_says_what_the_shards_exchanged(client: qdp.Client) -> None:
+    """Amplitude over two CPU devices reduces its norm on the host; iqp over two transforms its
+    top bits on each shard and exchanges nothing; one device has nothing to exchange."""
+    iqp = np.random.default_rng(12).uniform(-1, 1, size=6 + 15)
+    cases = [(np.arange(1.0, 65.0), "amplitude", "even", "host"),
+             (iqp, "iqp", "even", "none"), (iqp, "iqp", "single", "none")]
+    for x, encoding, policy, want in cases:
+        with client.encode(x, encoding, 6, policy=policy) as s:
+            info = s.info
+            assert (len(info.shards), info.collective) == (2 if policy == "even" else 1, want)
+            assert info.encode_ms > 0
+            if encoding == "iqp":
+                ref.close(s.numpy(), ref.iqp(x, 6), "complex128")
+
+
 def test_devices_and_ttl(client: qdp.Client) -> None:
     with client.encode([0.3, 0.4], "phase", 2, devices=["cpu:1"], ttl=60, label="t") as s:
         info = s.info
