@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare two benchmark result folders figure by figure.
 
-Usage: bench/regress.py OLD_DIR NEW_DIR [--band PCT] [--only SUBSTRING ...]
+Usage: bench/regress.py OLD_DIR NEW_DIR [--band PCT] [--only SUBSTRING ...] [--common]
 
 Every line of the form ``bench key=value ...`` or ``mesh_bench NAME key=value ...`` in any ``*.txt``
 under a folder is a figure. Its identity is the line's parameters (op, dtype, n, batch, clients,
@@ -12,8 +12,9 @@ best, and the spread of its repeats (worst / best - 1) is that folder's noise fo
 
 A figure is worse when NEW is slower than OLD by more than its band: the larger of --band (default
 2 %) and the noise measured in either folder. The exit status is 1 when any figure is worse or
-missing from NEW, else 0; a table of every figure, its ratio (above 1: NEW is faster) and its
-verdict is printed first.
+missing from NEW (with --common, figures of only one folder are listed and pass: a run of some
+steps against a baseline of all of them), else 0; a table of every figure, its ratio (above 1: NEW
+is faster) and its verdict is printed first.
 """
 import argparse
 import pathlib
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("new")
     ap.add_argument("--band", type=float, default=2.0, help="least noise band, percent (2)")
     ap.add_argument("--only", nargs="*", default=[], help="compare figures containing these only")
+    ap.add_argument("--common", action="store_true",
+                    help="a figure missing from NEW passes (compare those of both folders)")
     args = ap.parse_args()
     old, new = load(args.old, args.only), load(args.new, args.only)
     if not old:
@@ -92,9 +95,9 @@ def main():
     print(f"{'figure':<78} {'metric':>13} {'old':>11} {'new':>11} {'ratio':>7} {'band':>6}  verdict")
     for ident in sorted(set(old) | set(new)):
         if ident not in new:
-            failed += 1
+            failed += not args.common
             print(f"{ident:<78} {old[ident][0]:>13} {old[ident][1]:>11.4g} {'-':>11} "
-                  f"{'-':>7} {'-':>6}  MISSING")
+                  f"{'-':>7} {'-':>6}  {'not run' if args.common else 'MISSING'}")
             continue
         if ident not in old:
             print(f"{ident:<78} {new[ident][0]:>13} {'-':>11} {new[ident][1]:>11.4g} "

@@ -7,7 +7,9 @@
 # qdp.torch's loader beside qumat-qdp's (bench/loader_bench.py with LOADER_ARGS, "loader"), and
 # the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
 # bench/regress.py, ROUNDS rounds, "side"). STEPS picks some of them (all by default) so that the
-# run can be cut into calls. Builds nothing.
+# run can be cut into calls. It ends with bench/regress.py --common against the committed baseline
+# (BASELINE, default bench/results/baseline-h200: docs/performance.md says how to move it), the
+# figures this run made against the same ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
 set -uo pipefail
 old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
@@ -46,5 +48,13 @@ if [[ $steps == *" loader "* ]]; then
 fi
 if [[ $steps == *" side "* ]]; then
   bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1
+fi
+baseline=${BASELINE:-$root/bench/results/baseline-h200}
+if [ -d "$baseline" ]; then
+  echo "== regress $baseline $out"
+  env -u LD_LIBRARY_PATH python3 "$root/bench/regress.py" --common --band "${BASELINE_BAND:-5}" \
+    "$baseline" "$out" \
+    > "$out/regress-baseline.txt" 2>&1 || rc=1
+  tail -n 1 "$out/regress-baseline.txt"
 fi
 exit $rc

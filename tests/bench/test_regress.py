@@ -1,0 +1,76 @@
+"""bench/regress.py on folders written here: hand-computed verdicts. A figure slower than its band
+(the larger of --band and the spread of its repeats) fails the gate; one within it, one only in the
+new folder, and (with --common) one only in the old pass; a missing one fails without --common.
+
+Usage: python3 test_regress.py REGRESS_PY
+"""
+
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REGRESS = sys.argv.pop(1) if len(sys.argv) > 1 else "bench/regress.py"
+
+
+def write(folder, name, lines):
+    path = pathlib.Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+class Regress(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.old = pathlib.Path(self.tmp.name) / "old"
+        self.new = pathlib.Path(self.tmp.name) / "new"
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_gate(self, *extra):
+        p = subprocess.run([sys.executable, REGRESS, *extra, str(self.old), str(self.new)],
+                           capture_output=True, text=True, timeout=60)
+        verdicts = {}
+        for line in p.stdout.splitlines():
+            if line.startswith("bench "):
+                verdicts[line.split()[1]] = line.split()[-1] if "runs)" not in line else \
+                    line.rsplit("(", 1)[0].split()[-1]
+        return p.returncode, verdicts, p.stdout
+
+    def test_a_figure_past_its_band_fails_one_within_passes(self):
+        # a: two runs of 10 and 11 ms, a spread of 10 %: 10.8 ms is within it. b: 100/s once,
+        # band 2 %: 97/s is 3.1 % worse. c: a new figure. Other lines are not figures.
+        write(self.old, "r1.txt", ["bench op=a n=1 ms=10 target_ms=5", "bench op=b n=1 jobs=3 "
+                                   "vectors_per_s=100", "# comment", "bench op=x nothing=1"])
+        write(self.old, "sub/r2.txt", ["bench op=a n=1 ms=11"])
+        write(self.new, "r.txt", ["bench op=a n=1 ms=10.8 speedup=2", "bench op=b n=1 jobs=9 "
+                                  "vectors_per_s=97", "bench op=c n=1 ms=1"])
+        rc, v, out = self.run_gate()
+        self.assertEqual(rc, 1, out)
+        self.assertEqual(v, {"op=a": "ok", "op=b": "WORSE", "op=c": "new"}, out)
+        write(self.new, "r.txt", ["bench op=a n=1 ms=10.8", "bench op=b n=1 vectors_per_s=98.5"])
+        rc, v, out = self.run_gate()
+        self.assertEqual((rc, v["op=b"]), (0, "ok"), out)  # 1.5 % worse: within 2 %
+        rc, v, out = self.run_gate("--band", "0.5")
+        self.assertEqual((rc, v["op=b"]), (1, "WORSE"), out)
+
+    def test_a_figure_missing_from_the_new_run_fails_unless_common(self):
+        write(self.old, "r.txt", ["bench op=a n=1 ms=10", "bench op=d n=1 p50_us=40"])
+        write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
+        rc, v, out = self.run_gate()
+        self.assertEqual((rc, v), (1, {"op=a": "ok", "op=d": "MISSING"}), out)
+        rc, v, out = self.run_gate("--common")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("not run", out)
+
+    def test_an_empty_baseline_is_an_error(self):
+        write(self.old, "r.txt", ["nothing here"])
+        write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
+        rc, _, _ = self.run_gate()
+        self.assertNotEqual(rc, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
