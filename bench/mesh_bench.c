@@ -381,7 +381,8 @@ static struct plan *plan_for(struct runtime_mesh *m, enum plan_policy policy, qd
                              .in_dtype = in,
                              .out_dtype = out,
                              .policy = policy,
-                             .staging_bytes = runtime_mesh_staging_bytes(m)};
+                             .staging_bytes = runtime_mesh_staging_bytes(m),
+                             .iqp_top_bits = runtime_mesh_iqp_top_bits(m)};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   if (plan_compute(&req, &world, NULL, &p, &e) != QDP_OK || plan_check_feasible(p, &e) != QDP_OK) {

@@ -49,6 +49,7 @@ struct job {
   qdp_encoding encoding;
   uint32_t qubits;
   struct runtime_input in;
+  uint32_t iqp_top_bits; /* the mesh's (plan_request.iqp_top_bits) */
 };
 
 /* Times `jobs` rounds of plan + encode + release over the devices in subset; fills t_plan and
@@ -75,7 +76,8 @@ static int run(struct world *w, const struct job *job, const size_t *subset, siz
                                .out_dtype = QDP_DTYPE_COMPLEX128,
                                .policy = nsub > 1 ? PLAN_EVEN : PLAN_SINGLE,
                                .device_subset = subset,
-                               .device_subset_count = nsub};
+                               .device_subset_count = nsub,
+                               .iqp_top_bits = job->iqp_top_bits};
     struct plan_world pw = {.devices = devs, .count = ndev, .ranks = world_size(w)};
     if (plan_compute(&req, &pw, NULL, &p, &err) != QDP_OK) {
       fprintf(stderr, "world_bench: plan: %s\n", err.msg);
@@ -166,6 +168,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
     goto out;
   }
+  job.iqp_top_bits = runtime_mesh_iqp_top_bits(mesh);
   if (world_rank(w) == 0) {
     char dc[192];
     world_device_collectives(w, dc, sizeof dc);

@@ -87,9 +87,10 @@ void qdpk_cpu_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in,
 
 /* IQP whole, the path a state takes on the CPU backend: psi over the span, with the top
  * K = min(n, QDPK_IQP_TOP_BITS) bits of the transform taken in registers per low index before the
- * low bits' stages (iqp_top.c gives the order). The span is a power-of-two range aligned to its
- * size (QDPK_IQP_BAD_SPAN otherwise): whole blocks of 2^(n-K), done here, or a part of one, whose
- * remaining low bits above log2(count) are the exchange stages (qdpk_cpu_butterfly, ascending).
+ * low bits' stages (iqp_top.c gives the order). The span is whole blocks of 2^(n-K) (any number
+ * of them), done here, or a power-of-two part of one aligned to its size, whose remaining low bits
+ * above log2(count) are the exchange stages (qdpk_cpu_butterfly, ascending); QDPK_IQP_BAD_SPAN
+ * otherwise.
  * Bit-identical however the state is split. 0, or QDPK_IQP_NO_MEMORY when its scratch (about
  * 80 KiB) cannot be allocated. */
 #define QDPK_IQP_TOP_BITS 3u

@@ -36,7 +36,8 @@ struct plan *qdpt_plan_try(struct runtime_mesh *m, size_t ndev, enum plan_policy
                              .policy = policy,
                              .device_subset = ndev ? subset : NULL,
                              .device_subset_count = ndev,
-                             .staging_bytes = runtime_mesh_staging_bytes(m)};
+                             .staging_bytes = runtime_mesh_staging_bytes(m),
+                             .iqp_top_bits = runtime_mesh_iqp_top_bits(m)};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);

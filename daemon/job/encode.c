@@ -271,6 +271,7 @@ static qdp_status plan_job(struct job_pipeline *jp, const struct job_encode_requ
       .device_subset_count = nsub,
       .staging_bytes = runtime_mesh_staging_bytes(jp->mesh),
       .output_external = sink != NULL,
+      .iqp_top_bits = runtime_mesh_iqp_top_bits(jp->mesh),
   };
   /* Links order the shards of an even plan so that exchange partners are the best joined (on
    * this node: the mesh knows only its own links). */

@@ -430,17 +430,60 @@ static void set_global_bits(struct plan *p) {
   p->global_bits = g;
 }
 
-/* iqp's Walsh-Hadamard transform crosses shards by pairwise exchanges over the global bits, which
- * exist only when the shards are 2^g equal ranges: a plan that splits a sample any other way is
- * refused with the ranges it made (whole samples per device need no exchange). */
+static void set_shard(struct plan *p, size_t i, const struct plan_world *w, size_t dev,
+                      uint64_t first, uint64_t count, uint64_t row_first, uint64_t rows);
+
+/* An iqp plan that splits a sample into unequal ranges, over devices that transform its top K bits
+ * alone: each range edge moves to the nearest multiple of the block 2^(n-K), keeping every shard at
+ * least one block, so that every shard holds whole blocks and no stage crosses shards. Nothing
+ * for other plans; more shards than blocks stay as they are (check_exchange refuses them). */
+static void snap_iqp_to_blocks(struct plan *p, const struct plan_world *w) {
+  uint32_t k = p->iqp_top_bits;
+  size_t d = p->nshards;
+  if (!is_iqp(p->encoding) || k == 0 || d < 2 || p->global_bits > 0 ||
+      p->shards[0].count == p->amplitudes || d > ((size_t)1 << k)) {
+    return;
+  }
+  const uint64_t block = p->amplitudes >> k;
+  uint64_t first = 0;
+  for (size_t i = 0; i < d; i++) {
+    uint64_t end = p->shards[i].first + p->shards[i].count;
+    uint64_t lo = first + block, hi = p->amplitudes - (uint64_t)(d - 1 - i) * block;
+    uint64_t snapped = (end + block / 2) / block * block;
+    snapped = i == d - 1 ? p->amplitudes : snapped < lo ? lo : snapped > hi ? hi : snapped;
+    set_shard(p, i, w, p->shards[i].device, first, snapped - first, p->shards[i].row_first,
+              p->shards[i].rows);
+    first = snapped;
+  }
+}
+
+/* iqp's Walsh-Hadamard transform crosses shards by pairwise exchanges over the global bits below
+ * the top ones the devices transform alone, which exist only when the shards are 2^g equal
+ * ranges; shards of whole blocks of those top bits need none. A plan that splits a sample any
+ * other way is refused with the ranges it made (whole samples per device need no exchange). */
 static qdp_status check_exchange(const struct plan *p, struct qdp_error *reterr) {
   uint64_t lo = UINT64_MAX, hi = 0;
+  const uint64_t block = p->amplitudes >> p->iqp_top_bits;
+  int whole_blocks = p->iqp_top_bits > 0;
   for (size_t i = 0; i < p->nshards; i++) {
     lo = p->shards[i].count < lo ? p->shards[i].count : lo;
     hi = p->shards[i].count > hi ? p->shards[i].count : hi;
+    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
+                   p->shards[i].count % block == 0;
   }
-  if (!is_iqp(p->encoding) || p->global_bits > 0 || hi == p->amplitudes) {
+  if (!is_iqp(p->encoding) || p->global_bits > 0 || hi == p->amplitudes || whole_blocks) {
     return QDP_OK;
+  }
+  if (p->iqp_top_bits > 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
+                         "placement policy %s cuts the state of %llu amplitudes into %zu ranges, "
+                         "but %s encoding splits a sample into unequal ranges only on its top %u "
+                         "bits: at most %llu shards of whole blocks of %llu amplitudes; use at "
+                         "most %llu devices, or policy even",
+                         plan_policy_name(p->policy), ull(p->amplitudes), p->nshards,
+                         qdp_encoding_name(p->encoding), p->iqp_top_bits,
+                         ull(UINT64_C(1) << p->iqp_top_bits), ull(block),
+                         ull(UINT64_C(1) << p->iqp_top_bits));
   }
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
                        "placement policy %s cuts the state of %llu amplitudes into %zu ranges of "
@@ -696,7 +739,7 @@ uint64_t plan_workspace_bytes(const struct plan *p, const struct plan_shard *s) 
   }
   case QDP_ENCODING_IQP:
   case QDP_ENCODING_IQP_Z:
-    if (p->global_bits == 0) {
+    if (p->global_bits <= p->iqp_top_bits) {
       return 0;
     }
     return s->bytes < PLAN_EXCHANGE_CHUNK_BYTES ? s->bytes : PLAN_EXCHANGE_CHUNK_BYTES;
@@ -793,6 +836,9 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
   p->ranks = world->ranks;
   p->staging_bytes = req->staging_bytes;
   p->output_external = req->output_external != 0;
+  if (is_iqp(req->encoding)) {
+    p->iqp_top_bits = req->iqp_top_bits < req->qubits ? req->iqp_top_bits : req->qubits;
+  }
   switch (req->policy) {
   case PLAN_SINGLE:
     QDP_TRY(rc, place_single(p, world, &set, reterr));
@@ -820,6 +866,7 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
     break;
   }
   set_global_bits(p);
+  snap_iqp_to_blocks(p, world);
   QDP_TRY(rc, check_exchange(p, reterr));
   compute_needs(p, world);
   *ret_plan = p;

@@ -97,6 +97,10 @@ struct plan_request {
   /* 1: the state is written into memory its caller owns (an encode into the caller's own
    * allocation), not into shards the daemon allocates: the needs count no shard bytes. */
   int output_external;
+  /* The top bits of an iqp state that every device of the world transforms alone (the runtime's
+   * figure: 3 on the CPU backend, 0 on CUDA): shards whose edges fall on multiples of
+   * 2^(qubits - them) need no exchange over those bits. */
+  uint32_t iqp_top_bits;
 };
 
 struct plan_shard {
@@ -135,6 +139,9 @@ struct plan {
   int ranks;              /* the world's rank count when planned */
   uint64_t staging_bytes; /* the request's per-device staging figure */
   int output_external;    /* the request's: needs hold shard_bytes 0 */
+  /* iqp, iqp-z: min(qubits, the request's iqp_top_bits), the top bits the devices transform alone
+   * (the exchange runs over the global bits below them); 0 for the other encodings. */
+  uint32_t iqp_top_bits;
 };
 
 /* Checks the request against the world and the limits without placing anything: encoding, qubits,
@@ -167,7 +174,10 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
  *            EVEN only: over the 2^k largest budgets, 2^k the largest power of two <= min(D, N).
  * Any plan whose shards are 2^g equal ranges gets global_bits = g. An iqp/iqp-z plan that splits
  * a sample into anything else (UNEVEN over a D that is no power of two, CAPACITY over unequal
- * room) is refused, INVALID_ARGUMENT on placement.policy with the ranges it made: its
+ * room) needs devices that transform its top K = iqp_top_bits bits alone (K >= 1): its edges are
+ * then moved to the nearest multiples of 2^(n-K) (each shard keeps at least one such block, so at
+ * most 2^K shards), and no shard exchanges anything. Without them (K = 0), or over more than 2^K
+ * devices, it is refused, INVALID_ARGUMENT on placement.policy with the ranges it made: its
  * Walsh-Hadamard stages exchange between equal shard pairs.
  */
 qdp_status plan_compute(const struct plan_request *req, const struct plan_world *world,
@@ -191,8 +201,8 @@ size_t plan_rank_shards(const struct plan *p, int rank, size_t *ret_idx, size_t 
 /* Workspace a device needs beyond its shard and staging (bytes, saturating at UINT64_MAX):
  *  amplitude        8 * rows * (1 + ceil(count / PLAN_NORM_LEAF)): the row's sum of squares and
  *                   the partial sums of the first reduction level;
- *  iqp, iqp-z       min(s->bytes, PLAN_EXCHANGE_CHUNK_BYTES) when p->global_bits > 0: the receive
- *                   buffer of the pairwise global-bit exchange; 0 on one shard (in place);
+ *  iqp, iqp-z       min(s->bytes, PLAN_EXCHANGE_CHUNK_BYTES) when p->global_bits > p->iqp_top_bits:
+ *                   the receive buffer of the pairwise global-bit exchange; else 0 (in place);
  *  angle, phase, basis  0: every amplitude is computed in closed form in place. */
 uint64_t plan_workspace_bytes(const struct plan *p, const struct plan_shard *s);
 

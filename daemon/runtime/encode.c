@@ -195,6 +195,32 @@ static qdp_status check_output(const struct runtime_mesh *m, const struct plan *
   return QDP_OK;
 }
 
+/* A plan that splits an iqp sample was made for devices that transform its top iqp_top_bits bits
+ * alone; a device of this rank that takes another number would give another state (and skip or
+ * repeat stages): refused, whichever rank planned it. */
+static qdp_status check_iqp_top_bits(const struct runtime_mesh *m, const struct plan *p,
+                                     struct qdp_error *reterr) {
+  if ((p->encoding != QDP_ENCODING_IQP && p->encoding != QDP_ENCODING_IQP_Z) ||
+      p->shards[0].count == p->amplitudes) {
+    return QDP_OK;
+  }
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (p->shards[i].rank != m->rank) {
+      continue;
+    }
+    const struct runtime_device *d = m->devs[p->shards[i].device];
+    uint32_t top = d->ops->iqp_top_bits < p->qubits ? d->ops->iqp_top_bits : p->qubits;
+    if (top != p->iqp_top_bits) {
+      return qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, d->info.ordinal, -1,
+                              "%s transforms the top %u bits of an iqp state alone, but the plan "
+                              "was made for devices that take %u: the world's devices must be of "
+                              "one backend to share an iqp state",
+                              d->info.name, top, p->iqp_top_bits);
+    }
+  }
+  return QDP_OK;
+}
+
 static void state_free_buffers(struct runtime_state *st) {
   for (size_t i = 0; !st->external && st->bufs && i < st->plan.nshards; i++) {
     if (st->bufs[i]) {
@@ -294,8 +320,7 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
   uint32_t stages = 0;
   if (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z) {
     /* The devices' encode took the state's top bits; the global bits below them exchange. */
-    uint32_t g = st->plan.global_bits, top = n ? t[0].dev->ops->iqp_top_bits : 0;
-    top = top < st->plan.qubits ? top : st->plan.qubits;
+    uint32_t g = st->plan.global_bits, top = st->plan.iqp_top_bits;
     stages = g > top ? g - top : 0;
   }
   double t0 = encode_now_ms();
@@ -339,6 +364,7 @@ qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
   QDP_TRY(rc, check_input_shape(p, in, reterr));
   QDP_TRY(rc, check_device_input(m, p, in, reterr));
   QDP_TRY(rc, check_output(m, p, out, reterr));
+  QDP_TRY(rc, check_iqp_top_bits(m, p, reterr));
   QDP_TRY(rc, check_input_values(m, p, in, reterr));
 
   st = calloc(1, sizeof *st);

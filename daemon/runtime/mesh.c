@@ -256,6 +256,15 @@ uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m) {
   return m->staging_bytes;
 }
 
+uint32_t runtime_mesh_iqp_top_bits(const struct runtime_mesh *m) {
+  uint32_t top = m->count ? UINT32_MAX : 0;
+  for (size_t i = 0; i < m->count; i++) {
+    uint32_t t = m->devs[i]->ops->iqp_top_bits;
+    top = t < top ? t : top;
+  }
+  return top;
+}
+
 qdp_status runtime_mesh_register_host(struct runtime_mesh *m, void *ptr, uint64_t bytes,
                                       bool writable, bool *ret_registered,
                                       struct qdp_error *reterr) {

@@ -113,6 +113,9 @@ const char *runtime_mesh_collectives(const struct runtime_mesh *m);
 void runtime_mesh_set_device_group(struct runtime_mesh *m, struct device_comm *c, const char *why);
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
+/* The top bits of an iqp state every device of the mesh transforms alone (plan_request's
+ * iqp_top_bits): 3 on the CPU backend, 0 on CUDA. */
+uint32_t runtime_mesh_iqp_top_bits(const struct runtime_mesh *m);
 
 /* Prepares host memory that many jobs will read (a registered input region) for fast transfers to
  * every device: page-locked and mapped for all of them on the CUDA backend (about 50 ms per GiB,

@@ -34,6 +34,7 @@ struct world {
   const uint8_t *link_cost;
   const struct plan_limits *lim;
   uint64_t staging_bytes;
+  uint32_t iqp_top_bits; /* the runtime's: 3 for CPU devices, 0 for CUDA ones */
 };
 
 /* The daemon's default limits (max_qubits 40, max_batch 2^20). */
@@ -67,9 +68,9 @@ static const struct plan_device eight[] = {
 static uint8_t eight_links[8 * 8];
 
 static struct world worlds[] = {
-    {one_rank, 4, 1, NULL, &default_limits, 0},
-    {two_ranks, 4, 2, NULL, NULL, 0},
-    {eight, 8, 1, eight_links, &wide_limits, 256 * MIB},
+    {one_rank, 4, 1, NULL, &default_limits, 0, 3},
+    {two_ranks, 4, 2, NULL, NULL, 0, 3},
+    {eight, 8, 1, eight_links, &wide_limits, 256 * MIB, 0},
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -114,7 +115,14 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
   FUZZ_CHECK(p->nshards >= 1 && p->nshards <= w->n && p->nneeds == p->nshards, "%zu shards",
              p->nshards);
   /* global_bits is g exactly when the shards are 2^g equal ranges of the index in order; an even
-   * plan always is, and an iqp plan that splits a sample must be (its stages exchange pairs). */
+   * plan always is, and an iqp plan that splits a sample must be (its stages exchange pairs)
+   * unless every shard holds whole blocks of the top bits its devices transform alone. */
+  bool iqp = p->encoding == QDP_ENCODING_IQP || p->encoding == QDP_ENCODING_IQP_Z;
+  uint32_t top = r->iqp_top_bits < p->qubits ? r->iqp_top_bits : p->qubits;
+  FUZZ_CHECK(p->iqp_top_bits == (iqp ? top : 0), "%u top bits for a request of %u",
+             p->iqp_top_bits, r->iqp_top_bits);
+  uint64_t block = p->amplitudes >> top;
+  bool whole_blocks = top > 0;
   uint32_t g = 0;
   bool split = false;
   if (p->nshards >= 2 && (p->nshards & (p->nshards - 1)) == 0) {
@@ -128,14 +136,16 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
   }
   for (size_t i = 0; i < p->nshards; i++) {
     split = split || p->shards[i].count < p->amplitudes;
+    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
+                   p->shards[i].count % block == 0;
   }
   FUZZ_CHECK(p->global_bits == g, "%u global bits for %zu shards (expected %u)", p->global_bits,
              p->nshards, g);
   FUZZ_CHECK(p->policy != PLAN_EVEN || p->nshards == (size_t)1 << g, "even: %zu shards, %u bits",
              p->nshards, g);
-  FUZZ_CHECK(
-      !split || g > 0 || (p->encoding != QDP_ENCODING_IQP && p->encoding != QDP_ENCODING_IQP_Z),
-      "an iqp state split into %zu unequal ranges", p->nshards);
+  FUZZ_CHECK(!split || g > 0 || !iqp || whole_blocks,
+             "an iqp state split into %zu unequal ranges that are not whole blocks of 2^%u",
+             p->nshards, p->qubits - top);
 
   /* The shards tile [0, batch) x [0, 2^n) in (row_first, first) order: bands of rows, each cut
    * into consecutive amplitude ranges that all span the band's rows. */
@@ -249,6 +259,7 @@ static void plan_stage(const Qdp__EncodeRequest *r, const struct input *in, cons
       .device_subset = nsub ? subset : NULL,
       .device_subset_count = nsub,
       .staging_bytes = w->staging_bytes,
+      .iqp_top_bits = w->iqp_top_bits,
   };
   struct plan_world world = {
       .devices = w->devs, .count = w->n, .ranks = w->ranks, .link_cost = w->link_cost};

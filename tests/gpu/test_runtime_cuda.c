@@ -532,7 +532,8 @@ static struct plan *plan_two_ranks(struct runtime_mesh **ranks, struct runtime_m
                              .in_dtype = in,
                              .out_dtype = out,
                              .policy = PLAN_EVEN,
-                             .staging_bytes = runtime_mesh_staging_bytes(one)};
+                             .staging_bytes = runtime_mesh_staging_bytes(one),
+                             .iqp_top_bits = runtime_mesh_iqp_top_bits(one)};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);

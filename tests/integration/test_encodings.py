@@ -234,18 +234,23 @@ class Encodings(unittest.TestCase):
         self.expect_invalid(["input sample 0 has zero norm: every value is zero"], "amplitude",
                             1, np.array([0.0, 0.0]))
 
-    def test_iqp_over_two_uneven_devices_is_the_even_state(self):
-        # uneven over 2 devices makes two equal halves, all the global-bit exchange needs.
+    def test_iqp_over_uneven_devices_is_the_one_device_state(self):
+        # uneven over 2 devices makes two equal halves; over 3, the CPU devices (which transform
+        # iqp's top 3 bits alone) take whole blocks of 8 amplitudes: ends at 22, 43 and 64 move to
+        # 24, 40 and 64. Neither exchanges anything; both have the one-device bits.
         devices = self.devices(3)
         x = sample_values("iqp", 6)[0]
+        one = self.encode_fetch("iqp", 6, x, policy="single")
         st = self.c.encode("iqp", 6, x, policy="uneven", devices=devices[:2])
         self.assertEqual(st.global_bits, 1)
-        even = self.encode_fetch("iqp", 6, x, policy="even", devices=devices[:2])
-        self.assertEqual(self.c.fetch(st).tobytes(), even.tobytes())
+        self.assertEqual(self.c.fetch(st).tobytes(), one.tobytes())
         self.check_state(st, "iqp", x, 6, "complex128")
         self.c.release(st)
-        self.expect_invalid(["placement policy uneven cuts the state of 64 amplitudes into 3 "
-                             "ranges of 21 to 22"], "iqp", 6, x, policy="uneven", devices=devices)
+        st = self.c.encode("iqp", 6, x, policy="uneven", devices=devices)
+        self.assertEqual([(s.first, s.count) for s in st.shards], [(0, 24), (24, 16), (40, 24)])
+        self.assertEqual((st.global_bits, st.collective), (0, "none"))
+        self.assertEqual(self.c.fetch(st).tobytes(), one.tobytes())
+        self.c.release(st)
 
     def test_2_pow_22_state_is_fetched_in_chunks_and_checked(self):
         n = 22

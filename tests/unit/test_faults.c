@@ -142,7 +142,8 @@ static qdp_status op_job(void *arg, struct qdp_error *e) {
                              .policy = js->policy,
                              .device_subset = js->ndev ? subset : NULL,
                              .device_subset_count = js->ndev,
-                             .staging_bytes = runtime_mesh_staging_bytes(j->mesh)};
+                             .staging_bytes = runtime_mesh_staging_bytes(j->mesh),
+                             .iqp_top_bits = runtime_mesh_iqp_top_bits(j->mesh)};
   struct runtime_input in = {
       .data = j->values, .dtype = js->in, .rows = js->rows, .cols = js->cols};
   QDP_TRY(rc, plan_compute(&req, &world, NULL, &p, e));

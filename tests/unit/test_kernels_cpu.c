@@ -1165,12 +1165,23 @@ START_TEST(test_iqp_whole_matches_the_reference_path) {
 }
 END_TEST
 
-START_TEST(test_iqp_whole_refuses_a_span_it_cannot_take) {
-  double v[6] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, o[2 * 8];
-  struct qdpk_span s = span_of(3, 1, 3, 1, QDP_DTYPE_COMPLEX128); /* not a power of two */
-  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 6, 1, o), QDPK_IQP_BAD_SPAN);
-  s = span_of(3, 2, 4, 1, QDP_DTYPE_COMPLEX128); /* not aligned to its size */
-  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 6, 1, o), QDPK_IQP_BAD_SPAN);
+/* n = 5: blocks of 4 amplitudes under the top 3 bits. Any run of whole blocks is taken (and has
+ * the whole state's bits there); a part of a block must be a power of two aligned to its size. */
+START_TEST(test_iqp_whole_takes_whole_blocks_or_an_aligned_part_of_one) {
+  double v[15], o[2 * 32], whole[2 * 32];
+  for (int i = 0; i < 15; i++) {
+    v[i] = 0.1 * (i + 1);
+  }
+  encode_iqp(v, QDP_DTYPE_FLOAT64, 15, 5, 1, 1, QDP_DTYPE_COMPLEX128, whole);
+  struct qdpk_span s = span_of(5, 4, 12, 1, QDP_DTYPE_COMPLEX128); /* blocks 1, 2 and 3 */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 15, 1, o), 0);
+  assert_bits_equal(o, whole + 2 * 4, QDP_DTYPE_COMPLEX128, 12, "three whole blocks");
+  s = span_of(5, 1, 3, 1, QDP_DTYPE_COMPLEX128); /* 3 amplitudes: not a power of two */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 15, 1, o), QDPK_IQP_BAD_SPAN);
+  s = span_of(5, 2, 4, 1, QDP_DTYPE_COMPLEX128); /* a block's size, across two blocks */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 15, 1, o), QDPK_IQP_BAD_SPAN);
+  s = span_of(5, 1, 2, 1, QDP_DTYPE_COMPLEX128); /* 2 amplitudes at 1: not aligned */
+  ck_assert_int_eq(qdpk_cpu_iqp(&s, v, QDP_DTYPE_FLOAT64, 15, 1, o), QDPK_IQP_BAD_SPAN);
 }
 END_TEST
 
@@ -1662,7 +1673,7 @@ static Suite *kernels_cpu_suite(void) {
   tcase_add_test(tc, test_iqp_phases_match_theta_definition);
   tcase_add_test(tc, test_iqp_sharded_bit_identical_exchanging_only_below_the_top_bits);
   tcase_add_test(tc, test_iqp_whole_matches_the_reference_path);
-  tcase_add_test(tc, test_iqp_whole_refuses_a_span_it_cannot_take);
+  tcase_add_test(tc, test_iqp_whole_takes_whole_blocks_or_an_aligned_part_of_one);
   tcase_add_test(tc, test_iqp_phases_uneven_spans_bit_identical);
   suite_add_tcase(s, tc);
 

@@ -1030,6 +1030,73 @@ END_TEST
 /* iqp's global-bit exchange needs 2^g equal ranges, whatever the policy that made them: uneven
  * over 2 or 4 devices makes them (global bits 1 and 2), uneven over 3 and capacity over unequal
  * room do not and are refused with the ranges; one device and whole samples need no exchange. */
+/* Over devices that transform iqp's top 3 bits alone (the CPU backend's), unequal ranges of whole
+ * blocks of 2^(n-3) need no exchange. 12 qubits, blocks of 512: uneven over 3 ends at 1366, 2731
+ * and 4096, moved to the nearest block edges 1536, 2560 and 4096 (3, 2 and 3 blocks); over 6 at
+ * 683, 1366, 2049, 2732, 3414, 4096, moved to 1, 2, 1, 1, 2 and 1 blocks; capacity at 2:1 ends at
+ * 2731, moved to 5 and 3 blocks; none of them counts an exchange buffer; an even plan of 4 needs none either, one of 16 does
+ * (a stage below the top 3 bits); more than 8 devices unequally are refused. */
+START_TEST(test_iqp_over_devices_that_take_the_top_bits_splits_into_whole_blocks) {
+  struct world_buf wb;
+  world_same(&wb, 6, 10 * GIB);
+  size_t three[3] = {0, 1, 2};
+  struct plan_request r = req_for(QDP_ENCODING_IQP, 12, PLAN_UNEVEN);
+  r.iqp_top_bits = 3;
+  r.device_subset = three;
+  r.device_subset_count = 3;
+  struct plan *p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->iqp_top_bits, 3);
+  ck_assert_uint_eq(p->global_bits, 0);
+  uint64_t want3[3] = {3 * 512, 2 * 512, 3 * 512};
+  for (size_t i = 0; i < 3; i++) {
+    ck_assert_uint_eq(p->shards[i].count, want3[i]);
+    ck_assert_uint_eq(p->needs[i].workspace_bytes, 0);
+  }
+  plan_destroy(p);
+  r.device_subset_count = 0; /* all 6 */
+  p = compute_ok(&r, &wb.w);
+  uint64_t want6[6] = {1, 2, 1, 1, 2, 1};
+  for (size_t i = 0; i < 6; i++) {
+    ck_assert_uint_eq(p->shards[i].count, want6[i] * 512);
+  }
+  plan_destroy(p);
+  uint64_t budgets[2] = {8 * GIB, 4 * GIB};
+  world1(&wb, "cpu", 2, budgets);
+  r = req_for(QDP_ENCODING_IQP_Z, 12, PLAN_CAPACITY);
+  r.iqp_top_bits = 3;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->shards[0].count, 5 * 512); /* 2731 rounds to 2560 */
+  ck_assert_uint_eq(p->shards[1].count, 3 * 512);
+  plan_destroy(p);
+  world_same(&wb, 16, 10 * GIB);
+  r = req_for(QDP_ENCODING_IQP, 12, PLAN_EVEN);
+  r.iqp_top_bits = 3;
+  size_t four[4] = {0, 1, 2, 3};
+  r.device_subset = four;
+  r.device_subset_count = 4;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->global_bits, 2);
+  ck_assert_uint_eq(p->needs[0].workspace_bytes, 0);
+  plan_destroy(p);
+  r.device_subset_count = 0;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->global_bits, 4);
+  ck_assert_uint_eq(p->needs[0].workspace_bytes, 256 * 16); /* the exchange below the top bits */
+  plan_destroy(p);
+  size_t nine[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  r.policy = PLAN_UNEVEN;
+  r.device_subset = nine;
+  r.device_subset_count = 9;
+  struct qdp_error e = QDP_ERROR_INIT;
+  p = NULL;
+  ck_assert_int_eq(plan_compute(&r, &wb.w, NULL, &p, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(p);
+  ck_assert_str_eq(e.field, "placement.policy");
+  ck_assert_msg(strstr(e.msg, "at most 8 shards of whole blocks of 512 amplitudes") != NULL, "%s",
+                e.msg);
+}
+END_TEST
+
 START_TEST(test_iqp_needs_equal_power_of_two_ranges_not_a_policy) {
   struct world_buf wb;
   world_same(&wb, 4, 10 * GIB);
@@ -1292,6 +1359,7 @@ static Suite *plan_suite(void) {
   tcase_add_test(t, test_subset_keeps_its_own_order);
   tcase_add_test(t, test_50_qubit_plans_over_8_devices_are_exact);
   tcase_add_test(t, test_iqp_needs_equal_power_of_two_ranges_not_a_policy);
+  tcase_add_test(t, test_iqp_over_devices_that_take_the_top_bits_splits_into_whole_blocks);
   tcase_add_test(t, test_policy_names_round_trip);
   suite_add_tcase(s, t);
 

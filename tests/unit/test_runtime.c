@@ -244,7 +244,7 @@ END_TEST
 
 /* One encoding on one device, then over 2, 4, 8, 16 and 32 even shards, 2, 3 and 6 uneven ones and
  * 4 by capacity: the same bits (iqp over 16 and 32: one and two exchange stages below the top
- * bits its shards transform themselves). The values are random in [-2, 2), times `scale` (amplitude: a scale
+ * bits its shards transform themselves; uneven and capacity: whole blocks of those bits). The values are random in [-2, 2), times `scale` (amplitude: a scale
  * whose squares under- or overflow sends every sharding through the norm's fallback). */
 static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64_t cols,
                                             qdp_dtype in, qdp_dtype out, double scale) {
@@ -278,11 +278,9 @@ static void check_sharding_is_bit_identical(qdp_encoding enc, uint32_t n, uint64
   } cases[] = {{2, PLAN_EVEN},   {4, PLAN_EVEN},   {8, PLAN_EVEN},    {16, PLAN_EVEN},
                {32, PLAN_EVEN},  {3, PLAN_UNEVEN}, {6, PLAN_UNEVEN},  {2, PLAN_UNEVEN},
                {4, PLAN_CAPACITY}};
-  int iqp = enc == QDP_ENCODING_IQP || enc == QDP_ENCODING_IQP_Z;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    if (iqp && (cases[c].ndev & (cases[c].ndev - 1)) != 0) {
-      continue; /* iqp's global-bit stages need 2^g equal shards: the planner refuses 3 and 6 */
-    }
+    /* iqp over 3 and 6 uneven devices and 4 by capacity: ranges of whole blocks of its top 3 bits,
+     * which the CPU devices transform alone. */
     struct plan *p = qdpt_plan_on(m, cases[c].ndev, cases[c].policy, enc, n, 1, cols, in, out);
     ck_assert_uint_eq(p->nshards, cases[c].ndev);
     void *got = qdpt_encode_read(m, p, &input);
@@ -335,6 +333,38 @@ START_TEST(test_param_encodings_sharded_bits_equal_one_device) {
                                   QDP_DTYPE_COMPLEX128, 1.0);
   check_sharding_is_bit_identical(QDP_ENCODING_IQP, 6, 6 + 15, QDP_DTYPE_FLOAT32,
                                   QDP_DTYPE_COMPLEX64, 1.0);
+}
+END_TEST
+
+/* A plan that splits an iqp sample for devices that take another number of top bits (as a CUDA
+ * coordinator's would for CPU ranks) is refused before anything runs; one that keeps whole
+ * samples is not. */
+START_TEST(test_iqp_plan_for_other_top_bits_is_refused) {
+  enum { N = 6, P = N + N * (N - 1) / 2 };
+  struct runtime_mesh *m = qdpt_mesh("cpu:2", GIB, 0);
+  double *d = random_values(2 * P, 5);
+  struct runtime_input in = {.data = d, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = P};
+  struct plan *p = qdpt_plan_on(m, 2, PLAN_EVEN, QDP_ENCODING_IQP, N, 1, P, QDP_DTYPE_FLOAT64,
+                                QDP_DTYPE_COMPLEX128);
+  ck_assert_uint_eq(p->iqp_top_bits, 3);
+  p->iqp_top_bits = 0;
+  struct runtime_state *st = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(runtime_encode(m, p, &in, &st, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_ptr_null(st);
+  ck_assert_msg(strstr(e.msg, "transforms the top 3 bits of an iqp state alone, but the plan "
+                              "was made for devices that take 0") != NULL, "%s", e.msg);
+  plan_destroy(p);
+  p = qdpt_plan_on(m, 2, PLAN_BATCH, QDP_ENCODING_IQP, N, 2, P, QDP_DTYPE_FLOAT64,
+                   QDP_DTYPE_COMPLEX128);
+  p->iqp_top_bits = 0;
+  in.rows = 2;
+  CK_OK(runtime_encode(m, p, &in, &st, &e), e);
+  runtime_state_destroy(st);
+  plan_destroy(p);
+  qdpt_assert_mesh_idle(m, "after the refusal");
+  free(d);
+  runtime_mesh_destroy(m);
 }
 END_TEST
 
@@ -759,7 +789,8 @@ static void check_ranks_give_one_device_bits(int ranks, size_t per_rank, size_t 
                              .out_dtype = out,
                              .policy = policy,
                              .device_subset = subset,
-                             .device_subset_count = ndev};
+                             .device_subset_count = ndev,
+                             .iqp_top_bits = runtime_mesh_iqp_top_bits(meshes[0])};
   struct plan *p = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(plan_compute(&req, &world, NULL, &p, &e), e);
@@ -1029,6 +1060,7 @@ static Suite *runtime_suite(void) {
   tcase_add_test(tc, test_amplitude_fallback_sharded_bits_equal_one_device);
   tcase_add_test(tc, test_param_encodings_sharded_bits_equal_one_device);
   tcase_add_test(tc, test_iqp_sharded_matches_direct_sum);
+  tcase_add_test(tc, test_iqp_plan_for_other_top_bits_is_refused);
   tcase_add_test(tc, test_batch_over_devices_matches_per_sample);
   tcase_add_test(tc, test_zero_norm_sample_in_batch_is_refused_not_zeroed);
   tcase_add_test(tc, test_bad_parameters_are_refused_with_position);
