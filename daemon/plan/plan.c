@@ -796,6 +796,16 @@ static qdp_status place_auto(struct plan *p, const struct plan_world *w, const s
     QDP_TRY(rc, pick_largest(w, set, (size_t)1 << log2_floor(cap), &use, reterr));
     QDP_TRY(rc, place_even(p, w, &use, reterr));
     compute_needs(p, w);
+    if (p->feasible || p->iqp_top_bits == 0) {
+      goto out;
+    }
+    /* Devices that transform its top K bits alone also take it in unequal whole blocks: capacity
+     * weights over the 2^K (at most) with the most room, their edges moved to blocks later. */
+    size_t most = (size_t)1 << p->iqp_top_bits;
+    free(use.idx);
+    use = (struct devset){NULL, 0};
+    QDP_TRY(rc, pick_largest(w, set, (size_t)cap < most ? (size_t)cap : most, &use, reterr));
+    QDP_TRY(rc, place_capacity(p, w, &use, reterr));
     goto out;
   }
   if (is_pow2(set->n) && set->n <= p->amplitudes) {

@@ -171,7 +171,9 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
  *            first B mod K get ceil(B / K) samples, the rest floor. With B = 1 it is SINGLE.
  *  AUTO      B > 1: BATCH. Else SINGLE when it fits; else EVEN over S when D is a power of two
  *            and that fits; else CAPACITY (over the N largest budgets when D > N). iqp/iqp-z use
- *            EVEN only: over the 2^k largest budgets, 2^k the largest power of two <= min(D, N).
+ *            EVEN over the 2^k largest budgets, 2^k the largest power of two <= min(D, N); when
+ *            that does not fit and the devices take its top K >= 1 bits alone, CAPACITY over the
+ *            min(D, N, 2^K) largest.
  * Any plan whose shards are 2^g equal ranges gets global_bits = g. An iqp/iqp-z plan that splits
  * a sample into anything else (UNEVEN over a D that is no power of two, CAPACITY over unequal
  * room) needs devices that transform its top K = iqp_top_bits bits alone (K >= 1): its edges are

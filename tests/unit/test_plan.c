@@ -1024,6 +1024,28 @@ START_TEST(test_auto_iqp_uses_even_over_the_largest_power_of_two_set) {
   p = compute_ok(&r, &wb.w);
   ck_assert_int_eq(p->policy, PLAN_SINGLE);
   plan_destroy(p);
+  /* 64 GiB over budgets of 20, 20 and four of 12 GiB: even over the 4 largest needs 16 GiB on
+   * 12; devices that take the top 3 bits alone get capacity over all 6 in blocks of 8 GiB (ends
+   * at 0.227, 0.455, 0.591, 0.727, 0.864 of the state move to 2, 4, 5, 6, 7 eighths): 2, 2, 1, 1,
+   * 1 and 1 blocks, which fit. Without them the infeasible even plan stands. */
+  uint64_t b2[6] = {20 * GIB, 20 * GIB, 12 * GIB, 12 * GIB, 12 * GIB, 12 * GIB};
+  world1(&wb, "cpu", 6, b2);
+  r = req_for(QDP_ENCODING_IQP, 32, PLAN_AUTO);
+  r.iqp_top_bits = 3;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(p->policy, PLAN_CAPACITY);
+  ck_assert_int_eq(p->feasible, 1);
+  ck_assert_uint_eq(p->global_bits, 0);
+  const uint64_t blocks[6] = {2, 2, 1, 1, 1, 1};
+  for (size_t i = 0; i < 6; i++) {
+    ck_assert_uint_eq(p->shards[i].count, blocks[i] << 29);
+  }
+  plan_destroy(p);
+  r.iqp_top_bits = 0;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(p->policy, PLAN_EVEN);
+  ck_assert_int_eq(p->feasible, 0);
+  plan_destroy(p);
 }
 END_TEST
 
