@@ -433,10 +433,19 @@ static void set_global_bits(struct plan *p) {
 static void set_shard(struct plan *p, size_t i, const struct plan_world *w, size_t dev,
                       uint64_t first, uint64_t count, uint64_t row_first, uint64_t rows);
 
+/* Whether `count` amplitudes of shard i's rows and the staging fit its device's budget (an iqp
+ * shard of whole blocks has no workspace). */
+static int shard_fits(const struct plan *p, const struct plan_world *w, size_t i, uint64_t count) {
+  const struct plan_shard *s = &p->shards[i];
+  uint64_t bytes = p->output_external ? 0 : count * s->rows * qdp_dtype_size(p->out_dtype);
+  return sat_add(bytes, p->staging_bytes) <= w->devices[s->device].budget_bytes;
+}
+
 /* An iqp plan that splits a sample into unequal ranges, over devices that transform its top K bits
- * alone: each range edge moves to the nearest multiple of the block 2^(n-K), keeping every shard at
- * least one block, so that every shard holds whole blocks and no stage crosses shards. Nothing
- * for other plans; more shards than blocks stay as they are (check_exchange refuses them). */
+ * alone: each range edge moves to the nearest multiple of the block 2^(n-K) (to the other one when
+ * only that keeps the shard within its budget), keeping every shard at least one block, so that
+ * every shard holds whole blocks and no stage crosses shards. Nothing for other plans; more
+ * shards than blocks stay as they are (check_exchange refuses them). */
 static void snap_iqp_to_blocks(struct plan *p, const struct plan_world *w) {
   uint32_t k = p->iqp_top_bits;
   size_t d = p->nshards;
@@ -449,8 +458,15 @@ static void snap_iqp_to_blocks(struct plan *p, const struct plan_world *w) {
   for (size_t i = 0; i < d; i++) {
     uint64_t end = p->shards[i].first + p->shards[i].count;
     uint64_t lo = first + block, hi = p->amplitudes - (uint64_t)(d - 1 - i) * block;
-    uint64_t snapped = (end + block / 2) / block * block;
-    snapped = i == d - 1 ? p->amplitudes : snapped < lo ? lo : snapped > hi ? hi : snapped;
+    uint64_t near = (end + block / 2) / block * block;
+    uint64_t other = near > end ? near - block : near + block;
+    near = near < lo ? lo : near > hi ? hi : near;
+    other = other < lo ? lo : other > hi ? hi : other;
+    uint64_t snapped = near;
+    if (!shard_fits(p, w, i, near - first) && shard_fits(p, w, i, other - first)) {
+      snapped = other;
+    }
+    snapped = i == d - 1 ? p->amplitudes : snapped;
     set_shard(p, i, w, p->shards[i].device, first, snapped - first, p->shards[i].row_first,
               p->shards[i].rows);
     first = snapped;

@@ -177,8 +177,9 @@ qdp_status plan_validate(const struct plan_request *req, const struct plan_world
  * Any plan whose shards are 2^g equal ranges gets global_bits = g. An iqp/iqp-z plan that splits
  * a sample into anything else (UNEVEN over a D that is no power of two, CAPACITY over unequal
  * room) needs devices that transform its top K = iqp_top_bits bits alone (K >= 1): its edges are
- * then moved to the nearest multiples of 2^(n-K) (each shard keeps at least one such block, so at
- * most 2^K shards), and no shard exchanges anything. Without them (K = 0), or over more than 2^K
+ * then moved to the nearest multiples of 2^(n-K), or to the other neighbour where only that keeps
+ * the shard within its budget (each shard keeps at least one such block, so at most 2^K shards),
+ * and no shard exchanges anything. Without them (K = 0), or over more than 2^K
  * devices, it is refused, INVALID_ARGUMENT on placement.policy with the ranges it made: its
  * Walsh-Hadamard stages exchange between equal shard pairs.
  */

@@ -1090,6 +1090,17 @@ START_TEST(test_iqp_over_devices_that_take_the_top_bits_splits_into_whole_blocks
   ck_assert_uint_eq(p->shards[0].count, 5 * 512); /* 2731 rounds to 2560 */
   ck_assert_uint_eq(p->shards[1].count, 3 * 512);
   plan_destroy(p);
+  /* Budgets of 23 and 50 KiB (blocks of 8 KiB): capacity ends shard 0 at 1290.5 of 4096, nearest
+   * 3 blocks (24 KiB, past 23): it takes 2, and device 1 the other 6 (48 KiB), which fit. */
+  uint64_t tight[2] = {23 * 1024, 50 * 1024};
+  world1(&wb, "cpu", 2, tight);
+  r = req_for(QDP_ENCODING_IQP, 12, PLAN_CAPACITY);
+  r.iqp_top_bits = 3;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_uint_eq(p->shards[0].count, 2 * 512);
+  ck_assert_uint_eq(p->shards[1].count, 6 * 512);
+  ck_assert_int_eq(p->feasible, 1);
+  plan_destroy(p);
   world_same(&wb, 16, 10 * GIB);
   r = req_for(QDP_ENCODING_IQP, 12, PLAN_EVEN);
   r.iqp_top_bits = 3;
