@@ -60,4 +60,33 @@ static inline uint64_t cpu_min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
 
+/* iqp's coefficients (iqp.c, iqp_top.c): row_of[i] + j is the index of d_p(i, j) in d, j > i. */
+static inline void cpu_iqp_rows(uint32_t n, uint64_t *row_of) {
+  for (uint32_t i = 0; i < n; i++) {
+    row_of[i] = n + (uint64_t)i * n - (uint64_t)i * (i + 1) / 2 - (i + 1);
+  }
+}
+
+/* iqp's theta over the set bits of index b: from +0, the singles of the set bits in ascending
+ * order, then (with pairs) the pair terms of the set pairs in pair order, singles + pairs. */
+#define CPU_DEFINE_THETA_PART(NAME, T) \
+  static T NAME(const T *d, const uint64_t *row_of, uint64_t b, int pairs) { \
+    T singles = (T)0; \
+    for (uint64_t m = b; m != 0; m &= m - 1) { \
+      singles = singles + d[__builtin_ctzll(m)]; \
+    } \
+    if (!pairs) { \
+      return singles; \
+    } \
+    T ps = (T)0; \
+    for (uint64_t m = b; m != 0;) { \
+      const T *row = d + row_of[__builtin_ctzll(m)]; \
+      m &= m - 1; \
+      for (uint64_t mj = m; mj != 0; mj &= mj - 1) { \
+        ps = ps + row[__builtin_ctzll(mj)]; \
+      } \
+    } \
+    return singles + ps; \
+  }
+
 #endif /* QDPK_CPU_INTERNAL_H */

@@ -23,27 +23,6 @@
 #define IQP_MAX_QUBITS 63u
 #define IQP_MAX_PARAMS (IQP_MAX_QUBITS + IQP_MAX_QUBITS * (IQP_MAX_QUBITS - 1) / 2)
 
-/* theta_part(b): see above. row_of[i] + j is the index of d_p(i,j) in d, for j > i. */
-#define DEFINE_THETA_PART(NAME, T) \
-  static T NAME(const T *d, const uint64_t *row_of, uint64_t b, int pairs) { \
-    T singles = (T)0; \
-    for (uint64_t m = b; m != 0; m &= m - 1) { \
-      singles = singles + d[__builtin_ctzll(m)]; \
-    } \
-    if (!pairs) { \
-      return singles; \
-    } \
-    T ps = (T)0; \
-    for (uint64_t m = b; m != 0;) { \
-      const T *row = d + row_of[__builtin_ctzll(m)]; \
-      m &= m - 1; \
-      for (uint64_t mj = m; mj != 0; mj &= mj - 1) { \
-        ps = ps + row[__builtin_ctzll(mj)]; \
-      } \
-    } \
-    return singles + ps; \
-  }
-
 /* S_h(l) directly: from +0, w_i for the set bits i of l in ascending order. */
 #define DEFINE_CROSS_SUM(NAME, T) \
   static T NAME(const T *w, uint64_t l) { \
@@ -66,9 +45,7 @@
     T d[IQP_MAX_PARAMS], a_tab[(size_t)1 << CPU_LO_BITS], s_tab[(size_t)1 << CPU_LO_BITS]; \
     T w[CPU_LO_BITS]; \
     uint64_t row_of[IQP_MAX_QUBITS]; \
-    for (uint32_t i = 0; i < n; i++) { \
-      row_of[i] = n + (uint64_t)i * n - (uint64_t)i * (i + 1) / 2 - (i + 1); \
-    } \
+    cpu_iqp_rows(n, row_of); \
     /* Tabulate A only when the span is at least one run long; otherwise it costs more than it \
      * saves. Either way the value is theta_part(l). */ \
     int have_a = s->count >= run; \
@@ -120,8 +97,8 @@
     } \
   }
 
-DEFINE_THETA_PART(theta_part_f32, float)
-DEFINE_THETA_PART(theta_part_f64, double)
+CPU_DEFINE_THETA_PART(theta_part_f32, float)
+CPU_DEFINE_THETA_PART(theta_part_f64, double)
 DEFINE_CROSS_SUM(cross_sum_f32, float)
 DEFINE_CROSS_SUM(cross_sum_f64, double)
 DEFINE_IQP(iqp_f32, theta_part_f32, cross_sum_f32, float, cosf, sinf, ldexpf)

@@ -4,11 +4,12 @@
  * bits t (K = min(n, QDPK_IQP_TOP_BITS)) and low bits: b = (t, l), z = (s, y). theta splits too:
  * theta(s, y) = theta(0, y) + theta(s, 0) + sum over set bits i of s of u_i(y), u_i(y) the pair
  * terms between top bit i and the set low bits of y. So for each low index y the 2^K values
- *   v_s(y) = (E(y) * T(s)) * P_s(y),  E = 2^-n e^{i theta(0, y)}, T(s) = e^{i theta(s, 0)},
+ *   v_s(y) = T(s) * P_s(y),  T(s) = e^{i theta(s, 0)},
  *   P_s(y) = prod over set bits i of s, ascending, of C_i(y) = e^{i u_i(y)}
- * take a few complex products, and the top-bit stages of the transform run over them in registers
- * (ascending bits, (a, b) <- (a + b, a - b)): h_t(y). A shard holds whole t blocks, or a
- * power-of-two part of one, and keeps the h_t(y) it holds; the low-bit stages (qdpk_cpu_wht) then
+ * take a few complex products, the top-bit stages of the transform run over them in registers
+ * (ascending bits, (a, b) <- (a + b, a - b)), and h_t(y) is E(y) = 2^-n e^{i theta(0, y)}, common
+ * to every t, times the result. A shard holds whole t blocks, or a power-of-two part of one, and
+ * keeps the h_t(y) it holds; the low-bit stages (qdpk_cpu_wht) then
  * finish psi over the low bits the shard holds (all L of them when it holds whole blocks), and
  * the low bits that select a shard (a state of more than 2^K shards) are the exchange stages run
  * after (qdpk_cpu_butterfly).
@@ -21,7 +22,7 @@
  * of h. Every table is built from its first entry by products in ascending bit order, the same
  * whatever the span, so each value is a function of (t, y) and the sample alone: the state is
  * bit-identical however many shards it has. Sums that feed one sine and cosine add in ascending
- * bit order (theta_part of iqp.c's definition).
+ * bit order (theta: cpu_internal.h's theta part, as iqp.c).
  */
 #include <math.h>
 #include <stdint.h>
@@ -33,30 +34,11 @@
 #define TOP_MAX (1u << QDPK_IQP_TOP_BITS)
 #define RUN_MAX ((size_t)1 << CPU_LO_BITS)
 
-/* Where d_p(j, q), j < q, is among the n + n(n-1)/2 coefficients. */
-static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
-  return n + j * n - j * (j + 1) / 2 - (j + 1) + q;
-}
-
 /* Scratch per row, in complex values: A, S (a run), Cl (one per top bit). */
 #define SCRATCH_VALUES ((2 + QDPK_IQP_TOP_BITS) * RUN_MAX)
 
 #define DEFINE_IQP_TOP(NAME, T, COS, SIN, LDEXP) \
-  /* theta over the set bits of b: the singles ascending, then the pairs in pair order. */ \
-  static T NAME##_theta(const T *d, uint32_t n, uint64_t b, int pairs) { \
-    T singles = (T)0, ps = (T)0; \
-    for (uint64_t m = b; m != 0; m &= m - 1) { \
-      singles = singles + d[__builtin_ctzll(m)]; \
-    } \
-    for (uint64_t m = b; pairs && m != 0;) { \
-      uint32_t i = (uint32_t)__builtin_ctzll(m); \
-      m &= m - 1; \
-      for (uint64_t mj = m; mj != 0; mj &= mj - 1) { \
-        ps = ps + d[pair_at(n, i, (uint64_t)__builtin_ctzll(mj))]; \
-      } \
-    } \
-    return pairs ? singles + ps : singles; \
-  } \
+  CPU_DEFINE_THETA_PART(NAME##_theta, T) \
   /* tab[l] for l < 2^bits: the product of f[j] over the set bits j of l, ascending. */ \
   static void NAME##_products(T *tab, const T *f, uint32_t bits) { \
     tab[0] = (T)1; \
@@ -72,9 +54,8 @@ static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
     } \
   } \
   /* One low index y (its l in the run): the 2^k values v_t, their top-bit stages, and the \
-   * shard's share of them into o. Inlined with k a constant where it is QDPK_IQP_TOP_BITS, so \
-   * that the values stay in registers. */ \
-  static inline __attribute__((always_inline)) void NAME##_one( \
+   * shard's share of them, times E(y), into o. */ \
+  static inline void NAME##_one( \
       uint32_t k, int pairs, uint64_t l, T er, T ei, const T *s_tab, T hr, T hi, const T *tb, \
       const T *cl, const T *ch, T *o, uint64_t at, uint64_t t0, uint64_t t1, uint64_t stride) { \
     uint64_t tops = (uint64_t)1 << k; \
@@ -126,8 +107,10 @@ static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
       o[2 * (t * stride + at) + 1] = xr * vi[t] + xi * vr[t]; \
     } \
   } \
-  /* One row: d its coefficients; o its [count] output; tab scratch of SCRATCH_VALUES. */ \
-  static void NAME(const struct qdpk_span *s, const T *d, int pairs, T *o, T *tab) { \
+  /* One row: d its coefficients (row_of: cpu_iqp_rows); o its [count] output; tab scratch of \
+   * SCRATCH_VALUES. */ \
+  static void NAME(const struct qdpk_span *s, const T *d, const uint64_t *row_of, int pairs, \
+                   T *o, T *tab) { \
     uint32_t n = s->qubits, k_bits = n < QDPK_IQP_TOP_BITS ? n : QDPK_IQP_TOP_BITS; \
     uint32_t l_bits = n - k_bits, lb = l_bits < CPU_LO_BITS ? l_bits : CPU_LO_BITS; \
     uint64_t block = (uint64_t)1 << l_bits, mask = block - 1, tops = (uint64_t)1 << k_bits; \
@@ -138,32 +121,32 @@ static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
     T *a_tab = tab, *s_tab = tab + 2 * RUN_MAX, *cl = tab + 4 * RUN_MAX; \
     T f[2 * 64], tb[2 * TOP_MAX], ch[2 * QDPK_IQP_TOP_BITS]; \
     for (uint64_t l = 0; l < run; l++) { \
-      T th = NAME##_theta(d, n, l, pairs); \
+      T th = NAME##_theta(d, row_of, l, pairs); \
       a_tab[2 * l] = COS(th); \
       a_tab[2 * l + 1] = SIN(th); \
     } \
     for (uint32_t i = 0; pairs && i < k_bits; i++) { \
       for (uint32_t j = 0; j < lb; j++) { \
-        T c = d[pair_at(n, j, l_bits + i)]; /* c_ij */ \
+        T c = d[row_of[j] + l_bits + i]; /* c_ij */ \
         f[2 * j] = COS(c); \
         f[2 * j + 1] = SIN(c); \
       } \
       NAME##_products(cl + 2 * i * RUN_MAX, f, lb); \
     } \
     for (uint64_t t = 0; t < tops; t++) { \
-      T th = NAME##_theta(d, n, t << l_bits, pairs); \
+      T th = NAME##_theta(d, row_of, t << l_bits, pairs); \
       tb[2 * t] = COS(th); \
       tb[2 * t + 1] = SIN(th); \
     } \
     for (uint64_t y = y0; y < y1;) { \
       uint64_t hbits = y & ~lo_mask, stop = hbits + run < y1 ? hbits + run : y1; \
-      T th = NAME##_theta(d, n, hbits, pairs); \
+      T th = NAME##_theta(d, row_of, hbits, pairs); \
       T hr = scale * COS(th), hi = scale * SIN(th); \
       if (pairs) { /* S_h: e^{i w_j(h)} per low bit j; Ch_i: e^{i sum over h of c_im} */ \
         for (uint32_t j = 0; j < lb; j++) { \
           T w = (T)0; \
           for (uint64_t m = hbits; m != 0; m &= m - 1) { \
-            w = w + d[pair_at(n, j, (uint64_t)__builtin_ctzll(m))]; \
+            w = w + d[row_of[j] + (uint64_t)__builtin_ctzll(m)]; \
           } \
           f[2 * j] = COS(w); \
           f[2 * j + 1] = SIN(w); \
@@ -172,7 +155,7 @@ static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
         for (uint32_t i = 0; i < k_bits; i++) { \
           T u = (T)0; \
           for (uint64_t m = hbits; m != 0; m &= m - 1) { \
-            u = u + d[pair_at(n, (uint64_t)__builtin_ctzll(m), l_bits + i)]; \
+            u = u + d[row_of[__builtin_ctzll(m)] + l_bits + i]; \
           } \
           ch[2 * i] = COS(u); \
           ch[2 * i + 1] = SIN(u); \
@@ -181,13 +164,8 @@ static inline uint64_t pair_at(uint32_t n, uint64_t j, uint64_t q) {
       for (; y < stop; y++) { \
         uint64_t l = y & lo_mask; \
         uint64_t at = y - s->first; /* value t goes to o[t * 2^L + at] (modulo 2^64) */ \
-        if (k_bits == QDPK_IQP_TOP_BITS) { \
-          NAME##_one(QDPK_IQP_TOP_BITS, pairs, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, \
-                     tb, cl, ch, o, at, t0, t1, block); \
-        } else { \
-          NAME##_one(k_bits, pairs, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, tb, cl, ch, \
-                     o, at, t0, t1, block); \
-        } \
+        NAME##_one(k_bits, pairs, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, tb, cl, ch, o, \
+                   at, t0, t1, block); \
       } \
     } \
   }
@@ -209,6 +187,8 @@ int qdpk_cpu_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_
     return QDPK_IQP_BAD_SPAN;
   }
   uint64_t np = qdp_values_per_sample(pairs ? QDP_ENCODING_IQP : QDP_ENCODING_IQP_Z, n);
+  uint64_t row_of[63];
+  cpu_iqp_rows(n, row_of);
   int f32 = s->out == QDP_DTYPE_COMPLEX64;
   size_t tsize = f32 ? sizeof(float) : sizeof(double);
   void *tab = malloc(2 * SCRATCH_VALUES * tsize);
@@ -228,9 +208,9 @@ int qdpk_cpu_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_
       }
     }
     if (f32) {
-      iqp_top_f32(s, d, pairs, (float *)out + 2 * r * s->count, tab);
+      iqp_top_f32(s, d, row_of, pairs, (float *)out + 2 * r * s->count, tab);
     } else {
-      iqp_top_f64(s, d, pairs, (double *)out + 2 * r * s->count, tab);
+      iqp_top_f64(s, d, row_of, pairs, (double *)out + 2 * r * s->count, tab);
     }
   }
   free(tab);
