@@ -17,7 +17,8 @@
  * Named only (`mesh_bench scaling,iqp,capacity_max`), over every GPU of the machine: strong scaling
  * of amplitude over 1, 2, 4, 8 GPUs, iqp 30 qubits over 1, 2, 4, 8 GPUs, the largest angle states
  * the GPUs hold together, and the topology. `mpirun -n R mesh_bench ranks`: R processes of one GPU
- * each, the norm over NCCL across them, against one process alone.
+ * each, the norm over NCCL across them, against one process alone. `mesh_bench iqp` alone runs on
+ * one GPU too.
  *
  * Times are host wall clock around work on both GPUs (synchronized before and after), median of
  * the repetitions after one warm-up. Lines: "mesh_bench NAME key=value ...". Exit 77 without two
@@ -719,8 +720,8 @@ static void bench_scaling(int count, uint32_t qubits) {
   }
 }
 
-/* iqp with pair terms over 1, 2, 4, ... GPUs through the runtime: the global-bit stages exchange
- * halves between GPUs. Every GPU count gives the one-GPU bits (checked on 4096 amplitudes at each
+/* iqp with pair terms over 1, 2, 4, ... GPUs through the runtime: up to 8 GPUs each transforms
+ * the top bits alone and nothing is exchanged ("none"). Every GPU count gives the one-GPU bits (checked on 4096 amplitudes at each
  * end and the middle). */
 static void bench_iqp(int count, uint32_t qubits) {
   uint64_t np = qubits + (uint64_t)qubits * (qubits - 1) / 2, N = UINT64_C(1) << qubits;
@@ -1016,11 +1017,15 @@ int main(int argc, char **argv) {
     return bench_ranks(argc, argv, 31);
   }
 #endif
+  const char *only = argc > 1 ? argv[1] : "";
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 1 && strcmp(only, "iqp") == 0) {
+    bench_iqp(count, 30); /* over 1 GPU and up: the only figure one GPU gives */
+    return 0;
+  }
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {
     printf("mesh_bench: needs two GPUs, found %d\n", count);
     return 77;
   }
-  const char *only = argc > 1 ? argv[1] : "";
   for (int i = 0; i < 2; i++) {
     CK(cudaSetDevice(i));
     cudaError_t err = cudaDeviceEnablePeerAccess(1 - i, 0);

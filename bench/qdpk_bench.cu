@@ -258,7 +258,7 @@ struct closed_ctx {
   qdp_dtype in_t;
   struct qdpk_span s;
   void *out;
-  int stage; /* iqp: 0 phases + wht, 1 phases only, 2 wht only */
+  int stage; /* iqp: 0 the reference path (phases + wht), 1 phases only, 2 wht only, 3 qdpk_iqp */
 };
 
 static void op_closed(void *p, int rep) {
@@ -276,13 +276,19 @@ static void op_closed(void *p, int rep) {
     qdp_ok(qdpk_basis(&c->s, c->x, c->in_t, 1, c->out, 0), "qdpk_basis");
     break;
   case C_IQP:
+    if (c->stage == 3) {
+      qdp_ok(qdpk_iqp(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1, c->out,
+                      0),
+             "qdpk_iqp");
+      break;
+    }
     if (c->stage != 2) {
       qdp_ok(qdpk_iqp_phases(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1,
                              c->out, 0),
              "qdpk_iqp_phases");
     }
     if (c->stage != 1) {
-      qdp_ok(qdpk_wht(c->out, c->s.out, c->s.count, 1, 0), "qdpk_wht");
+      qdp_ok(qdpk_wht(c->out, c->s.out, c->s.count, c->s.rows, 0), "qdpk_wht");
     }
     break;
   }
@@ -293,19 +299,23 @@ static const char *closed_name(enum closed op) {
   return names[op];
 }
 
-static void bench_closed(enum closed op, const void *x, qdp_dtype in_t, unsigned n, void *out,
-                         int stage, int reps, const char *extra) {
-  struct closed_ctx c = {op, x, in_t, {n, 0, 1ull << n, 1, QDP_DTYPE_COMPLEX128}, out, stage};
+static void bench_closed_rows(enum closed op, const void *x, qdp_dtype in_t, unsigned n,
+                              uint64_t rows, void *out, int stage, int reps, const char *extra) {
+  struct closed_ctx c = {op, x, in_t, {n, 0, 1ull << n, rows, QDP_DTYPE_COMPLEX128}, out, stage};
   double ms = time_median(op_closed, &c, 3, reps);
-  double amps = (double)(1ull << n);
+  double amps = (double)(1ull << n) * (double)rows;
   const char *name = closed_name(op);
   double bytes = amps * 16; /* every closed form writes the state once */
-  if (op == C_IQP && stage == 2) {
-    name = "wht";
-  } else if (op == C_IQP && stage == 1) {
-    name = "iqp_phases";
+  static const char *iqp_names[] = {"iqp_reference", "iqp_phases", "wht", "iqp"};
+  if (op == C_IQP) {
+    name = iqp_names[stage];
   }
-  report(name, "complex128", n, 1, ms, bytes, fill_GBps, extra);
+  report(name, "complex128", n, rows, ms, bytes, fill_GBps, extra);
+}
+
+static void bench_closed(enum closed op, const void *x, qdp_dtype in_t, unsigned n, void *out,
+                         int stage, int reps, const char *extra) {
+  bench_closed_rows(op, x, in_t, n, 1, out, stage, reps, extra);
 }
 
 static void bench_closed_variants(enum closed op, const void *x, qdp_dtype in_t, unsigned n,
@@ -387,7 +397,7 @@ int main(int argc, char **argv) {
                     batches[i].n, batches[i].rows, 4, 0, 200, NULL);
   }
 
-  /* Closed forms at 30 qubits (IQP at 20 and 26), complex128 from float64 parameters. */
+  /* Closed forms at 30 qubits (IQP at 20, 26 and 30), complex128 from float64 parameters. */
   double *params = NULL;
   int64_t *basis_idx = NULL;
   CUDA_OK(cudaMalloc((void **)&params, 1u << 16));
@@ -407,11 +417,13 @@ int main(int argc, char **argv) {
   bench_closed(C_PHASE, params, QDP_DTYPE_FLOAT64, 30, out, 0, 15, "");
   bench_closed(C_BASIS, basis_idx, QDP_DTYPE_INT64, 30, out, 0, 15, "");
 
-  static const unsigned iqp_n[] = {20, 26};
-  for (int i = 0; i < 2; i++) {
+  /* IQP: what a device runs (qdpk_iqp, op=iqp) beside the reference path (op=iqp_reference) and
+   * its two steps, in the same run. */
+  static const unsigned iqp_n[] = {20, 26, 30};
+  for (int i = 0; i < 3; i++) {
     unsigned n = iqp_n[i];
     random_device(params, qdp_values_per_sample(QDP_ENCODING_IQP, n), 5 + n, -1.0, 1.0);
-    int reps = n == 20 ? 200 : 20;
+    int reps = n == 20 ? 200 : n == 26 ? 20 : 5;
     if (variants) {
       static const int ks[] = {1, 4, 16};
       int saved = qdpk_tune_iqp_per_thread;
@@ -426,6 +438,19 @@ int main(int argc, char **argv) {
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 1, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 0, reps, "");
+    bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "");
+  }
+  /* Batched small states: 4096 of 10 qubits and 1024 of 14, parameters from `in`. */
+  random_device((double *)in, 1ull << 20, 6, -1.0, 1.0);
+  static const struct {
+    uint64_t rows;
+    unsigned n;
+  } iqp_batches[] = {{4096, 10}, {1024, 14}};
+  for (int i = 0; i < 2; i++) {
+    bench_closed_rows(C_IQP, in, QDP_DTYPE_FLOAT64, iqp_batches[i].n, iqp_batches[i].rows, out, 0,
+                      200, "");
+    bench_closed_rows(C_IQP, in, QDP_DTYPE_FLOAT64, iqp_batches[i].n, iqp_batches[i].rows, out, 3,
+                      200, "");
   }
   CUDA_OK(cudaFree(basis_idx));
   CUDA_OK(cudaFree(params));

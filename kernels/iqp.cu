@@ -1,20 +1,32 @@
-/* iqp.cu — IQP step 1: out = 2^-n e^{i theta(b)} (CUDA twin of qdpk_cpu_iqp_phases); step 2 is the
- * Walsh-Hadamard transform of wht.cu.
+/* iqp.cu — IQP on the GPU: qdpk_iqp, the state a device writes (twin of qdpk_cpu_iqp), and the
+ * reference path's step 1, qdpk_iqp_phases: out = 2^-n e^{i theta(b)} (twin of
+ * qdpk_cpu_iqp_phases), whose step 2 is the Walsh-Hadamard transform of wht.cu.
  *
  * theta(b) = sum_i d_i b_i + sum_{i<j} d_p(i,j) b_i b_j splits at bit 8 of b into a part of the low
  * bits, a part of the high bits, and the cross pairs (i low, j high):
  *   theta = theta_lo(b mod 256) + theta_hi(b div 256) + sum_{i low, b_i = 1} c_i(b div 256),
  *   c_i(h) = sum_{j high, h_j = 1} d_p(i,j).
- * As in angle.cu, a block writes 256 * K consecutive amplitudes and thread t those K apart by 256,
- * which share their low 8 bits: the thread forms theta_lo once (O(64) terms); theta_hi and the
- * eight c_i take K + 1 values per block, formed by 9 (K + 1) threads into shared memory. Each
- * amplitude then costs at most 9 additions, one sincos and one 16-byte store, instead of the
- * O(popcount^2) sum of the direct form. The coefficients live in shared memory (n + n(n-1)/2
- * values: 16 KiB of doubles at 63 qubits).
+ * The phases kernel: as in angle.cu, a block writes 256 * K consecutive amplitudes and thread t
+ * those K apart by 256, which share their low 8 bits: the thread forms theta_lo once (O(64)
+ * terms); theta_hi and the eight c_i take K + 1 values per block, formed by 9 (K + 1) threads into
+ * shared memory. Each amplitude then costs at most 9 additions, one sincos and one 16-byte store,
+ * instead of the O(popcount^2) sum of the direct form. The coefficients live in shared memory
+ * (n + n(n-1)/2 values: 16 KiB of doubles at 63 qubits).
  *
- * The sum runs in another order than the CPU twin's, so values agree to rounding (a few ulps of
- * |theta|), not bit for bit; each value depends on the global index and the sample only, so
- * sharded launches give the bits of one launch.
+ * qdpk_iqp follows iqp_top.c's order: per low index y (the low L = n - K bits), the 2^K top values
+ * v_t(y) = T(t) * prod over set bits i of t of C_i(y), their top-bit stages in registers, then
+ * E(y) = 2^-n e^{i theta(0, y)} times each; then the low bits' stages, ascending. E takes the
+ * split above (one sincos per y for 8 values); C_i(y) = e^{i u_i(y)}, u_i the pairs of top bit i
+ * with y, is the product of its low and high parts. One pass computes all that for a tile, runs
+ * the tile's low stages (bits 0..8 for whole blocks, 0..11 for a part of one) in registers and
+ * shared memory and writes the state once; qdpk_wht_from's strided passes finish the low bits. So
+ * 26 qubits take three passes over memory, the first a write only, where the reference path takes
+ * four. Every rounding of a value is spelled out (cmul, sums in a fixed order), and each value is
+ * a function of (t, y) and the sample alone: the state is bit-identical however it is split.
+ *
+ * The sums run in other orders than the CPU twins', so values agree to rounding (a few ulps of
+ * |theta|), not bit for bit; the phases kernel's values depend on the global index and the sample
+ * only, so its sharded launches give the bits of one launch.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -155,6 +167,288 @@ struct iqp_launch {
   }
 };
 
+/* ---- IQP whole: qdpk_iqp ---- */
+
+constexpr uint32_t TOP_BITS = QDPK_IQP_TOP_BITS;
+constexpr uint32_t TOPS = 1u << TOP_BITS;
+constexpr uint32_t WHOLE_Y_BITS = 9; /* low indices per tile of whole blocks: 512 x 8 tops */
+
+/* The sum of d_p(i, j) over the set bits j of mask (i not among them), ascending j. */
+template <typename R>
+__device__ R pair_sum(const R *d, uint32_t n, uint32_t i, uint64_t mask) {
+  R acc = (R)0;
+  for (; mask != 0; mask &= mask - 1) {
+    const uint32_t j = (uint32_t)__ffsll((long long)mask) - 1;
+    acc = acc + d[j < i ? pair_index(n, j, i) : pair_index(n, i, j)];
+  }
+  return acc;
+}
+
+/* theta over the set bits of b alone: per set bit i, ascending, d_i and then (pairs) its pairs
+ * with the set bits above it. */
+template <typename R>
+__device__ R theta_of(const R *d, uint32_t n, int pairs, uint64_t b) {
+  R acc = (R)0;
+  for (uint64_t m = b; m != 0; m &= m - 1) {
+    const uint32_t i = (uint32_t)__ffsll((long long)m) - 1;
+    acc = acc + d[i];
+    if (pairs) {
+      acc = acc + pair_sum(d, n, i, m & (m - 1));
+    }
+  }
+  return acc;
+}
+
+template <typename R>
+__device__ __forceinline__ typename cplx<R>::type expi(R th) {
+  R sv, cv;
+  sincos_r(th, &sv, &cv);
+  return make_cplx<R>(cv, sv);
+}
+
+/* The span's shape (qdpk_cpu_iqp's rules): L = n - K low bits, blocks of 2^L, and either whole
+ * blocks (tops t0..t1) or a power-of-two part of block t0 from low index y0. */
+struct iqp_shape {
+  uint32_t k_bits, l_bits;
+  uint64_t block, t0, t1, y0;
+  bool whole;
+
+  __host__ __device__ iqp_shape(uint32_t n, uint64_t first, uint64_t count) {
+    k_bits = n < TOP_BITS ? n : TOP_BITS;
+    l_bits = n - k_bits;
+    block = 1ull << l_bits;
+    t0 = first >> l_bits;
+    t1 = (first + count - 1) >> l_bits;
+    whole = first % block == 0 && count % block == 0;
+    y0 = whole ? 0 : first & (block - 1);
+  }
+  /* Low indices of one top value in the span, and the low-bit stages the fused pass applies
+   * (those of its tile: 512 x 8 tops, or 4096 of one top). */
+  __host__ __device__ uint64_t len(uint64_t count) const { return whole ? block : count; }
+  __host__ __device__ uint32_t fused_bits(uint64_t count) const {
+    uint32_t bits = 0;
+    while ((1ull << bits) < len(count)) {
+      bits++;
+    }
+    uint32_t cap = whole ? WHOLE_Y_BITS : TILE_BITS;
+    return bits < cap ? bits : cap;
+  }
+};
+
+/* The top-bit values of one low index y, in registers (iqp_top.c's order): v_t = T(t) * P_t with
+ * P_t the product of C_i over the set bits i of t (ascending), C_i = cl[i] * ch[i]; the top-bit
+ * stages, ascending; then E(y) times each. Values t >= 2^k_bits are never stored. */
+template <typename C>
+__device__ __forceinline__ void top_values(C (&v)[TOPS], const C *tb, const C (&cl)[TOP_BITS],
+                                           const C *ch, C e, uint32_t k_bits, int pairs) {
+  C p[TOPS];
+  p[0] = tb[0];
+#pragma unroll
+  for (uint32_t t = 1; t < TOPS; t++) {
+    p[t] = tb[t];
+  }
+  if (pairs) {
+    C q[TOPS];
+    q[0].x = 1;
+    q[0].y = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < TOP_BITS; i++) {
+      const C c = cmul(cl[i], ch[i]);
+#pragma unroll
+      for (uint32_t t = 0; t < (1u << i); t++) {
+        q[t + (1u << i)] = cmul(q[t], c);
+      }
+    }
+#pragma unroll
+    for (uint32_t t = 1; t < TOPS; t++) {
+      p[t] = cmul(p[t], q[t]);
+    }
+  }
+#pragma unroll
+  for (uint32_t i = 0; i < TOP_BITS; i++) {
+    if (i < k_bits) {
+#pragma unroll
+      for (uint32_t t = 0; t < TOPS; t++) {
+        if (!(t & (1u << i))) {
+          add_sub(p[t], p[t | (1u << i)]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (uint32_t t = 0; t < TOPS; t++) {
+    v[t] = cmul(p[t], e);
+  }
+}
+
+/* Rows along y, groups of `group` tiles along x (both folded into loops past the grid limits).
+ * WHOLE: a tile is 512 consecutive low indices x the 8 tops (thread t: y = base + t and
+ * base + t + 256, all tops; tile index y - base + 512 u for top u), of which the span's tops are
+ * stored; otherwise 4096 consecutive low indices of top t0 (thread t: y = base + t + 256 j). The
+ * low indices split at bit 8: the thread's low part lo is fixed, so theta_lo and the low parts of
+ * C_i are formed once per row; the (at most 16) high parts h of a group's low indices get
+ * theta_hi, the cross sums with the low bits and the high parts of C_i in shared memory, formed
+ * in parallel once per group. Each value then costs a share of one sine and cosine (E(y)), a few
+ * complex products and its stages; the tile's low-bit stages run in registers and shared memory
+ * (tile_stages) and the tile is written once. */
+template <typename TI, typename R, bool WHOLE>
+__global__ void __launch_bounds__(QDPK_THREADS)
+    iqp_whole_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t n, int pairs,
+                     uint64_t first, uint64_t count, uint64_t rows, uint64_t tiles, uint32_t group,
+                     uint64_t groups, typename cplx<R>::type *__restrict__ out) {
+  typedef typename cplx<R>::type C;
+  constexpr uint32_t J = WHOLE ? 2 : PER_THREAD; /* low indices per thread and tile */
+  constexpr uint32_t Y = J * QDPK_THREADS;       /* low indices per tile */
+  constexpr uint32_t H = PER_THREAD;             /* high parts per group: J * group <= 16 */
+  constexpr uint32_t SUMS = 1 + LO_BITS + TOP_BITS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  C *sm = reinterpret_cast<C *>(smem_raw);
+  R *d = reinterpret_cast<R *>(sm + TILE_SLOTS);
+  __shared__ C tb[TOPS], ch[H][TOP_BITS];
+  __shared__ R th_hi[H], cross[H][LO_BITS];
+  const uint32_t t = threadIdx.x;
+  const iqp_shape sh(n, first, count);
+  const uint32_t lo_bits = sh.l_bits < LO_BITS ? sh.l_bits : LO_BITS;
+  const uint32_t lo = (uint32_t)((sh.y0 + t) & ((1ull << lo_bits) - 1));
+  const uint64_t y_end = sh.y0 + sh.len(count);
+  const uint32_t stages = sh.fused_bits(count);
+  const uint32_t np = n + (pairs ? n * (n - 1) / 2 : 0);
+  const R scale = iqp_scale(n, R());
+  for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (uint32_t k = t; k < np; k += QDPK_THREADS) {
+      d[k] = (R)x[r * in_stride + k];
+    }
+    __syncthreads();
+    if (t < TOPS) {
+      tb[t] = expi(t < (1u << sh.k_bits) ? theta_of(d, n, pairs, (uint64_t)t << sh.l_bits) : (R)0);
+    }
+    const R th_lo = theta_of(d, n, pairs, lo);
+    C cl[TOP_BITS];
+#pragma unroll
+    for (uint32_t i = 0; i < TOP_BITS; i++) {
+      cl[i] = expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, lo) : (R)0);
+    }
+    C *o = out + r * count;
+    for (uint64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+      const uint64_t gbase = sh.y0 + g * group * Y;
+      /* High part h = gbase / 256 + j of the group's low indices: 12 sums each. */
+      for (uint32_t w = t; w < J * group * SUMS; w += QDPK_THREADS) {
+        const uint32_t j = w / SUMS, which = w % SUMS;
+        uint64_t hm = ((gbase >> LO_BITS) + j) << LO_BITS; /* the set high bits of y */
+        if (hm >= sh.block) {
+          hm = 0; /* past the block: its values are not stored */
+        }
+        if (which == 0) {
+          th_hi[j] = theta_of(d, n, pairs, hm);
+        } else if (which <= LO_BITS) {
+          const uint32_t i = which - 1;
+          cross[j][i] = pairs && i < lo_bits ? pair_sum(d, n, i, hm) : (R)0;
+        } else {
+          const uint32_t i = which - 1 - LO_BITS;
+          ch[j][i] = expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, hm) : (R)0);
+        }
+      }
+      __syncthreads();
+      for (uint32_t q = 0; q < group && g * group + q < tiles; q++) {
+        const uint64_t base = gbase + (uint64_t)q * Y;
+        C reg[PER_THREAD];
+#pragma unroll
+        for (uint32_t j = 0; j < J; j++) {
+          const uint32_t hj = q * J + j;
+          R th = th_lo + th_hi[hj];
+#pragma unroll
+          for (uint32_t i = 0; i < LO_BITS; i++) {
+            if ((lo >> i) & 1) {
+              th = th + cross[hj][i];
+            }
+          }
+          C e = expi(th);
+          e.x = scale * e.x;
+          e.y = scale * e.y;
+          C v[TOPS];
+          top_values(v, tb, cl, ch[hj], e, sh.k_bits, pairs);
+          if (WHOLE) {
+#pragma unroll
+            for (uint32_t u = 0; u < TOPS; u++) {
+              reg[j + J * u] = v[u];
+            }
+          } else {
+            C keep = v[0];
+#pragma unroll
+            for (uint32_t u = 1; u < TOPS; u++) {
+              if (u == sh.t0) {
+                keep = v[u];
+              }
+            }
+            reg[j] = keep;
+          }
+        }
+        tile_stages(sm, reg, t, 0, stages);
+#pragma unroll
+        for (uint32_t k = 0; k < PER_THREAD; k++) {
+          const uint32_t j = k % J, u = k / J;
+          const uint64_t y = base + t + (uint64_t)QDPK_THREADS * j;
+          if (y < y_end && (!WHOLE || (u >= sh.t0 && u <= sh.t1))) {
+            o[(WHOLE ? (u - sh.t0) * sh.block : 0) + (y - sh.y0)] = reg[k];
+          }
+        }
+        __syncthreads(); /* the tile's shared memory is rewritten by the next tile */
+      }
+    }
+  }
+}
+
+struct iqp_whole_launch {
+  const struct qdpk_span *s;
+  uint64_t in_stride;
+  int pairs;
+  void *out;
+  cudaStream_t stream;
+
+  template <typename TI, typename R, bool WHOLE>
+  qdp_status run(const TI *x) const {
+    typedef typename cplx<R>::type C;
+    static unsigned long long smem_done = 0;
+    const uint32_t n = s->qubits;
+    const iqp_shape sh(n, s->first, s->count);
+    /* The tile, then the coefficients (at most 2016 at 63 qubits). */
+    const size_t smem_max = TILE_SLOTS * sizeof(C) + (63 + 63 * 62 / 2) * sizeof(R);
+    const size_t smem =
+        TILE_SLOTS * sizeof(C) + (size_t)(n + (pairs ? n * (n - 1) / 2 : 0)) * sizeof(R);
+    qdp_status rc = allow_smem_once(iqp_whole_kernel<TI, R, WHOLE>, smem_max, &smem_done);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+    const uint64_t y_per_tile = WHOLE ? (1ull << WHOLE_Y_BITS) : TILE;
+    const uint64_t len = sh.len(s->count);
+    const uint64_t tiles = (len + y_per_tile - 1) / y_per_tile;
+    /* Tiles of whole blocks share their group's sums by up to 8 (16 high parts) while that
+     * leaves 1024 groups or more to spread over the multiprocessors. */
+    uint32_t group = 1;
+    while (WHOLE && group < 8 && tiles * s->rows / (2 * group) >= 1024) {
+      group *= 2;
+    }
+    const uint64_t groups = (tiles + group - 1) / group;
+    dim3 grid(grid_x(groups), grid_y(s->rows));
+    iqp_whole_kernel<TI, R, WHOLE><<<grid, QDPK_THREADS, smem, stream>>>(
+        x, in_stride, n, pairs, s->first, s->count, s->rows, tiles, group, groups,
+        static_cast<C *>(out));
+    if ((rc = launched()) != QDP_OK) {
+      return rc;
+    }
+    /* The low bits above the fused pass's, in each block (or the part) the span holds. */
+    return qdpk_wht_from(out, s->out, len, s->rows * (s->count / len), sh.fused_bits(s->count),
+                         stream);
+  }
+
+  template <typename TI, typename R>
+  qdp_status run_shape(const void *x) const {
+    const TI *xt = static_cast<const TI *>(x);
+    return iqp_shape(s->qubits, s->first, s->count).whole ? run<TI, R, true>(xt)
+                                                          : run<TI, R, false>(xt);
+  }
+};
+
 }  // namespace
 
 extern "C" qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in,
@@ -167,4 +461,23 @@ extern "C" qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, 
    * 4096 amplitudes. Measured on an H200 at 26 qubits: 0.48 ms against 0.87 (4) and 2.13 (1). */
   return run_closed_form(s, in, per_thread(qdpk_tune_iqp_per_thread, 16), x,
                          iqp_launch{s, in_stride, pairs != 0, out, stream});
+}
+
+extern "C" qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in,
+                               uint64_t in_stride, int pairs, void *out, cudaStream_t stream) {
+  if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  const iqp_shape sh(s->qubits, s->first, s->count);
+  const bool part = s->count < sh.block && (s->count & (s->count - 1)) == 0 &&
+                    s->first % s->count == 0;
+  if (!sh.whole && !part) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  const iqp_whole_launch op{s, in_stride, pairs != 0, out, stream};
+  const bool f32 = in == QDP_DTYPE_FLOAT32;
+  if (s->out == QDP_DTYPE_COMPLEX64) {
+    return f32 ? op.run_shape<float, float>(x) : op.run_shape<double, float>(x);
+  }
+  return f32 ? op.run_shape<float, double>(x) : op.run_shape<double, double>(x);
 }

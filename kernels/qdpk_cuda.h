@@ -56,7 +56,20 @@ qdp_status qdpk_basis(const struct qdpk_span *s, const void *x, qdp_dtype in, ui
 qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in,
                            uint64_t in_stride, int pairs, void *out, cudaStream_t stream);
 
+/* IQP whole (qdpk_cpu_iqp's contract and span rules; QDP_ERR_INVALID_ARGUMENT for another span):
+ * the top K bits' stages in registers per low index, then the low bits' stages, all in one pass
+ * that writes the state and the strided passes of qdpk_wht_from (iqp.cu gives the order). Values
+ * agree with the CPU twin to rounding; bit-identical however the state is split. Dynamic shared
+ * memory of about 70-86 KiB. */
+qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                    int pairs, void *out, cudaStream_t stream);
+
 qdp_status qdpk_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows, cudaStream_t stream);
+
+/* qdpk_wht's stages from_bit..log2(count)-1 only, the lower ones already applied (the same bits as
+ * the whole transform then). */
+qdp_status qdpk_wht_from(void *data, qdp_dtype out, uint64_t count, uint64_t rows,
+                         uint32_t from_bit, cudaStream_t stream);
 
 qdp_status qdpk_butterfly(void *a, void *b, qdp_dtype out, uint64_t count, cudaStream_t stream);
 

@@ -62,6 +62,22 @@ __device__ __forceinline__ float mul_rn(float a, float b) {
 __device__ __forceinline__ double mul_rn(double a, double b) {
   return __dmul_rn(a, b);
 }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) {
+  return __fmaf_rn(a, b, c);
+}
+__device__ __forceinline__ double fma_rn(double a, double b, double c) {
+  return __fma_rn(a, b, c);
+}
+
+/* a * b with every rounding spelled out (two fused multiply-adds over two products), so that one
+ * kernel gives the same bits wherever the compiler inlines it. */
+template <typename C>
+__device__ __forceinline__ C cmul(C a, C b) {
+  C r;
+  r.x = fma_rn(a.x, b.x, -mul_rn(a.y, b.y));
+  r.y = fma_rn(a.x, b.y, mul_rn(a.y, b.x));
+  return r;
+}
 
 /* A value as the amplitude norm's scaled fallback takes it: as is, or (SCALED) times 2^e in its
  * own type, the ldexp of the CPU twin (correctly rounded in CUDA as in C, subnormal results
@@ -80,6 +96,106 @@ __device__ __forceinline__ void sincos_r(float a, float *s, float *c) {
 }
 __device__ __forceinline__ void sincos_r(double a, double *s, double *c) {
   sincos(a, s, c);
+}
+
+/* The Walsh-Hadamard tile (wht.cu, and iqp.cu's fused first pass): 4096 complex values held by
+ * 256 threads, 16 each, thread t's register k holding tile index t + 256 k (register bits at
+ * [8, 12)). A run of stages goes through the tile in groups of 4 bits that sit in registers,
+ * regrouped through shared memory in between; index i is stored at i + i / 16 (one pad slot per
+ * 16) so that the 8 threads of each quarter-warp's 16-byte accesses hit 8 different bank groups
+ * for every grouping. Every stage is (a, b) <- (a + b, a - b). */
+constexpr uint32_t TILE_BITS = 12;
+constexpr uint32_t TILE = 1u << TILE_BITS;
+constexpr uint32_t PER_THREAD = TILE / QDPK_THREADS; /* 16 values: 4 register bits */
+constexpr uint32_t TILE_SLOTS = TILE + TILE / 16;    /* shared-memory slots of a tile */
+
+__device__ __forceinline__ uint32_t tile_slot(uint32_t i) {
+  return i + (i >> 4);
+}
+
+/* Tile index of register k of thread t when the register bits sit at [p, p + 4). */
+__device__ __forceinline__ uint32_t tile_index(uint32_t t, uint32_t k, uint32_t p) {
+  uint32_t low = t & ((1u << p) - 1);
+  return low | (k << p) | ((t >> p) << (p + 4));
+}
+
+template <typename C>
+__device__ __forceinline__ void add_sub(C &a, C &b) {
+  C x = a, y = b;
+  a.x = x.x + y.x;
+  a.y = x.y + y.y;
+  b.x = x.x - y.x;
+  b.y = x.y - y.y;
+}
+
+/* Moves thread t's registers r from the register bits at [from, from + 4) to [to, to + 4) through
+ * shared memory sm; the first barrier: the previous regrouping has been read by every thread. */
+template <typename C>
+__device__ __forceinline__ void tile_regroup(C *sm, C (&r)[PER_THREAD], uint32_t t, uint32_t from,
+                                             uint32_t to) {
+  __syncthreads();
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    sm[tile_slot(tile_index(t, k, from))] = r[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    r[k] = sm[tile_slot(tile_index(t, k, to))];
+  }
+}
+
+/* The stages of tile bits [first, end), ascending, on registers that hold the tile with their
+ * register bits at [8, 12), as they are left. Every thread of the block calls it. */
+template <typename C>
+__device__ __forceinline__ void tile_stages(C *sm, C (&r)[PER_THREAD], uint32_t t, uint32_t first,
+                                            uint32_t end) {
+  uint32_t cur = 8; /* where the register bits sit now */
+  for (uint32_t pos = first; pos < end;) {
+    const uint32_t p = pos < 8 ? pos : 8;
+    const uint32_t stop = end < p + 4 ? end : p + 4;
+    if (p != cur) {
+      tile_regroup(sm, r, t, cur, p);
+      cur = p;
+    }
+    const uint32_t lo = pos - p, hi = stop - p;
+#pragma unroll
+    for (uint32_t rb = 0; rb < 4; rb++) {
+      if (rb >= lo && rb < hi) {
+#pragma unroll
+        for (uint32_t k = 0; k < PER_THREAD; k++) {
+          if (!(k & (1u << rb))) {
+            add_sub(r[k], r[k | (1u << rb)]);
+          }
+        }
+      }
+    }
+    pos = stop;
+  }
+  if (cur != 8) {
+    tile_regroup(sm, r, t, cur, 8);
+  }
+}
+
+/* Raises a kernel's dynamic shared-memory limit to `bytes` once per device; *done_mask (one per
+ * kernel) has bit d set once device d is done. A repeated call is harmless, so a race between
+ * threads costs nothing. */
+template <typename Kernel>
+qdp_status allow_smem_once(Kernel kernel, size_t bytes, unsigned long long *done_mask) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    return QDP_ERR_CUDA;
+  }
+  unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+  if (bit != 0 && (__atomic_load_n(done_mask, __ATOMIC_ACQUIRE) & bit)) {
+    return QDP_OK;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+      cudaSuccess) {
+    return QDP_ERR_CUDA;
+  }
+  __atomic_fetch_or(done_mask, bit, __ATOMIC_RELEASE);
+  return QDP_OK;
 }
 
 /* Blocks along x for `items` items, QDPK_THREADS * per_thread items per block. */

@@ -6,16 +6,14 @@
  *
  * A pass loads a tile of 4096 complex values into registers and shared memory, applies several
  * consecutive stages there and writes the tile back once:
- *  - the first pass takes 4096 consecutive values (several whole rows when count < 4096) and
- *    applies stages 0..11 (or all log2(count) of them);
- *  - each later pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
+ *  - a consecutive pass takes 4096 consecutive values (several whole rows when count < 4096) and
+ *    applies stages from..11 (or up to log2(count));
+ *  - each strided pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
  *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
- * So a 2^26 row costs three passes over memory (12 + 9 + 5 stages), not 26.
- *
- * Inside a tile, thread t holds 16 values whose tile indices differ in 4 bits [p, p + 4) and
- * applies the stages of those bits in registers; between groups of 4 bits the tile goes through
- * shared memory to regroup. Index i is stored at i + i / 16 (one pad slot per 16) so that the 8
- * threads of each quarter-warp's 16-byte accesses hit 8 different bank groups for every grouping.
+ * So a 2^26 row costs three passes over memory (12 + 9 + 5 stages), not 26. qdpk_wht_from starts
+ * at a later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive
+ * pass when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
+ * qdpk_cuda_internal.cuh's tile_stages.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -23,47 +21,7 @@ namespace {
 
 using namespace qdpk;
 
-constexpr uint32_t TILE_BITS = 12;
-constexpr uint32_t TILE = 1u << TILE_BITS;
-constexpr uint32_t PER_THREAD = TILE / QDPK_THREADS; /* 16 values: 4 register bits */
-constexpr uint32_t MAX_GLOBAL_BITS = 9;              /* so that cl = 12 - m >= 3 */
-constexpr uint32_t SMEM_SLOTS = TILE + TILE / 16;
-
-__device__ __forceinline__ uint32_t slot(uint32_t i) {
-  return i + (i >> 4);
-}
-
-/* Tile index of register k of thread t when the register bits sit at [p, p + 4). */
-__device__ __forceinline__ uint32_t tile_index(uint32_t t, uint32_t k, uint32_t p) {
-  uint32_t low = t & ((1u << p) - 1);
-  return low | (k << p) | ((t >> p) << (p + 4));
-}
-
-template <typename C>
-__device__ __forceinline__ void add_sub(C &a, C &b) {
-  C x = a, y = b;
-  a.x = x.x + y.x;
-  a.y = x.y + y.y;
-  b.x = x.x - y.x;
-  b.y = x.y - y.y;
-}
-
-/* Moves thread t's registers r from the register bits at [from, from + 4) to [to, to + 4) through
- * shared memory sm; the first barrier: the previous regrouping has been read by every thread. */
-template <typename C>
-__device__ __forceinline__ void regroup(C *sm, C (&r)[PER_THREAD], uint32_t t, uint32_t from,
-                                        uint32_t to) {
-  __syncthreads();
-#pragma unroll
-  for (uint32_t k = 0; k < PER_THREAD; k++) {
-    sm[slot(tile_index(t, k, from))] = r[k];
-  }
-  __syncthreads();
-#pragma unroll
-  for (uint32_t k = 0; k < PER_THREAD; k++) {
-    r[k] = sm[slot(tile_index(t, k, to))];
-  }
-}
+constexpr uint32_t MAX_GLOBAL_BITS = 9; /* so that cl = 12 - m >= 3 */
 
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
@@ -97,31 +55,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
         r[k].y = (R)0;
       }
     }
-    uint32_t cur = 8; /* where the register bits sit now */
-    for (uint32_t pos = cl; pos < cl + m;) {
-      const uint32_t p = pos < 8 ? pos : 8;
-      const uint32_t end = (cl + m < p + 4) ? cl + m : p + 4;
-      if (p != cur) {
-        regroup(sm, r, t, cur, p);
-        cur = p;
-      }
-      const uint32_t lo = pos - p, hi = end - p;
-#pragma unroll
-      for (uint32_t rb = 0; rb < 4; rb++) {
-        if (rb >= lo && rb < hi) {
-#pragma unroll
-          for (uint32_t k = 0; k < PER_THREAD; k++) {
-            if (!(k & (1u << rb))) {
-              add_sub(r[k], r[k | (1u << rb)]);
-            }
-          }
-        }
-      }
-      pos = end;
-    }
-    if (cur != 8) {
-      regroup(sm, r, t, cur, 8);
-    }
+    tile_stages(sm, r, t, cl, cl + m);
 #pragma unroll
     for (uint32_t k = 0; k < PER_THREAD; k++) {
       const uint64_t g = addr(t + k * QDPK_THREADS);
@@ -145,57 +79,45 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-/* Raise the dynamic shared-memory limit once per device (complex128 tiles take 68 KiB, over the
- * 48 KiB default). A repeated call is harmless, so a race between threads costs nothing. */
+/* Stages from..log2(count)-1 of each row; the lower ones are already applied. */
 template <typename R>
-qdp_status allow_smem(size_t bytes) {
-  static unsigned long long done_mask = 0; /* bit d: device d done */
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    return QDP_ERR_CUDA;
-  }
-  unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-  if (bit != 0 && (__atomic_load_n(&done_mask, __ATOMIC_ACQUIRE) & bit)) {
-    return QDP_OK;
-  }
-  if (cudaFuncSetAttribute(wht_tile_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (int)bytes) != cudaSuccess) {
-    return QDP_ERR_CUDA;
-  }
-  __atomic_fetch_or(&done_mask, bit, __ATOMIC_RELEASE);
-  return QDP_OK;
-}
-
-template <typename R>
-qdp_status run_wht(void *data, uint64_t count, uint64_t rows, cudaStream_t stream) {
+qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cudaStream_t stream) {
   typedef typename cplx<R>::type C;
+  static unsigned long long smem_done = 0;
   uint32_t bits = 0;
   while ((1ull << bits) < count) {
     bits++;
   }
-  if (bits == 0) {
-    return QDP_OK; /* one value per row: no stage */
+  if (from >= bits) {
+    return QDP_OK; /* nothing left (or one value per row: no stage) */
   }
-  const size_t smem = (size_t)SMEM_SLOTS * sizeof(C);
-  qdp_status rc = allow_smem<R>(smem);
+  /* complex128 tiles take 68 KiB, over the 48 KiB default */
+  const size_t smem = (size_t)TILE_SLOTS * sizeof(C);
+  qdp_status rc = allow_smem_once(wht_tile_kernel<R>, smem, &smem_done);
   if (rc != QDP_OK) {
     return rc;
   }
   const uint64_t total = rows * count;
   C *d = static_cast<C *>(data);
-  /* First pass: stages 0..min(12, bits)-1 over 4096 consecutive values per block. 256 threads x 16
-   * values (the register file holds a whole tile); one block per tile, folded past 2^31 - 1. */
-  uint32_t m = bits < TILE_BITS ? bits : TILE_BITS;
-  uint64_t tiles = (total + TILE - 1) / TILE;
-  wht_tile_kernel<R><<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 0, 0, m, 0);
-  if ((rc = launched()) != QDP_OK) {
-    return rc;
+  uint32_t s = from;
+  /* A consecutive pass: stages s..min(12, bits)-1 over 4096 consecutive values per block (several
+   * whole rows when count < 4096). 256 threads x 16 values (the register file holds a whole tile);
+   * one block per tile, folded past 2^31 - 1. A strided pass needs s >= 3 (cl <= s). */
+  if (count <= TILE || s + MAX_GLOBAL_BITS < TILE_BITS) {
+    uint32_t end = bits < TILE_BITS ? bits : TILE_BITS;
+    uint64_t tiles = (total + TILE - 1) / TILE;
+    wht_tile_kernel<R>
+        <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 0, s, end - s, 0);
+    if ((rc = launched()) != QDP_OK) {
+      return rc;
+    }
+    s = end;
   }
-  /* Later passes: up to 9 stages each over tiles of 2^(12-m) consecutive x 2^m strided values;
-   * here count >= 4096, so total is a whole number of tiles. Same block shape. */
-  for (uint32_t s = m; s < bits; s += m) {
+  /* Strided passes: up to 9 stages each over tiles of 2^(12-m) consecutive x 2^m strided values;
+   * here count > 4096, so total is a whole number of tiles. Same block shape. */
+  for (uint32_t m = 0; s < bits; s += m) {
     m = bits - s < MAX_GLOBAL_BITS ? bits - s : MAX_GLOBAL_BITS;
-    tiles = total / TILE;
+    uint64_t tiles = total / TILE;
     wht_tile_kernel<R>
         <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1, TILE_BITS - m, m, s);
     if ((rc = launched()) != QDP_OK) {
@@ -217,16 +139,21 @@ qdp_status run_butterfly(void *a, void *b, uint64_t count, cudaStream_t stream) 
 
 }  // namespace
 
-extern "C" qdp_status qdpk_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows,
-                               cudaStream_t stream) {
+extern "C" qdp_status qdpk_wht_from(void *data, qdp_dtype out, uint64_t count, uint64_t rows,
+                                    uint32_t from_bit, cudaStream_t stream) {
   if (!is_out_dtype(out) || data == NULL || count == 0 || (count & (count - 1)) != 0) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
   if (rows == 0) {
     return QDP_OK;
   }
-  return out == QDP_DTYPE_COMPLEX64 ? run_wht<float>(data, count, rows, stream)
-                                    : run_wht<double>(data, count, rows, stream);
+  return out == QDP_DTYPE_COMPLEX64 ? run_wht<float>(data, count, rows, from_bit, stream)
+                                    : run_wht<double>(data, count, rows, from_bit, stream);
+}
+
+extern "C" qdp_status qdpk_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows,
+                               cudaStream_t stream) {
+  return qdpk_wht_from(data, out, count, rows, 0, stream);
 }
 
 extern "C" qdp_status qdpk_butterfly(void *a, void *b, qdp_dtype out, uint64_t count,

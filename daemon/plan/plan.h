@@ -98,7 +98,7 @@ struct plan_request {
    * allocation), not into shards the daemon allocates: the needs count no shard bytes. */
   int output_external;
   /* The top bits of an iqp state that every device of the world transforms alone (the runtime's
-   * figure: 3 on the CPU backend, 0 on CUDA): shards whose edges fall on multiples of
+   * figure: 3 on the CPU and CUDA backends): shards whose edges fall on multiples of
    * 2^(qubits - them) need no exchange over those bits. */
   uint32_t iqp_top_bits;
 };

@@ -165,11 +165,10 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
       break;
     case QDP_ENCODING_IQP:
     case QDP_ENCODING_IQP_Z:
-      K_TRY(rc, d, "qdpk_iqp_phases",
-            qdpk_iqp_phases(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, o,
-                            c->stream));
-      /* The local bits of the transform; the executor runs the global ones between shards. */
-      K_TRY(rc, d, "qdpk_wht", qdpk_wht(o, p->out_dtype, count, nr, c->stream));
+      /* The top bits and the local ones; the executor runs the global bits below the top. */
+      K_TRY(rc, d, "qdpk_iqp",
+            qdpk_iqp(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, o,
+                     c->stream));
       break;
     default:
       rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
@@ -242,6 +241,7 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .amp_partials = cuda_amp_partials,
     .amp_combine = cuda_amp_combine,
     .encode = cuda_encode,
+    .iqp_top_bits = QDPK_IQP_TOP_BITS,
     .butterfly = cuda_butterfly,
     .combine_host = cuda_combine_host,
     .combine_group = cuda_combine_group,

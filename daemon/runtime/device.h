@@ -100,7 +100,7 @@ struct runtime_device_ops {
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);
   /* The top bits of an iqp state that encode transforms on every shard with no exchange
-   * (QDPK_IQP_TOP_BITS on the CPU, 0 where the backend has no such kernel): the global-bit stages
+   * (QDPK_IQP_TOP_BITS on the CPU and CUDA backends, 0 where a backend has no such kernel): the global-bit stages
    * run only over the global bits below them. */
   uint32_t iqp_top_bits;
   /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b).

@@ -114,7 +114,7 @@ void runtime_mesh_set_device_group(struct runtime_mesh *m, struct device_comm *c
 /* Staging bytes per device the planner must count for a job reading host input. */
 uint64_t runtime_mesh_staging_bytes(const struct runtime_mesh *m);
 /* The top bits of an iqp state every device of the mesh transforms alone (plan_request's
- * iqp_top_bits): 3 on the CPU backend, 0 on CUDA. */
+ * iqp_top_bits): 3 on the CPU and CUDA backends. */
 uint32_t runtime_mesh_iqp_top_bits(const struct runtime_mesh *m);
 
 /* Prepares host memory that many jobs will read (a registered input region) for fast transfers to

@@ -787,6 +787,145 @@ START_TEST(test_iqp_phases_match_cpu) {
 }
 END_TEST
 
+/* ---- iqp whole (qdpk_iqp) ---- */
+
+/* qdpk_iqp against its CPU twin qdpk_cpu_iqp (within rounding: the sums and the sines differ),
+ * iqp and iqp-z, both input and output types, padded rows: states with fewer low bits than the
+ * fused pass's tile (n < 12), one tile, several, and those that need the strided passes. */
+START_TEST(test_iqp_whole_matches_cpu) {
+  static const struct {
+    uint32_t n;
+    uint64_t rows, extra;
+  } cases[] = {{1, 3, 0},  {2, 5, 1},  {3, 2, 0},  {5, 7, 0},  {8, 3, 2},  {11, 2, 0},
+               {12, 2, 0}, {13, 1, 1}, {15, 1, 0}, {17, 2, 0}, {21, 1, 0}, {23, 1, 0}};
+  static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
+  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int pairs = 0; pairs <= 1; pairs++) {
+      enum closed_op op = pairs ? OP_IQP : OP_IQP_Z;
+      for (int a = 0; a < 2; a++) {
+        for (int b = 0; b < 2; b++) {
+          uint32_t n = cases[i].n;
+          uint64_t rows = cases[i].rows, count = 1ull << n;
+          uint64_t stride = op_params(op, n) + cases[i].extra;
+          uint64_t total = (rows - 1) * stride + op_params(op, n);
+          char what[160];
+          snprintf(what, sizeof what, "qdpk_iqp %s n=%u rows=%llu %s->%s", op_name(op), n,
+                   (unsigned long long)rows, qdp_dtype_name(ins[a]), qdp_dtype_name(outs[b]));
+          void *hx = closed_inputs(op, ins[a], outs[b], n, rows, stride);
+          void *dx = to_device(hx, (size_t)total * in_size(ins[a]));
+          struct qdpk_span s = {n, 0, count, rows, outs[b]};
+          size_t bytes = (size_t)(rows * count) * cplx_size(outs[b]);
+          void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
+          poison_device(dout, bytes);
+          ck_assert_int_eq(qdpk_cpu_iqp(&s, hx, ins[a], stride, pairs, cpu), 0);
+          expect_launch(qdpk_iqp(&s, dx, ins[a], stride, pairs, dout, 0), what);
+          from_device(gpu, dout, bytes);
+          expect_close(gpu, cpu, outs[b], rows * count, what);
+          free(cpu);
+          free(gpu);
+          free(hx);
+          cudaFree(dout);
+          cudaFree(dx);
+        }
+      }
+    }
+  }
+}
+END_TEST
+
+/* One state in 2^g shards, g = 0..5: qdpk_iqp per span, then the butterfly stages over the global
+ * bits below the top 3, ascending (g = 4, 5), as the executor runs them; and uneven runs of whole
+ * blocks (3, 1 and 4 of the 8). Every shard has the bits of the whole launch. */
+START_TEST(test_iqp_shards_are_bit_identical) {
+  static const struct {
+    uint32_t n;
+    uint64_t rows;
+  } cases[] = {{6, 3}, {13, 2}, {16, 2}, {22, 1}};
+  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int pairs = 0; pairs <= 1; pairs++) {
+      enum closed_op op = pairs ? OP_IQP : OP_IQP_Z;
+      for (int b = 0; b < 2; b++) {
+        uint32_t n = cases[i].n;
+        uint64_t rows = cases[i].rows, count = 1ull << n, stride = op_params(op, n);
+        qdp_dtype out = outs[b];
+        size_t cs = cplx_size(out), bytes = (size_t)(rows * count) * cs;
+        char what[160];
+        snprintf(what, sizeof what, "%s n=%u rows=%llu %s", op_name(op), n,
+                 (unsigned long long)rows, qdp_dtype_name(out));
+        void *hx = closed_inputs(op, QDP_DTYPE_FLOAT64, out, n, rows, stride);
+        void *dx = to_device(hx, (size_t)(rows * stride) * 8);
+        char *whole = qdpt_xmalloc(bytes), *got = qdpt_xmalloc(bytes);
+        void *dwhole = dmalloc(bytes);
+        struct qdpk_span s = {n, 0, count, rows, out};
+        expect_launch(qdpk_iqp(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 0), what);
+        from_device(whole, dwhole, bytes);
+        /* Shard p of a split is rows x (last - first) at the start of its own allocation. */
+        uint64_t blk = count >> QDPK_IQP_TOP_BITS;
+        uint64_t edges[7][33];
+        size_t nsplits = 0, nparts[7];
+        for (uint32_t g = 0; g <= 5; g++, nsplits++) {
+          nparts[nsplits] = (size_t)1 << g;
+          for (uint64_t p = 0; p <= nparts[nsplits]; p++) {
+            edges[nsplits][p] = p * (count >> g);
+          }
+        }
+        const uint64_t uneven[4] = {0, 3 * blk, 4 * blk, 8 * blk};
+        nparts[nsplits] = 3;
+        memcpy(edges[nsplits++], uneven, sizeof uneven);
+        for (size_t k = 0; k < nsplits; k++) {
+          void *dsh[32];
+          for (size_t p = 0; p < nparts[k]; p++) {
+            uint64_t len = edges[k][p + 1] - edges[k][p];
+            dsh[p] = dmalloc((size_t)(rows * len) * cs);
+            poison_device(dsh[p], (size_t)(rows * len) * cs);
+            struct qdpk_span sh = {n, edges[k][p], len, rows, out};
+            expect_launch(qdpk_iqp(&sh, dx, QDP_DTYPE_FLOAT64, stride, pairs, dsh[p], 0), what);
+          }
+          uint32_t g = k < 6 ? (uint32_t)k : 0;
+          uint64_t sub = count >> g;
+          for (uint32_t bit = 0; g > QDPK_IQP_TOP_BITS && bit < g - QDPK_IQP_TOP_BITS; bit++) {
+            for (size_t p = 0; p < nparts[k]; p++) {
+              if (p & ((size_t)1 << bit)) {
+                continue;
+              }
+              size_t q = p | ((size_t)1 << bit);
+              for (uint64_t r = 0; r < rows; r++) {
+                expect_launch(qdpk_butterfly((char *)dsh[p] + r * sub * cs,
+                                             (char *)dsh[q] + r * sub * cs, out, sub, 0),
+                              what);
+              }
+            }
+          }
+          for (size_t p = 0; p < nparts[k]; p++) {
+            uint64_t len = edges[k][p + 1] - edges[k][p];
+            from_device(got, dsh[p], (size_t)(rows * len) * cs);
+            for (uint64_t r = 0; r < rows; r++) {
+              ck_assert_msg(memcmp(got + r * len * cs, whole + (r * count + edges[k][p]) * cs,
+                                   (size_t)len * cs) == 0,
+                            "%s: %s split into %zu, shard %zu row %llu differs from the whole "
+                            "launch",
+                            what, k < 6 ? "even" : "uneven", nparts[k], p, (unsigned long long)r);
+            }
+            cudaFree(dsh[p]);
+          }
+        }
+        /* Spans of neither shape are refused. */
+        struct qdpk_span bad = {n, 1, 3, rows, out};
+        ck_assert_int_eq(qdpk_iqp(&bad, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 0),
+                         QDP_ERR_INVALID_ARGUMENT);
+        free(whole);
+        free(got);
+        free(hx);
+        cudaFree(dwhole);
+        cudaFree(dx);
+      }
+    }
+  }
+}
+END_TEST
+
 /* ---- wht and butterfly ---- */
 
 static void *random_state(qdp_dtype out, uint64_t n) {
@@ -910,7 +1049,8 @@ START_TEST(test_butterfly_is_bit_identical_to_cpu) {
 }
 END_TEST
 
-/* The IQP pipeline end to end (phases, then the transform) against the CPU, 26 qubits. */
+/* The IQP reference path (phases, then the transform) and qdpk_iqp against the CPU's reference
+ * path, 26 qubits. */
 START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
   const uint32_t n = 26;
   const uint64_t count = 1ull << n;
@@ -928,6 +1068,11 @@ START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
   expect_launch(qdpk_wht(dout, QDP_DTYPE_COMPLEX128, count, 1, 0), "iqp 26 wht");
   from_device(gpu, dout, bytes);
   expect_close(gpu, cpu, QDP_DTYPE_COMPLEX128, count, "iqp 26 qubits");
+  /* And the path a device runs (qdpk_iqp) against the same reference. */
+  poison_device(dout, bytes);
+  expect_launch(qdpk_iqp(&s, dx, QDP_DTYPE_FLOAT64, np, 1, dout, 0), "qdpk_iqp 26");
+  from_device(gpu, dout, bytes);
+  expect_close(gpu, cpu, QDP_DTYPE_COMPLEX128, count, "qdpk_iqp 26 qubits");
   free(cpu);
   free(gpu);
   free(hx);
@@ -1183,6 +1328,8 @@ static Suite *qdpk_suite(void) {
       {"phase", test_phase_matches_cpu},
       {"basis", test_basis_matches_cpu},
       {"iqp_phases", test_iqp_phases_match_cpu},
+      {"iqp", test_iqp_whole_matches_cpu},
+      {"iqp", test_iqp_shards_are_bit_identical},
       {"wht", test_wht_is_bit_identical_to_cpu},
       {"wht", test_wht_shards_with_butterflies_equal_one_transform},
       {"wht", test_iqp_state_matches_cpu_at_26_qubits},

@@ -1,6 +1,6 @@
 """A world of 2 qdpd ranks on GPUs (each rank's mesh: QDP_WORLD_DEVICES, one GPU) against a
-single-rank qdpd: the amplitude norm gathered across ranks and the iqp global-bit stage between
-ranks must give the single rank's bits. With a GPU per rank the ranks join one NCCL group at start
+single-rank qdpd: the amplitude norm gathered across ranks, and iqp split over the ranks with no
+exchange (each transforms the state's top bits alone), must give the single rank's bits. With a GPU per rank the ranks join one NCCL group at start
 and the amplitude norm goes over it ("nccl"); ranks sharing one GPU cannot (a GPU is one member of
 a group), so theirs goes over MPI. Run by tests/gpu/world_gpu.sh through tests/mpi/with_world.sh.
 """
@@ -51,8 +51,10 @@ class WorldGpu(unittest.TestCase):
                   f"collective={st.collective}: 2 ranks vs 1 rank "
                   f"{'bit-identical' if same else 'DIFFER'}", flush=True)
             self.assertTrue(same, f"{encoding} {dtype}")
-            if encoding in ("amplitude", "iqp", "iqp-z"):
+            if encoding == "amplitude":
                 self.assertEqual(st.collective, "nccl" if own_gpus else "mpi")
+            elif encoding in ("iqp", "iqp-z"):  # each rank transforms the top bits alone
+                self.assertEqual(st.collective, "none")
             c.release(st)
             ref.release(one)
         c.close()

@@ -1,6 +1,6 @@
 #!/bin/sh
 # A world of 2 qdpd ranks on GPUs against a single-rank qdpd (tests/gpu/test_world_gpu.py): the
-# cross-rank amplitude norm and iqp global-bit stage on the CUDA backend. With two GPUs or more each
+# cross-rank amplitude norm and iqp split over ranks (no exchange) on the CUDA backend. With two GPUs or more each
 # rank owns its own (--devices local-rank) and the reference is one rank owning both (2 ranks x 1
 # GPU against 1 rank x 2 GPUs); with one GPU both ranks share it and the reference uses it too.
 # With a GPU per rank and VIEWS_CLIENT given, it then opens the views of a state across both
