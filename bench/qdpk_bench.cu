@@ -258,7 +258,8 @@ struct closed_ctx {
   qdp_dtype in_t;
   struct qdpk_span s;
   void *out;
-  int stage; /* iqp: 0 the reference path (phases + wht), 1 phases only, 2 wht only, 3 qdpk_iqp */
+  int stage; /* iqp: 0 the reference path (phases + wht), 1 phases only, 2 wht only, 3 qdpk_iqp,
+              * 4 the strided passes qdpk_iqp runs after its first (qdpk_wht_from bit 9) */
 };
 
 static void op_closed(void *p, int rep) {
@@ -276,6 +277,11 @@ static void op_closed(void *p, int rep) {
     qdp_ok(qdpk_basis(&c->s, c->x, c->in_t, 1, c->out, 0), "qdpk_basis");
     break;
   case C_IQP:
+    if (c->stage == 4) {
+      qdp_ok(qdpk_wht_from(c->out, c->s.out, c->s.count >> 3, c->s.rows << 3, 9, 0),
+             "qdpk_wht_from");
+      break;
+    }
     if (c->stage == 3) {
       qdp_ok(qdpk_iqp(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1, c->out,
                       0),
@@ -306,7 +312,7 @@ static void bench_closed_rows(enum closed op, const void *x, qdp_dtype in_t, uns
   double amps = (double)(1ull << n) * (double)rows;
   const char *name = closed_name(op);
   double bytes = amps * 16; /* every closed form writes the state once */
-  static const char *iqp_names[] = {"iqp_reference", "iqp_phases", "wht", "iqp"};
+  static const char *iqp_names[] = {"iqp_reference", "iqp_phases", "wht", "iqp", "iqp_after_first"};
   if (op == C_IQP) {
     name = iqp_names[stage];
   }
@@ -439,6 +445,7 @@ int main(int argc, char **argv) {
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 0, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "");
+    bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "");
   }
   /* Batched small states: 4096 of 10 qubits and 1024 of 14, parameters from `in`. */
   random_device((double *)in, 1ull << 20, 6, -1.0, 1.0);

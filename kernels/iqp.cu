@@ -235,22 +235,16 @@ struct iqp_shape {
   }
 };
 
-/* The top-bit values of one low index y, in registers (iqp_top.c's order): v_t = T(t) * P_t with
- * P_t the product of C_i over the set bits i of t (ascending), C_i = cl[i] * ch[i]; the top-bit
- * stages, ascending; then E(y) times each. Values t >= 2^k_bits are never stored. */
+/* The top-bit values of one low index y, in registers: q_t = E(y) * prod over set bits i of t of
+ * C_i (ascending bits; C_i = cl[i] * ch[i]), v_t = T(t) * q_t (T(0) = 1: v_0 = E), then the
+ * top-bit stages, ascending. E multiplies every value of y alike, so it goes in first, where it
+ * costs no product of its own. Values t >= 2^k_bits are never stored. */
 template <typename C>
 __device__ __forceinline__ void top_values(C (&v)[TOPS], const C *tb, const C (&cl)[TOP_BITS],
                                            const C *ch, C e, uint32_t k_bits, int pairs) {
-  C p[TOPS];
-  p[0] = tb[0];
-#pragma unroll
-  for (uint32_t t = 1; t < TOPS; t++) {
-    p[t] = tb[t];
-  }
+  C q[TOPS];
+  q[0] = e;
   if (pairs) {
-    C q[TOPS];
-    q[0].x = 1;
-    q[0].y = 0;
 #pragma unroll
     for (uint32_t i = 0; i < TOP_BITS; i++) {
       const C c = cmul(cl[i], ch[i]);
@@ -259,10 +253,16 @@ __device__ __forceinline__ void top_values(C (&v)[TOPS], const C *tb, const C (&
         q[t + (1u << i)] = cmul(q[t], c);
       }
     }
+  } else {
 #pragma unroll
     for (uint32_t t = 1; t < TOPS; t++) {
-      p[t] = cmul(p[t], q[t]);
+      q[t] = e;
     }
+  }
+  v[0] = q[0];
+#pragma unroll
+  for (uint32_t t = 1; t < TOPS; t++) {
+    v[t] = cmul(tb[t], q[t]);
   }
 #pragma unroll
   for (uint32_t i = 0; i < TOP_BITS; i++) {
@@ -270,41 +270,45 @@ __device__ __forceinline__ void top_values(C (&v)[TOPS], const C *tb, const C (&
 #pragma unroll
       for (uint32_t t = 0; t < TOPS; t++) {
         if (!(t & (1u << i))) {
-          add_sub(p[t], p[t | (1u << i)]);
+          add_sub(v[t], v[t | (1u << i)]);
         }
       }
     }
   }
-#pragma unroll
-  for (uint32_t t = 0; t < TOPS; t++) {
-    v[t] = cmul(p[t], e);
-  }
 }
+
+/* The span shapes of the fused pass: a part of one block; whole blocks of 2^L >= 512 low indices;
+ * whole blocks of fewer, several samples to a tile. */
+enum iqp_tile { TILE_PART, TILE_WHOLE, TILE_PACKED };
+constexpr uint32_t PACKED_ROWS_MAX = 64;
 
 /* Rows along y, groups of `group` tiles along x (both folded into loops past the grid limits).
  * WHOLE: a tile is 512 consecutive low indices x the 8 tops (thread t: y = base + t and
  * base + t + 256, all tops; tile index y - base + 512 u for top u), of which the span's tops are
- * stored; otherwise 4096 consecutive low indices of top t0 (thread t: y = base + t + 256 j). The
- * low indices split at bit 8: the thread's low part lo is fixed, so theta_lo and the low parts of
- * C_i are formed once per row; the (at most 16) high parts h of a group's low indices get
- * theta_hi, the cross sums with the low bits and the high parts of C_i in shared memory, formed
- * in parallel once per group. Each value then costs a share of one sine and cosine (E(y)), a few
- * complex products and its stages; the tile's low-bit stages run in registers and shared memory
- * (tile_stages) and the tile is written once. */
-template <typename TI, typename R, bool WHOLE>
-__global__ void __launch_bounds__(QDPK_THREADS)
+ * stored; PART: 4096 consecutive low indices of top t0 (thread t: y = base + t + 256 j); PACKED
+ * (2^L < 512): the 512 of WHOLE hold `packed` samples of 2^L each. The low indices split at bit 8:
+ * the thread's low part lo is fixed, so theta_lo and the low parts of C_i are formed once per row
+ * (per value when PACKED, whose samples differ by thread); the (at most 16) high parts h of a
+ * group's low indices get theta_hi, the cross sums with the low bits and the high parts of C_i in
+ * shared memory, formed in parallel once per group. Each value then costs a share of one sine and
+ * cosine (E(y)), a few complex products and its stages; the tile's low-bit stages run in
+ * registers and shared memory (tile_stages) and the tile is written once. Every shape computes
+ * each value by the same operations, so they give the same bits. */
+template <typename TI, typename R, int SHAPE>
+__global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiprocessor: <= 128 regs */
     iqp_whole_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t n, int pairs,
                      uint64_t first, uint64_t count, uint64_t rows, uint64_t tiles, uint32_t group,
-                     uint64_t groups, typename cplx<R>::type *__restrict__ out) {
+                     uint64_t groups, uint32_t packed, typename cplx<R>::type *__restrict__ out) {
   typedef typename cplx<R>::type C;
+  constexpr bool WHOLE = SHAPE != TILE_PART, PACKED = SHAPE == TILE_PACKED;
   constexpr uint32_t J = WHOLE ? 2 : PER_THREAD; /* low indices per thread and tile */
   constexpr uint32_t Y = J * QDPK_THREADS;       /* low indices per tile */
   constexpr uint32_t H = PER_THREAD;             /* high parts per group: J * group <= 16 */
   constexpr uint32_t SUMS = 1 + LO_BITS + TOP_BITS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
-  R *d = reinterpret_cast<R *>(sm + TILE_SLOTS);
-  __shared__ C tb[TOPS], ch[H][TOP_BITS];
+  R *d = reinterpret_cast<R *>(sm + TILE_SLOTS); /* the coefficients of `packed` rows */
+  __shared__ C tb[PACKED ? PACKED_ROWS_MAX : 1][TOPS], ch[H][TOP_BITS];
   __shared__ R th_hi[H], cross[H][LO_BITS];
   const uint32_t t = threadIdx.x;
   const iqp_shape sh(n, first, count);
@@ -314,24 +318,32 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   const uint32_t stages = sh.fused_bits(count);
   const uint32_t np = n + (pairs ? n * (n - 1) / 2 : 0);
   const R scale = iqp_scale(n, R());
-  for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (uint32_t k = t; k < np; k += QDPK_THREADS) {
-      d[k] = (R)x[r * in_stride + k];
+  for (uint64_t r0 = blockIdx.y * (uint64_t)packed; r0 < rows;
+       r0 += (uint64_t)gridDim.y * packed) {
+    const uint32_t here = rows - r0 < packed ? (uint32_t)(rows - r0) : packed;
+    for (uint32_t k = t; k < here * np; k += QDPK_THREADS) {
+      d[k] = (R)x[(r0 + k / np) * in_stride + k % np];
     }
     __syncthreads();
-    if (t < TOPS) {
-      tb[t] = expi(t < (1u << sh.k_bits) ? theta_of(d, n, pairs, (uint64_t)t << sh.l_bits) : (R)0);
+    for (uint32_t w = t; w < here * TOPS; w += QDPK_THREADS) {
+      const uint32_t u = w % TOPS;
+      tb[w / TOPS][u] = expi(u < (1u << sh.k_bits)
+                                 ? theta_of(d + (w / TOPS) * np, n, pairs, (uint64_t)u << sh.l_bits)
+                                 : (R)0);
     }
-    const R th_lo = theta_of(d, n, pairs, lo);
+    R th_lo = (R)0;
     C cl[TOP_BITS];
+    if (!PACKED) {
+      th_lo = theta_of(d, n, pairs, lo);
 #pragma unroll
-    for (uint32_t i = 0; i < TOP_BITS; i++) {
-      cl[i] = expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, lo) : (R)0);
+      for (uint32_t i = 0; i < TOP_BITS; i++) {
+        cl[i] = expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, lo) : (R)0);
+      }
     }
-    C *o = out + r * count;
     for (uint64_t g = blockIdx.x; g < groups; g += gridDim.x) {
       const uint64_t gbase = sh.y0 + g * group * Y;
-      /* High part h = gbase / 256 + j of the group's low indices: 12 sums each. */
+      /* High part h = gbase / 256 + j of the group's low indices: 12 sums each (one high part, 0,
+       * when PACKED: those sums are those of any row). */
       for (uint32_t w = t; w < J * group * SUMS; w += QDPK_THREADS) {
         const uint32_t j = w / SUMS, which = w % SUMS;
         uint64_t hm = ((gbase >> LO_BITS) + j) << LO_BITS; /* the set high bits of y */
@@ -354,11 +366,24 @@ __global__ void __launch_bounds__(QDPK_THREADS)
         C reg[PER_THREAD];
 #pragma unroll
         for (uint32_t j = 0; j < J; j++) {
-          const uint32_t hj = q * J + j;
+          const uint32_t hj = PACKED ? 0 : q * J + j;
+          /* PACKED: this value's row within the tile and low index (rows past `here` compute
+           * row 0's values, never stored). */
+          const uint32_t at = t + QDPK_THREADS * j;
+          const uint32_t rr = PACKED && (at >> sh.l_bits) < here ? at >> sh.l_bits : 0;
+          const uint32_t yl = PACKED ? at & (uint32_t)(sh.block - 1) : lo;
+          if (PACKED) {
+            const R *dr = d + rr * np;
+            th_lo = theta_of(dr, n, pairs, yl);
+#pragma unroll
+            for (uint32_t i = 0; i < TOP_BITS; i++) {
+              cl[i] = expi(pairs && i < sh.k_bits ? pair_sum(dr, n, sh.l_bits + i, yl) : (R)0);
+            }
+          }
           R th = th_lo + th_hi[hj];
 #pragma unroll
           for (uint32_t i = 0; i < LO_BITS; i++) {
-            if ((lo >> i) & 1) {
+            if ((yl >> i) & 1) {
               th = th + cross[hj][i];
             }
           }
@@ -366,7 +391,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
           e.x = scale * e.x;
           e.y = scale * e.y;
           C v[TOPS];
-          top_values(v, tb, cl, ch[hj], e, sh.k_bits, pairs);
+          top_values(v, tb[PACKED ? rr : 0], cl, ch[hj], e, sh.k_bits, pairs);
           if (WHOLE) {
 #pragma unroll
             for (uint32_t u = 0; u < TOPS; u++) {
@@ -383,13 +408,20 @@ __global__ void __launch_bounds__(QDPK_THREADS)
             reg[j] = keep;
           }
         }
-        tile_stages(sm, reg, t, 0, stages);
+        if (SHAPE == TILE_WHOLE) {
+          tile_stages_fixed<0, WHOLE_Y_BITS>(sm, reg, t); /* blocks of 512 or more: all 9 */
+        } else {
+          tile_stages(sm, reg, t, 0, stages);
+        }
+        /* Value (row r0 + rr, top u, low index y) goes to o + rr * count + u * 2^L + y. */
+        C *o = out + r0 * count - sh.t0 * sh.block - sh.y0;
 #pragma unroll
         for (uint32_t k = 0; k < PER_THREAD; k++) {
           const uint32_t j = k % J, u = k / J;
-          const uint64_t y = base + t + (uint64_t)QDPK_THREADS * j;
-          if (y < y_end && (!WHOLE || (u >= sh.t0 && u <= sh.t1))) {
-            o[(WHOLE ? (u - sh.t0) * sh.block : 0) + (y - sh.y0)] = reg[k];
+          const uint64_t at = base + t + (uint64_t)QDPK_THREADS * j;
+          const uint64_t rr = PACKED ? at >> sh.l_bits : 0, y = PACKED ? at & (sh.block - 1) : at;
+          if ((PACKED ? rr < here : y < y_end) && (!WHOLE || (u >= sh.t0 && u <= sh.t1))) {
+            o[rr * count + (WHOLE ? (uint64_t)u << sh.l_bits : sh.t0 << sh.l_bits) + y] = reg[k];
           }
         }
         __syncthreads(); /* the tile's shared memory is rewritten by the next tile */
@@ -405,33 +437,38 @@ struct iqp_whole_launch {
   void *out;
   cudaStream_t stream;
 
-  template <typename TI, typename R, bool WHOLE>
+  template <typename TI, typename R, int SHAPE>
   qdp_status run(const TI *x) const {
     typedef typename cplx<R>::type C;
     static unsigned long long smem_done = 0;
     const uint32_t n = s->qubits;
     const iqp_shape sh(n, s->first, s->count);
-    /* The tile, then the coefficients (at most 2016 at 63 qubits). */
+    const uint32_t np = n + (pairs ? n * (n - 1) / 2 : 0);
+    /* PACKED: as many samples as fill the 512 low indices of a tile, at most 64. */
+    uint32_t packed = 1;
+    while (SHAPE == TILE_PACKED && packed < PACKED_ROWS_MAX && (packed * 2) * sh.block <= 512) {
+      packed *= 2;
+    }
+    /* The tile, then the coefficients: at most 2016 (63 qubits) or 64 samples' of 6 qubits. */
     const size_t smem_max = TILE_SLOTS * sizeof(C) + (63 + 63 * 62 / 2) * sizeof(R);
-    const size_t smem =
-        TILE_SLOTS * sizeof(C) + (size_t)(n + (pairs ? n * (n - 1) / 2 : 0)) * sizeof(R);
-    qdp_status rc = allow_smem_once(iqp_whole_kernel<TI, R, WHOLE>, smem_max, &smem_done);
+    const size_t smem = TILE_SLOTS * sizeof(C) + (size_t)packed * np * sizeof(R);
+    qdp_status rc = allow_smem_once(iqp_whole_kernel<TI, R, SHAPE>, smem_max, &smem_done);
     if (rc != QDP_OK) {
       return rc;
     }
-    const uint64_t y_per_tile = WHOLE ? (1ull << WHOLE_Y_BITS) : TILE;
+    const uint64_t y_per_tile = SHAPE == TILE_PART ? TILE : (1ull << WHOLE_Y_BITS);
     const uint64_t len = sh.len(s->count);
     const uint64_t tiles = (len + y_per_tile - 1) / y_per_tile;
     /* Tiles of whole blocks share their group's sums by up to 8 (16 high parts) while that
      * leaves 1024 groups or more to spread over the multiprocessors. */
     uint32_t group = 1;
-    while (WHOLE && group < 8 && tiles * s->rows / (2 * group) >= 1024) {
+    while (SHAPE == TILE_WHOLE && group < 8 && tiles * s->rows / (2 * group) >= 1024) {
       group *= 2;
     }
     const uint64_t groups = (tiles + group - 1) / group;
-    dim3 grid(grid_x(groups), grid_y(s->rows));
-    iqp_whole_kernel<TI, R, WHOLE><<<grid, QDPK_THREADS, smem, stream>>>(
-        x, in_stride, n, pairs, s->first, s->count, s->rows, tiles, group, groups,
+    dim3 grid(grid_x(groups), grid_y((s->rows + packed - 1) / packed));
+    iqp_whole_kernel<TI, R, SHAPE><<<grid, QDPK_THREADS, smem, stream>>>(
+        x, in_stride, n, pairs, s->first, s->count, s->rows, tiles, group, groups, packed,
         static_cast<C *>(out));
     if ((rc = launched()) != QDP_OK) {
       return rc;
@@ -444,8 +481,12 @@ struct iqp_whole_launch {
   template <typename TI, typename R>
   qdp_status run_shape(const void *x) const {
     const TI *xt = static_cast<const TI *>(x);
-    return iqp_shape(s->qubits, s->first, s->count).whole ? run<TI, R, true>(xt)
-                                                          : run<TI, R, false>(xt);
+    const iqp_shape sh(s->qubits, s->first, s->count);
+    if (!sh.whole) {
+      return run<TI, R, TILE_PART>(xt);
+    }
+    return sh.block < (1ull << WHOLE_Y_BITS) ? run<TI, R, TILE_PACKED>(xt)
+                                             : run<TI, R, TILE_WHOLE>(xt);
   }
 };
 

@@ -177,6 +177,34 @@ __device__ __forceinline__ void tile_stages(C *sm, C (&r)[PER_THREAD], uint32_t 
   }
 }
 
+/* tile_stages over bits [POS, END) fixed at compile time (register bits now at CUR): every
+ * shared-memory address becomes a per-thread base plus a constant, where the run-time version
+ * spends integer work on each. For kernels that do little besides (iqp.cu's fused pass). */
+template <uint32_t POS, uint32_t END, uint32_t CUR = 8, typename C>
+__device__ __forceinline__ void tile_stages_fixed(C *sm, C (&r)[PER_THREAD], uint32_t t) {
+  if constexpr (POS >= END) {
+    if constexpr (CUR != 8) {
+      tile_regroup(sm, r, t, CUR, 8);
+    }
+  } else {
+    constexpr uint32_t P = POS < 8 ? POS : 8;
+    constexpr uint32_t STOP = END < P + 4 ? END : P + 4;
+    if constexpr (P != CUR) {
+      tile_regroup(sm, r, t, CUR, P);
+    }
+#pragma unroll
+    for (uint32_t rb = POS - P; rb < STOP - P; rb++) {
+#pragma unroll
+      for (uint32_t k = 0; k < PER_THREAD; k++) {
+        if (!(k & (1u << rb))) {
+          add_sub(r[k], r[k | (1u << rb)]);
+        }
+      }
+    }
+    tile_stages_fixed<STOP, END, P>(sm, r, t);
+  }
+}
+
 /* Raises a kernel's dynamic shared-memory limit to `bytes` once per device; *done_mask (one per
  * kernel) has bit d set once device d is done. A repeated call is harmless, so a race between
  * threads costs nothing. */

@@ -10,7 +10,7 @@
  *    applies stages from..11 (or up to log2(count));
  *  - each strided pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
  *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
- * So a 2^26 row costs three passes over memory (12 + 9 + 5 stages), not 26. qdpk_wht_from starts
+ * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), not 26. qdpk_wht_from starts
  * at a later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive
  * pass when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
  * qdpk_cuda_internal.cuh's tile_stages.
@@ -113,10 +113,15 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
     }
     s = end;
   }
-  /* Strided passes: up to 9 stages each over tiles of 2^(12-m) consecutive x 2^m strided values;
-   * here count > 4096, so total is a whole number of tiles. Same block shape. */
+  /* Strided passes: as few as take up to 9 stages each, the stages shared evenly among them (two
+   * of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
+   * 2^(12-m) consecutive x 2^m strided values, m >= 12 - s so that cl <= s; here count > 4096,
+   * so total is a whole number of tiles. Same block shape. */
   for (uint32_t m = 0; s < bits; s += m) {
-    m = bits - s < MAX_GLOBAL_BITS ? bits - s : MAX_GLOBAL_BITS;
+    const uint32_t left = bits - s, passes = (left + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
+    m = (left + passes - 1) / passes;
+    m = m + s < TILE_BITS ? TILE_BITS - s : m;
+    m = m < left ? m : left;
     uint64_t tiles = total / TILE;
     wht_tile_kernel<R>
         <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1, TILE_BITS - m, m, s);
