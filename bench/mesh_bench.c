@@ -18,7 +18,8 @@
  * of amplitude over 1, 2, 4, 8 GPUs, iqp 30 qubits over 1, 2, 4, 8 GPUs, the largest angle states
  * the GPUs hold together, and the topology. `mpirun -n R mesh_bench ranks`: R processes of one GPU
  * each, the norm over NCCL across them, against one process alone. `mesh_bench iqp` alone runs on
- * one GPU too.
+ * one GPU too; `mesh_bench host1` is host input on one GPU (registered, against a bare copy of the
+ * same buffer; not registered, with and without the copy threads).
  *
  * Times are host wall clock around work on both GPUs (synchronized before and after), median of
  * the repetitions after one warm-up. Lines: "mesh_bench NAME key=value ...". Exit 77 without two
@@ -394,8 +395,10 @@ static struct plan *plan_for(struct runtime_mesh *m, enum plan_policy policy, qd
 }
 
 /* A mesh with the device group the daemon's world_start hands it. */
-static struct runtime_mesh *mesh(const char *spec, double fraction, struct mesh_group **ret_group) {
-  struct runtime_mesh_config cfg = {.devices = spec, .mem_fraction = fraction};
+static struct runtime_mesh *mesh_copying(const char *spec, double fraction, unsigned copy_threads,
+                                         struct mesh_group **ret_group) {
+  struct runtime_mesh_config cfg = {
+      .devices = spec, .mem_fraction = fraction, .copy_threads = copy_threads};
   struct runtime_mesh *m = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   if (runtime_mesh_create(&cfg, &m, &e) != QDP_OK ||
@@ -404,6 +407,10 @@ static struct runtime_mesh *mesh(const char *spec, double fraction, struct mesh_
     exit(1);
   }
   return m;
+}
+
+static struct runtime_mesh *mesh(const char *spec, double fraction, struct mesh_group **ret_group) {
+  return mesh_copying(spec, fraction, 0, ret_group);
 }
 
 static double encode_ms(struct runtime_mesh *m, const struct plan *p,
@@ -533,6 +540,79 @@ static void bench_host(void) {
   mesh_group_destroy(g2);
   mesh_group_destroy(g1);
   runtime_mesh_destroy(m2);
+  runtime_mesh_destroy(m1);
+  free(x);
+}
+
+/* One GPU: amplitude complex128 from 2^30 float64 in host memory through the runtime, as one
+ * job of a loop (the state's buffer is the freed one of the job before), against a bare copy of
+ * the same registered buffer into device memory in use, in the same run; and from the same
+ * memory not registered, packed by the encoding thread alone (copy_threads 1) and by the
+ * default copy threads. */
+static void bench_host_one(void) {
+  const uint32_t n = 30;
+  const uint64_t N = UINT64_C(1) << n;
+  double *x = malloc(N * sizeof *x);
+  if (!x) {
+    fprintf(stderr, "no host memory for 8 GiB\n");
+    exit(1);
+  }
+  for (uint64_t i = 0; i < N; i++) {
+    x[i] = (double)((i * 2654435761u) % 1000) / 1000.0 + 0.001;
+  }
+  struct mesh_group *g = NULL, *g1 = NULL;
+  struct runtime_mesh *m = mesh("0", 0, &g), *m1 = mesh_copying("0", 0, 1, &g1);
+  struct plan *p = plan_for(m, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, N, QDP_DTYPE_FLOAT64,
+                            QDP_DTYPE_COMPLEX128);
+  struct plan *p1 = plan_for(m1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, N, QDP_DTYPE_FLOAT64,
+                             QDP_DTYPE_COMPLEX128);
+  struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = N};
+  const char *how = "";
+  double tu[3], tu1[3], tr[5], tc[3];
+  for (int r = -1; r < 3; r++) {
+    double a = encode_ms(m, p, &in, &how), b = encode_ms(m1, p1, &in, &how);
+    if (r >= 0) {
+      tu[r] = a;
+      tu1[r] = b;
+    }
+  }
+  bool reg = false;
+  struct qdp_error e = QDP_ERROR_INIT;
+  if (runtime_mesh_register_host(m, x, N * 8, false, &reg, &e) != QDP_OK) {
+    fprintf(stderr, "register: %s\n", e.msg);
+    exit(1);
+  }
+  in.pinned = true;
+  for (int r = -1; r < 5; r++) {
+    double a = encode_ms(m, p, &in, &how);
+    if (r >= 0) {
+      tr[r] = a;
+    }
+  }
+  void *d = dev_alloc(0, N * 8, 0);
+  CK(cudaSetDevice(0));
+  CK(cudaMemcpy(d, x, N * 8, cudaMemcpyHostToDevice)); /* touched once */
+  for (int r = 0; r < 3; r++) {
+    double t0 = now_ms();
+    CK(cudaMemcpy(d, x, N * 8, cudaMemcpyHostToDevice));
+    tc[r] = now_ms() - t0;
+  }
+  CK(cudaFree(d));
+  double gb = (double)N * 8 / 1e9, reg_ms = median(tr, 5), copy_ms = median(tc, 3);
+  printf("mesh_bench host1 qubits=30 input_gib=8 registered_ms=%.1f registered_input_gb_s=%.1f "
+         "copy_only_gb_s=%.1f registered_over_copy=%.3f target=0.9 unregistered_ms=%.1f "
+         "unregistered_input_gb_s=%.1f unregistered_one_thread_ms=%.1f "
+         "unregistered_one_thread_input_gb_s=%.1f copy_threads_speedup=%.2f\n",
+         reg_ms, gb / (reg_ms * 1e-3), gb / (copy_ms * 1e-3), copy_ms / reg_ms, median(tu, 3),
+         gb / (median(tu, 3) * 1e-3), median(tu1, 3), gb / (median(tu1, 3) * 1e-3),
+         median(tu1, 3) / median(tu, 3));
+  fflush(stdout);
+  plan_destroy(p);
+  plan_destroy(p1);
+  runtime_mesh_unregister_host(m, x);
+  mesh_group_destroy(g);
+  mesh_group_destroy(g1);
+  runtime_mesh_destroy(m);
   runtime_mesh_destroy(m1);
   free(x);
 }
@@ -1018,8 +1098,13 @@ int main(int argc, char **argv) {
   }
 #endif
   const char *only = argc > 1 ? argv[1] : "";
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 1 && strcmp(only, "iqp") == 0) {
-    bench_iqp(count, 30); /* over 1 GPU and up: the only figure one GPU gives */
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 1 &&
+      (strcmp(only, "iqp") == 0 || strcmp(only, "host1") == 0)) {
+    if (strcmp(only, "iqp") == 0) {
+      bench_iqp(count, 30); /* over 1 GPU and up */
+    } else {
+      bench_host_one();
+    }
     return 0;
   }
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {

@@ -16,8 +16,14 @@
  *
  * Usage: mpirun -n 2 world_bench [--jobs N] [--devices SPEC] [--encoding E] [--qubits N]
  *                                [--all] [--host-collectives] [--probe] [--file PATH [--offset B]]
+ *                                [--copy-threads N] [--cold]
  * --host-collectives keeps the ranks off NCCL (their collectives over MPI), for comparison;
- * --probe then times plain copies of the input as this process sees it. */
+ * --probe then times plain copies of the input as this process sees it. --copy-threads is the
+ * mesh's copy_threads (runtime.h: 1, the encoding thread alone; 0, the default, auto). --cold
+ * (one rank, with --file): before each local job the file's pages leave the page cache
+ * (posix_fadvise DONTNEED on a fresh mapping), so each job reads the device; no warm-up and no
+ * world series. */
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -110,18 +116,58 @@ static int run(struct world *w, const struct job *job, const size_t *subset, siz
   return 0;
 }
 
+/* --cold: each local job from a fresh mapping of the file, its pages dropped from the page cache
+ * first; prints the median and each job's input rate. *mapped holds the last mapping. */
+static int run_cold(struct world *w, struct job *job, const char *file, uint64_t offset,
+                    size_t in_bytes, int jobs, void **mapped, double *tp, double *tj, double *tn,
+                    double *te, const char **how) {
+  size_t local[1] = {0};
+  for (int j = 0; j < jobs; j++) {
+    if (*mapped) {
+      munmap(*mapped, offset + in_bytes);
+      *mapped = NULL;
+    }
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      fprintf(stderr, "world_bench: cannot open '%s': %s\n", file, strerror(errno));
+      return 1;
+    }
+    int adv = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    void *map = mmap(NULL, offset + in_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (adv != 0 || map == MAP_FAILED) {
+      fprintf(stderr, "world_bench: cannot drop and map '%s'\n", file);
+      return 1;
+    }
+    *mapped = map;
+    job->in.data = (const char *)map + offset;
+    if (run(w, job, local, 1, 1, tp + j, tj + j, tn + j, te + j, how)) {
+      return 1;
+    }
+    printf("bench op=cold encoding=%s qubits=%u job=%d us=%.1f input_gb_s=%.2f\n",
+           qdp_encoding_name(job->encoding), job->qubits, j, tj[j], (double)in_bytes / tj[j] / 1e3);
+  }
+  qsort(tj, (size_t)jobs, sizeof *tj, cmp_double);
+  printf("bench op=cold encoding=%s qubits=%u jobs=%d p50_us=%.1f input_gb_s=%.2f\n",
+         qdp_encoding_name(job->encoding), job->qubits, jobs, tj[jobs / 2],
+         (double)in_bytes / tj[jobs / 2] / 1e3);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int jobs = 5000, all = 0, host_collectives = 0, probe = 0;
+  int jobs = 5000, all = 0, host_collectives = 0, probe = 0, cold = 0;
+  unsigned copy_threads = 0;
   const char *spec = "cpu:2", *file = NULL;
   uint64_t offset = 0;
   struct job job = {.encoding = QDP_ENCODING_ANGLE, .qubits = 4};
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : "";
     if (strcmp(argv[i], "--all") == 0 || strcmp(argv[i], "--host-collectives") == 0 ||
-        strcmp(argv[i], "--probe") == 0) {
+        strcmp(argv[i], "--probe") == 0 || strcmp(argv[i], "--cold") == 0) {
       all |= strcmp(argv[i], "--all") == 0;
       host_collectives |= strcmp(argv[i], "--host-collectives") == 0;
       probe |= strcmp(argv[i], "--probe") == 0;
+      cold |= strcmp(argv[i], "--cold") == 0;
       continue;
     }
     if (strcmp(argv[i], "--jobs") == 0) {
@@ -138,6 +184,8 @@ int main(int argc, char **argv) {
       file = v;
     } else if (strcmp(argv[i], "--offset") == 0) {
       offset = strtoull(v, NULL, 10);
+    } else if (strcmp(argv[i], "--copy-threads") == 0) {
+      copy_threads = (unsigned)strtoul(v, NULL, 10);
     }
     i++;
   }
@@ -162,7 +210,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
     return 1;
   }
-  struct runtime_mesh_config mc = {.devices = spec, .mem_fraction = 0.9};
+  struct runtime_mesh_config mc = {
+      .devices = spec, .mem_fraction = 0.9, .copy_threads = copy_threads};
   qdp_status mrc = runtime_mesh_create(&mc, &mesh, &err);
   if (world_start(w, mrc, &err, mesh, 10000, !host_collectives, &err) != QDP_OK) {
     fprintf(stderr, "world_bench: %s\n", err.msg);
@@ -233,6 +282,10 @@ int main(int argc, char **argv) {
   te = calloc((size_t)jobs, sizeof *te);
   we = calloc((size_t)jobs, sizeof *we);
   if (!tp || !tj || !wp || !wj || !tn || !wn || !te || !we) {
+    goto out;
+  }
+  if (cold) {
+    rc = run_cold(w, &job, file, offset, in_bytes, jobs, &mapped, tp, tj, tn, te, &how_local);
     goto out;
   }
   /* Warm-up, then the two series. */

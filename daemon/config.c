@@ -71,6 +71,9 @@ static const struct config_option options[] = {
          "share of each device's free memory at start used as its budget when device_budget is 0"),
     OPT(staging_bytes, CONFIG_BYTES, "0", 0, UINT64_MAX, "bytes", false, NULL,
         "host-input staging buffer per device; 0: the backend's default"),
+    OPT(copy_threads, CONFIG_U64, "0", 0, 32, "count", false, NULL,
+        "threads per GPU that copy host input that is not page-locked (a .npy file, shared "
+        "memory) into the staging; 0: this process's CPUs shared among the GPUs, at most 16"),
     OPT(host_collectives, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "reduce sharded norms on the host even where NCCL could, and keep a world's ranks out of "
         "one NCCL group (the fallback, for comparison)"),

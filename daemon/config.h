@@ -71,6 +71,7 @@ struct config {
   uint64_t device_budget;
   double mem_fraction;
   uint64_t staging_bytes;
+  uint64_t copy_threads;
   bool host_collectives;
   bool nccl_exchange;
   uint64_t store_budget;

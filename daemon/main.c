@@ -586,6 +586,7 @@ int main(int argc, char **argv) {
       .device_budget_bytes = d.cfg.device_budget,
       .mem_fraction = d.cfg.mem_fraction,
       .staging_bytes = d.cfg.staging_bytes,
+      .copy_threads = (unsigned)d.cfg.copy_threads,
       .nccl_exchange = d.cfg.nccl_exchange,
   };
   if (world_rank(d.world) != 0) {

@@ -59,10 +59,7 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   }
   if (rows > 1) {
     CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
-    for (uint64_t r = 0; r < rows; r++) {
-      memcpy((char *)c->stage_host[0] + r * row_bytes,
-             (const char *)w->x + r * w->in_stride * isize, (size_t)row_bytes);
-    }
+    host_copy_rows(c->copier, c->stage_host[0], w->x, w->in_stride * isize, row_bytes, rows);
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync((void *)s->resident, c->stage_host[0], (size_t)bytes,
                            cudaMemcpyHostToDevice, c->stream));
@@ -73,7 +70,7 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
     int slot = (int)(k & 1);
     uint64_t n = bytes - at < c->stage_bytes ? bytes - at : c->stage_bytes;
     CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
-    memcpy(c->stage_host[slot], (const char *)w->x + at, (size_t)n);
+    host_copy_rows(c->copier, c->stage_host[slot], (const char *)w->x + at, n, n, 1);
     CU_TRY(rc, d, "cudaMemcpyAsync",
            cudaMemcpyAsync((void *)(s->resident + at), c->stage_host[slot], (size_t)n,
                            cudaMemcpyHostToDevice, c->stream));

@@ -9,7 +9,8 @@
  * two pinned host buffers and two device buffers of `stage_bytes` each, with an event per slot
  * that says when the GPU is done with it. Input from host memory is streamed through the pair in
  * pieces: while the GPU uploads and computes on one slot, this thread packs the next piece into
- * the other. So the input never needs to be whole on the GPU, and the device memory qdp takes for
+ * the other, helped by the device's copy threads (runtime/host_copy.h) when the input is not
+ * page-locked. So the input never needs to be whole on the GPU, and the device memory qdp takes for
  * input is bounded by the staging, whatever the input's size.
  *
  * The executor calls the ops from the mesh's worker threads, and jobs may run concurrently,
@@ -44,6 +45,7 @@
 #include "qdpk.h"
 #include "qdpk_cuda.h"
 #include "runtime/device.h"
+#include "runtime/host_copy.h"
 #include "runtime/mesh.h"
 #include "runtime/norm.h"
 
@@ -52,6 +54,10 @@
  * launch and event overheads (a few microseconds) vanish, small enough that 2 x 64 MiB of device
  * memory is negligible next to a GPU's state budget. */
 #define CUDA_STAGE_DEFAULT (UINT64_C(64) << 20)
+/* Threads packing unpinned host input per GPU when copy_threads is 0 (auto), at most: on one H200
+ * a 2^30 float64 file in the page cache went up at 5.8, 17.0, 23.8 and 41.4 GB/s with 1, 4, 8
+ * and 16 (bench/results/ingest-h200). They only run while a copy does. */
+#define CUDA_COPY_THREADS_AUTO 16
 /* The smallest slot: it must hold one row of the widest parameter set (iqp with 60 qubits has
  * 60 + 1770 values, 14640 B in float64) with room to spare. */
 #define CUDA_STAGE_MIN (UINT64_C(64) << 10)
@@ -95,6 +101,7 @@ struct cuda_device {
   struct runtime_device base; /* first: the executor sees only this */
   cudaStream_t stream;
   pthread_mutex_t stage_lock; /* the staging pair and its events */
+  struct host_copy *copier;   /* packs unpinned host input into a slot (NULL: this thread) */
   int lock_ready;
   uint64_t stage_bytes; /* of each slot */
   void *stage_host[2];  /* pinned */

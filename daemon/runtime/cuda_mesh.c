@@ -1,5 +1,7 @@
 /* The CUDA backend's discovery: the GPUs, their devices (stream, staging), peer access, host
  * registration, and the mesh (cuda_backend.h). */
+#include <sched.h>
+
 #include "runtime/cuda_backend.h"
 
 int runtime_cuda_device_count(void) {
@@ -43,6 +45,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
   if (c->stream) {
     (void)cudaStreamDestroy(c->stream);
   }
+  host_copy_destroy(c->copier);
   (void)cudaGetLastError();
   if (c->lock_ready) {
     pthread_mutex_destroy(&c->stage_lock);
@@ -61,8 +64,8 @@ static void format_uuid(const cudaUUID_t *u, char *buf, size_t size) {
 }
 
 static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fraction,
-                                uint64_t stage_bytes, struct cuda_device **ret_dev,
-                                struct qdp_error *reterr) {
+                                uint64_t stage_bytes, unsigned copy_threads,
+                                struct cuda_device **ret_dev, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct cuda_device *c = calloc(1, sizeof *c);
   if (!c) {
@@ -112,6 +115,7 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
 
   CU_TRY(rc, d, "cudaStreamCreateWithFlags",
          cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  QDP_TRY(rc, host_copy_create(copy_threads, &c->copier, reterr));
   for (int i = 0; i < 2; i++) {
     cudaError_t err = cudaMallocHost(&c->stage_host[i], (size_t)stage_bytes);
     if (err == cudaErrorMemoryAllocation) {
@@ -307,6 +311,27 @@ static void cuda_set_group(struct runtime_mesh *m, struct device_comm *comm) {
   }
 }
 
+/* The copy helpers per GPU (the encoding thread is the other copier): copy_threads - 1 as
+ * configured, or (0) the CPUs this process may run on shared among the GPUs, at most
+ * CUDA_COPY_THREADS_AUTO. */
+static qdp_status copy_threads_for(unsigned configured, size_t ngpu, unsigned *ret,
+                                   struct qdp_error *reterr) {
+  if (configured > HOST_COPY_THREADS_MAX + 1) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "copy_threads",
+                         "copy_threads = %u is above the most a GPU takes, %u", configured,
+                         HOST_COPY_THREADS_MAX + 1);
+  }
+  if (configured == 0) {
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    long share = cpus / (long)(ngpu ? ngpu : 1);
+    configured = share < 1 ? 1 : share < CUDA_COPY_THREADS_AUTO ? (unsigned)share
+                                                                 : CUDA_COPY_THREADS_AUTO;
+  }
+  *ret = configured - 1;
+  return QDP_OK;
+}
+
 qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const char *spec,
                                     double fraction, struct runtime_mesh **ret_mesh,
                                     struct qdp_error *reterr) {
@@ -325,6 +350,8 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
                          spec ? spec : "auto", err != cudaSuccess ? cudaGetErrorName(err) : "0");
   }
   QDP_TRY(rc, parse_spec(spec, ngpu, ords, &n, reterr));
+  unsigned copy_threads = 0;
+  QDP_TRY(rc, copy_threads_for(cfg->copy_threads, n, &copy_threads, reterr));
   /* Two slots of half the configured staging each, in whole 4 KiB pages. */
   uint64_t slot = cfg->staging_bytes ? cfg->staging_bytes / 2 : CUDA_STAGE_DEFAULT;
   slot &= ~(uint64_t)4095;
@@ -338,7 +365,8 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
   }
   for (made = 0; made < n; made++) {
     struct cuda_device *c = NULL;
-    QDP_TRY(rc, device_create(ords[made], cfg->device_budget_bytes, fraction, slot, &c, reterr));
+    QDP_TRY(rc, device_create(ords[made], cfg->device_budget_bytes, fraction, slot, copy_threads,
+                              &c, reterr));
     c->nccl_exchange = cfg->nccl_exchange;
     devs[made] = &c->base;
   }

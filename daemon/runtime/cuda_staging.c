@@ -41,13 +41,7 @@ qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint
   }
   CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
   char *dst = c->stage_host[slot];
-  if (src_stride == row_bytes) {
-    memcpy(dst, src, (size_t)bytes);
-  } else {
-    for (uint64_t r = 0; r < nrows; r++) {
-      memcpy(dst + r * row_bytes, src + r * src_stride, (size_t)row_bytes);
-    }
-  }
+  host_copy_rows(c->copier, dst, src, src_stride, row_bytes, nrows);
   CU_TRY(
       rc, &c->base, "cudaMemcpyAsync",
       cudaMemcpyAsync(c->stage_dev[slot], dst, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
@@ -166,7 +160,7 @@ qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, 
           rc = cuda_failed(d, err, "cudaEventSynchronize", reterr);
           break;
         }
-        memcpy((char *)dst + at, c->stage_host[slot], (size_t)n);
+        host_copy_rows(c->copier, (char *)dst + at, c->stage_host[slot], n, n, 1);
       }
     }
   }

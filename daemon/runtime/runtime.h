@@ -72,6 +72,10 @@ struct runtime_mesh_config {
   /* Swap iqp's global-bit stages over NCCL (the mesh's device group, where it is given one) even
    * between GPUs with peer access. */
   bool nccl_exchange;
+  /* Threads per GPU that pack host input that is not page-locked (a .npy file, shared memory)
+   * into the staging, the encoding thread among them (runtime/host_copy.h); 0: the CPUs this
+   * process may run on, shared among the GPUs, at most 16. */
+  unsigned copy_threads;
 };
 
 struct runtime_mesh;
