@@ -26,6 +26,7 @@ HIGHER = ("vectors_per_s", "jobs_per_s", "best_GBps", "samples_per_s")
 NOT_IDENTITY = {
     "GBps", "roofline", "min_us", "p99_us", "vs_health", "jobs", "batches", "seconds",
     "register_ms", "input_GBps", "region_pinned", "speedup", "bytes_exchanged", "first_ms",
+    "plan_p50_us", "encode_p50_us", "norm_p50_us", "norm_p99_us", "input_gb_s", "read_gb_s",
 }
 
 

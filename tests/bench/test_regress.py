@@ -65,6 +65,17 @@ class Regress(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("not run", out)
 
+    def test_a_job_line_is_one_figure_whatever_its_phase_times(self):
+        # world_bench's lines carry the job's phases beside its p50: outcomes, not parameters.
+        write(self.old, "r.txt", ["bench op=local qubits=30 jobs=5 plan_p50_us=72.6 "
+                                  "p50_us=1500 p99_us=1600 encode_p50_us=1490 collective=none",
+                                  "bench op=cold qubits=30 jobs=3 p50_us=6000 input_gb_s=1.41"])
+        write(self.new, "r.txt", ["bench op=local qubits=30 jobs=5 plan_p50_us=80.9 "
+                                  "p50_us=360 p99_us=380 encode_p50_us=355 collective=none",
+                                  "bench op=cold qubits=30 jobs=3 p50_us=6500 input_gb_s=1.31"])
+        rc, v, out = self.run_gate()
+        self.assertEqual((rc, v), (1, {"op=local": "ok", "op=cold": "WORSE"}), out)
+
     def test_an_empty_baseline_is_an_error(self):
         write(self.old, "r.txt", ["nothing here"])
         write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
