@@ -428,17 +428,23 @@ static double encode_ms(struct runtime_mesh *m, const struct plan *p,
   return ms;
 }
 
-static void bench_host(void) {
-  const uint32_t n = 30;
-  const uint64_t N = UINT64_C(1) << n;
+/* N float64 amplitudes in plain host memory, none zero. */
+static double *host_input(uint64_t N) {
   double *x = malloc(N * sizeof *x);
   if (!x) {
-    fprintf(stderr, "no host memory for 8 GiB\n");
+    fprintf(stderr, "no host memory for %" PRIu64 " B of input\n", N * 8);
     exit(1);
   }
   for (uint64_t i = 0; i < N; i++) {
     x[i] = (double)((i * 2654435761u) % 1000) / 1000.0 + 0.001;
   }
+  return x;
+}
+
+static void bench_host(void) {
+  const uint32_t n = 30;
+  const uint64_t N = UINT64_C(1) << n;
+  double *x = host_input(N);
   struct mesh_group *g1 = NULL, *g2 = NULL;
   struct runtime_mesh *m1 = mesh("0", 0, &g1), *m2 = mesh("0,1", 0, &g2);
   bool reg1 = false, reg2 = false;
@@ -552,14 +558,7 @@ static void bench_host(void) {
 static void bench_host_one(void) {
   const uint32_t n = 30;
   const uint64_t N = UINT64_C(1) << n;
-  double *x = malloc(N * sizeof *x);
-  if (!x) {
-    fprintf(stderr, "no host memory for 8 GiB\n");
-    exit(1);
-  }
-  for (uint64_t i = 0; i < N; i++) {
-    x[i] = (double)((i * 2654435761u) % 1000) / 1000.0 + 0.001;
-  }
+  double *x = host_input(N);
   struct mesh_group *g = NULL, *g1 = NULL;
   struct runtime_mesh *m = mesh("0", 0, &g), *m1 = mesh_copying("0", 0, 1, &g1);
   struct plan *p = plan_for(m, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, n, N, QDP_DTYPE_FLOAT64,

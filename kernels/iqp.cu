@@ -430,13 +430,8 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
   }
 }
 
-struct iqp_whole_launch {
-  const struct qdpk_span *s;
-  uint64_t in_stride;
-  int pairs;
-  void *out;
-  cudaStream_t stream;
-
+/* The same arguments as the phases kernel's launch; run takes the tile shape instead of K. */
+struct iqp_whole_launch : iqp_launch {
   template <typename TI, typename R, int SHAPE>
   qdp_status run(const TI *x) const {
     typedef typename cplx<R>::type C;
@@ -515,7 +510,7 @@ extern "C" qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dty
   if (!sh.whole && !part) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  const iqp_whole_launch op{s, in_stride, pairs != 0, out, stream};
+  const iqp_whole_launch op{{s, in_stride, pairs != 0, out, stream}};
   const bool f32 = in == QDP_DTYPE_FLOAT32;
   if (s->out == QDP_DTYPE_COMPLEX64) {
     return f32 ? op.run_shape<float, float>(x) : op.run_shape<double, float>(x);
