@@ -13,11 +13,13 @@
  * instead of the O(popcount^2) sum of the direct form. The coefficients live in shared memory
  * (n + n(n-1)/2 values: 16 KiB of doubles at 63 qubits).
  *
- * qdpk_iqp follows iqp_top.c's order: per low index y (the low L = n - K bits), the 2^K top values
- * v_t(y) = T(t) * prod over set bits i of t of C_i(y), their top-bit stages in registers, then
- * E(y) = 2^-n e^{i theta(0, y)} times each; then the low bits' stages, ascending. E takes the
- * split above (one sincos per y for 8 values); C_i(y) = e^{i u_i(y)}, u_i the pairs of top bit i
- * with y, is the product of its low and high parts. One pass computes all that for a tile, runs
+ * qdpk_iqp follows iqp_top.c's order but for where E goes: per low index y (the low L = n - K
+ * bits), the 2^K top values v_t(y) = T(t) * (E(y) * prod over set bits i of t of C_i(y)),
+ * E(y) = 2^-n e^{i theta(0, y)} (multiplied in first here, where it costs no product of its own;
+ * after the stages on the CPU), their top-bit stages in registers, then the low bits' stages,
+ * ascending. E takes the split above (one sincos per y for 8 values); C_i(y) = e^{i u_i(y)}, u_i
+ * the pairs of top bit i with y, is the product of its low and high parts. Small states (2^L <
+ * 512) pack several samples into a tile. One pass computes all that for a tile, runs
  * the tile's low stages (bits 0..8 for whole blocks, 0..11 for a part of one) in registers and
  * shared memory and writes the state once; qdpk_wht_from's strided passes finish the low bits. So
  * 26 qubits take three passes over memory, the first a write only, where the reference path takes
