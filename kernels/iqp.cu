@@ -290,7 +290,7 @@ constexpr uint32_t PACKED_ROWS_MAX = 64;
  * stored; PART: 4096 consecutive low indices of top t0 (thread t: y = base + t + 256 j); PACKED
  * (2^L < 512): the 512 of WHOLE hold `packed` samples of 2^L each. The low indices split at bit 8:
  * the thread's low part lo is fixed, so theta_lo and the low parts of C_i are formed once per row
- * (per value when PACKED, whose samples differ by thread); the (at most 16) high parts h of a
+ * (per value when PACKED, whose samples differ by thread); the (at most 32) high parts h of a
  * group's low indices get theta_hi, the cross sums with the low bits and the high parts of C_i in
  * shared memory, formed in parallel once per group. Each value then costs a share of one sine and
  * cosine (E(y)), a few complex products and its stages; the tile's low-bit stages run in
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
   constexpr bool WHOLE = SHAPE != TILE_PART, PACKED = SHAPE == TILE_PACKED;
   constexpr uint32_t J = WHOLE ? 2 : PER_THREAD; /* low indices per thread and tile */
   constexpr uint32_t Y = J * QDPK_THREADS;       /* low indices per tile */
-  constexpr uint32_t H = PER_THREAD;             /* high parts per group: J * group <= 16 */
+  constexpr uint32_t H = 32;                     /* high parts per group: J * group <= 32 */
   constexpr uint32_t SUMS = 1 + LO_BITS + TOP_BITS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
@@ -345,21 +345,28 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
     for (uint64_t g = blockIdx.x; g < groups; g += gridDim.x) {
       const uint64_t gbase = sh.y0 + g * group * Y;
       /* High part h = gbase / 256 + j of the group's low indices: 12 sums each (one high part, 0,
-       * when PACKED: those sums are those of any row). */
-      for (uint32_t w = t; w < J * group * SUMS; w += QDPK_THREADS) {
-        const uint32_t j = w / SUMS, which = w % SUMS;
-        uint64_t hm = ((gbase >> LO_BITS) + j) << LO_BITS; /* the set high bits of y */
-        if (hm >= sh.block) {
-          hm = 0; /* past the block: its values are not stored */
+       * when PACKED: those sums are those of any row). theta_hi, the longest (O(popcount^2)), has
+       * the first warp to itself, one lane per h; the other warps share the 11 O(popcount) sums,
+       * so no warp runs two kinds of loop one after the other. */
+      const uint32_t nh = J * group;
+      auto high = [&](uint32_t j) -> uint64_t {
+        const uint64_t hm = ((gbase >> LO_BITS) + j) << LO_BITS; /* the set high bits of y */
+        return hm < sh.block ? hm : 0; /* past the block: its values are not stored */
+      };
+      if (t < 32) {
+        if (t < nh) {
+          th_hi[t] = theta_of(d, n, pairs, high(t));
         }
-        if (which == 0) {
-          th_hi[j] = theta_of(d, n, pairs, hm);
-        } else if (which <= LO_BITS) {
-          const uint32_t i = which - 1;
-          cross[j][i] = pairs && i < lo_bits ? pair_sum(d, n, i, hm) : (R)0;
-        } else {
-          const uint32_t i = which - 1 - LO_BITS;
-          ch[j][i] = expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, hm) : (R)0);
+      } else {
+        for (uint32_t w = t - 32; w < nh * (SUMS - 1); w += QDPK_THREADS - 32) {
+          const uint32_t j = w / (SUMS - 1), i = w % (SUMS - 1);
+          if (i < LO_BITS) {
+            cross[j][i] = pairs && i < lo_bits ? pair_sum(d, n, i, high(j)) : (R)0;
+          } else {
+            ch[j][i - LO_BITS] = expi(pairs && i - LO_BITS < sh.k_bits
+                                          ? pair_sum(d, n, sh.l_bits + i - LO_BITS, high(j))
+                                          : (R)0);
+          }
         }
       }
       __syncthreads();
@@ -456,10 +463,10 @@ struct iqp_whole_launch : iqp_launch {
     const uint64_t y_per_tile = SHAPE == TILE_PART ? TILE : (1ull << WHOLE_Y_BITS);
     const uint64_t len = sh.len(s->count);
     const uint64_t tiles = (len + y_per_tile - 1) / y_per_tile;
-    /* Tiles of whole blocks share their group's sums by up to 8 (16 high parts) while that
+    /* Tiles of whole blocks share their group's sums by up to 16 (32 high parts) while that
      * leaves 1024 groups or more to spread over the multiprocessors. */
     uint32_t group = 1;
-    while (SHAPE == TILE_WHOLE && group < 8 && tiles * s->rows / (2 * group) >= 1024) {
+    while (SHAPE == TILE_WHOLE && group < 16 && tiles * s->rows / (2 * group) >= 1024) {
       group *= 2;
     }
     const uint64_t groups = (tiles + group - 1) / group;
