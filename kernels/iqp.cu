@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
   constexpr uint32_t J = WHOLE ? 2 : PER_THREAD; /* low indices per thread and tile */
   constexpr uint32_t Y = J * QDPK_THREADS;       /* low indices per tile */
   constexpr uint32_t H = 32;                     /* high parts per group: J * group <= 32 */
-  constexpr uint32_t SUMS = 1 + LO_BITS + TOP_BITS;
+  constexpr uint32_t SUMS = LO_BITS + TOP_BITS; /* per high part, besides theta_hi */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
   R *d = reinterpret_cast<R *>(sm + TILE_SLOTS); /* the coefficients of `packed` rows */
@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
           th_hi[t] = theta_of(d, n, pairs, high(t));
         }
       } else {
-        for (uint32_t w = t - 32; w < nh * (SUMS - 1); w += QDPK_THREADS - 32) {
-          const uint32_t j = w / (SUMS - 1), i = w % (SUMS - 1);
+        for (uint32_t w = t - 32; w < nh * SUMS; w += QDPK_THREADS - 32) {
+          const uint32_t j = w / SUMS, i = w % SUMS;
           if (i < LO_BITS) {
             cross[j][i] = pairs && i < lo_bits ? pair_sum(d, n, i, high(j)) : (R)0;
           } else {
@@ -513,10 +513,7 @@ extern "C" qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dty
   if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  const iqp_shape sh(s->qubits, s->first, s->count);
-  const bool part = s->count < sh.block && (s->count & (s->count - 1)) == 0 &&
-                    s->first % s->count == 0;
-  if (!sh.whole && !part) {
+  if (!qdpk_iqp_span_ok(s)) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
   const iqp_whole_launch op{{s, in_stride, pairs != 0, out, stream}};

@@ -99,6 +99,17 @@ void qdpk_cpu_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype in,
 int qdpk_cpu_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                  int pairs, void *out);
 
+/* Whether qdpk_cpu_iqp (and qdpk_iqp on the GPU) takes span s of 1..63 qubits: whole blocks of
+ * 2^(n-K), or a power-of-two part of one aligned to its size. */
+static inline int qdpk_iqp_span_ok(const struct qdpk_span *s) {
+  uint32_t n = s->qubits;
+  uint64_t block = (uint64_t)1 << (n - (n < QDPK_IQP_TOP_BITS ? n : QDPK_IQP_TOP_BITS));
+  if (s->first % block == 0 && s->count % block == 0) {
+    return 1;
+  }
+  return s->count < block && (s->count & (s->count - 1)) == 0 && s->first % s->count == 0;
+}
+
 /* In place over each of `rows` rows of `count` (a power of two) complex values of type `out`:
  * the unnormalized Walsh-Hadamard transform over the low log2(count) bits, ascending bit order. */
 void qdpk_cpu_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows);

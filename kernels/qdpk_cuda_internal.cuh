@@ -145,6 +145,17 @@ __device__ __forceinline__ void tile_regroup(C *sm, C (&r)[PER_THREAD], uint32_t
   }
 }
 
+/* The stage of register bit rb (0..3) on a thread's 16 registers. */
+template <typename C>
+__device__ __forceinline__ void tile_register_stage(C (&r)[PER_THREAD], uint32_t rb) {
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    if (!(k & (1u << rb))) {
+      add_sub(r[k], r[k | (1u << rb)]);
+    }
+  }
+}
+
 /* The stages of tile bits [first, end), ascending, on registers that hold the tile with their
  * register bits at [8, 12), as they are left. Every thread of the block calls it. */
 template <typename C>
@@ -162,12 +173,7 @@ __device__ __forceinline__ void tile_stages(C *sm, C (&r)[PER_THREAD], uint32_t 
 #pragma unroll
     for (uint32_t rb = 0; rb < 4; rb++) {
       if (rb >= lo && rb < hi) {
-#pragma unroll
-        for (uint32_t k = 0; k < PER_THREAD; k++) {
-          if (!(k & (1u << rb))) {
-            add_sub(r[k], r[k | (1u << rb)]);
-          }
-        }
+        tile_register_stage(r, rb);
       }
     }
     pos = stop;
@@ -194,12 +200,7 @@ __device__ __forceinline__ void tile_stages_fixed(C *sm, C (&r)[PER_THREAD], uin
     }
 #pragma unroll
     for (uint32_t rb = POS - P; rb < STOP - P; rb++) {
-#pragma unroll
-      for (uint32_t k = 0; k < PER_THREAD; k++) {
-        if (!(k & (1u << rb))) {
-          add_sub(r[k], r[k | (1u << rb)]);
-        }
-      }
+      tile_register_stage(r, rb);
     }
     tile_stages_fixed<STOP, END, P>(sm, r, t);
   }

@@ -176,16 +176,10 @@ DEFINE_IQP_TOP(iqp_top_f64, double, cos, sin, ldexp)
 int qdpk_cpu_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                  int pairs, void *out) {
   uint32_t n = s->qubits;
-  if (n < 1 || n > 63) {
+  if (n < 1 || n > 63 || !qdpk_iqp_span_ok(s)) {
     return QDPK_IQP_BAD_SPAN;
   }
-  uint32_t l_bits = n - (n < QDPK_IQP_TOP_BITS ? n : QDPK_IQP_TOP_BITS);
-  uint64_t block = (uint64_t)1 << l_bits;
-  int whole = s->first % block == 0 && s->count % block == 0;
-  int part = s->count < block && (s->count & (s->count - 1)) == 0 && s->first % s->count == 0;
-  if (!whole && !part) {
-    return QDPK_IQP_BAD_SPAN;
-  }
+  uint64_t block = (uint64_t)1 << (n - (n < QDPK_IQP_TOP_BITS ? n : QDPK_IQP_TOP_BITS));
   uint64_t np = qdp_values_per_sample(pairs ? QDP_ENCODING_IQP : QDP_ENCODING_IQP_Z, n);
   uint64_t row_of[63];
   cpu_iqp_rows(n, row_of);
