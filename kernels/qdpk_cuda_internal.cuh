@@ -156,6 +156,22 @@ __device__ __forceinline__ void tile_register_stage(C (&r)[PER_THREAD], uint32_t
   }
 }
 
+/* The stage of a tile bit that sits in bit lb (< 5) of the thread index, across lanes t and
+ * t ^ 2^lb of one warp: the arithmetic of add_sub, a the value of the lower index, so the same
+ * bits as the stage in registers. */
+template <typename C>
+__device__ __forceinline__ void tile_lane_stage(C (&r)[PER_THREAD], uint32_t t, uint32_t lb) {
+  const bool upper = (t >> lb) & 1;
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    C o;
+    o.x = __shfl_xor_sync(0xffffffffu, r[k].x, 1u << lb);
+    o.y = __shfl_xor_sync(0xffffffffu, r[k].y, 1u << lb);
+    r[k].x = upper ? o.x - r[k].x : r[k].x + o.x;
+    r[k].y = upper ? o.y - r[k].y : r[k].y + o.y;
+  }
+}
+
 /* The stages of tile bits [first, end), ascending, on registers that hold the tile with their
  * register bits at [8, 12), as they are left. Every thread of the block calls it. */
 template <typename C>
@@ -183,14 +199,15 @@ __device__ __forceinline__ void tile_stages(C *sm, C (&r)[PER_THREAD], uint32_t 
   }
 }
 
-/* tile_stages over bits [POS, END) fixed at compile time (register bits now at CUR): every
- * shared-memory address becomes a per-thread base plus a constant, where the run-time version
- * spends integer work on each. For kernels that do little besides (iqp.cu's fused pass). */
-template <uint32_t POS, uint32_t END, uint32_t CUR = 8, typename C>
+/* tile_stages over bits [POS, END) fixed at compile time (register bits now at CUR), leaving the
+ * register bits at LEAVE: every shared-memory address becomes a per-thread base plus a constant,
+ * where the run-time version spends integer work on each. For kernels that do little besides
+ * (iqp.cu's fused pass, which stores from the layout of its last group). */
+template <uint32_t POS, uint32_t END, uint32_t LEAVE = 8, uint32_t CUR = 8, typename C>
 __device__ __forceinline__ void tile_stages_fixed(C *sm, C (&r)[PER_THREAD], uint32_t t) {
   if constexpr (POS >= END) {
-    if constexpr (CUR != 8) {
-      tile_regroup(sm, r, t, CUR, 8);
+    if constexpr (CUR != LEAVE) {
+      tile_regroup(sm, r, t, CUR, LEAVE);
     }
   } else {
     constexpr uint32_t P = POS < 8 ? POS : 8;
@@ -202,7 +219,7 @@ __device__ __forceinline__ void tile_stages_fixed(C *sm, C (&r)[PER_THREAD], uin
     for (uint32_t rb = POS - P; rb < STOP - P; rb++) {
       tile_register_stage(r, rb);
     }
-    tile_stages_fixed<STOP, END, P>(sm, r, t);
+    tile_stages_fixed<STOP, END, LEAVE, P>(sm, r, t);
   }
 }
 
