@@ -452,45 +452,57 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
     rpc_finish(c, NULL, &err);
     return;
   }
+  /* The reply goes first and the job's line after it, off the caller's round trip. The reply
+   * unpins the state (whose plan a Release may then free) and hands the call over, so the line's
+   * figures are copied out before and the call is held until the line is written. */
   const struct plan *p = st.plan;
-  double ms = rpc_call_seconds(c) * 1e3;
-  char job[24], qubits[16], bytes[24], total[32], phase[5][32];
-  snprintf(job, sizeof job, "%" PRIu64, c->job_no);
-  snprintf(qubits, sizeof qubits, "%u", req->qubits);
-  snprintf(bytes, sizeof bytes, "%" PRIu64, p->total_bytes);
-  snprintf(total, sizeof total, "%.3f", ms);
+  const uint64_t total_bytes = p->total_bytes, batch = p->batch;
+  const char *policy = plan_policy_name(p->policy);
+  const size_t nshards = p->nshards;
+  const double ms = rpc_call_seconds(c) * 1e3;
   const double phase_ms[5] = {st.ingest_ms, st.plan_ms, st.encode_ms, st.collective_ms,
                               st.commit_ms};
-  for (int i = 0; i < 5; i++) {
-    snprintf(phase[i], sizeof phase[i], "%.3f", phase_ms[i]);
-  }
-  const struct log_field f[] = {
-      {"QDP_JOB", job},
-      {"QDP_METHOD", rpc_method_name(c)},
-      {"QDP_STATUS", "OK"},
-      {"QDP_CLIENT", c->client},
-      {"QDP_OWNER", c->owner[0] ? c->owner : NULL},
-      {"QDP_ENCODING", qdp_encoding_name((qdp_encoding)req->encoding)},
-      {"QDP_QUBITS", qubits},
-      {"QDP_BYTES", bytes},
-      {"QDP_POLICY", plan_policy_name(p->policy)},
-      {"QDP_STATE", st.meta.handle[0] ? st.meta.handle : NULL},
-      {"QDP_MS", total},
-      {"QDP_INGEST_MS", phase[0]},
-      {"QDP_PLAN_MS", phase[1]},
-      {"QDP_ENCODE_MS", phase[2]},
-      {"QDP_COLLECTIVE_MS", phase[3]},
-      {"QDP_COMMIT_MS", phase[4]}};
-  log_fields(LOG_LEVEL_INFO, "rpc", NULL, f, sizeof f / sizeof f[0],
-             "job %s: %s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64
-             " B, %s, %zu shard%s): OK in %.3f ms (ingest %s, plan %s, encode %s, collective %s, "
-             "commit %s)",
-             job, rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
-             req->qubits, p->batch, st.meta.handle[0] ? st.meta.handle : "the caller's allocation",
-             p->total_bytes, plan_policy_name(p->policy), p->nshards, p->nshards == 1 ? "" : "s",
-             ms, phase[0], phase[1], phase[2], phase[3], phase[4]);
+  char state[sizeof st.meta.handle];
+  memcpy(state, st.meta.handle, sizeof state);
+  rpc_call_ref(c);
   grpc_byte_buffer *reply = state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
+  if (reply && log_enabled(LOG_LEVEL_INFO, "rpc")) {
+    char job[24], qubits[16], bytes[24], total[32], phase[5][32];
+    snprintf(job, sizeof job, "%" PRIu64, c->job_no);
+    snprintf(qubits, sizeof qubits, "%u", req->qubits);
+    snprintf(bytes, sizeof bytes, "%" PRIu64, total_bytes);
+    snprintf(total, sizeof total, "%.3f", ms);
+    for (int i = 0; i < 5; i++) {
+      snprintf(phase[i], sizeof phase[i], "%.3f", phase_ms[i]);
+    }
+    const struct log_field f[] = {
+        {"QDP_JOB", job},
+        {"QDP_METHOD", rpc_method_name(c)},
+        {"QDP_STATUS", "OK"},
+        {"QDP_CLIENT", c->client},
+        {"QDP_OWNER", c->owner[0] ? c->owner : NULL},
+        {"QDP_ENCODING", qdp_encoding_name((qdp_encoding)req->encoding)},
+        {"QDP_QUBITS", qubits},
+        {"QDP_BYTES", bytes},
+        {"QDP_POLICY", policy},
+        {"QDP_STATE", state[0] ? state : NULL},
+        {"QDP_MS", total},
+        {"QDP_INGEST_MS", phase[0]},
+        {"QDP_PLAN_MS", phase[1]},
+        {"QDP_ENCODE_MS", phase[2]},
+        {"QDP_COLLECTIVE_MS", phase[3]},
+        {"QDP_COMMIT_MS", phase[4]}};
+    log_fields(LOG_LEVEL_INFO, "rpc", NULL, f, sizeof f / sizeof f[0],
+               "job %s: %s from %s: %s %u qubits x %" PRIu64 " -> %s (%" PRIu64
+               " B, %s, %zu shard%s): OK in %.3f ms (ingest %s, plan %s, encode %s, collective "
+               "%s, commit %s)",
+               job, rpc_method_name(c), c->client, qdp_encoding_name((qdp_encoding)req->encoding),
+               req->qubits, batch, state[0] ? state : "the caller's allocation", total_bytes, policy,
+               nshards, nshards == 1 ? "" : "s", ms, phase[0], phase[1], phase[2], phase[3],
+               phase[4]);
+  }
+  rpc_call_unref(c);
 }
 
 void rpc_h_encode(struct rpc_job *j) {

@@ -22,6 +22,13 @@ out:
   return rc;
 }
 
+/* Whether pass 1 of the shard's slice is summed on the host (cuda_amp_sumsq): host memory of at
+ * most CUDA_HOST_NORM_MAX. Nothing then needs it on the device before pass 2, which reads it from
+ * a pinned slot (scale_mapped). */
+static bool host_norm_input(const struct runtime_shard_work *w) {
+  return w->x_host && w->shard->rows * w->in_stride * qdp_dtype_size(w->in) <= CUDA_HOST_NORM_MAX;
+}
+
 /* Whether a shard's input goes up once, into the tail of its own buffer, instead of streaming
  * through the staging in each pass:
  *  - an input (one sample or a batch) that fits one staging slot whole (the second pass then
@@ -51,10 +58,18 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   unsigned isize = qdp_dtype_size(w->in);
   uint64_t rows = w->shard->rows, row_bytes = w->len * isize, bytes = rows * row_bytes;
   if (w->pinned) {
-    /* Registered host memory or a client's device allocation: cuda_stage_put says why Default. */
+    /* Registered host memory or a client's device allocation (cuda_stage_put says why Default),
+     * in one DMA on the copy stream: it runs beside the kernels of the jobs queued ahead of it,
+     * and the work stream waits for it before anything reads the slice. */
+    if (!s->uploaded) {
+      CU_TRY(rc, d, "cudaEventCreateWithFlags",
+             cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
+    }
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cuda_copy_rows_async(c, s->resident, w->x, w->in_stride * isize, row_bytes, rows,
-                                cudaMemcpyDefault));
+           cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize,
+                                row_bytes, rows, cudaMemcpyDefault));
+    CU_TRY(rc, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
+    CU_TRY(rc, d, "cudaStreamWaitEvent", cudaStreamWaitEvent(c->stream, s->uploaded, 0));
     goto out;
   }
   if (rows > 1) {
@@ -101,7 +116,7 @@ qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
     s->resident = w->x;
     s->resident_stride = w->in_stride;
     s->resident_external = true;
-  } else if (resident_input(c, w)) {
+  } else if (!host_norm_input(w) && resident_input(c, w)) {
     uint64_t rows = w->shard->rows;
     uint64_t end = rows * w->shard->count * qdp_dtype_size(w->plan->out_dtype);
     /* 16-byte aligned for the kernels' vector loads. */
@@ -250,7 +265,7 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
                             w->scratch ? "" : " before the slice was loaded");
   }
   uint64_t rows = w->shard->rows, isize = qdp_dtype_size(w->in);
-  if (w->x_host && rows * w->in_stride * isize <= CUDA_HOST_NORM_MAX) {
+  if (host_norm_input(w)) {
     qdpk_cpu_sumsq((const char *)w->x + offset * isize, w->in, w->in_stride, len, block, rows,
                    w->plan->out_dtype, scale_log2, ret_sums);
     return QDP_OK;
@@ -326,6 +341,47 @@ out:
   return rc;
 }
 
+/* Where scale_mapped packs a small slice in a slot: each row's norm, then its exponent (with the
+ * fallback), then the rows at a 16-byte boundary for the kernels' vector loads; bytes in all. */
+struct mapped_layout {
+  uint64_t scales_at, x_at, bytes;
+};
+
+static struct mapped_layout mapped_layout_of(const struct runtime_shard_work *w, bool scales) {
+  uint64_t rows = w->shard->rows;
+  struct mapped_layout l = {.scales_at = rows * sizeof(double)};
+  l.x_at = (l.scales_at + (scales ? rows * sizeof(int32_t) : 0) + 15) & ~(uint64_t)15;
+  l.bytes = l.x_at + rows * w->len * qdp_dtype_size(w->in);
+  return l;
+}
+
+/* Pass 2 of a small host slice (host_norm_input), with the staging held: its rows, norms and
+ * exponents packed into slot 0's pinned buffer, which the kernel reads in place through the
+ * slot's device mapping. One launch and no copy: a small job's whole device work. */
+static qdp_status scale_mapped(struct cuda_device *c, struct runtime_shard_work *w,
+                               const struct qdpk_span *span, const struct mapped_layout *l,
+                               const double *sumsq, const int32_t *scale_log2,
+                               struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  qdp_status rc = QDP_OK;
+  uint64_t rows = w->shard->rows, isize = qdp_dtype_size(w->in);
+  char *host = c->stage_host[0];
+  const char *dev = c->stage_mapped[0];
+  CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
+  memcpy(host, sumsq, (size_t)rows * sizeof(double));
+  if (scale_log2) {
+    memcpy(host + l->scales_at, scale_log2, (size_t)rows * sizeof(int32_t));
+  }
+  host_copy_rows(c->copier, host + l->x_at, w->x, w->in_stride * isize, w->len * isize, rows);
+  K_TRY(rc, d, "qdpk_amplitude",
+        qdpk_amplitude(span, dev + l->x_at, w->in, w->len, w->len, (const double *)dev,
+                       scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out,
+                       c->stream));
+  QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
+out:
+  return rc;
+}
+
 /* Pass 2 with the staging held: out = x / sqrt(sumsq) for each row's len values, zeros after. */
 static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work *w,
                                const double *sumsq, const int32_t *scale_log2,
@@ -349,6 +405,12 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
     /* The shard lies wholly past the input: padding only. */
     CU_TRY(rc, d, "cudaMemsetAsync",
            cudaMemsetAsync(o, 0, (size_t)(rows * count * osize), c->stream));
+    goto out;
+  }
+  struct mapped_layout l = mapped_layout_of(w, scale_log2 != NULL);
+  if (sumsq && !s->resident && host_norm_input(w) && c->stage_mapped[0] &&
+      l.bytes <= c->stage_bytes) {
+    rc = scale_mapped(c, w, &span, &l, sumsq, scale_log2, reterr);
     goto out;
   }
   if (sumsq) {

@@ -5,9 +5,11 @@
  * cuda_amplitude.c (the norm and the scale pass), cuda_exchange.c (global-bit stages) and
  * cuda_mesh.c (discovery, devices, the mesh).
  *
- * Each device has one non-blocking stream, created once, and a fixed staging pair for host input:
- * two pinned host buffers and two device buffers of `stage_bytes` each, with an event per slot
- * that says when the GPU is done with it. Input from host memory is streamed through the pair in
+ * Each device has two non-blocking streams, created once: its work stream, which every op queues
+ * on, and a copy stream that takes only the one-DMA uploads of page-locked input (its work stream
+ * waits for them), so that a job's upload runs beside the kernels of the jobs ahead of it. It has
+ * a fixed staging pair for host input: two pinned host buffers and two device buffers of
+ * `stage_bytes` each, with an event per slot that says when the GPU is done with it. Input from host memory is streamed through the pair in
  * pieces: while the GPU uploads and computes on one slot, this thread packs the next piece into
  * the other, helped by the device's copy threads (runtime/host_copy.h) when the input is not
  * page-locked. So the input never needs to be whole on the GPU, and the device memory qdp takes for
@@ -83,7 +85,8 @@
 #define CUDA_FREE_TTL_MS 20
 /* Pass 1 of a slice in host memory up to this size is summed on the host (qdpk_cpu_sumsq, the
  * same bits): a launch, a copy back and a stream synchronization cost a small job more than
- * summing 8 K values here. */
+ * summing 8 K values here. Pass 2 of such a slice reads it, and its norms, from a pinned slot in
+ * place over the bus: the job is then one launch, with no copy queued. */
 #define CUDA_HOST_NORM_MAX (UINT64_C(64) << 10)
 #define CUDA_IPC_KEEP 16
 
@@ -100,12 +103,14 @@ struct cuda_ipc_open {
 struct cuda_device {
   struct runtime_device base; /* first: the executor sees only this */
   cudaStream_t stream;
+  cudaStream_t copy_stream;   /* one-DMA uploads of page-locked input only (cuda_backend.h) */
   pthread_mutex_t stage_lock; /* the staging pair and its events */
   struct host_copy *copier;   /* packs unpinned host input into a slot (NULL: this thread) */
   int lock_ready;
   uint64_t stage_bytes; /* of each slot */
   void *stage_host[2];  /* pinned */
   void *stage_dev[2];
+  void *stage_mapped[2]; /* stage_host as kernels address it; NULL: not mapped into the device */
   cudaEvent_t stage_free[2];           /* recorded after the last GPU use of the slot */
   unsigned char peer[QDP_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
   pthread_mutex_t cache_lock;          /* the kept buffers */
@@ -157,7 +162,8 @@ struct cuda_scratch {
   const char *resident;
   uint64_t resident_stride;
   bool resident_external;
-  cudaEvent_t done; /* behind the job's work on this device, for cuda_stage_end_waited */
+  cudaEvent_t done;     /* behind the job's work on this device, for cuda_stage_end_waited */
+  cudaEvent_t uploaded; /* behind its upload on the copy stream, which the work stream waits for */
   struct cuda_scratch *next; /* in the device's spares */
 };
 
@@ -226,7 +232,7 @@ void cuda_drain(struct cuda_device *c);
 qdp_status cuda_finish(struct cuda_device *c, struct qdp_error *reterr);
 
 /* Staging and reads (cuda_staging.c) */
-cudaError_t cuda_copy_rows_async(struct cuda_device *c, const void *dst, const void *src,
+cudaError_t cuda_copy_rows_async(cudaStream_t stream, const void *dst, const void *src,
                                  uint64_t src_stride, uint64_t row_bytes, uint64_t nrows,
                                  enum cudaMemcpyKind kind);
 qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint64_t src_stride,

@@ -62,11 +62,14 @@ qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_
                           (unsigned long long)free_b, (unsigned long long)total_b);
 }
 
-/* Waits for everything queued on the device's stream; used on error paths so that no copy is
+/* Waits for everything queued on the device's streams; used on error paths so that no copy is
  * still reading a staging slot or a buffer about to be freed. Errors here are the ones already
  * being reported, so they are cleared, not returned. */
 void cuda_drain(struct cuda_device *c) {
   if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  if (c->copy_stream && cudaStreamSynchronize(c->copy_stream) != cudaSuccess) {
     (void)cudaGetLastError();
   }
 }

@@ -145,8 +145,11 @@ void cuda_scratch_free(struct cuda_scratch *s) {
   if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
     (void)cudaGetLastError();
   }
-  if (s->done && cudaEventDestroy(s->done) != cudaSuccess) {
-    (void)cudaGetLastError();
+  cudaEvent_t events[] = {s->done, s->uploaded};
+  for (size_t i = 0; i < sizeof events / sizeof events[0]; i++) {
+    if (events[i] && cudaEventDestroy(events[i]) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
   }
   free(s->host_sums);
   free(s);

@@ -45,6 +45,9 @@ static void cuda_device_destroy(struct runtime_device *d) {
   if (c->stream) {
     (void)cudaStreamDestroy(c->stream);
   }
+  if (c->copy_stream) {
+    (void)cudaStreamDestroy(c->copy_stream);
+  }
   host_copy_destroy(c->copier);
   (void)cudaGetLastError();
   if (c->lock_ready) {
@@ -115,6 +118,8 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
 
   CU_TRY(rc, d, "cudaStreamCreateWithFlags",
          cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  CU_TRY(rc, d, "cudaStreamCreateWithFlags",
+         cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
   QDP_TRY(rc, host_copy_create(copy_threads, &c->copier, reterr));
   for (int i = 0; i < 2; i++) {
     cudaError_t err = cudaMallocHost(&c->stage_host[i], (size_t)stage_bytes);
@@ -134,6 +139,12 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
       c->stage_host[i] = NULL;
       rc = cuda_failed(d, err, "cudaMallocHost", reterr);
       goto out;
+    }
+    /* Pinned memory is mapped into every device under unified addressing; without a mapping the
+     * small-input path copies instead. */
+    if (cudaHostGetDevicePointer(&c->stage_mapped[i], c->stage_host[i], 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      c->stage_mapped[i] = NULL;
     }
     QDP_TRY(rc, cuda_dev_malloc(d, stage_bytes, &c->stage_dev[i], reterr));
     CU_TRY(rc, d, "cudaEventCreateWithFlags",

@@ -2,17 +2,17 @@
  * back (cuda_backend.h). */
 #include "runtime/cuda_backend.h"
 
-/* Copies nrows rows of row_bytes, src_stride apart, to dst packed, on the device's stream: one
- * linear copy when the rows are contiguous (a pitched copy of one very wide row runs well below
- * the link's rate), a pitched one otherwise. */
-cudaError_t cuda_copy_rows_async(struct cuda_device *c, const void *dst, const void *src,
+/* Copies nrows rows of row_bytes, src_stride apart, to dst packed, on `stream`: one linear copy
+ * when the rows are contiguous (a pitched copy of one very wide row runs well below the link's
+ * rate), a pitched one otherwise. */
+cudaError_t cuda_copy_rows_async(cudaStream_t stream, const void *dst, const void *src,
                                  uint64_t src_stride, uint64_t row_bytes, uint64_t nrows,
                                  enum cudaMemcpyKind kind) {
   if (nrows == 1 || src_stride == row_bytes) {
-    return cudaMemcpyAsync((void *)dst, src, (size_t)(row_bytes * nrows), kind, c->stream);
+    return cudaMemcpyAsync((void *)dst, src, (size_t)(row_bytes * nrows), kind, stream);
   }
   return cudaMemcpy2DAsync((void *)dst, (size_t)row_bytes, src, (size_t)src_stride,
-                           (size_t)row_bytes, (size_t)nrows, kind, c->stream);
+                           (size_t)row_bytes, (size_t)nrows, kind, stream);
 }
 
 /* Staging. The caller holds stage_lock. A slot is used as: stage_put (wait until the GPU is done
@@ -35,7 +35,7 @@ qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint
     /* Default: src is registered host memory or a client's device allocation (CUDA IPC input,
      * a peer copy when it is on another GPU); UVA tells the driver which. */
     CU_TRY(rc, &c->base, "cudaMemcpyAsync",
-           cuda_copy_rows_async(c, c->stage_dev[slot], src, src_stride, row_bytes, nrows,
+           cuda_copy_rows_async(c->stream, c->stage_dev[slot], src, src_stride, row_bytes, nrows,
                                 cudaMemcpyDefault));
     goto out;
   }

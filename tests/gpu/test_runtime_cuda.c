@@ -361,6 +361,61 @@ START_TEST(test_amplitude_batch_rows_longer_and_shorter_than_a_chunk) {
 }
 END_TEST
 
+/* ---- small host inputs, read in place from a pinned slot --------------------------------------
+ */
+
+/* A host input of at most 64 KiB is summed on the host and pass 2 reads it, with its norms and
+ * the fallback's exponents, from a pinned slot in place. With 64 KiB slots a slice of exactly
+ * 64 KiB leaves no room for its norms there, so the same job goes through the staged copy
+ * instead: both must give the same bits (the same sums, the same kernel), and the CPU's state
+ * within tolerance. */
+static void check_small_in_place(uint32_t n, uint64_t batch, uint64_t cols, qdp_dtype in,
+                                 qdp_dtype out, double scale) {
+  struct runtime_mesh *mapped = qdpt_mesh("cuda:0", 0, SMALL_STAGING);
+  struct runtime_mesh *staged = qdpt_mesh("cuda:0", 0, 2 * 65536);
+  struct runtime_mesh *cpu = qdpt_mesh("cpu:1", GIB, 0);
+  double *x64 = malloc((size_t)(batch * cols * sizeof *x64));
+  ck_assert_ptr_nonnull(x64);
+  fill_values(x64, batch * cols, n * 7 + batch);
+  for (uint64_t i = 0; i < batch * cols; i++) {
+    x64[i] *= i < cols ? scale : 1.0; /* the first row alone needs the fallback */
+  }
+  void *x = as_dtype(x64, batch * cols, in);
+  free(x64);
+  ck_assert_uint_le(batch * cols * qdp_dtype_size(in), 65536);
+  struct runtime_input input = {.data = x, .dtype = in, .rows = batch, .cols = cols};
+  void *st[3];
+  struct runtime_mesh *meshes[3] = {mapped, staged, cpu};
+  for (int k = 0; k < 3; k++) {
+    struct plan *p =
+        qdpt_plan_on(meshes[k], 1, PLAN_AUTO, QDP_ENCODING_AMPLITUDE, n, batch, cols, in, out);
+    st[k] = encode_all(meshes[k], p, &input, NULL);
+    plan_destroy(p);
+  }
+  char what[128];
+  snprintf(what, sizeof what, "amplitude %s->%s n=%u batch=%" PRIu64 " scale %g in place:",
+           qdp_dtype_name(in), qdp_dtype_name(out), n, batch, scale);
+  struct compare c = compare_states(st[0], st[1], batch << n, out, n, 0.0, what);
+  ck_assert_msg(c.identical == c.values, "%s differs from the staged copy", what);
+  compare_states(st[0], st[2], batch << n, out, n, tol_of(out), what);
+  for (int k = 0; k < 3; k++) {
+    free(st[k]);
+    runtime_mesh_destroy(meshes[k]);
+  }
+  free(x);
+}
+
+START_TEST(test_small_host_input_read_in_place_gives_staged_bits) {
+  check_small_in_place(13, 1, 8192, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1.0);
+  check_small_in_place(10, 8, 1024, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128, 1e-200);
+  check_small_in_place(14, 1, 16384, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
+  check_small_in_place(11, 8, 2048, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1e-30);
+  /* Rows of an odd length (the second starts off any 8-byte boundary), padding past them. */
+  check_small_in_place(13, 2, 8191, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX128, 1.0);
+  check_small_in_place(13, 2, 8191, QDP_DTYPE_FLOAT32, QDP_DTYPE_COMPLEX64, 1.0);
+}
+END_TEST
+
 /* ---- two GPUs ----------------------------------------------------------------------------------
  */
 
@@ -1166,6 +1221,7 @@ static Suite *runtime_cuda_suite(void) {
   tcase_add_test(tc, test_amplitude_larger_than_staging_chunk_gives_one_launch_bits);
   tcase_add_test(tc, test_amplitude_batch_rows_longer_and_shorter_than_a_chunk);
   tcase_add_test(tc, test_amplitude_fallback_matches_cpu_on_every_path);
+  tcase_add_test(tc, test_small_host_input_read_in_place_gives_staged_bits);
   tcase_add_test(tc, test_two_gpus_even_shards_give_one_gpu_bits);
   tcase_add_test(tc, test_two_ranks_give_one_gpu_bits);
   tcase_add_test(tc, test_two_ranks_over_nccl_give_one_gpu_bits);

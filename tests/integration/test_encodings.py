@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import unittest
 from multiprocessing import shared_memory
 
@@ -63,6 +64,23 @@ class Encodings(unittest.TestCase):
             want = qdpc.reference(encoding, x[r], n)
             qdpc.assert_close(got[r << n:(r + 1) << n], want, dtype,
                               f"{encoding} {dtype} n={n} row {r}")
+
+    @unittest.skipUnless(os.environ.get("QDPD_LOG"), "the daemon's log is not known (QDPD_LOG)")
+    def test_job_line_names_the_state_it_made(self):
+        # The reply goes out before the job's line is written: the line still names the state
+        # (its handle, not "the caller's allocation") and says OK.
+        st = self.c.encode("angle", 3, [0.1, 0.2, 0.3])
+        want = f"-> {st.handle} ("
+        lines = []
+        for _ in range(100):
+            with open(os.environ["QDPD_LOG"]) as f:
+                lines = [ln for ln in f.read().splitlines() if want in ln]
+            if lines:
+                break
+            time.sleep(0.05)
+        self.c.release(st)
+        self.assertTrue(lines, f"no job line names {st.handle}")
+        self.assertIn(": OK in ", lines[0])
 
     def test_every_encoding_single_sample_matches_numpy(self):
         for encoding in qdpc.ENCODINGS:
