@@ -519,16 +519,9 @@ rpc("greedy upload", lambda: c.upload(req, data, chunk=4 << 20))
     # ---- 6. orphans ----
 
     def test_6_nothing_is_committed_for_a_caller_that_is_gone(self):
-        # A 1 s deadline on a job of several seconds (an iqp-z state of 2^27 complex128
-        # amplitudes on the CPU; a GPU does it in milliseconds, so there the case is skipped).
-        on_cpu = DEVICES.startswith("cpu")
-        if on_cpu:
-            out = self.as_user(EVE, """
-req = c.request("iqp-z", 27, np.full(27, 0.1))
-rpc("short deadline", lambda: c.call("Encode", req, timeout=1))
-""")
-            self.assertEqual(out["short deadline"][0], "DEADLINE_EXCEEDED")
-        # An undeclared upload whose client is killed after 48 MiB (its share is 64 MiB).
+        # An undeclared upload whose client is killed after 48 MiB (its share is 64 MiB). It
+        # goes first: the job below keeps the daemon's CPUs busy for seconds after its caller
+        # left, and an upload starved meanwhile would end on upload_idle_timeout instead.
         killed = subprocess.Popen(
             ["setpriv", "--reuid", EVE, "--regid", GROUP, "--init-groups", sys.executable, "-c",
              f"""
@@ -545,6 +538,15 @@ c._EncodeUpload(msgs(), timeout=60)
 """], env={"PYTHONPATH": self.tools, "PATH": "/usr/bin:/bin"}, cwd="/")
         killed.wait(120)
         self.assertEqual(killed.returncode, -signal.SIGKILL)
+        # A 1 s deadline on a job of several seconds (an iqp-z state of 2^27 complex128
+        # amplitudes on the CPU; a GPU does it in milliseconds, so there the case is skipped).
+        on_cpu = DEVICES.startswith("cpu")
+        if on_cpu:
+            out = self.as_user(EVE, """
+req = c.request("iqp-z", 27, np.full(27, 0.1))
+rpc("short deadline", lambda: c.call("Encode", req, timeout=1))
+""")
+            self.assertEqual(out["short deadline"][0], "DEADLINE_EXCEEDED")
         # The deadline's job ends in its own time; then nothing of either is held.
         for _ in range(300):
             st = self.root.status()
