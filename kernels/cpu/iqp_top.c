@@ -176,13 +176,10 @@
       for (; y < stop; y++) { \
         uint64_t l = y & lo_mask; \
         uint64_t at = y - s->first; /* value t goes to o[t * 2^L + at] (modulo 2^64) */ \
-        /* K and pairs as constants in the common cases: the loops over the tops unroll and \
+        /* K as a constant in the common case: the loops over the tops unroll and \
          * the values stay in registers. */ \
-        if (k_bits == QDPK_IQP_TOP_BITS && pairs) { \
-          NAME##_one(QDPK_IQP_TOP_BITS, 1, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, \
-                     th_run, pl + 2 * l * TOP_MAX, o, at, t0, t1, block); \
-        } else if (k_bits == QDPK_IQP_TOP_BITS) { \
-          NAME##_one(QDPK_IQP_TOP_BITS, 0, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, \
+        if (k_bits == QDPK_IQP_TOP_BITS) { \
+          NAME##_one(QDPK_IQP_TOP_BITS, pairs, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, \
                      th_run, pl + 2 * l * TOP_MAX, o, at, t0, t1, block); \
         } else { \
           NAME##_one(k_bits, pairs, l, a_tab[2 * l], a_tab[2 * l + 1], s_tab, hr, hi, th_run, \
