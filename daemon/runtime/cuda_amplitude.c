@@ -288,10 +288,18 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
           qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, s->resident_stride, len,
                      sub, rows, w->plan->out_dtype, scales, s->ws, (size_t)s->ws_cap,
                      (double *)s->sums, c->stream));
+    /* Into page-locked memory, so that the staging is handed back before the sums land (the
+     * copy waits for the slice's upload): the next job's upload is queued behind this one's
+     * instead of after it has finished. */
+    QDP_TRY(rc, cuda_pinned_grow(c, s, rows * sizeof(double), reterr));
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cudaMemcpyAsync(ret_sums, s->sums, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
-                           c->stream));
-    goto out;
+           cudaMemcpyAsync(s->pinned, s->sums, (size_t)rows * sizeof(double),
+                           cudaMemcpyDeviceToHost, c->stream));
+    rc = cuda_stage_end_waited(c, &s->done, rc, reterr);
+    if (rc == QDP_OK) {
+      memcpy(ret_sums, s->pinned, (size_t)rows * sizeof(double));
+    }
+    return rc;
   }
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
   rc = sumsq_staged(c, w, x, len, block, scales, ret_sums, reterr);
@@ -573,17 +581,7 @@ qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work
   QDP_TRY(rc, cuda_scratch_grow(c, &s->recv, &s->recv_cap, members * rows * stride * sizeof(double),
                                 reterr));
   QDP_TRY(rc, cuda_scratch_grow(c, &s->parts, &s->parts_cap, nall * sizeof *all, reterr));
-  uint64_t pinned = pinned_totals_at(nall) + rows * sizeof(double);
-  if (pinned > s->pinned_cap) {
-    cuda_drain(c);
-    if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    s->pinned = NULL;
-    s->pinned_cap = 0;
-    CU_TRY(rc, d, "cudaMallocHost", cudaMallocHost(&s->pinned, (size_t)pinned));
-    s->pinned_cap = pinned;
-  }
+  QDP_TRY(rc, cuda_pinned_grow(c, s, pinned_totals_at(nall) + rows * sizeof(double), reterr));
   memcpy(s->pinned, all, nall * sizeof *all);
   CU_TRY(
       rc, d, "cudaMemcpyAsync",

@@ -153,7 +153,9 @@ struct cuda_scratch {
    * descriptors the combine walks. */
   void *send, *recv, *parts;
   uint64_t send_cap, recv_cap, parts_cap;
-  void *pinned; /* page-locked host memory: the descriptors going up, then the totals coming back */
+  /* Page-locked host memory: the partials' descriptors going up and totals coming back, or the
+   * resident pass 1's sums (a copy into pageable memory would hold the staging until it lands). */
+  void *pinned;
   uint64_t pinned_cap;
   /* One-pass input, read in place by both passes; NULL: streamed through the staging. Either the
    * client's own allocation on this GPU (resident_external), or the slice uploaded once into the
@@ -272,6 +274,8 @@ qdp_status cuda_scratch_grow(struct cuda_device *c, void **buf, uint64_t *cap, u
                              struct qdp_error *reterr);
 qdp_status cuda_host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, uint64_t n,
                                struct qdp_error *reterr);
+qdp_status cuda_pinned_grow(struct cuda_device *c, struct cuda_scratch *s, uint64_t bytes,
+                            struct qdp_error *reterr);
 struct cuda_scratch *cuda_scratch_take(struct cuda_device *c);
 void cuda_scratch_give(struct cuda_device *c, struct cuda_scratch *s);
 

@@ -191,6 +191,28 @@ qdp_status cuda_host_sums_grow(struct cuda_device *c, struct cuda_scratch *s, ui
   return QDP_OK;
 }
 
+/* Grows s->pinned to at least `bytes`; the stream may still copy into the old one, so it is
+ * drained first. */
+qdp_status cuda_pinned_grow(struct cuda_device *c, struct cuda_scratch *s, uint64_t bytes,
+                            struct qdp_error *reterr) {
+  if (bytes <= s->pinned_cap) {
+    return QDP_OK;
+  }
+  cuda_drain(c);
+  if (s->pinned && cudaFreeHost(s->pinned) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  s->pinned = NULL;
+  s->pinned_cap = 0;
+  cudaError_t err = cudaMallocHost(&s->pinned, (size_t)bytes);
+  if (err != cudaSuccess) {
+    s->pinned = NULL;
+    return cuda_failed(&c->base, err, "cudaMallocHost", reterr);
+  }
+  s->pinned_cap = bytes;
+  return QDP_OK;
+}
+
 /* A kept scratch description, or a new empty one. */
 struct cuda_scratch *cuda_scratch_take(struct cuda_device *c) {
   pthread_mutex_lock(&c->cache_lock);
