@@ -270,11 +270,18 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
                    w->plan->out_dtype, scale_log2, ret_sums);
     return QDP_OK;
   }
+  struct cuda_scratch *s = w->scratch;
+  /* A slice uploaded on the copy stream is waited for here, before anything is queued: its pass
+   * 1 queued on the work stream at once would hold up every job queued behind it (their pass 2
+   * among them) until the whole upload had landed. */
+  cudaError_t err = s->uploaded ? cudaEventSynchronize(s->uploaded) : cudaSuccess;
+  if (err != cudaSuccess) {
+    return cuda_failed(d, err, "cudaEventSynchronize", reterr);
+  }
   qdp_status rc = cuda_stage_begin(c, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
-  struct cuda_scratch *s = w->scratch;
   const int32_t *scales = NULL;
   QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
   if (s->resident) {
