@@ -59,8 +59,9 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   uint64_t rows = w->shard->rows, row_bytes = w->len * isize, bytes = rows * row_bytes;
   if (w->pinned) {
     /* Registered host memory or a client's device allocation (cuda_stage_put says why Default),
-     * in one DMA on the copy stream: it runs beside the kernels of the jobs queued ahead of it,
-     * and the work stream waits for it before anything reads the slice. */
+     * in one DMA on the copy stream: it runs beside the kernels of the jobs queued ahead of it.
+     * Whatever reads the slice waits for it first (upload_landed), not the work stream here: that
+     * would hold every job queued after this one behind the whole upload. */
     if (!s->uploaded) {
       CU_TRY(rc, d, "cudaEventCreateWithFlags",
              cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
@@ -69,7 +70,7 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
            cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize,
                                 row_bytes, rows, cudaMemcpyDefault));
     CU_TRY(rc, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
-    CU_TRY(rc, d, "cudaStreamWaitEvent", cudaStreamWaitEvent(c->stream, s->uploaded, 0));
+    s->upload_pending = true;
     goto out;
   }
   if (rows > 1) {
@@ -93,6 +94,23 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   }
 out:
   return rc;
+}
+
+/* Before the first read of a slice uploaded on the copy stream: waits for the upload on the host
+ * (pass 1: nothing it queues then waits on the work stream) or makes the work stream wait. */
+static qdp_status upload_landed(struct cuda_device *c, struct cuda_scratch *s, bool on_host,
+                                struct qdp_error *reterr) {
+  if (!s->upload_pending) {
+    return QDP_OK;
+  }
+  cudaError_t err = on_host ? cudaEventSynchronize(s->uploaded)
+                            : cudaStreamWaitEvent(c->stream, s->uploaded, 0);
+  if (err != cudaSuccess) {
+    return cuda_failed(&c->base, err, on_host ? "cudaEventSynchronize" : "cudaStreamWaitEvent",
+                       reterr);
+  }
+  s->upload_pending = false;
+  return QDP_OK;
 }
 
 qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
@@ -271,14 +289,11 @@ qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w
     return QDP_OK;
   }
   struct cuda_scratch *s = w->scratch;
-  /* A slice uploaded on the copy stream is waited for here, before anything is queued: its pass
-   * 1 queued on the work stream at once would hold up every job queued behind it (their pass 2
-   * among them) until the whole upload had landed. */
-  cudaError_t err = s->uploaded ? cudaEventSynchronize(s->uploaded) : cudaSuccess;
-  if (err != cudaSuccess) {
-    return cuda_failed(d, err, "cudaEventSynchronize", reterr);
+  qdp_status rc = upload_landed(c, s, true, reterr);
+  if (rc != QDP_OK) {
+    return rc;
   }
-  qdp_status rc = cuda_stage_begin(c, reterr);
+  rc = cuda_stage_begin(c, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -416,6 +431,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
                            .rows = rows,
                            .out = w->plan->out_dtype};
   int slot = 0;
+  QDP_TRY(rc, upload_landed(c, s, false, reterr));
   if (len == 0) {
     /* The shard lies wholly past the input: padding only. */
     CU_TRY(rc, d, "cudaMemsetAsync",
@@ -596,6 +612,7 @@ qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work
   /* Columns past this shard's parts are never read; zero them so the buffers hold no garbage. */
   CU_TRY(rc, d, "cudaMemsetAsync",
          cudaMemsetAsync(s->send, 0, (size_t)(rows * stride * sizeof(double)), c->stream));
+  QDP_TRY(rc, upload_landed(c, s, false, reterr));
   QDP_TRY(rc, cuda_stage_begin(c, reterr));
   /* Not waited for: the gather runs on the same stream after the partials. */
   rc = cuda_stage_end_queued(c, partials_staged(c, w, parts, nparts, stride, reterr), reterr);

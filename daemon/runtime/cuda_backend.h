@@ -165,7 +165,8 @@ struct cuda_scratch {
   uint64_t resident_stride;
   bool resident_external;
   cudaEvent_t done;     /* behind the job's work on this device, for cuda_stage_end_waited */
-  cudaEvent_t uploaded; /* behind its upload on the copy stream, which the work stream waits for */
+  cudaEvent_t uploaded; /* behind its upload on the copy stream */
+  bool upload_pending;  /* that upload not yet waited for (upload_landed) */
   struct cuda_scratch *next; /* in the device's spares */
 };
 

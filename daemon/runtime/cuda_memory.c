@@ -227,6 +227,7 @@ struct cuda_scratch *cuda_scratch_take(struct cuda_device *c) {
     s->resident = NULL;
     s->resident_stride = 0;
     s->resident_external = false;
+    s->upload_pending = false;
     return s;
   }
   return calloc(1, sizeof *s);
@@ -234,6 +235,12 @@ struct cuda_scratch *cuda_scratch_take(struct cuda_device *c) {
 
 /* Keeps s for the next job when there is room and it is small, else frees it. */
 void cuda_scratch_give(struct cuda_device *c, struct cuda_scratch *s) {
+  /* A job that failed before reading its slice: the copy engine may still write into the state
+   * buffer its caller is about to free. */
+  if (s->upload_pending && cudaEventSynchronize(s->uploaded) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  s->upload_pending = false;
   uint64_t bytes = s->norms_cap + s->sums_cap + s->ws_cap + s->scales_cap + s->send_cap +
                    s->recv_cap + s->parts_cap;
   pthread_mutex_lock(&c->cache_lock);
