@@ -69,8 +69,10 @@
 /* Freed state buffers up to CUDA_CACHE_ENTRY_MAX are kept (CUDA_CACHE_SLOTS of them, at most
  * CUDA_CACHE_BYTES in all) for the next state of the same size: a stream of small jobs then
  * neither pays cudaMalloc nor cudaFree, whose implicit device-wide synchronization would stall
- * every other job on the GPU. Kept buffers count as free memory; a cudaMalloc that fails empties
- * the cache and tries again. */
+ * every other job on the GPU. When a buffer finds no room, the entries kept longest ago make way:
+ * sizes a workload no longer asks for would otherwise hold the cache for good, and every job of
+ * a new size would pay both calls. Kept buffers count as free memory; a cudaMalloc that fails
+ * empties the cache and tries again. */
 #define CUDA_CACHE_ENTRY_MAX (UINT64_C(256) << 20)
 #define CUDA_CACHE_BYTES (UINT64_C(1) << 30)
 #define CUDA_CACHE_SLOTS 32
@@ -120,9 +122,11 @@ struct cuda_device {
   struct {
     void *ptr;
     uint64_t bytes;
+    uint64_t kept_at; /* cache_clock when it was kept: the smallest makes way first */
   } cache[CUDA_CACHE_SLOTS];
   size_t ncache;
   uint64_t cache_bytes;
+  uint64_t cache_clock;
   struct cuda_scratch *spares; /* under cache_lock */
   size_t nspares;
   struct {

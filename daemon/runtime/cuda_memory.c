@@ -50,26 +50,39 @@ static bool cache_take(struct cuda_device *c, uint64_t bytes, void **ret_ptr) {
   return found;
 }
 
-/* Keeps a freed buffer when there is room; *ret_evicted: a large one it displaced, to free. */
-static bool cache_keep(struct cuda_device *c, void *ptr, uint64_t bytes, void **ret_evicted) {
-  bool kept = false;
-  *ret_evicted = NULL;
+/* Keeps a freed buffer; what it displaced, to free, goes to evicted[*ret_n] (at most
+ * CUDA_CACHE_SLOTS + 1 of them): the kept large one, or the small ones kept longest ago until this
+ * one fits. */
+static void cache_keep(struct cuda_device *c, void *ptr, uint64_t bytes, void **evicted,
+                       size_t *ret_n) {
+  size_t n = 0;
   pthread_mutex_lock(&c->cache_lock);
   if (bytes > CUDA_CACHE_ENTRY_MAX) {
-    *ret_evicted = c->big.ptr;
+    if (c->big.ptr) {
+      evicted[n++] = c->big.ptr;
+    }
     c->big.ptr = ptr;
     c->big.bytes = bytes;
     c->big.since_ms = cuda_now_ms();
-    kept = true;
-  } else if (c->ncache < CUDA_CACHE_SLOTS && c->cache_bytes + bytes <= CUDA_CACHE_BYTES) {
+  } else {
+    while (c->ncache > 0 &&
+           (c->ncache == CUDA_CACHE_SLOTS || c->cache_bytes + bytes > CUDA_CACHE_BYTES)) {
+      size_t old = 0;
+      for (size_t i = 1; i < c->ncache; i++) {
+        old = c->cache[i].kept_at < c->cache[old].kept_at ? i : old;
+      }
+      evicted[n++] = c->cache[old].ptr;
+      c->cache_bytes -= c->cache[old].bytes;
+      c->cache[old] = c->cache[--c->ncache];
+    }
     c->cache[c->ncache].ptr = ptr;
     c->cache[c->ncache].bytes = bytes;
+    c->cache[c->ncache].kept_at = c->cache_clock++;
     c->ncache++;
     c->cache_bytes += bytes;
-    kept = true;
   }
   pthread_mutex_unlock(&c->cache_lock);
-  return kept;
+  *ret_n = n;
 }
 
 /* cudaFree on d; errors are dropped, as nothing a caller freeing memory could do would help. */
@@ -107,12 +120,11 @@ void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   if (!ptr) {
     return;
   }
-  void *evicted = NULL;
-  if (!cache_keep(c, ptr, bytes, &evicted)) {
-    free_now(d, ptr);
-  }
-  if (evicted) {
-    free_now(d, evicted);
+  void *evicted[CUDA_CACHE_SLOTS + 1];
+  size_t n = 0;
+  cache_keep(c, ptr, bytes, evicted, &n);
+  for (size_t i = 0; i < n; i++) {
+    free_now(d, evicted[i]);
   }
 }
 

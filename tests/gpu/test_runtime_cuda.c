@@ -983,6 +983,54 @@ START_TEST(test_cudamalloc_failure_is_resource_exhausted_with_free_bytes) {
 }
 END_TEST
 
+/* The device's free bytes as the driver counts them (kept buffers are not free there). */
+static uint64_t driver_free_bytes(void) {
+  size_t free_b = 0, total_b = 0;
+  ck_assert_int_eq(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  return free_b;
+}
+
+START_TEST(test_buffer_cache_makes_way_for_a_new_size) {
+  /* A daemon that has run jobs of many sizes holds its cache full of them. A state of a size
+   * never seen before must still be kept when it is freed, so that a stream of such jobs stops
+   * paying cudaMalloc and cudaFree; the entry kept longest ago makes way. Seen through the
+   * driver: freeing a kept 128 MiB buffer gives it nothing back, freeing one that is not gives
+   * it all 128 MiB. */
+  struct runtime_mesh *m = qdpt_mesh("cuda:0", 0, 0);
+  struct runtime_device *d = m->devs[0];
+  struct qdp_error e = QDP_ERROR_INIT;
+  enum { FILL = 32 };
+  void *p[FILL];
+  for (int k = 0; k < FILL; k++) { /* 32 distinct sizes from 2 MiB, 98 MiB in all */
+    CK_OK(d->ops->alloc(d, 2 * MIB + (uint64_t)k * 64 * 1024, &p[k], &e), e);
+  }
+  for (int k = 0; k < FILL; k++) { /* freed oldest first: p[0] is kept longest ago */
+    d->ops->free(d, p[k], 2 * MIB + (uint64_t)k * 64 * 1024);
+  }
+  void *big = NULL;
+  CK_OK(d->ops->alloc(d, 128 * MIB, &big, &e), e);
+  uint64_t before = driver_free_bytes();
+  d->ops->free(d, big, 128 * MIB);
+  uint64_t given_back = driver_free_bytes() - before;
+  printf("  a new size freed into a full cache: %" PRIu64 " B given back to the driver\n",
+         given_back);
+  ck_assert_msg(given_back < 16 * MIB, "a 128 MiB buffer freed into a full cache gave %" PRIu64
+                " B back: it was not kept", given_back);
+  /* The oldest size was the one let go: asking for it again takes new memory from the driver;
+   * the next oldest is still kept and takes none. */
+  void *q = NULL;
+  before = driver_free_bytes();
+  CK_OK(d->ops->alloc(d, 2 * MIB + 64 * 1024, &q, &e), e);
+  ck_assert_uint_eq(driver_free_bytes(), before);
+  d->ops->free(d, q, 2 * MIB + 64 * 1024);
+  before = driver_free_bytes();
+  CK_OK(d->ops->alloc(d, 2 * MIB, &q, &e), e);
+  ck_assert_uint_ge(before - driver_free_bytes(), 2 * MIB);
+  d->ops->free(d, q, 2 * MIB);
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
 /* ---- reads -------------------------------------------------------------------------------------
  */
 
@@ -1232,6 +1280,9 @@ static Suite *runtime_cuda_suite(void) {
   tcase_add_test(tc, test_zero_norm_and_nan_refused_with_cpu_messages);
   tcase_add_test(tc, test_more_than_the_budget_is_refused_with_numbers);
   tcase_add_test(tc, test_cudamalloc_failure_is_resource_exhausted_with_free_bytes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("memory");
+  tcase_add_test(tc, test_buffer_cache_makes_way_for_a_new_size);
   suite_add_tcase(s, tc);
   tc = tcase_create("read");
   tcase_add_test(tc, test_reads_cross_rows_shards_and_staging_pieces);
