@@ -10,12 +10,26 @@
  *    applies stages from..11 (or up to log2(count));
  *  - each strided pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
  *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
- * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), not 26. qdpk_wht_from starts
- * at a later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive
- * pass when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
+ *  - a cluster pass, where the stages left number 10 to 14: a cluster of 2^c blocks (c <= 4)
+ *    holds 2^(12+c) values, runs of 4 consecutive values (64 bytes of complex128) at 2^(10+c)
+ *    positions. Each block applies the 10 stages of its own tile, then the blocks trade through
+ *    distributed shared memory: block q takes its 1/2^c of the tile indices from every block's
+ *    tile and applies the c stages across the blocks in registers. One pass where the strided
+ *    passes take two, at runs 16 times shorter; chosen by qdpk_tune_wht_passes = 1 only, until
+ *    measured against them.
+ * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), or two (12 + 14), not 26. qdpk_wht_from starts at a
+ * later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive pass
+ * when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
  * qdpk_cuda_internal.cuh's tile_stages.
  */
+#include <cooperative_groups.h>
+
 #include "qdpk_cuda_internal.cuh"
+#include "qdpk_tune.h"
+
+extern "C" {
+int qdpk_tune_wht_passes = 0;
+}
 
 namespace {
 
@@ -67,6 +81,136 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
+constexpr uint32_t CLUSTER_RUN_BITS = 2;                        /* 4 consecutive values */
+constexpr uint32_t CLUSTER_LOCAL_BITS = TILE_BITS - CLUSTER_RUN_BITS; /* stages of one block */
+constexpr uint32_t CLUSTER_MAX_BITS = 4;                        /* 16 blocks: non-portable */
+
+/* The cluster pass over stages s..s+10+CB-1 of every cluster tile (see the file comment); the
+ * cluster's blocks hold the tile's top CB bits, block rank q at q. ctiles: cluster tiles in all,
+ * folded past the grid. */
+template <typename R, uint32_t CB>
+__global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiprocessor */
+    wht_cluster_kernel(typename cplx<R>::type *__restrict__ data, uint64_t ctiles, uint32_t s) {
+  typedef typename cplx<R>::type C;
+  namespace cg = cooperative_groups;
+  constexpr uint32_t CS = 1u << CB, J = PER_THREAD / CS, SHARE = TILE / CS;
+  constexpr uint32_t M = CLUSTER_LOCAL_BITS + CB;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  C *sm = reinterpret_cast<C *>(smem_raw);
+  cg::cluster_group cluster = cg::this_cluster();
+  const uint32_t t = threadIdx.x, q = cluster.block_rank();
+  const uint64_t nclusters = gridDim.x / CS;
+  for (uint64_t b = blockIdx.x / CS; b < ctiles; b += nclusters) {
+    /* Global index of tile index i of block rank `rank`: the run bits, then the bits below s
+     * and above s + M from b, the tile's strided bits at s. */
+    const uint64_t w = b & ((1ull << (s - CLUSTER_RUN_BITS)) - 1);
+    const uint64_t hi = b >> (s - CLUSTER_RUN_BITS);
+    auto addr = [&](uint32_t rank, uint32_t i) -> uint64_t {
+      const uint64_t v = (i >> CLUSTER_RUN_BITS) | ((uint64_t)rank << CLUSTER_LOCAL_BITS);
+      return (hi << (M + s)) | (v << s) | (w << CLUSTER_RUN_BITS) |
+             (i & ((1u << CLUSTER_RUN_BITS) - 1));
+    };
+    C r[PER_THREAD];
+#pragma unroll
+    for (uint32_t k = 0; k < PER_THREAD; k++) {
+      r[k] = data[addr(q, t + k * QDPK_THREADS)];
+    }
+    tile_stages(sm, r, t, CLUSTER_RUN_BITS, TILE_BITS);
+    __syncthreads(); /* the last regrouping has been read */
+#pragma unroll
+    for (uint32_t k = 0; k < PER_THREAD; k++) {
+      sm[tile_slot(t + k * QDPK_THREADS)] = r[k];
+    }
+    cluster.sync();
+    /* v[j * CS + rank]: tile index q * SHARE + t + 256 j of block `rank`. */
+    C v[PER_THREAD];
+#pragma unroll
+    for (uint32_t rank = 0; rank < CS; rank++) {
+      const C *from = cluster.map_shared_rank(sm, rank);
+#pragma unroll
+      for (uint32_t j = 0; j < J; j++) {
+        v[j * CS + rank] = from[tile_slot(q * SHARE + t + QDPK_THREADS * j)];
+      }
+    }
+#pragma unroll
+    for (uint32_t bit = 1; bit < CS; bit <<= 1) { /* the rank bits' stages, ascending */
+#pragma unroll
+      for (uint32_t k = 0; k < PER_THREAD; k++) {
+        if (!(k & bit)) {
+          add_sub(v[k], v[k | bit]);
+        }
+      }
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < PER_THREAD; k++) {
+      data[addr(k % CS, q * SHARE + t + QDPK_THREADS * (k / CS))] = v[k];
+    }
+    cluster.sync(); /* every block's tile has been read before the next tile rewrites it */
+  }
+}
+
+/* One cluster pass of 2^CB blocks over stages s..s+10+CB-1 of `total` values, when the device can
+ * run such clusters; *ret_done says whether it ran. */
+template <typename R, uint32_t CB>
+qdp_status run_cluster(typename cplx<R>::type *d, uint64_t total, uint32_t s, cudaStream_t stream,
+                       bool *ret_done) {
+  typedef typename cplx<R>::type C;
+  static unsigned long long smem_done = 0;
+  auto kernel = wht_cluster_kernel<R, CB>;
+  const size_t smem = (size_t)TILE_SLOTS * sizeof(C);
+  *ret_done = false;
+  qdp_status rc = allow_smem_once(kernel, smem, &smem_done);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  if (CB > 3 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+                    cudaSuccess) {
+    (void)cudaGetLastError();
+    return QDP_OK; /* no clusters of 16 here: the strided passes */
+  }
+  const uint64_t cs = 1ull << CB, ctiles = total / (TILE * cs);
+  const uint64_t nclusters = ctiles < QDPK_GRID_X_MAX / cs ? ctiles : QDPK_GRID_X_MAX / cs;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = (unsigned)cs;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(nclusters * cs));
+  cfg.blockDim = dim3(QDPK_THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int fits = 0;
+  if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits == 0) {
+    (void)cudaGetLastError();
+    return QDP_OK;
+  }
+  if (cudaLaunchKernelEx(&cfg, kernel, d, ctiles, s) != cudaSuccess) {
+    return QDP_ERR_CUDA;
+  }
+  *ret_done = true;
+  return launched();
+}
+
+template <typename R>
+qdp_status run_cluster_pass(typename cplx<R>::type *d, uint64_t total, uint32_t s, uint32_t cb,
+                            cudaStream_t stream, bool *ret_done) {
+  switch (cb) {
+    case 0:
+      return run_cluster<R, 0>(d, total, s, stream, ret_done);
+    case 1:
+      return run_cluster<R, 1>(d, total, s, stream, ret_done);
+    case 2:
+      return run_cluster<R, 2>(d, total, s, stream, ret_done);
+    case 3:
+      return run_cluster<R, 3>(d, total, s, stream, ret_done);
+    default:
+      return run_cluster<R, 4>(d, total, s, stream, ret_done);
+  }
+}
+
 template <typename C>
 __global__ void __launch_bounds__(QDPK_THREADS)
     butterfly_kernel(C *__restrict__ a, C *__restrict__ b, uint64_t count) {
@@ -112,6 +256,17 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
       return rc;
     }
     s = end;
+  }
+  /* 10 to 14 stages left: one cluster pass, where the device runs clusters that large (opt-in,
+   * qdpk_tune.h). */
+  const uint32_t left = bits - s;
+  if (qdpk_tune_wht_passes == 1 && left >= CLUSTER_LOCAL_BITS &&
+      left <= CLUSTER_LOCAL_BITS + CLUSTER_MAX_BITS && s >= CLUSTER_RUN_BITS) {
+    bool done = false;
+    rc = run_cluster_pass<R>(d, total, s, left - CLUSTER_LOCAL_BITS, stream, &done);
+    if (rc != QDP_OK || done) {
+      return rc;
+    }
   }
   /* Strided passes: as few as take up to 9 stages each, the stages shared evenly among them (two
    * of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
