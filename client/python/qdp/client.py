@@ -474,7 +474,7 @@ class Client:
             shard: ``policy`` "auto" or "single", ``devices`` none or that GPU) and answers once
             they are in place; it keeps nothing. The work queued on the tensor's current stream
             is waited for first. Same-node daemons on GPUs only; after a failure the tensor
-            holds anything.
+            holds anything. ``ttl`` and ``label`` describe a kept state: not with ``out``.
 
         Returns
         -------
@@ -486,7 +486,7 @@ class Client:
         ------
         InvalidArgument
             A bad field (``field`` names it; "out" for a tensor of the wrong dtype, size or
-            layout), zero norm, non-finite values.
+            layout; "ttl" or "label" given with ``out``), zero norm, non-finite values.
         NotSupported
             ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
             target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
@@ -495,6 +495,8 @@ class Client:
         Error
             Any other failure, as its status's subclass.
         """
+        if out is not None:
+            self._kept_only(ttl, label)
         dst = self._output(out, dtype) if out is not None else None
         r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
                           devices, ttl, label)
@@ -537,6 +539,15 @@ class Client:
             raise InvalidArgument(f"out is {dst.dtype} but dtype is {dtype!r}: pass a {dtype} "
                                   "tensor, or leave dtype out", field="out")
         return dst
+
+    @staticmethod
+    def _kept_only(ttl: Optional[float], label: str) -> None:
+        """Refuses what only a kept state has, for encode with ``out``, which keeps nothing."""
+        for name, given in (("ttl", ttl is not None), ("label", label != "")):
+            if given:
+                raise InvalidArgument(f"{name} describes a state the daemon keeps, but out= keeps "
+                                      f"nothing: leave {name} out, or encode without out= and "
+                                      "read the state with State.torch()", field=name)
 
     def plan(self, data: Any, encoding: str, qubits: int, *, dtype: str = "complex128",
              policy: str = "auto", devices: Optional[Sequence[str]] = None,

@@ -108,6 +108,17 @@ def test_the_tensor_is_checked_before_anything_is_sent(client: qdp.Client, cuda:
     assert requests == [] and cuda.exported == []
 
 
+def test_ttl_and_label_are_refused_with_out(client: qdp.Client, cuda: FakeCuda,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """out= keeps nothing, so a lifetime or a label for the state would be dropped unseen."""
+    requests = sent(client, monkeypatch)
+    for kw, field in ((dict(ttl=5.0), "ttl"), (dict(label="run 7"), "label")):
+        with pytest.raises(qdp.InvalidArgument, match="out= keeps nothing") as e:
+            client.encode(np.full(3, 0.2), "angle", 3, out=CudaArray((8,)), **kw)
+        assert e.value.field == field
+    assert requests == [] and cuda.exported == []
+
+
 def test_a_cpu_tensor_is_not_an_out(client: qdp.Client, cuda: FakeCuda) -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(qdp.NotSupported, match="CUDA tensor") as e:
