@@ -17,10 +17,10 @@
  *    tile and applies the c stages across the blocks in registers. One pass where the strided
  *    passes take two, at runs 16 times shorter; chosen by qdpk_tune_wht_passes = 1 only, until
  *    measured against them.
- * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), or two (12 + 14), not 26. qdpk_wht_from starts at a
- * later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive pass
- * when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
- * qdpk_cuda_internal.cuh's tile_stages.
+ * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), or two (12 + 14), not 26.
+ * qdpk_wht_from starts at a later stage (iqp.cu's fused pass has applied the first ones) and
+ * skips the consecutive pass when it can (from >= 3). The tile itself (registers, regrouping
+ * through shared memory) is qdpk_cuda_internal.cuh's tile_stages.
  */
 #include <cooperative_groups.h>
 
@@ -132,14 +132,10 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
         v[j * CS + rank] = from[tile_slot(q * SHARE + t + QDPK_THREADS * j)];
       }
     }
+    /* The rank bits are v's low register bits: their stages, ascending. */
 #pragma unroll
-    for (uint32_t bit = 1; bit < CS; bit <<= 1) { /* the rank bits' stages, ascending */
-#pragma unroll
-      for (uint32_t k = 0; k < PER_THREAD; k++) {
-        if (!(k & bit)) {
-          add_sub(v[k], v[k | bit]);
-        }
-      }
+    for (uint32_t rb = 0, bit = 1; bit < CS; rb++, bit <<= 1) {
+      tile_register_stage(v, rb);
     }
 #pragma unroll
     for (uint32_t k = 0; k < PER_THREAD; k++) {

@@ -6,14 +6,15 @@
  * cuda_mesh.c (discovery, devices, the mesh).
  *
  * Each device has two non-blocking streams, created once: its work stream, which every op queues
- * on, and a copy stream that takes only the one-DMA uploads of page-locked input (its work stream
- * waits for them), so that a job's upload runs beside the kernels of the jobs ahead of it. It has
- * a fixed staging pair for host input: two pinned host buffers and two device buffers of
- * `stage_bytes` each, with an event per slot that says when the GPU is done with it. Input from host memory is streamed through the pair in
- * pieces: while the GPU uploads and computes on one slot, this thread packs the next piece into
- * the other, helped by the device's copy threads (runtime/host_copy.h) when the input is not
- * page-locked. So the input never needs to be whole on the GPU, and the device memory qdp takes for
- * input is bounded by the staging, whatever the input's size.
+ * on, and a copy stream that takes only the one-DMA uploads of page-locked input (whatever reads
+ * such a slice waits for its upload first), so that a job's upload runs beside the kernels of the
+ * jobs ahead of it. It has a fixed staging pair for host input: two pinned host buffers and two
+ * device buffers of `stage_bytes` each, with an event per slot that says when the GPU is done
+ * with it. Input from host memory is streamed through the pair in pieces: while the GPU uploads
+ * and computes on one slot, this thread packs the next piece into the other, helped by the
+ * device's copy threads (runtime/host_copy.h) when the input is not page-locked. So the input
+ * never needs to be whole on the GPU, and the device memory qdp takes for input is bounded by the
+ * staging, whatever the input's size.
  *
  * The executor calls the ops from the mesh's worker threads, and jobs may run concurrently,
  * so every op makes its device current first (cudaSetDevice is per thread) and holds the device's

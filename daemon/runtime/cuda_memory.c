@@ -218,7 +218,6 @@ qdp_status cuda_pinned_grow(struct cuda_device *c, struct cuda_scratch *s, uint6
   s->pinned_cap = 0;
   cudaError_t err = cudaMallocHost(&s->pinned, (size_t)bytes);
   if (err != cudaSuccess) {
-    s->pinned = NULL;
     return cuda_failed(&c->base, err, "cudaMallocHost", reterr);
   }
   s->pinned_cap = bytes;
