@@ -441,8 +441,9 @@ int main(int argc, char **argv) {
       }
       qdpk_tune_iqp_per_thread = saved;
     }
-    if (n == 26) {
-      /* One cluster pass where the default takes the strided passes, in the same run. */
+    if (n >= 26) {
+      /* The cluster pass (after strided passes at 30 qubits) beside the default's strided
+       * passes, in the same run. */
       qdpk_tune_wht_passes = 1;
       bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "variant=cluster");
       bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "variant=cluster");

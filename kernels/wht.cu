@@ -253,24 +253,26 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
     }
     s = end;
   }
-  /* 10 to 14 stages left: one cluster pass, where the device runs clusters that large (opt-in,
-   * qdpk_tune.h). */
-  const uint32_t left = bits - s;
-  if (qdpk_tune_wht_passes == 1 && left >= CLUSTER_LOCAL_BITS &&
-      left <= CLUSTER_LOCAL_BITS + CLUSTER_MAX_BITS && s >= CLUSTER_RUN_BITS) {
-    bool done = false;
-    rc = run_cluster_pass<R>(d, total, s, left - CLUSTER_LOCAL_BITS, stream, &done);
-    if (rc != QDP_OK || done) {
-      return rc;
-    }
-  }
   /* Strided passes: as few as take up to 9 stages each, the stages shared evenly among them (two
    * of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
    * 2^(12-m) consecutive x 2^m strided values, m >= 12 - s so that cl <= s; here count > 4096,
-   * so total is a whole number of tiles. Same block shape. */
+   * so total is a whole number of tiles. Same block shape. With the cluster pass (opt-in,
+   * qdpk_tune.h) the last 10 to 14 stages are one cluster pass where the device runs clusters
+   * that large, and the strided passes take only the stages before them. */
+  const int cluster = qdpk_tune_wht_passes == 1;
+  const uint32_t cluster_max = CLUSTER_LOCAL_BITS + CLUSTER_MAX_BITS;
   for (uint32_t m = 0; s < bits; s += m) {
-    const uint32_t left = bits - s, passes = (left + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
-    m = (left + passes - 1) / passes;
+    const uint32_t left = bits - s;
+    if (cluster && left >= CLUSTER_LOCAL_BITS && left <= cluster_max && s >= CLUSTER_RUN_BITS) {
+      bool done = false;
+      rc = run_cluster_pass<R>(d, total, s, left - CLUSTER_LOCAL_BITS, stream, &done);
+      if (rc != QDP_OK || done) {
+        return rc;
+      }
+    }
+    const uint32_t strided = cluster && left > cluster_max ? left - cluster_max : left;
+    const uint32_t passes = (strided + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
+    m = (strided + passes - 1) / passes;
     m = m + s < TILE_BITS ? TILE_BITS - s : m;
     m = m < left ? m : left;
     uint64_t tiles = total / TILE;

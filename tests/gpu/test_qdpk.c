@@ -986,10 +986,13 @@ START_TEST(test_wht_is_bit_identical_to_cpu) {
 END_TEST
 
 /* The stages from bit 9 up (what qdpk_iqp leaves to qdpk_wht_from) as one cluster pass of 1 to
- * 16 blocks and as the strided passes: the same bits. */
+ * 16 blocks (2^19 to 2^23), or strided passes and then a cluster pass of 16 (2^25, 2^27), and as
+ * the strided passes alone: the same bits. */
 START_TEST(test_wht_from_cluster_pass_equals_strided_passes) {
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  for (uint32_t bits = 19; bits <= 23; bits++) {
+  static const uint32_t sizes[] = {19, 20, 21, 22, 23, 25, 27};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    const uint32_t bits = sizes[i];
     for (int o = 0; o < 2; o++) {
       const uint64_t count = 1ull << bits, rows = bits == 21 ? 3 : 1;
       size_t esz = cplx_size(outs[o]), bytes = (size_t)(count * rows) * esz;
