@@ -324,6 +324,30 @@ static void bench_closed(enum closed op, const void *x, qdp_dtype in_t, unsigned
   bench_closed_rows(op, x, in_t, n, 1, out, stage, reps, extra);
 }
 
+/* One strided pass of the transform over 2^30 complex128 values: stages s..s+m-1, runs of
+ * 2^(12-m) consecutive values 2^s apart (kernels/wht.cu), as qdpk_wht_from runs it on rows of
+ * 2^(s+m). */
+struct wht_pass_ctx {
+  void *out;
+  unsigned s, m;
+};
+
+static void op_wht_pass(void *p, int rep) {
+  struct wht_pass_ctx *c = (struct wht_pass_ctx *)p;
+  (void)rep;
+  qdp_ok(qdpk_wht_from(c->out, QDP_DTYPE_COMPLEX128, 1ull << (c->s + c->m),
+                       1ull << (30 - c->s - c->m), c->s, 0),
+         "qdpk_wht_from");
+}
+
+static void bench_wht_pass(void *out, unsigned s, unsigned m, const char *variant) {
+  struct wht_pass_ctx c = {out, s, m};
+  double ms = time_median(op_wht_pass, &c, 2, 5);
+  char extra[64];
+  snprintf(extra, sizeof extra, "s=%u m=%u%s%s", s, m, *variant ? " variant=" : "", variant);
+  report("wht_pass", "complex128", 30, 1, ms, 2.0 * 16 * (double)(1ull << 30), copy_GBps, extra);
+}
+
 static void bench_closed_variants(enum closed op, const void *x, qdp_dtype in_t, unsigned n,
                                   void *out, int *knob, int reps) {
   static const int ks[] = {1, 4, 16};
@@ -442,19 +466,29 @@ int main(int argc, char **argv) {
       qdpk_tune_iqp_per_thread = saved;
     }
     if (n >= 26) {
-      /* The cluster pass (after strided passes at 30 qubits) beside the default's strided
-       * passes, in the same run. */
-      qdpk_tune_wht_passes = 1;
-      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "variant=cluster");
-      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "variant=cluster");
-      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "variant=cluster");
-      qdpk_tune_wht_passes = 0;
+      /* The strided passes loaded in the natural layout, beside the default. */
+      qdpk_tune_wht_load = 2;
+      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "variant=natural_load");
+      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "variant=natural_load");
+      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "variant=natural_load");
+      qdpk_tune_wht_load = 0;
     }
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 1, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 0, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "");
+  }
+  /* Single strided passes, near (8 KiB apart) and far (up to 32 MiB apart), runs of 128 B to
+   * 2 KiB, loaded straight into their first stages' layout (the default) and in the natural one. */
+  static const unsigned pass_sm[][2] = {{9, 9}, {18, 9}, {21, 9}, {9, 8}, {9, 7},
+                                        {16, 7}, {23, 7}, {9, 5}, {25, 5}};
+  for (size_t i = 0; i < sizeof pass_sm / sizeof pass_sm[0]; i++) {
+    random_device((double *)out, 2ull << 30, 7, -1.0, 1.0); /* finite after 2 x 7 x 9 stages */
+    bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "");
+    qdpk_tune_wht_load = 2;
+    bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "natural_load");
+    qdpk_tune_wht_load = 0;
   }
   /* Batched small states: 4096 of 10 qubits and 1024 of 14, parameters from `in`. */
   random_device((double *)in, 1ull << 20, 6, -1.0, 1.0);

@@ -25,10 +25,10 @@ extern int qdpk_tune_amplitude_streaming;
 /* Sum of squares: loads in flight per thread, 4 or 8 (default: 8 where loads are at most two
  * values wide and rows are at least 2048 loads long, else 4; float4 loads always use 4). */
 extern int qdpk_tune_sumsq_chunks;
-/* Walsh-Hadamard transform, 10 to 14 stages left after its first pass: 1 runs them as one
- * cluster pass where the device can, anything else as the strided passes (same bits). The cluster
- * pass is off by default until it has been measured against the strided passes. */
-extern int qdpk_tune_wht_passes;
+/* Walsh-Hadamard strided passes of 4 stages or more: 1 (default) loads each tile straight into
+ * the layout of its first stages (one regrouping through shared memory at most, stages across
+ * lanes where they fall there); 2 loads it in the natural layout (up to three regroupings). */
+extern int qdpk_tune_wht_load;
 
 #ifdef __cplusplus
 }

@@ -9,26 +9,20 @@
  *  - a consecutive pass takes 4096 consecutive values (several whole rows when count < 4096) and
  *    applies stages from..11 (or up to log2(count));
  *  - each strided pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
- *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9.
- *  - a cluster pass, where the stages left number 10 to 14: a cluster of 2^c blocks (c <= 4)
- *    holds 2^(12+c) values, runs of 4 consecutive values (64 bytes of complex128) at 2^(10+c)
- *    positions. Each block applies the 10 stages of its own tile, then the blocks trade through
- *    distributed shared memory: block q takes its 1/2^c of the tile indices from every block's
- *    tile and applies the c stages across the blocks in registers. One pass where the strided
- *    passes take two, at runs 16 times shorter; chosen by qdpk_tune_wht_passes = 1 only, until
- *    measured against them.
- * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), or two (12 + 14), not 26.
- * qdpk_wht_from starts at a later stage (iqp.cu's fused pass has applied the first ones) and
- * skips the consecutive pass when it can (from >= 3). The tile itself (registers, regrouping
- * through shared memory) is qdpk_cuda_internal.cuh's tile_stages.
+ *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9. With
+ *    m >= 4 it loads the tile straight into the layout of its first 4 stages, runs those bits
+ *    up to 8 that then sit in lane bits across lanes, and regroups through shared memory once
+ *    (wht_direct_kernel); loaded in the natural layout a pass of 9 stages regroups three times.
+ * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), not 26. qdpk_wht_from starts
+ * at a later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive
+ * pass when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
+ * qdpk_cuda_internal.cuh's tile_stages.
  */
-#include <cooperative_groups.h>
-
 #include "qdpk_cuda_internal.cuh"
 #include "qdpk_tune.h"
 
 extern "C" {
-int qdpk_tune_wht_passes = 0;
+int qdpk_tune_wht_load = 0;
 }
 
 namespace {
@@ -81,129 +75,63 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-constexpr uint32_t CLUSTER_RUN_BITS = 2;                        /* 4 consecutive values */
-constexpr uint32_t CLUSTER_LOCAL_BITS = TILE_BITS - CLUSTER_RUN_BITS; /* stages of one block */
-constexpr uint32_t CLUSTER_MAX_BITS = 4;                        /* 16 blocks: non-portable */
-
-/* The cluster pass over stages s..s+10+CB-1 of every cluster tile (see the file comment); the
- * cluster's blocks hold the tile's top CB bits, block rank q at q. ctiles: cluster tiles in all,
- * folded past the grid. */
-template <typename R, uint32_t CB>
-__global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiprocessor */
-    wht_cluster_kernel(typename cplx<R>::type *__restrict__ data, uint64_t ctiles, uint32_t s) {
+/* A strided pass (as wht_tile_kernel's, total a whole number of tiles) with the tile loaded
+ * straight into the layout of its first stages: register bits at [cl, cl + 4), so register k of
+ * thread t holds tile index tile_index(t, k, cl). Those 4 stages run in registers; the tile bits
+ * up to 8 after them sit in lane bits (cl < 5) and run across lanes; one regrouping into the
+ * natural layout brings the bits from 9 up into registers, or none is needed. */
+template <typename R>
+__global__ void __launch_bounds__(QDPK_THREADS)
+    wht_direct_kernel(typename cplx<R>::type *__restrict__ data, uint64_t tiles, uint32_t cl,
+                      uint32_t m, uint32_t s) {
   typedef typename cplx<R>::type C;
-  namespace cg = cooperative_groups;
-  constexpr uint32_t CS = 1u << CB, J = PER_THREAD / CS, SHARE = TILE / CS;
-  constexpr uint32_t M = CLUSTER_LOCAL_BITS + CB;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
-  cg::cluster_group cluster = cg::this_cluster();
-  const uint32_t t = threadIdx.x, q = cluster.block_rank();
-  const uint64_t nclusters = gridDim.x / CS;
-  for (uint64_t b = blockIdx.x / CS; b < ctiles; b += nclusters) {
-    /* Global index of tile index i of block rank `rank`: the run bits, then the bits below s
-     * and above s + M from b, the tile's strided bits at s. */
-    const uint64_t w = b & ((1ull << (s - CLUSTER_RUN_BITS)) - 1);
-    const uint64_t hi = b >> (s - CLUSTER_RUN_BITS);
-    auto addr = [&](uint32_t rank, uint32_t i) -> uint64_t {
-      const uint64_t v = (i >> CLUSTER_RUN_BITS) | ((uint64_t)rank << CLUSTER_LOCAL_BITS);
-      return (hi << (M + s)) | (v << s) | (w << CLUSTER_RUN_BITS) |
-             (i & ((1u << CLUSTER_RUN_BITS) - 1));
-    };
+  const uint32_t t = threadIdx.x, end = cl + m;
+  const uint32_t lanes_end = end < 9 ? end : 9;         /* tile bits cl + 4 .. 8: lane bits */
+  const bool regroup = end > (cl + 4 > 9 ? cl + 4 : 9); /* tile bits from 9 (or cl + 4) up */
+  const uint64_t u = t & ((1u << cl) - 1);
+  for (uint64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+    const uint64_t w = b & ((1ull << (s - cl)) - 1), hi = b >> (s - cl);
+    /* Tile index i = u | v << cl is at hi << (m + s) | v << s | w << cl | u (see the file comment) */
+    const uint64_t base = (hi << (m + s)) | (w << cl) | u;
+    const uint64_t first = base | ((uint64_t)(t >> cl) << (s + 4)); /* v = k | (t >> cl) << 4 */
     C r[PER_THREAD];
 #pragma unroll
     for (uint32_t k = 0; k < PER_THREAD; k++) {
-      r[k] = data[addr(q, t + k * QDPK_THREADS)];
+      r[k] = data[first + ((uint64_t)k << s)];
     }
-    tile_stages(sm, r, t, CLUSTER_RUN_BITS, TILE_BITS);
-    __syncthreads(); /* the last regrouping has been read */
 #pragma unroll
-    for (uint32_t k = 0; k < PER_THREAD; k++) {
-      sm[tile_slot(t + k * QDPK_THREADS)] = r[k];
-    }
-    cluster.sync();
-    /* v[j * CS + rank]: tile index q * SHARE + t + 256 j of block `rank`. */
-    C v[PER_THREAD];
-#pragma unroll
-    for (uint32_t rank = 0; rank < CS; rank++) {
-      const C *from = cluster.map_shared_rank(sm, rank);
-#pragma unroll
-      for (uint32_t j = 0; j < J; j++) {
-        v[j * CS + rank] = from[tile_slot(q * SHARE + t + QDPK_THREADS * j)];
+    for (uint32_t rb = 0; rb < 4; rb++) {
+      if (cl + rb < end) {
+        tile_register_stage(r, rb);
       }
     }
-    /* The rank bits are v's low register bits: their stages, ascending. */
-#pragma unroll
-    for (uint32_t rb = 0, bit = 1; bit < CS; rb++, bit <<= 1) {
-      tile_register_stage(v, rb);
+    for (uint32_t tb = cl + 4; tb < lanes_end; tb++) {
+      tile_lane_stage(r, t, tb - 4);
     }
+    if (!regroup) {
+#pragma unroll
+      for (uint32_t k = 0; k < PER_THREAD; k++) {
+        data[first + ((uint64_t)k << s)] = r[k];
+      }
+      continue;
+    }
+    /* The first barrier of the regrouping also keeps the previous tile's reads of shared memory
+     * ahead of this tile's writes. */
+    tile_regroup(sm, r, t, cl, 8);
+#pragma unroll
+    for (uint32_t rb = 0; rb < 4; rb++) {
+      if (8 + rb >= lanes_end && 8 + rb >= cl + 4 && 8 + rb < end) {
+        tile_register_stage(r, rb);
+      }
+    }
+    /* Natural layout: tile index t + 256 k, v = (t >> cl) + k 2^(8 - cl) */
+    const uint64_t natural = base | ((uint64_t)(t >> cl) << s);
 #pragma unroll
     for (uint32_t k = 0; k < PER_THREAD; k++) {
-      data[addr(k % CS, q * SHARE + t + QDPK_THREADS * (k / CS))] = v[k];
+      data[natural + ((uint64_t)k << (8 - cl + s))] = r[k];
     }
-    cluster.sync(); /* every block's tile has been read before the next tile rewrites it */
-  }
-}
-
-/* One cluster pass of 2^CB blocks over stages s..s+10+CB-1 of `total` values, when the device can
- * run such clusters; *ret_done says whether it ran. */
-template <typename R, uint32_t CB>
-qdp_status run_cluster(typename cplx<R>::type *d, uint64_t total, uint32_t s, cudaStream_t stream,
-                       bool *ret_done) {
-  typedef typename cplx<R>::type C;
-  static unsigned long long smem_done = 0;
-  auto kernel = wht_cluster_kernel<R, CB>;
-  const size_t smem = (size_t)TILE_SLOTS * sizeof(C);
-  *ret_done = false;
-  qdp_status rc = allow_smem_once(kernel, smem, &smem_done);
-  if (rc != QDP_OK) {
-    return rc;
-  }
-  if (CB > 3 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-                    cudaSuccess) {
-    (void)cudaGetLastError();
-    return QDP_OK; /* no clusters of 16 here: the strided passes */
-  }
-  const uint64_t cs = 1ull << CB, ctiles = total / (TILE * cs);
-  const uint64_t nclusters = ctiles < QDPK_GRID_X_MAX / cs ? ctiles : QDPK_GRID_X_MAX / cs;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = (unsigned)cs;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(nclusters * cs));
-  cfg.blockDim = dim3(QDPK_THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int fits = 0;
-  if (cudaOccupancyMaxActiveClusters(&fits, kernel, &cfg) != cudaSuccess || fits == 0) {
-    (void)cudaGetLastError();
-    return QDP_OK;
-  }
-  if (cudaLaunchKernelEx(&cfg, kernel, d, ctiles, s) != cudaSuccess) {
-    return QDP_ERR_CUDA;
-  }
-  *ret_done = true;
-  return launched();
-}
-
-template <typename R>
-qdp_status run_cluster_pass(typename cplx<R>::type *d, uint64_t total, uint32_t s, uint32_t cb,
-                            cudaStream_t stream, bool *ret_done) {
-  switch (cb) {
-    case 0:
-      return run_cluster<R, 0>(d, total, s, stream, ret_done);
-    case 1:
-      return run_cluster<R, 1>(d, total, s, stream, ret_done);
-    case 2:
-      return run_cluster<R, 2>(d, total, s, stream, ret_done);
-    case 3:
-      return run_cluster<R, 3>(d, total, s, stream, ret_done);
-    default:
-      return run_cluster<R, 4>(d, total, s, stream, ret_done);
   }
 }
 
@@ -223,7 +151,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
 template <typename R>
 qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cudaStream_t stream) {
   typedef typename cplx<R>::type C;
-  static unsigned long long smem_done = 0;
+  static unsigned long long smem_done = 0, smem_direct_done = 0;
   uint32_t bits = 0;
   while ((1ull << bits) < count) {
     bits++;
@@ -233,7 +161,11 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
   }
   /* complex128 tiles take 68 KiB, over the 48 KiB default */
   const size_t smem = (size_t)TILE_SLOTS * sizeof(C);
+  const bool direct = qdpk_tune_wht_load != 2;
   qdp_status rc = allow_smem_once(wht_tile_kernel<R>, smem, &smem_done);
+  if (rc == QDP_OK && direct) {
+    rc = allow_smem_once(wht_direct_kernel<R>, smem, &smem_direct_done);
+  }
   if (rc != QDP_OK) {
     return rc;
   }
@@ -256,28 +188,21 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
   /* Strided passes: as few as take up to 9 stages each, the stages shared evenly among them (two
    * of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
    * 2^(12-m) consecutive x 2^m strided values, m >= 12 - s so that cl <= s; here count > 4096,
-   * so total is a whole number of tiles. Same block shape. With the cluster pass (opt-in,
-   * qdpk_tune.h) the last 10 to 14 stages are one cluster pass where the device runs clusters
-   * that large, and the strided passes take only the stages before them. */
-  const int cluster = qdpk_tune_wht_passes == 1;
-  const uint32_t cluster_max = CLUSTER_LOCAL_BITS + CLUSTER_MAX_BITS;
+   * so total is a whole number of tiles. Same block shape; the direct load unless the knob
+   * (qdpk_tune.h) asks for the natural one. */
   for (uint32_t m = 0; s < bits; s += m) {
-    const uint32_t left = bits - s;
-    if (cluster && left >= CLUSTER_LOCAL_BITS && left <= cluster_max && s >= CLUSTER_RUN_BITS) {
-      bool done = false;
-      rc = run_cluster_pass<R>(d, total, s, left - CLUSTER_LOCAL_BITS, stream, &done);
-      if (rc != QDP_OK || done) {
-        return rc;
-      }
-    }
-    const uint32_t strided = cluster && left > cluster_max ? left - cluster_max : left;
-    const uint32_t passes = (strided + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
-    m = (strided + passes - 1) / passes;
+    const uint32_t left = bits - s, passes = (left + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
+    m = (left + passes - 1) / passes;
     m = m + s < TILE_BITS ? TILE_BITS - s : m;
     m = m < left ? m : left;
     uint64_t tiles = total / TILE;
-    wht_tile_kernel<R>
-        <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1, TILE_BITS - m, m, s);
+    if (direct && m >= 4) { /* cl <= 8: the register bits fit the tile */
+      wht_direct_kernel<R>
+          <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, tiles, TILE_BITS - m, m, s);
+    } else {
+      wht_tile_kernel<R>
+          <<<grid_x(tiles), QDPK_THREADS, smem, stream>>>(d, total, tiles, 1, TILE_BITS - m, m, s);
+    }
     if ((rc = launched()) != QDP_OK) {
       return rc;
     }

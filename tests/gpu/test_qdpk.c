@@ -965,56 +965,55 @@ START_TEST(test_wht_is_bit_identical_to_cpu) {
   } cases[] = {
       {1, 3},        {2, 1},        {2, 70001},    {8, 5},        {256, 3},
       {2048, 7},     {4096, 1},     {4096, 3},     {8192, 1},     {1u << 13, 5},
-      {1u << 16, 2}, {1u << 17, 1}, {1u << 20, 1}, {1u << 21, 3}, {1u << 22, 1},
-      {1u << 23, 2}, {1u << 24, 1},
+      {1u << 16, 2}, {1u << 17, 1}, {1u << 18, 2}, {1u << 19, 1}, {1u << 20, 1},
+      {1u << 21, 3}, {1u << 22, 1},
   };
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  /* passes 1: 2^22 to 2^26 take a cluster pass of 1 to 16 blocks after the first (12 stages);
-   * 2 (the default): the strided passes. */
-  for (int passes = 1; passes <= 2; passes++) {
-    qdpk_tune_wht_passes = passes;
+  /* The strided passes loaded straight into the layout of their first stages (the default) and
+   * in the natural layout (qdpk_tune_wht_load = 2). */
+  for (int load = 1; load <= 2; load++) {
+    qdpk_tune_wht_load = load;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       for (int o = 0; o < 2; o++) {
         check_wht_case(outs[o], cases[i].count, cases[i].rows);
       }
     }
-    check_wht_case(QDP_DTYPE_COMPLEX128, 1u << 26, 1); /* 12 + 14 stages, or 12 + 7 + 7 */
+    check_wht_case(QDP_DTYPE_COMPLEX128, 1u << 26, 1); /* three passes: 12 + 7 + 7 stages */
     check_wht_case(QDP_DTYPE_COMPLEX64, 1u << 25, 1);
   }
-  qdpk_tune_wht_passes = 0;
+  qdpk_tune_wht_load = 0;
 }
 END_TEST
 
-/* The stages from bit 9 up (what qdpk_iqp leaves to qdpk_wht_from) as one cluster pass of 1 to
- * 16 blocks (2^19 to 2^23), or strided passes and then a cluster pass of 16 (2^25, 2^27), and as
- * the strided passes alone: the same bits. */
-START_TEST(test_wht_from_cluster_pass_equals_strided_passes) {
+/* The stages from bit 9 up (what qdpk_iqp leaves to qdpk_wht_from), passes of 4 to 9 stages:
+ * the strided passes loaded straight into the layout of their first stages and those loaded in
+ * the natural layout give the same bits. */
+START_TEST(test_wht_from_direct_passes_equal_natural_passes) {
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  static const uint32_t sizes[] = {19, 20, 21, 22, 23, 25, 27};
+  static const uint32_t sizes[] = {13, 15, 17, 18, 19, 21, 23, 25, 27};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     const uint32_t bits = sizes[i];
     for (int o = 0; o < 2; o++) {
-      const uint64_t count = 1ull << bits, rows = bits == 21 ? 3 : 1;
+      const uint64_t count = 1ull << bits, rows = bits <= 21 ? 3 : 1;
       size_t esz = cplx_size(outs[o]), bytes = (size_t)(count * rows) * esz;
       char what[96];
       snprintf(what, sizeof what, "wht_from 9 %s count=2^%u rows=%llu", qdp_dtype_name(outs[o]),
                bits, (unsigned long long)rows);
       void *h = random_state(outs[o], count * rows);
-      void *dc = to_device(h, bytes), *ds = to_device(h, bytes);
-      qdpk_tune_wht_passes = 1;
-      expect_launch(qdpk_wht_from(dc, outs[o], count, rows, 9, 0), what);
-      qdpk_tune_wht_passes = 2;
-      expect_launch(qdpk_wht_from(ds, outs[o], count, rows, 9, 0), what);
-      qdpk_tune_wht_passes = 0;
+      void *dd = to_device(h, bytes), *dt = to_device(h, bytes);
+      expect_launch(qdpk_wht_from(dd, outs[o], count, rows, 9, 0), what);
+      qdpk_tune_wht_load = 2;
+      expect_launch(qdpk_wht_from(dt, outs[o], count, rows, 9, 0), what);
+      qdpk_tune_wht_load = 0;
       void *a = qdpt_xmalloc(bytes), *b = qdpt_xmalloc(bytes);
-      from_device(a, dc, bytes);
-      from_device(b, ds, bytes);
+      from_device(a, dd, bytes);
+      from_device(b, dt, bytes);
       expect_same_bits(a, b, bytes, esz, what);
       free(a);
       free(b);
       free(h);
-      cudaFree(dc);
-      cudaFree(ds);
+      cudaFree(dd);
+      cudaFree(dt);
     }
   }
 }
@@ -1373,7 +1372,7 @@ static Suite *qdpk_suite(void) {
       {"iqp", test_iqp_whole_matches_cpu},
       {"iqp", test_iqp_shards_are_bit_identical},
       {"wht", test_wht_is_bit_identical_to_cpu},
-      {"wht", test_wht_from_cluster_pass_equals_strided_passes},
+      {"wht", test_wht_from_direct_passes_equal_natural_passes},
       {"wht", test_wht_shards_with_butterflies_equal_one_transform},
       {"wht", test_iqp_state_matches_cpu_at_26_qubits},
       {"butterfly", test_butterfly_is_bit_identical_to_cpu},
