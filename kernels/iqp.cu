@@ -419,20 +419,23 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
         }
         if (SHAPE == TILE_WHOLE) {
           /* Blocks of 512 or more, all 9 bits: 0..7 through two regroupings, which leave tile bit
-           * 8 in lane bit 4, then bit 8 across lanes; the tile is stored from there, a
-           * regrouping fewer than tile_stages_fixed<0, 9>. */
+           * 8 in lane bit 4, then bit 8 across lanes, trading places with bit 7 in register bit 3;
+           * the tile is stored from there, a regrouping fewer than tile_stages_fixed<0, 9>. */
           tile_stages_fixed<0, 8, 4>(sm, reg, t);
-          tile_lane_stage(reg, t, 4);
+          tile_lane_swap_stage(reg, t, 4, 3);
         } else {
           tile_stages(sm, reg, t, 0, stages);
         }
         /* Value (row r0 + rr, top u, low index y) goes to o + rr * count + u * 2^L + y. Register
-         * k holds tile index tile_index(t, k, 4) when WHOLE (the warp's top, u = t / 32), else
-         * t + 256 k (j + J u = k). */
+         * k holds tile index tile_index(t, k, 4) with bits 7 and 8 swapped when TILE_WHOLE (the
+         * warp's top, u = t / 32), else t + 256 k (j + J u = k). */
         C *o = out + r0 * count - sh.t0 * sh.block - sh.y0;
 #pragma unroll
         for (uint32_t k = 0; k < PER_THREAD; k++) {
-          const uint32_t i = SHAPE == TILE_WHOLE ? tile_index(t, k, 4) : t + QDPK_THREADS * k;
+          const uint32_t n = tile_index(t, k, 4);
+          const uint32_t i = SHAPE == TILE_WHOLE
+                                 ? (n & ~0x180u) | ((n >> 1) & 0x80u) | ((n << 1) & 0x100u)
+                                 : t + QDPK_THREADS * k;
           const uint32_t j = (i >> LO_BITS) % J, u = (i >> LO_BITS) / J;
           const uint64_t at = base + (i & (QDPK_THREADS - 1)) + (uint64_t)QDPK_THREADS * j;
           const uint64_t rr = PACKED ? at >> sh.l_bits : 0, y = PACKED ? at & (sh.block - 1) : at;

@@ -172,6 +172,33 @@ __device__ __forceinline__ void tile_lane_stage(C (&r)[PER_THREAD], uint32_t t, 
   }
 }
 
+/* The stage of the tile bit in lane bit lb (< 5), that bit trading places with the one in register
+ * bit rb: the upper lane sends its registers with bit rb clear, the lower one those with it set,
+ * so each thread then holds pairs (k, k | 2^rb) of the lane bit's stage and runs it in registers,
+ * with half the shuffles of tile_lane_stage. Afterwards register bit rb holds the tile bit that
+ * lane bit lb held, and lane bit lb the one register bit rb held. The arithmetic of add_sub. */
+template <typename C>
+__device__ __forceinline__ void tile_lane_swap_stage(C (&r)[PER_THREAD], uint32_t t, uint32_t lb,
+                                                     uint32_t rb) {
+  const bool upper = (t >> lb) & 1;
+#pragma unroll
+  for (uint32_t k = 0; k < PER_THREAD; k++) {
+    if (!(k & (1u << rb))) {
+      const uint32_t h = k | (1u << rb);
+      const C send = upper ? r[k] : r[h];
+      C got;
+      got.x = __shfl_xor_sync(0xffffffffu, send.x, 1u << lb);
+      got.y = __shfl_xor_sync(0xffffffffu, send.y, 1u << lb);
+      if (upper) {
+        r[k] = got;
+      } else {
+        r[h] = got;
+      }
+      add_sub(r[k], r[h]);
+    }
+  }
+}
+
 /* The stages of tile bits [first, end), ascending, on registers that hold the tile with their
  * register bits at [8, 12), as they are left. Every thread of the block calls it. */
 template <typename C>
