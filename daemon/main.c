@@ -225,6 +225,12 @@ static void on_server_done(void *arg) {
   uv_close((uv_handle_t *)&d->sig_int, NULL);
   uv_close((uv_handle_t *)&d->sig_hup, NULL);
   uv_close((uv_handle_t *)&d->watchdog, NULL);
+  /* Closing the handles gave these signals back their default action, which would kill the
+   * daemon half way through releasing its states and devices (and leave its socket behind):
+   * from here they are ignored, and SIGKILL still stops it at once. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
 }
 
 /* Jobs that outlived shutdown_timeout and their cancellation: the exit is bounded, so the daemon
@@ -601,7 +607,9 @@ int main(int argc, char **argv) {
     watch_signals(&d);
     announce(&d, tcp_port, rpc_server_metrics_port(d.server));
     uv_run(d.loop, UV_RUN_DEFAULT);
-    log_info("main", "stopped serving; releasing every state and device");
+    log_info("main",
+             "stopped serving; releasing every state and device (SIGTERM, SIGINT and SIGHUP "
+             "are ignored until it is done)");
   }
   drain(&d);
   if (rc == 0) {

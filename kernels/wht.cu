@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   const uint64_t u = t & ((1u << cl) - 1);
   for (uint64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
     const uint64_t w = b & ((1ull << (s - cl)) - 1), hi = b >> (s - cl);
-    /* Tile index i = u | v << cl is at hi << (m + s) | v << s | w << cl | u (see the file comment) */
+    /* Tile index i = u | v << cl sits at hi << (m + s) | v << s | w << cl | u */
     const uint64_t base = (hi << (m + s)) | (w << cl) | u;
     const uint64_t first = base | ((uint64_t)(t >> cl) << (s + 4)); /* v = k | (t >> cl) << 4 */
     C r[PER_THREAD];

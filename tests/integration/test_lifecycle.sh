@@ -11,6 +11,8 @@
 #  5. shutdown_timeout bounds the whole exit: a job deep in its kernels when the calls are
 #     cancelled does not hold the daemon up (it exits within a second of the cancel, and says
 #     so), and the next daemon on the socket starts.
+#  6. SIGTERM over and over from the first one on, while the daemon releases two 2 GiB states:
+#     the release is not cut short (exit 0, the socket removed, "stopped" logged).
 # Every daemon runs in a `mktemp -d` folder; a trap kills what is left and removes the folder.
 set -u
 qdpd=$1
@@ -253,6 +255,41 @@ else
   kill -TERM "$b"
   wait_exit "$b" 30 >/dev/null
   forget "$b"
+fi
+
+# ---- 6. signals while the daemon releases its states ----
+# Freeing two 2^27 complex128 states (4 GiB) takes the release long enough that a SIGTERM every
+# few milliseconds lands in it; the default action there would kill qdpd half way (status 143).
+"$qdpd" --socket "$dir/r.sock" --devices cpu:2 2>"$dir/rel.log" &
+r=$!
+pids="$pids $r"
+if ! wait_for_line "$dir/rel.log" "listening on unix:" "$r"; then
+  fail "qdpd for the release check did not start: $(cat "$dir/rel.log")"
+else
+  vals=0.3; for _ in $(seq 26); do vals="$vals,0.3"; done
+  for _ in 1 2; do
+    "$qdpctl" --target "unix:$dir/r.sock" encode --encoding angle --qubits 27 --values "$vals" \
+      >/dev/null 2>"$dir/rel-encode.err" || fail "a 27-qubit angle state: $(cat "$dir/rel-encode.err")"
+  done
+  n=0
+  while alive "$r" && [ "$n" -lt 3000 ]; do
+    kill -TERM "$r" 2>/dev/null
+    n=$((n + 1))
+    sleep 0.005
+  done
+  wait_exit "$r" 30
+  rc=$?
+  forget "$r"
+  if [ "$rc" -ne 0 ]; then
+    fail "qdpd exited with $rc under $n SIGTERMs (143: a later one killed it while" \
+      "releasing): $(tail -n 3 "$dir/rel.log")"
+  elif [ -e "$dir/r.sock" ]; then
+    fail "qdpd left its socket behind under repeated SIGTERM"
+  elif ! grep -q "stopped$" "$dir/rel.log"; then
+    fail "qdpd under repeated SIGTERM did not finish its release: $(tail -n 3 "$dir/rel.log")"
+  else
+    ok "$n SIGTERMs in a row: qdpd released its states, removed its socket and exited 0"
+  fi
 fi
 
 if [ "$fails" -ne 0 ]; then
