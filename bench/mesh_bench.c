@@ -38,6 +38,7 @@
 #include <mpi.h>
 #endif
 
+#include "bench_cli.h"
 #include "device_comm.h"
 #include "qdpk_cuda.h"
 #include "runtime/runtime.h"
@@ -1089,8 +1090,42 @@ static int bench_ranks(int argc, char **argv, uint32_t qubits) {
 }
 #endif
 
+static const char usage[] =
+    "Usage: mesh_bench [NAME[,NAME...]]         (default: the two-GPU figures)\n"
+    "       mpirun -n R mesh_bench ranks\n"
+    "Two-GPU figures, each beside its one-GPU baseline in the same run: collective, amplitude,\n"
+    "batch, gather, host, capacity, big. Named only: scaling (amplitude over 1, 2, 4, 8 GPUs),\n"
+    "iqp (30 qubits over 1 GPU and up; runs on one GPU too), capacity_max, host1 (host input on\n"
+    "one GPU). ranks: R processes of one GPU each, the norm over NCCL, against one alone.\n"
+    "Exits 77 without the GPUs a figure needs.\n";
+
+/* Every comma-separated name of `only` is one mesh_bench knows. */
+static void check_names(const char *only) {
+  static const char *const known[] = {"collective", "amplitude", "batch",        "gather",
+                                      "host",       "capacity",  "big",          "scaling",
+                                      "iqp",        "host1",     "capacity_max", "ranks"};
+  for (const char *p = only; *p;) {
+    size_t n = strcspn(p, ",");
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+      ok |= strlen(known[i]) == n && strncmp(p, known[i], n) == 0;
+    }
+    if (!ok) {
+      bench_cli_fail("mesh_bench", usage, "no figure is called '%.*s'", (int)n, p);
+    }
+    p += n + (p[n] == ',');
+  }
+}
+
 int main(int argc, char **argv) {
   int count = 0;
+  bench_cli_help(argc, argv, usage);
+  if (argc > 1) {
+    check_names(argv[1]);
+  }
+  if (argc > 2) {
+    bench_cli_fail("mesh_bench", usage, "one list of names, not '%s' after it", argv[2]);
+  }
 #ifdef QDP_BENCH_MPI
   if (argc > 1 && strcmp(argv[1], "ranks") == 0) {
     return bench_ranks(argc, argv, 31);

@@ -21,6 +21,7 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_cli.h"
 #include "qdpk.h"
 #include "qdpk_cuda.h"
 #include "qdpk_tune.h"
@@ -361,8 +362,21 @@ static void bench_closed_variants(enum closed op, const void *x, qdp_dtype in_t,
   *knob = saved;
 }
 
+static const char usage[] =
+    "Usage: qdpk_bench [--no-variants]\n"
+    "Times the CUDA encode kernels on GPU 0, one `bench impl=qdp op=... ms= GBps= roofline=` line\n"
+    "per case: ms the median, roofline the share of this run's device copy (or fill) rate. The\n"
+    "variants are the launch-shape knobs of kernels/qdpk_tune.h beside their defaults;\n"
+    "--no-variants leaves out the amplitudes-per-thread ones.\n";
+
 int main(int argc, char **argv) {
-  int variants = !(argc > 1 && strcmp(argv[1], "--no-variants") == 0);
+  bench_cli_help(argc, argv, usage);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--no-variants") != 0) {
+      bench_cli_fail("qdpk_bench", usage, "unknown option '%s'", argv[i]);
+    }
+  }
+  int variants = argc == 1;
   int dev = 0;
   CUDA_OK(cudaSetDevice(dev));
   struct cudaDeviceProp prop;

@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cli.h"
 #include "log.h"
 #include "plan/plan.h"
-#include "qdpk.h"
 #include "qdpk.h"
 #include "runtime/runtime.h"
 #include "world/world.h"
@@ -154,14 +154,26 @@ static int run_cold(struct world *w, struct job *job, const char *file, uint64_t
   return 0;
 }
 
+static const char usage[] =
+    "Usage: mpirun -n 2 world_bench [--jobs N] [--devices SPEC] [--encoding E] [--qubits N]\n"
+    "                               [--all] [--host-collectives] [--probe]\n"
+    "                               [--file PATH [--offset B]] [--copy-threads N] [--cold]\n"
+    "Times what a world of ranks adds to a job: N jobs (default 5000) of E (angle, amplitude or\n"
+    "iqp; default angle) with N qubits (default 4) on rank 0's first device alone, then over the\n"
+    "world (every device with --all). Each rank's mesh is SPEC (default cpu:2). --file: amplitude\n"
+    "input from a float64 file every rank sees, from byte B; --cold: one rank, the file's pages\n"
+    "dropped before each job. --host-collectives keeps the ranks off NCCL; --probe times plain\n"
+    "copies of the input; --copy-threads is the mesh's copy_threads (0: auto).\n";
+
 int main(int argc, char **argv) {
   int jobs = 5000, all = 0, host_collectives = 0, probe = 0, cold = 0;
   unsigned copy_threads = 0;
   const char *spec = "cpu:2", *file = NULL;
   uint64_t offset = 0;
   struct job job = {.encoding = QDP_ENCODING_ANGLE, .qubits = 4};
+  bench_cli_help(argc, argv, usage);
   for (int i = 1; i < argc; i++) {
-    const char *v = i + 1 < argc ? argv[i + 1] : "";
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--all") == 0 || strcmp(argv[i], "--host-collectives") == 0 ||
         strcmp(argv[i], "--probe") == 0 || strcmp(argv[i], "--cold") == 0) {
       all |= strcmp(argv[i], "--all") == 0;
@@ -170,31 +182,37 @@ int main(int argc, char **argv) {
       cold |= strcmp(argv[i], "--cold") == 0;
       continue;
     }
-    if (strcmp(argv[i], "--jobs") == 0) {
-      jobs = (int)strtol(v, NULL, 10);
-    } else if (strcmp(argv[i], "--devices") == 0) {
+    const char *o = argv[i];
+    if (strcmp(o, "--jobs") && strcmp(o, "--devices") && strcmp(o, "--encoding") &&
+        strcmp(o, "--qubits") && strcmp(o, "--file") && strcmp(o, "--offset") &&
+        strcmp(o, "--copy-threads")) {
+      bench_cli_fail("world_bench", usage, "unknown option '%s'", o);
+    }
+    if (!v) {
+      bench_cli_fail("world_bench", usage, "%s needs a value", o);
+    }
+    if (strcmp(o, "--jobs") == 0) {
+      jobs = (int)bench_cli_number("world_bench", usage, o, v, 3, 100000000);
+    } else if (strcmp(o, "--devices") == 0) {
       spec = v;
-    } else if (strcmp(argv[i], "--encoding") == 0) {
+    } else if (strcmp(o, "--encoding") == 0) {
+      if (strcmp(v, "amplitude") && strcmp(v, "iqp") && strcmp(v, "angle")) {
+        bench_cli_fail("world_bench", usage, "--encoding takes angle, amplitude or iqp, not '%s'",
+                       v);
+      }
       job.encoding = strcmp(v, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE
                      : strcmp(v, "iqp") == 0     ? QDP_ENCODING_IQP
                                                  : QDP_ENCODING_ANGLE;
-    } else if (strcmp(argv[i], "--qubits") == 0) {
-      job.qubits = (uint32_t)strtoul(v, NULL, 10);
-    } else if (strcmp(argv[i], "--file") == 0) {
+    } else if (strcmp(o, "--qubits") == 0) {
+      job.qubits = (uint32_t)bench_cli_number("world_bench", usage, o, v, 1, 34);
+    } else if (strcmp(o, "--file") == 0) {
       file = v;
-    } else if (strcmp(argv[i], "--offset") == 0) {
-      offset = strtoull(v, NULL, 10);
-    } else if (strcmp(argv[i], "--copy-threads") == 0) {
-      copy_threads = (unsigned)strtoul(v, NULL, 10);
+    } else if (strcmp(o, "--offset") == 0) {
+      offset = bench_cli_number("world_bench", usage, o, v, 0, UINT64_MAX);
+    } else {
+      copy_threads = (unsigned)bench_cli_number("world_bench", usage, o, v, 0, 32);
     }
     i++;
-  }
-  if (jobs < 3) {
-    jobs = 3;
-  }
-  if (job.qubits < 1 || job.qubits > 34) {
-    fprintf(stderr, "world_bench: --qubits 1..34\n");
-    return 2;
   }
   struct qdp_error err = QDP_ERROR_INIT;
   struct world *w = NULL;
