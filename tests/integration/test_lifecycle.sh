@@ -79,14 +79,25 @@ wait_exit() {
   wait "$1"
 }
 
+# start_qdpd LOG ARGS...: qdpd ARGS in the background, its stderr into LOG, its pid in $started;
+# 1 if it died or did not listen on its socket within 30 s.
+start_qdpd() {
+  log=$1
+  shift
+  "$qdpd" "$@" 2>"$log" &
+  started=$!
+  pids="$pids $started"
+  wait_for_line "$log" "listening on unix:" "$started"
+}
+
 sock="$dir/qdpd.sock"
 export QDP_DESC="$desc"
 
 # ---- 1. one daemon per socket ----
-"$qdpd" --socket "$sock" --devices cpu:2 2>"$dir/a.log" &
-a=$!
-pids="$pids $a"
-if ! wait_for_line "$dir/a.log" "listening on unix:" "$a"; then
+start_qdpd "$dir/a.log" --socket "$sock" --devices cpu:2
+up=$?
+a=$started
+if [ "$up" -ne 0 ]; then
   cat "$dir/a.log" >&2
   echo "FAIL: the first qdpd did not start" >&2
   exit 1
@@ -215,10 +226,10 @@ fi
 # ---- 5. shutdown_timeout bounds the exit ----
 # An iqp-z state of 2^27 complex128 amplitudes (2 GiB, 27 Walsh-Hadamard passes over it) takes the
 # CPU backend over ten seconds: still running when the calls are cancelled 1 s after SIGTERM.
-"$qdpd" --socket "$dir/b.sock" --devices cpu:1 --shutdown-timeout 1 2>"$dir/bound.log" &
-b=$!
-pids="$pids $b"
-if ! wait_for_line "$dir/bound.log" "listening on unix:" "$b"; then
+start_qdpd "$dir/bound.log" --socket "$dir/b.sock" --devices cpu:1 --shutdown-timeout 1
+up=$?
+b=$started
+if [ "$up" -ne 0 ]; then
   fail "qdpd with --shutdown-timeout 1 did not start: $(cat "$dir/bound.log")"
 else
   vals=0.1; for _ in $(seq 26); do vals="$vals,0.1"; done
@@ -244,10 +255,10 @@ else
   fi
   wait "$e" 2>/dev/null
   forget "$e"
-  "$qdpd" --socket "$dir/b.sock" --devices cpu:1 2>"$dir/bound2.log" &
-  b=$!
-  pids="$pids $b"
-  if wait_for_line "$dir/bound2.log" "listening on unix:" "$b"; then
+  start_qdpd "$dir/bound2.log" --socket "$dir/b.sock" --devices cpu:1
+  up=$?
+  b=$started
+  if [ "$up" -eq 0 ]; then
     ok "the next qdpd starts on the socket"
   else
     fail "the next qdpd did not start: $(cat "$dir/bound2.log")"
@@ -260,10 +271,10 @@ fi
 # ---- 6. signals while the daemon releases its states ----
 # Freeing two 2^27 complex128 states (4 GiB) takes the release long enough that a SIGTERM every
 # few milliseconds lands in it; the default action there would kill qdpd half way (status 143).
-"$qdpd" --socket "$dir/r.sock" --devices cpu:2 2>"$dir/rel.log" &
-r=$!
-pids="$pids $r"
-if ! wait_for_line "$dir/rel.log" "listening on unix:" "$r"; then
+start_qdpd "$dir/rel.log" --socket "$dir/r.sock" --devices cpu:2
+up=$?
+r=$started
+if [ "$up" -ne 0 ]; then
   fail "qdpd for the release check did not start: $(cat "$dir/rel.log")"
 else
   vals=0.3; for _ in $(seq 26); do vals="$vals,0.3"; done
