@@ -31,6 +31,15 @@ static inline void bench_cli_fail(const char *prog, const char *usage, const cha
   exit(2);
 }
 
+/* The value after option `opt` (NULL: there is none). */
+static inline const char *bench_cli_value(const char *prog, const char *usage, const char *opt,
+                                          const char *v) {
+  if (!v) {
+    bench_cli_fail(prog, usage, "%s needs a value", opt);
+  }
+  return v;
+}
+
 /* The value of option `opt`: a decimal number in [lo, hi]. */
 static inline unsigned long long bench_cli_number(const char *prog, const char *usage,
                                                   const char *opt, const char *s,

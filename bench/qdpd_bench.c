@@ -11,7 +11,6 @@
  * maps and pins it once), each state released once encoded: vectors per second and input GB/s.
  *
  * Usage: qdpd_bench [--jobs N] [--clients C] [--seconds S] [--fetch-qubits Q] [--shm-batch Q:B] */
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>

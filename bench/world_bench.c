@@ -165,6 +165,11 @@ static const char usage[] =
     "dropped before each job. --host-collectives keeps the ranks off NCCL; --probe times plain\n"
     "copies of the input; --copy-threads is the mesh's copy_threads (0: auto).\n";
 
+/* The value after option o; v NULL: o ended the command line. */
+static const char *value_of(const char *o, const char *v) {
+  return bench_cli_value("world_bench", usage, o, v);
+}
+
 int main(int argc, char **argv) {
   int jobs = 5000, all = 0, host_collectives = 0, probe = 0, cold = 0;
   unsigned copy_threads = 0;
@@ -183,34 +188,29 @@ int main(int argc, char **argv) {
       continue;
     }
     const char *o = argv[i];
-    if (strcmp(o, "--jobs") && strcmp(o, "--devices") && strcmp(o, "--encoding") &&
-        strcmp(o, "--qubits") && strcmp(o, "--file") && strcmp(o, "--offset") &&
-        strcmp(o, "--copy-threads")) {
-      bench_cli_fail("world_bench", usage, "unknown option '%s'", o);
-    }
-    if (!v) {
-      bench_cli_fail("world_bench", usage, "%s needs a value", o);
-    }
     if (strcmp(o, "--jobs") == 0) {
-      jobs = (int)bench_cli_number("world_bench", usage, o, v, 3, 100000000);
+      jobs = (int)bench_cli_number("world_bench", usage, o, value_of(o, v), 3, 100000000);
     } else if (strcmp(o, "--devices") == 0) {
-      spec = v;
+      spec = value_of(o, v);
     } else if (strcmp(o, "--encoding") == 0) {
-      if (strcmp(v, "amplitude") && strcmp(v, "iqp") && strcmp(v, "angle")) {
+      const char *e = value_of(o, v);
+      if (strcmp(e, "amplitude") && strcmp(e, "iqp") && strcmp(e, "angle")) {
         bench_cli_fail("world_bench", usage, "--encoding takes angle, amplitude or iqp, not '%s'",
-                       v);
+                       e);
       }
-      job.encoding = strcmp(v, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE
-                     : strcmp(v, "iqp") == 0     ? QDP_ENCODING_IQP
+      job.encoding = strcmp(e, "amplitude") == 0 ? QDP_ENCODING_AMPLITUDE
+                     : strcmp(e, "iqp") == 0     ? QDP_ENCODING_IQP
                                                  : QDP_ENCODING_ANGLE;
     } else if (strcmp(o, "--qubits") == 0) {
-      job.qubits = (uint32_t)bench_cli_number("world_bench", usage, o, v, 1, 34);
+      job.qubits = (uint32_t)bench_cli_number("world_bench", usage, o, value_of(o, v), 1, 34);
     } else if (strcmp(o, "--file") == 0) {
-      file = v;
+      file = value_of(o, v);
     } else if (strcmp(o, "--offset") == 0) {
-      offset = bench_cli_number("world_bench", usage, o, v, 0, UINT64_MAX);
+      offset = bench_cli_number("world_bench", usage, o, value_of(o, v), 0, UINT64_MAX);
+    } else if (strcmp(o, "--copy-threads") == 0) {
+      copy_threads = (unsigned)bench_cli_number("world_bench", usage, o, value_of(o, v), 0, 32);
     } else {
-      copy_threads = (unsigned)bench_cli_number("world_bench", usage, o, v, 0, 32);
+      bench_cli_fail("world_bench", usage, "unknown option '%s'", o);
     }
     i++;
   }
