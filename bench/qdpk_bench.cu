@@ -493,16 +493,19 @@ int main(int argc, char **argv) {
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "");
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "");
   }
-  /* Single strided passes, near (8 KiB apart) and far (up to 32 MiB apart), runs of 128 B to
-   * 2 KiB, loaded straight into their first stages' layout (the default) and in the natural one. */
-  static const unsigned pass_sm[][2] = {{9, 9}, {18, 9}, {21, 9}, {9, 8}, {9, 7},
-                                        {16, 7}, {23, 7}, {9, 5}, {25, 5}};
+  /* The consecutive pass (s=0: 4096 consecutive values, 12 stages), then single strided passes,
+   * near (8 KiB apart) and far (up to 32 MiB apart), runs of 128 B to 2 KiB, loaded straight into
+   * their first stages' layout (the default) and in the natural one. */
+  static const unsigned pass_sm[][2] = {{0, 12}, {9, 9},  {18, 9}, {21, 9}, {9, 8},
+                                        {9, 7},  {16, 7}, {23, 7}, {9, 5},  {25, 5}};
   for (size_t i = 0; i < sizeof pass_sm / sizeof pass_sm[0]; i++) {
     random_device((double *)out, 2ull << 30, 7, -1.0, 1.0); /* finite after 2 x 7 x 9 stages */
     bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "");
-    qdpk_tune_wht_load = 2;
-    bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "natural_load");
-    qdpk_tune_wht_load = 0;
+    if (pass_sm[i][0] != 0) { /* the consecutive pass has one load */
+      qdpk_tune_wht_load = 2;
+      bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "natural_load");
+      qdpk_tune_wht_load = 0;
+    }
   }
   /* Batched small states: 4096 of 10 qubits and 1024 of 14, parameters from `in`. */
   random_device((double *)in, 1ull << 20, 6, -1.0, 1.0);

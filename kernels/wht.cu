@@ -75,11 +75,12 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-/* A strided pass (as wht_tile_kernel's, total a whole number of tiles) with the tile loaded
- * straight into the layout of its first stages: register bits at [cl, cl + 4), so register k of
- * thread t holds tile index tile_index(t, k, cl). Those 4 stages run in registers; the tile bits
- * up to 8 after them sit in lane bits (cl < 5) and run across lanes; one regrouping into the
- * natural layout brings the bits from 9 up into registers, or none is needed. */
+/* A strided pass (as wht_tile_kernel's, total a whole number of tiles, m >= 4 so cl = 12 - m <= 8)
+ * with the tile loaded straight into the layout of its first stages: register bits at
+ * [cl, cl + 4), so register k of thread t holds tile index tile_index(t, k, cl). Those 4 stages
+ * run in registers; the tile bits cl + 4 .. 8 after them sit in lane bits and run across lanes;
+ * when cl < 8, one regrouping into the natural layout brings the bits from max(9, cl + 4) to 11
+ * into registers. */
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
     wht_direct_kernel(typename cplx<R>::type *__restrict__ data, uint64_t tiles, uint32_t cl,
@@ -87,9 +88,7 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   typedef typename cplx<R>::type C;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   C *sm = reinterpret_cast<C *>(smem_raw);
-  const uint32_t t = threadIdx.x, end = cl + m;
-  const uint32_t lanes_end = end < 9 ? end : 9;         /* tile bits cl + 4 .. 8: lane bits */
-  const bool regroup = end > (cl + 4 > 9 ? cl + 4 : 9); /* tile bits from 9 (or cl + 4) up */
+  const uint32_t t = threadIdx.x;
   const uint64_t u = t & ((1u << cl) - 1);
   for (uint64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
     const uint64_t w = b & ((1ull << (s - cl)) - 1), hi = b >> (s - cl);
@@ -103,14 +102,12 @@ __global__ void __launch_bounds__(QDPK_THREADS)
     }
 #pragma unroll
     for (uint32_t rb = 0; rb < 4; rb++) {
-      if (cl + rb < end) {
-        tile_register_stage(r, rb);
-      }
+      tile_register_stage(r, rb);
     }
-    for (uint32_t tb = cl + 4; tb < lanes_end; tb++) {
+    for (uint32_t tb = cl + 4; tb < 9; tb++) {
       tile_lane_stage(r, t, tb - 4);
     }
-    if (!regroup) {
+    if (cl == 8) { /* every stage done: bits 8..11 were the register bits */
 #pragma unroll
       for (uint32_t k = 0; k < PER_THREAD; k++) {
         data[first + ((uint64_t)k << s)] = r[k];
@@ -121,8 +118,8 @@ __global__ void __launch_bounds__(QDPK_THREADS)
      * ahead of this tile's writes. */
     tile_regroup(sm, r, t, cl, 8);
 #pragma unroll
-    for (uint32_t rb = 0; rb < 4; rb++) {
-      if (8 + rb >= lanes_end && 8 + rb >= cl + 4 && 8 + rb < end) {
+    for (uint32_t rb = 1; rb < 4; rb++) { /* tile bits 8 + rb from max(9, cl + 4) */
+      if (8 + rb >= cl + 4) {
         tile_register_stage(r, rb);
       }
     }
