@@ -5,7 +5,8 @@ Usage: bench/regress.py OLD_DIR NEW_DIR [--band PCT] [--only SUBSTRING ...] [--c
 
 Every line of the form ``bench key=value ...`` or ``mesh_bench NAME key=value ...`` in any ``*.txt``
 under a folder is a figure. Its identity is the line's parameters (op, dtype, n, batch, clients,
-variant, ...); its value is the line's primary metric: the first of ms, p50_us (lower is better),
+variant, ...: names and whole numbers), not what the line measured beside its metric (times,
+rates, fractions, ratios, any non-integer value; is_outcome); its value is the line's primary metric: the first of ms, p50_us (lower is better),
 vectors_per_s, jobs_per_s, best_GBps, samples_per_s (higher is better). Lines with none of those
 are not figures. A figure that appears more than once in a folder (repeated runs) counts at its
 best, and the spread of its repeats (worst / best - 1) is that folder's noise for it.
@@ -22,12 +23,31 @@ import sys
 
 LOWER = ("ms", "p50_us")
 HIGHER = ("vectors_per_s", "jobs_per_s", "best_GBps", "samples_per_s")
-# Outcomes and run lengths rather than parameters: never part of a figure's identity.
+# Outcomes and run lengths rather than parameters: never part of a figure's identity. Besides these
+# names, a key with a unit of time, rate or error (OUTCOME_SUFFIXES), a ratio (`a_over_b`) or a
+# non-integer value is an outcome: parameters are names and whole numbers, measurements are not,
+# and a measurement in the identity would make every run's figure a new one, never compared.
 NOT_IDENTITY = {
-    "GBps", "roofline", "min_us", "p99_us", "vs_health", "jobs", "batches", "seconds",
-    "register_ms", "input_GBps", "region_pinned", "speedup", "bytes_exchanged", "first_ms",
-    "plan_p50_us", "encode_p50_us", "norm_p50_us", "norm_p99_us", "input_gb_s", "read_gb_s",
+    "GBps", "roofline", "vs_health", "jobs", "batches", "seconds", "region_pinned", "speedup",
+    "bytes_exchanged", "s", "us", "sum",
 }
+OUTCOME_SUFFIXES = ("_ms", "_us", "_s", "_fraction", "_GBps", "_gb_s", "_tb_s", "_per_s", "_err",
+                    "_speedup")
+# Ops whose n counts the samples a latency was taken over (qdpd_bench --jobs, python_bench.py's
+# small jobs), where elsewhere n is the qubits: a run length there.
+N_IS_SAMPLES = {"roundtrip", "py-small"}
+
+
+def is_outcome(key, value, op):
+    if key in NOT_IDENTITY or key.startswith("target") or key in LOWER + HIGHER:
+        return True
+    if key.endswith(OUTCOME_SUFFIXES) or "_over_" in key or (key == "n" and op in N_IS_SAMPLES):
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return False  # a name
+    return not value.lstrip("-").isdigit()  # 1.5, 2.00, 1e+05: a measurement's notation
 
 
 def parse_line(line):
@@ -50,9 +70,8 @@ def parse_line(line):
         value = float(pairs[metric])
     except ValueError:
         return None
-    ident = " ".join(head + [f"{k}={v}" for k, v in pairs.items()
-                             if k not in NOT_IDENTITY and k != metric and not k.startswith("target")
-                             and k not in LOWER + HIGHER])
+    op = pairs.get("op")
+    ident = " ".join(head + [f"{k}={v}" for k, v in pairs.items() if not is_outcome(k, v, op)])
     return ident, metric, value, metric in LOWER
 
 

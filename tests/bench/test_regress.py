@@ -76,6 +76,48 @@ class Regress(unittest.TestCase):
         rc, v, out = self.run_gate()
         self.assertEqual((rc, v), (1, {"op=local": "ok", "op=cold": "WORSE"}), out)
 
+    def test_a_round_trip_is_one_figure_whatever_its_sample_count(self):
+        # qdpd_bench's n is the --jobs it timed: runs of 2000 and 5000 samples repeat one figure,
+        # so their spread (100 to 120 us, 20 %) is its band and 115 us passes; a kernel's n (its
+        # qubits) still tells figures apart.
+        write(self.old, "r.txt", ["bench op=roundtrip job=small n=2000 p50_us=100",
+                                  "bench op=roundtrip job=small n=5000 p50_us=120",
+                                  "bench op=iqp n=26 ms=1.0", "bench op=iqp n=30 ms=20"])
+        write(self.new, "r.txt", ["bench op=roundtrip job=small n=2000 p50_us=115",
+                                  "bench op=iqp n=26 ms=1.5", "bench op=iqp n=30 ms=20"])
+        rc, _, out = self.run_gate()
+        self.assertEqual(rc, 1, out)
+        verdict = {" ".join(l.split()[1:4]): l.rsplit("(", 1)[0].split()[-1]
+                   for l in out.splitlines() if l.startswith("bench ")}
+        self.assertEqual(verdict, {"op=roundtrip job=small p50_us": "ok", "op=iqp n=26 ms": "WORSE",
+                                   "op=iqp n=30 ms": "ok"}, out)
+
+    def test_measurements_beside_the_metric_are_not_parameters(self):
+        # The loader's lines carry what they measured beside their rate (a waiting fraction, the
+        # daemon's phase times, a min_ms, a ratio): each line is still the one figure of its
+        # parameters, compared run to run. Before, every run's was new and none was compared.
+        write(self.old, "r.txt", [
+            "bench op=where what=loader group=16 prefetch=0 consumer_waiting_fraction=0.9897 "
+            "vectors_per_s=1000000",
+            "bench op=where what=encode-out rows=64 p50_ms=0.48 vectors_per_s=130000 "
+            "daemon_encode_ms=0.0484 daemon_commit_ms=0",
+            "bench op=py qubits=30 tensor=view ms=11.2 min_ms=10.8 qdp_over_qumat=11.4 "
+            "peak_rss_GiB=2.008 budget_GiB=133.5"])
+        write(self.new, "r.txt", [
+            "bench op=where what=loader group=16 prefetch=0 consumer_waiting_fraction=0.9771 "
+            "vectors_per_s=800000",
+            "bench op=where what=encode-out rows=64 p50_ms=0.47 vectors_per_s=131000 "
+            "daemon_encode_ms=0.0791 daemon_commit_ms=0",
+            "bench op=py qubits=30 tensor=view ms=11.3 min_ms=10.9 qdp_over_qumat=12.5 "
+            "peak_rss_GiB=7.719 budget_GiB=134.5"])
+        rc, _, out = self.run_gate()
+        self.assertEqual(rc, 1, out)
+        verdicts = [l.rsplit("(", 1)[0].split()[-1] for l in out.splitlines()
+                    if l.startswith("bench ")]
+        self.assertEqual(sorted(verdicts), ["WORSE", "ok", "ok"], out)  # the loader, 20 % slower
+        self.assertIn("group=16 prefetch=0", out)
+        self.assertNotIn("consumer_waiting_fraction", out)
+
     def test_an_empty_baseline_is_an_error(self):
         write(self.old, "r.txt", ["nothing here"])
         write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
