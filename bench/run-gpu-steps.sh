@@ -6,8 +6,9 @@
 # (bench/python_bench.py with BENCH_ARGS; qumat_qdp importable from QUMAT_SITE when set, "bench"),
 # qdp.torch's loader beside qumat-qdp's (bench/loader_bench.py with LOADER_ARGS, "loader"), and
 # the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
-# bench/regress.py, ROUNDS rounds, "side"). STEPS picks some of them (all by default) so that the
-# run can be cut into calls. It ends with bench/regress.py --common against the committed baseline
+# bench/regress.py, ROUNDS rounds, "side"); and, only when STEPS names it, the Python side on
+# every GPU of the node (bench/two_gpu_bench.py with TWO_ARGS: shards, gather, DDP loading, "two").
+# STEPS picks some of them (all but "two" by default) so that the run can be cut into calls. It ends with bench/regress.py --common against the committed baseline
 # (BASELINE, default bench/results/baseline-h200: docs/performance.md says how to move it), the
 # figures this run made against the same ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
@@ -45,6 +46,11 @@ if [[ $steps == *" loader "* ]]; then
   TAIL=80 run loader_bench 580 env -u LD_LIBRARY_PATH \
     PYTHONPATH="${QUMAT_SITE:+$QUMAT_SITE:}$root/client/python" \
     "$py" "$root/bench/loader_bench.py" "$new" ${LOADER_ARGS:-}
+fi
+if [[ $steps == *" two "* ]]; then
+  # shellcheck disable=SC2086 # TWO_ARGS is a list of arguments
+  TAIL=20 run two_gpu_bench 580 env -u LD_LIBRARY_PATH PYTHONPATH="$root/client/python" \
+    "$py" "$root/bench/two_gpu_bench.py" "$new" ${TWO_ARGS:-}
 fi
 if [[ $steps == *" side "* ]]; then
   bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1
