@@ -6,8 +6,8 @@
  *               given, so the difference is what the collective costs inside an encode
  *   collective  a bare all-gather of one double over the mesh's communicator, with stream syncs
  *   batch       4096 x 2^16 complex64 from float32 on the GPUs, samples split over the 2 GPUs
- *   host        amplitude 2^30 from registered host memory through the runtime, 1 GPU vs 2 (the
- *               input goes up once, into each state's buffer)
+ *   host        amplitude 2^30 and 2^31 from registered host memory through the runtime, 1 GPU
+ *               vs 2 (the input goes up once, into each state's buffer)
  *   gather      a 2^31 complex128 state's two halves assembled on GPU 0 (peer copy + local copy)
  *               against the measured one-way peer copy bandwidth
  *   capacity    a 34-qubit complex128 angle state (256 GiB) over both GPUs through the runtime,
@@ -15,11 +15,11 @@
  *   big         a 33-qubit complex128 amplitude state (128 GiB) on one GPU from 64 GiB of
  *               registered host input, uploaded once into the state's buffer
  * Named only (`mesh_bench scaling,iqp,capacity_max`), over every GPU of the machine: strong scaling
- * of amplitude over 1, 2, 4, 8 GPUs, iqp 30 qubits over 1, 2, 4, 8 GPUs, the largest angle states
- * the GPUs hold together, and the topology. `mpirun -n R mesh_bench ranks`: R processes of one GPU
- * each, the norm over NCCL across them, against one process alone. `mesh_bench iqp` alone runs on
- * one GPU too; `mesh_bench host1` is host input on one GPU (registered, against a bare copy of the
- * same buffer; not registered, with and without the copy threads).
+ * of amplitude over 1, 2, 4, 8 GPUs, iqp 30 and 31 qubits over 1, 2, 4, 8 GPUs, the largest angle
+ * states the GPUs hold together, and the topology. `mpirun -n R mesh_bench ranks`: R processes of
+ * one GPU each, the norm over NCCL across them, against one process alone. `mesh_bench iqp` alone
+ * runs on one GPU too; `mesh_bench host1` is host input on one GPU (registered, against a bare copy
+ * of the same buffer; not registered, with and without the copy threads).
  *
  * Times are host wall clock around work on both GPUs (synchronized before and after), median of
  * the repetitions after one warm-up. Lines: "mesh_bench NAME key=value ...". Exit 77 without two
@@ -442,8 +442,7 @@ static double *host_input(uint64_t N) {
   return x;
 }
 
-static void bench_host(void) {
-  const uint32_t n = 30;
+static void bench_host(uint32_t n) {
   const uint64_t N = UINT64_C(1) << n;
   double *x = host_input(N);
   struct mesh_group *g1 = NULL, *g2 = NULL;
@@ -532,12 +531,12 @@ static void bench_host(void) {
   }
   double gb = (double)N * 8 / 1e9;
   printf(
-      "mesh_bench host qubits=30 input_gib=8 register_ms=%.0f one_gpu_ms=%.1f two_gpu_ms=%.1f "
+      "mesh_bench host qubits=%u input_gib=%u register_ms=%.0f one_gpu_ms=%.1f two_gpu_ms=%.1f "
       "speedup=%.3f target=1.8 one_gpu_input_gb_s=%.1f two_gpu_input_gb_s=%.1f "
-      "one_gpu_unregistered_ms=%.1f collective=%s cudamalloc_16gib_ms=%.1f "
+      "one_gpu_unregistered_ms=%.1f collective=%s cudamalloc_state_ms=%.1f "
       "copy_only_one_gpu_gb_s=%.1f copy_only_two_gpus_gb_s=%.1f copy_into_fresh_gb_s=%.1f\n",
-      tr, one, two, one / two, gb / (one * 1e-3), gb / (two * 1e-3), pageable, how2,
-      median(talloc, 3), gb / (median(th1, 3) * 1e-3), gb / (median(th2, 3) * 1e-3),
+      n, (unsigned)((N * 8) >> 30), tr, one, two, one / two, gb / (one * 1e-3), gb / (two * 1e-3),
+      pageable, how2, median(talloc, 3), gb / (median(th1, 3) * 1e-3), gb / (median(th2, 3) * 1e-3),
       gb / (median(tf, 3) * 1e-3));
   fflush(stdout);
   plan_destroy(p1);
@@ -1095,8 +1094,9 @@ static const char usage[] =
     "       mpirun -n R mesh_bench ranks\n"
     "Two-GPU figures, each beside its one-GPU baseline in the same run: collective, amplitude,\n"
     "batch, gather, host, capacity, big. Named only: scaling (amplitude over 1, 2, 4, 8 GPUs),\n"
-    "iqp (30 qubits over 1 GPU and up; runs on one GPU too), capacity_max, host1 (host input on\n"
-    "one GPU). ranks: R processes of one GPU each, the norm over NCCL, against one alone.\n"
+    "iqp (30 and 31 qubits over 1 GPU and up; runs on one GPU too), capacity_max, host1 (host\n"
+    "input on one GPU). ranks: R processes of one GPU each, the norm over NCCL, against one\n"
+    "alone.\n"
     "Exits 77 without the GPUs a figure needs.\n";
 
 /* Every comma-separated name of `only` is one mesh_bench knows. */
@@ -1136,6 +1136,7 @@ int main(int argc, char **argv) {
       (strcmp(only, "iqp") == 0 || strcmp(only, "host1") == 0)) {
     if (strcmp(only, "iqp") == 0) {
       bench_iqp(count, 30); /* over 1 GPU and up */
+      bench_iqp(count, 31);
     } else {
       bench_host_one();
     }
@@ -1173,7 +1174,8 @@ int main(int argc, char **argv) {
   }
   device_comm_destroy(comm);
   if (!*only || strstr(only, "host")) {
-    bench_host();
+    bench_host(30);
+    bench_host(31); /* 16 GiB of input */
   }
   if (!*only || (strstr(only, "capacity") && !strstr(only, "capacity_max"))) {
     bench_capacity();
@@ -1187,6 +1189,7 @@ int main(int argc, char **argv) {
   }
   if (strstr(only, "iqp")) {
     bench_iqp(count, 30);
+    bench_iqp(count, 31);
   }
   if (strstr(only, "capacity_max")) {
     bench_capacity_max();
