@@ -494,10 +494,10 @@ int main(int argc, char **argv) {
     bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 4, reps, "");
   }
   /* The consecutive pass (s=0: 4096 consecutive values, 12 stages), then single strided passes,
-   * near (8 KiB apart) and far (up to 32 MiB apart), runs of 128 B to 2 KiB, loaded straight into
+   * near (8 KiB apart) and far (up to 32 MiB apart), runs of 64 B to 2 KiB, loaded straight into
    * their first stages' layout (the default) and in the natural one. */
-  static const unsigned pass_sm[][2] = {{0, 12}, {9, 9},  {18, 9}, {21, 9}, {9, 8},
-                                        {9, 7},  {16, 7}, {23, 7}, {9, 5},  {25, 5}};
+  static const unsigned pass_sm[][2] = {{0, 12}, {9, 10}, {20, 10}, {9, 9},  {18, 9}, {21, 9},
+                                        {9, 8},  {9, 7},  {16, 7},  {23, 7}, {9, 5},  {25, 5}};
   for (size_t i = 0; i < sizeof pass_sm / sizeof pass_sm[0]; i++) {
     random_device((double *)out, 2ull << 30, 7, -1.0, 1.0); /* finite after 2 x 7 x 9 stages */
     bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "");

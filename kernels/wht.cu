@@ -8,15 +8,16 @@
  * consecutive stages there and writes the tile back once:
  *  - a consecutive pass takes 4096 consecutive values (several whole rows when count < 4096) and
  *    applies stages from..11 (or up to log2(count));
- *  - each strided pass takes 2^cl consecutive values (cl >= 3: 128-byte runs of complex128) at
- *    each of 2^m positions 2^s apart (cl + m = 12) and applies stages s..s+m-1, m <= 9. With
- *    m >= 4 it loads the tile straight into the layout of its first 4 stages, runs those bits
- *    up to 8 that then sit in lane bits across lanes, and regroups through shared memory once
- *    (wht_direct_kernel); loaded in the natural layout a pass of 9 stages regroups three times.
+ *  - each strided pass takes 2^cl consecutive values (runs of 64 bytes or more: cl >= 2 for
+ *    complex128, 3 for complex64) at each of 2^m positions 2^s apart (cl + m = 12) and applies
+ *    stages s..s+m-1, m <= 10 (9 for complex64). With m >= 4 it loads the tile straight into
+ *    the layout of its first 4 stages, runs those bits up to 8 that then sit in lane bits across
+ *    lanes, and regroups through shared memory once (wht_direct_kernel); loaded in the natural
+ *    layout a pass of 9 stages regroups three times.
  * So a 2^26 row costs three passes over memory (12 + 7 + 7 stages), not 26. qdpk_wht_from starts
  * at a later stage (iqp.cu's fused pass has applied the first ones) and skips the consecutive
- * pass when it can (from >= 3). The tile itself (registers, regrouping through shared memory) is
- * qdpk_cuda_internal.cuh's tile_stages.
+ * pass when it can (from >= 12 - the most stages of a strided pass). The tile itself (registers,
+ * regrouping through shared memory) is qdpk_cuda_internal.cuh's tile_stages.
  */
 #include "qdpk_cuda_internal.cuh"
 #include "qdpk_tune.h"
@@ -29,7 +30,14 @@ namespace {
 
 using namespace qdpk;
 
-constexpr uint32_t MAX_GLOBAL_BITS = 9; /* so that cl = 12 - m >= 3 */
+/* The most stages of a strided pass: runs of 2^(12 - m) values no shorter than 64 bytes. Measured
+ * on an H200 (bench/results/iqp-passes-h200, calls 13 and 16): stores in runs of 64 bytes reach
+ * 0.85 of the fill rate, 128 bytes 0.87, 32 bytes 0.61; a pass of 10 stages in runs of 64 bytes
+ * 0.86 of the copy. So 19 stages after iqp's first pass (31 qubits) take two passes, not three. */
+template <typename R>
+constexpr uint32_t max_strided_bits() {
+  return sizeof(typename cplx<R>::type) == 16 ? 10 : 9;
+}
 
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
@@ -171,8 +179,9 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
   uint32_t s = from;
   /* A consecutive pass: stages s..min(12, bits)-1 over 4096 consecutive values per block (several
    * whole rows when count < 4096). 256 threads x 16 values (the register file holds a whole tile);
-   * one block per tile, folded past 2^31 - 1. A strided pass needs s >= 3 (cl <= s). */
-  if (count <= TILE || s + MAX_GLOBAL_BITS < TILE_BITS) {
+   * one block per tile, folded past 2^31 - 1. A strided pass needs cl <= s. */
+  constexpr uint32_t MAX_M = max_strided_bits<R>();
+  if (count <= TILE || s + MAX_M < TILE_BITS) {
     uint32_t end = bits < TILE_BITS ? bits : TILE_BITS;
     uint64_t tiles = (total + TILE - 1) / TILE;
     wht_tile_kernel<R>
@@ -182,13 +191,13 @@ qdp_status run_wht(void *data, uint64_t count, uint64_t rows, uint32_t from, cud
     }
     s = end;
   }
-  /* Strided passes: as few as take up to 9 stages each, the stages shared evenly among them (two
-   * of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
+  /* Strided passes: as few as take up to MAX_M stages each, the stages shared evenly among them
+   * (two of 7 rather than 9 and 5: the runs of consecutive values stay longer), over tiles of
    * 2^(12-m) consecutive x 2^m strided values, m >= 12 - s so that cl <= s; here count > 4096,
    * so total is a whole number of tiles. Same block shape; the direct load unless the knob
    * (qdpk_tune.h) asks for the natural one. */
   for (uint32_t m = 0; s < bits; s += m) {
-    const uint32_t left = bits - s, passes = (left + MAX_GLOBAL_BITS - 1) / MAX_GLOBAL_BITS;
+    const uint32_t left = bits - s, passes = (left + MAX_M - 1) / MAX_M;
     m = (left + passes - 1) / passes;
     m = m + s < TILE_BITS ? TILE_BITS - s : m;
     m = m < left ? m : left;

@@ -985,12 +985,13 @@ START_TEST(test_wht_is_bit_identical_to_cpu) {
 }
 END_TEST
 
-/* The stages from bit 9 up (what qdpk_iqp leaves to qdpk_wht_from), passes of 4 to 9 stages:
- * the strided passes loaded straight into the layout of their first stages and those loaded in
- * the natural layout give the same bits. */
+/* The stages from bit 9 up (what qdpk_iqp leaves to qdpk_wht_from), passes of 4 to 10 stages
+ * (2^19: one pass of 10 in 64-byte runs of complex128; 2^28: 10 + 9): the strided passes loaded
+ * straight into the layout of their first stages and those loaded in the natural layout give
+ * the same bits. */
 START_TEST(test_wht_from_direct_passes_equal_natural_passes) {
   static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  static const uint32_t sizes[] = {13, 15, 17, 18, 19, 21, 23, 25, 27};
+  static const uint32_t sizes[] = {13, 15, 17, 18, 19, 21, 23, 25, 27, 28};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     const uint32_t bits = sizes[i];
     for (int o = 0; o < 2; o++) {
