@@ -29,7 +29,7 @@ HIGHER = ("vectors_per_s", "jobs_per_s", "best_GBps", "samples_per_s")
 # and a measurement in the identity would make every run's figure a new one, never compared.
 NOT_IDENTITY = {
     "GBps", "roofline", "vs_health", "jobs", "batches", "seconds", "region_pinned", "speedup",
-    "bytes_exchanged", "s", "us", "sum",
+    "bytes_exchanged",
 }
 OUTCOME_SUFFIXES = ("_ms", "_us", "_s", "_fraction", "_GBps", "_gb_s", "_tb_s", "_per_s", "_err",
                     "_speedup")

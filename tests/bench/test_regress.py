@@ -80,17 +80,25 @@ class Regress(unittest.TestCase):
         # qdpd_bench's n is the --jobs it timed: runs of 2000 and 5000 samples repeat one figure,
         # so their spread (100 to 120 us, 20 %) is its band and 115 us passes; a kernel's n (its
         # qubits) still tells figures apart.
+        # So does a pass's stride s, a whole number, where a loader line's s=0.00013 (seconds) is
+        # an outcome.
         write(self.old, "r.txt", ["bench op=roundtrip job=small n=2000 p50_us=100",
                                   "bench op=roundtrip job=small n=5000 p50_us=120",
-                                  "bench op=iqp n=26 ms=1.0", "bench op=iqp n=30 ms=20"])
+                                  "bench op=iqp n=26 ms=1.0", "bench op=iqp n=30 ms=20",
+                                  "bench op=pass s=9 m=9 ms=8", "bench op=pass s=18 m=9 ms=9",
+                                  "bench op=fill rows=64 s=0.00013 vectors_per_s=100"])
         write(self.new, "r.txt", ["bench op=roundtrip job=small n=2000 p50_us=115",
-                                  "bench op=iqp n=26 ms=1.5", "bench op=iqp n=30 ms=20"])
+                                  "bench op=iqp n=26 ms=1.5", "bench op=iqp n=30 ms=20",
+                                  "bench op=pass s=9 m=9 ms=8", "bench op=pass s=18 m=9 ms=9",
+                                  "bench op=fill rows=64 s=0.00014 vectors_per_s=100"])
         rc, _, out = self.run_gate()
         self.assertEqual(rc, 1, out)
         verdict = {" ".join(l.split()[1:4]): l.rsplit("(", 1)[0].split()[-1]
                    for l in out.splitlines() if l.startswith("bench ")}
         self.assertEqual(verdict, {"op=roundtrip job=small p50_us": "ok", "op=iqp n=26 ms": "WORSE",
-                                   "op=iqp n=30 ms": "ok"}, out)
+                                   "op=iqp n=30 ms": "ok", "op=pass s=9 m=9": "ok",
+                                   "op=pass s=18 m=9": "ok", "op=fill rows=64 vectors_per_s": "ok"},
+                         out)
 
     def test_measurements_beside_the_metric_are_not_parameters(self):
         # The loader's lines carry what they measured beside their rate (a waiting fraction, the
