@@ -863,6 +863,13 @@ static void bench_iqp(int count, uint32_t qubits) {
   free(got);
 }
 
+/* iqp at 30 and 31 qubits, the sizes the runs report. */
+static void bench_iqp_sizes(int count) {
+  for (uint32_t qubits = 30; qubits <= 31; qubits++) {
+    bench_iqp(count, qubits);
+  }
+}
+
 /* The largest angle states every GPU together holds (complex128 and complex64), encoded, described
  * (its shards) and read back in part against the closed form; and the topology and placement. */
 static void bench_capacity_max(void) {
@@ -1135,8 +1142,7 @@ int main(int argc, char **argv) {
   if (cudaGetDeviceCount(&count) == cudaSuccess && count >= 1 &&
       (strcmp(only, "iqp") == 0 || strcmp(only, "host1") == 0)) {
     if (strcmp(only, "iqp") == 0) {
-      bench_iqp(count, 30); /* over 1 GPU and up */
-      bench_iqp(count, 31);
+      bench_iqp_sizes(count); /* over 1 GPU and up */
     } else {
       bench_host_one();
     }
@@ -1188,8 +1194,7 @@ int main(int argc, char **argv) {
     bench_scaling(count, count >= 8 ? 32 : 31);
   }
   if (strstr(only, "iqp")) {
-    bench_iqp(count, 30);
-    bench_iqp(count, 31);
+    bench_iqp_sizes(count);
   }
   if (strstr(only, "capacity_max")) {
     bench_capacity_max();

@@ -499,7 +499,8 @@ int main(int argc, char **argv) {
   static const unsigned pass_sm[][2] = {{0, 12}, {9, 10}, {20, 10}, {9, 9},  {18, 9}, {21, 9},
                                         {9, 8},  {9, 7},  {16, 7},  {23, 7}, {9, 5},  {25, 5}};
   for (size_t i = 0; i < sizeof pass_sm / sizeof pass_sm[0]; i++) {
-    random_device((double *)out, 2ull << 30, 7, -1.0, 1.0); /* finite after 2 x 7 x 9 stages */
+    /* Finite after the 14 runs of up to 12 stages that both loads make. */
+    random_device((double *)out, 2ull << 30, 7, -1.0, 1.0);
     bench_wht_pass(out, pass_sm[i][0], pass_sm[i][1], "");
     if (pass_sm[i][0] != 0) { /* the consecutive pass has one load */
       qdpk_tune_wht_load = 2;

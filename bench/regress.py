@@ -6,8 +6,9 @@ Usage: bench/regress.py OLD_DIR NEW_DIR [--band PCT] [--only SUBSTRING ...] [--c
 Every line of the form ``bench key=value ...`` or ``mesh_bench NAME key=value ...`` in any ``*.txt``
 under a folder is a figure. Its identity is the line's parameters (op, dtype, n, batch, clients,
 variant, ...: names and whole numbers), not what the line measured beside its metric (times,
-rates, fractions, ratios, any non-integer value; is_outcome); its value is the line's primary metric: the first of ms, p50_us (lower is better),
-vectors_per_s, jobs_per_s, best_GBps, samples_per_s (higher is better). Lines with none of those
+rates, fractions, ratios, any non-integer value; is_outcome); its value is the line's primary
+metric: the first of ms, p50_us (lower is better), vectors_per_s, jobs_per_s, best_GBps,
+samples_per_s (higher is better). Lines with none of those
 are not figures. A figure that appears more than once in a folder (repeated runs) counts at its
 best, and the spread of its repeats (worst / best - 1) is that folder's noise for it.
 

@@ -8,8 +8,8 @@
 # the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
 # bench/regress.py, ROUNDS rounds, "side"); and, only when STEPS names it, the Python side on
 # every GPU of the node (bench/two_gpu_bench.py with TWO_ARGS: shards, gather, DDP loading, "two").
-# STEPS picks some of them (all but "two" by default) so that the run can be cut into calls. It ends with bench/regress.py --common against the committed baseline
-# (BASELINE, default bench/results/baseline-h200: docs/performance.md says how to move it), the
+# STEPS picks some of them (all but "two" by default) so that the run can be cut into calls. It
+# ends with bench/regress.py --common against the committed baseline (BASELINE, default bench/results/baseline-h200: docs/performance.md says how to move it), the
 # figures this run made against the same ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
 set -uo pipefail

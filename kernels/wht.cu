@@ -31,9 +31,10 @@ namespace {
 using namespace qdpk;
 
 /* The most stages of a strided pass: runs of 2^(12 - m) values no shorter than 64 bytes. Measured
- * on an H200 (bench/results/iqp-passes-h200, calls 13 and 16): stores in runs of 64 bytes reach
- * 0.85 of the fill rate, 128 bytes 0.87, 32 bytes 0.61; a pass of 10 stages in runs of 64 bytes
- * 0.86 of the copy. So 19 stages after iqp's first pass (31 qubits) take two passes, not three. */
+ * on an H200 (bench/results/iqp-passes-h200, calls 13, 19 and 22): stores in runs of 64 bytes
+ * reach 0.85 of the fill rate, 128 bytes 0.87, 32 bytes 0.61; a pass of 10 stages in runs of 64
+ * bytes 0.64-0.80 of the copy, still less than two passes of 5. So 19 stages after iqp's first
+ * pass (31 qubits) take two passes, not three. */
 template <typename R>
 constexpr uint32_t max_strided_bits() {
   return sizeof(typename cplx<R>::type) == 16 ? 10 : 9;
