@@ -261,11 +261,7 @@ struct closed_ctx {
   void *out;
   int stage; /* iqp: 0 the reference path (phases + wht), 1 phases only, 2 wht only, 3 qdpk_iqp,
               * 4 the strided passes qdpk_iqp runs after its first (qdpk_wht_from bit 9) */
-  void *ws;  /* qdpk_iqp's workspace (of IQP_WS_BYTES), or NULL for its unchunked schedule */
 };
-
-/* More than qdpk_iqp asks for at 30 qubits (8 bytes per chunk of 2^15 low indices, and one). */
-#define IQP_WS_BYTES ((size_t)1 << 20)
 
 static void op_closed(void *p, int rep) {
   struct closed_ctx *c = (struct closed_ctx *)p;
@@ -288,8 +284,8 @@ static void op_closed(void *p, int rep) {
       break;
     }
     if (c->stage == 3) {
-      qdp_ok(qdpk_iqp(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1, c->ws,
-                      c->ws ? IQP_WS_BYTES : 0, c->out, 0),
+      qdp_ok(qdpk_iqp(&c->s, c->x, c->in_t, qdp_values_per_sample(QDP_ENCODING_IQP, n), 1, c->out,
+                      0),
              "qdpk_iqp");
       break;
     }
@@ -310,12 +306,9 @@ static const char *closed_name(enum closed op) {
   return names[op];
 }
 
-static void *iqp_ws; /* main's, IQP_WS_BYTES */
-
 static void bench_closed_rows(enum closed op, const void *x, qdp_dtype in_t, unsigned n,
                               uint64_t rows, void *out, int stage, int reps, const char *extra) {
-  struct closed_ctx c = {op,    x,     in_t, {n, 0, 1ull << n, rows, QDP_DTYPE_COMPLEX128},
-                         out,   stage, strcmp(extra, "variant=unchunked") ? iqp_ws : NULL};
+  struct closed_ctx c = {op, x, in_t, {n, 0, 1ull << n, rows, QDP_DTYPE_COMPLEX128}, out, stage};
   double ms = time_median(op_closed, &c, 3, reps);
   double amps = (double)(1ull << n) * (double)rows;
   const char *name = closed_name(op);
@@ -452,7 +445,6 @@ int main(int argc, char **argv) {
   double *params = NULL;
   int64_t *basis_idx = NULL;
   CUDA_OK(cudaMalloc((void **)&params, 1u << 16));
-  CUDA_OK(cudaMalloc(&iqp_ws, IQP_WS_BYTES));
   CUDA_OK(cudaMalloc((void **)&basis_idx, sizeof(int64_t)));
   random_device(params, 30, 4, -M_PI, M_PI);
   int64_t idx = 123456789;
@@ -488,16 +480,6 @@ int main(int argc, char **argv) {
       qdpk_tune_iqp_per_thread = saved;
     }
     if (n >= 26) {
-      /* qdpk_iqp without its workspace (the strided passes one by one after its first pass), and
-       * with chunked passes of 6 and 8 stages, beside the default (7). */
-      bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, "variant=unchunked");
-      for (int m = 6; m <= 8; m += 2) {
-        char extra[32];
-        snprintf(extra, sizeof extra, "variant=chunk%d", m);
-        qdpk_tune_iqp_chunk_stages = m;
-        bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 3, reps, extra);
-      }
-      qdpk_tune_iqp_chunk_stages = 0;
       /* The strided passes loaded in the natural layout, beside the default. */
       qdpk_tune_wht_load = 2;
       bench_closed(C_IQP, params, QDP_DTYPE_FLOAT64, n, out, 2, reps, "variant=natural_load");
@@ -540,7 +522,6 @@ int main(int argc, char **argv) {
   }
   CUDA_OK(cudaFree(basis_idx));
   CUDA_OK(cudaFree(params));
-  CUDA_OK(cudaFree(iqp_ws));
   CUDA_OK(cudaFree(sums));
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaFree(out));

@@ -31,12 +31,9 @@
  * only, so its sharded launches give the bits of one launch.
  */
 #include "qdpk_cuda_internal.cuh"
-#include "qdpk_tune.h"
 
 extern "C" {
 int qdpk_tune_iqp_per_thread = 0;
-int qdpk_tune_iqp_chunk_stages = 0;
-int qdpk_tune_iqp_chunk_lag = 0;
 }
 
 namespace {
@@ -289,40 +286,6 @@ __device__ __forceinline__ void top_values(C (&v)[TOPS], const C *tb, const C (&
 enum iqp_tile { TILE_PART, TILE_WHOLE, TILE_PACKED };
 constexpr uint32_t PACKED_ROWS_MAX = 64;
 
-/* The chunked kernel (iqp_whole_kernel with CHUNK_CL > 0): how far ahead a chunk's sums are
- * formed, how far behind its strided pass runs, and the table slots in turn. */
-constexpr uint64_t CHUNK_LAG_MAX = 16, CHUNK_RING = 2 * CHUNK_LAG_MAX + 1;
-
-/* Its workspace: the counters (8 bytes each: the claims, then two per chunk), then CHUNK_RING table
- * slots of slot_bytes, 16-byte aligned. */
-struct chunked_layout {
-  uint64_t ring_at, slot_bytes;
-  __host__ __device__ chunked_layout(uint64_t chunks, uint32_t high_parts, size_t real) {
-    ring_at = (8 * (1 + 2 * chunks) + 15) / 16 * 16;
-    slot_bytes = ((uint64_t)high_parts * (2 * TOP_BITS + LO_BITS + 1) * real + 15) / 16 * 16;
-  }
-};
-
-/* One slot: per high part j of a chunk, the C_i high parts (TOP_BITS complex), theta_hi and the
- * LO_BITS cross sums. */
-template <typename R>
-struct sums_table {
-  typedef typename cplx<R>::type C;
-  unsigned char *base;
-  uint32_t hp;
-  __device__ sums_table(unsigned char *b, uint32_t high_parts) : base(b), hp(high_parts) {}
-  __device__ C *ch(uint32_t j) const {
-    return reinterpret_cast<C *>(base) + j * TOP_BITS;
-  }
-  __device__ R &theta_hi(uint32_t j) const {
-    return reinterpret_cast<R *>(base + (size_t)hp * TOP_BITS * sizeof(C))[j];
-  }
-  __device__ R *cross(uint32_t j) const {
-    return reinterpret_cast<R *>(base + (size_t)hp * (TOP_BITS * sizeof(C) + sizeof(R))) +
-           j * LO_BITS;
-  }
-};
-
 /* Rows along y, groups of `group` tiles along x (both folded into loops past the grid limits).
  * WHOLE: a tile is 512 consecutive low indices x the 8 tops (thread t: y = base + t and
  * base + t + 256, all tops; tile index y - base + 512 u for top u), of which the span's tops are
@@ -335,12 +298,11 @@ struct sums_table {
  * cosine (E(y)), a few complex products and its stages; the tile's low-bit stages run in
  * registers and shared memory (tile_stages) and the tile is written once. Every shape computes
  * each value by the same operations, so they give the same bits. */
-template <typename TI, typename R, int SHAPE, uint32_t CHUNK_CL>
+template <typename TI, typename R, int SHAPE>
 __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiprocessor: <= 128 regs */
     iqp_whole_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t n, int pairs,
                      uint64_t first, uint64_t count, uint64_t rows, uint64_t tiles, uint32_t group,
-                     uint64_t groups, uint32_t packed, unsigned long long *queue, uint32_t lag,
-                     typename cplx<R>::type *__restrict__ out) {
+                     uint64_t groups, uint32_t packed, typename cplx<R>::type *__restrict__ out) {
   typedef typename cplx<R>::type C;
   constexpr bool WHOLE = SHAPE != TILE_PART, PACKED = SHAPE == TILE_PACKED;
   constexpr uint32_t J = WHOLE ? 2 : PER_THREAD; /* low indices per thread and tile */
@@ -360,6 +322,9 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
   const uint32_t stages = sh.fused_bits(count);
   const uint32_t np = n + (pairs ? n * (n - 1) / 2 : 0);
   const R scale = iqp_scale(n, R());
+  /* The row loop's state, set by setup_rows and read by run_group: two functions rather than
+   * one loop body, which ptxas allocates without the 80 bytes of spills the loop had (complex128:
+   * about 1 % off iqp at 26 and 30 qubits on an H200, iqp-passes-h200 call 26). */
   uint32_t here = 1;
   R th_lo = (R)0;
   C cl[TOP_BITS];
@@ -385,18 +350,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
     }
   };
   /* Group g of the rows from r0: its tiles, computed, transformed and stored. */
-  /* A high part's sums (low indices with the set high bits hm): cross sum i with the low bits
-   * (i < LO_BITS) and the high part of C_i; theta_hi is theta_of(hm). */
-  auto cross_of = [&](uint32_t i, uint64_t hm) -> R {
-    return pairs && i < lo_bits ? pair_sum(d, n, i, hm) : (R)0;
-  };
-  auto ch_of = [&](uint32_t i, uint64_t hm) -> C {
-    return expi(pairs && i < sh.k_bits ? pair_sum(d, n, sh.l_bits + i, hm) : (R)0);
-  };
-  /* Group g of the rows from r0: its tiles, computed, transformed and stored. Its high parts'
-   * sums come from tab (a chunk's table, the group's first high part at index j0), else are
-   * formed here. */
-  auto run_group = [&](uint64_t r0, uint64_t g, const sums_table<R> *tab, uint32_t j0) {
+  auto run_group = [&](uint64_t r0, uint64_t g) {
     const uint64_t gbase = sh.y0 + g * group * Y;
     /* High part h = gbase / 256 + j of the group's low indices: 12 sums each (one high part, 0,
      * when PACKED: those sums are those of any row). theta_hi, the longest (O(popcount^2)), has
@@ -407,18 +361,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
       const uint64_t hm = ((gbase >> LO_BITS) + j) << LO_BITS; /* the set high bits of y */
       return hm < sh.block ? hm : 0; /* past the block: its values are not stored */
     };
-    if (tab != NULL) {
-      for (uint32_t w = t; w < nh * (SUMS + 1); w += QDPK_THREADS) {
-        const uint32_t j = w / (SUMS + 1), i = w % (SUMS + 1);
-        if (i == SUMS) {
-          th_hi[j] = tab->theta_hi(j0 + j);
-        } else if (i < LO_BITS) {
-          cross[j][i] = tab->cross(j0 + j)[i];
-        } else {
-          ch[j][i - LO_BITS] = tab->ch(j0 + j)[i - LO_BITS];
-        }
-      }
-    } else if (t < 32) {
+    if (t < 32) {
       if (t < nh) {
         th_hi[t] = theta_of(d, n, pairs, high(t));
       }
@@ -426,9 +369,11 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
       for (uint32_t w = t - 32; w < nh * SUMS; w += QDPK_THREADS - 32) {
         const uint32_t j = w / SUMS, i = w % SUMS;
         if (i < LO_BITS) {
-          cross[j][i] = cross_of(i, high(j));
+          cross[j][i] = pairs && i < lo_bits ? pair_sum(d, n, i, high(j)) : (R)0;
         } else {
-          ch[j][i - LO_BITS] = ch_of(i - LO_BITS, high(j));
+          ch[j][i - LO_BITS] = expi(pairs && i - LO_BITS < sh.k_bits
+                                        ? pair_sum(d, n, sh.l_bits + i - LO_BITS, high(j))
+                                        : (R)0);
         }
       }
     }
@@ -509,162 +454,20 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
       __syncthreads(); /* the tile's shared memory is rewritten by the next tile */
     }
   };
-  if constexpr (CHUNK_CL == 0) {
-    for (uint64_t r0 = blockIdx.y * (uint64_t)packed; r0 < rows;
-         r0 += (uint64_t)gridDim.y * packed) {
-      setup_rows(r0);
-      for (uint64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-        run_group(r0, g, NULL, 0);
-      }
-      /* d is rewritten for the next row; the loop above ended on a barrier. */
+  for (uint64_t r0 = blockIdx.y * (uint64_t)packed; r0 < rows; r0 += (uint64_t)gridDim.y * packed) {
+    setup_rows(r0);
+    for (uint64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+      run_group(r0, g);
     }
-  } else {
-    /* Chunked (WHOLE, one tile per group): chunk q = r * chunks + c is the low indices
-     * [c, c + 1) 2^cb of every top the span holds in row r, cb = 9 + M for the strided pass of
-     * M = 12 - CHUNK_CL stages from bit 9. Its work: S, its high parts' sums into table slot
-     * q % CHUNK_RING, formed by a whole block; A, its ga tiles, which need S; B, that pass over
-     * the chunk (gb tiles), which needs all of A. Claimed in segments of [S(k), A(k - lag),
-     * B(k - 2 * lag)] (those that exist), so a chunk is still in the L2 cache when B
-     * reads it back, A finds its sums ready and S finds its slot's last A items done. Every item
-     * an item waits for was claimed before it by a block that is running: no wait can deadlock.
-     * queue[0] counts the claims, queue[1 + q] the finished A items of chunk q, queue[1 + Q + q]
-     * its finished S; the table ring follows (chunked_layout). */
-    constexpr uint32_t M = TILE_BITS - CHUNK_CL;
-    const uint32_t cb = WHOLE_Y_BITS + M;
-    const uint64_t chunks = sh.block >> cb, q_all = rows * chunks;
-    const uint64_t ga = (1ull << cb) / Y;
-    const uint64_t per_top = 1ull << (cb - TILE_BITS); /* B tiles of one top in a chunk */
-    const uint64_t gb = (sh.t1 - sh.t0 + 1) * per_top, seg = 1 + ga + gb;
-    const uint32_t hp = 1u << (cb - LO_BITS); /* high parts per chunk */
-    const chunked_layout lay(q_all, hp, sizeof(R));
-    unsigned long long *a_done = queue + 1, *s_done = queue + 1 + q_all;
-    auto slot = [&](uint64_t q) {
-      return sums_table<R>(reinterpret_cast<unsigned char *>(queue) + lay.ring_at +
-                               (q % CHUNK_RING) * lay.slot_bytes,
-                           hp);
-    };
-    auto wait_for = [&](unsigned long long *count, uint64_t want) {
-      if (t == 0) {
-        volatile unsigned long long *c = count;
-        while (*c < want) {
-          __nanosleep(64);
-        }
-        __threadfence();
-      }
-      __syncthreads();
-    };
-    auto finished = [&](unsigned long long *count) { /* the block's stores, then the count */
-                                                     __syncthreads();
-                                                     if (t == 0) {
-                                                       __threadfence();
-                                                       atomicAdd(count, 1ull);
-                                                     }
-    };
-    auto use_row = [&, row_now = ~0ull](uint64_t r) mutable {
-      if (r != row_now) {
-        setup_rows(r);
-        row_now = r;
-      }
-    };
-    __shared__ unsigned long long claimed;
-    for (;;) {
-      __syncthreads(); /* every thread has read the last claim */
-      if (t == 0) {
-        claimed = atomicAdd(queue, 1ull);
-      }
-      __syncthreads();
-      const uint64_t i = claimed;
-      if (i >= (q_all + 2 * lag) * seg) {
-        break;
-      }
-      const uint64_t k = i / seg, at = i % seg;
-      if (at == 0) {
-        if (k >= q_all) {
-          continue;
-        }
-        const uint64_t q = k, hbase = (q % chunks) << cb;
-        if (q >= CHUNK_RING) {
-          wait_for(a_done + q - CHUNK_RING, ga);
-        }
-        use_row(q / chunks);
-        sums_table<R> tab = slot(q);
-        for (uint32_t w = t; w < hp * (SUMS + 1); w += QDPK_THREADS) {
-          if (w < hp) { /* the long sums first, one per thread */
-            tab.theta_hi(w) = theta_of(d, n, pairs, hbase + ((uint64_t)w << LO_BITS));
-          } else {
-            const uint32_t j = (w - hp) / SUMS, e = (w - hp) % SUMS;
-            const uint64_t hm = hbase + ((uint64_t)j << LO_BITS);
-            if (e < LO_BITS) {
-              tab.cross(j)[e] = cross_of(e, hm);
-            } else {
-              tab.ch(j)[e - LO_BITS] = ch_of(e - LO_BITS, hm);
-            }
-          }
-        }
-        finished(s_done + q);
-      } else if (at <= ga) {
-        if (k < lag || k - lag >= q_all) {
-          continue;
-        }
-        const uint64_t q = k - lag;
-        wait_for(s_done + q, 1);
-        use_row(q / chunks);
-        const sums_table<R> tab = slot(q);
-        run_group(q / chunks, (q % chunks) * ga + at - 1, &tab, (uint32_t)(at - 1) * J);
-        finished(a_done + q);
-      } else {
-        if (k < 2 * lag || k - 2 * lag >= q_all) {
-          continue;
-        }
-        const uint64_t q = k - 2 * lag, r = q / chunks, kb = at - 1 - ga;
-        wait_for(a_done + q, ga);
-        C *region = out + r * count + ((kb / per_top) << sh.l_bits) + ((q % chunks) << cb);
-        strided_tile<R, CHUNK_CL>(region, kb % per_top, WHOLE_Y_BITS, sm, t);
-      }
-    }
+    /* d is rewritten for the next row; the loop above ended on a barrier. */
   }
-}
-
-/* Stages of the chunked strided pass (qdpk_tune_iqp_chunk_stages, 7 by default), or 0 where span
- * s is not chunked: it must be whole blocks of more than one chunk of 2^(9 + M) low indices. */
-uint32_t chunk_stages(const struct qdpk_span *s) {
-  const iqp_shape sh(s->qubits, s->first, s->count);
-  const int knob = qdpk_tune_iqp_chunk_stages;
-  const uint32_t m = knob >= 6 && knob <= 8 ? (uint32_t)knob : 7;
-  return sh.whole && sh.l_bits > WHOLE_Y_BITS + m ? m : 0;
-}
-
-uint64_t queue_bytes(const struct qdpk_span *s, uint32_t m) {
-  const iqp_shape sh(s->qubits, s->first, s->count);
-  if (m == 0) {
-    return 0;
-  }
-  const chunked_layout lay(s->rows * (sh.block >> (WHOLE_Y_BITS + m)), 1u << (1 + m),
-                           s->out == QDP_DTYPE_COMPLEX64 ? sizeof(float) : sizeof(double));
-  return lay.ring_at + CHUNK_RING * lay.slot_bytes;
 }
 
 /* The same arguments as the phases kernel's launch; run takes the tile shape instead of K. */
 struct iqp_whole_launch : iqp_launch {
-  void *workspace;
-  size_t workspace_bytes;
-
-  /* CL: 0, or the chunked kernel's strided pass of 12 - CL stages (chunk_stages). */
-  template <typename TI, typename R, int SHAPE, uint32_t CL = 0>
+  template <typename TI, typename R, int SHAPE>
   qdp_status run(const TI *x) const {
     typedef typename cplx<R>::type C;
-    if constexpr (SHAPE == TILE_WHOLE && CL == 0) {
-      switch (workspace ? chunk_stages(s) : 0) {
-      case 8:
-        return run<TI, R, SHAPE, 4>(x);
-      case 7:
-        return run<TI, R, SHAPE, 5>(x);
-      case 6:
-        return run<TI, R, SHAPE, 6>(x);
-      default:
-        break;
-      }
-    }
     static unsigned long long smem_done = 0;
     const uint32_t n = s->qubits;
     const iqp_shape sh(n, s->first, s->count);
@@ -677,7 +480,7 @@ struct iqp_whole_launch : iqp_launch {
     /* The tile, then the coefficients: at most 2016 (63 qubits) or 64 samples' of 6 qubits. */
     const size_t smem_max = TILE_SLOTS * sizeof(C) + (63 + 63 * 62 / 2) * sizeof(R);
     const size_t smem = TILE_SLOTS * sizeof(C) + (size_t)packed * np * sizeof(R);
-    qdp_status rc = allow_smem_once(iqp_whole_kernel<TI, R, SHAPE, CL>, smem_max, &smem_done);
+    qdp_status rc = allow_smem_once(iqp_whole_kernel<TI, R, SHAPE>, smem_max, &smem_done);
     if (rc != QDP_OK) {
       return rc;
     }
@@ -687,47 +490,20 @@ struct iqp_whole_launch : iqp_launch {
     /* Tiles of whole blocks share their group's sums by up to 16 (32 high parts) while that
      * leaves 1024 groups or more to spread over the multiprocessors. */
     uint32_t group = 1;
-    while (SHAPE == TILE_WHOLE && CL == 0 && group < 16 && tiles * s->rows / (2 * group) >= 1024) {
+    while (SHAPE == TILE_WHOLE && group < 16 && tiles * s->rows / (2 * group) >= 1024) {
       group *= 2;
     }
     const uint64_t groups = (tiles + group - 1) / group;
-    uint32_t from = sh.fused_bits(s->count);
     dim3 grid(grid_x(groups), grid_y((s->rows + packed - 1) / packed));
-    unsigned long long *queue = NULL;
-    uint32_t lag = 0;
-    if constexpr (CL != 0) {
-      /* Two blocks per multiprocessor claim the items until none is left. */
-      const uint32_t m = TILE_BITS - CL;
-      const uint64_t need = queue_bytes(s, m);
-      int dev = 0, sms = 0;
-      if (workspace_bytes < need) {
-        return QDP_ERR_INVALID_ARGUMENT;
-      }
-      if (cudaGetDevice(&dev) != cudaSuccess ||
-          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-          cudaMemsetAsync(workspace, 0, need, stream) != cudaSuccess) {
-        return QDP_ERR_CUDA;
-      }
-      queue = static_cast<unsigned long long *>(workspace);
-      grid = dim3(2u * (unsigned)sms, 1);
-      from = WHOLE_Y_BITS + m;
-      /* The lags, in chunks of 2^m tiles: a wave of tiles (one per block) times 5/4 by default,
-       * so that a chunk's tiles are done when its pass is claimed while the chunks in between
-       * and the tiles in flight still fit the L2 cache. */
-      const int knob = qdpk_tune_iqp_chunk_lag;
-      const uint64_t quarters = knob >= 1 && knob <= 16 ? (uint64_t)knob : 5;
-      const uint64_t want = (grid.x * quarters + (4ull << m) - 1) / (4ull << m);
-      lag = (uint32_t)(want < 1 ? 1 : want > CHUNK_LAG_MAX ? CHUNK_LAG_MAX : want);
-    }
-    iqp_whole_kernel<TI, R, SHAPE, CL><<<grid, QDPK_THREADS, smem, stream>>>(
-        x, in_stride, n, pairs, s->first, s->count, s->rows, tiles, group, groups, packed, queue,
-        lag, static_cast<C *>(out));
+    iqp_whole_kernel<TI, R, SHAPE>
+        <<<grid, QDPK_THREADS, smem, stream>>>(x, in_stride, n, pairs, s->first, s->count, s->rows,
+                                               tiles, group, groups, packed, static_cast<C *>(out));
     if ((rc = launched()) != QDP_OK) {
       return rc;
     }
-    /* The low bits above the first pass's (and the chunked pass's), in each block (or the part)
-     * the span holds. */
-    return qdpk_wht_from(out, s->out, len, s->rows * (s->count / len), from, stream);
+    /* The low bits above the fused pass's, in each block (or the part) the span holds. */
+    return qdpk_wht_from(out, s->out, len, s->rows * (s->count / len), sh.fused_bits(s->count),
+                         stream);
   }
 
   template <typename TI, typename R>
@@ -756,20 +532,15 @@ extern "C" qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, 
                          iqp_launch{s, in_stride, pairs != 0, out, stream});
 }
 
-extern "C" size_t qdpk_iqp_workspace_bytes(const struct qdpk_span *s) {
-  return span_ok(s) && qdpk_iqp_span_ok(s) ? queue_bytes(s, chunk_stages(s)) : 0;
-}
-
 extern "C" qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in,
-                               uint64_t in_stride, int pairs, void *workspace,
-                               size_t workspace_bytes, void *out, cudaStream_t stream) {
+                               uint64_t in_stride, int pairs, void *out, cudaStream_t stream) {
   if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
   if (!qdpk_iqp_span_ok(s)) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  const iqp_whole_launch op{{s, in_stride, pairs != 0, out, stream}, workspace, workspace_bytes};
+  const iqp_whole_launch op{{s, in_stride, pairs != 0, out, stream}};
   const bool f32 = in == QDP_DTYPE_FLOAT32;
   if (s->out == QDP_DTYPE_COMPLEX64) {
     return f32 ? op.run_shape<float, float>(x) : op.run_shape<double, float>(x);

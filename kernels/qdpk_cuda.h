@@ -59,18 +59,10 @@ qdp_status qdpk_iqp_phases(const struct qdpk_span *s, const void *x, qdp_dtype i
 /* IQP whole (qdpk_cpu_iqp's contract and span rules; QDP_ERR_INVALID_ARGUMENT for another span):
  * the top K bits' stages in registers per low index, then the low bits' stages, all in one pass
  * that writes the state and the strided passes of qdpk_wht_from (iqp.cu gives the order). Values
- * agree with the CPU twin to rounding; bit-identical however the state is split, and with or
- * without a workspace. Dynamic shared memory of about 70-86 KiB.
- *
- * workspace: NULL, or qdpk_iqp_workspace_bytes(s) bytes of device memory (QDP_ERR_INVALID_ARGUMENT
- * if workspace_bytes is fewer) that the launch overwrites and that must outlive its work on the
- * stream; with it, large states run the first strided pass chunk by chunk behind the first pass,
- * reading each chunk back from the L2 cache: a pass over memory fewer. Where that size is 0 the
- * workspace is not used. */
-size_t qdpk_iqp_workspace_bytes(const struct qdpk_span *s);
+ * agree with the CPU twin to rounding; bit-identical however the state is split. Dynamic shared
+ * memory of about 70-86 KiB. */
 qdp_status qdpk_iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
-                    int pairs, void *workspace, size_t workspace_bytes, void *out,
-                    cudaStream_t stream);
+                    int pairs, void *out, cudaStream_t stream);
 
 qdp_status qdpk_wht(void *data, qdp_dtype out, uint64_t count, uint64_t rows, cudaStream_t stream);
 

@@ -250,62 +250,6 @@ __device__ __forceinline__ void tile_stages_fixed(C *sm, C (&r)[PER_THREAD], uin
   }
 }
 
-/* Tile b of a strided pass of m = 12 - CL >= 4 stages from bit s over data (wht.cu's addressing:
- * 2^CL consecutive values at each of 2^m positions 2^s apart; its strided passes, and iqp.cu's
- * chunked one), loaded straight into the layout of its first stages: register bits at [CL, CL + 4),
- * so register k of thread t holds tile index tile_index(t, k, CL). Those 4 stages run in registers;
- * the tile bits CL + 4 .. 8 after them sit in lane bits and run across lanes; when CL < 8, one
- * regrouping into the natural layout brings the bits from max(9, CL + 4) to 11 into registers. CL
- * is fixed at compile time, so the shared-memory addresses of the regrouping and the lane masks are
- * constants: a pass of 10 stages 8 KiB apart went from 0.75 to 0.80 of the copy on an H200
- * (bench/results/iqp-passes-h200, call 22); the others did not move. */
-template <typename R, uint32_t CL>
-__device__ __forceinline__ void strided_tile(typename cplx<R>::type *__restrict__ data, uint64_t b,
-                                             uint32_t s, typename cplx<R>::type *sm, uint32_t t) {
-  typedef typename cplx<R>::type C;
-  constexpr uint32_t M = TILE_BITS - CL;
-  const uint64_t u = t & ((1u << CL) - 1);
-  const uint64_t w = b & ((1ull << (s - CL)) - 1), hi = b >> (s - CL);
-  /* Tile index i = u | v << CL sits at hi << (M + s) | v << s | w << CL | u */
-  const uint64_t base = (hi << (M + s)) | (w << CL) | u;
-  const uint64_t first = base | ((uint64_t)(t >> CL) << (s + 4)); /* v = k | (t >> CL) << 4 */
-  C r[PER_THREAD];
-#pragma unroll
-  for (uint32_t k = 0; k < PER_THREAD; k++) {
-    r[k] = data[first + ((uint64_t)k << s)];
-  }
-#pragma unroll
-  for (uint32_t rb = 0; rb < 4; rb++) {
-    tile_register_stage(r, rb);
-  }
-#pragma unroll
-  for (uint32_t tb = CL + 4; tb < 9; tb++) {
-    tile_lane_stage(r, t, tb - 4);
-  }
-  if constexpr (CL == 8) { /* every stage done: bits 8..11 were the register bits */
-#pragma unroll
-    for (uint32_t k = 0; k < PER_THREAD; k++) {
-      data[first + ((uint64_t)k << s)] = r[k];
-    }
-  } else {
-    /* The first barrier of the regrouping also keeps the previous tile's reads of shared
-     * memory ahead of this tile's writes. */
-    tile_regroup(sm, r, t, CL, 8);
-#pragma unroll
-    for (uint32_t rb = 1; rb < 4; rb++) { /* tile bits 8 + rb from max(9, CL + 4) */
-      if (8 + rb >= CL + 4) {
-        tile_register_stage(r, rb);
-      }
-    }
-    /* Natural layout: tile index t + 256 k, v = (t >> CL) + k 2^(8 - CL) */
-    const uint64_t natural = base | ((uint64_t)(t >> CL) << s);
-#pragma unroll
-    for (uint32_t k = 0; k < PER_THREAD; k++) {
-      data[natural + ((uint64_t)k << (8 - CL + s))] = r[k];
-    }
-  }
-}
-
 /* Raises a kernel's dynamic shared-memory limit to `bytes` once per device; *done_mask (one per
  * kernel) has bit d set once device d is done. A repeated call is harmless, so a race between
  * threads costs nothing. */

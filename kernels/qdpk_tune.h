@@ -29,12 +29,6 @@ extern int qdpk_tune_sumsq_chunks;
  * the layout of its first stages (one regrouping through shared memory at most, stages across
  * lanes where they fall there); 2 loads it in the natural layout (up to three regroupings). */
 extern int qdpk_tune_wht_load;
-/* qdpk_iqp given a workspace: stages of the strided pass run chunk by chunk inside its first pass,
- * 6, 7 or 8 (default); qdpk_iqp_workspace_bytes depends on it. */
-extern int qdpk_tune_iqp_chunk_stages;
-/* Its lags (sums ahead of the tiles, the strided pass behind them) in quarters of a wave of tiles,
- * one per block: 1..16, 5 by default. */
-extern int qdpk_tune_iqp_chunk_lag;
 
 #ifdef __cplusplus
 }

@@ -115,9 +115,6 @@ struct cuda_device {
   void *stage_dev[2];
   void *stage_mapped[2]; /* stage_host as kernels address it; NULL: not mapped into the device */
   cudaEvent_t stage_free[2];           /* recorded after the last GPU use of the slot */
-  /* qdpk_iqp's workspace, with the staging: the jobs holding it launch on the stream in turn. */
-  void *iqp_ws;
-  uint64_t iqp_ws_cap;
   unsigned char peer[QDP_DEVICES_MAX]; /* by ordinal: this device can access that one's memory */
   pthread_mutex_t cache_lock;          /* the kept buffers */
   struct device_comm *comm; /* the mesh's group, with this device as member `member`; NULL: none */

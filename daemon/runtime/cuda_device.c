@@ -169,11 +169,9 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
     case QDP_ENCODING_IQP:
     case QDP_ENCODING_IQP_Z:
       /* The top bits and the local ones; the executor runs the global bits below the top. */
-      QDP_TRY(rc, cuda_scratch_grow(c, &c->iqp_ws, &c->iqp_ws_cap,
-                                    qdpk_iqp_workspace_bytes(&span), reterr));
       K_TRY(rc, d, "qdpk_iqp",
-            qdpk_iqp(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, c->iqp_ws,
-                     c->iqp_ws_cap, o, c->stream));
+            qdpk_iqp(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, o,
+                     c->stream));
       break;
     default:
       rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,

@@ -42,9 +42,6 @@ static void cuda_device_destroy(struct runtime_device *d) {
       (void)cudaFree(c->stage_dev[i]);
     }
   }
-  if (c->iqp_ws) {
-    (void)cudaFree(c->iqp_ws);
-  }
   if (c->stream) {
     (void)cudaStreamDestroy(c->stream);
   }

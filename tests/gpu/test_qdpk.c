@@ -789,20 +789,6 @@ END_TEST
 
 /* ---- iqp whole (qdpk_iqp) ---- */
 
-/* qdpk_iqp as a device runs it: with the workspace it asks for (synchronized and freed here);
- * chunked = 0 passes none, the unchunked schedule. */
-static qdp_status iqp_launch(const struct qdpk_span *s, const void *dx, qdp_dtype in,
-                             uint64_t stride, int pairs, void *dout, int chunked) {
-  size_t ws_bytes = chunked ? qdpk_iqp_workspace_bytes(s) : 0;
-  void *ws = ws_bytes ? dmalloc(ws_bytes) : NULL;
-  qdp_status rc = qdpk_iqp(s, dx, in, stride, pairs, ws, ws_bytes, dout, 0);
-  if (ws) {
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    cudaFree(ws);
-  }
-  return rc;
-}
-
 /* qdpk_iqp against its CPU twin qdpk_cpu_iqp (within rounding: the sums and the sines differ),
  * iqp and iqp-z, both input and output types, padded rows: states with fewer low bits than the
  * fused pass's tile (n < 12), one tile, several, and those that need the strided passes. */
@@ -833,7 +819,7 @@ START_TEST(test_iqp_whole_matches_cpu) {
           void *cpu = qdpt_xmalloc(bytes), *gpu = qdpt_xmalloc(bytes), *dout = dmalloc(bytes);
           poison_device(dout, bytes);
           ck_assert_int_eq(qdpk_cpu_iqp(&s, hx, ins[a], stride, pairs, cpu), 0);
-          expect_launch(iqp_launch(&s, dx, ins[a], stride, pairs, dout, 1), what);
+          expect_launch(qdpk_iqp(&s, dx, ins[a], stride, pairs, dout, 0), what);
           from_device(gpu, dout, bytes);
           expect_close(gpu, cpu, outs[b], rows * count, what);
           free(cpu);
@@ -873,7 +859,7 @@ START_TEST(test_iqp_shards_are_bit_identical) {
         char *whole = qdpt_xmalloc(bytes), *got = qdpt_xmalloc(bytes);
         void *dwhole = dmalloc(bytes);
         struct qdpk_span s = {n, 0, count, rows, out};
-        expect_launch(iqp_launch(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 1), what);
+        expect_launch(qdpk_iqp(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 0), what);
         from_device(whole, dwhole, bytes);
         /* Shard p of a split is rows x (last - first) at the start of its own allocation. */
         uint64_t blk = count >> QDPK_IQP_TOP_BITS;
@@ -895,7 +881,7 @@ START_TEST(test_iqp_shards_are_bit_identical) {
             dsh[p] = dmalloc((size_t)(rows * len) * cs);
             poison_device(dsh[p], (size_t)(rows * len) * cs);
             struct qdpk_span sh = {n, edges[k][p], len, rows, out};
-            expect_launch(iqp_launch(&sh, dx, QDP_DTYPE_FLOAT64, stride, pairs, dsh[p], 1), what);
+            expect_launch(qdpk_iqp(&sh, dx, QDP_DTYPE_FLOAT64, stride, pairs, dsh[p], 0), what);
           }
           uint32_t g = k < 6 ? (uint32_t)k : 0;
           uint64_t sub = count >> g;
@@ -927,7 +913,7 @@ START_TEST(test_iqp_shards_are_bit_identical) {
         }
         /* Spans of neither shape are refused. */
         struct qdpk_span bad = {n, 1, 3, rows, out};
-        ck_assert_int_eq(iqp_launch(&bad, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 1),
+        ck_assert_int_eq(qdpk_iqp(&bad, dx, QDP_DTYPE_FLOAT64, stride, pairs, dwhole, 0),
                          QDP_ERR_INVALID_ARGUMENT);
         free(whole);
         free(got);
@@ -937,76 +923,6 @@ START_TEST(test_iqp_shards_are_bit_identical) {
       }
     }
   }
-}
-END_TEST
-
-/* The chunked schedule (a workspace; strided passes of 6, 7 and 8 stages run inside the first
- * pass) against the unchunked one, bit for bit: iqp and iqp-z, both output types, one row and
- * several, the whole state and runs of whole blocks; a workspace too small is refused and states
- * of one chunk or less ask for none. */
-START_TEST(test_iqp_chunked_is_bit_identical) {
-  static const struct {
-    uint32_t n;
-    uint64_t rows;
-  } cases[] = {{19, 3}, {22, 2}, {24, 1}};
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  const int saved = qdpk_tune_iqp_chunk_stages;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    for (int pairs = 0; pairs <= 1; pairs++) {
-      enum closed_op op = pairs ? OP_IQP : OP_IQP_Z;
-      for (int b = 0; b < 2; b++) {
-        uint32_t n = cases[i].n;
-        uint64_t rows = cases[i].rows, count = 1ull << n, stride = op_params(op, n);
-        uint64_t blk = count >> QDPK_IQP_TOP_BITS;
-        qdp_dtype out = outs[b];
-        size_t cs = cplx_size(out), bytes = (size_t)(rows * count) * cs;
-        void *hx = closed_inputs(op, QDP_DTYPE_FLOAT64, out, n, rows, stride);
-        void *dx = to_device(hx, (size_t)(rows * stride) * 8);
-        char *want = qdpt_xmalloc(bytes), *got = qdpt_xmalloc(bytes);
-        void *dout = dmalloc(bytes);
-        /* The whole state, then blocks 2..4 of the 8. */
-        const uint64_t firsts[2] = {0, 2 * blk}, counts[2] = {count, 3 * blk};
-        for (int part = 0; part < 2; part++) {
-          struct qdpk_span s = {n, firsts[part], counts[part], rows, out};
-          size_t sb = (size_t)(rows * counts[part]) * cs;
-          char what[160];
-          snprintf(what, sizeof what, "%s n=%u rows=%llu %s, %s", op_name(op), n,
-                   (unsigned long long)rows, qdp_dtype_name(out), part ? "blocks 2..4" : "whole");
-          poison_device(dout, sb);
-          expect_launch(iqp_launch(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dout, 0), what);
-          from_device(want, dout, sb);
-          for (int m = 6; m <= 8; m++) {
-            qdpk_tune_iqp_chunk_stages = m;
-            size_t ws = qdpk_iqp_workspace_bytes(&s);
-            /* Chunked exactly when the blocks hold more than one chunk of 2^(9 + m). */
-            ck_assert_msg((ws > 0) == (n - QDPK_IQP_TOP_BITS > 9 + (uint32_t)m),
-                          "%s: %zu workspace bytes at %d stages", what, ws, m);
-            poison_device(dout, sb);
-            expect_launch(iqp_launch(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dout, 1), what);
-            from_device(got, dout, sb);
-            ck_assert_msg(memcmp(got, want, sb) == 0,
-                          "%s: chunked at %d stages differs from the unchunked schedule", what, m);
-            if (ws > 0) {
-              void *dws = dmalloc(ws);
-              ck_assert_int_eq(qdpk_iqp(&s, dx, QDP_DTYPE_FLOAT64, stride, pairs, dws, ws - 1,
-                                        dout, 0),
-                               QDP_ERR_INVALID_ARGUMENT);
-              cudaFree(dws);
-            }
-          }
-          qdpk_tune_iqp_chunk_stages = saved;
-        }
-        free(want);
-        free(got);
-        free(hx);
-        cudaFree(dout);
-        cudaFree(dx);
-      }
-    }
-  }
-  /* A part of one block is never chunked. */
-  struct qdpk_span part = {24, 0, 1ull << 20, 1, QDP_DTYPE_COMPLEX128};
-  ck_assert_uint_eq(qdpk_iqp_workspace_bytes(&part), 0);
 }
 END_TEST
 
@@ -1196,7 +1112,7 @@ START_TEST(test_iqp_state_matches_cpu_at_26_qubits) {
   expect_close(gpu, cpu, QDP_DTYPE_COMPLEX128, count, "iqp 26 qubits");
   /* And the path a device runs (qdpk_iqp) against the same reference. */
   poison_device(dout, bytes);
-  expect_launch(iqp_launch(&s, dx, QDP_DTYPE_FLOAT64, np, 1, dout, 1), "qdpk_iqp 26");
+  expect_launch(qdpk_iqp(&s, dx, QDP_DTYPE_FLOAT64, np, 1, dout, 0), "qdpk_iqp 26");
   from_device(gpu, dout, bytes);
   expect_close(gpu, cpu, QDP_DTYPE_COMPLEX128, count, "qdpk_iqp 26 qubits");
   free(cpu);
@@ -1456,7 +1372,6 @@ static Suite *qdpk_suite(void) {
       {"iqp_phases", test_iqp_phases_match_cpu},
       {"iqp", test_iqp_whole_matches_cpu},
       {"iqp", test_iqp_shards_are_bit_identical},
-      {"iqp", test_iqp_chunked_is_bit_identical},
       {"wht", test_wht_is_bit_identical_to_cpu},
       {"wht", test_wht_from_direct_passes_equal_natural_passes},
       {"wht", test_wht_shards_with_butterflies_equal_one_transform},
