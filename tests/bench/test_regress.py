@@ -1,6 +1,7 @@
 """bench/regress.py on folders written here: hand-computed verdicts. A figure slower than its band
 (the larger of --band and the spread of its repeats) fails the gate; one within it, one only in the
 new folder, and (with --common) one only in the old pass; a missing one fails without --common.
+A compact baseline (--summarize) keeps each figure's best and band: the same verdicts as its runs.
 
 Usage: python3 test_regress.py REGRESS_PY
 """
@@ -125,6 +126,46 @@ class Regress(unittest.TestCase):
         self.assertEqual(sorted(verdicts), ["WORSE", "ok", "ok"], out)  # the loader, 20 % slower
         self.assertIn("group=16 prefetch=0", out)
         self.assertNotIn("consumer_waiting_fraction", out)
+
+    def test_a_compact_baseline_keeps_each_figures_best_and_band(self):
+        # The runs' folder: a at 10 and 11 ms (band 10 %), b at 100/s once (band 2 %), c once.
+        write(self.old, "r1.txt", ["bench op=a n=1 ms=10 speedup=2", "bench op=b n=1 jobs=3 "
+                                   "vectors_per_s=100", "# comment"])
+        write(self.old, "sub/r2.txt", ["bench op=a n=1 ms=11", "bench op=c n=1 p50_us=40"])
+        p = subprocess.run([sys.executable, REGRESS, "--summarize", str(self.old)],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([l for l in p.stdout.splitlines() if not l.startswith("#")],
+                         ["bench op=a n=1 ms=10 worst=11 runs=2",
+                          "bench op=b n=1 vectors_per_s=100", "bench op=c n=1 p50_us=40"], p.stdout)
+        compact = pathlib.Path(self.tmp.name) / "h200.txt"
+        compact.write_text(p.stdout)
+        # 10.8 ms is within a's 10 %, 11.5 ms is not; 97/s is 3.1 % below b's 100 with no repeats.
+        for a, b, verdicts in (("10.8", "100", {"op=a": "ok", "op=b": "ok"}),
+                               ("11.5", "100", {"op=a": "WORSE", "op=b": "ok"}),
+                               ("10", "97", {"op=a": "ok", "op=b": "WORSE"})):
+            write(self.new, "r.txt", [f"bench op=a n=1 ms={a}",
+                                      f"bench op=b n=1 vectors_per_s={b}"])
+            from_folder = self.run_gate("--common")
+            self.old, folder = compact, self.old
+            from_file = self.run_gate("--common")
+            self.old = folder
+            # c, only in the baseline, is "not run" (the verdict's last word here).
+            self.assertEqual(from_file[:2], (1 if "WORSE" in verdicts.values() else 0,
+                                             dict(verdicts, **{"op=c": "run"})), from_file[2])
+            self.assertEqual(from_file[2], from_folder[2])  # the same table as from the folder
+
+    def test_a_compact_figure_with_a_bad_band_is_an_error_that_names_it(self):
+        write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
+        for line, says in (("bench op=a n=1 ms=10 worst=9 runs=2", "worst=9"),
+                           ("bench op=a n=1 ms=10 worst=12", "worst=12 runs=(none)"),
+                           ("bench op=a n=1 ms=10 worst=12 runs=two", "worst=12 runs=two")):
+            compact = pathlib.Path(self.tmp.name) / "h200.txt"
+            compact.write_text(line + "\n")
+            p = subprocess.run([sys.executable, REGRESS, str(compact), str(self.new)],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stdout)
+            self.assertIn(f"{compact}:1: {says}", p.stderr)
 
     def test_an_empty_baseline_is_an_error(self):
         write(self.old, "r.txt", ["nothing here"])
