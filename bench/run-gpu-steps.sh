@@ -9,8 +9,10 @@
 # bench/regress.py, ROUNDS rounds, "side"); and, only when STEPS names it, the Python side on
 # every GPU of the node (bench/two_gpu_bench.py with TWO_ARGS: shards, gather, DDP loading, "two").
 # STEPS picks some of them (all but "two" by default) so that the run can be cut into calls. It
-# ends with bench/regress.py --common against the committed baseline (BASELINE, default bench/results/baseline-h200: docs/performance.md says how to move it), the
-# figures this run made against the same ones there. Builds nothing.
+# ends with bench/regress.py --common against the committed baseline of the GPU's kind (BASELINE,
+# default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA H200";
+# docs/performance.md says how to write or move one): the figures this run made against the same
+# ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
 set -uo pipefail
 old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
@@ -55,12 +57,16 @@ fi
 if [[ $steps == *" side "* ]]; then
   bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1
 fi
-baseline=${BASELINE:-$root/bench/results/baseline-h200}
-if [ -d "$baseline" ]; then
+kind=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null |
+  awk 'NR == 1 {print tolower($2)}')
+baseline=${BASELINE:-$root/bench/baselines/${kind:-unknown}.txt}
+if [ -e "$baseline" ]; then
   echo "== regress $baseline $out"
   env -u LD_LIBRARY_PATH python3 "$root/bench/regress.py" --common --band "${BASELINE_BAND:-5}" \
     "$baseline" "$out" \
     > "$out/regress-baseline.txt" 2>&1 || rc=1
   tail -n 1 "$out/regress-baseline.txt"
+else
+  echo "== regress: no baseline $baseline for this GPU (${kind:-none found}): not compared"
 fi
 exit $rc
