@@ -204,7 +204,8 @@ static int shm_batches(uint32_t qubits, uint64_t batch, unsigned long clients,
     total += w[i].jobs;
   }
   double elapsed = (now_us() - t0) / 1e6;
-  /* The target is one H200's, for the shape it was set for (docs/performance.md). */
+  /* The target is one H200's, for the shape it was set for (docs/performance.md, "The daemon end
+   * to end"). */
   printf("bench op=shm-batch qubits=%u batch=%" PRIu64 " clients=%lu batches=%" PRIu64
          " seconds=%.2f vectors_per_s=%.0f input_GBps=%.2f region_pinned=%d register_ms=%.1f%s\n",
          qubits, batch, clients, total, elapsed, (double)(total * batch) / elapsed,

@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(QDPK_THREADS, 2) /* two blocks per multiproces
   const R scale = iqp_scale(n, R());
   /* The row loop's state, set by setup_rows and read by run_group: two functions rather than
    * one loop body, which ptxas allocates without the 80 bytes of spills the loop had (complex128:
-   * about 1 % off iqp at 26 and 30 qubits on an H200, iqp-passes-h200 call 28). */
+   * about 1 % off iqp at 26 and 30 qubits on an H200; docs/performance.md, "IQP"). */
   uint32_t here = 1;
   R th_lo = (R)0;
   C cl[TOP_BITS];

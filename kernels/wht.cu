@@ -30,11 +30,10 @@ namespace {
 
 using namespace qdpk;
 
-/* The most stages of a strided pass: runs of 2^(12 - m) values no shorter than 64 bytes. Measured
- * on an H200 (bench/results/iqp-passes-h200, calls 13, 19 and 22): stores in runs of 64 bytes
- * reach 0.85 of the fill rate, 128 bytes 0.87, 32 bytes 0.61; a pass of 10 stages in runs of 64
- * bytes 0.64-0.80 of the copy, still less than two passes of 5. So 19 stages after iqp's first
- * pass (31 qubits) take two passes, not three. */
+/* The most stages of a strided pass: runs of 2^(12 - m) values no shorter than 64 bytes. On an
+ * H200 stores in runs of 64 bytes reach 0.85 of the fill rate, 128 bytes 0.87, 32 bytes 0.61; a
+ * pass of 10 stages in runs of 64 bytes costs less than two passes of 5 (docs/performance.md,
+ * "IQP"). So 19 stages after iqp's first pass (31 qubits) take two passes, not three. */
 template <typename R>
 constexpr uint32_t max_strided_bits() {
   return sizeof(typename cplx<R>::type) == 16 ? 10 : 9;
@@ -90,8 +89,8 @@ __global__ void __launch_bounds__(QDPK_THREADS)
  * run in registers; the tile bits CL + 4 .. 8 after them sit in lane bits and run across lanes;
  * when CL < 8, one regrouping into the natural layout brings the bits from max(9, CL + 4) to 11
  * into registers. CL is fixed at compile time, so the shared-memory addresses of the regrouping
- * and the lane masks are constants: a pass of 10 stages 8 KiB apart went from 0.75 to 0.80 of
- * the copy on an H200 (bench/results/iqp-passes-h200, call 22); the others did not move. */
+ * and the lane masks are constants: that took a pass of 10 stages 8 KiB apart from 0.75 to 0.80 of
+ * the copy on an H200 and left the shorter passes as they were (docs/performance.md, "IQP"). */
 template <typename R, uint32_t CL>
 __global__ void __launch_bounds__(QDPK_THREADS)
     wht_direct_kernel(typename cplx<R>::type *__restrict__ data, uint64_t tiles, uint32_t s) {

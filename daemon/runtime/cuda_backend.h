@@ -57,9 +57,10 @@
  * launch and event overheads (a few microseconds) vanish, small enough that 2 x 64 MiB of device
  * memory is negligible next to a GPU's state budget. */
 #define CUDA_STAGE_DEFAULT (UINT64_C(64) << 20)
-/* Threads packing unpinned host input per GPU when copy_threads is 0 (auto), at most: on one H200
- * a 2^30 float64 file in the page cache went up at 5.8, 17.0, 23.8 and 41.4 GB/s with 1, 4, 8
- * and 16 (bench/results/ingest-h200). They only run while a copy does. */
+/* Threads packing unpinned host input per GPU when copy_threads is 0 (auto), at most: one thread
+ * copies out of the page cache at about 9 GB/s, a GPU's link takes 55; on an H200, 16 threads took
+ * a 2^30 float64 file in the page cache up at 37.5 GB/s, one at 5.4 (docs/performance.md, "Host
+ * and file input"). They only run while a copy does. */
 #define CUDA_COPY_THREADS_AUTO 16
 /* The smallest slot: it must hold one row of the widest parameter set (iqp with 60 qubits has
  * 60 + 1770 values, 14640 B in float64) with room to spare. */
@@ -169,9 +170,9 @@ struct cuda_scratch {
   const char *resident;
   uint64_t resident_stride;
   bool resident_external;
-  cudaEvent_t done;     /* behind the job's work on this device, for cuda_stage_end_waited */
-  cudaEvent_t uploaded; /* behind its upload on the copy stream */
-  bool upload_pending;  /* that upload not yet waited for (upload_landed) */
+  cudaEvent_t done;          /* behind the job's work on this device, for cuda_stage_end_waited */
+  cudaEvent_t uploaded;      /* behind its upload on the copy stream */
+  bool upload_pending;       /* that upload not yet waited for (upload_landed) */
   struct cuda_scratch *next; /* in the device's spares */
 };
 

@@ -2,7 +2,7 @@
 
 grpcio 1.84's default client (the EventEngine one) answers each call on a thread of its own and
 hands the reply over to the caller's: on an H200 node that hand-off cost 80 us of a 183 us Health
-round trip and 290 us of a small encode and release (bench/results/python-h200-2). gRPC reads
+round trip and 290 us of a small encode and release (docs/performance.md, "From Python"). gRPC reads
 its experiments once, at its first import, from GRPC_EXPERIMENTS; so importing qdp first asks
 for the transport that answers on the caller's thread, unless
 
