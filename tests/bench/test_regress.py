@@ -155,6 +155,25 @@ class Regress(unittest.TestCase):
                                              dict(verdicts, **{"op=c": "run"})), from_file[2])
             self.assertEqual(from_file[2], from_folder[2])  # the same table as from the folder
 
+    def test_a_run_at_its_baselines_worst_repeat_passes(self):
+        # The band is the spread of the baseline's repeats, so a run that equals its slowest repeat
+        # is within it, in the folder and in its compact form alike, however the division rounds
+        # (these pairs are ones whose band and ratio differ in their last bits).
+        write(self.old, "r1.txt", ["bench op=r n=1 p50_us=192.9", "bench op=v n=1 vectors_per_s="
+                                   "2638478"])
+        write(self.old, "r2.txt", ["bench op=r n=1 p50_us=218.6", "bench op=v n=1 vectors_per_s="
+                                   "2461893"])
+        write(self.new, "r.txt", ["bench op=r n=1 p50_us=218.6", "bench op=v n=1 vectors_per_s="
+                                  "2461893"])
+        rc, v, out = self.run_gate()
+        self.assertEqual((rc, v), (0, {"op=r": "ok", "op=v": "ok"}), out)
+        p = subprocess.run([sys.executable, REGRESS, "--summarize", str(self.old)],
+                           capture_output=True, text=True, timeout=60)
+        self.old = pathlib.Path(self.tmp.name) / "h200.txt"
+        self.old.write_text(p.stdout)
+        rc, v, out = self.run_gate()
+        self.assertEqual((rc, v), (0, {"op=r": "ok", "op=v": "ok"}), out)
+
     def test_a_compact_figure_with_a_bad_band_is_an_error_that_names_it(self):
         write(self.new, "r.txt", ["bench op=a n=1 ms=9"])
         for line, says in (("bench op=a n=1 ms=10 worst=9 runs=2", "worst=9"),
@@ -166,6 +185,16 @@ class Regress(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(p.returncode, 1, p.stdout)
             self.assertIn(f"{compact}:1: {says}", p.stderr)
+
+    def test_a_file_that_cannot_be_read_is_an_error_that_names_it(self):
+        write(self.old, "r.txt", ["bench op=a n=1 ms=10"])
+        write(self.new, "r.txt", ["bench op=a n=1 ms=10"])
+        (self.new / "gone.txt").symlink_to(self.new / "nowhere.txt")
+        p = subprocess.run([sys.executable, REGRESS, str(self.old), str(self.new)],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn(f"cannot read {self.new / 'gone.txt'}", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
 
     def test_an_empty_baseline_is_an_error(self):
         write(self.old, "r.txt", ["nothing here"])
