@@ -198,7 +198,8 @@ def main() -> None:
     if not old:
         sys.exit(f"regress: no figures in {args.paths[0]}")
     failed = 0
-    print(f"{'figure':<78} {'metric':>13} {'old':>11} {'new':>11} {'ratio':>7} {'band':>6}  verdict")
+    print(f"{'figure':<78} {'metric':>13} {'old':>11} {'new':>11} {'ratio':>7} {'band':>6}  "
+          "verdict")
     for ident in sorted(set(old) | set(new)):
         if ident not in new:
             failed += not args.common
