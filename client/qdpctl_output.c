@@ -400,6 +400,8 @@ void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_s(w, "owner", s->owner);
   jw_d(w, "encode_ms", s->encode_ms);
   jw_u(w, "leases", s->leases);
+  jw_u(w, "ttl_seconds", s->ttl_seconds);
+  jw_b(w, "ttl_capped", s->ttl_capped);
   jw_open(w, "shards", '[');
   for (size_t i = 0; i < s->nshards; i++) {
     shard_json(w, s->shards[i]);
@@ -449,7 +451,12 @@ void state_print(const struct global *g, const struct qdp_state_info *s, const c
          s->nshards == 1 ? "" : "s");
   printf("created    %s by %s, encoded in %.3f ms\n", created, s->owner[0] ? s->owner : "-",
          s->encode_ms);
-  printf("expires    %s\n", expires);
+  if (s->expires_unix_ms) {
+    printf("expires    %s (ttl %" PRIu64 " s%s)\n", expires, s->ttl_seconds,
+           s->ttl_capped ? ", capped at the daemon's max_ttl" : "");
+  } else {
+    printf("expires    %s\n", expires);
+  }
   if (s->label[0]) {
     printf("label      %s\n", s->label);
   }
@@ -466,6 +473,13 @@ int print_new_state(const struct global *g, const struct qdp_state_info *s) {
     return EXIT_LOCAL;
   }
   snprintf(ref, n, "%s:%s", s->handle, s->token);
+  if (s->ttl_capped) {
+    /* Said on stderr too, so a script reading REF from stdout still learns it. */
+    fprintf(stderr,
+            "qdpctl: warning: the ttl asked for is above the daemon's max_ttl; the state "
+            "expires in %" PRIu64 " s\n",
+            s->ttl_seconds);
+  }
   if (g->json) {
     struct jw w = {stdout, 0, {0}};
     jw_open(&w, NULL, '{');

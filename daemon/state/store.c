@@ -435,10 +435,13 @@ static qdp_status new_entry(struct state_store *s, const struct state_reservatio
   e->meta.bytes = r->bytes;
   e->meta.created_unix_ms = capability_now_unix_ms();
   uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
-  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
+  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. A caller
+   * that asked for longer is told (the reply's ttl_capped), never cut short silently. */
   if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
+    e->meta.ttl_capped = ttl_ms != 0;
     ttl = s->lim.max_ttl_ms;
   }
+  e->meta.ttl_ms = ttl;
   if (ttl) {
     /* Clamp far futures instead of overflowing the signed millisecond clock. */
     int64_t room = INT64_MAX - e->meta.created_unix_ms;

@@ -227,6 +227,28 @@ class Qdpctl(unittest.TestCase):
         self.assertEqual(self.js("health")["status"], "SERVING")
         self.assertEqual(self.ok("health").stdout.strip(), "SERVING")
 
+    def test_a_ttl_above_max_ttl_is_capped_and_said(self):
+        """A --ttl above the daemon's max_ttl (86400 s by default) gets max_ttl, and qdpctl says
+        so: a warning on stderr, the expiry line, and ttl_capped in --json; a ttl within it is
+        kept as asked, with no warning."""
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "1",
+                         "--values", "3,4", "--ttl", "1000000000")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        e = json.loads(p.stdout)
+        self.assertEqual((e["ttl_seconds"], e["ttl_capped"]), (86400, True))
+        self.assertEqual(e["expires_unix_ms"] - e["created_unix_ms"], 86400_000)
+        self.assertIn("above the daemon's max_ttl; the state expires in 86400 s", p.stderr)
+        human = self.ok("describe", e["ref"]).stdout
+        self.assertRegex(human, r"expires    \S+ \(ttl 86400 s, capped at the daemon's max_ttl\)")
+        self.ok("rm", e["ref"])
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "1",
+                         "--values", "3,4", "--ttl", "600")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        e = json.loads(p.stdout)
+        self.assertEqual((e["ttl_seconds"], e["ttl_capped"]), (600, False))
+        self.assertNotIn("max_ttl", p.stderr)
+        self.ok("rm", e["ref"])
+
     def test_encode_describe_ls_rm_cycle(self):
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "3,4",
                     "--label", "cycle", "--ttl", "600", "--policy", "single", "--devices",

@@ -535,14 +535,20 @@ START_TEST(test_ttl_default_and_cap) {
   ck_assert_int_eq(state_store_get(s, h1, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 60000);
+  ck_assert_uint_eq(m.ttl_ms, 60000);
+  ck_assert(!m.ttl_capped); /* the default is not a request */
   add_state(s, "a", 1, 7200000, h2, t);
   ck_assert_int_eq(state_store_get(s, h2, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 3600000);
+  ck_assert_uint_eq(m.ttl_ms, 3600000);
+  ck_assert(m.ttl_capped); /* asked for 2 h: the record says it got max_ttl instead */
   add_state(s, "a", 1, 1000, h3, t);
   ck_assert_int_eq(state_store_get(s, h3, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 1000);
+  ck_assert_uint_eq(m.ttl_ms, 1000);
+  ck_assert(!m.ttl_capped);
   state_store_destroy(s);
 }
 END_TEST
@@ -558,6 +564,8 @@ START_TEST(test_max_ttl_caps_states_that_would_never_expire) {
   ck_assert_int_eq(state_store_get(s, h, t, &p, &m, NULL), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 5000);
+  ck_assert_uint_eq(m.ttl_ms, 5000);
+  ck_assert(!m.ttl_capped); /* 0 asks for the default, whatever max_ttl makes of it */
   state_store_destroy(s);
 }
 END_TEST
