@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qdp_size.h"
 #include "qdpctl.h"
 
 /* ---- JSON ---- */
@@ -179,25 +180,11 @@ void fmt_u64(char *buf, size_t size, uint64_t v) {
 }
 
 void fmt_size(const struct global *g, char *buf, size_t size, uint64_t v) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (g->raw_bytes || v < 1024) {
-    snprintf(buf, size, g->raw_bytes ? "%" PRIu64 : "%" PRIu64 " B", v);
+  if (g->raw_bytes) {
+    snprintf(buf, size, "%" PRIu64, v);
     return;
   }
-  double x = (double)v;
-  int u = -1;
-  while (x >= 1024 && u < 5) {
-    x /= 1024;
-    u++;
-  }
-  /* One decimal unless it would be .0 (rounded as printed: 1023.96 KiB is "1024 KiB"). */
-  char one[32];
-  snprintf(one, sizeof one, "%.1f", x);
-  size_t n = strlen(one);
-  if (n >= 2 && one[n - 1] == '0' && one[n - 2] == '.') {
-    one[n - 2] = '\0';
-  }
-  snprintf(buf, size, "%s %s", one, units[u]);
+  qdp_size_text(buf, size, v);
 }
 
 /* ISO-8601 UTC; `none` when the daemon sent no time (0). */

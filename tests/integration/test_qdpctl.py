@@ -307,7 +307,11 @@ class Qdpctl(unittest.TestCase):
         e = self.refused(7, "encode", "--encoding", "phase", "--qubits", q, "--values", vals)
         self.assertEqual(e["code"], "QDP_ERR_RESOURCE_EXHAUSTED")
         self.assertGreater(e["need_bytes"], e["free_bytes"])
-        self.assertIn(str(e["need_bytes"]), e["message"])
+        self.assertEqual(e["need_bytes"], 16 << (int(q) - 2))  # a quarter on each of 4 devices
+        self.assertIn(f"{q}-qubit complex128 state (16 TiB) does not fit", e["message"])
+        p = self.run_ctl("encode", "--encoding", "phase", "--qubits", q, "--values", vals)
+        self.assertEqual(p.returncode, 7)
+        self.assertIn(f"need_bytes {e['need_bytes']}, free_bytes {e['free_bytes']}", p.stderr)
         e = self.refused(5, "describe", "00000000:11111111")
         self.assertEqual(e["code"], "QDP_ERR_NOT_FOUND")
 

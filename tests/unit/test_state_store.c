@@ -108,8 +108,8 @@ START_TEST(test_admit_client_budget_exact_boundary) {
   ck_assert_int_eq(state_store_admit(s, "alice@h:12", 1073741825ULL, &b, &err),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_str_eq(err.msg,
-                   "state of 1073741825 B refused: client 'alice@h:12' holds 3221225472 B of its "
-                   "4294967296 B budget (client_budget_bytes)");
+                   "state of 1 GiB refused: client 'alice@h:12' holds 3 GiB of its 4 GiB budget "
+                   "(client_budget_bytes)");
   ck_assert_uint_eq(err.need_bytes, 1073741825ULL);
   ck_assert_uint_eq(err.free_bytes, 1073741824ULL);
   /* Another client has its own budget. */
