@@ -131,6 +131,8 @@ void *qdp__state_from_pb(const void *pb) {
   s->expires_unix_ms = p->expires_unix_ms;
   s->encode_ms = p->encode_ms;
   s->leases = p->leases;
+  s->ttl_seconds = p->ttl_seconds;
+  s->ttl_capped = p->ttl_capped;
   s->handle = dup0(p->handle);
   s->token = dup0(p->token);
   s->policy = dup0(p->policy);

@@ -248,6 +248,10 @@ struct qdp_state_info {
   char *owner;
   double encode_ms;
   uint32_t leases; /* since 0.3: open view leases */
+  /* since 0.7: the lifetime the state was given in whole seconds (0 = no expiry), and whether
+   * the ttl asked for was above the daemon's max_ttl, which it got instead */
+  uint64_t ttl_seconds;
+  int ttl_capped;
 };
 
 struct qdp_device_need {

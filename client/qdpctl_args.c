@@ -2,6 +2,7 @@
  * the option sets that several commands share; the help epilogue; failures as exit codes. */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -158,8 +159,15 @@ int exit_code_for(const struct qdp_errinfo *e) {
 
 int fail(const struct global *g, const char *cmd) {
   const struct qdp_errinfo *e = qdp_last_error();
-  fprintf(stderr, "qdpctl %s: %s (%s)\n", cmd, e->msg[0] ? e->msg : qdp_strerror(e->code),
-          e->code_name);
+  /* The message gives sizes as a person reads them; the exact figures follow it. */
+  if (e->need_bytes || e->free_bytes) {
+    fprintf(stderr, "qdpctl %s: %s (%s; need_bytes %" PRIu64 ", free_bytes %" PRIu64 ")\n", cmd,
+            e->msg[0] ? e->msg : qdp_strerror(e->code), e->code_name, e->need_bytes,
+            e->free_bytes);
+  } else {
+    fprintf(stderr, "qdpctl %s: %s (%s)\n", cmd, e->msg[0] ? e->msg : qdp_strerror(e->code),
+            e->code_name);
+  }
   if (g->json) {
     struct jw w = {stdout, 0, {0}};
     jw_open(&w, NULL, '{');

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qdp_size.h"
 #include "qdpctl.h"
 
 /* ---- JSON ---- */
@@ -179,25 +180,11 @@ void fmt_u64(char *buf, size_t size, uint64_t v) {
 }
 
 void fmt_size(const struct global *g, char *buf, size_t size, uint64_t v) {
-  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (g->raw_bytes || v < 1024) {
-    snprintf(buf, size, g->raw_bytes ? "%" PRIu64 : "%" PRIu64 " B", v);
+  if (g->raw_bytes) {
+    snprintf(buf, size, "%" PRIu64, v);
     return;
   }
-  double x = (double)v;
-  int u = -1;
-  while (x >= 1024 && u < 5) {
-    x /= 1024;
-    u++;
-  }
-  /* One decimal unless it would be .0 (rounded as printed: 1023.96 KiB is "1024 KiB"). */
-  char one[32];
-  snprintf(one, sizeof one, "%.1f", x);
-  size_t n = strlen(one);
-  if (n >= 2 && one[n - 1] == '0' && one[n - 2] == '.') {
-    one[n - 2] = '\0';
-  }
-  snprintf(buf, size, "%s %s", one, units[u]);
+  qdp_size_text(buf, size, v);
 }
 
 /* ISO-8601 UTC; `none` when the daemon sent no time (0). */
@@ -400,6 +387,8 @@ void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_s(w, "owner", s->owner);
   jw_d(w, "encode_ms", s->encode_ms);
   jw_u(w, "leases", s->leases);
+  jw_u(w, "ttl_seconds", s->ttl_seconds);
+  jw_b(w, "ttl_capped", s->ttl_capped);
   jw_open(w, "shards", '[');
   for (size_t i = 0; i < s->nshards; i++) {
     shard_json(w, s->shards[i]);
@@ -449,7 +438,12 @@ void state_print(const struct global *g, const struct qdp_state_info *s, const c
          s->nshards == 1 ? "" : "s");
   printf("created    %s by %s, encoded in %.3f ms\n", created, s->owner[0] ? s->owner : "-",
          s->encode_ms);
-  printf("expires    %s\n", expires);
+  if (s->expires_unix_ms) {
+    printf("expires    %s (ttl %" PRIu64 " s%s)\n", expires, s->ttl_seconds,
+           s->ttl_capped ? ", capped at the daemon's max_ttl" : "");
+  } else {
+    printf("expires    %s\n", expires);
+  }
   if (s->label[0]) {
     printf("label      %s\n", s->label);
   }
@@ -466,6 +460,13 @@ int print_new_state(const struct global *g, const struct qdp_state_info *s) {
     return EXIT_LOCAL;
   }
   snprintf(ref, n, "%s:%s", s->handle, s->token);
+  if (s->ttl_capped) {
+    /* Said on stderr too, so a script reading REF from stdout still learns it. */
+    fprintf(stderr,
+            "qdpctl: warning: the ttl asked for is above the daemon's max_ttl; the state "
+            "expires in %" PRIu64 " s\n",
+            s->ttl_seconds);
+  }
   if (g->json) {
     struct jw w = {stdout, 0, {0}};
     jw_open(&w, NULL, '{');

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "job.h"
 
 static unsigned input_size(int dtype) {
@@ -124,9 +125,10 @@ qdp_status job_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t ma
   if (bytes > max_upload_bytes) {
     struct qdp_error e = QDP_ERROR_INIT;
     qdp_error_set(&e, QDP_ERR_RESOURCE_EXHAUSTED, "request.input",
-                  "the upload declares %" PRIu64 " B (%" PRIu64 " x %" PRIu64
-                  " %s) but max_upload_bytes is %" PRIu64 " B; send a .npy path or shared memory",
-                  bytes, r, cols, qdp_dtype_name((qdp_dtype)dtype), max_upload_bytes);
+                  "the upload declares %s (%" PRIu64 " x %" PRIu64
+                  " %s) but max_upload_bytes is %s; send a .npy path or shared memory",
+                  QDP_SIZE_STR(bytes), r, cols, qdp_dtype_name((qdp_dtype)dtype),
+                  QDP_SIZE_STR(max_upload_bytes));
     e.need_bytes = bytes;
     e.free_bytes = max_upload_bytes;
     if (reterr) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "internal.h"
 
 /* What one identity's uploads in flight hold; listed only while it holds something. */
@@ -55,18 +56,17 @@ static qdp_status check_budgets(uint64_t held, uint64_t budget, const char *owne
   /* Compared without forming held + more, which may overflow. */
   if (held > budget || more > budget - held) {
     rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                       "uploads in flight hold %" PRIu64 " B of upload_budget = %" PRIu64
-                       " B and this one needs %" PRIu64 " B more; retry later",
-                       held, budget, more);
+                       "uploads in flight hold %s of upload_budget = %s and this one needs %s "
+                       "more; retry later",
+                       QDP_SIZE_STR(held), QDP_SIZE_STR(budget), QDP_SIZE_STR(more));
     if (err) {
       err->free_bytes = held < budget ? budget - held : 0;
     }
   } else if (mine_held > mine || more > mine - mine_held) {
     rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                       "uploads of %s in flight hold %" PRIu64
-                       " B of client_upload_budget = %" PRIu64 " B and this one needs %" PRIu64
-                       " B more; finish or cancel one first",
-                       owner, mine_held, mine, more);
+                       "uploads of %s in flight hold %s of client_upload_budget = %s and this "
+                       "one needs %s more; finish or cancel one first",
+                       owner, QDP_SIZE_STR(mine_held), QDP_SIZE_STR(mine), QDP_SIZE_STR(more));
     if (err) {
       err->free_bytes = mine_held < mine ? mine - mine_held : 0;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "qdp_size.h"
 
 __extension__ typedef unsigned __int128 plan_u128;
 
@@ -978,11 +979,11 @@ qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr) {
            p->batch > 1 ? " or the batch size" : "", c128 ? ", use complex64" : "");
   if (p->batch > 1) {
     text_add(&t, sizeof msg - 1,
-             "a batch of %llu %u-qubit %s states (%llu B) does not fit: ", ull(p->batch), p->qubits,
-             dt ? dt : "?", ull(p->total_bytes));
+             "a batch of %llu %u-qubit %s states (%s) does not fit: ", ull(p->batch), p->qubits,
+             dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
   } else {
-    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%llu B) does not fit: ", p->qubits,
-             dt ? dt : "?", ull(p->total_bytes));
+    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits,
+             dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
   }
   /* Room for the list: what the hint and a closing "; ..." leave. */
   const size_t limit = sizeof msg - 1 - strlen(tail) - strlen("; ...");
@@ -992,11 +993,12 @@ qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr) {
     if (n->fits) {
       continue;
     }
+    char need[QDP_SIZE_TEXT], budget[QDP_SIZE_TEXT];
+    qdp_size_text_pair(need, budget, sizeof need, n->need_bytes, n->budget_bytes);
     if (!text_add(&t, limit,
-                  "%s%s needs %llu B (shard %llu + staging %llu + workspace %llu) but its budget "
-                  "is %llu B",
-                  listed ? "; " : "", n->name, ull(n->need_bytes), ull(n->shard_bytes),
-                  ull(n->staging_bytes), ull(n->workspace_bytes), ull(n->budget_bytes))) {
+                  "%s%s needs %s (shard %s + staging %s + workspace %s) but its budget is %s",
+                  listed ? "; " : "", n->name, need, QDP_SIZE_STR(n->shard_bytes),
+                  QDP_SIZE_STR(n->staging_bytes), QDP_SIZE_STR(n->workspace_bytes), budget)) {
       text_add(&t, sizeof msg - 1, "%s...", listed ? "; " : "");
       break;
     }

@@ -144,6 +144,8 @@ static Qdp__StateInfo *state_info(struct rpc_server *s, struct arena *a,
   info->collective = (char *)st->collective;
   info->created_unix_ms = st->meta.created_unix_ms;
   info->expires_unix_ms = st->meta.expires_unix_ms;
+  info->ttl_seconds = st->meta.ttl_ms / 1000; /* ttls are asked for in whole seconds */
+  info->ttl_capped = st->meta.ttl_capped;
   info->label = arena_str(a, st->meta.label);
   info->owner = arena_str(a, st->meta.owner);
   info->encode_ms = st->encode_ms;

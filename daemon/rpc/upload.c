@@ -14,6 +14,7 @@
 
 #include <time.h>
 
+#include "qdp_size.h"
 #include "codec.h"
 #include "internal.h"
 #include "log.h"
@@ -214,9 +215,9 @@ static qdp_status append(struct rpc_call *c, const uint8_t *data, size_t n, stru
     }
     struct qdp_error e = QDP_ERROR_INIT;
     qdp_error_set(&e, QDP_ERR_RESOURCE_EXHAUSTED, "data",
-                  "the upload passes max_upload_bytes = %" PRIu64
-                  " B; send a .npy path or shared memory instead",
-                  u->limit);
+                  "the upload passes max_upload_bytes = %s; send a .npy path or shared memory "
+                  "instead",
+                  QDP_SIZE_STR(u->limit));
     e.need_bytes = u->len + n;
     e.free_bytes = u->limit;
     *err = e;

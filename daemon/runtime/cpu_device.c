@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "qdpk.h"
 #include "runtime/device.h"
 
@@ -29,8 +30,8 @@ static qdp_status cpu_alloc(struct runtime_device *d, uint64_t bytes, void **ret
       reterr->need_bytes = bytes;
     }
     return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, err,
-                            "%s: cannot allocate %llu B of host memory: %s", d->info.name,
-                            (unsigned long long)bytes, strerror(err));
+                            "%s: cannot allocate %s of host memory: %s", d->info.name,
+                            QDP_SIZE_STR(bytes), strerror(err));
   }
   *ret_ptr = p;
   return QDP_OK;

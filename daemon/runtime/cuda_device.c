@@ -1,5 +1,6 @@
 /* The CUDA backend's ops table, its error reporting and the encodings other than amplitude
  * (cuda_backend.h). */
+#include "qdp_size.h"
 #include "runtime/cuda_backend.h"
 
 /* Records a failed CUDA call and clears the thread's CUDA error state. */
@@ -56,10 +57,10 @@ qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_
     reterr->free_bytes = free_b;
   }
   return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, (int)err,
-                          "%s cannot allocate %llu B of device memory: cudaMalloc reports %s "
-                          "with %llu B free of %llu B",
-                          d->info.name, (unsigned long long)bytes, cudaGetErrorName(err),
-                          (unsigned long long)free_b, (unsigned long long)total_b);
+                          "%s cannot allocate %s of device memory: cudaMalloc reports %s "
+                          "with %s free of %s",
+                          d->info.name, QDP_SIZE_STR(bytes), cudaGetErrorName(err),
+                          QDP_SIZE_STR(free_b), QDP_SIZE_STR(total_b));
 }
 
 /* Waits for everything queued on the device's streams; used on error paths so that no copy is

@@ -2,6 +2,7 @@
  * registration, and the mesh (cuda_backend.h). */
 #include <sched.h>
 
+#include "qdp_size.h"
 #include "runtime/cuda_backend.h"
 
 int runtime_cuda_device_count(void) {
@@ -130,9 +131,9 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
         reterr->need_bytes = stage_bytes;
       }
       rc = qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, ordinal, (int)err,
-                            "%s cannot pin %llu B of host memory for its input staging; lower "
+                            "%s cannot pin %s of host memory for its input staging; lower "
                             "staging_bytes",
-                            d->info.name, (unsigned long long)stage_bytes);
+                            d->info.name, QDP_SIZE_STR(stage_bytes));
       goto out;
     }
     if (err != cudaSuccess) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "launcher.h"
 #include "qdp_limits.h"
 #include "runtime/device.h"
@@ -309,17 +310,17 @@ qdp_status runtime_device_reserve(struct runtime_device *d, uint64_t bytes,
   uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
   for (;;) {
     if (used > d->info.budget_bytes || bytes > d->info.budget_bytes - used) {
+      const uint64_t left = used < d->info.budget_bytes ? d->info.budget_bytes - used : 0;
       if (reterr) {
         reterr->need_bytes = bytes;
-        reterr->free_bytes = used < d->info.budget_bytes ? d->info.budget_bytes - used : 0;
+        reterr->free_bytes = left;
       }
+      char need[QDP_SIZE_TEXT], have[QDP_SIZE_TEXT];
+      qdp_size_text_pair(need, have, sizeof need, bytes, left);
       return qdp_error_set_at(
           reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
-          "%s needs %llu B for its shard but only %llu B of its %llu B budget "
-          "are left (%llu B in use)",
-          d->info.name, (unsigned long long)bytes,
-          (unsigned long long)(used < d->info.budget_bytes ? d->info.budget_bytes - used : 0),
-          (unsigned long long)d->info.budget_bytes, (unsigned long long)used);
+          "%s needs %s for its shard but only %s of its %s budget are left (%s in use)",
+          d->info.name, need, have, QDP_SIZE_STR(d->info.budget_bytes), QDP_SIZE_STR(used));
     }
     if (__atomic_compare_exchange_n(&d->used_bytes, &used, used + bytes, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED)) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "runtime/mesh.h"
 #include "runtime/state.h"
 
@@ -145,8 +146,8 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
   /* The budget first: nothing is allocated for a gather that cannot fit. */
   rc = runtime_device_reserve(dst, p->total_bytes, reterr);
   if (rc != QDP_OK) {
-    qdp_error_prefix(reterr, "gather of a %" PRIu64 " B state (%zu shard%s) onto %s",
-                     p->total_bytes, p->nshards, p->nshards == 1 ? "" : "s", dst->info.name);
+    qdp_error_prefix(reterr, "gather of a state of %s (%zu shard%s) onto %s",
+                     QDP_SIZE_STR(p->total_bytes), p->nshards, p->nshards == 1 ? "" : "s", dst->info.name);
     return rc;
   }
   g = calloc(1, sizeof *g);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_size.h"
 #include "state/capability.h"
 #include "state/store.h"
 
@@ -308,9 +309,9 @@ static qdp_status check_room(const struct state_store *s, const char *owner, con
     uint64_t budget = lim->budget_bytes ? lim->budget_bytes : UINT64_MAX;
     qdp_status rc =
         qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                      "state of %" PRIu64 " B refused: the store holds %" PRIu64
-                      " B of its %" PRIu64 " B budget (budget_bytes); release states or raise it",
-                      bytes, s->bytes, budget);
+                      "state of %s refused: the store holds %s of its %s budget (budget_bytes); "
+                      "release states or raise it",
+                      QDP_SIZE_STR(bytes), QDP_SIZE_STR(s->bytes), QDP_SIZE_STR(budget));
     if (reterr) {
       reterr->need_bytes = bytes;
       reterr->free_bytes = budget - s->bytes;
@@ -321,9 +322,10 @@ static qdp_status check_room(const struct state_store *s, const char *owner, con
       (lim->client_budget_bytes && bytes > lim->client_budget_bytes - obytes)) {
     uint64_t budget = lim->client_budget_bytes ? lim->client_budget_bytes : UINT64_MAX;
     qdp_status rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                                  "state of %" PRIu64 " B refused: client '%s' holds %" PRIu64
-                                  " B of its %" PRIu64 " B budget (client_budget_bytes)",
-                                  bytes, owner, obytes, budget);
+                                  "state of %s refused: client '%s' holds %s of its %s budget "
+                                  "(client_budget_bytes)",
+                                  QDP_SIZE_STR(bytes), owner, QDP_SIZE_STR(obytes),
+                                  QDP_SIZE_STR(budget));
     if (reterr) {
       reterr->need_bytes = bytes;
       reterr->free_bytes = budget - obytes;
@@ -332,15 +334,15 @@ static qdp_status check_room(const struct state_store *s, const char *owner, con
   }
   if (lim->max_states && s->slots >= lim->max_states) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "state of %" PRIu64 " B refused: the store holds %" PRIu32
+                         "state of %s refused: the store holds %" PRIu32
                          " states and reservations, its limit (max_states %" PRIu32 ")",
-                         bytes, s->slots, lim->max_states);
+                         QDP_SIZE_STR(bytes), s->slots, lim->max_states);
   }
   if (lim->max_client_states && oslots >= lim->max_client_states) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "state of %" PRIu64 " B refused: client '%s' holds %" PRIu32
+                         "state of %s refused: client '%s' holds %" PRIu32
                          " states and reservations, its limit (max_client_states %" PRIu32 ")",
-                         bytes, owner, oslots, lim->max_client_states);
+                         QDP_SIZE_STR(bytes), owner, oslots, lim->max_client_states);
   }
   return QDP_OK;
 }
@@ -435,10 +437,13 @@ static qdp_status new_entry(struct state_store *s, const struct state_reservatio
   e->meta.bytes = r->bytes;
   e->meta.created_unix_ms = capability_now_unix_ms();
   uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
-  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. */
+  /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. A caller
+   * that asked for longer is told (the reply's ttl_capped), never cut short silently. */
   if (s->lim.max_ttl_ms && (ttl == 0 || ttl > s->lim.max_ttl_ms)) {
+    e->meta.ttl_capped = ttl_ms != 0;
     ttl = s->lim.max_ttl_ms;
   }
+  e->meta.ttl_ms = ttl;
   if (ttl) {
     /* Clamp far futures instead of overflowing the signed millisecond clock. */
     int64_t room = INT64_MAX - e->meta.created_unix_ms;

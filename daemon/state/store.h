@@ -26,6 +26,7 @@
 #ifndef QDP_STATE_STORE_H
 #define QDP_STATE_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,8 @@ struct state_meta {
   uint64_t bytes;
   int64_t created_unix_ms;
   int64_t expires_unix_ms; /* 0 = never */
+  uint64_t ttl_ms;         /* the lifetime given at commit (0 = never) */
+  bool ttl_capped;         /* the ttl asked for was above max_ttl_ms, which it got instead */
   uint32_t leases;         /* open leases (zero-copy views held by clients) */
 };
 
@@ -77,10 +80,11 @@ void state_reservation_cancel(struct state_reservation *r); /* NULL-safe */
 
 /* Turns the reservation into a state holding `payload` (destroyed through payload_destroy when the
  * state goes). ttl_ms 0 = the default TTL; capped at max_ttl_ms (a state that would never expire
- * gets max_ttl_ms too). Consumes r in every case; on failure payload is not taken and the bytes go
- * back to the budgets. ret_handle/ret_token: STATE_HANDLE_LEN / STATE_TOKEN_LEN bytes.
- * payload must be non-NULL and not held already (INTERNAL); label (NULL = "") at most 127 B
- * (INVALID_ARGUMENT); SYSTEM when getrandom(2) fails. */
+ * gets max_ttl_ms too; the record says when a ttl asked for was capped). Consumes r in every
+ * case; on failure payload is not taken and the bytes go back to the budgets.
+ * ret_handle/ret_token: STATE_HANDLE_LEN / STATE_TOKEN_LEN bytes. payload must be non-NULL and
+ * not held already (INTERNAL); label (NULL = "") at most 127 B (INVALID_ARGUMENT); SYSTEM when
+ * getrandom(2) fails. */
 qdp_status state_store_commit(struct state_store *s, struct state_reservation *r, void *payload,
                               void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
                               char *ret_handle, char *ret_token, struct qdp_error *reterr);

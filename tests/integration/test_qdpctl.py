@@ -227,6 +227,28 @@ class Qdpctl(unittest.TestCase):
         self.assertEqual(self.js("health")["status"], "SERVING")
         self.assertEqual(self.ok("health").stdout.strip(), "SERVING")
 
+    def test_a_ttl_above_max_ttl_is_capped_and_said(self):
+        """A --ttl above the daemon's max_ttl (86400 s by default) gets max_ttl, and qdpctl says
+        so: a warning on stderr, the expiry line, and ttl_capped in --json; a ttl within it is
+        kept as asked, with no warning."""
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "1",
+                         "--values", "3,4", "--ttl", "1000000000")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        e = json.loads(p.stdout)
+        self.assertEqual((e["ttl_seconds"], e["ttl_capped"]), (86400, True))
+        self.assertEqual(e["expires_unix_ms"] - e["created_unix_ms"], 86400_000)
+        self.assertIn("above the daemon's max_ttl; the state expires in 86400 s", p.stderr)
+        human = self.ok("describe", e["ref"]).stdout
+        self.assertRegex(human, r"expires    \S+ \(ttl 86400 s, capped at the daemon's max_ttl\)")
+        self.ok("rm", e["ref"])
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "1",
+                         "--values", "3,4", "--ttl", "600")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        e = json.loads(p.stdout)
+        self.assertEqual((e["ttl_seconds"], e["ttl_capped"]), (600, False))
+        self.assertNotIn("max_ttl", p.stderr)
+        self.ok("rm", e["ref"])
+
     def test_encode_describe_ls_rm_cycle(self):
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--values", "3,4",
                     "--label", "cycle", "--ttl", "600", "--policy", "single", "--devices",
@@ -285,7 +307,11 @@ class Qdpctl(unittest.TestCase):
         e = self.refused(7, "encode", "--encoding", "phase", "--qubits", q, "--values", vals)
         self.assertEqual(e["code"], "QDP_ERR_RESOURCE_EXHAUSTED")
         self.assertGreater(e["need_bytes"], e["free_bytes"])
-        self.assertIn(str(e["need_bytes"]), e["message"])
+        self.assertEqual(e["need_bytes"], 16 << (int(q) - 2))  # a quarter on each of 4 devices
+        self.assertIn(f"{q}-qubit complex128 state (16 TiB) does not fit", e["message"])
+        p = self.run_ctl("encode", "--encoding", "phase", "--qubits", q, "--values", vals)
+        self.assertEqual(p.returncode, 7)
+        self.assertIn(f"need_bytes {e['need_bytes']}, free_bytes {e['free_bytes']}", p.stderr)
         e = self.refused(5, "describe", "00000000:11111111")
         self.assertEqual(e["code"], "QDP_ERR_NOT_FOUND")
 

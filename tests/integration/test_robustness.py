@@ -220,8 +220,11 @@ class Robustness(unittest.TestCase):
         self.assertIsNotNone(d)
         self.assertGreater(d.need_bytes, d.free_bytes)
         self.assertGreater(d.need_bytes, 0)
-        self.assertIn(str(d.need_bytes), e.details())
-        self.assertIn(str(DEVICE_BUDGET), e.details().replace(",", ""))
+        # The message in sizes a person reads; the exact bytes in the detail.
+        self.assertEqual((d.need_bytes, d.free_bytes), (32 << 20, DEVICE_BUDGET))
+        self.assertIn("23-qubit complex128 state (128 MiB) does not fit", e.details())
+        self.assertIn("needs 32 MiB (shard 32 MiB + staging 0 B + workspace 0 B) but its budget "
+                      "is 16 MiB", e.details())
         # The dry run explains instead of refusing.
         p = self.c.call("Plan", req)
         self.assertFalse(p.feasible)
@@ -251,7 +254,11 @@ class Robustness(unittest.TestCase):
             self.assertEqual(b1.owner, me)
             e = self.refused("a third under another name", lambda: bob.encode("phase", 18, x),
                              SC.RESOURCE_EXHAUSTED)
-            self.assertIn(str(CLIENT_BUDGET), e.details().replace(",", ""))
+            # The message reads as a person would; the detail has the exact bytes.
+            self.assertIn("state of 4 MiB refused", e.details())
+            self.assertIn("holds 8 MiB of its 8 MiB budget", e.details())
+            d = bob.error_detail(e)
+            self.assertEqual((d.need_bytes, d.free_bytes), (1 << 22, 0))
             self.assertIn(me, e.details())
             # Either name lists and releases the identity's states, without tokens.
             listed = {st.handle for st in bob.call("List", self.pb.ListRequest()).states}

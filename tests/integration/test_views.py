@@ -135,8 +135,8 @@ class Views(unittest.TestCase):
     def test_gather_that_does_not_fit_is_refused_with_numbers(self):
         st = self.encode4(19)  # 8 MiB: 2 MiB per device, a 4 MiB budget each
         e = self.refused(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: self.gather(st, "cpu:1"),
-                         "gather of a 8388608 B state (4 shards) onto cpu:1",
-                         "needs 8388608 B", f"only {BUDGET - (2 << 20)} B of its {BUDGET} B")
+                         "gather of a state of 8 MiB (4 shards) onto cpu:1",
+                         "needs 8 MiB", "only 2 MiB of its 4 MiB budget")
         d = self.c.error_detail(e)
         self.assertEqual((d.need_bytes, d.free_bytes), (8 << 20, BUDGET - (2 << 20)))
         self.assertEqual(d.device, 1)

@@ -15,6 +15,7 @@
 #include <grpc/slice.h>
 
 #include "codec.h"
+#include "qdp_size.h"
 #include "qdp_wire.h"
 #include "qdp.pb-c.h"
 #include "job/job.h"
@@ -326,7 +327,8 @@ START_TEST(test_upload_limit_is_the_declared_size_or_the_configured_cap) {
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_uint_eq(e.need_bytes, 8000000);
   ck_assert_uint_eq(e.free_bytes, 1 << 20);
-  ck_assert_ptr_nonnull(strstr(e.msg, "8000000"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "declares 7.6 MiB (1000 x 1000 float64)"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "max_upload_bytes is 1 MiB"));
   ck_assert_int_eq(job_upload_limit(QDP_DTYPE_FLOAT64, UINT64_MAX, 3, UINT64_MAX, &lim, &exact, &e),
                    QDP_ERR_INVALID_ARGUMENT);
 }
@@ -420,6 +422,37 @@ START_TEST(test_unpack_refuses_a_nul_inside_a_string_at_any_depth) {
 }
 END_TEST
 
+START_TEST(test_sizes_read_as_a_person_reads_them) {
+  char b[QDP_SIZE_TEXT], c[QDP_SIZE_TEXT];
+  const struct {
+    uint64_t bytes;
+    const char *text;
+  } cases[] = {
+      {0, "0 B"},
+      {1023, "1023 B"},
+      {1024, "1 KiB"},
+      {1536, "1.5 KiB"},          /* 1.5 x 1024 */
+      {1048575, "1024 KiB"},      /* 1023.999 KiB, rounded as printed */
+      {5583457484ull, "5.2 GiB"}, /* 5.19999 GiB */
+      {1ull << 44, "16 TiB"},
+      {UINT64_MAX, "16 EiB"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ck_assert_str_eq(qdp_size_text(b, sizeof b, cases[i].bytes), cases[i].text);
+  }
+  /* A pair that would read the same reads exactly; one that differs stays short. */
+  qdp_size_text_pair(b, c, sizeof b, 8397808, 8397807);
+  ck_assert_str_eq(b, "8397808 B");
+  ck_assert_str_eq(c, "8397807 B");
+  qdp_size_text_pair(b, c, sizeof b, 2048, 1024);
+  ck_assert_str_eq(b, "2 KiB");
+  ck_assert_str_eq(c, "1 KiB");
+  qdp_size_text_pair(b, c, sizeof b, 4096, 4096);
+  ck_assert_str_eq(b, "4 KiB");
+  ck_assert_str_eq(c, "4 KiB");
+}
+END_TEST
+
 static Suite *codec_suite(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("messages");
@@ -432,6 +465,7 @@ static Suite *codec_suite(void) {
   tc = tcase_create("status");
   tcase_add_test(tc, test_status_maps_grpc_codes_and_sends_local_causes_as_internal);
   tcase_add_test(tc, test_error_detail_carries_every_number);
+  tcase_add_test(tc, test_sizes_read_as_a_person_reads_them);
   suite_add_tcase(s, tc);
   tc = tcase_create("request");
   tcase_add_test(tc, test_input_shape_derives_rows_and_cols_and_refuses_mismatch);

@@ -455,11 +455,11 @@ START_TEST(test_35_qubits_complex128_over_two_139_gib_is_refused_with_the_number
     ck_assert_int_eq(plan_check_feasible(p, &e), QDP_ERR_RESOURCE_EXHAUSTED);
     ck_assert_int_eq(e.code, QDP_ERR_RESOURCE_EXHAUSTED);
     ck_assert_ptr_nonnull(
-        strstr(e.msg, "35-qubit complex128 state (549755813888 B) does not fit: "));
+        strstr(e.msg, "35-qubit complex128 state (512 GiB) does not fit: "));
     ck_assert_ptr_nonnull(strstr(e.msg,
-                                 "cuda:0 needs 274877906944 B (shard 274877906944 + "
-                                 "staging 0 + workspace 0) but its budget is "
-                                 "149250113536 B; cuda:1 needs 274877906944 B"));
+                                 "cuda:0 needs 256 GiB (shard 256 GiB + staging 0 B + "
+                                 "workspace 0 B) but its budget is 139 GiB; cuda:1 needs "
+                                 "256 GiB"));
     ck_assert_ptr_nonnull(strstr(e.msg, "lower 'qubits', use complex64, or add devices"));
     ck_assert_uint_eq(e.need_bytes, 274877906944ull);
     ck_assert_uint_eq(e.free_bytes, 149250113536ull);
@@ -501,8 +501,8 @@ START_TEST(test_feasibility_counts_staging_and_workspace_to_the_byte) {
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(plan_check_feasible(p, &e), QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg,
-                               "cpu:0 needs 8397808 B (shard 8388608 + staging 1000 + "
-                               "workspace 8200) but its budget is 8397807 B"));
+                               "cpu:0 needs 8397808 B (shard 8 MiB + staging 1000 B + "
+                               "workspace 8 KiB) but its budget is 8397807 B"));
   /* complex64 already: no complex64 hint. */
   ck_assert_ptr_null(strstr(e.msg, "use complex64"));
   plan_destroy(p);
@@ -534,8 +534,8 @@ START_TEST(test_an_external_output_needs_only_staging_and_workspace) {
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(plan_check_feasible(p, &e), QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg,
-                               "cuda:0 needs 9200 B (shard 0 + staging 1000 + "
-                               "workspace 8200) but its budget is 9199 B"));
+                               "cuda:0 needs 9200 B (shard 0 B + staging 1000 B + "
+                               "workspace 8 KiB) but its budget is 9199 B"));
   plan_destroy(p);
 }
 END_TEST
@@ -593,7 +593,7 @@ START_TEST(test_refusal_message_stays_within_its_buffer) {
   ck_assert_int_eq(plan_check_feasible(p, &e), QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_uint_lt(strlen(e.msg), sizeof e.msg);
   ck_assert_ptr_nonnull(strstr(e.msg, "; ...; lower 'qubits'"));
-  ck_assert_ptr_nonnull(strstr(e.msg, "r0/cuda:0 needs 262144 B"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "r0/cuda:0 needs 256 KiB"));
   const char *end = "or add devices";
   ck_assert_str_eq(e.msg + strlen(e.msg) - strlen(end), end);
   ck_assert_int_eq(e.rank, 4);

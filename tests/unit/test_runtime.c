@@ -603,8 +603,10 @@ START_TEST(test_device_that_filled_up_since_planning_refuses_with_numbers) {
   struct runtime_state *second = NULL;
   CK_STATUS(runtime_encode(m, p, &in, &second, &e), QDP_ERR_RESOURCE_EXHAUSTED, e);
   ck_assert_ptr_null(second);
-  ck_assert_msg(strstr(e.msg, "cpu:0 needs 4096 B") && strstr(e.msg, "only 0 B of its 4096 B"),
+  ck_assert_msg(strstr(e.msg, "cpu:0 needs 4 KiB") && strstr(e.msg, "only 0 B of its 4 KiB"),
                 "%s", e.msg);
+  ck_assert_uint_eq(e.need_bytes, 4096); /* the exact figures travel in the detail */
+  ck_assert_uint_eq(e.free_bytes, 0);
   runtime_state_destroy(first);
   qdpt_assert_mesh_idle(m, "after the refusal");
   plan_destroy(p);

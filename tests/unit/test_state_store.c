@@ -108,8 +108,8 @@ START_TEST(test_admit_client_budget_exact_boundary) {
   ck_assert_int_eq(state_store_admit(s, "alice@h:12", 1073741825ULL, &b, &err),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_str_eq(err.msg,
-                   "state of 1073741825 B refused: client 'alice@h:12' holds 3221225472 B of its "
-                   "4294967296 B budget (client_budget_bytes)");
+                   "state of 1 GiB refused: client 'alice@h:12' holds 3 GiB of its 4 GiB budget "
+                   "(client_budget_bytes)");
   ck_assert_uint_eq(err.need_bytes, 1073741825ULL);
   ck_assert_uint_eq(err.free_bytes, 1073741824ULL);
   /* Another client has its own budget. */
@@ -535,14 +535,20 @@ START_TEST(test_ttl_default_and_cap) {
   ck_assert_int_eq(state_store_get(s, h1, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 60000);
+  ck_assert_uint_eq(m.ttl_ms, 60000);
+  ck_assert(!m.ttl_capped); /* the default is not a request */
   add_state(s, "a", 1, 7200000, h2, t);
   ck_assert_int_eq(state_store_get(s, h2, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 3600000);
+  ck_assert_uint_eq(m.ttl_ms, 3600000);
+  ck_assert(m.ttl_capped); /* asked for 2 h: the record says it got max_ttl instead */
   add_state(s, "a", 1, 1000, h3, t);
   ck_assert_int_eq(state_store_get(s, h3, t, &p, &m, &err), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 1000);
+  ck_assert_uint_eq(m.ttl_ms, 1000);
+  ck_assert(!m.ttl_capped);
   state_store_destroy(s);
 }
 END_TEST
@@ -558,6 +564,8 @@ START_TEST(test_max_ttl_caps_states_that_would_never_expire) {
   ck_assert_int_eq(state_store_get(s, h, t, &p, &m, NULL), QDP_OK);
   state_store_put(s, p);
   ck_assert_int_eq(m.expires_unix_ms - m.created_unix_ms, 5000);
+  ck_assert_uint_eq(m.ttl_ms, 5000);
+  ck_assert(!m.ttl_capped); /* 0 asks for the default, whatever max_ttl makes of it */
   state_store_destroy(s);
 }
 END_TEST

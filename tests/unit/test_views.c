@@ -87,9 +87,9 @@ START_TEST(test_gather_that_does_not_fit_is_refused_with_numbers) {
   ck_assert_uint_eq(e.need_bytes, 32768);
   ck_assert_uint_eq(e.free_bytes, 20000 - 8192);
   ck_assert_int_eq(e.device, 2);
-  ck_assert_msg(strstr(e.msg, "gather of a 32768 B state (4 shards) onto cpu:2") != NULL, "%s",
+  ck_assert_msg(strstr(e.msg, "gather of a state of 32 KiB (4 shards) onto cpu:2") != NULL, "%s",
                 e.msg);
-  ck_assert_msg(strstr(e.msg, "needs 32768 B") && strstr(e.msg, "only 11808 B of its 20000 B"),
+  ck_assert_msg(strstr(e.msg, "needs 32 KiB") && strstr(e.msg, "only 11.5 KiB of its 19.5 KiB"),
                 "%s", e.msg);
   ck_assert_uint_eq(qdpt_used_on(m, 2), 8192); /* nothing stays reserved */
   e = (struct qdp_error)QDP_ERROR_INIT;
