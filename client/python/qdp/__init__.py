@@ -24,12 +24,13 @@ from .errors import (  # noqa: E402
     FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported, OutOfRange,
     PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
 from .state import State  # noqa: E402
-from .records import DeviceNeed, Device, Plan, Shard, StateInfo, Status  # noqa: E402
+from .records import (  # noqa: E402
+    DeviceNeed, Device, Plan, Shard, StateInfo, Status, format_bytes)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "State", "default_target", "LARGE_BYTES",
+    "Client", "State", "default_target", "LARGE_BYTES", "format_bytes",
     "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device",
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import weakref
@@ -621,7 +622,7 @@ class Client:
                                         NUMPY_DTYPES["int64"]):
             raise InvalidArgument(f"empty(dtype={dt}): use float32, float64 or int64",
                                   field="input.dtype")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        nbytes = math.prod(int(n) for n in shape) * dt.itemsize  # no int64 to overflow
         region = self._new_region(nbytes)
         arr = region.array(shape, dt.newbyteorder("<"))
         self._user_regions[id(region)] = region

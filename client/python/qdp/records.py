@@ -16,6 +16,35 @@ NUMPY_DTYPES: Dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float64": np.d
                 "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
                 "int64": np.dtype("<i8")}
 
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_bytes(n: int) -> str:
+    """A byte count for people, in binary units as qdpctl prints it: "512 B", "10.4 GiB",
+    "16 TiB".
+
+    Parameters
+    ----------
+    n : int
+        Bytes, >= 0.
+
+    Returns
+    -------
+    str
+        Below 1 KiB the exact count and "B"; else the largest unit (KiB to EiB) that leaves a
+        value of at least 1, with one decimal unless it prints as ".0" (1023.96 KiB is
+        "1024 KiB"). The exact figure, where it matters, travels beside it (``need_bytes``).
+    """
+    n = int(n)
+    if n < 1024:
+        return f"{n} B"
+    x, unit = float(n), -1
+    while x >= 1024 and unit < len(_UNITS) - 1:
+        x /= 1024
+        unit += 1
+    text = f"{x:.1f}"
+    return f"{text[:-2] if text.endswith('.0') else text} {_UNITS[unit]}"
+
 
 def encoding_name(number: int) -> str:
     """The package's name of Encoding ``number`` ("iqp-z"); "unspecified" for 0."""
