@@ -14,11 +14,11 @@ import grpc
 import numpy as np
 
 from . import _cuda
-from ._handoff import READ, WRITE, hand_over, hand_over_path
+from ._handoff import READ, WRITE, hand_over
 from ._region import Region, RegionPool
 from ._wire import Wire
-from .errors import (Error, FailedPrecondition, InvalidArgument, NotSupported, PermissionDenied,
-                     Unimplemented, error_for, from_rpc_error)
+from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
+                     PermissionDenied, Unimplemented, error_for, from_rpc_error)
 from .state import State
 from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
                     dtype_name)
@@ -35,6 +35,9 @@ REGION_CACHE_BYTES = 2 << 30
 #: What FetchInto raises when the daemon cannot write a region (one older than FetchInto, or one
 #: that registered it read-only): this client streams from then on.
 _CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
+
+#: The first bytes of every .npy file.
+NPY_MAGIC = b"\x93NUMPY"
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: What ``encode(..., out=...)`` writes into, and returns.
@@ -160,6 +163,62 @@ def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
     except ValueError:
         raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
                               field=field) from None
+
+
+def _table_suffixes() -> Tuple[str, ...]:
+    """The files an encode reads here through qdp.readers (imported only now: it registers a
+    fork handler) rather than handing them to the daemon: what it reads but .npy."""
+    from .readers import SUFFIXES
+
+    return tuple(s for s in SUFFIXES if s != ".npy")
+
+
+def _open_input(path: str) -> int:
+    """Opens a file an encode reads, with this process's rights; the errors name the path."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFound(f"{path}: no such file", field="input.path") from None
+    except PermissionError:
+        raise PermissionDenied(f"{path}: this process may not read it",
+                               field="input.path") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: {e.strerror}", field="input.path") from None
+
+
+def _check_npy(fd: int, path: str) -> None:
+    """Refuses a file that is not a .npy before the daemon sees it, saying what it is."""
+    try:
+        head = os.pread(fd, 64, 0)
+    except IsADirectoryError:
+        raise InvalidArgument(f"{path} is a directory: name a .npy file",
+                              field="input.path") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: {e.strerror}", field="input.path") from None
+    if head.startswith(NPY_MAGIC):
+        return
+    tables = ", ".join(_table_suffixes())
+    if not head:
+        what = "is empty"
+    elif _is_text(head):
+        what = f"holds text ({head[:24].decode('utf-8', 'replace')!r}...)"
+    else:
+        what = f"starts with {head[:8]!r}, not {NPY_MAGIC!r}"
+    raise InvalidArgument(f"{path} {what}, not a .npy array (numpy.save writes those): encode "
+                          f"reads a path ending in {tables} through qdp.readers.open_source and "
+                          "any other as .npy; name a CSV file *.csv, or pass the values as an "
+                          "array", field="input.path")
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether the first bytes of a file read as text (UTF-8, cut anywhere)."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not merely a character cut at the end
+            return False
+        text = head[:e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n\ufeff" for c in text)
 
 
 class Client:
@@ -378,7 +437,7 @@ class Client:
         if src.kind == "path":
             inp.path = src.path
             if self.socket_path is not None:
-                inp.fd_ticket = hand_over_path(self.socket_path, src.path)
+                inp.fd_ticket = self._hand_npy(src.path)
             return None
         if src.kind == "cuda":
             # Kept in src, which encode holds until the daemon has read the memory.
@@ -412,6 +471,48 @@ class Client:
                 inp.shm.offset, inp.shm.length = 0, arr.nbytes
                 return None
         return r, memoryview(np.ascontiguousarray(arr)).cast("B")  # type: ignore[arg-type]
+
+    def _hand_npy(self, path: str) -> str:
+        """Opens the .npy file ``path`` here, checks that it is one, and hands that descriptor
+        over (the daemon reads what was checked); returns the ticket."""
+        fd = _open_input(path)
+        try:
+            _check_npy(fd, path)
+            return self._hand_fd(fd)
+        finally:
+            os.close(fd)
+
+    def _input(self, data: Any, encoding: str) -> _Source:
+        """An encode's input resolved: a table file (CSV, Parquet, Arrow, .pt) read here into
+        an array, any other path left for the daemon to read as .npy."""
+        src = _source(data, encoding)
+        if src.kind == "path" and src.path.lower().endswith(_table_suffixes()):
+            return _source(self._read_table(src.path), encoding)
+        return src
+
+    def _read_table(self, path: str) -> np.ndarray:
+        """The rows of a table file, read here as ``qdp.readers.open_source(path)`` does."""
+        from . import readers
+
+        if self.socket_path is None:
+            raise InvalidArgument(f"{path}: over TCP a path names a .npy file on the daemon's "
+                                  "node, and the daemon reads no tables: read it here, src = "
+                                  "qdp.readers.open_source(path), and encode its rows, "
+                                  "src.read(0, src.rows)", field="input.path")
+        try:
+            fd = _open_input(path)  # the errors of a path, not of a reader
+            os.close(fd)
+            src = readers.open_source(path)
+            return src.read(0, src.rows)
+        except IsADirectoryError:
+            raise InvalidArgument(f"{path} is a directory: name a file",
+                                  field="input.path") from None
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{e.message} (encode reads {path} as "
+                                  "qdp.readers.open_source(path) does: for other columns or "
+                                  "nulls, encode the rows of src = qdp.readers.open_source(path, "
+                                  "columns=..., null_policy=...), src.read(0, src.rows))",
+                                  field="input.path") from None
 
     def _upload(self, request: Any, data: Any) -> Any:
         wire = self.wire
@@ -448,8 +549,11 @@ class Client:
         data : list, numpy.ndarray, torch.Tensor, str or os.PathLike
             One sample (1-D) or a batch of samples (2-D, one per row), float32 or float64 (other
             real types become float64); for basis, one index per sample (an int, or a 1-D array
-            of indices: a batch). A path names an ``.npy`` file on the daemon's node, opened here
-            and handed over. A CPU tensor is read without a copy; a CUDA tensor needs a daemon
+            of indices: a batch). A path ending in ``.csv``, ``.parquet``, ``.arrow``,
+            ``.feather``, ``.ipc`` or ``.pt`` is read here as :func:`qdp.readers.open_source`
+            reads it (its rows are the batch; a unix: target only); any other path names an
+            ``.npy`` file, opened here, checked and handed over (over TCP: a file on the
+            daemon's node). A CPU tensor is read without a copy; a CUDA tensor needs a daemon
             with CUDA IPC input. Arrays that live in :meth:`empty` buffers are read in place.
         encoding : str
             "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
@@ -486,8 +590,11 @@ class Client:
         Raises
         ------
         InvalidArgument
-            A bad field (``field`` names it; "out" for a tensor of the wrong dtype, size or
-            layout; "ttl" or "label" given with ``out``), zero norm, non-finite values.
+            A bad field (``field`` names it; "input.path" for a file that is not a .npy or a
+            table; "out" for a tensor of the wrong dtype, size or layout; "ttl" or "label"
+            given with ``out``), zero norm, non-finite values.
+        NotFound, PermissionDenied
+            A path that does not exist or that this process may not read (field "input.path").
         NotSupported
             ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
             target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
@@ -501,7 +608,7 @@ class Client:
         dst = self._output(out, dtype) if out is not None else None
         r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
                           devices, ttl, label)
-        src = _source(data, encoding)
+        src = self._input(data, encoding)
         staged = (src.kind == "array" and src.array is not None
                   and src.array.nbytes >= LARGE_BYTES and self.socket_path is not None
                   and self._owned_region(src.array) is None)
@@ -558,8 +665,8 @@ class Client:
         Parameters
         ----------
         data : array-like, str, os.PathLike or None
-            As for :meth:`encode`; only its shape and dtype are sent (a path is handed over).
-            None with ``shape``.
+            As for :meth:`encode`; only its shape and dtype are sent (an .npy path is handed
+            over, a table read here). None with ``shape``.
         encoding, qubits, dtype, policy, devices
             As for :meth:`encode`.
         shape : (int, int), optional
@@ -580,7 +687,7 @@ class Client:
             r.input.rows, r.input.cols = int(shape[0]), int(shape[1])
             r.input.dtype = _enum_of(DTYPES, input_dtype, "input dtype", "input.dtype")
         else:
-            src = _source(data, encoding)
+            src = self._input(data, encoding)
             if src.kind == "path":
                 self._fill_input(r, src)
             elif src.kind == "cuda":

@@ -117,10 +117,16 @@ class DeadlineExceeded(Error):
 
 
 class NotFound(Error):
-    """Unknown handle, or a wrong token (the two read alike)."""
+    """Unknown handle, or a wrong token (the two read alike); or a file named by a path that
+    does not exist (``field`` names the path: "input.path")."""
     status = "NOT_FOUND"
     hint = ("The state or region was released, expired (its ttl) or its token is wrong; "
             "client.states() lists what you hold.")
+    path_hint = ("Check the path: a unix: client opens it here, with this process's rights; "
+                 "over TCP it names a file on the daemon's node, beneath its input_dir.")
+
+    def _hint(self) -> str:
+        return self.path_hint if self.field.endswith("path") else self.hint
 
 
 class AlreadyExists(Error):
