@@ -16,6 +16,7 @@ import numpy as np
 from . import _cuda
 from ._handoff import READ, WRITE, hand_over
 from ._region import Region, RegionPool
+from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad
 from ._wire import Wire
 from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
                      PermissionDenied, Unimplemented, error_for, from_rpc_error)
@@ -114,34 +115,24 @@ class _Source:
         self.dtype = dtype
 
 
-def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda") and hasattr(x, "numpy")
-
-
 def _as_values(arr: np.ndarray, encoding: str) -> np.ndarray:
-    """The array in a dtype the wire carries: float32 and float64 as they are, integers as int64
-    for basis and float64 otherwise."""
+    """The real array in a dtype the wire carries: float32 and float64 as they are, integers as
+    int64 for basis, other reals as float64."""
     k = arr.dtype.kind
+    if encoding == "basis" and k in "iu":
+        return basis_indices(arr)
     if k == "f" and arr.dtype.itemsize in (4, 8):
         return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-    if k in "iub":
-        return arr.astype("<i8" if encoding == "basis" else "<f8", copy=False)
-    if k == "f":
-        return arr.astype("<f8")
-    raise InvalidArgument(f"input values of dtype {arr.dtype} cannot be encoded: pass real "
-                          "values (float32 or float64; basis indices as integers)",
-                          field="input.dtype")
+    return arr.astype("<f8")
 
 
 def _source(data: Any, encoding: str) -> _Source:
     if isinstance(data, (str, os.PathLike)):
         return _Source("path", path=os.path.abspath(os.fspath(data)))
-    if _is_torch_tensor(data):
-        if data.is_cuda:
-            return _Source("cuda", tensor=data)
-        data = data.detach().resolve_conj().contiguous().numpy() if hasattr(
-            data, "resolve_conj") else data.detach().contiguous().numpy()
-    arr = _as_values(np.asarray(data), encoding)
+    if is_torch_tensor(data) and data.is_cuda:
+        refuse_grad(data)
+        return _Source("cuda", tensor=data)
+    arr = _as_values(real_array(data), encoding)  # a CPU tensor's grad is refused there
     if arr.size == 0:
         raise InvalidArgument("the input has no values", field="input.data")
     if encoding == "basis":
@@ -163,6 +154,16 @@ def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
     except ValueError:
         raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
                               field=field) from None
+
+
+def _check_qubits(qubits: Any) -> None:
+    """Refuses what no daemon takes, in the daemon's words; its max_qubits is its own."""
+    limit = "expected 1..max_qubits, the daemon's limit (Client.status().max_qubits)"
+    if not isinstance(qubits, (int, np.integer)) or isinstance(qubits, bool):
+        raise InvalidArgument(f"qubits must be an integer, not {qubits!r}: {limit}",
+                              field="qubits")
+    if not 1 <= qubits < 1 << 32:
+        raise InvalidArgument(f"qubits {qubits} is out of range: {limit}", field="qubits")
 
 
 def _table_suffixes() -> Tuple[str, ...]:
@@ -408,9 +409,7 @@ class Client:
         if dtype not in ("complex64", "complex128"):
             raise InvalidArgument(f"output dtype {dtype!r}: use 'complex64' or 'complex128'",
                                   field="output_dtype")
-        if not isinstance(qubits, (int, np.integer)) or isinstance(qubits, bool) or qubits < 0:
-            raise InvalidArgument(f"qubits must be a non-negative integer, not {qubits!r}",
-                                  field="qubits")
+        _check_qubits(qubits)
         r = self.wire.EncodeRequest()
         r.encoding = _enum_of(ENCODINGS, encoding, "encoding", "encoding")
         r.qubits = int(qubits)
@@ -547,18 +546,22 @@ class Client:
         Parameters
         ----------
         data : list, numpy.ndarray, torch.Tensor, str or os.PathLike
-            One sample (1-D) or a batch of samples (2-D, one per row), float32 or float64 (other
-            real types become float64); for basis, one index per sample (an int, or a 1-D array
-            of indices: a batch). A path ending in ``.csv``, ``.parquet``, ``.arrow``,
-            ``.feather``, ``.ipc`` or ``.pt`` is read here as :func:`qdp.readers.open_source`
-            reads it (its rows are the batch; a unix: target only); any other path names an
-            ``.npy`` file, opened here, checked and handed over (over TCP: a file on the
-            daemon's node). A CPU tensor is read without a copy; a CUDA tensor needs a daemon
-            with CUDA IPC input. Arrays that live in :meth:`empty` buffers are read in place.
+            One sample (1-D) or a batch of samples (2-D, one per row) of real numbers, float32
+            or float64 (integers and other real types become float64); for basis, one index per
+            sample (an int, or a 1-D array of indices: a batch). Booleans, complex values,
+            strings, None and rows of different lengths are refused. A path ending in ``.csv``,
+            ``.parquet``, ``.arrow``, ``.feather``, ``.ipc`` or ``.pt`` is read here as
+            :func:`qdp.readers.open_source` reads it (its rows are the batch; a unix: target
+            only); any other path names an ``.npy`` file, opened here, checked and handed over
+            (over TCP: a file on the daemon's node). A CPU tensor is read without a copy; a
+            CUDA tensor needs a daemon with CUDA IPC input; a tensor that requires grad is
+            refused (the state carries no gradient). Arrays that live in :meth:`empty` buffers
+            are read in place.
         encoding : str
             "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
         qubits : int
-            Qubits per sample; qubit k is bit k of the amplitude index.
+            Qubits per sample, 1 to the daemon's max_qubits; qubit k is bit k of the amplitude
+            index.
         dtype : str, optional
             The state's dtype, "complex128" or "complex64"; by default complex128, or the dtype
             of ``out``.
@@ -590,9 +593,10 @@ class Client:
         Raises
         ------
         InvalidArgument
-            A bad field (``field`` names it; "input.path" for a file that is not a .npy or a
-            table; "out" for a tensor of the wrong dtype, size or layout; "ttl" or "label"
-            given with ``out``), zero norm, non-finite values.
+            A bad field (``field`` names it; "input.data" or "input.dtype" for values that are
+            not real numbers or a tensor that requires grad; "input.path" for a file that is
+            not a .npy or a table; "out" for a tensor of the wrong dtype, size or layout;
+            "ttl" or "label" given with ``out``), zero norm, non-finite values.
         NotFound, PermissionDenied
             A path that does not exist or that this process may not read (field "input.path").
         NotSupported
