@@ -332,12 +332,20 @@ class Client:
         fn = self._calls.get(method)
         if fn is None:
             raise NotSupported(f"this package's qdp.proto has no method {method}")
+        self._check_open()
         try:
             return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
 
+    def _check_open(self) -> None:
+        if not self._conn.open:
+            raise FailedPrecondition(f"this client of {self.target} is closed: make a new "
+                                     "qdp.Client (a state it made was released with it)",
+                                     hint="")
+
     def _stream(self, method: str, request: Any) -> Iterator[Any]:
+        self._check_open()
         try:
             for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
                 yield m
@@ -388,7 +396,7 @@ class Client:
             return
         for s in list(self._states):
             try:
-                s.release()
+                s._release(closed=True)
             except Error:
                 pass  # the daemon is gone or restarted: nothing is left to free
         for r in list(self._regions.values()):
@@ -514,6 +522,7 @@ class Client:
                                   field="input.path") from None
 
     def _upload(self, request: Any, data: Any) -> Any:
+        self._check_open()
         wire = self.wire
 
         def chunks() -> Iterator[Any]:

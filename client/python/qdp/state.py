@@ -8,13 +8,19 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 import numpy as np
 
 from . import _cuda
-from .errors import NotSupported, error_for
+from .errors import NotFound, NotSupported, error_for
 from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
 
 if TYPE_CHECKING:
     from .client import Client
 
 _DL_CPU, _DL_CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
+
+#: How a state this process released was released, for the error of a later use.
+_RELEASED = ("was released by this process (State.release(), or the end of its with block): "
+             "encode it again to use it")
+_CLOSED = ("was released when its Client closed: Client.close() (and the end of the client's "
+           "with block) releases the states it made; use them before their client closes")
 
 
 class State:
@@ -50,6 +56,7 @@ class State:
         self.shape: Tuple[int, ...] = (self.batch, dim) if batched else (dim,)
         self._first_info = StateInfo.from_proto(info)
         self._released = False
+        self._released_how = ""
         self._finalizer: Optional[weakref.finalize] = None
         if owned:
             self._finalizer = weakref.finalize(self, client._conn.release_quietly,
@@ -62,7 +69,7 @@ class State:
 
     def _ref(self) -> Any:
         if self._released:
-            raise error_for("NOT_FOUND", f"state {self.handle} was released by this process")
+            raise NotFound(f"state {self.handle} {self._released_how}", field="state", hint="")
         return self._client.wire.StateRef(handle=self.handle, token=self.token)
 
     @property
@@ -247,9 +254,14 @@ class State:
     def release(self) -> None:
         """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
         released by another holder of its token) is not an error."""
+        self._release(closed=False)
+
+    def _release(self, closed: bool) -> None:
+        """:meth:`release`, remembering whether its client's close did it (for later errors)."""
         if self._released:
             return
         self._released = True
+        self._released_how = _CLOSED if closed else _RELEASED
         if self._finalizer is not None:
             self._finalizer.detach()
         try:

@@ -63,6 +63,16 @@ def test_memory_this_process_cannot_map_is_refused_with_its_size(client: qdp.Cli
     assert "smaller array" in str(e.value)
 
 
+def test_a_closed_client_says_so(daemon) -> None:
+    c = qdp.Client(daemon.target)
+    with c.encode([1.0, 2.0], "amplitude", 1) as s:
+        other = c.state(s.handle, s.token)  # not released by close: only this client is gone
+        c.close()
+    for call in (c.status, other.numpy, lambda: c.encode([1.0], "angle", 1)):
+        with pytest.raises(qdp.FailedPrecondition, match="client .* is closed: make a new"):
+            call()
+
+
 def test_plan_says_why_without_allocating(client: qdp.Client) -> None:
     p = client.plan(None, "amplitude", 24, shape=(1, 1 << 24), policy="even")
     assert not p.feasible and p.message
