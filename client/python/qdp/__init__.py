@@ -22,7 +22,8 @@ from .client import LARGE_BYTES, Client, default_target  # noqa: E402
 from .errors import (  # noqa: E402
     Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
     FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported, OutOfRange,
-    PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
+    PermissionDenied, ResourceExhausted, TtlCappedWarning, Unauthenticated, Unavailable,
+    Unimplemented, Unknown)
 from .state import State  # noqa: E402
 from .records import (  # noqa: E402
     DeviceNeed, Device, Plan, Shard, StateInfo, Status, format_bytes)
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "State", "default_target", "LARGE_BYTES", "format_bytes",
-    "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device",
+    "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device", "TtlCappedWarning",
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",

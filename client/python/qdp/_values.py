@@ -5,6 +5,7 @@ exception or a silent conversion (booleans, complex values, strings, objects, ra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Iterator, Tuple
 
@@ -13,6 +14,7 @@ import numpy as np
 from .errors import InvalidArgument
 
 _INT64_MAX = np.iinfo(np.int64).max
+_TTL_MAX = (1 << 64) - 1  # EncodeRequest.ttl_seconds is a uint64
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -85,6 +87,31 @@ def real_array(data: Any, field: str = "input.data",
             raise InvalidArgument(why, field=field)
         return arr.astype(np.float64)  # Python ints and floats, some past int64
     raise InvalidArgument(_dtype_message(arr), field=dtype_field)
+
+
+def ttl_seconds(ttl: Any) -> int:
+    """The wire's ``ttl_seconds`` of a ttl: 0 for None (the daemon's default_ttl), else the
+    seconds rounded up, so that no state lives shorter than asked.
+
+    Raises
+    ------
+    InvalidArgument
+        A ttl that is not a number of seconds > 0 (0, negative, NaN, infinite, a bool, a
+        string): field "ttl".
+    """
+    if ttl is None:
+        return 0
+    if isinstance(ttl, (bool, np.bool_)) or not isinstance(ttl, (int, float, np.integer,
+                                                                 np.floating)):
+        raise InvalidArgument(f"ttl must be a number of seconds > 0, not {ttl!r}: pass None "
+                              "for the daemon's default_ttl", field="ttl")
+    if (isinstance(ttl, (float, np.floating)) and not np.isfinite(ttl)) or ttl <= 0:
+        raise InvalidArgument(f"ttl={ttl!r} is not a lifetime: pass seconds > 0, or None for "
+                              "the daemon's default_ttl (State.release() frees a state at once)",
+                              field="ttl")
+    # Longer than the wire's uint64 means the same as its largest: the daemon caps either at
+    # its max_ttl, and says so.
+    return min(math.ceil(ttl), _TTL_MAX)
 
 
 def basis_indices(arr: np.ndarray) -> np.ndarray:

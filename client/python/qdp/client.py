@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 import weakref
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
                     Union, overload)
@@ -16,10 +17,11 @@ import numpy as np
 from . import _cuda
 from ._handoff import READ, WRITE, hand_over
 from ._region import Region, RegionPool
-from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad
+from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
 from ._wire import Wire
 from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
-                     PermissionDenied, Unimplemented, error_for, from_rpc_error)
+                     PermissionDenied, TtlCappedWarning, Unimplemented, error_for,
+                     from_rpc_error)
 from .state import State
 from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
                     dtype_name)
@@ -425,8 +427,7 @@ class Client:
         r.placement.policy = _enum_of(POLICIES, policy, "policy", "placement.policy") - 1
         if devices:
             r.placement.devices.extend([devices] if isinstance(devices, str) else devices)
-        if ttl:
-            r.ttl_seconds = max(1, int(round(ttl)))
+        r.ttl_seconds = ttl_seconds(ttl)
         if label:
             r.label = label
         return r
@@ -521,6 +522,22 @@ class Client:
                                   "columns=..., null_policy=...), src.read(0, src.rows))",
                                   field="input.path") from None
 
+    def _adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
+        """The State of a reply's new state, released with this client; warns (from the caller's
+        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
+        st = State(self, info, batched=batched)
+        self._states.add(st)
+        if getattr(info, "ttl_capped", False):
+            try:
+                warnings.warn(TtlCappedWarning(
+                    f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
+                    f"max_ttl gave it {info.ttl_seconds} s; release it within that, or have "
+                    "max_ttl raised"), stacklevel=3)
+            except BaseException:  # warnings as errors: the state is refused, so freed
+                st.release()
+                raise
+        return st
+
     def _upload(self, request: Any, data: Any) -> Any:
         self._check_open()
         wire = self.wire
@@ -579,7 +596,9 @@ class Client:
         devices : sequence of str, optional
             Device names as :meth:`status` lists them; all when omitted.
         ttl : float, optional
-            Seconds the state lives unless released; the daemon's default when omitted.
+            Seconds (> 0, rounded up to whole seconds) the state lives unless released; the
+            daemon's default_ttl when None. One above the daemon's max_ttl gets max_ttl, with a
+            :class:`qdp.TtlCappedWarning`.
         label : str
             Free text kept with the state.
         out : torch.Tensor or object with ``__cuda_array_interface__``, optional
@@ -604,8 +623,9 @@ class Client:
         InvalidArgument
             A bad field (``field`` names it; "input.data" or "input.dtype" for values that are
             not real numbers or a tensor that requires grad; "input.path" for a file that is
-            not a .npy or a table; "out" for a tensor of the wrong dtype, size or layout;
-            "ttl" or "label" given with ``out``), zero norm, non-finite values.
+            not a .npy or a table; "ttl" for one that is not seconds > 0; "out" for a tensor of
+            the wrong dtype, size or layout; "ttl" or "label" given with ``out``), zero norm,
+            non-finite values.
         NotFound, PermissionDenied
             A path that does not exist or that this process may not read (field "input.path").
         NotSupported
@@ -615,6 +635,12 @@ class Client:
             It does not fit (``need_bytes``, ``free_bytes``).
         Error
             Any other failure, as its status's subclass.
+
+        Warns
+        -----
+        TtlCappedWarning
+            ``ttl`` is above the daemon's max_ttl, which the state got instead
+            (``StateInfo.ttl_seconds``).
         """
         if out is not None:
             self._kept_only(ttl, label)
@@ -643,9 +669,7 @@ class Client:
                 raise
         if dst is not None:
             return out  # dst held it until the reply; the amplitudes are in place
-        st = State(self, reply.state, batched=src.batched or reply.state.batch > 1)
-        self._states.add(st)
-        return st
+        return self._adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
 
     def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""

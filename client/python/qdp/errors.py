@@ -212,6 +212,15 @@ class NotSupported(Error, NotImplementedError):
     hint = ""
 
 
+class TtlCappedWarning(UserWarning):
+    """A state got a shorter lifetime than the ttl asked for: the daemon's max_ttl.
+
+    The state lives ``StateInfo.ttl_seconds`` (its ``ttl_capped`` is true); release it within
+    that, or have the daemon's ``max_ttl`` raised. ``warnings.simplefilter("error",
+    qdp.TtlCappedWarning)`` makes it an exception (the state is released then).
+    """
+
+
 ERRORS: Dict[str, Type[Error]] = {
     c.status: c for c in (Cancelled, Unknown, InvalidArgument, DeadlineExceeded, NotFound,
                           AlreadyExists, PermissionDenied, ResourceExhausted, FailedPrecondition,

@@ -124,6 +124,13 @@ class StateInfo:
         global-bit stages ("" from a daemon that does not say).
     encode_ms : float
         Milliseconds its encode took on the devices.
+    ttl_seconds : int
+        The lifetime it was given, in whole seconds (0: it never expires): the ttl asked for,
+        the daemon's default_ttl when none was, or its max_ttl when the ttl asked for was longer
+        (0 too from a daemon that does not say).
+    ttl_capped : bool
+        Whether the ttl asked for was above the daemon's max_ttl, which it got instead
+        (:class:`qdp.TtlCappedWarning` says so when it is made).
     """
 
     handle: str
@@ -140,15 +147,18 @@ class StateInfo:
     leases: int = 0
     collective: str = ""
     encode_ms: float = 0.0
+    ttl_seconds: int = 0
+    ttl_capped: bool = False
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, m: Any) -> "StateInfo":
-        """Builds it from a ``qdp.StateInfo`` message."""
+        """Builds it from a ``qdp.StateInfo`` message (one without the ttl fields reads 0)."""
         return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
-                   m.expires_unix_ms, m.leases, m.collective, m.encode_ms, m)
+                   m.expires_unix_ms, m.leases, m.collective, m.encode_ms,
+                   getattr(m, "ttl_seconds", 0), getattr(m, "ttl_capped", False), m)
 
 
 @dataclass(frozen=True)
