@@ -584,7 +584,8 @@ class Client:
             refused (the state carries no gradient). Arrays that live in :meth:`empty` buffers
             are read in place.
         encoding : str
-            "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
+            "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase": see Notes for each one's
+            values per sample and state.
         qubits : int
             Qubits per sample, 1 to the daemon's max_qubits; qubit k is bit k of the amplitude
             index.
@@ -641,6 +642,33 @@ class Client:
         TtlCappedWarning
             ``ttl`` is above the daemon's max_ttl, which the state got instead
             (``StateInfo.ttl_seconds``).
+
+        Notes
+        -----
+        Qubit k is bit k of the amplitude index b (little-endian: b = sum_k b_k 2^k); a batch is
+        row-major ``(batch, 2**qubits)``. On n qubits, each encoding takes these values per
+        sample and gives these amplitudes psi_b:
+
+        ==========  ==============  =========================================================
+        encoding    values          psi_b
+        ==========  ==============  =========================================================
+        amplitude   L <= 2^n        x_b / ||x|| for b < L, else 0
+        angle       n               prod_k (cos x_k if b_k = 0 else sin x_k): RY(2 x_k) on
+                                    each qubit k of |0...0>
+        basis       1 (an index i)  1 at b = i, else 0
+        iqp         n + n(n-1)/2    2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, with
+                                    theta(z) = sum_i d_i z_i + sum_{i<j} d_p(i,j) z_i z_j:
+                                    the n singles d_0 .. d_{n-1}, then the pair terms in the
+                                    order (0,1), (0,2) ... (0,n-1), (1,2) ... (n-2,n-1)
+        iqp-z       n               as iqp without the pair terms
+        phase       n               2^(-n/2) e^{i sum_k x_k b_k}
+        ==========  ==============  =========================================================
+
+        As circuits on |0...0>: iqp is H on every qubit, P(d_i) on qubit i, CP(d_p(i,j)) on
+        qubits i and j, then H on every qubit; iqp-z the same without CP; phase is H on every
+        qubit, then P(x_k) on qubit k. :func:`qdp.feature_maps.iqp_parameters` builds iqp's
+        values from n features; :mod:`qdp.interop` gives each encoding's PennyLane and Qiskit
+        circuit.
         """
         if out is not None:
             self._kept_only(ttl, label)
