@@ -9,10 +9,8 @@ one line, "OK <ticket>" or "ERR <STATUS> <message>". The ticket is then named in
 from __future__ import annotations
 
 import array
-import os
 import socket
 import struct
-from typing import Union
 
 from .errors import Error, error_for
 
@@ -72,38 +70,4 @@ def hand_over(socket_path: str, fd: int, access: int = READ, timeout: float = 30
                     f"handoff ({text!r}); is it a qdpd socket?")
 
 
-def hand_over_path(socket_path: str, path: Union[str, "os.PathLike[str]"],
-                   access: int = READ) -> str:
-    """Opens ``path`` with this process's rights and hands it over; returns the ticket.
-
-    Parameters
-    ----------
-    socket_path : str
-        The daemon's Unix socket.
-    path : str or os.PathLike
-        The file to open: read-only for ``READ``, read-write for ``WRITE``.
-    access : int
-        ``READ`` or ``WRITE``.
-
-    Returns
-    -------
-    str
-        The ticket.
-    """
-    try:
-        fd = os.open(path, (os.O_RDONLY if access == READ else os.O_RDWR) | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise error_for("NOT_FOUND", f"{os.fspath(path)}: no such file") from None
-    except PermissionError:
-        raise error_for("PERMISSION_DENIED",
-                        f"{os.fspath(path)}: this process may not open it") from None
-    except OSError as e:
-        raise error_for("INVALID_ARGUMENT", f"{os.fspath(path)}: {e.strerror}",
-                        field="input.path") from None
-    try:
-        return hand_over(socket_path, fd, access)
-    finally:
-        os.close(fd)
-
-
-__all__ = ["READ", "WRITE", "hand_over", "hand_over_path", "Error"]
+__all__ = ["READ", "WRITE", "hand_over", "Error"]

@@ -13,6 +13,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .errors import ResourceExhausted
+from .records import format_bytes
+
 _PAGE = mmap.PAGESIZE
 
 #: At most this many fetch regions of one client stay registered (lent or idle): the daemon's
@@ -21,11 +24,26 @@ _PAGE = mmap.PAGESIZE
 POOL_REGIONS = 4
 
 
+def _no_room(size: int, what: str, e: BaseException) -> ResourceExhausted:
+    """The refusal of a region this process cannot make, with its size for people."""
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return ResourceExhausted(f"cannot {what} a {format_bytes(size)} shared-memory region in "
+                             f"this process: {reason}",
+                             hint="Ask for less at once (a smaller array or batch), or free "
+                                  "memory on this node.")
+
+
 def _create_memfd(size: int) -> int:
     flags = os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
-    fd = os.memfd_create("qdp-region", flags)
     try:
-        os.ftruncate(fd, size)
+        fd = os.memfd_create("qdp-region", flags)
+    except OSError as e:
+        raise _no_room(size, "create", e) from None
+    try:
+        try:
+            os.ftruncate(fd, size)
+        except (OSError, OverflowError) as e:
+            raise _no_room(size, "size", e) from None
         seals = getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
         if seals and hasattr(fcntl, "F_ADD_SEALS"):
             try:
@@ -67,7 +85,11 @@ class Region:
         self.token = ""
         fd = _create_memfd(self.size)
         try:
-            self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            try:
+                self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED,
+                                     mmap.PROT_READ | mmap.PROT_WRITE)
+            except (OSError, OverflowError) as e:
+                raise _no_room(self.size, "map", e) from None
             self.handle, self.token = register(fd, writable)
         finally:
             os.close(fd)  # the mapping and the daemon's copy keep the memory

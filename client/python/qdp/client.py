@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
+import warnings
 import weakref
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
                     Union, overload)
@@ -13,11 +15,13 @@ import grpc
 import numpy as np
 
 from . import _cuda
-from ._handoff import READ, WRITE, hand_over, hand_over_path
+from ._handoff import READ, WRITE, hand_over
 from ._region import Region, RegionPool
+from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
 from ._wire import Wire
-from .errors import (Error, FailedPrecondition, InvalidArgument, NotSupported, PermissionDenied,
-                     Unimplemented, error_for, from_rpc_error)
+from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
+                     PermissionDenied, TtlCappedWarning, Unimplemented, error_for,
+                     from_rpc_error)
 from .state import State
 from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
                     dtype_name)
@@ -34,6 +38,9 @@ REGION_CACHE_BYTES = 2 << 30
 #: What FetchInto raises when the daemon cannot write a region (one older than FetchInto, or one
 #: that registered it read-only): this client streams from then on.
 _CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
+
+#: The first bytes of every .npy file.
+NPY_MAGIC = b"\x93NUMPY"
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: What ``encode(..., out=...)`` writes into, and returns.
@@ -110,34 +117,24 @@ class _Source:
         self.dtype = dtype
 
 
-def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda") and hasattr(x, "numpy")
-
-
 def _as_values(arr: np.ndarray, encoding: str) -> np.ndarray:
-    """The array in a dtype the wire carries: float32 and float64 as they are, integers as int64
-    for basis and float64 otherwise."""
+    """The real array in a dtype the wire carries: float32 and float64 as they are, integers as
+    int64 for basis, other reals as float64."""
     k = arr.dtype.kind
+    if encoding == "basis" and k in "iu":
+        return basis_indices(arr)
     if k == "f" and arr.dtype.itemsize in (4, 8):
         return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-    if k in "iub":
-        return arr.astype("<i8" if encoding == "basis" else "<f8", copy=False)
-    if k == "f":
-        return arr.astype("<f8")
-    raise InvalidArgument(f"input values of dtype {arr.dtype} cannot be encoded: pass real "
-                          "values (float32 or float64; basis indices as integers)",
-                          field="input.dtype")
+    return arr.astype("<f8")
 
 
 def _source(data: Any, encoding: str) -> _Source:
     if isinstance(data, (str, os.PathLike)):
         return _Source("path", path=os.path.abspath(os.fspath(data)))
-    if _is_torch_tensor(data):
-        if data.is_cuda:
-            return _Source("cuda", tensor=data)
-        data = data.detach().resolve_conj().contiguous().numpy() if hasattr(
-            data, "resolve_conj") else data.detach().contiguous().numpy()
-    arr = _as_values(np.asarray(data), encoding)
+    if is_torch_tensor(data) and data.is_cuda:
+        refuse_grad(data)
+        return _Source("cuda", tensor=data)
+    arr = _as_values(real_array(data), encoding)  # a CPU tensor's grad is refused there
     if arr.size == 0:
         raise InvalidArgument("the input has no values", field="input.data")
     if encoding == "basis":
@@ -159,6 +156,72 @@ def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
     except ValueError:
         raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
                               field=field) from None
+
+
+def _check_qubits(qubits: Any) -> None:
+    """Refuses what no daemon takes, in the daemon's words; its max_qubits is its own."""
+    limit = "expected 1..max_qubits, the daemon's limit (Client.status().max_qubits)"
+    if not isinstance(qubits, (int, np.integer)) or isinstance(qubits, bool):
+        raise InvalidArgument(f"qubits must be an integer, not {qubits!r}: {limit}",
+                              field="qubits")
+    if not 1 <= qubits < 1 << 32:
+        raise InvalidArgument(f"qubits {qubits} is out of range: {limit}", field="qubits")
+
+
+def _table_suffixes() -> Tuple[str, ...]:
+    """The files an encode reads here through qdp.readers (imported only now: it registers a
+    fork handler) rather than handing them to the daemon: what it reads but .npy."""
+    from .readers import SUFFIXES
+
+    return tuple(s for s in SUFFIXES if s != ".npy")
+
+
+def _open_input(path: str) -> int:
+    """Opens a file an encode reads, with this process's rights; the errors name the path."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFound(f"{path}: no such file", field="input.path") from None
+    except PermissionError:
+        raise PermissionDenied(f"{path}: this process may not read it",
+                               field="input.path") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: {e.strerror}", field="input.path") from None
+
+
+def _check_npy(fd: int, path: str) -> None:
+    """Refuses a file that is not a .npy before the daemon sees it, saying what it is."""
+    try:
+        head = os.pread(fd, 64, 0)
+    except IsADirectoryError:
+        raise InvalidArgument(f"{path} is a directory: name a .npy file",
+                              field="input.path") from None
+    except OSError as e:
+        raise InvalidArgument(f"{path}: {e.strerror}", field="input.path") from None
+    if head.startswith(NPY_MAGIC):
+        return
+    tables = ", ".join(_table_suffixes())
+    if not head:
+        what = "is empty"
+    elif _is_text(head):
+        what = f"holds text ({head[:24].decode('utf-8', 'replace')!r}...)"
+    else:
+        what = f"starts with {head[:8]!r}, not {NPY_MAGIC!r}"
+    raise InvalidArgument(f"{path} {what}, not a .npy array (numpy.save writes those): encode "
+                          f"reads a path ending in {tables} through qdp.readers.open_source and "
+                          "any other as .npy; name a CSV file *.csv, or pass the values as an "
+                          "array", field="input.path")
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether the first bytes of a file read as text (UTF-8, cut anywhere)."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:  # not merely a character cut at the end
+            return False
+        text = head[:e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n\ufeff" for c in text)
 
 
 class Client:
@@ -271,12 +334,20 @@ class Client:
         fn = self._calls.get(method)
         if fn is None:
             raise NotSupported(f"this package's qdp.proto has no method {method}")
+        self._check_open()
         try:
             return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
 
+    def _check_open(self) -> None:
+        if not self._conn.open:
+            raise FailedPrecondition(f"this client of {self.target} is closed: make a new "
+                                     "qdp.Client (a state it made was released with it)",
+                                     hint="")
+
     def _stream(self, method: str, request: Any) -> Iterator[Any]:
+        self._check_open()
         try:
             for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
                 yield m
@@ -327,7 +398,7 @@ class Client:
             return
         for s in list(self._states):
             try:
-                s.release()
+                s._release(closed=True)
             except Error:
                 pass  # the daemon is gone or restarted: nothing is left to free
         for r in list(self._regions.values()):
@@ -348,9 +419,7 @@ class Client:
         if dtype not in ("complex64", "complex128"):
             raise InvalidArgument(f"output dtype {dtype!r}: use 'complex64' or 'complex128'",
                                   field="output_dtype")
-        if not isinstance(qubits, (int, np.integer)) or isinstance(qubits, bool) or qubits < 0:
-            raise InvalidArgument(f"qubits must be a non-negative integer, not {qubits!r}",
-                                  field="qubits")
+        _check_qubits(qubits)
         r = self.wire.EncodeRequest()
         r.encoding = _enum_of(ENCODINGS, encoding, "encoding", "encoding")
         r.qubits = int(qubits)
@@ -358,8 +427,7 @@ class Client:
         r.placement.policy = _enum_of(POLICIES, policy, "policy", "placement.policy") - 1
         if devices:
             r.placement.devices.extend([devices] if isinstance(devices, str) else devices)
-        if ttl:
-            r.ttl_seconds = max(1, int(round(ttl)))
+        r.ttl_seconds = ttl_seconds(ttl)
         if label:
             r.label = label
         return r
@@ -377,7 +445,7 @@ class Client:
         if src.kind == "path":
             inp.path = src.path
             if self.socket_path is not None:
-                inp.fd_ticket = hand_over_path(self.socket_path, src.path)
+                inp.fd_ticket = self._hand_npy(src.path)
             return None
         if src.kind == "cuda":
             # Kept in src, which encode holds until the daemon has read the memory.
@@ -412,7 +480,66 @@ class Client:
                 return None
         return r, memoryview(np.ascontiguousarray(arr)).cast("B")  # type: ignore[arg-type]
 
+    def _hand_npy(self, path: str) -> str:
+        """Opens the .npy file ``path`` here, checks that it is one, and hands that descriptor
+        over (the daemon reads what was checked); returns the ticket."""
+        fd = _open_input(path)
+        try:
+            _check_npy(fd, path)
+            return self._hand_fd(fd)
+        finally:
+            os.close(fd)
+
+    def _input(self, data: Any, encoding: str) -> _Source:
+        """An encode's input resolved: a table file (CSV, Parquet, Arrow, .pt) read here into
+        an array, any other path left for the daemon to read as .npy."""
+        src = _source(data, encoding)
+        if src.kind == "path" and src.path.lower().endswith(_table_suffixes()):
+            return _source(self._read_table(src.path), encoding)
+        return src
+
+    def _read_table(self, path: str) -> np.ndarray:
+        """The rows of a table file, read here as ``qdp.readers.open_source(path)`` does."""
+        from . import readers
+
+        if self.socket_path is None:
+            raise InvalidArgument(f"{path}: over TCP a path names a .npy file on the daemon's "
+                                  "node, and the daemon reads no tables: read it here, src = "
+                                  "qdp.readers.open_source(path), and encode its rows, "
+                                  "src.read(0, src.rows)", field="input.path")
+        try:
+            fd = _open_input(path)  # the errors of a path, not of a reader
+            os.close(fd)
+            src = readers.open_source(path)
+            return src.read(0, src.rows)
+        except IsADirectoryError:
+            raise InvalidArgument(f"{path} is a directory: name a file",
+                                  field="input.path") from None
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{e.message} (encode reads {path} as "
+                                  "qdp.readers.open_source(path) does: for other columns or "
+                                  "nulls, encode the rows of src = qdp.readers.open_source(path, "
+                                  "columns=..., null_policy=...), src.read(0, src.rows))",
+                                  field="input.path") from None
+
+    def _adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
+        """The State of a reply's new state, released with this client; warns (from the caller's
+        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
+        st = State(self, info, batched=batched)
+        self._states.add(st)
+        if getattr(info, "ttl_capped", False):
+            try:
+                warnings.warn(TtlCappedWarning(
+                    f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
+                    f"max_ttl gave it {info.ttl_seconds} s; release it within that, or have "
+                    "max_ttl raised"), stacklevel=3)
+            except BaseException:  # warnings as errors: the state is refused, so freed
+                st.release()
+                raise
+        return st
+
     def _upload(self, request: Any, data: Any) -> Any:
+        self._check_open()
         wire = self.wire
 
         def chunks() -> Iterator[Any]:
@@ -445,15 +572,23 @@ class Client:
         Parameters
         ----------
         data : list, numpy.ndarray, torch.Tensor, str or os.PathLike
-            One sample (1-D) or a batch of samples (2-D, one per row), float32 or float64 (other
-            real types become float64); for basis, one index per sample (an int, or a 1-D array
-            of indices: a batch). A path names an ``.npy`` file on the daemon's node, opened here
-            and handed over. A CPU tensor is read without a copy; a CUDA tensor needs a daemon
-            with CUDA IPC input. Arrays that live in :meth:`empty` buffers are read in place.
+            One sample (1-D) or a batch of samples (2-D, one per row) of real numbers, float32
+            or float64 (integers and other real types become float64); for basis, one index per
+            sample (an int, or a 1-D array of indices: a batch). Booleans, complex values,
+            strings, None and rows of different lengths are refused. A path ending in ``.csv``,
+            ``.parquet``, ``.arrow``, ``.feather``, ``.ipc`` or ``.pt`` is read here as
+            :func:`qdp.readers.open_source` reads it (its rows are the batch; a unix: target
+            only); any other path names an ``.npy`` file, opened here, checked and handed over
+            (over TCP: a file on the daemon's node). A CPU tensor is read without a copy; a
+            CUDA tensor needs a daemon with CUDA IPC input; a tensor that requires grad is
+            refused (the state carries no gradient). Arrays that live in :meth:`empty` buffers
+            are read in place.
         encoding : str
-            "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
+            "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase": see Notes for each one's
+            values per sample and state.
         qubits : int
-            Qubits per sample; qubit k is bit k of the amplitude index.
+            Qubits per sample, 1 to the daemon's max_qubits; qubit k is bit k of the amplitude
+            index.
         dtype : str, optional
             The state's dtype, "complex128" or "complex64"; by default complex128, or the dtype
             of ``out``.
@@ -462,7 +597,9 @@ class Client:
         devices : sequence of str, optional
             Device names as :meth:`status` lists them; all when omitted.
         ttl : float, optional
-            Seconds the state lives unless released; the daemon's default when omitted.
+            Seconds (> 0, rounded up to whole seconds) the state lives unless released; the
+            daemon's default_ttl when None. One above the daemon's max_ttl gets max_ttl, with a
+            :class:`qdp.TtlCappedWarning`.
         label : str
             Free text kept with the state.
         out : torch.Tensor or object with ``__cuda_array_interface__``, optional
@@ -485,8 +622,13 @@ class Client:
         Raises
         ------
         InvalidArgument
-            A bad field (``field`` names it; "out" for a tensor of the wrong dtype, size or
-            layout; "ttl" or "label" given with ``out``), zero norm, non-finite values.
+            A bad field (``field`` names it; "input.data" or "input.dtype" for values that are
+            not real numbers or a tensor that requires grad; "input.path" for a file that is
+            not a .npy or a table; "ttl" for one that is not seconds > 0; "out" for a tensor of
+            the wrong dtype, size or layout; "ttl" or "label" given with ``out``), zero norm,
+            non-finite values.
+        NotFound, PermissionDenied
+            A path that does not exist or that this process may not read (field "input.path").
         NotSupported
             ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
             target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
@@ -494,13 +636,46 @@ class Client:
             It does not fit (``need_bytes``, ``free_bytes``).
         Error
             Any other failure, as its status's subclass.
+
+        Warns
+        -----
+        TtlCappedWarning
+            ``ttl`` is above the daemon's max_ttl, which the state got instead
+            (``StateInfo.ttl_seconds``).
+
+        Notes
+        -----
+        Qubit k is bit k of the amplitude index b (little-endian: b = sum_k b_k 2^k); a batch is
+        row-major ``(batch, 2**qubits)``. On n qubits, each encoding takes these values per
+        sample and gives these amplitudes psi_b:
+
+        ==========  ==============  =========================================================
+        encoding    values          psi_b
+        ==========  ==============  =========================================================
+        amplitude   L <= 2^n        x_b / ||x|| for b < L, else 0
+        angle       n               prod_k (cos x_k if b_k = 0 else sin x_k): RY(2 x_k) on
+                                    each qubit k of |0...0>
+        basis       1 (an index i)  1 at b = i, else 0
+        iqp         n + n(n-1)/2    2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, with
+                                    theta(z) = sum_i d_i z_i + sum_{i<j} d_p(i,j) z_i z_j:
+                                    the n singles d_0 .. d_{n-1}, then the pair terms in the
+                                    order (0,1), (0,2) ... (0,n-1), (1,2) ... (n-2,n-1)
+        iqp-z       n               as iqp without the pair terms
+        phase       n               2^(-n/2) e^{i sum_k x_k b_k}
+        ==========  ==============  =========================================================
+
+        As circuits on |0...0>: iqp is H on every qubit, P(d_i) on qubit i, CP(d_p(i,j)) on
+        qubits i and j, then H on every qubit; iqp-z the same without CP; phase is H on every
+        qubit, then P(x_k) on qubit k. :func:`qdp.feature_maps.iqp_parameters` builds iqp's
+        values from n features; :mod:`qdp.interop` gives each encoding's PennyLane and Qiskit
+        circuit.
         """
         if out is not None:
             self._kept_only(ttl, label)
         dst = self._output(out, dtype) if out is not None else None
         r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
                           devices, ttl, label)
-        src = _source(data, encoding)
+        src = self._input(data, encoding)
         staged = (src.kind == "array" and src.array is not None
                   and src.array.nbytes >= LARGE_BYTES and self.socket_path is not None
                   and self._owned_region(src.array) is None)
@@ -522,9 +697,7 @@ class Client:
                 raise
         if dst is not None:
             return out  # dst held it until the reply; the amplitudes are in place
-        st = State(self, reply.state, batched=src.batched or reply.state.batch > 1)
-        self._states.add(st)
-        return st
+        return self._adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
 
     def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""
@@ -557,8 +730,8 @@ class Client:
         Parameters
         ----------
         data : array-like, str, os.PathLike or None
-            As for :meth:`encode`; only its shape and dtype are sent (a path is handed over).
-            None with ``shape``.
+            As for :meth:`encode`; only its shape and dtype are sent (an .npy path is handed
+            over, a table read here). None with ``shape``.
         encoding, qubits, dtype, policy, devices
             As for :meth:`encode`.
         shape : (int, int), optional
@@ -579,7 +752,7 @@ class Client:
             r.input.rows, r.input.cols = int(shape[0]), int(shape[1])
             r.input.dtype = _enum_of(DTYPES, input_dtype, "input dtype", "input.dtype")
         else:
-            src = _source(data, encoding)
+            src = self._input(data, encoding)
             if src.kind == "path":
                 self._fill_input(r, src)
             elif src.kind == "cuda":
@@ -621,7 +794,7 @@ class Client:
                                         NUMPY_DTYPES["int64"]):
             raise InvalidArgument(f"empty(dtype={dt}): use float32, float64 or int64",
                                   field="input.dtype")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        nbytes = math.prod(int(n) for n in shape) * dt.itemsize  # no int64 to overflow
         region = self._new_region(nbytes)
         arr = region.array(shape, dt.newbyteorder("<"))
         self._user_regions[id(region)] = region

@@ -15,6 +15,16 @@ import grpc
 class Error(Exception):
     """A failed qdp call.
 
+    Parameters
+    ----------
+    message : str
+        What went wrong.
+    field, rank, device, cause, need_bytes, free_bytes, code_name
+        The ErrorDetail fields, as the attributes below.
+    hint : str, optional
+        The sentence on what to do added to ``message``; by default the class's ("" adds
+        none: the message says it).
+
     Attributes
     ----------
     status : str
@@ -38,7 +48,7 @@ class Error(Exception):
 
     def __init__(self, message: str, *, field: str = "", rank: int = -1, device: int = -1,
                  cause: int = 0, need_bytes: int = 0, free_bytes: int = 0,
-                 code_name: str = "") -> None:
+                 code_name: str = "", hint: Optional[str] = None) -> None:
         self.message = message
         self.field = field
         self.rank = rank
@@ -47,10 +57,21 @@ class Error(Exception):
         self.need_bytes = need_bytes
         self.free_bytes = free_bytes
         self.code_name = code_name
-        text = message
-        if self.hint and self.hint not in message:
-            text = f"{message.rstrip('.')}. {self.hint}" if message else self.hint
+        figures = self._figures()
+        text = f"{message.rstrip('.')}{figures}" if figures else message
+        hint = self._hint() if hint is None else hint
+        if hint and hint not in message:
+            text = f"{text.rstrip('.')}. {hint}" if text else hint
         super().__init__(text)
+
+    def _hint(self) -> str:
+        """The sentence on what to do, added to the message: the class's, unless the field at
+        fault calls for another."""
+        return self.hint
+
+    def _figures(self) -> str:
+        """Exact figures of the detail that the text shows after the message; none by default."""
+        return ""
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.detail().items())
@@ -96,10 +117,16 @@ class DeadlineExceeded(Error):
 
 
 class NotFound(Error):
-    """Unknown handle, or a wrong token (the two read alike)."""
+    """Unknown handle, or a wrong token (the two read alike); or a file named by a path that
+    does not exist (``field`` names the path: "input.path")."""
     status = "NOT_FOUND"
     hint = ("The state or region was released, expired (its ttl) or its token is wrong; "
             "client.states() lists what you hold.")
+    path_hint = ("Check the path: a unix: client opens it here, with this process's rights; "
+                 "over TCP it names a file on the daemon's node, beneath its input_dir.")
+
+    def _hint(self) -> str:
+        return self.path_hint if self.field.endswith("path") else self.hint
 
 
 class AlreadyExists(Error):
@@ -115,10 +142,19 @@ class PermissionDenied(Error):
 
 
 class ResourceExhausted(Error):
-    """The job does not fit: ``need_bytes`` and ``free_bytes`` say by how much."""
+    """The job does not fit: ``need_bytes`` and ``free_bytes`` say by how much.
+
+    The daemon's message gives sizes for people ("16 TiB"); the text adds the exact bytes of
+    the detail after it: "... (need_bytes=17592186044416, free_bytes=11188373267)".
+    """
     status = "RESOURCE_EXHAUSTED"
     hint = ("Use fewer qubits or a smaller batch, dtype='complex64', more devices "
             "(policy='even' or 'capacity'), or release states you hold (client.states()).")
+
+    def _figures(self) -> str:
+        if not (self.need_bytes or self.free_bytes):
+            return ""
+        return f" (need_bytes={self.need_bytes}, free_bytes={self.free_bytes})"
 
 
 class FailedPrecondition(Error):
@@ -174,6 +210,15 @@ class NotSupported(Error, NotImplementedError):
     """What was asked is not available with this daemon, client or device (yet)."""
     status = "UNIMPLEMENTED"
     hint = ""
+
+
+class TtlCappedWarning(UserWarning):
+    """A state got a shorter lifetime than the ttl asked for: the daemon's max_ttl.
+
+    The state lives ``StateInfo.ttl_seconds`` (its ``ttl_capped`` is true); release it within
+    that, or have the daemon's ``max_ttl`` raised. ``warnings.simplefilter("error",
+    qdp.TtlCappedWarning)`` makes it an exception (the state is released then).
+    """
 
 
 ERRORS: Dict[str, Type[Error]] = {

@@ -16,6 +16,35 @@ NUMPY_DTYPES: Dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float64": np.d
                 "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
                 "int64": np.dtype("<i8")}
 
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_bytes(n: int) -> str:
+    """A byte count for people, in binary units as qdpctl prints it: "512 B", "10.4 GiB",
+    "16 TiB".
+
+    Parameters
+    ----------
+    n : int
+        Bytes, >= 0.
+
+    Returns
+    -------
+    str
+        Below 1 KiB the exact count and "B"; else the largest unit (KiB to EiB) that leaves a
+        value of at least 1, with one decimal unless it prints as ".0" (1023.96 KiB is
+        "1024 KiB"). The exact figure, where it matters, travels beside it (``need_bytes``).
+    """
+    n = int(n)
+    if n < 1024:
+        return f"{n} B"
+    x, unit = float(n), -1
+    while x >= 1024 and unit < len(_UNITS) - 1:
+        x /= 1024
+        unit += 1
+    text = f"{x:.1f}"
+    return f"{text[:-2] if text.endswith('.0') else text} {_UNITS[unit]}"
+
 
 def encoding_name(number: int) -> str:
     """The package's name of Encoding ``number`` ("iqp-z"); "unspecified" for 0."""
@@ -95,6 +124,13 @@ class StateInfo:
         global-bit stages ("" from a daemon that does not say).
     encode_ms : float
         Milliseconds its encode took on the devices.
+    ttl_seconds : int
+        The lifetime it was given, in whole seconds (0: it never expires): the ttl asked for,
+        the daemon's default_ttl when none was, or its max_ttl when the ttl asked for was longer
+        (0 too from a daemon that does not say).
+    ttl_capped : bool
+        Whether the ttl asked for was above the daemon's max_ttl, which it got instead
+        (:class:`qdp.TtlCappedWarning` says so when it is made).
     """
 
     handle: str
@@ -111,15 +147,18 @@ class StateInfo:
     leases: int = 0
     collective: str = ""
     encode_ms: float = 0.0
+    ttl_seconds: int = 0
+    ttl_capped: bool = False
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, m: Any) -> "StateInfo":
-        """Builds it from a ``qdp.StateInfo`` message."""
+        """Builds it from a ``qdp.StateInfo`` message (one without the ttl fields reads 0)."""
         return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
-                   m.expires_unix_ms, m.leases, m.collective, m.encode_ms, m)
+                   m.expires_unix_ms, m.leases, m.collective, m.encode_ms,
+                   getattr(m, "ttl_seconds", 0), getattr(m, "ttl_capped", False), m)
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _cuda
-from .errors import NotSupported, error_for
+from ._values import ttl_seconds
+from .errors import InvalidArgument, NotFound, NotSupported, error_for
 from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
 
 if TYPE_CHECKING:
     from .client import Client
 
 _DL_CPU, _DL_CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
+
+#: How a state this process released was released, for the error of a later use.
+_RELEASED = ("was released by this process (State.release(), or the end of its with block): "
+             "encode it again to use it")
+_CLOSED = ("was released when its Client closed: Client.close() (and the end of the client's "
+           "with block) releases the states it made; use them before their client closes")
 
 
 class State:
@@ -50,6 +57,7 @@ class State:
         self.shape: Tuple[int, ...] = (self.batch, dim) if batched else (dim,)
         self._first_info = StateInfo.from_proto(info)
         self._released = False
+        self._released_how = ""
         self._finalizer: Optional[weakref.finalize] = None
         if owned:
             self._finalizer = weakref.finalize(self, client._conn.release_quietly,
@@ -62,7 +70,7 @@ class State:
 
     def _ref(self) -> Any:
         if self._released:
-            raise error_for("NOT_FOUND", f"state {self.handle} was released by this process")
+            raise NotFound(f"state {self.handle} {self._released_how}", field="state", hint="")
         return self._client.wire.StateRef(handle=self.handle, token=self.token)
 
     @property
@@ -244,12 +252,62 @@ class State:
         t = _cuda.state_tensor(self, None)  # the view in place; the tensor holds the lease
         return t.__dlpack__(stream=stream, **kwargs)
 
+    def gather(self, device: Union[str, int], *, ttl: Optional[float] = None,
+               label: str = "") -> "State":
+        """A copy of the whole state on one device, as a new state (Gather): one piece for a
+        consumer of a state sharded over several devices. This state stays as it is.
+
+        Parameters
+        ----------
+        device : str or int
+            The device that receives it, as :meth:`Client.status` lists it ("cuda:0", "cpu:1"),
+            or its index in that list ("0").
+        ttl : float, optional
+            Seconds the new state lives unless released, as for :meth:`Client.encode`.
+        label : str
+            Free text kept with the new state.
+
+        Returns
+        -------
+        State
+            The new state, released like those :meth:`Client.encode` makes (by its client's
+            close too).
+
+        Raises
+        ------
+        InvalidArgument
+            An unknown device, or a ttl that is not seconds > 0 (``field``).
+        ResourceExhausted
+            The device or the caller's budget has no room for the copy.
+
+        Warns
+        -----
+        TtlCappedWarning
+            The ttl asked for is above the daemon's max_ttl, which the new state got instead.
+        """
+        if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+            device = str(device)
+        if not isinstance(device, str) or not device:
+            raise InvalidArgument("device must name one of the daemon's devices ('cuda:0', or "
+                                  f"its index in Client.status().devices), not {device!r}",
+                                  field="device")
+        c = self._client
+        req = c.wire.GatherRequest(device=device, ttl_seconds=ttl_seconds(ttl), label=label)
+        req.state.CopyFrom(self._ref())
+        reply = c.call("Gather", req)
+        return c._adopt(reply.state, len(self.shape) == 2, ttl)
+
     def release(self) -> None:
         """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
         released by another holder of its token) is not an error."""
+        self._release(closed=False)
+
+    def _release(self, closed: bool) -> None:
+        """:meth:`release`, remembering whether its client's close did it (for later errors)."""
         if self._released:
             return
         self._released = True
+        self._released_how = _CLOSED if closed else _RELEASED
         if self._finalizer is not None:
             self._finalizer.detach()
         try:

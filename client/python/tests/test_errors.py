@@ -41,7 +41,36 @@ def test_budget_refusal_carries_the_bytes(client: qdp.Client) -> None:
     assert err.need_bytes >= 256 << 20 and err.need_bytes > err.free_bytes
     assert err.detail()["need_bytes"] == err.need_bytes
     assert "release states" in str(err)
+    # The daemon's message gives sizes for people; the exact bytes follow it.
+    assert str(err).startswith(err.message.rstrip(".") + f" (need_bytes={err.need_bytes}, "
+                               f"free_bytes={err.free_bytes}).")
     assert client.states() == []
+
+
+@pytest.mark.parametrize("n,text", [
+    (0, "0 B"), (512, "512 B"), (1023, "1023 B"), (1024, "1 KiB"), (1536, "1.5 KiB"),
+    (1048535, "1024 KiB"),  # 1023.96 KiB, printed to one decimal as qdpctl does
+    (16 << 40, "16 TiB"), (11188373267, "10.4 GiB"), (3 << 60, "3 EiB"),
+    ((1 << 64) - 1, "16 EiB")])
+def test_format_bytes_in_binary_units(n: int, text: str) -> None:
+    assert qdp.format_bytes(n) == text
+
+
+def test_memory_this_process_cannot_map_is_refused_with_its_size(client: qdp.Client) -> None:
+    # 2^58 float64 values are 2 EiB: more than any address space maps.
+    with pytest.raises(qdp.ResourceExhausted, match="2 EiB shared-memory region") as e:
+        client.empty(1 << 58)
+    assert "smaller array" in str(e.value)
+
+
+def test_a_closed_client_says_so(daemon) -> None:
+    c = qdp.Client(daemon.target)
+    with c.encode([1.0, 2.0], "amplitude", 1) as s:
+        other = c.state(s.handle, s.token)  # not released by close: only this client is gone
+        c.close()
+    for call in (c.status, other.numpy, lambda: c.encode([1.0], "angle", 1)):
+        with pytest.raises(qdp.FailedPrecondition, match="client .* is closed: make a new"):
+            call()
 
 
 def test_plan_says_why_without_allocating(client: qdp.Client) -> None:

@@ -120,6 +120,40 @@ def test_qiskit_circuits_give_qdps_states(client, encoding) -> None:
         assert p0[1] == pytest.approx(probs[1::2].sum(), abs=1e-12)
 
 
+def test_reversed_wires_put_qdp_qubit_k_on_pennylane_wire_k(client) -> None:
+    """The idiom the docstrings give: with wires range(n)[::-1], qdp's angle state is the RY
+    circuit on wire k = qubit k, and <Z> on wire k is cos(2 x_k)."""
+    qml = pytest.importorskip("pennylane")
+    from qdp.interop import pennylane as qdp_pl
+
+    for doc in (qdp_pl.__doc__, qdp_pl.state_prep.__doc__):
+        assert "range(n)[::-1]" in doc
+    x = np.random.default_rng(6).uniform(0, np.pi, size=N)
+    dev = qml.device("default.qubit", wires=N)
+
+    @qml.qnode(dev)
+    def ry():
+        for k in range(N):
+            qml.RY(2 * x[k], wires=k)
+        return qml.state()
+
+    with client.encode(x, "angle", N) as s:
+        psi = s.numpy()
+
+        @qml.qnode(dev)
+        def prepared():
+            qml.StatePrep(psi, wires=range(N)[::-1])
+            return qml.state()
+
+        @qml.qnode(dev)
+        def z_of_each_wire():
+            qdp_pl.state_prep(s, wires=range(N)[::-1])
+            return [qml.expval(qml.PauliZ(k)) for k in range(N)]
+
+        np.testing.assert_allclose(np.asarray(prepared()), np.asarray(ry()), atol=1e-12)
+        np.testing.assert_allclose(np.asarray(z_of_each_wire()), np.cos(2 * x), atol=1e-12)
+
+
 def test_batches_and_wires(client) -> None:
     qml = pytest.importorskip("pennylane")
     pytest.importorskip("qiskit")

@@ -58,6 +58,23 @@ def test_close_releases_what_is_left(daemon) -> None:
     assert s.released
 
 
+def test_a_released_state_says_how_it_was_released(daemon) -> None:
+    c = qdp.Client(daemon.target)
+    kept = c.encode([1.0, 2.0], "phase", 2)
+    with c.encode([1.0, 2.0], "phase", 2) as s:
+        pass
+    with pytest.raises(qdp.NotFound) as e:
+        s.numpy()
+    assert "released by this process (State.release()" in str(e.value)
+    c.close()
+    for use in (kept.numpy, lambda: kept.info):
+        with pytest.raises(qdp.NotFound) as e:
+            use()
+        text = str(e.value)
+        assert "released when its Client closed" in text and "Client.close()" in text
+        assert "by this process" not in text and "token is wrong" not in text
+
+
 def test_interpreter_exit_releases_quietly(daemon) -> None:
     code = textwrap.dedent("""
         import qdp

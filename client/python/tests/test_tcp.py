@@ -39,6 +39,15 @@ def test_no_shared_memory_or_node_files(remote: qdp.Client, tmp_path) -> None:
     assert e.value.status in ("PERMISSION_DENIED", "FAILED_PRECONDITION", "INVALID_ARGUMENT")
 
 
+def test_a_table_path_over_tcp_says_how_to_read_it(remote: qdp.Client, tmp_path) -> None:
+    p = tmp_path / "x.csv"
+    p.write_text("0.1,0.2\n")
+    with pytest.raises(qdp.InvalidArgument) as e:
+        remote.encode(p, "angle", 2)
+    assert e.value.field == "input.path"
+    assert "over TCP" in e.value.message and "qdp.readers.open_source" in e.value.message
+
+
 def test_out_is_for_callers_on_the_node(remote: qdp.Client) -> None:
     """An IPC handle opens only on its own node: the client says so before sending, and the
     daemon refuses a TCP caller's EncodeRequest.out whatever it names."""

@@ -4,6 +4,14 @@ qdp's qubit k is bit k of the amplitude index; PennyLane's wire 0 is the most si
 its state's index. So the same vector means the same state when **qdp qubit k is wire n-1-k**
 (of ``wires``, PennyLane's order): :func:`state_prep` passes the amplitudes unchanged.
 
+To have qdp qubit k on PennyLane wire k instead, give the wires reversed::
+
+    qml.StatePrep(psi, wires=range(n)[::-1])    # or state_prep(s, wires=range(n)[::-1])
+
+``wires[0]``, the most significant bit (qdp qubit n-1), is then wire n-1, and so on down to qdp
+qubit 0 on wire 0. qdp's angle state of x then equals the circuit ``qml.RY(2 * x[k], wires=k)``
+for k = 0 .. n-1 on ``|0...0>``.
+
 The encodings as PennyLane circuits on ``wires = range(n)`` (q(k) = n-1-k, the wire of qdp qubit
 k), each giving exactly qdp's state (checked against ``default.qubit`` in the tests):
 
@@ -49,7 +57,8 @@ def state_prep(state: Any, wires: Optional[Sequence[Any]] = None) -> Any:
         One state (2**n amplitudes) or a batch (one per row: PennyLane broadcasts over it). A
         State is fetched; a torch tensor is passed as it is (gradients flow through it).
     wires : sequence, optional
-        The n wires, in PennyLane's order (wires[0] most significant); ``range(n)`` by default.
+        The n wires, in PennyLane's order (wires[0] most significant); ``range(n)`` by default,
+        which puts qdp qubit k on wire n-1-k. ``range(n)[::-1]`` puts qdp qubit k on wire k.
 
     Returns
     -------
