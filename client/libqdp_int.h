@@ -32,8 +32,8 @@ QDP__HIDDEN void qdp__err_reset(void);
 /* Records a local failure (remote = 0) and returns code. cause: errno or -1; field may be NULL. */
 QDP__HIDDEN qdp_status qdp__err_local(qdp_status code, int cause, const char *field,
                                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* The status a failed open(2) or creat means: NOT_FOUND (no such file), PERMISSION_DENIED (this
- * process may not), else `otherwise`. */
+/* The status a failed open(2), creat, link or rename means: NOT_FOUND (no such file),
+ * PERMISSION_DENIED (this process may not), ALREADY_EXISTS, else `otherwise`. */
 QDP__HIDDEN qdp_status qdp__errno_status(int err, qdp_status otherwise);
 /* Out of memory while doing `what`: never allocates. */
 QDP__HIDDEN qdp_status qdp__err_nomem(const char *what);
