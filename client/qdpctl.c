@@ -64,7 +64,7 @@ static const char main_help[] =
     "  top                    a live view from qdpd's metrics: jobs/s, latency, memory\n"
     "\n"
     "A REF is HANDLE:TOKEN, as encode prints it; the token is the capability to use the state.\n"
-    "Inputs (encode, plan): --values (inline), --input FILE (local .npy or raw: inline when\n"
+    "Inputs (encode, plan): --values (inline), --input FILE (local .npy, CSV or raw: inline when\n"
     "small, streamed otherwise), --server-file PATH (on the node), --shm NAME (shared memory).\n"
     "'qdpctl COMMAND --help' describes each command.\n"
     "\n"

@@ -4,6 +4,7 @@ Run by with_qdpd.sh (QDP_SOCKET and QDP_TEST_DIR set) with QDPCTL and QDP_DESC i
 environment.
 """
 
+import csv
 import json
 import os
 import re
@@ -392,6 +393,92 @@ class Qdpctl(unittest.TestCase):
         with open(path, "w", newline="") as f:
             f.write(text)
         return path
+
+    def test_csv_input_is_one_sample_per_row_as_numpy_reads_it(self):
+        """The reported file (two rows of two numbers) is a batch of two samples, with or without
+        --input-dtype float64 and whatever its name; NumPy's own parser gives the reference."""
+        for name in ("data.csv", "data.txt"):
+            path = self.write(name, "0.1,0.2\n0.3,0.4\n")
+            want = np.stack([qdpc.ref_amplitude(r, 1) for r in np.loadtxt(path, delimiter=",")])
+            for dtype in (("--input-dtype", "float64"), ()):  # the reported command first
+                e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", path,
+                            *dtype)
+                self.assertEqual(e["batch"], 2)
+                self.check_fetch(e["ref"], want)
+                self.ok("rm", e["ref"])
+        # A header; its column of text left out; quoted fields, CRLF, blank lines; float32 values
+        # for a complex64 state.
+        path = self.write("feat.csv", 'id,"x",y,z\r\nA,0.1,0.2,0.3\r\n\r\nB,"1.5",-0.5,2e-1\r\n')
+        with open(path, newline="") as f:
+            rows = [r for r in csv.reader(f) if r]
+        x = np.array([[float(v) for v in r[1:]] for r in rows[1:]])
+        e = self.js("encode", "--encoding", "angle", "--qubits", "3", "--input", path,
+                    "--input-dtype", "float32", "--dtype", "complex64")
+        self.assertEqual(e["batch"], 2)
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_angle(r.astype(np.float32), 3)
+                                             for r in x]), "complex64")
+        self.ok("rm", e["ref"])
+        # Basis: one index per row.
+        path = self.write("idx.csv", "index\n5\n0\n2\n")
+        e = self.js("encode", "--encoding", "basis", "--qubits", "3", "--input", path,
+                    "--input-dtype", "int64")
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_basis(i, 3) for i in (5, 0, 2)]))
+        self.ok("rm", e["ref"])
+        # Above 1 MiB of values: uploaded from the parsed values, in chunks.
+        big = self.rng.uniform(-1, 1, size=(1 << 16, 4))
+        path = os.path.join(self.dir, "big.csv")
+        np.savetxt(path, big, delimiter=",", fmt="%.17g")
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--input", path,
+                    "--chunk-bytes", "65536")
+        self.assertEqual(e["batch"], 1 << 16)
+        self.check_fetch(e["ref"], big / np.linalg.norm(big, axis=1, keepdims=True))
+        self.ok("rm", e["ref"])
+
+    def test_a_text_file_is_never_read_as_raw_bytes_unless_asked(self):
+        """Before, a text file with --input-dtype was encoded from its bytes and exited 0; now
+        one that is not CSV exits 6 (invalid argument) with what to do, and --raw still reads
+        the bytes as values when that is what they are."""
+        text = "Dear reader,\nthese are my notes, not numbers.\n\n\n"
+        self.assertEqual(len(text) % 8, 0)  # a whole number of float64 values
+        path = self.write("notes.txt", text)
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "3",
+                         "--input", path, "--input-dtype", "float64")
+        self.assertEqual(p.returncode, 6, p.stderr)
+        e = json.loads(p.stdout)["error"]
+        self.assertEqual((e["code"], e["field"], e["remote"]),
+                         ("QDP_ERR_INVALID_ARGUMENT", "input.raw", False))
+        self.assertIn("notes.txt", e["message"])
+        self.assertIn("numpy.save", e["message"])
+        self.assertIn("pass --raw", p.stderr)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "3", "--input", path,
+                    "--input-dtype", "float64", "--raw")
+        x = np.fromfile(path, np.float64)
+        x = x / np.max(np.abs(x))  # text as doubles spans hundreds of binary orders
+        self.check_fetch(e["ref"], qdpc.ref_amplitude(x, 3))
+        self.ok("rm", e["ref"])
+        # A CSV with a hole names it; --raw wants a type; a binary file stays raw as before.
+        path = self.write("hole.csv", "x,y\n1,2\n3,\n")
+        e = self.refused(6, "encode", "--encoding", "amplitude", "--qubits", "1", "--input", path)
+        self.assertIn("Row 1 (line 3), column 1 ('y')", e["message"])
+        self.assertIn("is empty", e["message"])
+        self.refused(2, "encode", "--encoding", "amplitude", "--qubits", "1", "--input", path,
+                     "--raw")
+        raw = os.path.join(self.dir, "vals.f64")
+        np.array([3.0, 4.0]).tofile(raw)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", raw,
+                    "--input-dtype", "float64")
+        self.check_fetch(e["ref"], qdpc.ref_amplitude([3.0, 4.0], 1))
+        self.ok("rm", e["ref"])
+
+    def test_help_completion_and_manual_name_raw(self):
+        self.assertIn("--raw", self.ok("encode", "--help").stdout)
+        comp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
+                            "qdpctl.bash")
+        got = subprocess.run(
+            ["bash", "-c", '. "$1"; COMP_WORDS=("$2" encode --input x.csv --ra); COMP_CWORD=4; '
+             '_qdpctl; echo "${COMPREPLY[*]}"', "_", comp, self.exe],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(got.stdout.strip(), "--raw", got.stderr)
 
     def test_every_exit_class_through_the_real_binary(self):
         """qdpctl --help's table, one failure of each class (and both sides of the line for the
