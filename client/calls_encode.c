@@ -261,20 +261,10 @@ static qdp_status send_data(struct qdp__call *k, const unsigned char *buf, int f
   if (buf) {
     memcpy(p + h, buf, n);
   } else {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = pread(fd, p + h + done, n - done, (off_t)(off + done));
-      if (r < 0 && errno == EINTR) {
-        continue;
-      }
-      if (r <= 0) {
-        int err = r < 0 ? errno : 0;
-        grpc_slice_unref(s);
-        return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path",
-                              "Reading '%s' at byte %" PRIu64 " failed: %s.", path, off + done,
-                              r < 0 ? strerror(err) : "the file became shorter during the upload");
-      }
-      done += (size_t)r;
+    qdp_status rc = qdp__read_at(fd, path, p + h, n, off);
+    if (rc != QDP_OK) {
+      grpc_slice_unref(s);
+      return rc;
     }
   }
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
@@ -397,82 +387,89 @@ static qdp_status read_small(int fd, const char *path, uint64_t off, uint64_t to
   if (!buf) {
     return qdp__err_nomem("reading a small input file");
   }
-  size_t got = 0;
-  while (got < total) {
-    ssize_t n = pread(fd, buf + got, (size_t)(total - got), (off_t)(off + got));
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      int err = n < 0 ? errno : 0;
-      free(buf);
-      return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Reading '%s' failed: %s.", path,
-                            n < 0 ? strerror(err) : "it became shorter");
-    }
-    got += (size_t)n;
+  qdp_status rc = qdp__read_at(fd, path, buf, (size_t)total, off);
+  if (rc != QDP_OK) {
+    free(buf);
+    return rc;
   }
   *ret = buf;
   return QDP_OK;
 }
 
-/* An encode's data once its input is open: streamed (from memory, or from fd at data_off) or
- * carried in the request itself (a small file read into filebuf, or inline data). */
+/* An encode's data once its input is open: streamed (from memory, buf, or from fd at data_off) or
+ * carried in the request itself (a small file read into filebuf, a CSV file's values, or inline
+ * data). */
 struct staged {
   int fd;
-  unsigned char *filebuf;
+  unsigned char *filebuf; /* owned */
+  const unsigned char *buf;
   uint64_t total, data_off;
   int stream;
 };
 
-/* Stages an upload or a local file: a small one goes into the request, a large one is streamed;
- * a dry run (plan) carries small uploaded data inline too. */
-static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct qdp_input *in,
-                              int plan, struct request *r, struct staged *st) {
-  if (in->kind == QDP_INPUT_UPLOAD) {
-    if (!in->data && in->data_bytes) {
-      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
-                            "data_bytes is %zu but data is NULL.", in->data_bytes);
-    }
-    st->total = in->data_bytes;
-    st->stream = 1;
-    if (plan && st->total <= in->inline_max) {
-      r->input.source_case = QDP__INPUT__SOURCE_DATA;
-      r->input.data.data = (uint8_t *)in->data;
-      r->input.data.len = in->data_bytes;
-    }
-    return QDP_OK;
-  }
-  if (in->kind != QDP_INPUT_LOCAL_FILE) {
-    return QDP_OK;
-  }
+/* Stages a local file: its values parsed (CSV) or its bytes located (.npy, raw); a small one goes
+ * into the request, a large one is streamed. */
+static qdp_status stage_file(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                             struct request *r, struct staged *st) {
   if (!in->path || !*in->path) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
                           "A local-file input needs a path.");
   }
-  struct qdp__npy d;
-  qdp_status rc =
-      qdp__input_file_open(in->path, in->dtype, in->rows, in->cols, in->offset, &st->fd, &d);
+  struct qdp__input_file f;
+  qdp_status rc = qdp__input_file_open(in, &f);
   if (rc != QDP_OK) {
     return rc;
   }
-  basis_reshape(opts, in, &d);
-  r->input.dtype = (Qdp__DType)d.dtype;
-  r->input.rows = d.shape[0];
-  r->input.cols = d.shape[1];
-  st->total = d.count * qdp_dtype_size(d.dtype);
-  st->data_off = d.data_offset;
+  st->fd = f.fd;
+  st->filebuf = f.values;
+  if (!f.csv) {
+    basis_reshape(opts, in, &f.d); /* a CSV file has one sample per row already */
+  }
+  r->input.dtype = (Qdp__DType)f.d.dtype;
+  r->input.rows = f.d.shape[0];
+  r->input.cols = f.d.shape[1];
+  st->total = f.d.count * qdp_dtype_size(f.d.dtype);
+  st->data_off = f.d.data_offset;
+  st->buf = st->filebuf;
   if (st->total > in->inline_max) {
     st->stream = 1;
     return QDP_OK;
   }
   /* Small: one message is cheaper than a stream. */
-  rc = read_small(st->fd, in->path, st->data_off, st->total, &st->filebuf);
+  if (!f.csv) {
+    rc = read_small(st->fd, in->path, st->data_off, st->total, &st->filebuf);
+  }
   if (rc == QDP_OK) {
     r->input.source_case = QDP__INPUT__SOURCE_DATA;
     r->input.data.data = st->filebuf;
     r->input.data.len = st->total;
   }
   return rc;
+}
+
+/* Stages an upload or a local file: a small one goes into the request, a large one is streamed;
+ * a dry run (plan) carries small uploaded data inline too. */
+static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct qdp_input *in,
+                              int plan, struct request *r, struct staged *st) {
+  if (in->kind == QDP_INPUT_LOCAL_FILE) {
+    return stage_file(opts, in, r, st);
+  }
+  if (in->kind != QDP_INPUT_UPLOAD) {
+    return QDP_OK;
+  }
+  if (!in->data && in->data_bytes) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
+                          "data_bytes is %zu but data is NULL.", in->data_bytes);
+  }
+  st->buf = in->data;
+  st->total = in->data_bytes;
+  st->stream = 1;
+  if (plan && st->total <= in->inline_max) {
+    r->input.source_case = QDP__INPUT__SOURCE_DATA;
+    r->input.data.data = (uint8_t *)in->data;
+    r->input.data.len = in->data_bytes;
+  }
+  return QDP_OK;
 }
 
 /* Encode or Plan (plan != 0) for every input kind. */
@@ -495,8 +492,8 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
     *ret_plan = qdp__unary_copy(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor,
                                 qdp__plan_from_pb, "copying the plan reply", &rc);
   } else if (rc == QDP_OK && st.stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
-    rc = upload(c, &r.req, in->kind == QDP_INPUT_UPLOAD ? in->data : NULL, st.fd, st.data_off,
-                st.total, in->path ? in->path : "", in, ret_state);
+    rc = upload(c, &r.req, st.buf, st.fd, st.data_off, st.total, in->path ? in->path : "", in,
+                ret_state);
   } else if (rc == QDP_OK) {
     Qdp__EncodeReply *rep = NULL;
     rc = qdp__unary(c, M_ENCODE, &r.req.base, &qdp__encode_reply__descriptor,

@@ -264,8 +264,9 @@ qdp_status qdp_fetch_into(qdp_client *c, const char *handle, const char *token,
     rc = fetch_opts(opts, &o);
   }
   if (rc == QDP_OK && (!region || !*region || !region_token)) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "region",
-                        "FetchInto needs a region's handle and token (qdp_region_register_writable).");
+    rc = qdp__err_local(
+        QDP_ERR_INVALID_ARGUMENT, -1, "region",
+        "FetchInto needs a region's handle and token (qdp_region_register_writable).");
   }
   if (rc != QDP_OK) {
     return rc;
@@ -375,8 +376,9 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
   char tmp[4096];
   int fd = open_temp(path, tmp, sizeof tmp);
   if (fd < 0) {
-    return qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Cannot create a file beside '%s': %s.",
-                          path, strerror(errno));
+    int err = errno;
+    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                          "Cannot create a file beside '%s': %s.", path, strerror(err));
   }
   struct sink s;
   memset(&s, 0, sizeof s);
@@ -405,8 +407,9 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
     /* link() refuses an existing name atomically; rename() replaces it. */
     int r = overwrite ? rename(tmp, path) : link(tmp, path);
     if (r != 0) {
-      rc = qdp__err_local(errno == EEXIST ? QDP_ERR_ALREADY_EXISTS : QDP_ERR_SYSTEM, errno, "path",
-                          "Cannot create '%s': %s.", path, strerror(errno));
+      int err = errno;
+      rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                          "Cannot create '%s': %s.", path, strerror(err));
     }
   }
   if (rc != QDP_OK || !overwrite) {
@@ -463,7 +466,7 @@ static qdp_status export_local(qdp_client *c, Qdp__ExportRequest *req, const cha
   }
   if (rc == QDP_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, overwrite ? 0 : RENAME_NOREPLACE)) {
     int err = errno;
-    rc = qdp__err_local(err == EEXIST ? QDP_ERR_ALREADY_EXISTS : QDP_ERR_SYSTEM, err, "path",
+    rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
                         "Cannot name the exported file '%s': %s.", path, strerror(err));
   }
   if (rc != QDP_OK) {

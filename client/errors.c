@@ -48,5 +48,8 @@ qdp_status qdp__errno_status(int err, qdp_status otherwise) {
   if (err == EACCES || err == EPERM || err == EROFS) {
     return QDP_ERR_PERMISSION_DENIED;
   }
+  if (err == EEXIST) {
+    return QDP_ERR_ALREADY_EXISTS;
+  }
   return otherwise;
 }

@@ -1,9 +1,10 @@
 /* libqdp_int.h — libqdp's internals, shared by its source files and its unit tests; not installed.
  *
  * Owns: the per-thread error record (errors.c), the gRPC call machinery (client.c), what the call
- * families share (calls_*.c) and local input files (npy.c; the .npy header codec itself is
- * common/qdp_npy.h). Every function here is thread-safe: the only shared object is the
- * client, whose fields are written once in qdp_client_create and only read afterwards.
+ * families share (calls_*.c) and local input files (npy.c, and csv.c for text; the .npy header
+ * codec itself is common/qdp_npy.h). Every function here is thread-safe: the only shared objects
+ * are the client, whose fields are written once in qdp_client_create and only read afterwards,
+ * and csv.c's "C" locale, made once.
  */
 #ifndef QDP_LIBQDP_INT_H
 #define QDP_LIBQDP_INT_H
@@ -31,8 +32,8 @@ QDP__HIDDEN void qdp__err_reset(void);
 /* Records a local failure (remote = 0) and returns code. cause: errno or -1; field may be NULL. */
 QDP__HIDDEN qdp_status qdp__err_local(qdp_status code, int cause, const char *field,
                                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* The status a failed open(2) or creat means: NOT_FOUND (no such file), PERMISSION_DENIED (this
- * process may not), else `otherwise`. */
+/* The status a failed open(2), creat, link or rename means: NOT_FOUND (no such file),
+ * PERMISSION_DENIED (this process may not), ALREADY_EXISTS, else `otherwise`. */
 QDP__HIDDEN qdp_status qdp__errno_status(int err, qdp_status otherwise);
 /* Out of memory while doing `what`: never allocates. */
 QDP__HIDDEN qdp_status qdp__err_nomem(const char *what);
@@ -172,7 +173,7 @@ QDP__HIDDEN void *qdp__unary_copy(qdp_client *c, const char *method, const Proto
                                   const ProtobufCMessageDescriptor *desc, qdp__from_pb_fn from,
                                   const char *what, qdp_status *ret_rc);
 
-/* ---- npy.c: local input files (.npy through common/qdp_npy.h, or raw) ---- */
+/* ---- npy.c: local input files (.npy through common/qdp_npy.h, CSV through csv.c, or raw) ---- */
 
 struct qdp__npy {
   qdp_dtype dtype;      /* FLOAT32, FLOAT64, INT64, COMPLEX64, COMPLEX128 */
@@ -187,11 +188,41 @@ struct qdp__npy {
  * cannot read. */
 QDP__HIDDEN qdp_status qdp__npy_parse(const void *buf, size_t len, struct qdp__npy *ret);
 
-/* Opens a local .npy or raw file for reading and describes its data: for .npy the header decides
- * (reshaped by rows/cols when nonzero); for a raw file dtype is required and the data runs from
- * offset to the end of the file. Returns an O_CLOEXEC fd in *ret_fd. */
-QDP__HIDDEN qdp_status qdp__input_file_open(const char *path, qdp_dtype dtype, uint64_t rows,
-                                            uint64_t cols, uint64_t offset, int *ret_fd,
-                                            struct qdp__npy *ret);
+/* A local input file, opened and described. */
+struct qdp__input_file {
+  struct qdp__npy d; /* dtype and shape (reshaped by the input's rows/cols when nonzero) */
+  int fd;            /* .npy and raw: open O_CLOEXEC, the data at d.data_offset; CSV: -1 */
+  void *values;      /* CSV: d.count values of d.dtype, parsed (free()); otherwise NULL */
+  bool csv;
+};
+
+/* Opens in->path (a LOCAL_FILE input) and describes its data, as qdp.h's qdp_input.raw says: a
+ * .npy by its header; CSV (a .csv name, or text) parsed whole into values of in->dtype; raw
+ * values of in->dtype from in->offset to the end. */
+QDP__HIDDEN qdp_status qdp__input_file_open(const struct qdp_input *in,
+                                            struct qdp__input_file *ret);
+
+/* Reads n bytes of the local input file path (open on fd) at off into buf: SYSTEM for a failed
+ * read, DATA_LOSS when the file ends first (it shrank since it was described). */
+QDP__HIDDEN qdp_status qdp__read_at(int fd, const char *path, void *buf, size_t n, uint64_t off);
+
+/* ---- csv.c: text input files ---- */
+
+/* Whether n bytes of a file look like text: no NUL, no control character but whitespace, valid
+ * UTF-8. whole: they are the whole file (else a character cut at their end is no fault). */
+QDP__HIDDEN bool qdp__looks_like_text(const unsigned char *buf, size_t n, bool whole);
+
+/* A CSV table as values: one sample per row. */
+struct qdp__csv {
+  qdp_dtype dtype;
+  uint64_t rows, cols;
+  void *values; /* rows * cols, row-major (free()) */
+};
+
+/* Parses the CSV text (len bytes of the file `path`, for messages) into values of dtype (FLOAT32,
+ * FLOAT64 or INT64; UNSPECIFIED: FLOAT64) as qdp.h's qdp_input.raw describes. A table that cannot
+ * be read is QDP_ERR_INVALID_ARGUMENT with the row, line, column and text at fault. */
+QDP__HIDDEN qdp_status qdp__csv_parse(const char *path, const char *text, size_t len,
+                                      qdp_dtype dtype, struct qdp__csv *ret);
 
 #endif /* QDP_LIBQDP_INT_H */

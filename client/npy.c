@@ -1,6 +1,7 @@
 /* Local input files for libqdp: a .npy file (its header read by the shared codec,
- * common/qdp_npy.h) or a raw file of one element type, described for an upload or a handoff. The
- * writing side of .npy (a fetched state) formats its header with the same codec (calls_fetch.c).
+ * common/qdp_npy.h), a CSV file (parsed by csv.c) or a raw file of one element type, described
+ * for an upload. The writing side of .npy (a fetched state) formats its header with the same codec
+ * (calls_fetch.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,8 +95,8 @@ static qdp_status raw_input(const char *path, qdp_dtype dtype, uint64_t offset, 
                             struct qdp__npy *d) {
   if (dtype != QDP_DTYPE_FLOAT32 && dtype != QDP_DTYPE_FLOAT64 && dtype != QDP_DTYPE_INT64) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.dtype",
-                          "'%s' is a raw file (no .npy header): give its element type "
-                          "(float32, float64 or int64).",
+                          "'%s' is neither .npy nor text (CSV), so it is read as raw values: "
+                          "give their element type (float32, float64 or int64).",
                           path);
   }
   if (offset > fsize) {
@@ -112,6 +114,31 @@ static qdp_status raw_input(const char *path, qdp_dtype dtype, uint64_t offset, 
   const uint64_t count = (fsize - offset) / es;
   *d = (struct qdp__npy){
       .dtype = dtype, .ndim = 1, .shape = {1, count}, .count = count, .data_offset = offset};
+  return QDP_OK;
+}
+
+qdp_status qdp__read_at(int fd, const char *path, void *buf, size_t n, uint64_t off) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r < 0) {
+      int err = errno;
+      return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path",
+                            "Reading '%s' at byte %" PRIu64 " failed: %s.", path, off + done,
+                            strerror(err));
+    }
+    if (r == 0) {
+      return qdp__err_local(QDP_ERR_DATA_LOSS, -1, "input.path",
+                            "'%s' ended at byte %" PRIu64
+                            " while it was read, short of the %" PRIu64
+                            " it had: it changed under the read; nothing was encoded.",
+                            path, off + done, off + n);
+    }
+    done += (size_t)r;
+  }
   return QDP_OK;
 }
 
@@ -136,43 +163,123 @@ static qdp_status reshape(const char *path, uint64_t rows, uint64_t cols, struct
   return QDP_OK;
 }
 
-qdp_status qdp__input_file_open(const char *path, qdp_dtype dtype, uint64_t rows, uint64_t cols,
-                                uint64_t offset, int *ret_fd, struct qdp__npy *ret) {
-  *ret_fd = -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return qdp__err_local(QDP_ERR_SYSTEM, errno, "input.path", "Cannot open '%s': %s.", path,
-                          strerror(errno));
+/* Adds to the CSV error just recorded why the file was read as CSV and what else to do, and names
+ * raw as the field: the file was taken for CSV only because its bytes are text. */
+static qdp_status sniffed_csv(qdp_status rc) {
+  struct qdp_errinfo *e = qdp__err();
+  char old[sizeof e->msg];
+  memcpy(old, e->msg, sizeof old);
+  snprintf(e->msg, sizeof e->msg,
+           "%.700s The file is text, so it was read as CSV: make it CSV (one sample per row, "
+           "numbers between commas), convert it to .npy (numpy.save), or set raw to read its "
+           "bytes as values.",
+           old);
+  snprintf(e->field, sizeof e->field, "input.raw");
+  return rc;
+}
+
+/* A CSV input: the whole file read and parsed into values (f->values). */
+static qdp_status csv_input(int fd, const char *path, qdp_dtype dtype, uint64_t fsize,
+                            struct qdp__input_file *f) {
+  if (fsize >= SIZE_MAX) {
+    return qdp__err_nomem("reading a CSV file");
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = errno;
-    close(fd);
-    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, err, "input.path",
-                          "'%s' is not a regular file.", path);
+  char *text = malloc((size_t)fsize + 1);
+  if (!text) {
+    return qdp__err_nomem("reading a CSV file");
   }
-  const uint64_t fsize = (uint64_t)st.st_size;
+  struct qdp__csv t;
+  qdp_status rc = qdp__read_at(fd, path, text, (size_t)fsize, 0);
+  if (rc == QDP_OK) {
+    rc = qdp__csv_parse(path, text, (size_t)fsize, dtype, &t);
+  }
+  free(text);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  f->d = (struct qdp__npy){.dtype = t.dtype,
+                           .ndim = 2,
+                           .shape = {t.rows, t.cols},
+                           .count = t.rows * t.cols,
+                           .data_offset = 0};
+  f->values = t.values;
+  f->csv = true;
+  return QDP_OK;
+}
+
+/* Whether path's name ends in ".csv" (any case). */
+static bool csv_name(const char *path) {
+  size_t n = strlen(path);
+  return n >= 4 && strcasecmp(path + n - 4, ".csv") == 0;
+}
+
+/* What the file on fd is and its data's description: raw when asked, else .npy by its magic, CSV
+ * by its name or text, raw otherwise. */
+static qdp_status describe_file(int fd, const struct qdp_input *in, bool raw, uint64_t fsize,
+                                struct qdp__input_file *f) {
+  if (raw) {
+    return raw_input(in->path, in->dtype, in->offset, fsize, &f->d);
+  }
   unsigned char head[HEAD_READ];
-  ssize_t got = pread(fd, head, sizeof head, 0);
+  ssize_t got;
+  do {
+    got = pread(fd, head, sizeof head, 0);
+  } while (got < 0 && errno == EINTR);
   if (got < 0) {
     int err = errno;
-    close(fd);
-    return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Cannot read '%s': %s.", path,
+    return qdp__err_local(QDP_ERR_SYSTEM, err, "input.path", "Cannot read '%s': %s.", in->path,
                           strerror(err));
   }
   /* A file that starts with the magic is a .npy, whatever else is wrong with it. */
-  struct qdp__npy d;
-  qdp_status rc = (size_t)got >= 6 && memcmp(head, "\x93NUMPY", 6) == 0
-                      ? npy_input(fd, path, dtype, fsize, head, (size_t)got, &d)
-                      : raw_input(path, dtype, offset, fsize, &d);
-  if (rc == QDP_OK && (rows || cols)) {
-    rc = reshape(path, rows, cols, &d);
+  bool npy = (size_t)got >= 6 && memcmp(head, "\x93NUMPY", 6) == 0;
+  bool named = !npy && csv_name(in->path);
+  bool text = !npy && !named && qdp__looks_like_text(head, (size_t)got, (uint64_t)got == fsize);
+  if ((npy || named || text) && in->offset) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.offset",
+                          "'%s' is %s, which says where its values are; offset %" PRIu64
+                          " is for raw files.",
+                          in->path, npy ? "a .npy file" : "CSV", in->offset);
+  }
+  if (npy) {
+    return npy_input(fd, in->path, in->dtype, fsize, head, (size_t)got, &f->d);
+  }
+  if (named || text) {
+    qdp_status rc = csv_input(fd, in->path, in->dtype, fsize, f);
+    return rc == QDP_ERR_INVALID_ARGUMENT && text ? sniffed_csv(rc) : rc;
+  }
+  return raw_input(in->path, in->dtype, in->offset, fsize, &f->d);
+}
+
+qdp_status qdp__input_file_open(const struct qdp_input *in, struct qdp__input_file *ret) {
+  *ret = (struct qdp__input_file){.fd = -1};
+  const bool raw = in->struct_size >= offsetof(struct qdp_input, raw) + sizeof in->raw && in->raw;
+  /* O_NONBLOCK: a FIFO named by mistake is refused below instead of blocking the open. */
+  int fd = open(in->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "input.path",
+                          "Cannot open '%s': %s.", in->path, strerror(err));
+  }
+  struct stat st;
+  qdp_status rc = QDP_OK;
+  struct qdp__input_file f = {.fd = -1};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path", "'%s' is not a regular file.",
+                        in->path);
+  } else {
+    rc = describe_file(fd, in, raw, (uint64_t)st.st_size, &f);
+  }
+  if (rc == QDP_OK && (in->rows || in->cols)) {
+    rc = reshape(in->path, in->rows, in->cols, &f.d);
+  }
+  if (rc != QDP_OK || f.csv) {
+    close(fd); /* CSV: its values are parsed */
   }
   if (rc != QDP_OK) {
-    close(fd);
+    free(f.values);
     return rc;
   }
-  *ret = d;
-  *ret_fd = fd;
+  f.fd = f.csv ? -1 : fd;
+  *ret = f;
   return QDP_OK;
 }

@@ -175,16 +175,17 @@ typedef enum qdp_input_kind {
   QDP_INPUT_SHM = 3,         /* shm_name, or shm_pid + shm_fd, opened by this process; offset and
                                 length in bytes */
   QDP_INPUT_UPLOAD = 4,      /* data/data_bytes, streamed in chunk_bytes pieces */
-  QDP_INPUT_LOCAL_FILE = 5   /* path: a local .npy or raw file; inline up to inline_max bytes,
-                                streamed beyond */
+  QDP_INPUT_LOCAL_FILE = 5   /* path: a local .npy, CSV or raw file (see raw); inline up to
+                                inline_max bytes, streamed beyond */
 } qdp_input_kind;
 
 struct qdp_input {
   size_t struct_size;
   qdp_input_kind kind;
   /* Element type and shape of raw values (FLOAT32 or FLOAT64, basis also INT64). rows 0 means 1,
-   * cols 0 means all values / rows. A .npy file says its own; nonzero values here then reshape
-   * it and must match its element count. */
+   * cols 0 means all values / rows. A .npy or CSV file says its own shape; nonzero values here
+   * then reshape it and must match its element count. A CSV file's values are read as dtype
+   * (FLOAT32, FLOAT64 or INT64; UNSPECIFIED: FLOAT64). */
   qdp_dtype dtype;
   uint64_t rows, cols;
   const void *data; /* INLINE, UPLOAD */
@@ -192,7 +193,7 @@ struct qdp_input {
   const char *path;     /* SERVER_FILE, LOCAL_FILE */
   const char *shm_name; /* SHM by name ("/my-input"), or NULL and shm_pid + shm_fd */
   int shm_pid, shm_fd;
-  uint64_t offset;          /* SHM: bytes into the region; LOCAL_FILE (raw): bytes into the file */
+  uint64_t offset;          /* SHM: bytes into the region; LOCAL_FILE: bytes into a raw file */
   uint64_t length;          /* SHM: bytes, must equal rows * cols * dtype size */
   size_t chunk_bytes;       /* UPLOAD, LOCAL_FILE: bytes per message; 0 = 1 MiB */
   size_t inline_max;        /* LOCAL_FILE: largest input sent inline */
@@ -202,12 +203,26 @@ struct qdp_input {
    * and shm_fd are then ignored and offset/length count within the region. Since 0.2. */
   const char *region;
   const char *region_token;
+  /* LOCAL_FILE: how the file is read (since 0.7; an older caller's shorter struct reads as 0).
+   *  0: by what it holds. A file that starts with the .npy magic is .npy. One whose name ends in
+   *     .csv (any case), or whose first 4096 bytes are text (no NUL, no control character but
+   *     whitespace, valid UTF-8), is CSV, read whole as the Python package's qdp.readers reads
+   *     one: ',' between fields, '"' quoting; empty lines skipped; a first row with a field that
+   *     is not a number is a header, and then a column of text alone is left out; every row as
+   *     wide as the first; one sample per row (R rows of C numbers: rows R, cols C; basis, one
+   *     index per row). INVALID_ARGUMENT, with the row (from 0, after any header), line, column
+   *     and text, for an empty field, a field that is not a value of dtype, or a column that
+   *     mixes numbers and text; its field is "input.raw" for a file taken for CSV only because it
+   *     is text. Any other file is raw values of dtype from offset to its end. So a text file is
+   *     never read as raw values by default.
+   *  1: raw values of dtype from offset to the end of the file, whatever its bytes are. */
+  int raw;
 };
 
 /* clang-format off */
 #define QDP_INPUT_INIT \
   {sizeof(struct qdp_input), QDP_INPUT_NONE, QDP_DTYPE_UNSPECIFIED, 0, 0, NULL, 0, NULL, NULL, \
-   -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL, NULL, NULL}
+   -1, -1, 0, 0, 0, (size_t)1 << 20, NULL, NULL, NULL, NULL, 0}
 /* clang-format on */
 
 /* ---- Replies (allocated by libqdp; free with their qdp_*_free) ------------------------------ */
@@ -371,7 +386,7 @@ QDP_EXPORT qdp_status qdp_plan(qdp_client *c, const struct qdp_encode_opts *opts
 QDP_EXPORT qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
                                    struct qdp_state_info **ret);
 
-/* The calling identity's own states (its uid on the Unix socket, its token's principal over TCP). */
+/* The calling identity's own states (its uid on the Unix socket, its token's principal on TCP). */
 QDP_EXPORT qdp_status qdp_list(qdp_client *c, struct qdp_state_list **ret);
 
 /* Every identity's states (since 0.4): for the daemon's own user and root; PERMISSION_DENIED for
@@ -458,8 +473,8 @@ QDP_EXPORT qdp_status qdp_region_register(qdp_client *c, const char *name, int p
 /* The same for a region the daemon may also write (since 0.5): the object is opened here for
  * reading and writing (O_RDWR) and handed over for writing, then mapped read-write (MAP_SHARED),
  * an output of qdp_fetch_into as well as an input. */
-QDP_EXPORT qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid,
-                                                   int fd, struct qdp_region_info *ret_info);
+QDP_EXPORT qdp_status qdp_region_register_writable(qdp_client *c, const char *name, int pid, int fd,
+                                                   struct qdp_region_info *ret_info);
 
 /* Flags of qdp_region_register_flags (since 0.6), or'ed together. */
 enum {

@@ -1,6 +1,7 @@
-# bash completion for qdpctl. Commands and each command's options are read from qdpctl's own
-# --help, so they never fall behind it; values are offered for --encoding, --dtype,
-# --input-dtype and --policy, file names for the options that take files.
+# bash completion for qdpctl. Commands and each command's options (encode's --raw among them)
+# are read from qdpctl's own --help, so they never fall behind it; values are offered for
+# --encoding, --dtype, --input-dtype and --policy, file names for the options that take files
+# (--input: .npy, CSV or raw).
 _qdpctl() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} exe=${COMP_WORDS[0]}
   local cmd="" i

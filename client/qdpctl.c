@@ -2,7 +2,7 @@
  *
  * One process per command: parse the options (usage errors exit 2 before any connection), make a
  * client, run one or a few calls, print a table or JSON, and map the outcome onto an exit code
- * (0 ok, 1 local error, 2 usage, 3 cannot connect, 4 refused by the server). Single-threaded.
+ * (the class of a failure, whoever found it: qdpctl --help has the table). Single-threaded.
  * This file takes the options before the command and dispatches; each command family has its
  * own file (qdpctl.h lists them).
  */
@@ -10,14 +10,36 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qdpctl.h"
 
 volatile sig_atomic_t interrupted;
+/* The command runs its calls to their end, or stops between them, on Ctrl-C; 0: it exits at
+ * once. */
+static volatile sig_atomic_t stops_itself;
+/* --json is on: the interruption is reported as JSON too. */
+static volatile sig_atomic_t json_errors;
 
+/* Ctrl-C: a command that leaves nothing behind exits here, at once (qdpd drops the call of a
+ * client that is gone and commits nothing for it); the others see `interrupted`. Only
+ * async-signal-safe calls. */
 static void on_sigint(int sig) {
   (void)sig;
   interrupted = 1;
+  if (stops_itself) {
+    return;
+  }
+  static const char msg[] = "qdpctl: interrupted\n";
+  static const char js[] =
+      "{\n  \"schema\": 1,\n  \"error\": {\n    \"code\": \"INTERRUPTED\",\n"
+      "    \"message\": \"interrupted\",\n    \"exit\": 130\n  }\n}\n";
+  ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+  if (json_errors) {
+    n = write(STDOUT_FILENO, js, sizeof js - 1);
+  }
+  (void)n;
+  _exit(EXIT_INTERRUPTED);
 }
 
 static const char main_help[] =
@@ -42,7 +64,7 @@ static const char main_help[] =
     "  top                    a live view from qdpd's metrics: jobs/s, latency, memory\n"
     "\n"
     "A REF is HANDLE:TOKEN, as encode prints it; the token is the capability to use the state.\n"
-    "Inputs (encode, plan): --values (inline), --input FILE (local .npy or raw: inline when\n"
+    "Inputs (encode, plan): --values (inline), --input FILE (local .npy, CSV or raw: inline when\n"
     "small, streamed otherwise), --server-file PATH (on the node), --shm NAME (shared memory).\n"
     "'qdpctl COMMAND --help' describes each command.\n"
     "\n"
@@ -55,15 +77,19 @@ static const char main_help[] =
     "Environment: QDP_TARGET, QDP_SOCKET, QDP_TOKEN, XDG_RUNTIME_DIR.\n"
     "\n";
 
+/* stops_itself: the command ends itself on Ctrl-C, as a sudden exit would leave something behind
+ * (a partial file beside a fetch's or an export's target, a kept region whose REF nobody saw, the
+ * list of what rm released); rm stops between states, top between frames. */
 static const struct {
   const char *name;
   int (*run)(struct global *g, int argc, char **argv);
+  int stops_itself;
 } commands[] = {
-    {"status", cmd_status}, {"health", cmd_health},     {"encode", cmd_encode},
-    {"plan", cmd_plan},     {"describe", cmd_describe}, {"ls", cmd_ls},
-    {"fetch", cmd_fetch},   {"export", cmd_export},     {"rm", cmd_rm},
-    {"region", cmd_region}, {"gather", cmd_gather},     {"view-close", cmd_view_close},
-    {"top", cmd_top},
+    {"status", cmd_status, 0}, {"health", cmd_health, 0},     {"encode", cmd_encode, 0},
+    {"plan", cmd_plan, 0},     {"describe", cmd_describe, 0}, {"ls", cmd_ls, 0},
+    {"fetch", cmd_fetch, 1},   {"export", cmd_export, 1},     {"rm", cmd_rm, 1},
+    {"region", cmd_region, 1}, {"gather", cmd_gather, 0},     {"view-close", cmd_view_close, 0},
+    {"top", cmd_top, 1},
 };
 
 int main(int argc, char **argv) {
@@ -76,6 +102,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
     if (strcmp(argv[i], "--json") == 0) {
       usage_json(1);
+      json_errors = 1;
     }
   }
   int opt;
@@ -104,6 +131,11 @@ int main(int argc, char **argv) {
                        "fetch, export, rm, gather, view-close, region, top)");
   }
   const char *cmd = argv[optind];
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (strcmp(cmd, commands[i].name) == 0) {
+      stops_itself = commands[i].stops_itself;
+    }
+  }
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

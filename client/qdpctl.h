@@ -63,7 +63,9 @@ struct nearest {
   size_t distance;
   const char *word;
 };
+/* clang-format off */
 #define NEAREST_INIT {SIZE_MAX, NULL}
+/* clang-format on */
 void nearest_word(const char *given, const char *candidate, struct nearest *nr);
 /* Parses an unsigned decimal (or 0x hex) integer in [min, max]; the whole string must be used. */
 int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
@@ -118,6 +120,7 @@ enum {
   OPT_ROWS,
   OPT_COLS,
   OPT_INPUT_DTYPE,
+  OPT_RAW,
   OPT_UPLOAD,
   OPT_CHUNK_BYTES,
   OPT_IPC,

@@ -26,8 +26,8 @@ int usage_error(const char *cmd, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "qdpctl%s%s: %s\nTry 'qdpctl %s%s--help'.\n", cmd ? " " : "", cmd ? cmd : "",
-          msg, cmd ? cmd : "", cmd ? " " : "");
+  fprintf(stderr, "qdpctl%s%s: %s\nTry 'qdpctl %s%s--help'.\n", cmd ? " " : "", cmd ? cmd : "", msg,
+          cmd ? cmd : "", cmd ? " " : "");
   if (usage_as_json) {
     struct jw w = {stdout, 0, {0}};
     jw_open(&w, NULL, '{');
@@ -127,12 +127,12 @@ int split_ref(const char *cmd, const char *ref, char *buf, size_t size, const ch
   return EXIT_OK;
 }
 
+/* A failure's class is its status's, whether qdpd or libqdp found it: a bad input file is an
+ * invalid argument as a bad --qubits is. Only a status without a class of its own tells where it
+ * came from: refused by qdpd (4), or a local error (1). */
 int exit_code_for(const struct qdp_errinfo *e) {
   if (interrupted) {
     return EXIT_INTERRUPTED;
-  }
-  if (!e->remote) {
-    return EXIT_LOCAL;
   }
   switch (e->code) {
   case QDP_ERR_UNAVAILABLE:
@@ -151,7 +151,7 @@ int exit_code_for(const struct qdp_errinfo *e) {
   case QDP_ERR_DATA_LOSS:
     return EXIT_DATA_LOSS;
   default:
-    return EXIT_REFUSED;
+    return e->remote ? EXIT_REFUSED : EXIT_LOCAL;
   }
 }
 
@@ -267,17 +267,22 @@ static const char common_help[] =
     "  --help            this help\n";
 
 static const char exit_help[] =
-    "Exit status:\n"
+    "Exit status (a failure's class, whether qdpd or qdpctl found it):\n"
     "  0  success\n"
-    "  1  local error (a file that cannot be read or written, out of memory, a reply qdpctl\n"
-    "     cannot use, Ctrl-C)\n"
-    "  2  usage error (unknown option, missing or malformed argument)\n"
+    "  1  local error of no class below: a system call that failed (an I/O error, no memory),\n"
+    "     an output file that exists (--force replaces it), a reply qdpctl cannot use\n"
+    "  2  usage error: the command line itself (unknown option, missing or malformed argument),\n"
+    "     found before anything is sent\n"
     "  3  cannot connect: qdpd is not running or not reachable (UNAVAILABLE, DEADLINE_EXCEEDED)\n"
     "  4  refused by qdpd with a status not listed below (FAILED_PRECONDITION, INTERNAL, ...)\n"
-    "  5  not found (NOT_FOUND: an unknown or released state, region or lease)\n"
-    "  6  invalid argument (INVALID_ARGUMENT, OUT_OF_RANGE); the message names the field\n"
-    "  7  resource exhausted (RESOURCE_EXHAUSTED: memory, budgets); with the bytes needed and free\n"
-    "  8  permission (PERMISSION_DENIED, UNAUTHENTICATED)\n"
+    "  5  not found (NOT_FOUND): an unknown or released state, region or lease, or a local file\n"
+    "     or shared-memory object that does not exist\n"
+    "  6  invalid argument (INVALID_ARGUMENT, OUT_OF_RANGE): a request or an input file that\n"
+    "     qdpd or qdpctl refused; the message names the field\n"
+    "  7  resource exhausted (RESOURCE_EXHAUSTED: memory, budgets), with the bytes needed and\n"
+    "     free\n"
+    "  8  permission (PERMISSION_DENIED, UNAUTHENTICATED): refused by qdpd, or a local file you\n"
+    "     may not open\n"
     "  9  data loss (DATA_LOSS: an input that changed or shrank while it was read)\n"
     "  130  interrupted (Ctrl-C)\n";
 

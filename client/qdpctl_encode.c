@@ -50,19 +50,26 @@ static const char encode_help[] =
     "\n"
     "Input (exactly one; plan also takes none, with --rows/--cols/--input-dtype):\n"
     "  --values V,V,...  inline values (float64 unless --input-dtype says otherwise)\n"
-    "  --input FILE      a local .npy (or raw, with --input-dtype) file: sent inline when it is\n"
-    "                    at most 1 MiB, streamed in 1 MiB chunks otherwise\n"
+    "  --input FILE      a local file: .npy; CSV (named .csv, or any text file): one sample per\n"
+    "                    row, a header row when a field of the first is not a number, columns\n"
+    "                    of text left out; or raw values (binary, with --input-dtype). Its\n"
+    "                    values are sent inline when they are at most 1 MiB, streamed in 1 MiB\n"
+    "                    chunks otherwise\n"
     "  --server-file P   a .npy file on qdpd's node, read in place: qdpctl opens it (with your\n"
     "                    rights) and hands it to qdpd; over TCP, a path beneath qdpd's input_dir\n"
     "  --shm NAME        a POSIX shared-memory region on qdpd's node (shm_open name), likewise\n"
     "  --shm-fd FD       ... or an open fd of process --shm-pid PID (default: qdpctl itself)\n"
     "  --region REF      a region registered with 'qdpctl region add' (mapped once)\n"
-    "    --offset N      bytes into the region\n"
+    "    --offset N      bytes into the region (or into a raw --input file)\n"
     "    --length N      bytes to read (rows x cols x element size)\n"
-    "Shape and type of inputs without a header (values, raw files, shared memory):\n"
+    "Shape and type of inputs without a header (values, raw files, shared memory; rows and\n"
+    "cols also reshape a .npy or CSV file):\n"
     "  --rows N          samples (default 1); with several, the state is a batch [rows, 2^N]\n"
     "  --cols N          values per sample (default: all values / rows)\n"
-    "  --input-dtype T   float32, float64 or int64 (basis indices)\n"
+    "  --input-dtype T   float32, float64 or int64 (basis indices); a CSV file's values are\n"
+    "                    read as T (default float64)\n"
+    "  --raw             read --input's bytes as values of --input-dtype even when they are\n"
+    "                    text (without it a text file is read as CSV, or refused)\n"
     "  --upload          stream --input even when it is small\n"
     "  --chunk-bytes N   bytes per uploaded message (default 1048576)\n"
     "\n"
@@ -73,6 +80,8 @@ static const char encode_help[] =
     "  qdpctl encode --encoding amplitude --qubits 2 --values 1,2,3,4\n"
     "  qdpctl encode --encoding angle --qubits 3 --values 0.1,0.2,0.3,0.4,0.5,0.6 --rows 2\n"
     "  qdpctl encode --encoding amplitude --qubits 20 --input data.npy --dtype complex64\n"
+    "  qdpctl encode --encoding angle --qubits 4 --input features.csv   # a batch, one per row\n"
+    "  qdpctl encode --encoding amplitude --qubits 10 --input x.f32 --input-dtype float32\n"
     "  qdpctl encode --encoding phase --qubits 8 --server-file /data/x.npy --devices cpu:0,cpu:1\n"
     "  qdpctl encode --encoding amplitude --qubits 10 --shm /features --offset 0 --length 8192 \\\n"
     "                --input-dtype float64\n"
@@ -162,6 +171,7 @@ static const struct option encode_opts[] = {
     {"rows", required_argument, NULL, OPT_ROWS},
     {"cols", required_argument, NULL, OPT_COLS},
     {"input-dtype", required_argument, NULL, OPT_INPUT_DTYPE},
+    {"raw", no_argument, NULL, OPT_RAW},
     {"upload", no_argument, NULL, OPT_UPLOAD},
     {"chunk-bytes", required_argument, NULL, OPT_CHUNK_BYTES},
     COMMON_LONG_OPTS,
@@ -325,6 +335,9 @@ static int input_opt(struct encode_args *a, const char *cmd, int opt, const char
       return usage_error(cmd, "--input-dtype: '%s' is not float32, float64 or int64", arg);
     }
     return EXIT_OK;
+  case OPT_RAW:
+    a->in.raw = 1;
+    return EXIT_OK;
   case OPT_UPLOAD:
     a->force_upload = 1;
     return EXIT_OK;
@@ -355,6 +368,12 @@ static int check_encode(const char *cmd, struct encode_args *a) {
   }
   if (a->have_offset && a->in.kind != QDP_INPUT_SHM && a->in.kind != QDP_INPUT_LOCAL_FILE) {
     return usage_error(cmd, "--offset goes with --shm or a raw --input file");
+  }
+  if (a->in.raw &&
+      (a->in.kind != QDP_INPUT_LOCAL_FILE || a->input_dtype == QDP_DTYPE_UNSPECIFIED)) {
+    return usage_error(cmd,
+                       "--raw reads an --input file's bytes as values: give it with --input "
+                       "and their type with --input-dtype");
   }
   return EXIT_OK;
 }
@@ -423,6 +442,18 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   return rc != EXIT_OK ? rc : finish_encode(cmd, a);
 }
 
+/* Reports an encode's or a plan's failure; a text file refused as CSV gets the way out. */
+static int encode_fail(const struct global *g, const char *cmd, const struct encode_args *a) {
+  int rc = fail(g, cmd);
+  if (strcmp(qdp_last_error()->field, "input.raw") == 0) {
+    fprintf(stderr,
+            "qdpctl %s: to read '%s' as raw values after all, pass --raw with "
+            "--input-dtype\n",
+            cmd, a->in.path);
+  }
+  return rc;
+}
+
 static void encode_args_free(struct encode_args *a) {
   free(a->values);
   free(a->devices);
@@ -452,7 +483,7 @@ int cmd_encode(struct global *g, int argc, char **argv) {
   qdp_status st = rc == EXIT_OK ? qdp_encode(c, &a.eo, &a.in, &s) : QDP_OK;
   bar_end(&b);
   if (rc == EXIT_OK) {
-    rc = st != QDP_OK ? fail(g, "encode") : print_new_state(g, s);
+    rc = st != QDP_OK ? encode_fail(g, "encode", &a) : print_new_state(g, s);
   }
   qdp_state_info_free(s);
   qdp_client_destroy(c);
@@ -537,7 +568,7 @@ int cmd_plan(struct global *g, int argc, char **argv) {
   rc = connect_client(g, "plan", &c);
   struct qdp_plan_info *p = NULL;
   if (rc == EXIT_OK && qdp_plan(c, &a.eo, &a.in, &p) != QDP_OK) {
-    rc = fail(g, "plan");
+    rc = encode_fail(g, "plan", &a);
   } else if (rc == EXIT_OK && g->json) {
     plan_json(p);
   } else if (rc == EXIT_OK) {

@@ -259,8 +259,8 @@ int cmd_rm(struct global *g, int argc, char **argv) {
   int i = 0;
   for (; rc == EXIT_OK && i < npos; i++) {
     uint64_t freed = 0;
-    if (qdp_release(c, handles[i], tokens[i], &freed) != QDP_OK) {
-      break;
+    if (interrupted || qdp_release(c, handles[i], tokens[i], &freed) != QDP_OK) {
+      break; /* Ctrl-C: what is released is said; what is not stays */
     }
     if (g->json) {
       jw_open(&w, NULL, '{');
@@ -275,7 +275,14 @@ int cmd_rm(struct global *g, int argc, char **argv) {
   }
   if (rc == EXIT_OK) {
     const struct qdp_errinfo *e = qdp_last_error();
+    struct qdp_errinfo stop = QDP_ERRINFO_INIT;
     int failed = i < npos;
+    if (failed && interrupted) {
+      stop.code = QDP_ERR_CANCELLED;
+      snprintf(stop.code_name, sizeof stop.code_name, "%s", qdp_status_name(stop.code));
+      snprintf(stop.msg, sizeof stop.msg, "Interrupted after %d of %d released.", i, npos);
+      e = &stop;
+    }
     if (g->json) {
       jw_close(&w, ']');
       if (failed) {

@@ -1,7 +1,7 @@
 /* fuzz_npy.c — the shared .npy codec (common/qdp_npy.c) and its two users on the same bytes: the
  * daemon's (io_npy_parse, which reads a mapped file whole) and libqdp's (qdp__npy_parse on the
  * bytes, and qdp__input_file_open on the same bytes as a file, the way qdpctl and qdp_encode open
- * a local input).
+ * a local input: .npy, CSV when the bytes are text, raw).
  *
  * Checked beyond memory safety: a refusal has INVALID_ARGUMENT (or SYSTEM for the file) and a
  * message; an accepted header describes data inside the input and formats back to a header that
@@ -103,33 +103,54 @@ static void client_parse(const uint8_t *data, size_t size, const struct qdp_npy 
              (unsigned long long)d.shape[1], (unsigned long long)d.data_offset);
 }
 
-/* qdp__input_file_open on the input as a file, with the reshape and the raw-file dtype taken from
- * the last byte (so one input explores the reshapes as well as the header). */
+/* qdp__input_file_open on the input as a file, with the reshape, the raw-file dtype and raw taken
+ * from the last byte (so one input explores the reshapes as well as the header); text that is
+ * not .npy is read as CSV. */
 static void client_file(const uint8_t *data, size_t size) {
   FUZZ_CHECK(ftruncate(memfd, 0) == 0, "ftruncate");
   FUZZ_CHECK(size == 0 || pwrite(memfd, data, size, 0) == (ssize_t)size, "pwrite");
   uint8_t last = size ? data[size - 1] : 0;
   static const qdp_dtype raw[4] = {QDP_DTYPE_UNSPECIFIED, QDP_DTYPE_FLOAT32, QDP_DTYPE_FLOAT64,
                                    QDP_DTYPE_INT64};
-  uint64_t rows = last & 7, cols = (last >> 3) & 7, offset = (last >> 6) * 8;
-  int fd = -1;
-  struct qdp__npy d;
-  qdp_status rc =
-      qdp__input_file_open(memfd_path, raw[(last >> 4) & 3], rows, cols, offset, &fd, &d);
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_LOCAL_FILE;
+  in.path = memfd_path;
+  in.dtype = raw[(last >> 4) & 3];
+  in.rows = last & 7;
+  in.cols = (last >> 3) & 7;
+  in.offset = (last >> 6) * 8;
+  in.raw = last >> 7;
+  struct qdp__input_file f;
+  qdp_status rc = qdp__input_file_open(&in, &f);
   if (rc != QDP_OK) {
     const struct qdp_errinfo *e = qdp_last_error();
-    FUZZ_CHECK(fd == -1 && (rc == QDP_ERR_INVALID_ARGUMENT || rc == QDP_ERR_SYSTEM) && e->msg[0],
+    FUZZ_CHECK(f.fd == -1 && !f.values &&
+                   (rc == QDP_ERR_INVALID_ARGUMENT || rc == QDP_ERR_SYSTEM) && e->msg[0],
                "client file: %d (%s)", (int)rc, e->msg);
     return;
   }
-  unsigned es = qdp_dtype_size(d.dtype);
-  FUZZ_CHECK(fd >= 0 && es && d.data_offset <= size && d.count <= (size - d.data_offset) / es,
-             "client file: %llu elements at %llu in %zu B", (unsigned long long)d.count,
-             (unsigned long long)d.data_offset, size);
-  FUZZ_CHECK(d.shape[0] * d.shape[1] == d.count, "client file: %llu x %llu for %llu elements",
-             (unsigned long long)d.shape[0], (unsigned long long)d.shape[1],
-             (unsigned long long)d.count);
-  close(fd);
+  const struct qdp__npy *d = &f.d;
+  unsigned es = qdp_dtype_size(d->dtype);
+  if (f.csv) {
+    FUZZ_CHECK(f.fd == -1 && f.values && !in.raw &&
+                   (d->dtype == QDP_DTYPE_FLOAT32 || d->dtype == QDP_DTYPE_FLOAT64 ||
+                    d->dtype == QDP_DTYPE_INT64) &&
+                   d->count >= 1 && d->count <= size,
+               "client csv: %d, %llu values from %zu B", (int)d->dtype,
+               (unsigned long long)d->count, size);
+  } else {
+    FUZZ_CHECK(
+        f.fd >= 0 && es && d->data_offset <= size && d->count <= (size - d->data_offset) / es,
+        "client file: %llu elements at %llu in %zu B", (unsigned long long)d->count,
+        (unsigned long long)d->data_offset, size);
+  }
+  FUZZ_CHECK(d->shape[0] * d->shape[1] == d->count, "client file: %llu x %llu for %llu elements",
+             (unsigned long long)d->shape[0], (unsigned long long)d->shape[1],
+             (unsigned long long)d->count);
+  free(f.values);
+  if (f.fd >= 0) {
+    close(f.fd);
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,5 +1,6 @@
 """Writes fuzz_npy's seed corpus: .npy files exactly as numpy writes them (format versions 1.0,
-2.0 and 3.0, every dtype qdp reads and a few it refuses), small enough to fuzz quickly.
+2.0 and 3.0, every dtype qdp reads and a few it refuses), and CSV text as libqdp reads a text file,
+small enough to fuzz quickly.
 
     /usr/bin/python3 tests/fuzz/make_npy_corpus.py tests/fuzz/corpus/fuzz_npy
 """
@@ -36,6 +37,14 @@ def main():
     save(out, 'v1-f8-big-endian', values.astype('>f8'))
     save(out, 'v1-f8-3d', values.reshape(2, 2, 2))
     save(out, 'v1-structured', np.zeros(2, dtype=[('x', '<f8'), ('y', '<i8')]))
+    # Text: CSV as numpy and spreadsheets write it (a header, a column of text, quotes, CRLF).
+    text = io.StringIO()
+    np.savetxt(text, values.reshape(4, 2), delimiter=',')
+    for name, csv in (('csv-4x2', text.getvalue()),
+                      ('csv-header', 'id,"x",y\r\nA,0.1,-2e-3\r\n\r\nB,"1_000",inf\r\n'),
+                      ('csv-basis', 'index\n5\n0\n7\n')):
+        with open(os.path.join(out, name), 'w', newline='') as f:
+            f.write(csv)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@
 #   test_lifecycle.sh QDPD QDPCTL PYTHON DESC
 #  1. a second qdpd on the same socket is refused (non-zero exit, a message) and the first one
 #     keeps serving;
-#  2. TCP with a token: the right token is served, none or a wrong one is UNAUTHENTICATED (4);
+#  2. TCP with a token: the right token is served, none or a wrong one is UNAUTHENTICATED (8);
 #  3. SIGTERM while a Fetch stream is in flight: the stream completes (calls in flight drain),
 #     qdpd exits 0 and removes its socket;
 #  4. a qdpd whose CPU affinity allows one CPU of several (as mpirun binds a lone rank) warns at

@@ -4,11 +4,14 @@ Run by with_qdpd.sh (QDP_SOCKET and QDP_TEST_DIR set) with QDPCTL and QDP_DESC i
 environment.
 """
 
+import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import unittest
 from multiprocessing import shared_memory
 
@@ -402,13 +405,214 @@ class Qdpctl(unittest.TestCase):
         self.check_fetch(e["ref"], np.stack([qdpc.ref_amplitude(vals[:8], 3),
                                              qdpc.ref_amplitude(vals[8:], 3)]))
         self.ok("rm", e["ref"])
-        # Local problems exit 1.
-        err = self.refused(1, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
+        # Problems found here exit by their class, as the daemon's would: a file that is not
+        # there is not found (5), raw values of no given type an invalid argument (6).
+        err = self.refused(5, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
                            os.path.join(self.dir, "missing.npy"))
-        self.assertFalse(err["remote"])
-        err = self.refused(1, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
+        self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_NOT_FOUND", False))
+        err = self.refused(6, "encode", "--encoding", "amplitude", "--qubits", "3", "--input",
                            raw)  # raw without --input-dtype
-        self.assertEqual(err["field"], "input.dtype")
+        self.assertEqual((err["field"], err["remote"]), ("input.dtype", False))
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w", newline="") as f:
+            f.write(text)
+        return path
+
+    def test_csv_input_is_one_sample_per_row_as_numpy_reads_it(self):
+        """The reported file (two rows of two numbers) is a batch of two samples, with or without
+        --input-dtype float64 and whatever its name; NumPy's own parser gives the reference."""
+        for name in ("data.csv", "data.txt"):
+            path = self.write(name, "0.1,0.2\n0.3,0.4\n")
+            want = np.stack([qdpc.ref_amplitude(r, 1) for r in np.loadtxt(path, delimiter=",")])
+            for dtype in (("--input-dtype", "float64"), ()):  # the reported command first
+                e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", path,
+                            *dtype)
+                self.assertEqual(e["batch"], 2)
+                self.check_fetch(e["ref"], want)
+                self.ok("rm", e["ref"])
+        # A header; its column of text left out; quoted fields, CRLF, blank lines; float32 values
+        # for a complex64 state.
+        path = self.write("feat.csv", 'id,"x",y,z\r\nA,0.1,0.2,0.3\r\n\r\nB,"1.5",-0.5,2e-1\r\n')
+        with open(path, newline="") as f:
+            rows = [r for r in csv.reader(f) if r]
+        x = np.array([[float(v) for v in r[1:]] for r in rows[1:]])
+        e = self.js("encode", "--encoding", "angle", "--qubits", "3", "--input", path,
+                    "--input-dtype", "float32", "--dtype", "complex64")
+        self.assertEqual(e["batch"], 2)
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_angle(r.astype(np.float32), 3)
+                                             for r in x]), "complex64")
+        self.ok("rm", e["ref"])
+        # Basis: one index per row.
+        path = self.write("idx.csv", "index\n5\n0\n2\n")
+        e = self.js("encode", "--encoding", "basis", "--qubits", "3", "--input", path,
+                    "--input-dtype", "int64")
+        self.check_fetch(e["ref"], np.stack([qdpc.ref_basis(i, 3) for i in (5, 0, 2)]))
+        self.ok("rm", e["ref"])
+        # Above 1 MiB of values: uploaded from the parsed values, in chunks.
+        big = self.rng.uniform(-1, 1, size=(1 << 16, 4))
+        path = os.path.join(self.dir, "big.csv")
+        np.savetxt(path, big, delimiter=",", fmt="%.17g")
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--input", path,
+                    "--chunk-bytes", "65536")
+        self.assertEqual(e["batch"], 1 << 16)
+        self.check_fetch(e["ref"], big / np.linalg.norm(big, axis=1, keepdims=True))
+        self.ok("rm", e["ref"])
+
+    def test_a_text_file_is_never_read_as_raw_bytes_unless_asked(self):
+        """Before, a text file with --input-dtype was encoded from its bytes and exited 0; now
+        one that is not CSV exits 6 (invalid argument) with what to do, and --raw still reads
+        the bytes as values when that is what they are."""
+        text = "Dear reader,\nthese are my notes, not numbers.\n\n\n"
+        self.assertEqual(len(text) % 8, 0)  # a whole number of float64 values
+        path = self.write("notes.txt", text)
+        p = self.run_ctl("--json", "encode", "--encoding", "amplitude", "--qubits", "3",
+                         "--input", path, "--input-dtype", "float64")
+        self.assertEqual(p.returncode, 6, p.stderr)
+        e = json.loads(p.stdout)["error"]
+        self.assertEqual((e["code"], e["field"], e["remote"]),
+                         ("QDP_ERR_INVALID_ARGUMENT", "input.raw", False))
+        self.assertIn("notes.txt", e["message"])
+        self.assertIn("numpy.save", e["message"])
+        self.assertIn("pass --raw", p.stderr)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "3", "--input", path,
+                    "--input-dtype", "float64", "--raw")
+        x = np.fromfile(path, np.float64)
+        x = x / np.max(np.abs(x))  # text as doubles spans hundreds of binary orders
+        self.check_fetch(e["ref"], qdpc.ref_amplitude(x, 3))
+        self.ok("rm", e["ref"])
+        # A CSV with a hole names it; --raw wants a type; a binary file stays raw as before.
+        path = self.write("hole.csv", "x,y\n1,2\n3,\n")
+        e = self.refused(6, "encode", "--encoding", "amplitude", "--qubits", "1", "--input", path)
+        self.assertIn("Row 1 (line 3), column 1 ('y')", e["message"])
+        self.assertIn("is empty", e["message"])
+        self.refused(2, "encode", "--encoding", "amplitude", "--qubits", "1", "--input", path,
+                     "--raw")
+        raw = os.path.join(self.dir, "vals.f64")
+        np.array([3.0, 4.0]).tofile(raw)
+        e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", raw,
+                    "--input-dtype", "float64")
+        self.check_fetch(e["ref"], qdpc.ref_amplitude([3.0, 4.0], 1))
+        self.ok("rm", e["ref"])
+
+    def test_help_completion_and_manual_name_raw(self):
+        self.assertIn("--raw", self.ok("encode", "--help").stdout)
+        comp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
+                            "qdpctl.bash")
+        got = subprocess.run(
+            ["bash", "-c", '. "$1"; COMP_WORDS=("$2" encode --input x.csv --ra); COMP_CWORD=4; '
+             '_qdpctl; echo "${COMPREPLY[*]}"', "_", comp, self.exe],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(got.stdout.strip(), "--raw", got.stderr)
+
+    def test_every_exit_class_through_the_real_binary(self):
+        """qdpctl --help's table, one failure of each class (and both sides of the line for the
+        classes libqdp finds locally too: a bad input file is 6, a missing one 5, wherever it
+        was found)."""
+        d = self.dir
+        vals = ("--encoding", "phase", "--qubits", "1", "--values", "0.5")
+        self.ok("status")  # 0
+        e = self.js("encode", *vals)
+        out = os.path.join(d, "exists.npy")
+        self.write("exists.npy", "x")
+        err = self.refused(1, "fetch", e["ref"], "-o", out)  # local, no class of its own
+        self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_ALREADY_EXISTS", False))
+        self.assertEqual(self.run_ctl("encode", *vals, "--frobnicate").returncode, 2)
+        self.assertEqual(self.run_ctl("describe", "no-colon").returncode, 2)  # REF syntax
+        # 3: gRPC's finding, and libqdp's when the descriptor of a file on the node finds no
+        # daemon to take it.
+        nobody = "unix:" + os.path.join(d, "nobody.sock")
+        err = self.refused(3, "--target", nobody, "status")
+        self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_UNAVAILABLE", True))
+        npy = os.path.join(d, "class.npy")
+        np.save(npy, np.ones(2))
+        err = self.refused(3, "--target", nobody, "encode", *vals[:4], "--server-file", npy)
+        self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_UNAVAILABLE", False))
+        err = self.refused(4, "encode", *vals, "--ipc")  # views on host memory
+        self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_FAILED_PRECONDITION", True))
+        # 5: qdpd's (an unknown state) and local ones (a file, a shared-memory object).
+        err = self.refused(5, "describe", "00000000:11111111")
+        self.assertTrue(err["remote"])
+        for args in (("encode", *vals[:4], "--input", os.path.join(d, "none.npy")),
+                     ("encode", *vals[:4], "--server-file", os.path.join(d, "none.npy")),
+                     ("region", "add", "/qdp-no-such-object")):
+            err = self.refused(5, *args)
+            self.assertEqual((err["code"], err["remote"]), ("QDP_ERR_NOT_FOUND", False), args)
+        # 6: qdpd's, and libqdp's (a raw file of no type, a broken .npy, a text file that is not
+        # CSV, a token too long to send).
+        err = self.refused(6, "encode", "--encoding", "phase", "--qubits", "0", "--values", "1")
+        self.assertTrue(err["remote"])
+        raw = os.path.join(d, "class.f64")
+        np.array([1.0, 2.0]).tofile(raw)
+        broken = os.path.join(d, "broken.npy")
+        with open(broken, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f8'}")
+        notes = self.write("class.txt", "just, words\nand more\n")
+        for args, field in ((("encode", *vals[:4], "--input", raw), "input.dtype"),
+                            (("encode", *vals[:4], "--input", broken), "npy"),
+                            (("plan", *vals[:4], "--input", notes), "input.raw"),
+                            (("--token", "t" * 2000, "status"), "token")):
+            err = self.refused(6, *args)
+            self.assertEqual((err["code"], err["field"], err["remote"]),
+                             ("QDP_ERR_INVALID_ARGUMENT", field, False), args)
+        q = str(self.js("status")["max_qubits"])
+        err = self.refused(7, "encode", "--encoding", "phase", "--qubits", q, "--values",
+                           ",".join(["0.5"] * int(q)))
+        self.assertEqual(err["code"], "QDP_ERR_RESOURCE_EXHAUSTED")
+        # 8: a descriptor handed over that is not open for reading.
+        x = np.arange(1, 9, dtype=np.float64)
+        fd = os.open(os.path.join(d, "write-only.bin"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, x.tobytes())
+            p = subprocess.run([self.exe, "--json", "encode", *vals[:4], "--shm-fd", str(fd),
+                                "--offset", "0", "--length", str(x.nbytes), "--input-dtype",
+                                "float64"], capture_output=True, text=True, pass_fds=(fd,),
+                               timeout=60)
+        finally:
+            os.close(fd)
+        self.assertEqual(p.returncode, 8, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["error"]["code"], "QDP_ERR_PERMISSION_DENIED")
+        # 9: a registered region cut under the encode that reads it.
+        name = f"/qdp-ctl-class-{os.getpid()}"
+        with open("/dev/shm" + name, "wb") as f:
+            f.write(x.tobytes())
+        try:
+            reg = self.js("region", "add", name)["ref"]
+            os.truncate("/dev/shm" + name, 0)
+            err = self.refused(9, "encode", "--encoding", "amplitude", "--qubits", "3",
+                               "--region", reg, "--offset", "0", "--length", str(x.nbytes),
+                               "--input-dtype", "float64")
+            self.assertEqual(err["code"], "QDP_ERR_DATA_LOSS")
+            self.ok("region", "rm", reg)
+        finally:
+            os.unlink("/dev/shm" + name)
+        self.ok("rm", e["ref"])
+
+    def test_ctrl_c_exits_130_at_once_and_leaves_no_state(self):
+        """Before, Ctrl-C during an encode waited for it and exited 0 with the state made; now
+        qdpctl exits 130 at once (JSON too) and qdpd, its caller gone, commits nothing."""
+        before = {s["handle"] for s in self.js("ls")["states"]}
+        n = 25  # 0.8 s on a 2-core VM, 512 MiB
+        values = ",".join(["0.1"] * (n + n * (n - 1) // 2))
+        p = subprocess.Popen([self.exe, "--json", "--progress", "encode", "--encoding", "iqp",
+                              "--qubits", str(n), "--values", values],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = ""
+        while "encoding on the daemon" not in seen:  # the call is in flight
+            ch = p.stderr.read(1)
+            self.assertTrue(ch, f"qdpctl ended first: {seen}")
+            seen += ch
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertLess(time.monotonic() - t0, 2.0)
+        self.assertEqual(json.loads(out)["error"]["code"], "INTERRUPTED")
+        deadline = time.monotonic() + 30
+        while {s["handle"] for s in self.js("ls")["states"]} - before:
+            self.assertLess(time.monotonic(), deadline, "the interrupted encode left a state")
+            time.sleep(0.2)
 
     def test_basis_vector_from_npy_is_one_index_per_sample(self):
         path = os.path.join(self.dir, "idx.npy")
