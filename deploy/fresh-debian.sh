@@ -60,7 +60,7 @@ mounts_inside() {
 cleanup() {
   kill_inside
   # A folder can hold several mounts stacked on it: a few rounds.
-  for round in 1 2 3; do
+  for _ in 1 2 3; do
     for m in $(mounts_inside); do
       umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
     done
