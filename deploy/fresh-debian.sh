@@ -99,6 +99,7 @@ git -C "$src" ls-files -z --cached --others --exclude-standard |
   (cd "$src" && tar --null -T - -cf -) | tar -xf - -C "$root/root/qdp" || exit 2
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
 # The root a mount point of its own, as / is on a machine (`ip netns exec` needs that).
@@ -137,7 +138,10 @@ step() { # TITLE SCRIPT: runs SCRIPT with sh in /root/qdp inside the root
   # shellcheck disable=SC2086 # passenv is a list of NAME=VALUE words
   chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin $passenv \
-    /bin/sh -c 'cd /root/qdp && exec sh "$1"' _ "/tmp/step-$n.sh" </dev/null >"$logs/step-$n.log" 2>&1
+    /bin/sh -c 'cd /root/qdp && exec sh "$1"' _ "/tmp/step-$n.sh" </dev/null >"$logs/step-$n.log" 2>&1 &
+  # Waited for in the background, so that a signal stops the run at once (the trap then kills
+  # what is left inside).
+  wait $!
   rc=$?
   kill_inside
   if [ "$rc" -eq 0 ]; then
