@@ -11,7 +11,10 @@
 set -u
 src=$1
 build=$2
-command -v dpkg-query >/dev/null 2>&1 || { echo "SKIP: no dpkg-query: not a Debian system"; exit 77; }
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "SKIP: no dpkg-query: not a Debian system"
+  exit 77
+fi
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
@@ -54,7 +57,8 @@ for pkg in $plain $python; do
   has "$tests" "$pkg" || fail "the --tests set lacks $pkg of the plain or the --python set"
 done
 grep -qx 'sh deploy/install-deps.sh' "$src/deploy/quickstart.sh" &&
-  ok "quickstart.sh installs the plain set" || fail "quickstart.sh does not run 'sh deploy/install-deps.sh'"
+  ok "quickstart.sh installs the plain set" ||
+  fail "quickstart.sh does not run 'sh deploy/install-deps.sh'"
 grep -qx 'sh deploy/install-deps.sh --tests' "$src/tests/run-all.sh" &&
   ok "run-all.sh installs the --tests set" ||
   fail "run-all.sh does not run 'sh deploy/install-deps.sh --tests'"

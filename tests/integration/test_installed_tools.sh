@@ -34,21 +34,24 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
 # What the loader would load, as ldd reports it, without running the program.
-got=$(LD_TRACE_LOADED_OBJECTS=1 "$dest$bindir/qdpctl" 2>&1 | sed -n 's/^[[:space:]]*libqdp\.so\.0 => \([^ ]*\).*/\1/p')
+got=$(LD_TRACE_LOADED_OBJECTS=1 "$dest$bindir/qdpctl" 2>&1 |
+  sed -n 's/^[[:space:]]*libqdp\.so\.0 => \([^ ]*\).*/\1/p')
 [ -e "$got" ] && got=$(realpath -s "$got")
+want=$dest$libdir/libqdp.so.0
 case $got in
-  "$dest$libdir"/libqdp.so.0) ok "the installed qdpctl loads $libdir/libqdp.so.0 (libdir $libdir)" ;;
+  "$want") ok "the installed qdpctl loads $libdir/libqdp.so.0 (libdir $libdir)" ;;
   not | "") fail "the installed qdpctl cannot find libqdp.so.0 (installed in $libdir)" ;;
-  *) fail "the installed qdpctl loads libqdp.so.0 from '$got', not the $libdir/libqdp.so.0 installed with it" ;;
+  *) fail "the installed qdpctl loads libqdp.so.0 from '$got', not the one installed with it" ;;
 esac
 
 # The installed qdpd on a socket of its own, the installed qdpctl asking it for its status.
 # shellcheck disable=SC2016 # expanded by the inner shell
-if out=$(sh "$with_qdpd" "$dest$sbindir/qdpd" -- sh -c '"$1" status' _ "$dest$bindir/qdpctl" 2>&1); then
+if out=$(sh "$with_qdpd" "$dest$sbindir/qdpd" -- sh -c '"$1" status' _ "$dest$bindir/qdpctl" 2>&1)
+then
   first=$(printf '%s\n' "$out" | head -n 1)
   case $first in
     "qdpd $version at unix:"*": backend cpu"*) ok "installed qdpctl status: $first" ;;
-    *) fail "installed qdpctl status printed '$first', not 'qdpd $version at unix:...: backend cpu'" ;;
+    *) fail "installed qdpctl status printed '$first', not 'qdpd $version at ... backend cpu'" ;;
   esac
 else
   fail "installed qdpctl status against the installed qdpd failed: $out"
