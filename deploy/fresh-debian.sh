@@ -43,6 +43,8 @@ if [ "$root" = / ] || [ -n "$(ls -A "$root")" ]; then
   echo "fresh-debian: $root is not an empty folder" >&2
   exit 2
 fi
+# It becomes /: every user must be able to enter it (mktemp -d made it 0700).
+chmod 755 "$root" || exit 2
 logs=$(mktemp -d /var/tmp/qdp-fresh-logs.XXXXXX) || exit 2
 summary=$logs/summary
 
