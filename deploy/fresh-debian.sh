@@ -140,7 +140,8 @@ step() { # TITLE SCRIPT: runs SCRIPT with sh in /root/qdp inside the root
   # shellcheck disable=SC2086 # passenv is a list of NAME=VALUE words
   chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin $passenv \
-    /bin/sh -c 'cd /root/qdp && exec sh "$1"' _ "/tmp/step-$n.sh" </dev/null >"$logs/step-$n.log" 2>&1 &
+    /bin/sh -c 'cd /root/qdp && exec sh "$1"' _ "/tmp/step-$n.sh" \
+    </dev/null >"$logs/step-$n.log" 2>&1 &
   # Waited for in the background, so that a signal stops the run at once (the trap then kills
   # what is left inside).
   wait $!
@@ -194,7 +195,8 @@ qdpd --socket "$dir/s" --devices cpu:1 2>"$dir/log" &
 i=0
 while [ ! -S "$dir/s" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 QDP_TARGET=unix:$dir/s qdpctl status
-printf "#include <qdp.h>\n#include <stdio.h>\nint main(void) { puts(qdp_version_string()); return 0; }\n" >"$dir/hello.c"
+printf "#include <qdp.h>\n#include <stdio.h>\n%s\n" \
+  "int main(void) { puts(qdp_version_string()); return 0; }" >"$dir/hello.c"
 cc "$dir/hello.c" -o "$dir/hello" $(pkg-config --cflags --libs qdp)
 echo "a program linked with libqdp: libqdp $("$dir/hello")"'
 
