@@ -1,7 +1,8 @@
 #!/bin/sh
-# Installs what is missing, builds, starts qdpd on a private socket (GPUs when there are any, else
-# the CPU backend), encodes a 3-qubit amplitude state through qdpctl, fetches it back as .npy,
-# prints it, and stops the daemon.
+# Installs what building and running need, when it is missing (deploy/install-deps.sh, without
+# the test tools), builds, starts qdpd on a private socket (GPUs when there are any, else the CPU
+# backend), encodes a 3-qubit amplitude state through qdpctl, fetches it back as .npy, prints it,
+# and stops the daemon.
 set -eu
 cd "$(dirname "$0")/.."
 sh deploy/install-deps.sh

@@ -5,9 +5,11 @@
 #
 # Usage: two_hosts.sh TEST_BINARY [ARG...]   (ARG defaults to "2", the world size the test checks)
 #
-# Exits 77 (meson's SKIP) when the namespaces cannot be made: not root, no `ip`, `unshare` or
-# `mpirun`, or the kernel refuses a namespace or a veth pair. Otherwise exits with mpirun's status.
-# The namespaces, the processes left in them and the temporary files go away on any exit.
+# Exits 77 (meson's SKIP), with the reason, when the namespaces cannot be made or used: not root,
+# no /proc, no `ip`, `unshare` or `mpirun`, the kernel refuses a namespace or a veth pair, or a
+# namespace cannot be entered (`ip netns exec` in a chroot whose / is not a mount point).
+# Otherwise exits with mpirun's status. The namespaces, the processes left in them, the /run/netns
+# mount that `ip netns add` made and the temporary files go away on any exit.
 #
 # The test program sees QDP_TEST_EXPECT_DISTINCT_HOSTS=1: the ranks must report different host
 # names.
@@ -52,6 +54,20 @@ host_a=qdp2h-a-$$
 host_b=qdp2h-b-$$
 tmp=
 
+# Whether /run/netns is a mount point. `ip netns add` makes it one (a bind mount of itself) when it
+# is not; that mount is undone on exit when it was not there before and no namespace is left in it.
+netns_run=/run/netns
+is_mount() {
+  awk -v p="$1" '$5 == p { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+if [ ! -r /proc/self/mountinfo ] || [ ! -e /proc/self/ns/net ]; then
+  skip "/proc is not mounted: network namespaces need /proc/self/ns/net"
+fi
+netns_run_existed=no
+[ -d "$netns_run" ] && netns_run_existed=yes
+netns_run_mounted=no
+is_mount "$netns_run" && netns_run_mounted=yes
+
 cleanup() {
   for ns in "$ns_b" "$ns_a"; do
     # What mpirun started in the namespace (mpirun, its daemon, the ranks), when a signal or a
@@ -61,12 +77,19 @@ cleanup() {
     done
     ip netns del "$ns" 2>/dev/null
   done
+  if [ "$netns_run_mounted" = no ] && is_mount "$netns_run" &&
+    [ -z "$(ls -A "$netns_run" 2>/dev/null)" ]; then
+    umount "$netns_run" 2>/dev/null || echo "two_hosts: cannot unmount $netns_run" >&2
+  fi
+  [ "$netns_run_existed" = no ] && rmdir "$netns_run" 2>/dev/null
   [ -n "$tmp" ] && rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/qdp2h.XXXXXX") || exit 1
 
 # Namespaces of earlier runs whose shell was killed before its trap ran (SIGKILL): their owner is
 # gone, so nothing else uses them.
@@ -80,12 +103,21 @@ for ns in $(ip netns list 2>/dev/null | sed -n 's/^\(qdp2h-[ab]-[0-9][0-9]*\).*/
   fi
 done
 
-ip netns add "$ns_a" 2>/dev/null || skip "'ip netns add $ns_a' failed"
-ip netns add "$ns_b" 2>/dev/null || skip "'ip netns add $ns_b' failed"
+# Each step's own error is the reason given when it is refused.
+try() { # WHAT COMMAND...: runs COMMAND, skips with WHAT and its error output when it fails
+  what=$1
+  shift
+  "$@" >"$tmp/probe.log" 2>&1 || skip "$what: $(tr '\n' ' ' <"$tmp/probe.log")"
+}
+try "'ip netns add $ns_a' failed" ip netns add "$ns_a"
+try "'ip netns add $ns_b' failed" ip netns add "$ns_b"
 # The pair is created with its ends already inside the namespaces: no name in the root namespace.
-ip link add veth0 netns "$ns_a" type veth peer name veth0 netns "$ns_b" 2>/dev/null \
-  || skip "cannot create a veth pair between $ns_a and $ns_b"
-unshare --uts true 2>/dev/null || skip "'unshare --uts' failed: cannot give the hosts their names"
+try "cannot create a veth pair between $ns_a and $ns_b" \
+  ip link add veth0 netns "$ns_a" type veth peer name veth0 netns "$ns_b"
+# What the ranks are started with: entering a namespace remounts / as a slave, which fails where /
+# is not a mount point (a chroot into a plain folder), and a host name of its own.
+try "cannot enter $ns_a ('ip netns exec' then 'unshare --uts')" \
+  ip netns exec "$ns_a" unshare --uts /bin/sh -c "hostname $host_a"
 
 set -e
 ip -n "$ns_a" addr add "$addr_a/24" dev veth0
@@ -96,7 +128,6 @@ for ns in "$ns_a" "$ns_b"; do
 done
 set +e
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qdp2h.XXXXXX") || exit 1
 printf '%s slots=1\n%s slots=1\n' "$addr_a" "$addr_b" >"$tmp/hostfile"
 
 # Stands in for ssh: mpirun calls it as "AGENT HOST COMMAND..." to start its daemon on HOST; it
