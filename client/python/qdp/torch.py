@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import weakref
@@ -165,10 +167,40 @@ class QuantumDataset(IterableDataset):
                                   f"{self.source.rows} rows: give one per row (and a source of "
                                   "known length)", field="labels")
         self.epoch = 0
+        # The epoch again, in shared memory, for DataLoader workers kept from one epoch to the
+        # next: their copy of the data set was made when they started. torch hands the tensor to
+        # the processes it starts as the same memory; a pickled or deep copy gets its own.
+        self._epoch_shared = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._began_in: Optional[int] = None  # the worker process whose first iteration began
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration reads (its shuffled order), as DistributedSampler's."""
+        """The epoch the next iteration reads (its shuffled order), as DistributedSampler's: call
+        it before the iteration begins (``for ... in loader``). DataLoader workers see it,
+        persistent ones too.
+
+        Raises
+        ------
+        InvalidArgument
+            ``epoch`` is not an integer in [0, 2**64).
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or \
+                not 0 <= epoch < 1 << 64:
+            raise InvalidArgument(f"epoch is {epoch!r}: pass an integer in [0, 2**64)",
+                                  field="epoch")
         self.epoch = int(epoch)
+        self._epoch_shared[0] = self.epoch - (1 << 64) if self.epoch >> 63 else self.epoch
+
+    def _epoch_now(self, in_worker: bool) -> int:
+        """The epoch of an iteration that begins now. In a DataLoader worker, the first
+        iteration reads the epoch its copy of the data set was made with (at the worker's start,
+        when the main process began that iteration), a persistent worker's later ones the epoch
+        set last in the main process."""
+        if not in_worker:
+            return self.epoch
+        if self._began_in != os.getpid():
+            self._began_in = os.getpid()
+            return self.epoch
+        return int(self._epoch_shared[0]) % (1 << 64)  # the int64 holds the epoch's 64 bits
 
     def _shares(self, workers: int) -> Shares:
         rows = self.source.rows
@@ -181,8 +213,8 @@ class QuantumDataset(IterableDataset):
         """Batches this rank yields in an epoch (over all its DataLoader workers)."""
         return self._shares(1).steps(self.rank)
 
-    def _batches(self, worker: int, workers: int) -> Iterator["_Batch"]:
-        """This (rank, worker)'s batches of the epoch, in order."""
+    def _batches(self, worker: int, workers: int, epoch: int) -> Iterator["_Batch"]:
+        """This (rank, worker)'s batches of ``epoch``, in order."""
         src = self.source
         if src.rows is None:  # a stream: every share reads it all and keeps its own batches
             k = 0
@@ -195,7 +227,7 @@ class QuantumDataset(IterableDataset):
             return
         shares = self._shares(workers)
         order = BlockOrder(src.rows, src.block_rows if self.shuffle else 1, seed=self.seed,
-                           epoch=self.epoch, shuffle=self.shuffle)
+                           epoch=epoch, shuffle=self.shuffle)
         hinted = -1
         for k in shares.batch_indices(self.rank, worker):
             start, stop = shares.span(k)
@@ -222,13 +254,17 @@ class QuantumDataset(IterableDataset):
         src.will_need(blocks[np.sort(first)].tolist())
 
     def __iter__(self) -> Iterator[Any]:
+        """An epoch's batches; its epoch is fixed here, when the iteration begins."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return self._iterate(worker, workers, self._epoch_now(info is not None))
+
+    def _iterate(self, worker: int, workers: int, epoch: int) -> Iterator[Any]:
         conn = self._conn_for(worker)
         if not conn.lock.acquire(blocking=False):  # another iteration of this process runs
             conn = _Conn(self, worker)
         try:
-            yield from _Stream(self, conn, worker, workers)
+            yield from _Stream(self, conn, worker, workers, epoch)
         finally:
             if conn is self._conn:
                 conn.lock.release()
@@ -242,6 +278,11 @@ class QuantumDataset(IterableDataset):
         if self._conn is None or self._conn.pid != os.getpid():
             self._conn = _Conn(self, worker)
             self._conn_finalizer = weakref.finalize(self, self._conn.close)
+            if get_worker_info() is not None:
+                # A forked worker leaves by os._exit, past atexit and so past weakref.finalize:
+                # multiprocessing's exit hooks close the channel then, else its slots would stay
+                # registered on the daemon for its lease grace.
+                multiprocessing.util.Finalize(self, self._conn.close, exitpriority=0)
         return self._conn
 
     def close(self) -> None:
@@ -255,6 +296,12 @@ class QuantumDataset(IterableDataset):
         d = dict(self.__dict__)
         d["_conn"] = d["_conn_finalizer"] = None  # a channel never crosses processes
         return d
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # A worker's copy maps the main process's epoch already (a no-op then); a copy made
+        # by pickle or deepcopy holds its own and shares it with the workers it starts.
+        self._epoch_shared.share_memory_()
 
 
 def _rebatch(blocks: Iterator[np.ndarray], size: int, drop_last: bool) -> Iterator[np.ndarray]:
@@ -407,9 +454,10 @@ class _Stream:
     """One iteration: requests of ``group`` batches, each read into a slot and encoded
     ``prefetch`` ahead, then handed out batch by batch."""
 
-    def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int) -> None:
+    def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int,
+                 epoch: int) -> None:
         self.ds, self.conn, self.client = ds, conn, conn.client
-        self.batches = ds._batches(worker, workers)
+        self.batches = ds._batches(worker, workers, epoch)
         self.device = self._device(ds.device)
         self.group = ds.group
         if not ds._group_given:  # within a share of the memory the batches land in
