@@ -16,6 +16,7 @@ size, every row once per epoch. Sources are those of :func:`qdp.readers.open_sou
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import multiprocessing
 import multiprocessing.util
@@ -603,7 +604,74 @@ class _Stream:
             pool.shutdown(wait=True)
 
 
-def loader(dataset: QuantumDataset, *, num_workers: int = 0, **kwargs: Any) -> DataLoader:
+#: CUDA_ERROR_NOT_INITIALIZED: the driver's answer before the process's first cuInit.
+_CUDA_NOT_INITIALIZED = 3
+
+
+def _grpc_started() -> bool:
+    """Whether gRPC may have started in this process: it holds an epoll instance (gRPC's poller
+    opens one when gRPC starts and keeps it after its channels close; any other event loop's
+    counts too), or GRPC_POLL_STRATEGY picks a poller that leaves no such trace, or /proc cannot
+    tell."""
+    if os.environ.get("GRPC_POLL_STRATEGY", "all").split(",")[0].strip() not in ("all", "epoll1"):
+        return True
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]":
+                return True
+        except OSError:
+            continue  # closed since it was listed (the listing's own descriptor)
+    return False
+
+
+def _cuda_started() -> bool:
+    """Whether CUDA's driver is initialised in this process: by torch, or by any cuInit (torch's
+    device count does one without torch's own initialisation)."""
+    if torch.cuda.is_initialized():
+        return True
+    try:
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False  # not even loaded
+    count = ctypes.c_int()
+    return int(driver.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_NOT_INITIALIZED
+
+
+def _start_method(dataset: QuantumDataset) -> str:
+    """How :func:`loader` starts workers at this moment: "fork" where that is safe, else
+    "spawn"."""
+    if "fork" not in multiprocessing.get_all_start_methods() or _grpc_started():
+        return "spawn"
+    uses_cuda = dataset.device is None or dataset.device.type == "cuda"
+    return "spawn" if uses_cuda and _cuda_started() else "fork"
+
+
+class _Loader(DataLoader):
+    """:func:`loader`'s DataLoader: picks its workers' start method each time it starts them,
+    unless it was given one."""
+
+    def __init__(self, dataset: QuantumDataset, *, num_workers: int, **kwargs: Any) -> None:
+        self._pick = num_workers > 0 and kwargs.get("multiprocessing_context") is None
+        self._kept = False  # persistent workers have started: nothing starts again
+        if self._pick:
+            kwargs["multiprocessing_context"] = _start_method(dataset)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+
+    def __iter__(self) -> Any:
+        if self._pick and not self._kept:
+            self.multiprocessing_context = _start_method(self.dataset)
+        it = super().__iter__()
+        self._kept = self.persistent_workers
+        return it
+
+
+def loader(dataset: QuantumDataset, *, num_workers: int = 0,
+           persistent_workers: Optional[bool] = None, multiprocessing_context: Any = None,
+           **kwargs: Any) -> DataLoader:
     """A torch DataLoader over ``dataset``'s batches as they come (no batching of its own:
     ``batch_size=None``); ``num_workers`` processes split each rank's batches further.
 
@@ -612,10 +680,41 @@ def loader(dataset: QuantumDataset, *, num_workers: int = 0, **kwargs: Any) -> D
     dataset : QuantumDataset
         The batches.
     num_workers : int
-        DataLoader worker processes (each opens its own channel to the daemon).
+        DataLoader worker processes (each opens its own channel to the daemon, after it
+        starts).
+    persistent_workers : bool, optional
+        Keep the workers, with their channels and slots, from one epoch to the next, until the
+        loader is collected (default True with workers): an epoch then costs no start.
+        Meanwhile each worker holds its process and its ``prefetch`` slots, registered with the
+        daemon, and its copy of the data set as it was when it started, but for the epoch:
+        :meth:`QuantumDataset.set_epoch` reaches it. False starts them afresh every epoch.
+    multiprocessing_context : str or context, optional
+        How the workers start: by default ``"fork"`` where that is safe at the moment they
+        start, else ``"spawn"``. A value given here is used as it is (``"forkserver"`` works
+        too).
+
+        - fork copies this process: a worker is ready in milliseconds (two workers cost about
+          0.1 s an epoch with a CPU daemon, spawned ones 3 to 4 s, each importing torch and
+          qdp). It is unsafe once gRPC has started in this process (a qdp.Client, or a data
+          set iterated here): a forked child's gRPC shares its parent's poller, and its calls
+          fail or hang. GRPC_ENABLE_FORK_SUPPORT does not make it safe: a fork while another
+          thread is in a call leaves the child's calls hanging and that thread's failing. gRPC
+          counts as started while the process holds an epoll instance (gRPC's poller keeps its
+          own after its channels close; another event loop's, such as asyncio's, counts too)
+          or when GRPC_POLL_STRATEGY names a poller other than epoll1. For workers that may use
+          CUDA (``device`` None or a CUDA device), fork is also unsafe once CUDA's driver is
+          initialised here: a forked child cannot use CUDA then. A model moved to a GPU does
+          that, and so does ``torch.cuda.is_available()`` (unless
+          PYTORCH_NVML_BASED_CUDA_CHECK=1).
+        - spawn starts fresh interpreters and is always safe; each imports the main module
+          again, so a script keeps its work under ``if __name__ == "__main__":``.
+
+        Persistent workers are started once, at the first iteration, and the choice is made
+        then; others at every epoch.
     **kwargs
-        Passed to DataLoader (``pin_memory``, ``persistent_workers``, ...).
+        Passed to DataLoader (``pin_memory``, ``prefetch_factor``, ...).
     """
-    if num_workers and "multiprocessing_context" not in kwargs:
-        kwargs["multiprocessing_context"] = "spawn"  # gRPC channels do not survive a fork
-    return DataLoader(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+    if persistent_workers is None:
+        persistent_workers = num_workers > 0
+    return _Loader(dataset, num_workers=num_workers, persistent_workers=persistent_workers,
+                   multiprocessing_context=multiprocessing_context, **kwargs)

@@ -1,7 +1,7 @@
 """qdp.torch.loader's DataLoader workers against the CPU daemon: every epoch's order reaches
 workers kept from one epoch to the next (each start method, prefetch, several workers, copies
-of the data set), checked against qdp.sampling's order of (seed, epoch), and workers that give
-their slots back when they leave.
+of the data set), checked against qdp.sampling's order of (seed, epoch); how the workers start
+(fork only where it is safe) and that they give their slots back when they leave.
 
 Loaders with workers run in a process of their own (loader_run.py), started without gRPC or
 CUDA as a training script is, under a timeout: this session's process has talked to the daemon,
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -72,6 +73,7 @@ KEPT = {  # DataLoader settings that keep the workers from one epoch to the next
                                                 "prefetch_factor": 4}),
     "one-worker": dict(workers=1, prefetch=1, loader={"multiprocessing_context": "fork",
                                                       "persistent_workers": True}),
+    "the-default": dict(workers=2),
     "pickled-copy": dict(workers=2, copy="pickle",
                          loader={"multiprocessing_context": "spawn", "persistent_workers": True}),
     "deep-copy": dict(workers=2, copy="deepcopy",
@@ -111,6 +113,112 @@ def test_set_epoch_refusals() -> None:
     assert ds.epoch == (1 << 64) - 1
     assert ds._epoch_now(in_worker=True) == (1 << 64) - 1  # a worker's first iteration
     assert ds._epoch_now(in_worker=True) == (1 << 64) - 1  # its later ones, shared memory
+
+
+def test_a_process_that_talked_to_the_daemon_starts_workers_by_spawn(daemon) -> None:
+    """A Client call before the loader starts gRPC in this process: a worker forked from it
+    would share gRPC's poller with it, so the loader spawns its workers, which then give the
+    right batches without hanging (the run's timeout)."""
+    out = run(daemon, workers=2, grpc_first=True, probe_grpc=True)
+    assert out["grpc_started"]
+    assert out["method"] == "spawn" and out["persistent"]
+    check_plan(out)
+
+
+def test_a_fresh_process_forks_its_workers(daemon) -> None:
+    """No gRPC and no CUDA in the process: the workers are forked, each makes its channel after
+    the fork, and they persist by default."""
+    out = run(daemon, workers=2, probe_grpc=True)
+    assert not out["grpc_started"]
+    assert out["method"] == "fork" and out["persistent"]
+    check_plan(out)
+
+
+def test_given_settings_are_kept(daemon) -> None:
+    plan = [[2, "all"], [4, "all"]]
+    out = run(daemon, workers=2, plan=plan, loader={"persistent_workers": False})
+    assert out["method"] == "fork" and not out["persistent"]
+    check_plan(out, plan)
+    out = run(daemon, workers=2, plan=plan, loader={"multiprocessing_context": "forkserver"})
+    assert out["method"] == "forkserver" and out["persistent"]
+    check_plan(out, plan)
+
+
+def test_grpc_counts_as_started_from_the_first_channel_on(daemon) -> None:
+    """The rule's view of gRPC, in a fresh process: not started before a Client, started once
+    one has called the daemon, and still after it is closed."""
+    code = ("import json, sys, qdp, qdp.torch as qt\n"
+            "seen = [qt._grpc_started()]\n"
+            "c = qdp.Client(sys.argv[1]); c.status(); seen.append(qt._grpc_started())\n"
+            "c.close(); del c; seen.append(qt._grpc_started())\n"
+            "print(json.dumps(seen))\n")
+    p = subprocess.run([sys.executable, "-c", code, daemon.target], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout) == [False, True, True]
+    env = dict(os.environ, GRPC_POLL_STRATEGY="poll")  # a poller that leaves no trace
+    p = subprocess.run([sys.executable, "-c", "import qdp.torch as qt; print(qt._grpc_started())"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.stdout.strip() == "True", p.stderr[-2000:]
+
+
+def test_workers_that_may_use_cuda_are_not_forked_once_cuda_is_up(monkeypatch) -> None:
+    """With CUDA's driver initialised here, a forked worker could not use CUDA: workers that
+    may (device None, or a CUDA device) are spawned; CPU ones are still forked."""
+    monkeypatch.setattr(qt, "_grpc_started", lambda: False)
+    X = np.zeros((4, 6))
+    for cuda_up, device, want in ((False, None, "fork"), (True, None, "spawn"),
+                                  (True, "cuda:0", "spawn"), (True, "cpu", "fork"),
+                                  (False, "cuda:0", "fork")):
+        monkeypatch.setattr(qt, "_cuda_started", lambda: cuda_up)
+        ds = qt.QuantumDataset(X, "angle", 6, device=device)
+        dl = qt.loader(ds, num_workers=2)
+        assert dl.multiprocessing_context.get_start_method() == want, (cuda_up, device)
+        assert dl.persistent_workers
+    assert not qt.loader(ds).persistent_workers  # no workers: nothing to keep
+
+
+CUDA_THEN_FORK = """
+import json, multiprocessing as mp, sys, torch, qdp.torch as qt
+
+
+def use_cuda(q):
+    try:
+        q.put(float(torch.ones(4, device="cuda").sum()) == 4.0)
+    except Exception:
+        q.put(False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "init":
+        torch.cuda.init()
+    elif sys.argv[1] == "is_available":
+        torch.cuda.is_available()
+    started = qt._cuda_started()
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=use_cuda, args=(q,))
+    p.start()
+    print(json.dumps([started, q.get(timeout=120)]))
+    p.join()
+"""
+
+
+def test_cuda_counts_as_started_when_a_forked_child_could_not_use_it() -> None:
+    """On a GPU host, after each kind of CUDA use in a fresh process: the rule's view of CUDA
+    (started or not) is right when it says whether a child forked then can use CUDA."""
+    def after(use: str) -> List[bool]:
+        p = subprocess.run([sys.executable, "-c", CUDA_THEN_FORK, use], capture_output=True,
+                           text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout)
+
+    if not after("nothing")[1]:
+        pytest.skip("no GPU that a process here can use")
+    assert after("nothing") == [False, True]
+    assert after("init") == [True, False]
+    started, child_can = after("is_available")  # a cuInit, or none with NVML-based counting
+    assert started != child_can
 
 
 def test_leaving_workers_give_their_slots_back(client, daemon) -> None:
