@@ -3,9 +3,10 @@ loop, on every rank of a DDP job and every DataLoader worker.
 
     import qdp.torch
     ds = qdp.torch.QuantumDataset("train.parquet", "angle", 16, batch_size=64, shuffle=True)
+    batches = qdp.torch.loader(ds, num_workers=2)  # its workers stay from one epoch to the next
     for epoch in range(3):
         ds.set_epoch(epoch)
-        for psi in qdp.torch.loader(ds):          # (64, 65536) complex128, on this rank's GPU
+        for psi in batches:                        # (64, 65536) complex128, on this rank's GPU
             ...
 
 The epoch's order is :class:`qdp.sampling.BlockOrder` of (seed, epoch) alone, dealt to ranks and
