@@ -694,19 +694,19 @@ def loader(dataset: QuantumDataset, *, num_workers: int = 0,
         start, else ``"spawn"``. A value given here is used as it is (``"forkserver"`` works
         too).
 
-        - fork copies this process: a worker is ready in milliseconds (two workers cost about
-          0.1 s an epoch with a CPU daemon, spawned ones 3 to 4 s, each importing torch and
-          qdp). It is unsafe once gRPC has started in this process (a qdp.Client, or a data
-          set iterated here): a forked child's gRPC shares its parent's poller, and its calls
-          fail or hang. GRPC_ENABLE_FORK_SUPPORT does not make it safe: a fork while another
-          thread is in a call leaves the child's calls hanging and that thread's failing. gRPC
-          counts as started while the process holds an epoll instance (gRPC's poller keeps its
-          own after its channels close; another event loop's, such as asyncio's, counts too)
-          or when GRPC_POLL_STRATEGY names a poller other than epoll1. For workers that may use
-          CUDA (``device`` None or a CUDA device), fork is also unsafe once CUDA's driver is
-          initialised here: a forked child cannot use CUDA then. A model moved to a GPU does
-          that, and so does ``torch.cuda.is_available()`` (unless
-          PYTORCH_NVML_BASED_CUDA_CHECK=1).
+        - fork copies this process: a worker is ready in milliseconds (two workers started
+          every epoch cost about 0.15 s an epoch by fork with a CPU daemon, 2 to 4 s by spawn,
+          each importing torch and qdp). It is unsafe once gRPC has started in this process
+          (a qdp.Client, or a data set iterated here): a forked child's gRPC shares its
+          parent's poller, and its calls fail or hang. GRPC_ENABLE_FORK_SUPPORT does not make
+          it safe: a fork while another thread is in a call leaves the child's calls hanging
+          and that thread's failing. gRPC counts as started while the process holds an epoll
+          instance (gRPC's poller keeps its own after its channels close; another event loop's,
+          such as asyncio's, counts too) or when GRPC_POLL_STRATEGY names a poller other than
+          epoll1. For workers that may use CUDA (``device`` None or a CUDA device), fork is
+          also unsafe once CUDA's driver is initialised here: a forked child cannot use CUDA
+          then. A model moved to a GPU does that, and so does ``torch.cuda.is_available()``
+          (unless PYTORCH_NVML_BASED_CUDA_CHECK=1).
         - spawn starts fresh interpreters and is always safe; each imports the main module
           again, so a script keeps its work under ``if __name__ == "__main__":``.
 
