@@ -630,8 +630,9 @@ def _grpc_started() -> bool:
 
 
 def _cuda_started() -> bool:
-    """Whether CUDA's driver is initialised in this process: by torch, or by any cuInit (torch's
-    device count does one without torch's own initialisation)."""
+    """Whether CUDA's driver is initialised in this process: by torch, or by any cuInit
+    (``torch.cuda.is_available()`` makes one without torch's own initialisation), asked of the
+    driver without initialising it."""
     if torch.cuda.is_initialized():
         return True
     try:
