@@ -43,12 +43,11 @@ def run(daemon, timeout: float = 240, **cfg: Any) -> Dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def epoch_batches(epoch: int, rows: int = ROWS, batch: int = BATCH, seed: int = SEED,
-                  data: Any = None) -> List[List[int]]:
-    """The rows of each batch of ``epoch``, from qdp.sampling's order of (seed, epoch)."""
-    block = qdp.readers.open_source(np.zeros((rows, 6)) if data is None else data).block_rows
-    order = BlockOrder(rows, block, seed=seed, epoch=epoch).at(np.arange(rows, dtype=np.int64))
-    return [order[i:i + batch].tolist() for i in range(0, rows, batch)]
+def epoch_batches(epoch: int) -> List[List[int]]:
+    """The rows of each batch of ``epoch``, from qdp.sampling's order of (SEED, epoch)."""
+    block = qdp.readers.open_source(np.zeros((ROWS, 6))).block_rows
+    order = BlockOrder(ROWS, block, seed=SEED, epoch=epoch).at(np.arange(ROWS, dtype=np.int64))
+    return [order[i:i + BATCH].tolist() for i in range(0, ROWS, BATCH)]
 
 
 def check_plan(out: Dict[str, Any], plan: List[List[Any]] = PLAN) -> None:
@@ -57,7 +56,8 @@ def check_plan(out: Dict[str, Any], plan: List[List[Any]] = PLAN) -> None:
         want = epoch_batches(epoch)
         assert got == (want[:1] if how == "first" else want), f"epoch {epoch}"
     firsts = {epoch: tuple(epoch_batches(epoch)[0]) for epoch, _ in plan}
-    assert len(set(firsts.values())) == len(firsts), "two epochs begin with the same batch"
+    assert len(set(firsts.values())) == len(firsts), \
+        "two of the plan's epochs begin alike: a stale epoch could pass unseen"
 
 
 KEPT = {  # DataLoader settings that keep the workers from one epoch to the next
@@ -135,6 +135,7 @@ def test_a_fresh_process_forks_its_workers(daemon) -> None:
 
 
 def test_given_settings_are_kept(daemon) -> None:
+    """persistent_workers and multiprocessing_context given to the loader are used as given."""
     plan = [[2, "all"], [4, "all"]]
     out = run(daemon, workers=2, plan=plan, loader={"persistent_workers": False})
     assert out["method"] == "fork" and not out["persistent"]
@@ -146,7 +147,8 @@ def test_given_settings_are_kept(daemon) -> None:
 
 def test_grpc_counts_as_started_from_the_first_channel_on(daemon) -> None:
     """The rule's view of gRPC, in a fresh process: not started before a Client, started once
-    one has called the daemon, and still after it is closed."""
+    one has called the daemon, and still after it is closed; always started where
+    GRPC_POLL_STRATEGY picks a poller that leaves no trace."""
     code = ("import json, sys, qdp, qdp.torch as qt\n"
             "seen = [qt._grpc_started()]\n"
             "c = qdp.Client(sys.argv[1]); c.status(); seen.append(qt._grpc_started())\n"
@@ -156,8 +158,8 @@ def test_grpc_counts_as_started_from_the_first_channel_on(daemon) -> None:
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout) == [False, True, True]
-    env = dict(os.environ, GRPC_POLL_STRATEGY="poll")  # a poller that leaves no trace
-    p = subprocess.run([sys.executable, "-c", "import qdp.torch as qt; print(qt._grpc_started())"],
+    env = dict(os.environ, GRPC_POLL_STRATEGY="poll")
+    p = subprocess.run([sys.executable, "-c", "import qdp.torch; print(qdp.torch._grpc_started())"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.stdout.strip() == "True", p.stderr[-2000:]
 
