@@ -3,9 +3,10 @@ loop, on every rank of a DDP job and every DataLoader worker.
 
     import qdp.torch
     ds = qdp.torch.QuantumDataset("train.parquet", "angle", 16, batch_size=64, shuffle=True)
+    batches = qdp.torch.loader(ds, num_workers=2)  # its workers stay from one epoch to the next
     for epoch in range(3):
         ds.set_epoch(epoch)
-        for psi in qdp.torch.loader(ds):          # (64, 65536) complex128, on this rank's GPU
+        for psi in batches:                        # (64, 65536) complex128, on this rank's GPU
             ...
 
 The epoch's order is :class:`qdp.sampling.BlockOrder` of (seed, epoch) alone, dealt to ranks and
@@ -16,7 +17,10 @@ size, every row once per epoch. Sources are those of :func:`qdp.readers.open_sou
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
+import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import weakref
@@ -165,10 +169,40 @@ class QuantumDataset(IterableDataset):
                                   f"{self.source.rows} rows: give one per row (and a source of "
                                   "known length)", field="labels")
         self.epoch = 0
+        # The epoch again, in shared memory, for DataLoader workers kept from one epoch to the
+        # next: their copy of the data set was made when they started. torch hands the tensor to
+        # the processes it starts as the same memory; a pickled or deep copy gets its own.
+        self._epoch_shared = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._began_in: Optional[int] = None  # the worker process whose first iteration began
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration reads (its shuffled order), as DistributedSampler's."""
+        """The epoch the next iteration reads (its shuffled order), as DistributedSampler's: call
+        it before the iteration begins (``for ... in loader``). DataLoader workers see it,
+        persistent ones too.
+
+        Raises
+        ------
+        InvalidArgument
+            ``epoch`` is not an integer in [0, 2**64).
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or \
+                not 0 <= epoch < 1 << 64:
+            raise InvalidArgument(f"epoch is {epoch!r}: pass an integer in [0, 2**64)",
+                                  field="epoch")
         self.epoch = int(epoch)
+        self._epoch_shared[0] = self.epoch - (1 << 64) if self.epoch >> 63 else self.epoch
+
+    def _epoch_now(self, in_worker: bool) -> int:
+        """The epoch of an iteration that begins now. In a DataLoader worker, the first
+        iteration reads the epoch its copy of the data set was made with (at the worker's start,
+        when the main process began that iteration), a persistent worker's later ones the epoch
+        set last in the main process."""
+        if not in_worker:
+            return self.epoch
+        if self._began_in != os.getpid():
+            self._began_in = os.getpid()
+            return self.epoch
+        return int(self._epoch_shared[0]) % (1 << 64)  # the int64 holds the epoch's 64 bits
 
     def _shares(self, workers: int) -> Shares:
         rows = self.source.rows
@@ -181,8 +215,8 @@ class QuantumDataset(IterableDataset):
         """Batches this rank yields in an epoch (over all its DataLoader workers)."""
         return self._shares(1).steps(self.rank)
 
-    def _batches(self, worker: int, workers: int) -> Iterator["_Batch"]:
-        """This (rank, worker)'s batches of the epoch, in order."""
+    def _batches(self, worker: int, workers: int, epoch: int) -> Iterator["_Batch"]:
+        """This (rank, worker)'s batches of ``epoch``, in order."""
         src = self.source
         if src.rows is None:  # a stream: every share reads it all and keeps its own batches
             k = 0
@@ -195,7 +229,7 @@ class QuantumDataset(IterableDataset):
             return
         shares = self._shares(workers)
         order = BlockOrder(src.rows, src.block_rows if self.shuffle else 1, seed=self.seed,
-                           epoch=self.epoch, shuffle=self.shuffle)
+                           epoch=epoch, shuffle=self.shuffle)
         hinted = -1
         for k in shares.batch_indices(self.rank, worker):
             start, stop = shares.span(k)
@@ -222,13 +256,17 @@ class QuantumDataset(IterableDataset):
         src.will_need(blocks[np.sort(first)].tolist())
 
     def __iter__(self) -> Iterator[Any]:
+        """An epoch's batches; its epoch is fixed here, when the iteration begins."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return self._iterate(worker, workers, self._epoch_now(info is not None))
+
+    def _iterate(self, worker: int, workers: int, epoch: int) -> Iterator[Any]:
         conn = self._conn_for(worker)
         if not conn.lock.acquire(blocking=False):  # another iteration of this process runs
             conn = _Conn(self, worker)
         try:
-            yield from _Stream(self, conn, worker, workers)
+            yield from _Stream(self, conn, worker, workers, epoch)
         finally:
             if conn is self._conn:
                 conn.lock.release()
@@ -242,6 +280,11 @@ class QuantumDataset(IterableDataset):
         if self._conn is None or self._conn.pid != os.getpid():
             self._conn = _Conn(self, worker)
             self._conn_finalizer = weakref.finalize(self, self._conn.close)
+            if get_worker_info() is not None:
+                # A forked worker leaves by os._exit, past atexit and so past weakref.finalize:
+                # multiprocessing's exit hooks close the channel then, else its slots would stay
+                # registered on the daemon for its lease grace.
+                multiprocessing.util.Finalize(self, self._conn.close, exitpriority=0)
         return self._conn
 
     def close(self) -> None:
@@ -255,6 +298,12 @@ class QuantumDataset(IterableDataset):
         d = dict(self.__dict__)
         d["_conn"] = d["_conn_finalizer"] = None  # a channel never crosses processes
         return d
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # A worker's copy maps the main process's epoch already (a no-op then); a copy made
+        # by pickle or deepcopy holds its own and shares it with the workers it starts.
+        self._epoch_shared.share_memory_()
 
 
 def _rebatch(blocks: Iterator[np.ndarray], size: int, drop_last: bool) -> Iterator[np.ndarray]:
@@ -407,9 +456,10 @@ class _Stream:
     """One iteration: requests of ``group`` batches, each read into a slot and encoded
     ``prefetch`` ahead, then handed out batch by batch."""
 
-    def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int) -> None:
+    def __init__(self, ds: QuantumDataset, conn: _Conn, worker: int, workers: int,
+                 epoch: int) -> None:
         self.ds, self.conn, self.client = ds, conn, conn.client
-        self.batches = ds._batches(worker, workers)
+        self.batches = ds._batches(worker, workers, epoch)
         self.device = self._device(ds.device)
         self.group = ds.group
         if not ds._group_given:  # within a share of the memory the batches land in
@@ -555,7 +605,75 @@ class _Stream:
             pool.shutdown(wait=True)
 
 
-def loader(dataset: QuantumDataset, *, num_workers: int = 0, **kwargs: Any) -> DataLoader:
+#: CUDA_ERROR_NOT_INITIALIZED: the driver's answer before the process's first cuInit.
+_CUDA_NOT_INITIALIZED = 3
+
+
+def _grpc_started() -> bool:
+    """Whether gRPC may have started in this process: it holds an epoll instance (gRPC's poller
+    opens one when gRPC starts and keeps it after its channels close; any other event loop's
+    counts too), or GRPC_POLL_STRATEGY picks a poller that leaves no such trace, or /proc cannot
+    tell."""
+    if os.environ.get("GRPC_POLL_STRATEGY", "all").split(",")[0].strip() not in ("all", "epoll1"):
+        return True
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]":
+                return True
+        except OSError:
+            continue  # closed since it was listed (the listing's own descriptor)
+    return False
+
+
+def _cuda_started() -> bool:
+    """Whether CUDA's driver is initialised in this process: by torch, or by any cuInit
+    (``torch.cuda.is_available()`` makes one without torch's own initialisation), asked of the
+    driver without initialising it."""
+    if torch.cuda.is_initialized():
+        return True
+    try:
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False  # not even loaded
+    count = ctypes.c_int()
+    return int(driver.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_NOT_INITIALIZED
+
+
+def _start_method(dataset: QuantumDataset) -> str:
+    """How :func:`loader` starts workers at this moment: "fork" where that is safe, else
+    "spawn"."""
+    if "fork" not in multiprocessing.get_all_start_methods() or _grpc_started():
+        return "spawn"
+    uses_cuda = dataset.device is None or dataset.device.type == "cuda"
+    return "spawn" if uses_cuda and _cuda_started() else "fork"
+
+
+class _Loader(DataLoader):
+    """:func:`loader`'s DataLoader: picks its workers' start method each time it starts them,
+    unless it was given one."""
+
+    def __init__(self, dataset: QuantumDataset, *, num_workers: int, **kwargs: Any) -> None:
+        self._pick = num_workers > 0 and kwargs.get("multiprocessing_context") is None
+        self._kept = False  # persistent workers have started: nothing starts again
+        if self._pick:
+            kwargs["multiprocessing_context"] = _start_method(dataset)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+
+    def __iter__(self) -> Any:
+        if self._pick and not self._kept:
+            self.multiprocessing_context = _start_method(self.dataset)
+        it = super().__iter__()
+        self._kept = self.persistent_workers
+        return it
+
+
+def loader(dataset: QuantumDataset, *, num_workers: int = 0,
+           persistent_workers: Optional[bool] = None, multiprocessing_context: Any = None,
+           **kwargs: Any) -> DataLoader:
     """A torch DataLoader over ``dataset``'s batches as they come (no batching of its own:
     ``batch_size=None``); ``num_workers`` processes split each rank's batches further.
 
@@ -564,10 +682,41 @@ def loader(dataset: QuantumDataset, *, num_workers: int = 0, **kwargs: Any) -> D
     dataset : QuantumDataset
         The batches.
     num_workers : int
-        DataLoader worker processes (each opens its own channel to the daemon).
+        DataLoader worker processes (each opens its own channel to the daemon, after it
+        starts).
+    persistent_workers : bool, optional
+        Keep the workers, with their channels and slots, from one epoch to the next, until the
+        loader is collected (default True with workers): an epoch then costs no start.
+        Meanwhile each worker holds its process and its ``prefetch`` slots, registered with the
+        daemon, and its copy of the data set as it was when it started, but for the epoch:
+        :meth:`QuantumDataset.set_epoch` reaches it. False starts them afresh every epoch.
+    multiprocessing_context : str or context, optional
+        How the workers start: by default ``"fork"`` where that is safe at the moment they
+        start, else ``"spawn"``. A value given here is used as it is (``"forkserver"`` works
+        too).
+
+        - fork copies this process: a worker is ready in milliseconds (two workers started
+          every epoch cost about 0.15 s an epoch by fork with a CPU daemon, 2 to 4 s by spawn,
+          each importing torch and qdp). It is unsafe once gRPC has started in this process
+          (a qdp.Client, or a data set iterated here): a forked child's gRPC shares its
+          parent's poller, and its calls fail or hang. GRPC_ENABLE_FORK_SUPPORT does not make
+          it safe: a fork while another thread is in a call leaves the child's calls hanging
+          and that thread's failing. gRPC counts as started while the process holds an epoll
+          instance (gRPC's poller keeps its own after its channels close; another event loop's,
+          such as asyncio's, counts too) or when GRPC_POLL_STRATEGY names a poller other than
+          epoll1. For workers that may use CUDA (``device`` None or a CUDA device), fork is
+          also unsafe once CUDA's driver is initialised here: a forked child cannot use CUDA
+          then. A model moved to a GPU does that, and so does ``torch.cuda.is_available()``
+          (unless PYTORCH_NVML_BASED_CUDA_CHECK=1).
+        - spawn starts fresh interpreters and is always safe; each imports the main module
+          again, so a script keeps its work under ``if __name__ == "__main__":``.
+
+        Persistent workers are started once, at the first iteration, and the choice is made
+        then; others at every epoch.
     **kwargs
-        Passed to DataLoader (``pin_memory``, ``persistent_workers``, ...).
+        Passed to DataLoader (``pin_memory``, ``prefetch_factor``, ...).
     """
-    if num_workers and "multiprocessing_context" not in kwargs:
-        kwargs["multiprocessing_context"] = "spawn"  # gRPC channels do not survive a fork
-    return DataLoader(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+    if persistent_workers is None:
+        persistent_workers = num_workers > 0
+    return _Loader(dataset, num_workers=num_workers, persistent_workers=persistent_workers,
+                   multiprocessing_context=multiprocessing_context, **kwargs)
