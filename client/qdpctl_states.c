@@ -151,7 +151,9 @@ int cmd_ls(struct global *g, int argc, char **argv) {
   } else if (rc == EXIT_OK) {
     char me[64];
     own_identity(c, me, sizeof me);
-    qsort(l->states, l->count, sizeof *l->states, by_age);
+    if (l->count) { /* an empty list has no array, and qsort's may not be NULL */
+      qsort(l->states, l->count, sizeof *l->states, by_age);
+    }
     if (g->json) {
       struct jw w = {stdout, 0, {0}};
       jw_open(&w, NULL, '{');

@@ -35,16 +35,18 @@ for d in bin sbin lib lib32 lib64 libx32; do
     mount -o remount,bind,ro "$root/$d"
   fi
 done
-for d in /usr /etc /dev "$(dirname "$two_hosts")" "$(dirname "$bin")"; do
-  mkdir -p "$root$d"
-  mount --bind "$d" "$root$d"
-  mount -o remount,bind,ro "$root$d"
-done
+# The fresh /run and /tmp first: the checkout may lie beneath either, and its folders are bound
+# over them next.
 mkdir -p "$root/proc" "$root/sys" "$root/run" "$root/tmp"
 mount -t proc proc "$root/proc"
 mount --bind /sys "$root/sys"
 mount -t tmpfs tmpfs "$root/run"
 mount -t tmpfs tmpfs "$root/tmp"
+for d in /usr /etc /dev "$(dirname "$two_hosts")" "$(dirname "$bin")"; do
+  mkdir -p "$root$d"
+  mount --bind "$d" "$root$d"
+  mount -o remount,bind,ro "$root$d"
+done
 set +e
 
 chroot "$root" sh "$two_hosts" "$bin" 2 >"$root/tmp/out.log" 2>&1
