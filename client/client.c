@@ -25,16 +25,12 @@
 #include "qdp.pb-c.h"
 #include "qdp_wire.h"
 
-#define STR2(x) #x
-#define STR(x) STR2(x)
-#define VERSION_STRING STR(QDP_VERSION_MAJOR) "." STR(QDP_VERSION_MINOR) "." STR(QDP_VERSION_PATCH)
-
 unsigned qdp_version(void) {
   return QDP_VERSION_HEX;
 }
 
 const char *qdp_version_string(void) {
-  return VERSION_STRING;
+  return QDP_VERSION_STRING;
 }
 
 static const char *const policy_names[] = {"auto", "single", "even", "uneven", "capacity", "batch"};
@@ -170,7 +166,7 @@ static qdp_status open_channel(qdp_client *c) {
   args[2].value.integer = 0;
   args[3].type = GRPC_ARG_STRING;
   args[3].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-  args[3].value.string = (char *)"libqdp/" VERSION_STRING;
+  args[3].value.string = (char *)"libqdp/" QDP_VERSION_STRING;
   grpc_channel_args ca = {4, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(c->target, creds, &ca);

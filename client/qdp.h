@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "qdp_defs.h"
+#include "qdp_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,12 +47,8 @@ extern "C" {
 #define QDP_EXPORT
 #endif
 
-#define QDP_VERSION_MAJOR 0
-#define QDP_VERSION_MINOR 1
-#define QDP_VERSION_PATCH 0
-#define QDP_VERSION_HEX ((QDP_VERSION_MAJOR << 16) | (QDP_VERSION_MINOR << 8) | (QDP_VERSION_PATCH))
-
-/* The library's run-time version as QDP_VERSION_HEX computes it, and as "0.1.0". */
+/* The library's run-time version as QDP_VERSION_HEX computes it, and as QDP_VERSION_STRING
+ * ("0.7.0"): a program built against one release can tell the one it runs with. */
 QDP_EXPORT unsigned qdp_version(void);
 QDP_EXPORT const char *qdp_version_string(void);
 
