@@ -27,6 +27,34 @@ def descriptor_bytes() -> bytes:
     return importlib.resources.files(__package__).joinpath("qdp.desc").read_bytes()
 
 
+def enum_names(enum: str, prefix: str, data: Optional[bytes] = None) -> Dict[int, str]:
+    """The values of enum ``enum`` of the contract, by number, as the package names them.
+
+    Parameters
+    ----------
+    enum : str
+        The enum's name in package qdp ("Encoding").
+    prefix : str
+        What every value's name starts with ("ENCODING_").
+    data : bytes, optional
+        A serialized FileDescriptorSet; the shipped one when omitted.
+
+    Returns
+    -------
+    dict of int to str
+        In the order of the numbers; each name without ``prefix``, in lower case, with "-" for
+        "_" (ENCODING_IQP_Z is "iqp-z"). The ``*_UNSPECIFIED`` value is left out.
+    """
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_bytes() if data is None else data)
+    for f in fds.file:
+        for e in f.enum_type:
+            if f.package == PACKAGE and e.name == enum:
+                return {v.number: v.name[len(prefix):].lower().replace("_", "-")
+                        for v in sorted(e.value, key=lambda v: v.number)
+                        if v.name != prefix + "UNSPECIFIED"}
+    raise KeyError(f"qdp.proto has no enum {enum}")
+
+
 def _message_class_getter(pool: descriptor_pool.DescriptorPool) -> Callable[[Any], Any]:
     get = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
     if get is not None:

@@ -23,8 +23,7 @@ from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSu
                      PermissionDenied, TtlCappedWarning, Unimplemented, error_for,
                      from_rpc_error)
 from .state import State
-from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
-                    dtype_name)
+from .records import NUMPY_DTYPES, Plan, StateInfo, Status, dtype_name, enum_number
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
 #: rather than inline in the request.
@@ -148,14 +147,6 @@ def _source(data: Any, encoding: str) -> _Source:
         return _Source("array", np.ascontiguousarray(arr), arr.shape[0], arr.shape[1], True)
     raise InvalidArgument(f"the input has {arr.ndim} dimensions: pass one sample (1-D) or a "
                           "batch of samples (2-D, one per row)", field="input.data")
-
-
-def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
-    try:
-        return names.index(value) + 1
-    except ValueError:
-        raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
-                              field=field) from None
 
 
 def _check_qubits(qubits: Any) -> None:
@@ -421,10 +412,10 @@ class Client:
                                   field="output_dtype")
         _check_qubits(qubits)
         r = self.wire.EncodeRequest()
-        r.encoding = _enum_of(ENCODINGS, encoding, "encoding", "encoding")
+        r.encoding = enum_number("Encoding", encoding, "encoding", "encoding")
         r.qubits = int(qubits)
-        r.output_dtype = _enum_of(DTYPES, dtype, "dtype", "output_dtype")
-        r.placement.policy = _enum_of(POLICIES, policy, "policy", "placement.policy") - 1
+        r.output_dtype = enum_number("DType", dtype, "dtype", "output_dtype")
+        r.placement.policy = enum_number("Policy", policy, "policy", "placement.policy")
         if devices:
             r.placement.devices.extend([devices] if isinstance(devices, str) else devices)
         r.ttl_seconds = ttl_seconds(ttl)
@@ -453,7 +444,7 @@ class Client:
             return None
         arr = src.array
         assert arr is not None
-        inp.dtype = DTYPES.index(dtype_name_of(arr)) + 1
+        inp.dtype = enum_number("DType", dtype_name_of(arr), "input dtype", "input.dtype")
         inp.rows, inp.cols = src.rows, src.cols
         owned = self._owned_region(arr) if self.socket_path is not None else None
         if owned is not None:
@@ -750,7 +741,7 @@ class Client:
                 raise InvalidArgument("plan needs data or shape=(samples, values per sample)",
                                       field="input")
             r.input.rows, r.input.cols = int(shape[0]), int(shape[1])
-            r.input.dtype = _enum_of(DTYPES, input_dtype, "input dtype", "input.dtype")
+            r.input.dtype = enum_number("DType", input_dtype, "input dtype", "input.dtype")
         else:
             src = self._input(data, encoding)
             if src.kind == "path":
@@ -760,7 +751,8 @@ class Client:
             else:
                 assert src.array is not None
                 r.input.rows, r.input.cols = src.rows, src.cols
-                r.input.dtype = DTYPES.index(dtype_name_of(src.array)) + 1
+                r.input.dtype = enum_number("DType", dtype_name_of(src.array), "input dtype",
+                                            "input.dtype")
         return Plan.from_proto(self.call("Plan", r))
 
     def empty(self, shape: Union[int, Tuple[int, ...]], dtype: Any = np.float64) -> np.ndarray:
