@@ -6,8 +6,8 @@ Two directions:
 - **Views of a state** (Describe with views): every shard's 64-byte IPC handle and byte offset
   under one lease; :class:`ShardView` opens it here and exposes ``__cuda_array_interface__``;
   closing the views (or collecting them) closes the handles and ends the lease (CloseView).
-- **CUDA tensor input** (``Input.cuda_ipc``, a wire addition): the tensor's allocation is
-  exported with ``cudaIpcGetMemHandle`` and named with its offset and the device's UUID.
+- **CUDA tensor input** (``Input.cuda_ipc``): the tensor's allocation is exported with
+  ``cudaIpcGetMemHandle`` and named with its offset and the device's UUID.
 - **CUDA tensor output** (``EncodeRequest.out``, ``encode(..., out=t)``): the same export of the
   caller's tensor, which the daemon writes the state into; nothing is kept on the daemon.
 
@@ -315,14 +315,11 @@ def state_tensor(state: "State", device: Optional[str]) -> Any:
     return out.reshape(state.shape)
 
 
-def fill_cuda_input(wire: Any, inp: Any, tensor: Any) -> Any:
+def fill_cuda_input(inp: Any, tensor: Any) -> Any:
     """Names a CUDA tensor in ``inp`` (Input.cuda_ipc) for the daemon to read in place.
 
     Returns the tensor the handle points into (a contiguous copy when ``tensor`` was not
     contiguous): the caller keeps it alive until the Encode has answered."""
-    if not wire.has_field("Input", "cuda_ipc"):
-        raise NotSupported("encoding a CUDA tensor needs a qdp whose wire has Input.cuda_ipc; "
-                           "pass tensor.cpu() meanwhile")
     import torch
 
     if tensor.dtype not in (torch.float32, torch.float64):

@@ -72,8 +72,7 @@ class Wire:
 
     Notes
     -----
-    Messages are reached by their short name (``wire.EncodeRequest``). :meth:`has_field` and
-    :meth:`has_method` let callers use wire additions only when the contract they loaded has them.
+    Messages are reached by their short name (``wire.EncodeRequest``).
     """
 
     def __init__(self, data: Optional[bytes] = None) -> None:
@@ -99,30 +98,9 @@ class Wire:
             self._classes[name] = cls
         return cls
 
-    def has_method(self, name: str) -> bool:
-        """Whether the service has the RPC ``name``."""
-        return name in self.service.methods_by_name
-
-    def has_field(self, message: str, field: str) -> bool:
-        """Whether ``message`` has a field named ``field``."""
-        try:
-            desc = self.pool.FindMessageTypeByName(f"{PACKAGE}.{message}")
-        except KeyError:
-            return False
-        return field in desc.fields_by_name
-
     def method_types(self, name: str) -> "tuple[Any, Any, bool, bool]":
         """The request and reply classes of RPC ``name`` and whether each side streams."""
         m = self.service.methods_by_name[name]
         return (self._get(m.input_type), self._get(m.output_type),
                 m.client_streaming if hasattr(m, "client_streaming") else False,
                 m.server_streaming if hasattr(m, "server_streaming") else False)
-
-    def enum_value(self, enum: str, name: str) -> int:
-        """The number of ``name`` in enum ``enum`` (``enum_value("DType", "DTYPE_FLOAT64")``)."""
-        return self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_name[name].number
-
-    def enum_name(self, enum: str, number: int) -> str:
-        """The name of ``number`` in enum ``enum``; ``str(number)`` when the contract lacks it."""
-        v = self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_number.get(number)
-        return v.name if v is not None else str(number)

@@ -20,8 +20,7 @@ from ._region import Region, RegionPool
 from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
 from ._wire import Wire
 from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
-                     PermissionDenied, TtlCappedWarning, Unimplemented, error_for,
-                     from_rpc_error)
+                     PermissionDenied, TtlCappedWarning, error_for, from_rpc_error)
 from .state import State
 from .records import NUMPY_DTYPES, Plan, StateInfo, Status, dtype_name, enum_number
 
@@ -34,9 +33,6 @@ UPLOAD_CHUNK = 1 << 20
 #: 1 GiB states, so that a loop that fetches the next state while it holds the last one reuses
 #: both.
 REGION_CACHE_BYTES = 2 << 30
-#: What FetchInto raises when the daemon cannot write a region (one older than FetchInto, or one
-#: that registered it read-only): this client streams from then on.
-_CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
 
 #: The first bytes of every .npy file.
 NPY_MAGIC = b"\x93NUMPY"
@@ -294,7 +290,6 @@ class Client:
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
         self._fetch_regions = RegionPool(int(region_cache_bytes))  # those State.numpy fills
         self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
-        self._can_fetch_into = self.wire.has_method("FetchInto")
         self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel,
                                            self._fetch_regions)
 
@@ -353,11 +348,8 @@ class Client:
         return hand_over(sock, fd, access)
 
     def _register(self, fd: int, writable: bool) -> Tuple[str, str]:
-        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd)
-        if writable:
-            if not self.wire.has_field("RegisterRegionRequest", "writable"):
-                raise NotSupported("this package's qdp.proto cannot register writable regions")
-            req.writable = True
+        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd,
+                                              writable=writable)
         req.fd_ticket = self._hand_fd(fd, WRITE if writable else READ)
         info = self.call("RegisterRegion", req)
         return info.handle, info.token
@@ -440,7 +432,7 @@ class Client:
             return None
         if src.kind == "cuda":
             # Kept in src, which encode holds until the daemon has read the memory.
-            src.tensor = _cuda.fill_cuda_input(self.wire, inp, src.tensor)
+            src.tensor = _cuda.fill_cuda_input(inp, src.tensor)
             return None
         arr = src.array
         assert arr is not None
@@ -518,7 +510,7 @@ class Client:
         caller) when the daemon gave it a shorter lifetime than ``ttl``."""
         st = State(self, info, batched=batched)
         self._states.add(st)
-        if getattr(info, "ttl_capped", False):
+        if info.ttl_capped:
             try:
                 warnings.warn(TtlCappedWarning(
                     f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
@@ -622,7 +614,7 @@ class Client:
             A path that does not exist or that this process may not read (field "input.path").
         NotSupported
             ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
-            target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
+            target, a tensor not in CUDA memory.
         ResourceExhausted
             It does not fit (``need_bytes``, ``free_bytes``).
         Error
@@ -692,9 +684,6 @@ class Client:
 
     def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""
-        if not self.wire.has_field("EncodeRequest", "out"):
-            raise NotSupported("encoding into a tensor (out=) needs a qdp whose wire has "
-                               "EncodeRequest.out; use State.torch() meanwhile", field="out")
         if self.socket_path is None:
             raise NotSupported("out= needs a daemon on this node (a unix: target): an IPC handle "
                                "opens only on its own node", field="out")
@@ -840,10 +829,11 @@ class Client:
         The region is one the client kept from an earlier fetch when one fits and no array over
         it is alive, else a fresh one, kept afterwards when ``region_cache_bytes`` allows (else
         unregistered at once: the mapping outlives it). A kept region the daemon refuses (it
-        restarted, or the region was unregistered elsewhere) is dropped and the fetch retried in
-        a fresh one. None when the daemon or this target cannot; the caller streams instead.
+        restarted, or the region was unregistered elsewhere: an error of field "region") is
+        dropped and the fetch retried in a fresh one. None over TCP, or when no region can be
+        registered now; the caller streams instead.
         """
-        if not self._can_fetch_into or self.socket_path is None:
+        if self.socket_path is None:
             return None
         pool = self._fetch_regions
         nbytes = count * dtype.itemsize
@@ -852,7 +842,7 @@ class Client:
             try:
                 self._write_into(region, ref, count, dtype)
             except Error as e:
-                if not (isinstance(e, _CANNOT_FETCH_INTO) or e.field == "region"):
+                if e.field != "region":
                     pool.give(region)
                     raise
                 pool.forget(region)  # the region's fault, not the state's: a fresh one decides
@@ -863,21 +853,11 @@ class Client:
                 return pool.lend(region, (count,), dtype)
         try:
             region = Region(nbytes, self._register, self._conn.unregister_quietly, writable=True)
-        except _CANNOT_FETCH_INTO:
-            # A daemon that cannot register regions for writing (one older than FetchInto
-            # reads the request as a read-only registration and refuses the write ticket).
-            self._can_fetch_into = False
-            return None
         except Error:
             return None  # no region to be had now (max_regions, memory): stream this one
         pool.add(region)
         try:
             self._write_into(region, ref, count, dtype)
-        except _CANNOT_FETCH_INTO:
-            # A daemon without FetchInto (or that may not write here): stream from now on.
-            self._can_fetch_into = False
-            pool.forget(region)
-            return None
         except BaseException:
             pool.give(region)
             raise
