@@ -6,23 +6,21 @@ import contextlib
 import math
 import os
 import threading
-import warnings
 import weakref
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
-                    Union, overload)
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-import grpc
 import numpy as np
 
-from . import _cuda
-from ._handoff import READ, WRITE, hand_over
-from ._region import Region, RegionPool
+from . import _ipc
+from ._connection import Connection
+from ._fetch import Fetcher
+from ._region import Region
 from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
 from ._wire import Wire
-from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
-                     PermissionDenied, TtlCappedWarning, error_for, from_rpc_error)
-from .state import State
-from .records import NUMPY_DTYPES, Plan, StateInfo, Status, dtype_name, enum_number
+from .errors import Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported, \
+    PermissionDenied
+from .records import NUMPY_DTYPES, Plan, StateInfo, Status, enum_number
+from .state import Owner, State
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
 #: rather than inline in the request.
@@ -64,36 +62,6 @@ def default_target() -> str:
     if xdg:
         return f"unix:{xdg}/qdp/qdpd.sock"
     return f"unix:/run/user/{os.geteuid()}/qdp/qdpd.sock"
-
-
-class _Conn:
-    """What finalizers (a State's, a region's) need without holding the Client: the channel's
-    Release and UnregisterRegion calls and whether the channel is still open."""
-
-    def __init__(self, calls: Dict[str, Callable[..., Any]], wire: Wire,
-                 metadata: Tuple[Tuple[str, str], ...]) -> None:
-        self.calls = calls
-        self.wire = wire
-        self.metadata = metadata
-        self.open = True
-
-    def release_quietly(self, handle: str, token: str) -> None:
-        if not self.open:
-            return
-        try:
-            self.calls["Release"](self.wire.StateRef(handle=handle, token=token), timeout=10,
-                                  metadata=self.metadata)
-        except BaseException:  # a GC or exit-time release must never raise
-            pass
-
-    def unregister_quietly(self, handle: str, token: str) -> None:
-        if not self.open:
-            return
-        try:
-            self.calls["UnregisterRegion"](self.wire.RegionRef(handle=handle, token=token),
-                                           timeout=10, metadata=self.metadata)
-        except BaseException:  # gone already (the daemon restarted), or from a finalizer
-            pass
 
 
 class _Source:
@@ -260,45 +228,35 @@ class Client:
                                   f"no fetch regions), not {region_cache_bytes!r}",
                                   field="region_cache_bytes")
         self.target = target or default_target()
-        self.timeout = timeout
-        self.wire = wire or Wire()
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
             md.append(("authorization", "Bearer " + token))
-        self._metadata = tuple(md)
-        # As libqdp: no message size cap of our own (states reach gigabytes; the daemon bounds
-        # what it takes), and no retries, whose bookkeeping costs every call and which would
-        # make gRPC buffer a whole upload to replay it.
-        self._channel = grpc.insecure_channel(
-            self.target, options=[("grpc.max_receive_message_length", -1),
-                                  ("grpc.max_send_message_length", -1),
-                                  ("grpc.enable_retries", 0)])
-        self._calls: Dict[str, Callable[..., Any]] = {}
-        for name_, m in self.wire.service.methods_by_name.items():
-            req, rep, cs, ss = self.wire.method_types(name_)
-            kind = {(False, False): self._channel.unary_unary,
-                    (False, True): self._channel.unary_stream,
-                    (True, False): self._channel.stream_unary,
-                    (True, True): self._channel.stream_stream}[(cs, ss)]
-            self._calls[name_] = _multicallable(kind, f"/{self.wire.service.full_name}/{name_}",
-                                                req.SerializeToString, rep.FromString)
-        self._conn = _Conn(self._calls, self.wire, self._metadata)
+        self._conn = Connection(self.target, tuple(md), timeout, wire or Wire())
+        self.wire = self._conn.wire
+        self._fetcher = Fetcher(self._conn, int(region_cache_bytes))
+        self._owner = Owner(self._conn, self._fetcher)
+        self._states = self._owner.states  # those close() releases
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
         self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
-        self._fetch_regions = RegionPool(int(region_cache_bytes))  # those State.numpy fills
-        self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
-        self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel,
-                                           self._fetch_regions)
 
     # ---- plumbing ----
 
     @property
     def socket_path(self) -> Optional[str]:
         """The daemon's socket path when the target is a Unix socket, else None (TCP)."""
-        return self.target[5:] if self.target.startswith("unix:") else None
+        return self._conn.socket_path
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each call may take (may be changed)."""
+        return self._conn.timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._conn.timeout = seconds
 
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         """Calls unary RPC ``method`` with a request message; returns the reply message.
@@ -317,45 +275,10 @@ class Client:
         Error
             The subclass of the call's status, with its ErrorDetail fields.
         """
-        fn = self._calls.get(method)
-        if fn is None:
-            raise NotSupported(f"this package's qdp.proto has no method {method}")
-        self._check_open()
-        try:
-            return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
-
-    def _check_open(self) -> None:
-        if not self._conn.open:
-            raise FailedPrecondition(f"this client of {self.target} is closed: make a new "
-                                     "qdp.Client (a state it made was released with it)",
-                                     hint="")
-
-    def _stream(self, method: str, request: Any) -> Iterator[Any]:
-        self._check_open()
-        try:
-            for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
-                yield m
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
-
-    def _hand_fd(self, fd: int, access: int = READ) -> str:
-        sock = self.socket_path
-        if sock is None:
-            raise NotSupported("descriptors can be handed only to a daemon on this node "
-                               "(a unix: target)")
-        return hand_over(sock, fd, access)
-
-    def _register(self, fd: int, writable: bool) -> Tuple[str, str]:
-        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd,
-                                              writable=writable)
-        req.fd_ticket = self._hand_fd(fd, WRITE if writable else READ)
-        info = self.call("RegisterRegion", req)
-        return info.handle, info.token
+        return self._conn.call(method, request, timeout)
 
     def _new_region(self, nbytes: int) -> Region:
-        r = Region(nbytes, self._register, self._conn.unregister_quietly)
+        r = Region(nbytes, self._conn.register_region, self._conn.unregister_quietly)
         self._regions[id(r)] = r
         return r
 
@@ -365,7 +288,7 @@ class Client:
             self._user_regions.pop(id(region), None)
             region.close()
 
-    def _drop_region_later(self, conn: _Conn, key: int) -> None:
+    def _drop_region_later(self, conn: Connection, key: int) -> None:
         region = self._regions.get(key)
         if region is not None and conn.open:
             try:
@@ -387,7 +310,8 @@ class Client:
         for r in list(self._regions.values()):
             self._drop_region(r)
         self._staging = None
-        self._finalizer()
+        self._fetcher.close()  # while the channel is open: it unregisters the fetch regions
+        self._conn.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -432,7 +356,7 @@ class Client:
             return None
         if src.kind == "cuda":
             # Kept in src, which encode holds until the daemon has read the memory.
-            src.tensor = _cuda.fill_cuda_input(inp, src.tensor)
+            src.tensor = _ipc.fill_cuda_input(inp, src.tensor)
             return None
         arr = src.array
         assert arr is not None
@@ -469,7 +393,7 @@ class Client:
         fd = _open_input(path)
         try:
             _check_npy(fd, path)
-            return self._hand_fd(fd)
+            return self._conn.hand_over(fd)
         finally:
             os.close(fd)
 
@@ -505,24 +429,8 @@ class Client:
                                   "columns=..., null_policy=...), src.read(0, src.rows))",
                                   field="input.path") from None
 
-    def _adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
-        """The State of a reply's new state, released with this client; warns (from the caller's
-        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
-        st = State(self, info, batched=batched)
-        self._states.add(st)
-        if info.ttl_capped:
-            try:
-                warnings.warn(TtlCappedWarning(
-                    f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
-                    f"max_ttl gave it {info.ttl_seconds} s; release it within that, or have "
-                    "max_ttl raised"), stacklevel=3)
-            except BaseException:  # warnings as errors: the state is refused, so freed
-                st.release()
-                raise
-        return st
-
     def _upload(self, request: Any, data: Any) -> Any:
-        self._check_open()
+        """EncodeUpload of ``request`` with its input ``data`` streamed in chunks."""
         wire = self.wire
 
         def chunks() -> Iterator[Any]:
@@ -531,11 +439,7 @@ class Client:
             for i in range(0, n, UPLOAD_CHUNK):
                 yield wire.UploadChunk(data=bytes(data[i:i + UPLOAD_CHUNK]),
                                        last=i + UPLOAD_CHUNK >= n)
-        try:
-            return self._calls["EncodeUpload"](chunks(), timeout=self.timeout,
-                                               metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
+        return self._conn.upload("EncodeUpload", chunks())
 
     @overload
     def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
@@ -680,14 +584,14 @@ class Client:
                 raise
         if dst is not None:
             return out  # dst held it until the reply; the amplitudes are in place
-        return self._adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
+        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
 
-    def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
+    def _output(self, out: Any, dtype: Optional[str]) -> _ipc.CudaOutput:
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""
         if self.socket_path is None:
             raise NotSupported("out= needs a daemon on this node (a unix: target): an IPC handle "
                                "opens only on its own node", field="out")
-        dst = _cuda.CudaOutput(out)
+        dst = _ipc.CudaOutput(out)
         if dtype is not None and dtype != dst.dtype:
             raise InvalidArgument(f"out is {dst.dtype} but dtype is {dtype!r}: pass a {dtype} "
                                   "tensor, or leave dtype out", field="out")
@@ -790,7 +694,7 @@ class Client:
         """
         info = self.call("Describe", self.wire.DescribeRequest(handle=handle, token=token))
         info.token = token
-        return State(self, info, batched=info.batch > 1, owned=False)
+        return State(self._owner, info, batched=info.batch > 1, owned=False)
 
     def states(self) -> List[StateInfo]:
         """The caller's own states (List): every state of this identity, from any client."""
@@ -805,89 +709,6 @@ class Client:
         rep = self.call("Health", self.wire.HealthRequest())
         return self.wire.HealthReply.DESCRIPTOR.fields_by_name["status"].enum_type \
             .values_by_number[rep.status].name
-
-    # ---- used by State ----
-
-    def _fetch_stream(self, ref: Any, out: np.ndarray, offset: int) -> None:
-        """Streams amplitudes [offset, offset + out.size) into out (1-D, the state's dtype)."""
-        req = self.wire.FetchRequest(offset=offset, count=out.size)
-        req.state.CopyFrom(ref)
-        dst = out.view(np.uint8)
-        es = out.itemsize
-        for ch in self._stream("Fetch", req):
-            start = (ch.offset - offset) * es
-            n = len(ch.data)
-            if start < 0 or start + n > dst.size:
-                raise error_for("DATA_LOSS", f"Fetch sent amplitudes [{ch.offset}, "
-                                f"+{n // es}) outside the range asked for")
-            dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
-
-    def _fetch_into(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
-        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a writable
-        region, returned as an array over its mapping: no copy at all.
-
-        The region is one the client kept from an earlier fetch when one fits and no array over
-        it is alive, else a fresh one, kept afterwards when ``region_cache_bytes`` allows (else
-        unregistered at once: the mapping outlives it). A kept region the daemon refuses (it
-        restarted, or the region was unregistered elsewhere: an error of field "region") is
-        dropped and the fetch retried in a fresh one. None over TCP, or when no region can be
-        registered now; the caller streams instead.
-        """
-        if self.socket_path is None:
-            return None
-        pool = self._fetch_regions
-        nbytes = count * dtype.itemsize
-        region = pool.take(nbytes)
-        if region is not None:
-            try:
-                self._write_into(region, ref, count, dtype)
-            except Error as e:
-                if e.field != "region":
-                    pool.give(region)
-                    raise
-                pool.forget(region)  # the region's fault, not the state's: a fresh one decides
-            except BaseException:
-                pool.give(region)
-                raise
-            else:
-                return pool.lend(region, (count,), dtype)
-        try:
-            region = Region(nbytes, self._register, self._conn.unregister_quietly, writable=True)
-        except Error:
-            return None  # no region to be had now (max_regions, memory): stream this one
-        pool.add(region)
-        try:
-            self._write_into(region, ref, count, dtype)
-        except BaseException:
-            pool.give(region)
-            raise
-        return pool.lend(region, (count,), dtype)
-
-    def _write_into(self, region: Region, ref: Any, count: int, dtype: np.dtype) -> None:
-        """Has the daemon write amplitudes [0, count) of state ``ref`` at the start of
-        ``region`` (FetchInto, as many calls as it takes).
-
-        Raises
-        ------
-        DataLoss
-            The daemon wrote other than asked (no amplitudes, too many, another dtype).
-        Error
-            The call's failure, as its status's subclass.
-        """
-        done = 0
-        while done < count:
-            req = self.wire.FetchIntoRequest(offset=done, count=count - done,
-                                             region_offset=done * dtype.itemsize)
-            req.state.CopyFrom(ref)
-            req.region.handle, req.region.token = region.handle, region.token
-            rep = self.call("FetchInto", req)
-            if rep.count == 0 or rep.count > count - done:
-                raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
-                                f"the {count - done} asked for")
-            if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
-                raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
-                                f"for a {dtype} state")
-            done += rep.count
 
 
 def _batch_of(inp: Any, src: _Source) -> int:
@@ -909,23 +730,3 @@ def dtype_name_of(arr: np.ndarray) -> str:
             return k
     raise InvalidArgument(f"input dtype {arr.dtype}: use float32, float64 or int64",
                           field="input.dtype")
-
-
-def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[..., bytes],
-                   deserialize: Callable[[bytes], Any]) -> Any:
-    """A method of the channel; registered with it where grpcio can (1.62 and later), which
-    spares every call the lookup of its path."""
-    try:
-        return kind(path, request_serializer=serialize, response_deserializer=deserialize,
-                    _registered_method=True)
-    except TypeError:
-        return kind(path, request_serializer=serialize, response_deserializer=deserialize)
-
-
-def _close_conn(conn: _Conn, channel: grpc.Channel, fetch_regions: RegionPool) -> None:
-    fetch_regions.close()  # while the channel is open: it unregisters them
-    conn.open = False
-    try:
-        channel.close()
-    except BaseException:
-        pass

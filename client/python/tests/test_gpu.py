@@ -90,17 +90,17 @@ def wait_used(c: qdp.Client, want: int, seconds: float = 10) -> int:
 
 def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
     c, torch = gpu
-    from qdp import _cuda
+    from qdp import _cuda, _views
 
     opened = []
 
-    def recording(state):
-        views = real(state)
+    def recording(*args):
+        views = real(*args)
         opened.extend(views)
         return views
 
-    real = _cuda.open_views
-    monkeypatch.setattr(_cuda, "open_views", recording)
+    real = _views.open_views
+    monkeypatch.setattr(_views, "open_views", recording)
     x = np.random.default_rng(2).uniform(-1, 1, size=1 << 20)
     with c.encode(x, "amplitude", 20, policy="single") as s:
         before = torch.cuda.memory_allocated(0)

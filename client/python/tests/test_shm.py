@@ -79,12 +79,12 @@ def test_empty_refuses_other_dtypes(client: qdp.Client) -> None:
 
 def test_remote_clients_upload(client: qdp.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     # As over TCP: no shared memory, the array is streamed in chunks (EncodeUpload).
-    monkeypatch.setattr(qdp.Client, "socket_path", property(lambda self: None))
+    monkeypatch.setattr(client._conn, "socket_path", None)
     x = np.random.default_rng(9).uniform(-1, 1, size=(3, 1 << 16))  # 1.5 MiB
     with client.encode(x, "amplitude", 16) as s:
         ref.close(s.numpy(), ref.batch("amplitude", x, 16), "complex128")
     monkeypatch.undo()
     assert client.status().regions == 0
     with pytest.raises(qdp.NotSupported, match="unix"):
-        monkeypatch.setattr(qdp.Client, "socket_path", property(lambda self: None))
+        monkeypatch.setattr(client._conn, "socket_path", None)
         client.empty(4)

@@ -58,7 +58,7 @@ def test_shipped_descriptor_is_proto_qdp_proto(tmp_path: pathlib.Path) -> None:
 
 def test_every_method_has_a_call(client: qdp.Client) -> None:
     for name in client.wire.service.methods_by_name:
-        assert name in client._calls
+        assert name in client._conn._calls
 
 
 def test_package_ships_its_data() -> None:
