@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Tuple
 
 from . import _cuda
+from ._values import is_tensor
 from .errors import InvalidArgument, NotSupported
 
 
@@ -70,7 +71,7 @@ class CudaOutput:
 
     def __init__(self, out: Any) -> None:
         self.obj = out
-        self._torch = type(out).__module__.startswith("torch") and hasattr(out, "is_cuda")
+        self._torch = is_tensor(out)
         if self._torch:
             self._of_tensor(out)
         else:

@@ -15,7 +15,7 @@ from . import _ipc
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._region import Region
-from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
+from ._values import EncodeInput, encode_input, ttl_seconds
 from ._wire import Wire
 from .errors import Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported, \
     PermissionDenied
@@ -62,55 +62,6 @@ def default_target() -> str:
     if xdg:
         return f"unix:{xdg}/qdp/qdpd.sock"
     return f"unix:/run/user/{os.geteuid()}/qdp/qdpd.sock"
-
-
-class _Source:
-    """An encode's input, resolved: an array (with its wire shape), a path or a CUDA tensor."""
-
-    def __init__(self, kind: str, array: Optional[np.ndarray] = None, rows: int = 0,
-                 cols: int = 0, batched: bool = False, path: str = "", tensor: Any = None,
-                 dtype: str = "") -> None:
-        self.kind = kind
-        self.array = array
-        self.rows = rows
-        self.cols = cols
-        self.batched = batched
-        self.path = path
-        self.tensor = tensor
-        self.dtype = dtype
-
-
-def _as_values(arr: np.ndarray, encoding: str) -> np.ndarray:
-    """The real array in a dtype the wire carries: float32 and float64 as they are, integers as
-    int64 for basis, other reals as float64."""
-    k = arr.dtype.kind
-    if encoding == "basis" and k in "iu":
-        return basis_indices(arr)
-    if k == "f" and arr.dtype.itemsize in (4, 8):
-        return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-    return arr.astype("<f8")
-
-
-def _source(data: Any, encoding: str) -> _Source:
-    if isinstance(data, (str, os.PathLike)):
-        return _Source("path", path=os.path.abspath(os.fspath(data)))
-    if is_torch_tensor(data) and data.is_cuda:
-        refuse_grad(data)
-        return _Source("cuda", tensor=data)
-    arr = _as_values(real_array(data), encoding)  # a CPU tensor's grad is refused there
-    if arr.size == 0:
-        raise InvalidArgument("the input has no values", field="input.data")
-    if encoding == "basis":
-        if arr.ndim == 0:
-            return _Source("array", arr.reshape(1), 1, 1, False)
-        if arr.ndim == 1:  # one index per sample: a batch
-            return _Source("array", np.ascontiguousarray(arr), arr.shape[0], 1, True)
-    if arr.ndim == 1:
-        return _Source("array", np.ascontiguousarray(arr), 1, arr.shape[0], False)
-    if arr.ndim == 2:
-        return _Source("array", np.ascontiguousarray(arr), arr.shape[0], arr.shape[1], True)
-    raise InvalidArgument(f"the input has {arr.ndim} dimensions: pass one sample (1-D) or a "
-                          "batch of samples (2-D, one per row)", field="input.data")
 
 
 def _check_qubits(qubits: Any) -> None:
@@ -346,7 +297,7 @@ class Client:
                 return r, off
         return None
 
-    def _fill_input(self, r: Any, src: _Source) -> Optional[Tuple[Any, memoryview]]:
+    def _fill_input(self, r: Any, src: EncodeInput) -> Optional[Tuple[Any, memoryview]]:
         """Fills r.input from src; returns (request, bytes) when the input must be uploaded."""
         inp = r.input
         if src.kind == "path":
@@ -397,12 +348,12 @@ class Client:
         finally:
             os.close(fd)
 
-    def _input(self, data: Any, encoding: str) -> _Source:
+    def _input(self, data: Any, encoding: str) -> EncodeInput:
         """An encode's input resolved: a table file (CSV, Parquet, Arrow, .pt) read here into
         an array, any other path left for the daemon to read as .npy."""
-        src = _source(data, encoding)
+        src = encode_input(data, encoding)
         if src.kind == "path" and src.path.lower().endswith(_table_suffixes()):
-            return _source(self._read_table(src.path), encoding)
+            return encode_input(self._read_table(src.path), encoding)
         return src
 
     def _read_table(self, path: str) -> np.ndarray:
@@ -711,7 +662,7 @@ class Client:
             .values_by_number[rep.status].name
 
 
-def _batch_of(inp: Any, src: _Source) -> int:
+def _batch_of(inp: Any, src: EncodeInput) -> int:
     """The samples of an encode's input as the daemon will count them: the request's rows, or a
     file's from its .npy header; 0 when that cannot be read here (the daemon then says why)."""
     if src.kind != "path":
