@@ -4,6 +4,7 @@ finalizers make.
 
 It holds no Client: a State, a view's lease or a region's finalizer keeps only this, and the
 channel stays open as long as any of them (or the Client) does, until :meth:`Connection.close`.
+gRPC is imported when the first connection is made, not with qdp (see qdp._grpc_env).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import os
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
-import grpc
-
+from ._grpc_env import import_grpc
 from ._handoff import READ, WRITE, hand_over
 from ._wire import Wire
 from .errors import Error, FailedPrecondition, NotSupported, from_rpc_error
@@ -43,6 +43,7 @@ class Connection:
 
     def __init__(self, target: str, metadata: Tuple[Tuple[str, str], ...], timeout: float,
                  wire: Wire) -> None:
+        grpc = import_grpc()
         self.target = target
         self.socket_path: Optional[str] = target[5:] if target.startswith("unix:") else None
         self.timeout = timeout
