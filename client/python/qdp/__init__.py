@@ -10,7 +10,8 @@ CPU backend, and fetch them as NumPy arrays or torch tensors::
 
 Qubit k is bit k of the amplitude index (little-endian); ``help(qdp.Client.encode)`` gives
 every encoding's values per sample and formula, and :mod:`qdp.feature_maps` builds iqp's
-parameters from features.
+parameters from features. :mod:`qdp.readers`, :mod:`qdp.sampling`, :mod:`qdp.torch` and
+:mod:`qdp.interop` are imported on their own.
 
 ``import qdp`` imports no grpc and changes no environment variable. The first :class:`Client`
 of the process imports grpc, and before that sets GRPC_EXPERIMENTS=-event_engine_client, gRPC's
@@ -20,7 +21,7 @@ which keeps gRPC's defaults (see qdp._grpc_env).
 """
 
 from . import feature_maps
-from .client import LARGE_BYTES, Client, default_target
+from .client import Client, default_target
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
                      OutOfRange, PermissionDenied, ResourceExhausted, TtlCappedWarning,
@@ -28,13 +29,19 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
 from .records import Device, DeviceNeed, Plan, Shard, StateInfo, Status, format_bytes
 from .state import State
 
+#: The project's version, as meson.build sets it; pyproject.toml takes the package's from here.
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "State", "default_target", "LARGE_BYTES", "format_bytes", "feature_maps",
-    "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device", "TtlCappedWarning",
+    # the client and its states
+    "Client", "State", "default_target",
+    # what the daemon answers
+    "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device", "format_bytes",
+    # failures, one class per status, and the warning of a capped ttl
     "Error", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "NotSupported",
+    "NotSupported", "TtlCappedWarning",
+    # encodings' parameters from features
+    "feature_maps",
 ]

@@ -15,8 +15,8 @@ import reference as ref
 
 def test_large_array_goes_through_one_staging_region(unpooled: qdp.Client) -> None:
     rng = np.random.default_rng(1)
-    x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.LARGE_BYTES
-    assert x.nbytes >= qdp.LARGE_BYTES
+    x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.client.LARGE_BYTES
+    assert x.nbytes >= qdp.client.LARGE_BYTES
     with unpooled.encode(x, "amplitude", 18) as s:
         ref.close(s.numpy(), ref.amplitude(x, 18), "complex128")
     st = unpooled.status()
