@@ -1,25 +1,29 @@
-"""The values an encode (or a feature map) takes, checked here: lists, NumPy arrays and CPU
-tensors of real numbers become a NumPy array, and anything else is refused with
+"""The values qdp reads, checked and converted in one place, for an encode, a feature map and
+the sources of :mod:`qdp.readers`: lists, NumPy arrays and CPU tensors of real numbers become
+NumPy arrays of the dtypes the daemon takes, and anything else is refused with
 :class:`qdp.InvalidArgument` naming what is wrong and where, never with NumPy's or torch's own
 exception or a silent conversion (booleans, complex values, strings, objects, ragged rows)."""
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Sequence
-from typing import Any, Iterator, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, NotSupported
 
 _INT64_MAX = np.iinfo(np.int64).max
 _TTL_MAX = (1 << 64) - 1  # EncodeRequest.ttl_seconds is a uint64
 
 
-def is_torch_tensor(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor (without importing torch)."""
-    return type(x).__module__.startswith("torch") and hasattr(x, "is_cuda") and hasattr(x, "numpy")
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch: none exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def refuse_grad(t: Any) -> None:
@@ -31,21 +35,31 @@ def refuse_grad(t: Any) -> None:
             "where one is, compute the encoding in torch instead", field="input.data")
 
 
-def tensor_values(t: Any) -> np.ndarray:
-    """A CPU tensor's values as NumPy: a view where NumPy has its dtype, float16 and bfloat16
-    widened to float64 (exact)."""
-    refuse_grad(t)
+def tensor_numpy(t: Any, field: str, dtype_field: str) -> np.ndarray:
+    """A CPU tensor's values as NumPy, detached: a view where NumPy has its dtype, float16 and
+    bfloat16 widened to float64 (exact).
+
+    Raises
+    ------
+    NotSupported
+        A tensor that is not in CPU memory (``field``).
+    InvalidArgument
+        A dtype NumPy cannot read (``dtype_field``).
+    """
+    if t.device.type != "cpu":
+        raise NotSupported(f"a tensor on {t.device}: these values are read from CPU memory; "
+                           "pass tensor.cpu()", field=field)
     t = t.detach()
     if hasattr(t, "resolve_conj"):
         t = t.resolve_conj()
     if t.is_floating_point() and t.element_size() == 2:  # bfloat16 has no NumPy dtype
         t = t.double()
     try:
-        return t.contiguous().numpy()
+        return t.numpy()
     except (TypeError, RuntimeError) as e:
         raise InvalidArgument(f"a tensor of {t.dtype} cannot be read as numbers ({e}): pass "
                               "float32 or float64 (basis indices as integers)",
-                              field="input.dtype") from None
+                              field=dtype_field) from None
 
 
 def real_array(data: Any, field: str = "input.data",
@@ -68,8 +82,9 @@ def real_array(data: Any, field: str = "input.data",
                               "read as numbers; for raw little-endian values pass "
                               "np.frombuffer(b, np.float64) (or the dtype they have)",
                               field=field)
-    if is_torch_tensor(data):
-        arr = tensor_values(data)
+    if is_tensor(data):
+        refuse_grad(data)
+        arr = tensor_numpy(data, field, dtype_field)
     else:
         # NumPy 1.24 and later refuse ragged lists (ValueError); torch refuses a list of
         # tensors that require grad (RuntimeError).
@@ -127,10 +142,101 @@ def basis_indices(arr: np.ndarray) -> np.ndarray:
     return arr.astype("<i8", copy=False)
 
 
+def value_dtype(arr: np.ndarray) -> np.dtype:
+    """The dtype the real values of ``arr`` are read as: float32 and float64 as they are, any
+    other real (integers, float16) as float64; little-endian, as the daemon takes them."""
+    if arr.dtype.kind == "f" and arr.dtype.itemsize in (4, 8):
+        return arr.dtype.newbyteorder("<")
+    return np.dtype("<f8")
+
+
+class EncodeInput:
+    """An encode's input, resolved: ``kind`` "array" (``array`` in a dtype the wire carries,
+    with the request's ``rows`` and ``cols``, and whether it is a ``batched`` one), "path" (an
+    absolute ``path``) or "cuda" (a CUDA ``tensor``)."""
+
+    def __init__(self, kind: str, array: Optional[np.ndarray] = None, rows: int = 0,
+                 cols: int = 0, batched: bool = False, path: str = "",
+                 tensor: Any = None) -> None:
+        self.kind = kind
+        self.array = array
+        self.rows = rows
+        self.cols = cols
+        self.batched = batched
+        self.path = path
+        self.tensor = tensor
+
+
+def encode_input(data: Any, encoding: str) -> EncodeInput:
+    """What :meth:`qdp.Client.encode` was given, resolved: a path, a CUDA tensor, or values
+    (one sample, 1-D, or a batch, 2-D; for basis one index per sample) as a C-contiguous array
+    of float32 or float64, or int64 basis indices.
+
+    Raises
+    ------
+    InvalidArgument
+        No values, more than two dimensions, or values :func:`real_array` refuses.
+    """
+    if isinstance(data, (str, os.PathLike)):
+        return EncodeInput("path", path=os.path.abspath(os.fspath(data)))
+    if is_tensor(data) and data.is_cuda:
+        refuse_grad(data)
+        return EncodeInput("cuda", tensor=data)
+    arr = real_array(data)  # a CPU tensor's grad is refused there
+    if encoding == "basis" and arr.dtype.kind in "iu":
+        arr = basis_indices(arr)
+    else:
+        arr = arr.astype(value_dtype(arr), copy=False)
+    if arr.size == 0:
+        raise InvalidArgument("the input has no values", field="input.data")
+    if encoding == "basis":
+        if arr.ndim == 0:
+            return EncodeInput("array", arr.reshape(1), 1, 1, False)
+        if arr.ndim == 1:  # one index per sample: a batch
+            return EncodeInput("array", np.ascontiguousarray(arr), arr.shape[0], 1, True)
+    if arr.ndim == 1:
+        return EncodeInput("array", np.ascontiguousarray(arr), 1, arr.shape[0], False)
+    if arr.ndim == 2:
+        return EncodeInput("array", np.ascontiguousarray(arr), arr.shape[0], arr.shape[1], True)
+    raise InvalidArgument(f"the input has {arr.ndim} dimensions: pass one sample (1-D) or a "
+                          "batch of samples (2-D, one per row)", field="input.data")
+
+
+def source_rows(arr: np.ndarray, dtype: Optional[str],
+                where: str) -> Tuple[np.ndarray, np.dtype]:
+    """The rows of a :mod:`qdp.readers` source: ``arr`` as (rows, features), 1-D as rows of one
+    value, and the dtype they are read as: ``dtype`` when given, else :func:`value_dtype`.
+
+    Raises
+    ------
+    InvalidArgument
+        Values that are not numbers, floats for dtype "int64", other than 1 or 2 dimensions, or
+        rows of no feature (``where`` names the input).
+    """
+    kind = arr.dtype.kind
+    if kind not in "iuf":
+        raise InvalidArgument(f"{where} is of dtype {arr.dtype}, not numbers: pass float32, "
+                              "float64 or integers", field="data")
+    if dtype == "int64" and kind == "f":
+        raise InvalidArgument(f"dtype='int64' but {where} holds {arr.dtype}: integers only "
+                              "(basis indices), or pass dtype='float32' or 'float64'",
+                              field="dtype")
+    out = np.dtype(dtype) if dtype is not None else value_dtype(arr)
+    if arr.ndim == 1:
+        return arr.reshape(-1, 1), out
+    if arr.ndim != 2:
+        raise InvalidArgument(f"{where} has shape {arr.shape}: pass 2-D (rows x features), or "
+                              "1-D for rows of one value", field="data")
+    if arr.shape[1] == 0:
+        raise InvalidArgument(f"{where} has shape {arr.shape}: a row needs at least one "
+                              "feature", field="data")
+    return arr, out
+
+
 def _shape(x: Any, where: str) -> Tuple[int, ...]:
     """The shape NumPy would give nested sequences ``x``; raises ValueError naming the first
     place where they stop being rectangular."""
-    if isinstance(x, np.ndarray) or is_torch_tensor(x):
+    if isinstance(x, np.ndarray) or is_tensor(x):
         return tuple(x.shape)
     if not isinstance(x, Sequence) or isinstance(x, (str, bytes, bytearray)):
         return ()

@@ -27,6 +27,34 @@ def descriptor_bytes() -> bytes:
     return importlib.resources.files(__package__).joinpath("qdp.desc").read_bytes()
 
 
+def enum_names(enum: str, prefix: str, data: Optional[bytes] = None) -> Dict[int, str]:
+    """The values of enum ``enum`` of the contract, by number, as the package names them.
+
+    Parameters
+    ----------
+    enum : str
+        The enum's name in package qdp ("Encoding").
+    prefix : str
+        What every value's name starts with ("ENCODING_").
+    data : bytes, optional
+        A serialized FileDescriptorSet; the shipped one when omitted.
+
+    Returns
+    -------
+    dict of int to str
+        In the order of the numbers; each name without ``prefix``, in lower case, with "-" for
+        "_" (ENCODING_IQP_Z is "iqp-z"). The ``*_UNSPECIFIED`` value is left out.
+    """
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_bytes() if data is None else data)
+    for f in fds.file:
+        for e in f.enum_type:
+            if f.package == PACKAGE and e.name == enum:
+                return {v.number: v.name[len(prefix):].lower().replace("_", "-")
+                        for v in sorted(e.value, key=lambda v: v.number)
+                        if v.name != prefix + "UNSPECIFIED"}
+    raise KeyError(f"qdp.proto has no enum {enum}")
+
+
 def _message_class_getter(pool: descriptor_pool.DescriptorPool) -> Callable[[Any], Any]:
     get = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
     if get is not None:
@@ -44,8 +72,7 @@ class Wire:
 
     Notes
     -----
-    Messages are reached by their short name (``wire.EncodeRequest``). :meth:`has_field` and
-    :meth:`has_method` let callers use wire additions only when the contract they loaded has them.
+    Messages are reached by their short name (``wire.EncodeRequest``).
     """
 
     def __init__(self, data: Optional[bytes] = None) -> None:
@@ -71,30 +98,9 @@ class Wire:
             self._classes[name] = cls
         return cls
 
-    def has_method(self, name: str) -> bool:
-        """Whether the service has the RPC ``name``."""
-        return name in self.service.methods_by_name
-
-    def has_field(self, message: str, field: str) -> bool:
-        """Whether ``message`` has a field named ``field``."""
-        try:
-            desc = self.pool.FindMessageTypeByName(f"{PACKAGE}.{message}")
-        except KeyError:
-            return False
-        return field in desc.fields_by_name
-
     def method_types(self, name: str) -> "tuple[Any, Any, bool, bool]":
         """The request and reply classes of RPC ``name`` and whether each side streams."""
         m = self.service.methods_by_name[name]
         return (self._get(m.input_type), self._get(m.output_type),
                 m.client_streaming if hasattr(m, "client_streaming") else False,
                 m.server_streaming if hasattr(m, "server_streaming") else False)
-
-    def enum_value(self, enum: str, name: str) -> int:
-        """The number of ``name`` in enum ``enum`` (``enum_value("DType", "DTYPE_FLOAT64")``)."""
-        return self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_name[name].number
-
-    def enum_name(self, enum: str, number: int) -> str:
-        """The name of ``number`` in enum ``enum``; ``str(number)`` when the contract lacks it."""
-        v = self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_number.get(number)
-        return v.name if v is not None else str(number)

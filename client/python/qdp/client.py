@@ -6,25 +6,21 @@ import contextlib
 import math
 import os
 import threading
-import warnings
 import weakref
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
-                    Union, overload)
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-import grpc
 import numpy as np
 
-from . import _cuda
-from ._handoff import READ, WRITE, hand_over
-from ._region import Region, RegionPool
-from ._values import basis_indices, is_torch_tensor, real_array, refuse_grad, ttl_seconds
+from . import _ipc
+from ._connection import Connection
+from ._fetch import Fetcher
+from ._region import Region
+from ._values import EncodeInput, encode_input, ttl_seconds
 from ._wire import Wire
-from .errors import (Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported,
-                     PermissionDenied, TtlCappedWarning, Unimplemented, error_for,
-                     from_rpc_error)
-from .state import State
-from .records import (DTYPES, ENCODINGS, NUMPY_DTYPES, POLICIES, Plan, StateInfo, Status,
-                    dtype_name)
+from .errors import Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported, \
+    PermissionDenied
+from .records import NUMPY_DTYPES, Plan, StateInfo, Status, enum_number
+from .state import Owner, State
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
 #: rather than inline in the request.
@@ -35,9 +31,6 @@ UPLOAD_CHUNK = 1 << 20
 #: 1 GiB states, so that a loop that fetches the next state while it holds the last one reuses
 #: both.
 REGION_CACHE_BYTES = 2 << 30
-#: What FetchInto raises when the daemon cannot write a region (one older than FetchInto, or one
-#: that registered it read-only): this client streams from then on.
-_CANNOT_FETCH_INTO = (Unimplemented, NotSupported, FailedPrecondition, PermissionDenied)
 
 #: The first bytes of every .npy file.
 NPY_MAGIC = b"\x93NUMPY"
@@ -69,93 +62,6 @@ def default_target() -> str:
     if xdg:
         return f"unix:{xdg}/qdp/qdpd.sock"
     return f"unix:/run/user/{os.geteuid()}/qdp/qdpd.sock"
-
-
-class _Conn:
-    """What finalizers (a State's, a region's) need without holding the Client: the channel's
-    Release and UnregisterRegion calls and whether the channel is still open."""
-
-    def __init__(self, calls: Dict[str, Callable[..., Any]], wire: Wire,
-                 metadata: Tuple[Tuple[str, str], ...]) -> None:
-        self.calls = calls
-        self.wire = wire
-        self.metadata = metadata
-        self.open = True
-
-    def release_quietly(self, handle: str, token: str) -> None:
-        if not self.open:
-            return
-        try:
-            self.calls["Release"](self.wire.StateRef(handle=handle, token=token), timeout=10,
-                                  metadata=self.metadata)
-        except BaseException:  # a GC or exit-time release must never raise
-            pass
-
-    def unregister_quietly(self, handle: str, token: str) -> None:
-        if not self.open:
-            return
-        try:
-            self.calls["UnregisterRegion"](self.wire.RegionRef(handle=handle, token=token),
-                                           timeout=10, metadata=self.metadata)
-        except BaseException:  # gone already (the daemon restarted), or from a finalizer
-            pass
-
-
-class _Source:
-    """An encode's input, resolved: an array (with its wire shape), a path or a CUDA tensor."""
-
-    def __init__(self, kind: str, array: Optional[np.ndarray] = None, rows: int = 0,
-                 cols: int = 0, batched: bool = False, path: str = "", tensor: Any = None,
-                 dtype: str = "") -> None:
-        self.kind = kind
-        self.array = array
-        self.rows = rows
-        self.cols = cols
-        self.batched = batched
-        self.path = path
-        self.tensor = tensor
-        self.dtype = dtype
-
-
-def _as_values(arr: np.ndarray, encoding: str) -> np.ndarray:
-    """The real array in a dtype the wire carries: float32 and float64 as they are, integers as
-    int64 for basis, other reals as float64."""
-    k = arr.dtype.kind
-    if encoding == "basis" and k in "iu":
-        return basis_indices(arr)
-    if k == "f" and arr.dtype.itemsize in (4, 8):
-        return arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-    return arr.astype("<f8")
-
-
-def _source(data: Any, encoding: str) -> _Source:
-    if isinstance(data, (str, os.PathLike)):
-        return _Source("path", path=os.path.abspath(os.fspath(data)))
-    if is_torch_tensor(data) and data.is_cuda:
-        refuse_grad(data)
-        return _Source("cuda", tensor=data)
-    arr = _as_values(real_array(data), encoding)  # a CPU tensor's grad is refused there
-    if arr.size == 0:
-        raise InvalidArgument("the input has no values", field="input.data")
-    if encoding == "basis":
-        if arr.ndim == 0:
-            return _Source("array", arr.reshape(1), 1, 1, False)
-        if arr.ndim == 1:  # one index per sample: a batch
-            return _Source("array", np.ascontiguousarray(arr), arr.shape[0], 1, True)
-    if arr.ndim == 1:
-        return _Source("array", np.ascontiguousarray(arr), 1, arr.shape[0], False)
-    if arr.ndim == 2:
-        return _Source("array", np.ascontiguousarray(arr), arr.shape[0], arr.shape[1], True)
-    raise InvalidArgument(f"the input has {arr.ndim} dimensions: pass one sample (1-D) or a "
-                          "batch of samples (2-D, one per row)", field="input.data")
-
-
-def _enum_of(names: Sequence[str], value: str, what: str, field: str) -> int:
-    try:
-        return names.index(value) + 1
-    except ValueError:
-        raise InvalidArgument(f"unknown {what} {value!r}: use one of {', '.join(names)}",
-                              field=field) from None
 
 
 def _check_qubits(qubits: Any) -> None:
@@ -273,46 +179,35 @@ class Client:
                                   f"no fetch regions), not {region_cache_bytes!r}",
                                   field="region_cache_bytes")
         self.target = target or default_target()
-        self.timeout = timeout
-        self.wire = wire or Wire()
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
             md.append(("authorization", "Bearer " + token))
-        self._metadata = tuple(md)
-        # As libqdp: no message size cap of our own (states reach gigabytes; the daemon bounds
-        # what it takes), and no retries, whose bookkeeping costs every call and which would
-        # make gRPC buffer a whole upload to replay it.
-        self._channel = grpc.insecure_channel(
-            self.target, options=[("grpc.max_receive_message_length", -1),
-                                  ("grpc.max_send_message_length", -1),
-                                  ("grpc.enable_retries", 0)])
-        self._calls: Dict[str, Callable[..., Any]] = {}
-        for name_, m in self.wire.service.methods_by_name.items():
-            req, rep, cs, ss = self.wire.method_types(name_)
-            kind = {(False, False): self._channel.unary_unary,
-                    (False, True): self._channel.unary_stream,
-                    (True, False): self._channel.stream_unary,
-                    (True, True): self._channel.stream_stream}[(cs, ss)]
-            self._calls[name_] = _multicallable(kind, f"/{self.wire.service.full_name}/{name_}",
-                                                req.SerializeToString, rep.FromString)
-        self._conn = _Conn(self._calls, self.wire, self._metadata)
+        self._conn = Connection(self.target, tuple(md), timeout, wire or Wire())
+        self.wire = self._conn.wire
+        self._fetcher = Fetcher(self._conn, int(region_cache_bytes))
+        self._owner = Owner(self._conn, self._fetcher)
+        self._states = self._owner.states  # those close() releases
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
         self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
-        self._fetch_regions = RegionPool(int(region_cache_bytes))  # those State.numpy fills
-        self._states: "weakref.WeakSet[State]" = weakref.WeakSet()
-        self._can_fetch_into = self.wire.has_method("FetchInto")
-        self._finalizer = weakref.finalize(self, _close_conn, self._conn, self._channel,
-                                           self._fetch_regions)
 
     # ---- plumbing ----
 
     @property
     def socket_path(self) -> Optional[str]:
         """The daemon's socket path when the target is a Unix socket, else None (TCP)."""
-        return self.target[5:] if self.target.startswith("unix:") else None
+        return self._conn.socket_path
+
+    @property
+    def timeout(self) -> float:
+        """Seconds each call may take (may be changed)."""
+        return self._conn.timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._conn.timeout = seconds
 
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         """Calls unary RPC ``method`` with a request message; returns the reply message.
@@ -331,48 +226,10 @@ class Client:
         Error
             The subclass of the call's status, with its ErrorDetail fields.
         """
-        fn = self._calls.get(method)
-        if fn is None:
-            raise NotSupported(f"this package's qdp.proto has no method {method}")
-        self._check_open()
-        try:
-            return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
-
-    def _check_open(self) -> None:
-        if not self._conn.open:
-            raise FailedPrecondition(f"this client of {self.target} is closed: make a new "
-                                     "qdp.Client (a state it made was released with it)",
-                                     hint="")
-
-    def _stream(self, method: str, request: Any) -> Iterator[Any]:
-        self._check_open()
-        try:
-            for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
-                yield m
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
-
-    def _hand_fd(self, fd: int, access: int = READ) -> str:
-        sock = self.socket_path
-        if sock is None:
-            raise NotSupported("descriptors can be handed only to a daemon on this node "
-                               "(a unix: target)")
-        return hand_over(sock, fd, access)
-
-    def _register(self, fd: int, writable: bool) -> Tuple[str, str]:
-        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd)
-        if writable:
-            if not self.wire.has_field("RegisterRegionRequest", "writable"):
-                raise NotSupported("this package's qdp.proto cannot register writable regions")
-            req.writable = True
-        req.fd_ticket = self._hand_fd(fd, WRITE if writable else READ)
-        info = self.call("RegisterRegion", req)
-        return info.handle, info.token
+        return self._conn.call(method, request, timeout)
 
     def _new_region(self, nbytes: int) -> Region:
-        r = Region(nbytes, self._register, self._conn.unregister_quietly)
+        r = Region(nbytes, self._conn.register_region, self._conn.unregister_quietly)
         self._regions[id(r)] = r
         return r
 
@@ -382,7 +239,7 @@ class Client:
             self._user_regions.pop(id(region), None)
             region.close()
 
-    def _drop_region_later(self, conn: _Conn, key: int) -> None:
+    def _drop_region_later(self, conn: Connection, key: int) -> None:
         region = self._regions.get(key)
         if region is not None and conn.open:
             try:
@@ -404,7 +261,8 @@ class Client:
         for r in list(self._regions.values()):
             self._drop_region(r)
         self._staging = None
-        self._finalizer()
+        self._fetcher.close()  # while the channel is open: it unregisters the fetch regions
+        self._conn.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -421,10 +279,10 @@ class Client:
                                   field="output_dtype")
         _check_qubits(qubits)
         r = self.wire.EncodeRequest()
-        r.encoding = _enum_of(ENCODINGS, encoding, "encoding", "encoding")
+        r.encoding = enum_number("Encoding", encoding, "encoding", "encoding")
         r.qubits = int(qubits)
-        r.output_dtype = _enum_of(DTYPES, dtype, "dtype", "output_dtype")
-        r.placement.policy = _enum_of(POLICIES, policy, "policy", "placement.policy") - 1
+        r.output_dtype = enum_number("DType", dtype, "dtype", "output_dtype")
+        r.placement.policy = enum_number("Policy", policy, "policy", "placement.policy")
         if devices:
             r.placement.devices.extend([devices] if isinstance(devices, str) else devices)
         r.ttl_seconds = ttl_seconds(ttl)
@@ -439,7 +297,7 @@ class Client:
                 return r, off
         return None
 
-    def _fill_input(self, r: Any, src: _Source) -> Optional[Tuple[Any, memoryview]]:
+    def _fill_input(self, r: Any, src: EncodeInput) -> Optional[Tuple[Any, memoryview]]:
         """Fills r.input from src; returns (request, bytes) when the input must be uploaded."""
         inp = r.input
         if src.kind == "path":
@@ -449,11 +307,11 @@ class Client:
             return None
         if src.kind == "cuda":
             # Kept in src, which encode holds until the daemon has read the memory.
-            src.tensor = _cuda.fill_cuda_input(self.wire, inp, src.tensor)
+            src.tensor = _ipc.fill_cuda_input(inp, src.tensor)
             return None
         arr = src.array
         assert arr is not None
-        inp.dtype = DTYPES.index(dtype_name_of(arr)) + 1
+        inp.dtype = enum_number("DType", dtype_name_of(arr), "input dtype", "input.dtype")
         inp.rows, inp.cols = src.rows, src.cols
         owned = self._owned_region(arr) if self.socket_path is not None else None
         if owned is not None:
@@ -486,16 +344,16 @@ class Client:
         fd = _open_input(path)
         try:
             _check_npy(fd, path)
-            return self._hand_fd(fd)
+            return self._conn.hand_over(fd)
         finally:
             os.close(fd)
 
-    def _input(self, data: Any, encoding: str) -> _Source:
+    def _input(self, data: Any, encoding: str) -> EncodeInput:
         """An encode's input resolved: a table file (CSV, Parquet, Arrow, .pt) read here into
         an array, any other path left for the daemon to read as .npy."""
-        src = _source(data, encoding)
+        src = encode_input(data, encoding)
         if src.kind == "path" and src.path.lower().endswith(_table_suffixes()):
-            return _source(self._read_table(src.path), encoding)
+            return encode_input(self._read_table(src.path), encoding)
         return src
 
     def _read_table(self, path: str) -> np.ndarray:
@@ -522,24 +380,8 @@ class Client:
                                   "columns=..., null_policy=...), src.read(0, src.rows))",
                                   field="input.path") from None
 
-    def _adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
-        """The State of a reply's new state, released with this client; warns (from the caller's
-        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
-        st = State(self, info, batched=batched)
-        self._states.add(st)
-        if getattr(info, "ttl_capped", False):
-            try:
-                warnings.warn(TtlCappedWarning(
-                    f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
-                    f"max_ttl gave it {info.ttl_seconds} s; release it within that, or have "
-                    "max_ttl raised"), stacklevel=3)
-            except BaseException:  # warnings as errors: the state is refused, so freed
-                st.release()
-                raise
-        return st
-
     def _upload(self, request: Any, data: Any) -> Any:
-        self._check_open()
+        """EncodeUpload of ``request`` with its input ``data`` streamed in chunks."""
         wire = self.wire
 
         def chunks() -> Iterator[Any]:
@@ -548,11 +390,7 @@ class Client:
             for i in range(0, n, UPLOAD_CHUNK):
                 yield wire.UploadChunk(data=bytes(data[i:i + UPLOAD_CHUNK]),
                                        last=i + UPLOAD_CHUNK >= n)
-        try:
-            return self._calls["EncodeUpload"](chunks(), timeout=self.timeout,
-                                               metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, self.wire.ErrorDetail, self.target) from None
+        return self._conn.upload("EncodeUpload", chunks())
 
     @overload
     def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
@@ -631,7 +469,7 @@ class Client:
             A path that does not exist or that this process may not read (field "input.path").
         NotSupported
             ``out`` where it cannot be written: a CPU daemon, a GPU it does not own, a TCP
-            target, a tensor not in CUDA memory, a wire without ``EncodeRequest.out``.
+            target, a tensor not in CUDA memory.
         ResourceExhausted
             It does not fit (``need_bytes``, ``free_bytes``).
         Error
@@ -697,17 +535,14 @@ class Client:
                 raise
         if dst is not None:
             return out  # dst held it until the reply; the amplitudes are in place
-        return self._adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
+        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
 
-    def _output(self, out: Any, dtype: Optional[str]) -> "_cuda.CudaOutput":
+    def _output(self, out: Any, dtype: Optional[str]) -> _ipc.CudaOutput:
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""
-        if not self.wire.has_field("EncodeRequest", "out"):
-            raise NotSupported("encoding into a tensor (out=) needs a qdp whose wire has "
-                               "EncodeRequest.out; use State.torch() meanwhile", field="out")
         if self.socket_path is None:
             raise NotSupported("out= needs a daemon on this node (a unix: target): an IPC handle "
                                "opens only on its own node", field="out")
-        dst = _cuda.CudaOutput(out)
+        dst = _ipc.CudaOutput(out)
         if dtype is not None and dtype != dst.dtype:
             raise InvalidArgument(f"out is {dst.dtype} but dtype is {dtype!r}: pass a {dtype} "
                                   "tensor, or leave dtype out", field="out")
@@ -750,7 +585,7 @@ class Client:
                 raise InvalidArgument("plan needs data or shape=(samples, values per sample)",
                                       field="input")
             r.input.rows, r.input.cols = int(shape[0]), int(shape[1])
-            r.input.dtype = _enum_of(DTYPES, input_dtype, "input dtype", "input.dtype")
+            r.input.dtype = enum_number("DType", input_dtype, "input dtype", "input.dtype")
         else:
             src = self._input(data, encoding)
             if src.kind == "path":
@@ -760,7 +595,8 @@ class Client:
             else:
                 assert src.array is not None
                 r.input.rows, r.input.cols = src.rows, src.cols
-                r.input.dtype = DTYPES.index(dtype_name_of(src.array)) + 1
+                r.input.dtype = enum_number("DType", dtype_name_of(src.array), "input dtype",
+                                            "input.dtype")
         return Plan.from_proto(self.call("Plan", r))
 
     def empty(self, shape: Union[int, Tuple[int, ...]], dtype: Any = np.float64) -> np.ndarray:
@@ -809,7 +645,7 @@ class Client:
         """
         info = self.call("Describe", self.wire.DescribeRequest(handle=handle, token=token))
         info.token = token
-        return State(self, info, batched=info.batch > 1, owned=False)
+        return State(self._owner, info, batched=info.batch > 1, owned=False)
 
     def states(self) -> List[StateInfo]:
         """The caller's own states (List): every state of this identity, from any client."""
@@ -825,100 +661,8 @@ class Client:
         return self.wire.HealthReply.DESCRIPTOR.fields_by_name["status"].enum_type \
             .values_by_number[rep.status].name
 
-    # ---- used by State ----
 
-    def _fetch_stream(self, ref: Any, out: np.ndarray, offset: int) -> None:
-        """Streams amplitudes [offset, offset + out.size) into out (1-D, the state's dtype)."""
-        req = self.wire.FetchRequest(offset=offset, count=out.size)
-        req.state.CopyFrom(ref)
-        dst = out.view(np.uint8)
-        es = out.itemsize
-        for ch in self._stream("Fetch", req):
-            start = (ch.offset - offset) * es
-            n = len(ch.data)
-            if start < 0 or start + n > dst.size:
-                raise error_for("DATA_LOSS", f"Fetch sent amplitudes [{ch.offset}, "
-                                f"+{n // es}) outside the range asked for")
-            dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
-
-    def _fetch_into(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
-        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a writable
-        region, returned as an array over its mapping: no copy at all.
-
-        The region is one the client kept from an earlier fetch when one fits and no array over
-        it is alive, else a fresh one, kept afterwards when ``region_cache_bytes`` allows (else
-        unregistered at once: the mapping outlives it). A kept region the daemon refuses (it
-        restarted, or the region was unregistered elsewhere) is dropped and the fetch retried in
-        a fresh one. None when the daemon or this target cannot; the caller streams instead.
-        """
-        if not self._can_fetch_into or self.socket_path is None:
-            return None
-        pool = self._fetch_regions
-        nbytes = count * dtype.itemsize
-        region = pool.take(nbytes)
-        if region is not None:
-            try:
-                self._write_into(region, ref, count, dtype)
-            except Error as e:
-                if not (isinstance(e, _CANNOT_FETCH_INTO) or e.field == "region"):
-                    pool.give(region)
-                    raise
-                pool.forget(region)  # the region's fault, not the state's: a fresh one decides
-            except BaseException:
-                pool.give(region)
-                raise
-            else:
-                return pool.lend(region, (count,), dtype)
-        try:
-            region = Region(nbytes, self._register, self._conn.unregister_quietly, writable=True)
-        except _CANNOT_FETCH_INTO:
-            # A daemon that cannot register regions for writing (one older than FetchInto
-            # reads the request as a read-only registration and refuses the write ticket).
-            self._can_fetch_into = False
-            return None
-        except Error:
-            return None  # no region to be had now (max_regions, memory): stream this one
-        pool.add(region)
-        try:
-            self._write_into(region, ref, count, dtype)
-        except _CANNOT_FETCH_INTO:
-            # A daemon without FetchInto (or that may not write here): stream from now on.
-            self._can_fetch_into = False
-            pool.forget(region)
-            return None
-        except BaseException:
-            pool.give(region)
-            raise
-        return pool.lend(region, (count,), dtype)
-
-    def _write_into(self, region: Region, ref: Any, count: int, dtype: np.dtype) -> None:
-        """Has the daemon write amplitudes [0, count) of state ``ref`` at the start of
-        ``region`` (FetchInto, as many calls as it takes).
-
-        Raises
-        ------
-        DataLoss
-            The daemon wrote other than asked (no amplitudes, too many, another dtype).
-        Error
-            The call's failure, as its status's subclass.
-        """
-        done = 0
-        while done < count:
-            req = self.wire.FetchIntoRequest(offset=done, count=count - done,
-                                             region_offset=done * dtype.itemsize)
-            req.state.CopyFrom(ref)
-            req.region.handle, req.region.token = region.handle, region.token
-            rep = self.call("FetchInto", req)
-            if rep.count == 0 or rep.count > count - done:
-                raise error_for("DATA_LOSS", f"FetchInto wrote {rep.count} amplitudes of "
-                                f"the {count - done} asked for")
-            if rep.dtype and NUMPY_DTYPES[dtype_name(rep.dtype)] != dtype:
-                raise error_for("DATA_LOSS", f"FetchInto wrote {dtype_name(rep.dtype)} "
-                                f"for a {dtype} state")
-            done += rep.count
-
-
-def _batch_of(inp: Any, src: _Source) -> int:
+def _batch_of(inp: Any, src: EncodeInput) -> int:
     """The samples of an encode's input as the daemon will count them: the request's rows, or a
     file's from its .npy header; 0 when that cannot be read here (the daemon then says why)."""
     if src.kind != "path":
@@ -937,23 +681,3 @@ def dtype_name_of(arr: np.ndarray) -> str:
             return k
     raise InvalidArgument(f"input dtype {arr.dtype}: use float32, float64 or int64",
                           field="input.dtype")
-
-
-def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[..., bytes],
-                   deserialize: Callable[[bytes], Any]) -> Any:
-    """A method of the channel; registered with it where grpcio can (1.62 and later), which
-    spares every call the lookup of its path."""
-    try:
-        return kind(path, request_serializer=serialize, response_deserializer=deserialize,
-                    _registered_method=True)
-    except TypeError:
-        return kind(path, request_serializer=serialize, response_deserializer=deserialize)
-
-
-def _close_conn(conn: _Conn, channel: grpc.Channel, fetch_regions: RegionPool) -> None:
-    fetch_regions.close()  # while the channel is open: it unregisters them
-    conn.open = False
-    try:
-        channel.close()
-    except BaseException:
-        pass

@@ -7,9 +7,10 @@ what to do, and the fields of the call's ``qdp.ErrorDetail`` (trailing metadata
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
 
 
 class Error(Exception):
@@ -269,6 +270,8 @@ def from_rpc_error(err: grpc.RpcError, detail_class: Optional[Any] = None,
     -------
     Error
     """
+    import grpc  # imported already: ``err`` is one of its errors
+
     code = err.code() if hasattr(err, "code") else None
     status = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
     message = (err.details() if hasattr(err, "details") else None) or str(err)

@@ -1,5 +1,9 @@
 """Plain records of what the daemon answers: layouts, plans, status. Each keeps the protobuf
-message it came from as ``raw`` for fields not copied here."""
+message it came from as ``raw`` for fields not copied here.
+
+The names of encodings, dtypes and placement policies are the wire's (the enums of the shipped
+``qdp.desc``): ENCODING_IQP_Z is "iqp-z", DTYPE_COMPLEX64 "complex64", POLICY_AUTO "auto".
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,22 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-ENCODINGS = ("amplitude", "angle", "basis", "iqp", "iqp-z", "phase")
-DTYPES = ("float32", "float64", "complex64", "complex128", "int64")
-POLICIES = ("auto", "single", "even", "uneven", "capacity", "batch")
+from ._wire import enum_names
+from .errors import InvalidArgument
+
+#: Each enum of the wire that a request names by a word: its names by number.
+_ENUMS: Dict[str, Dict[int, str]] = {
+    "Encoding": enum_names("Encoding", "ENCODING_"),
+    "DType": enum_names("DType", "DTYPE_"),
+    "Policy": enum_names("Policy", "POLICY_"),
+}
+ENCODINGS = tuple(_ENUMS["Encoding"].values())
+DTYPES = tuple(_ENUMS["DType"].values())
+POLICIES = tuple(_ENUMS["Policy"].values())
 
 NUMPY_DTYPES: Dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float64": np.dtype("<f8"),
-                "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
-                "int64": np.dtype("<i8")}
+                                     "complex64": np.dtype("<c8"), "complex128": np.dtype("<c16"),
+                                     "int64": np.dtype("<i8")}
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
@@ -48,12 +61,27 @@ def format_bytes(n: int) -> str:
 
 def encoding_name(number: int) -> str:
     """The package's name of Encoding ``number`` ("iqp-z"); "unspecified" for 0."""
-    return ENCODINGS[number - 1] if 1 <= number <= len(ENCODINGS) else "unspecified"
+    return _ENUMS["Encoding"].get(number, "unspecified")
 
 
 def dtype_name(number: int) -> str:
     """The package's name of DType ``number`` ("complex128"); "unspecified" for 0."""
-    return DTYPES[number - 1] if 1 <= number <= len(DTYPES) else "unspecified"
+    return _ENUMS["DType"].get(number, "unspecified")
+
+
+def enum_number(enum: str, name: str, what: str, field: str) -> int:
+    """The wire's number of ``name`` in enum ``enum`` ("Encoding", "DType" or "Policy").
+
+    Raises
+    ------
+    InvalidArgument
+        An unknown name, naming ``what`` it is, the names there are, and ``field``.
+    """
+    for number, known in _ENUMS[enum].items():
+        if known == name:
+            return number
+    raise InvalidArgument(f"unknown {what} {name!r}: use one of "
+                          f"{', '.join(_ENUMS[enum].values())}", field=field)
 
 
 @dataclass(frozen=True)
@@ -121,13 +149,12 @@ class StateInfo:
     collective : str
         What its shards exchanged while it was encoded: "none" (nothing), "host", "mpi" or
         "nccl" for amplitude's norm, "local", "peer", "nccl", "copy" or "mpi" for iqp's
-        global-bit stages ("" from a daemon that does not say).
+        global-bit stages.
     encode_ms : float
         Milliseconds its encode took on the devices.
     ttl_seconds : int
         The lifetime it was given, in whole seconds (0: it never expires): the ttl asked for,
-        the daemon's default_ttl when none was, or its max_ttl when the ttl asked for was longer
-        (0 too from a daemon that does not say).
+        the daemon's default_ttl when none was, or its max_ttl when the ttl asked for was longer.
     ttl_capped : bool
         Whether the ttl asked for was above the daemon's max_ttl, which it got instead
         (:class:`qdp.TtlCappedWarning` says so when it is made).
@@ -153,12 +180,12 @@ class StateInfo:
 
     @classmethod
     def from_proto(cls, m: Any) -> "StateInfo":
-        """Builds it from a ``qdp.StateInfo`` message (one without the ttl fields reads 0)."""
+        """Builds it from a ``qdp.StateInfo`` message."""
         return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
                    m.expires_unix_ms, m.leases, m.collective, m.encode_ms,
-                   getattr(m, "ttl_seconds", 0), getattr(m, "ttl_capped", False), m)
+                   m.ttl_seconds, m.ttl_capped, m)
 
 
 @dataclass(frozen=True)

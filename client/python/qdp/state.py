@@ -1,19 +1,20 @@
-"""qdp.State: a resident state vector (or batch) on the daemon, by handle and token."""
+"""qdp.State: a resident state vector (or batch) on the daemon, by handle and token; and its
+:class:`Owner`, what the states of one Client need of it."""
 
 from __future__ import annotations
 
+import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _cuda
+from . import _cuda, _views
+from ._connection import Connection
+from ._fetch import Fetcher
 from ._values import ttl_seconds
-from .errors import InvalidArgument, NotFound, NotSupported, error_for
+from .errors import InvalidArgument, NotFound, NotSupported, TtlCappedWarning, error_for
 from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
-
-if TYPE_CHECKING:
-    from .client import Client
 
 _DL_CPU, _DL_CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
 
@@ -44,9 +45,9 @@ class State:
         ``(2**qubits,)`` for one sample, ``(batch, 2**qubits)`` for a batch.
     """
 
-    def __init__(self, client: "Client", info: Any, batched: bool = False,
+    def __init__(self, owner: "Owner", info: Any, batched: bool = False,
                  owned: bool = True) -> None:
-        self._client = client
+        self._owner = owner
         self.handle: str = info.handle
         self.token: str = info.token
         self.encoding = encoding_name(info.encoding)
@@ -60,7 +61,7 @@ class State:
         self._released_how = ""
         self._finalizer: Optional[weakref.finalize] = None
         if owned:
-            self._finalizer = weakref.finalize(self, client._conn.release_quietly,
+            self._finalizer = weakref.finalize(self, owner.conn.release_quietly,
                                                self.handle, self.token)
 
     def __repr__(self) -> str:
@@ -71,7 +72,7 @@ class State:
     def _ref(self) -> Any:
         if self._released:
             raise NotFound(f"state {self.handle} {self._released_how}", field="state", hint="")
-        return self._client.wire.StateRef(handle=self.handle, token=self.token)
+        return self._owner.conn.wire.StateRef(handle=self.handle, token=self.token)
 
     @property
     def released(self) -> bool:
@@ -86,8 +87,9 @@ class State:
     @property
     def info(self) -> StateInfo:
         """Its description and layout, asked of the daemon now (Describe)."""
-        req = self._client.wire.DescribeRequest(handle=self.handle, token=self._ref().token)
-        return StateInfo.from_proto(self._client.call("Describe", req))
+        conn = self._owner.conn
+        req = conn.wire.DescribeRequest(handle=self.handle, token=self._ref().token)
+        return StateInfo.from_proto(conn.call("Describe", req))
 
     def numpy(self, out: Optional[np.ndarray] = None) -> np.ndarray:
         """The amplitudes, fetched into one array allocated up front.
@@ -116,16 +118,12 @@ class State:
         dt = NUMPY_DTYPES[self.dtype]
         ref = self._ref()
         if out is None:
-            flat = self._client._fetch_into(ref, self.size, dt)
-            if flat is None:
-                flat = np.empty(self.size, dt)
-                self._client._fetch_stream(ref, flat, 0)
-            return flat.reshape(self.shape)
+            return self._owner.fetcher.fetch(ref, self.size, dt).reshape(self.shape)
         if out.dtype != dt or out.size != self.size or not out.flags.c_contiguous:
             raise error_for("INVALID_ARGUMENT", f"out must be a C-contiguous {self.dtype} "
                             f"array of {self.size} elements, not {out.dtype} {out.shape}",
                             field="out")
-        self._client._fetch_stream(ref, out.reshape(-1), 0)
+        self._owner.fetcher.stream(ref, out.reshape(-1), 0)
         return out
 
     def torch(self, device: Optional[str] = None) -> Any:
@@ -155,11 +153,11 @@ class State:
             raise NotSupported("State.torch needs PyTorch: pip install torch") from None
         on_gpu = any(s.device.startswith("cuda") for s in self._first_info.shards)
         if on_gpu and (device is None or str(device).startswith("cuda")):
-            return _cuda.state_tensor(self, device)
+            return self._tensor(device)
         t = torch.from_numpy(self.numpy())
         return t if device is None or str(device) == "cpu" else t.to(device)
 
-    def shards(self) -> List["_cuda.ShardView"]:
+    def shards(self) -> List[_views.ShardView]:
         """Zero-copy views of every shard of a state on GPUs (CUDA IPC, one lease for all).
 
         Returns
@@ -174,7 +172,12 @@ class State:
         NotSupported
             On the CPU backend (host memory has no views), or without a CUDA runtime here.
         """
-        return _cuda.open_views(self)
+        return _views.open_views(self._owner.conn, self.handle, self.token, self.dtype)
+
+    def _tensor(self, device: Optional[str]) -> Any:
+        """The whole state as one torch tensor on a GPU (see :func:`qdp._views.as_tensor`)."""
+        return _views.as_tensor(self.shards(), self.batch, self.qubits, self.shape, self.dtype,
+                                device)
 
     def _gpu_shards(self) -> List[Any]:
         return [s for s in self._first_info.shards if s.device.startswith("cuda")]
@@ -245,11 +248,11 @@ class State:
             except ImportError:
                 raise NotSupported("State.__dlpack__ of a GPU state needs PyTorch or CuPy here "
                                    "(pip install torch); or use State.shards()") from None
-            views = _cuda.open_views(self)
+            views = self.shards()
             with cupy.cuda.Device(views[0].ordinal):
                 arr = cupy.asarray(views[0]).reshape(self.shape)  # holds the view: the lease
             return arr.__dlpack__(stream=stream, **kwargs)
-        t = _cuda.state_tensor(self, None)  # the view in place; the tensor holds the lease
+        t = self._tensor(None)  # the view in place; the tensor holds the lease
         return t.__dlpack__(stream=stream, **kwargs)
 
     def gather(self, device: Union[str, int], *, ttl: Optional[float] = None,
@@ -291,11 +294,11 @@ class State:
             raise InvalidArgument("device must name one of the daemon's devices ('cuda:0', or "
                                   f"its index in Client.status().devices), not {device!r}",
                                   field="device")
-        c = self._client
-        req = c.wire.GatherRequest(device=device, ttl_seconds=ttl_seconds(ttl), label=label)
+        conn = self._owner.conn
+        req = conn.wire.GatherRequest(device=device, ttl_seconds=ttl_seconds(ttl), label=label)
         req.state.CopyFrom(self._ref())
-        reply = c.call("Gather", req)
-        return c._adopt(reply.state, len(self.shape) == 2, ttl)
+        reply = conn.call("Gather", req)
+        return self._owner.adopt(reply.state, len(self.shape) == 2, ttl)
 
     def release(self) -> None:
         """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
@@ -310,9 +313,9 @@ class State:
         self._released_how = _CLOSED if closed else _RELEASED
         if self._finalizer is not None:
             self._finalizer.detach()
+        conn = self._owner.conn
         try:
-            self._client.call("Release", self._client.wire.StateRef(handle=self.handle,
-                                                                   token=self.token))
+            conn.call("Release", conn.wire.StateRef(handle=self.handle, token=self.token))
         except Exception as e:
             if getattr(e, "status", "") != "NOT_FOUND":
                 raise
@@ -322,3 +325,39 @@ class State:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+class Owner:
+    """What the states of one Client need of it: its connection (calls, the wire, views), its
+    fetcher of amplitudes, and the set of its states alive, which the Client releases when it
+    closes. The Client makes one; each of its states holds it, never the Client.
+
+    Parameters
+    ----------
+    conn : Connection
+        The client's connection.
+    fetcher : Fetcher
+        Its fetches into this process.
+    """
+
+    def __init__(self, conn: Connection, fetcher: Fetcher) -> None:
+        self.conn = conn
+        self.fetcher = fetcher
+        self.states: "weakref.WeakSet[State]" = weakref.WeakSet()
+
+    def adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
+        """The State of a reply's new state, released with the client; warns (from the caller's
+        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
+        st = State(self, info, batched=batched)
+        self.states.add(st)
+        if info.ttl_capped:
+            try:
+                warnings.warn(TtlCappedWarning(
+                    f"state {info.handle}: ttl={ttl!r} s was asked for, but the daemon's "
+                    f"max_ttl gave it {info.ttl_seconds} s; release it within that, or have "
+                    "max_ttl raised"), stacklevel=3)
+            except BaseException:  # warnings as errors: the state is refused, so freed
+                st.release()
+                raise
+        return st
+

@@ -68,7 +68,8 @@ class QuantumDataset(IterableDataset):
         array, CPU tensor, ``.npy``, Parquet, Arrow IPC/Feather, ``.pt``, CSV, an iterable of
         arrays).
     encoding : str
-        "amplitude", "angle", "basis", "iqp", "iqp-z" or "phase".
+        An encoding's name, as :meth:`qdp.Client.encode` takes it (its Notes give each one's
+        values per sample and state).
     qubits : int
         Qubits per sample.
     batch_size : int

@@ -1,5 +1,6 @@
 """Fixtures: one real qdpd on the CPU backend (two host-memory devices) for the whole session, on
-a socket in a fresh temporary folder, and a client of it per test.
+a socket in a fresh temporary folder, and a client of it per test; and the optional libraries
+(pyarrow, torch), skipping the test where one is not installed.
 
 The daemon is $QDPD, else build/daemon/qdpd of this checkout (``sh deploy/build.sh``); without
 one every test that needs it is skipped with that reason.
@@ -142,3 +143,13 @@ def unpooled(daemon: Daemon) -> Iterator[qdp.Client]:
     """A client of the session's daemon that keeps no fetch regions (region_cache_bytes=0), for
     tests that count the regions of its inputs."""
     yield from client_of(daemon, region_cache_bytes=0)
+
+
+@pytest.fixture
+def pa() -> Any:
+    return pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install pyarrow)")
+
+
+@pytest.fixture
+def torch() -> Any:
+    return pytest.importorskip("torch", reason="torch is not installed")

@@ -3,6 +3,9 @@ NumPy arrays, CPU torch tensors and .npy files."""
 
 from __future__ import annotations
 
+import re
+from typing import List, Sequence
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,29 @@ import reference as ref
 
 ENCODINGS = ["amplitude", "angle", "basis", "iqp", "iqp-z", "phase"]
 DTYPES = ["complex64", "complex128"]
+
+
+def test_the_package_encodes_what_the_wire_has_and_these_tests_cover() -> None:
+    """qdp.records.ENCODINGS comes from the shipped contract (qdp.desc): an encoding added to
+    the wire shows up there, and here until it has its reference formula and these tests."""
+    assert qdp.records.ENCODINGS == tuple(ENCODINGS)
+
+
+def undescribed(doc: str, names: Sequence[str]) -> List[str]:
+    """The encodings of ``names`` that ``doc`` lacks: a row of its Notes table ("iqp-z  n  as
+    iqp ..."), or a mention as "name" under Parameters."""
+    notes = doc[doc.index("Notes\n"):]
+    params = doc[:doc.index("Returns\n")]
+    return [n for n in names if not re.search(rf"^ +{re.escape(n)} {{2,}}\S", notes, re.M)
+            or f'"{n}"' not in params]
+
+
+def test_help_of_encode_describes_every_encoding_of_the_wire() -> None:
+    doc = qdp.Client.encode.__doc__ or ""
+    assert undescribed(doc, ["iqp-zz"]) == ["iqp-zz"]  # the check sees a missing one
+    missing = undescribed(doc, qdp.records.ENCODINGS)
+    assert not missing, (f"help(qdp.Client.encode) does not describe {missing}: add a row to "
+                         "its Notes table (values per sample, psi_b) and name it under encoding")
 
 
 def sample(encoding: str, n: int, rng: np.random.Generator, rows: int = 0) -> np.ndarray:

@@ -39,7 +39,7 @@ class Calls:
         # (region handle, the error to raise): made anew each time, as a traceback kept with an
         # error would keep the frames that hold the arrays of the fetch that raised it.
         self.refuse: Optional[Tuple[str, Callable[[], qdp.Error]]] = None
-        real = client.call
+        real = client._conn.call  # every call of the client, its states' and regions' too
 
         def call(method: str, request: Any, timeout: Optional[float] = None) -> Any:
             if method == "FetchInto" and self.refuse and request.region.handle == self.refuse[0]:
@@ -49,7 +49,7 @@ class Calls:
                 self.registered.append((reply.handle, reply.token))
             return reply
 
-        monkeypatch.setattr(client, "call", call)
+        monkeypatch.setattr(client._conn, "call", call)
 
 
 @pytest.fixture

@@ -76,10 +76,6 @@ def test_state_as_a_cuda_tensor(gpu) -> None:
 def test_cuda_tensor_input(gpu) -> None:
     c, torch = gpu
     t = torch.linspace(0.1, 1.0, 6, device="cuda:0", dtype=torch.float64)
-    if not c.wire.has_field("Input", "cuda_ipc"):
-        with pytest.raises(qdp.NotSupported, match="cuda_ipc"):
-            c.encode(t, "angle", 6)
-        return
     with c.encode(t, "angle", 6) as s:
         ref.close(s.numpy(), ref.angle(t.cpu().numpy(), 6), "complex128")
 
@@ -94,17 +90,17 @@ def wait_used(c: qdp.Client, want: int, seconds: float = 10) -> int:
 
 def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
     c, torch = gpu
-    from qdp import _cuda
+    from qdp import _cuda, _views
 
     opened = []
 
-    def recording(state):
-        views = real(state)
+    def recording(*args):
+        views = real(*args)
         opened.extend(views)
         return views
 
-    real = _cuda.open_views
-    monkeypatch.setattr(_cuda, "open_views", recording)
+    real = _views.open_views
+    monkeypatch.setattr(_views, "open_views", recording)
     x = np.random.default_rng(2).uniform(-1, 1, size=1 << 20)
     with c.encode(x, "amplitude", 20, policy="single") as s:
         before = torch.cuda.memory_allocated(0)
@@ -174,8 +170,6 @@ def same_bits_as_inline(c: qdp.Client, torch, X: np.ndarray, encoding: str, q: i
 def test_cuda_tensor_input_gives_the_bits_of_inline_input(gpu, dtype, encoding, shape,
                                                           q) -> None:
     c, torch = gpu
-    if not c.wire.has_field("Input", "cuda_ipc"):
-        pytest.skip("this package's wire has no Input.cuda_ipc")
     X = np.random.default_rng(7).uniform(-1, 1, size=shape).astype(dtype)
     same_bits_as_inline(c, torch, X, encoding, q)
 
@@ -184,8 +178,6 @@ def test_a_cuda_tensor_encoded_again_is_read_anew(gpu) -> None:
     """The daemon keeps a client's allocation open between jobs: a tensor changed in place, and
     a new tensor where a freed one was, are read as they are now."""
     c, torch = gpu
-    if not c.wire.has_field("Input", "cuda_ipc"):
-        pytest.skip("this package's wire has no Input.cuda_ipc")
     rng = np.random.default_rng(8)
     X = rng.uniform(-1, 1, size=(4, 256))
     g = torch.from_numpy(X).to("cuda:0")
@@ -292,11 +284,6 @@ def test_a_killed_client_leaves_nothing_behind(gpu, gpu_daemon) -> None:
 SENTINEL = complex(-7.25, 3.5)  # exact in both precisions; never an amplitude of a unit state
 
 
-def needs_out(c: qdp.Client) -> None:
-    if not c.wire.has_field("EncodeRequest", "out"):
-        pytest.skip("this package's wire has no EncodeRequest.out")
-
-
 def nothing_kept(c: qdp.Client, used: int) -> None:
     assert c.states() == [], "out= left a state behind"
     assert wait_used(c, used) == used, "out= left bytes held on a device"
@@ -310,7 +297,6 @@ def test_out_gives_the_bits_of_an_inline_encode_and_torch(gpu, encoding, in_dtyp
     dtype= is not given): the bits .torch() of the same encode gives, out itself returned, and
     nothing kept on the daemon."""
     c, torch = gpu
-    needs_out(c)
     q, rows = 16, 64
     cols = (1 << q) - 5 if encoding == "amplitude" else q
     X = np.random.default_rng(21).uniform(-1, 1, size=(rows, cols)).astype(in_dtype)
@@ -330,7 +316,6 @@ def test_out_into_a_slice_leaves_the_bytes_around_it_untouched(gpu) -> None:
     """Rows 2..3 of a larger tensor (a nonzero offset into its allocation), and a flat slice
     starting three amplitudes in: the state lands there, every other element keeps its value."""
     c, torch = gpu
-    needs_out(c)
     q = 10
     X = np.random.default_rng(22).uniform(-1, 1, size=(2, 1 << q))
     big = torch.full((5, 1 << q), SENTINEL, dtype=torch.complex128, device="cuda:0")
@@ -349,7 +334,6 @@ def test_an_out_tensor_is_checked_before_anything_is_sent(gpu) -> None:
     """A CUDA tensor of the wrong dtype, not contiguous, or requiring grad: InvalidArgument on
     field "out", and the tensor as it was."""
     c, torch = gpu
-    needs_out(c)
     x = np.full(4, 0.3)
     t = torch.full((16,), SENTINEL, dtype=torch.complex64, device="cuda:0")
     cases = [(t, dict(dtype="complex128"), "out is complex64 but dtype is 'complex128'"),
@@ -383,7 +367,6 @@ def test_a_too_small_out_is_refused_and_nothing_is_written(gpu) -> None:
     """Refused here (the tensor's size) and by the daemon (the bytes offered, the allocation's
     end as the driver knows it), each with its field; the tensor keeps every value."""
     c, torch = gpu
-    needs_out(c)
     used = c.status().used_bytes
     small = torch.full((1 << 9,), SENTINEL, dtype=torch.complex128, device="cuda:0")
     with pytest.raises(qdp.InvalidArgument, match="2\\^10 = 1024 amplitudes") as e:
@@ -403,9 +386,6 @@ def test_cuda_tensor_input_and_out_together(gpu) -> None:
     """A CUDA tensor in and a CUDA tensor out, one call: the bits of inline input; input and
     output in one allocation work apart and are refused where they share bytes."""
     c, torch = gpu
-    needs_out(c)
-    if not c.wire.has_field("Input", "cuda_ipc"):
-        pytest.skip("this package's wire has no Input.cuda_ipc")
     q = 12
     X = np.random.default_rng(23).uniform(-1, 1, size=(3, 1 << q))
     with c.encode(X, "amplitude", q, policy="single") as s:
@@ -428,8 +408,6 @@ def test_cuda_tensor_input_and_out_together(gpu) -> None:
 
 def test_the_loader_delivers_cuda_tensors_of_the_reference_states(gpu, gpu_daemon) -> None:
     c, torch = gpu
-    if not c.wire.has_field("EncodeRequest", "out"):
-        pytest.skip("this package's wire has no EncodeRequest.out")
     import qdp.torch as qt
 
     X = np.random.default_rng(9).uniform(-1, 1, size=(150, 10))
@@ -451,8 +429,6 @@ def test_the_loader_reads_an_array_in_memory_by_dma_from_where_it_is(gpu, gpu_da
     place while the channel is open (and let go at close), each batch copied onto the GPU from
     it; shuffled, the rows are gathered through shared memory instead. Both the reference."""
     c, torch = gpu
-    if not c.wire.has_field("EncodeRequest", "out"):
-        pytest.skip("this package's wire has no EncodeRequest.out")
     import qdp.torch as qt
 
     q = 12
@@ -487,8 +463,6 @@ def test_the_loader_neither_waits_for_nor_overwrites_the_consumers_queued_work(
     that warm-up this test failed at prefetch 0 (its first pass). The sleep is long beside
     the pass's 12 requests."""
     c, torch = gpu
-    if not c.wire.has_field("EncodeRequest", "out"):
-        pytest.skip("this package's wire has no EncodeRequest.out")
     import qdp.torch as qt
 
     X = np.random.default_rng(11).uniform(-1, 1, size=(96, 10))

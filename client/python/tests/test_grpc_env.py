@@ -1,4 +1,5 @@
-"""qdp picks gRPC's lower-latency client transport when it is imported first (qdp._grpc_env)."""
+"""qdp picks gRPC's lower-latency client transport when its first Client imports grpc
+(qdp._grpc_env); importing qdp neither imports grpc nor changes the environment."""
 
 from __future__ import annotations
 
@@ -38,26 +39,43 @@ def test_left_alone_when_grpc_is_imported_or_the_user_chose() -> None:
     assert choose_transport(env, {}, "1.84.0") is True
 
 
-def _experiments_after(code: str, **extra: str) -> str:
+def _run(code: str, **extra: str) -> str:
+    """What ``code`` printed in a fresh interpreter of this package, with neither variable set
+    but those of ``extra``."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("GRPC_EXPERIMENTS", "QDP_GRPC_DEFAULTS")}
     env.update(extra)
     env["PYTHONPATH"] = PKG + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", code + "; import os; "
-                          "print(os.environ.get('GRPC_EXPERIMENTS', '-'))"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
+    return out.stdout.strip()
 
 
-def test_importing_qdp_first_sets_it_and_grpc_first_does_not() -> None:
+def _experiments_after(code: str, **extra: str) -> str:
+    """GRPC_EXPERIMENTS after ``code`` ("-": unset)."""
+    return _run(code + "; import os; print(os.environ.get('GRPC_EXPERIMENTS', '-'))",
+                **extra).splitlines()[-1]
+
+
+FIRST_CLIENT = "import qdp; qdp.Client('unix:/nonexistent/qdpd.sock')"  # connects to nothing
+
+
+def test_importing_qdp_imports_no_grpc_and_changes_nothing() -> None:
+    code = ("import os, sys, qdp, qdp.readers, qdp.sampling, qdp.feature_maps; "
+            "print('grpc' in sys.modules, os.environ.get('GRPC_EXPERIMENTS', '-'))")
+    assert _run(code) == "False -"
+
+
+def test_the_first_client_sets_it_unless_grpc_came_first_or_the_user_opts_out() -> None:
     import grpc
 
     v = tuple(int(p) for p in grpc.__version__.split(".")[:2])
     want = EXPERIMENT if KNOWN[0] <= v <= KNOWN[1] else "-"
-    assert _experiments_after("import qdp") == want
-    assert _experiments_after("import grpc, qdp") == "-"
-    assert _experiments_after("import qdp", QDP_GRPC_DEFAULTS="1") == "-"
+    assert _experiments_after(FIRST_CLIENT) == want
+    assert _experiments_after("import grpc; " + FIRST_CLIENT) == "-"
+    assert _experiments_after(FIRST_CLIENT, QDP_GRPC_DEFAULTS="1") == "-"
+    assert _experiments_after(FIRST_CLIENT, GRPC_EXPERIMENTS="x") == "x"
 
 
 def test_a_client_works_with_the_transport_chosen(daemon) -> None:

@@ -44,6 +44,23 @@ def test_garbage_collection_releases(client: qdp.Client) -> None:
     assert h not in handles(client)
 
 
+def test_a_state_outlives_the_client_object_that_made_it(daemon) -> None:
+    """The client's channel and fetch regions stay while a state it made lives, though nothing
+    holds the Client itself; when the state goes too, it is released and the regions are
+    unregistered."""
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    s = qdp.Client(daemon.target).encode(x, "amplitude", 2)
+    gc.collect()
+    ref.close(s.numpy(), ref.amplitude(x, 2), "complex128")  # into a region the client keeps
+    with qdp.Client(daemon.target) as other:
+        assert s.handle in handles(other) and other.status().regions == 1
+    h = s.handle
+    del s
+    gc.collect()
+    with qdp.Client(daemon.target) as other:
+        assert h not in handles(other) and other.status().regions == 0
+
+
 def test_close_releases_what_is_left(daemon) -> None:
     c = qdp.Client(daemon.target)
     s = c.encode([1.0, 2.0], "phase", 2)

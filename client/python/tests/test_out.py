@@ -1,8 +1,8 @@
 """encode(..., out=...) where no GPU is needed: what the client checks of the tensor before it
 sends anything (dtype, size, layout, where it lives), the request it sends for a CUDA array
 (stand-ins for the CUDA calls), the CPU daemon's refusal as NotSupported with its field, the
-daemon's own checks of EncodeRequest.out reached through Client.call, and a wire without the
-field. The GPU cases are in test_gpu.py."""
+daemon's own checks of EncodeRequest.out reached through Client.call. The GPU cases are in
+test_gpu.py."""
 
 from __future__ import annotations
 
@@ -145,12 +145,3 @@ def test_the_daemon_checks_out_with_its_fields(client: qdp.Client) -> None:
         client.call("Encode", request())
     assert e.value.field == "out"
 
-
-def test_a_wire_without_out_is_not_supported(client: qdp.Client, cuda: FakeCuda,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    has = client.wire.has_field
-    monkeypatch.setattr(client.wire, "has_field",
-                        lambda m, f: (m, f) != ("EncodeRequest", "out") and has(m, f))
-    with pytest.raises(qdp.NotSupported, match="EncodeRequest.out"):
-        client.encode([0.1, 0.2], "angle", 2, out=CudaArray((4,)))
-    assert cuda.exported == []

@@ -15,8 +15,8 @@ import reference as ref
 
 def test_large_array_goes_through_one_staging_region(unpooled: qdp.Client) -> None:
     rng = np.random.default_rng(1)
-    x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.LARGE_BYTES
-    assert x.nbytes >= qdp.LARGE_BYTES
+    x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.client.LARGE_BYTES
+    assert x.nbytes >= qdp.client.LARGE_BYTES
     with unpooled.encode(x, "amplitude", 18) as s:
         ref.close(s.numpy(), ref.amplitude(x, 18), "complex128")
     st = unpooled.status()
@@ -79,12 +79,12 @@ def test_empty_refuses_other_dtypes(client: qdp.Client) -> None:
 
 def test_remote_clients_upload(client: qdp.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     # As over TCP: no shared memory, the array is streamed in chunks (EncodeUpload).
-    monkeypatch.setattr(qdp.Client, "socket_path", property(lambda self: None))
+    monkeypatch.setattr(client._conn, "socket_path", None)
     x = np.random.default_rng(9).uniform(-1, 1, size=(3, 1 << 16))  # 1.5 MiB
     with client.encode(x, "amplitude", 16) as s:
         ref.close(s.numpy(), ref.batch("amplitude", x, 16), "complex128")
     monkeypatch.undo()
     assert client.status().regions == 0
     with pytest.raises(qdp.NotSupported, match="unix"):
-        monkeypatch.setattr(qdp.Client, "socket_path", property(lambda self: None))
+        monkeypatch.setattr(client._conn, "socket_path", None)
         client.empty(4)

@@ -58,11 +58,25 @@ def test_shipped_descriptor_is_proto_qdp_proto(tmp_path: pathlib.Path) -> None:
 
 def test_every_method_has_a_call(client: qdp.Client) -> None:
     for name in client.wire.service.methods_by_name:
-        assert name in client._calls
-    assert client.wire.has_field("Input", "shm") and not client.wire.has_field("Input", "nope")
-    assert client.wire.has_method("Encode") and not client.wire.has_method("Nope")
+        assert name in client._conn._calls
 
 
 def test_package_ships_its_data() -> None:
     root = pathlib.Path(qdp.__file__).parent
     assert (root / "py.typed").exists() and (root / "qdp.desc").exists()
+
+
+def test_the_names_of_an_enum_are_the_wires() -> None:
+    """records' names come from the contract's enums: a value added to Encoding is named by the
+    same rule (ENCODING_FOO_BAR is "foo-bar"), in the order of the numbers; UNSPECIFIED is
+    not a name."""
+    fds = descriptor_pb2.FileDescriptorSet.FromString(_wire.descriptor_bytes())
+    (f,) = [f for f in fds.file if f.package == "qdp"]
+    (enum,) = [e for e in f.enum_type if e.name == "Encoding"]
+    added = max(v.number for v in enum.value) + 1
+    enum.value.add(name="ENCODING_FOO_BAR", number=added)
+    names = _wire.enum_names("Encoding", "ENCODING_", fds.SerializeToString())
+    assert 0 not in names and list(names) == sorted(names) and names[added] == "foo-bar"
+    assert tuple(names.values()) == qdp.records.ENCODINGS + ("foo-bar",)
+    assert names[5] == "iqp-z"  # ENCODING_IQP_Z
+    assert _wire.enum_names("Policy", "POLICY_")[0] == "auto"  # an enum whose 0 is a name
