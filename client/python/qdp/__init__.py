@@ -30,7 +30,7 @@ from .records import Device, DeviceNeed, Plan, Shard, StateInfo, Status, format_
 from .state import State
 
 #: The project's version, as meson.build sets it; pyproject.toml takes the package's from here.
-__version__ = "0.1.0"
+__version__ = "0.7.0"
 
 __all__ = [
     # the client and its states
