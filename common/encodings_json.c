@@ -16,12 +16,11 @@ static void str(const char *key, const char *s) {
 }
 
 int main(void) {
-  static const char *const layouts[] = {[QDP_LAYOUT_AMPLITUDES] = "amplitudes",
-                                        [QDP_LAYOUT_PARAMETERS] = "parameters"};
-  static const char *const reductions[] = {[QDP_REDUCTION_NONE] = "none",
-                                           [QDP_REDUCTION_NORM] = "norm"};
-  static const char *const exchanges[] = {[QDP_EXCHANGE_NONE] = "none",
-                                          [QDP_EXCHANGE_WHT] = "wht"};
+  static const char *const layouts[] = {
+      [QDP_LAYOUT_AMPLITUDES] = "amplitudes", [QDP_LAYOUT_PARAMETERS] = "parameters"};
+  static const char *const reductions[] = {
+      [QDP_REDUCTION_NONE] = "none", [QDP_REDUCTION_NORM] = "norm"};
+  static const char *const exchanges[] = {[QDP_EXCHANGE_NONE] = "none", [QDP_EXCHANGE_WHT] = "wht"};
   static const char *const checks[] = {[QDP_CHECK_NONE] = "none",
                                        [QDP_CHECK_FINITE] = "finite",
                                        [QDP_CHECK_FINITE_SUM] = "finite_sum",

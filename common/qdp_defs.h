@@ -1,10 +1,10 @@
 /* qdp_defs.h — the vocabulary qdp's daemon, kernels and client library share: status codes,
  * encodings and element types. Plain C99, no dependencies, safe to include anywhere.
  *
- * Status numbers are part of the ABI and the wire contract: 1..16 are the gRPC status codes with the
- * same meaning; 100 and above are local causes (sent over the wire as INTERNAL with the detail in the
- * message). Numbers are append-only and never reused. Encodings and dtypes use the numbers of the
- * matching enums in proto/qdp.proto.
+ * Status numbers are part of the ABI and the wire contract: 1..16 are the gRPC status codes with
+ * the same meaning; 100 and above are local causes (sent over the wire as INTERNAL with the detail
+ * in the message). Numbers are append-only and never reused. Encodings and dtypes use the numbers
+ * of the matching enums in proto/qdp.proto.
  */
 #ifndef QDP_DEFS_H
 #define QDP_DEFS_H
@@ -33,9 +33,9 @@ typedef enum qdp_status {
   QDP_ERR_UNAVAILABLE = 14,
   QDP_ERR_DATA_LOSS = 15,
   QDP_ERR_UNAUTHENTICATED = 16,
-  QDP_ERR_CUDA = 100, /* a CUDA runtime call failed; cause = cudaError_t */
-  QDP_ERR_NCCL = 101, /* cause = ncclResult_t */
-  QDP_ERR_MPI = 102,  /* cause = MPI error class */
+  QDP_ERR_CUDA = 100,  /* a CUDA runtime call failed; cause = cudaError_t */
+  QDP_ERR_NCCL = 101,  /* cause = ncclResult_t */
+  QDP_ERR_MPI = 102,   /* cause = MPI error class */
   QDP_ERR_SYSTEM = 103 /* a system call failed; cause = errno */
 } qdp_status;
 

@@ -7,8 +7,8 @@ static qdp_status iqp(const struct qdpk_span *s, const void *x, qdp_dtype in, ui
   return qdpk_iqp(s, x, in, in_stride, 1, out, stream);
 }
 
-static qdp_status iqp_z(const struct qdpk_span *s, const void *x, qdp_dtype in,
-                        uint64_t in_stride, void *out, cudaStream_t stream) {
+static qdp_status iqp_z(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                        void *out, cudaStream_t stream) {
   return qdpk_iqp(s, x, in, in_stride, 0, out, stream);
 }
 

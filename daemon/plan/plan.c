@@ -488,8 +488,8 @@ static qdp_status check_exchange(const struct plan *p, struct qdp_error *reterr)
   for (size_t i = 0; i < p->nshards; i++) {
     lo = p->shards[i].count < lo ? p->shards[i].count : lo;
     hi = p->shards[i].count > hi ? p->shards[i].count : hi;
-    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
-                   p->shards[i].count % block == 0;
+    whole_blocks =
+        whole_blocks && p->shards[i].first % block == 0 && p->shards[i].count % block == 0;
   }
   if (!exchanges(p->encoding) || p->global_bits > 0 || hi == p->amplitudes || whole_blocks) {
     return QDP_OK;
@@ -980,8 +980,8 @@ qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr) {
              "a batch of %llu %u-qubit %s states (%s) does not fit: ", ull(p->batch), p->qubits,
              dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
   } else {
-    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits,
-             dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
+    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits, dt ? dt : "?",
+             QDP_SIZE_STR(p->total_bytes));
   }
   /* Room for the list: what the hint and a closing "; ..." leave. */
   const size_t limit = sizeof msg - 1 - strlen(tail) - strlen("; ...");

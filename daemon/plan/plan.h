@@ -33,9 +33,10 @@
  * bytes, the last power of two a uint64 byte count can hold. */
 #define PLAN_MAX_QUBITS 60
 
-/* A NORM reduction's (amplitude's) workspace: one double per row for the shard's sum of squares, plus one
- * double per PLAN_NORM_LEAF amplitudes of the shard for the partial sums of the first reduction
- * level (the tree reduces each leaf block to one partial, then the partials to the row's sum). */
+/* A NORM reduction's (amplitude's) workspace: one double per row for the shard's sum of squares,
+ * plus one double per PLAN_NORM_LEAF amplitudes of the shard for the partial sums of the first
+ * reduction level (the tree reduces each leaf block to one partial, then the partials to the row's
+ * sum). */
 #define PLAN_NORM_LEAF 1024u
 
 /* IQP's Walsh-Hadamard stages over the global bits pair each shard with a partner shard; the pair

@@ -53,7 +53,7 @@ static qdp_status cpu_read(struct runtime_device *d, const void *src, uint64_t b
 }
 
 static qdp_status cpu_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
-                               struct qdp_error *reterr) {
+                                struct qdp_error *reterr) {
   /* The input already is in host memory, and stays valid for the whole job. */
   (void)d;
   (void)w;
@@ -62,9 +62,9 @@ static qdp_status cpu_norm_load(struct runtime_device *d, struct runtime_shard_w
 }
 
 static qdp_status cpu_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
-                                uint64_t offset, uint64_t len, uint64_t block,
-                                const int32_t *scale_log2, double *ret_sums,
-                                struct qdp_error *reterr) {
+                                 uint64_t offset, uint64_t len, uint64_t block,
+                                 const int32_t *scale_log2, double *ret_sums,
+                                 struct qdp_error *reterr) {
   (void)d;
   (void)reterr;
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);

@@ -291,18 +291,19 @@ void cuda_scratch_give(struct cuda_device *c, struct cuda_scratch *s);
 
 /* Amplitude (cuda_norm.c) */
 qdp_status cuda_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr);
-qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
                           struct qdp_error *reterr);
+qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr);
 qdp_status cuda_norm_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr);
 uint32_t cuda_norm_part_log2(struct runtime_device *d, qdp_dtype in);
 qdp_status cuda_norm_partials(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr);
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr);
 qdp_status cuda_norm_totals(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
                             uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
 

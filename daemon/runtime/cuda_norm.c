@@ -68,8 +68,8 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
              cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
     }
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize,
-                                row_bytes, rows, cudaMemcpyDefault));
+           cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize, row_bytes,
+                                rows, cudaMemcpyDefault));
     CU_TRY(rc, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
     s->upload_pending = true;
     goto out;
@@ -104,8 +104,8 @@ static qdp_status upload_landed(struct cuda_device *c, struct cuda_scratch *s, b
   if (!s->upload_pending) {
     return QDP_OK;
   }
-  cudaError_t err = on_host ? cudaEventSynchronize(s->uploaded)
-                            : cudaStreamWaitEvent(c->stream, s->uploaded, 0);
+  cudaError_t err =
+      on_host ? cudaEventSynchronize(s->uploaded) : cudaStreamWaitEvent(c->stream, s->uploaded, 0);
   if (err != cudaSuccess) {
     return cuda_failed(&c->base, err, on_host ? "cudaEventSynchronize" : "cudaStreamWaitEvent",
                        reterr);
@@ -115,7 +115,7 @@ static qdp_status upload_landed(struct cuda_device *c, struct cuda_scratch *s, b
 }
 
 qdp_status cuda_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr) {
+                          struct qdp_error *reterr) {
   /* Small slices are not uploaded here: both passes stream them through the staging. Large ones
    * go up once, into the tail of the shard's buffer, so the input is read from the host once and
    * the device never holds more than the state and the staging. */
@@ -274,8 +274,8 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
 }
 
 qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
-                          struct qdp_error *reterr) {
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   if (!w->scratch || len == 0 || len > block || (block & (block - 1)) != 0) {
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
@@ -355,7 +355,7 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
     span.count = e1 - e0;
     K_TRY(rc, d, k->name,
           k->scale(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
-                         (const double *)s->norms, scales, o + e0 * osize, c->stream));
+                   (const double *)s->norms, scales, o + e0 * osize, c->stream));
     e0 = e1;
   }
   /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
@@ -367,7 +367,7 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
   span.rows = rows;
   K_TRY(rc, d, k->name,
         k->scale(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
-                       scales, o + e0 * osize, c->stream));
+                 scales, o + e0 * osize, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
 out:
   return rc;
@@ -408,8 +408,7 @@ static qdp_status scale_mapped(struct cuda_device *c, struct runtime_shard_work 
   host_copy_rows(c->copier, host + l->x_at, w->x, w->in_stride * isize, w->len * isize, rows);
   K_TRY(rc, d, k->name,
         k->scale(span, dev + l->x_at, w->in, w->len, w->len, (const double *)dev,
-                       scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out,
-                       c->stream));
+                 scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
 out:
   return rc;
@@ -458,8 +457,8 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   if (s->resident && s->resident_external) {
     /* Nothing to overwrite: one launch from the client's allocation into the shard's buffer. */
     K_TRY(rc, d, k->name,
-          k->scale(&span, s->resident, w->in, s->resident_stride, len,
-                         (const double *)s->norms, scales, o, c->stream));
+          k->scale(&span, s->resident, w->in, s->resident_stride, len, (const double *)s->norms,
+                   scales, o, c->stream));
     goto out;
   }
   if (s->resident) {
@@ -477,7 +476,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       span.rows = nr;
       K_TRY(rc, d, k->name,
             k->scale(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
-                           scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
+                     scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -494,7 +493,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       span.count = at + n == len ? count - at : n;
       K_TRY(rc, d, k->name,
             k->scale(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
-                           scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
+                     scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -504,8 +503,8 @@ out:
 }
 
 qdp_status cuda_norm_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2,
-                          struct qdp_error *reterr) {
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(w->plan->encoding);
   if (!k || !k->scale) {
@@ -591,10 +590,10 @@ static uint64_t pinned_totals_at(size_t nall) {
 }
 
 qdp_status cuda_norm_partials(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr) {
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   struct cuda_scratch *s = w->scratch;
   uint64_t rows = w->shard->rows;

@@ -37,7 +37,7 @@ struct runtime_shard_work {
   /* x is memory of this very device (a client's allocation on the shard's GPU): the kernels read
    * it in place, with no copy into the staging or the shard's buffer. */
   bool x_on_device;
-  bool x_host; /* x is host memory (inline, a mapped file or region): the host can read it */
+  bool x_host;   /* x is host memory (inline, a mapped file or region): the host can read it */
   void *scratch; /* the backend's, between norm_load and work_done */
 };
 
@@ -66,19 +66,20 @@ struct runtime_device_ops {
    * norm_partials and norm_totals over a device collective), then norm_scale.
    * Bring the shard's input slice to the device. */
   qdp_status (*norm_load)(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr);
+                          struct qdp_error *reterr);
   /* Pairwise sums of squares (qdpk contract) per row over the aligned block
    * [shard->first + offset, + block) of the loaded slice, len of its values present. scale_log2:
    * NULL, or one exponent per row of the shard: the leaves are then (x * 2^e)^2 (qdpk_cpu_sumsq),
    * the norm's fallback for samples whose plain sum of squares under- or overflows. */
   qdp_status (*norm_sumsq)(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
-                          struct qdp_error *reterr);
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr);
   /* Write the shard's amplitudes with the encoding's scale kernel given each row's total sum of
    * squares (NULL: the totals norm_totals left on the device) and, with the fallback, each row's
    * exponent (NULL: none; host memory, as sumsq). */
   qdp_status (*norm_scale)(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr);
   /* The norm over a device collective; NULL where the backend has none (the executor
    * then reduces on the host). A part is an aligned subtree of the pairwise tree inside the
    * loaded slice (runtime_sum_part); one part covers at most 2^norm_part_log2 values. */
@@ -88,10 +89,10 @@ struct runtime_device_ops {
    * uploads `all` (the combine's descriptors, src indexing the recv buffer); *ret_stream is the
    * stream it is all ordered on. Does not wait for the device. */
   qdp_status (*norm_partials)(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr);
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr);
   /* Enqueues, behind the gather that fills the recv buffer: each row's total along the tree into
    * the device's norms for norm_scale, and a copy of the totals into host memory at *ret_totals
    * (rows doubles, readable once the stream is done, until work_done). Neither waits nor
@@ -104,9 +105,9 @@ struct runtime_device_ops {
    * min(n, iqp_top_bits) bits too (the executor runs the global bits below them). */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);
-  /* The top bits of a WHT-exchange state (iqp) that encode transforms on every shard with no exchange
-   * (QDPK_IQP_TOP_BITS on the CPU and CUDA backends, 0 where a backend has no such kernel): the global-bit stages
-   * run only over the global bits below them. */
+  /* The top bits of a WHT-exchange state (iqp) that encode transforms on every shard with no
+   * exchange (QDPK_IQP_TOP_BITS on the CPU and CUDA backends, 0 where a backend has no such
+   * kernel): the global-bit stages run only over the global bits below them. */
   uint32_t iqp_top_bits;
   /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b).
    * *ret_how names the path the data took: "local" (one memory or one device), "peer" (a kernel

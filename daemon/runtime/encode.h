@@ -104,7 +104,8 @@ static inline double encode_value_at(const struct runtime_input *in, uint64_t fl
   }
 }
 
-/* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers (runtime_workers_run). */
+/* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers
+ * (runtime_workers_run). */
 double encode_now_ms(void);
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr);
 void *encode_task_sumsq(void *arg);
@@ -118,7 +119,7 @@ bool encode_spans_ranks(const struct plan *p);
 
 /* The norm on the host and the job of a NORM reduction (encode_norm.c). */
 qdp_status encode_run_norm(struct runtime_state *st, struct shard_task *t, size_t n,
-                                const struct runtime_input *in, struct qdp_error *reterr);
+                           const struct runtime_input *in, struct qdp_error *reterr);
 
 /* The norm over a device collective (encode_collective.c). */
 struct device_comm *encode_job_group(const struct runtime_mesh *m, const struct plan *p);

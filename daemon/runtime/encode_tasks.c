@@ -82,7 +82,7 @@ void *encode_task_partials(void *arg) {
   t->loaded = t->rc == QDP_OK;
   if (t->rc == QDP_OK) {
     t->rc = t->dev->ops->norm_partials(t->dev, &t->work, t->parts, t->nparts, t->stride, t->members,
-                                      t->all, t->nall, &t->send, &t->recv, &t->stream, &t->err);
+                                       t->all, t->nall, &t->send, &t->recv, &t->stream, &t->err);
   }
   return NULL;
 }
