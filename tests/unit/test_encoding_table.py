@@ -1,13 +1,16 @@
 """The encodings table (common/, exported as encodings.json by the build) against what is written
 independently of it: the NumPy reference of the integration tests (tests/integration/qdpc.py),
 which must have every encoding, its number and its values per sample, and whose states show which
-encodings are real; and the manual pages, which must list every encoding by name.
+encodings are real; the manual pages, which must list every encoding by name; and qdpctl, whose
+help and bash completion must offer every one.
 
-Usage: test_encoding_table.py ENCODINGS_JSON QDPCTL_1 QDPD_8 (qdpc on PYTHONPATH).
+Usage: test_encoding_table.py ENCODINGS_JSON QDPCTL_1 QDPD_8 QDPCTL QDPCTL_BASH (qdpc on
+PYTHONPATH).
 """
 
 import json
 import re
+import subprocess
 import sys
 import unittest
 
@@ -15,7 +18,7 @@ import numpy as np
 
 import qdpc
 
-JSON_PATH, QDPCTL_1, QDPD_8 = sys.argv[1:4]
+JSON_PATH, QDPCTL_1, QDPD_8, QDPCTL, QDPCTL_BASH = sys.argv[1:6]
 
 
 def load_table():
@@ -72,6 +75,21 @@ class EncodingTable(unittest.TestCase):
         self.assertIsNotNone(m, "qdpd.8 no longer says which encodings it has")
         listed = re.split(r", | and ", m.group(1))
         self.assertEqual(listed, self.names)
+
+    def test_qdpctl_help_gives_every_encoding_and_its_values(self):
+        out = subprocess.run([QDPCTL, "encode", "--help"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        section = re.search(r"^Encodings .*?\n(.*?)\n\n", out, re.S | re.M)
+        self.assertIsNotNone(section, "qdpctl encode --help has no list of encodings")
+        rows = [line.split(None, 1) for line in section.group(1).splitlines()]
+        self.assertEqual(rows, [[e["name"], f"{e['count']} {e['noun']}"] for e in self.table])
+
+    def test_the_completion_offers_every_encoding(self):
+        got = subprocess.run(
+            ["bash", "-c", '. "$1"; COMP_WORDS=("$2" encode --encoding ""); COMP_CWORD=3; '
+             '_qdpctl; echo "${COMPREPLY[*]}"', "_", QDPCTL_BASH, QDPCTL],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(got.stdout.split(), self.names, got.stderr)
 
 
 if __name__ == "__main__":
