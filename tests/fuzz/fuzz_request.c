@@ -345,9 +345,9 @@ static void encode_request(const Qdp__EncodeRequest *r) {
   }
 }
 
-/* EncodeUpload (rpc/upload.c declare, then rpc_h_upload_encode): the first message's declared
- * limit, then the bytes an upload could have sent within it, taken here as the length of the
- * message's own data field. */
+/* EncodeUpload (rpc/upload.c declare, then its handler in rpc/handlers.c): the first message's
+ * declared limit, then the bytes an upload could have sent within it, taken here as the length of
+ * the message's own data field. */
 static void upload_first(const Qdp__UploadChunk *ch) {
   if (!ch->request || !ch->request->input ||
       ch->request->input->source_case != QDP__INPUT__SOURCE__NOT_SET) {
@@ -375,7 +375,7 @@ static void upload_first(const Qdp__UploadChunk *ch) {
   shaped(ch->request, in, sent, "request.input");
 }
 
-/* Every request message the server decodes (rpc/server.c rpc_methods). */
+/* Every request message the server decodes (rpc/call.c rpc_methods). */
 static const ProtobufCMessageDescriptor *const requests[] = {
     &qdp__encode_request__descriptor,   &qdp__upload_chunk__descriptor,
     &qdp__describe_request__descriptor, &qdp__list_request__descriptor,
