@@ -405,7 +405,6 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   grpc_init();
   s->grpc_inited = true;
   s->loop = deps->loop;
-  s->start_unix_ms = now_unix_ms();
   s->start_mono_ms = rpc_mono_ms();
   s->store_budget = cfg->store_budget;
   s->tcp_node_paths = cfg->tcp_node_paths;

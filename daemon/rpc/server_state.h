@@ -64,7 +64,6 @@ struct rpc_server {
   size_t nworkers;
   bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
-  int64_t start_unix_ms;
   uint64_t start_mono_ms;
 
   /* Settings SIGHUP may change (server.c writes them on the loop, workers read them). */
