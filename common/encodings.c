@@ -83,3 +83,32 @@ int qdp_dtype_names(unsigned mask, char *buf, size_t len, const char *sep) {
   }
   return at;
 }
+
+unsigned qdp_input_dtypes(void) {
+  unsigned any = 0;
+  for (unsigned e = 1; e < QDP_ENCODING_COUNT; e++) {
+    any |= table[e].dtypes;
+  }
+  return any;
+}
+
+int qdp_input_dtypes_text(char *buf, size_t len) {
+  unsigned every = ~0u;
+  for (unsigned e = 1; e < QDP_ENCODING_COUNT; e++) {
+    every &= table[e].dtypes;
+  }
+  int at = qdp_dtype_names(every, buf, len, " or ");
+  for (unsigned e = 1; e < QDP_ENCODING_COUNT; e++) {
+    unsigned more = table[e].dtypes & ~every;
+    if (more) {
+      char names[64];
+      qdp_dtype_names(more, names, sizeof names, " or ");
+      put(buf, len, &at, " (");
+      put(buf, len, &at, table[e].name);
+      put(buf, len, &at, " also ");
+      put(buf, len, &at, names);
+      put(buf, len, &at, ")");
+    }
+  }
+  return at;
+}

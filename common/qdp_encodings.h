@@ -55,6 +55,14 @@ bool qdp_encoding_takes(const struct qdp_encoding_desc *e, qdp_dtype d);
  * Returns what the whole text needs, as snprintf. */
 int qdp_encoding_names(char *buf, size_t len, const char *last);
 
+/* The input dtypes some encoding takes (1u << d each): what an input may be before the encoding is
+ * known. */
+unsigned qdp_input_dtypes(void);
+/* Those as people read them: the dtypes every encoding takes, then each encoding's others
+ * ("float32 or float64 (basis also int64)"), into buf (always terminated). Returns what the whole
+ * text needs. */
+int qdp_input_dtypes_text(char *buf, size_t len);
+
 /* The names of the dtypes in mask (1u << d each), in number order, `sep` between them ("float32
  * or float64" with " or "), into buf (always terminated). Returns what the whole text needs. */
 int qdp_dtype_names(unsigned mask, char *buf, size_t len, const char *sep);

@@ -80,6 +80,12 @@ START_TEST(test_the_text_lists_come_from_the_table) {
   ck_assert_str_eq(buf, "float32 or float64 or int64");
   qdp_dtype_names(qdp_encoding_desc(QDP_ENCODING_ANGLE)->dtypes, buf, sizeof buf, ", ");
   ck_assert_str_eq(buf, "float32, float64");
+  /* An input before its encoding is known: today's set, floats and basis's integer indices. */
+  ck_assert_uint_eq(qdp_input_dtypes(), (1u << QDP_DTYPE_FLOAT32) | (1u << QDP_DTYPE_FLOAT64) |
+                                            (1u << QDP_DTYPE_INT64));
+  n = qdp_input_dtypes_text(buf, sizeof buf);
+  ck_assert_int_eq(n, (int)strlen(buf));
+  ck_assert_str_eq(buf, "float32 or float64 (basis also int64)");
 }
 END_TEST
 
