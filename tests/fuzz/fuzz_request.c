@@ -119,8 +119,8 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
    * unless every shard holds whole blocks of the top bits its devices transform alone. */
   bool iqp = p->encoding == QDP_ENCODING_IQP || p->encoding == QDP_ENCODING_IQP_Z;
   uint32_t top = r->iqp_top_bits < p->qubits ? r->iqp_top_bits : p->qubits;
-  FUZZ_CHECK(p->iqp_top_bits == (iqp ? top : 0), "%u top bits for a request of %u",
-             p->iqp_top_bits, r->iqp_top_bits);
+  FUZZ_CHECK(p->iqp_top_bits == (iqp ? top : 0), "%u top bits for a request of %u", p->iqp_top_bits,
+             r->iqp_top_bits);
   uint64_t block = p->amplitudes >> top;
   bool whole_blocks = top > 0;
   uint32_t g = 0;
@@ -136,8 +136,8 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
   }
   for (size_t i = 0; i < p->nshards; i++) {
     split = split || p->shards[i].count < p->amplitudes;
-    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
-                   p->shards[i].count % block == 0;
+    whole_blocks =
+        whole_blocks && p->shards[i].first % block == 0 && p->shards[i].count % block == 0;
   }
   FUZZ_CHECK(p->global_bits == g, "%u global bits for %zu shards (expected %u)", p->global_bits,
              p->nshards, g);
