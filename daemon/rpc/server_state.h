@@ -1,6 +1,6 @@
 /* server_state.h — the server's state, which the parts of the shell read through their calls
  * (c->srv): the job pipeline, the settings, the listener and tickets, and the lists two of them
- * keep. Types only; server.c creates, starts and frees it. Each field says who writes it.
+ * keep. Types only; server.c creates, starts and frees it; the groups below say who writes what.
  */
 #ifndef QDP_RPC_SERVER_STATE_H
 #define QDP_RPC_SERVER_STATE_H
