@@ -1,5 +1,5 @@
-# bash completion for qdpctl. Commands and each command's options (encode's --raw among them)
-# are read from qdpctl's own --help, so they never fall behind it; values are offered for
+# bash completion for qdpctl. Commands, each command's options (encode's --raw among them) and the
+# encodings are read from qdpctl's own --help, so they never fall behind it; values are offered for
 # --encoding, --dtype, --input-dtype and --policy, file names for the options that take files
 # (--input: .npy, CSV or raw).
 _qdpctl() {
@@ -13,7 +13,10 @@ _qdpctl() {
     esac
   done
   case $prev in
-    --encoding) COMPREPLY=($(compgen -W "amplitude angle basis iqp iqp-z phase" -- "$cur")); return ;;
+    --encoding)
+      local encodings
+      encodings=$("$exe" encode --help 2>/dev/null | sed -n '/^Encodings /,/^$/{s/^  \([a-z][a-z0-9-]*\) .*/\1/p}')
+      COMPREPLY=($(compgen -W "$encodings" -- "$cur")); return ;;
     --dtype) COMPREPLY=($(compgen -W "complex64 complex128" -- "$cur")); return ;;
     --input-dtype) COMPREPLY=($(compgen -W "float32 float64 int64" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "auto single even uneven capacity batch" -- "$cur")); return ;;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,8 @@ struct encode_args {
 /* An option handler's answer when the option is not one of its own. */
 #define NOT_MINE (-2)
 
-static const char encode_help[] =
+/* encode's help, before and after its table of encodings (encode_help). */
+static const char help_head[] =
     "Usage: qdpctl encode --encoding E --qubits N INPUT [options]\n"
     "       qdpctl plan   --encoding E --qubits N [INPUT] [options]\n"
     "\n"
@@ -38,7 +40,7 @@ static const char encode_help[] =
     "nothing is allocated, and plan exits 0 whether or not the plan is feasible.\n"
     "\n"
     "Request:\n"
-    "  --encoding E      amplitude, angle, basis, iqp, iqp-z or phase\n"
+    "  --encoding E      one of the encodings below\n"
     "  --qubits N        qubits per sample (the state has 2^N amplitudes)\n"
     "  --dtype T         complex64 or complex128 (default complex128)\n"
     "  --policy P        auto, single, even, uneven, capacity or batch (default auto)\n"
@@ -72,9 +74,9 @@ static const char encode_help[] =
     "                    text (without it a text file is read as CSV, or refused)\n"
     "  --upload          stream --input even when it is small\n"
     "  --chunk-bytes N   bytes per uploaded message (default 1048576)\n"
-    "\n"
-    "Inputs per sample: amplitude L <= 2^N values; angle, phase, iqp-z N values; iqp\n"
-    "N + N(N-1)/2 values; basis one index.\n"
+    "\n";
+
+static const char help_tail[] =
     "\n"
     "Examples:\n"
     "  qdpctl encode --encoding amplitude --qubits 2 --values 1,2,3,4\n"
@@ -87,6 +89,40 @@ static const char encode_help[] =
     "                --input-dtype float64\n"
     "  qdpctl plan --encoding amplitude --qubits 30 --rows 1 --cols 1073741824 \\\n"
     "              --input-dtype float32 --policy even\n";
+
+/* Appends to buf (len bytes) at *at; what does not fit is cut off. */
+static void append(char *buf, size_t len, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, size_t *at, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = *at < len ? vsnprintf(buf + *at, len - *at, fmt, ap) : 0;
+  va_end(ap);
+  *at += n > 0 ? (size_t)n : 0;
+}
+
+/* The help of encode and plan: the encodings and their values per sample are QDP_ENCODINGS's
+ * (qdp_defs.h), whose rows the daemon takes. */
+static void encode_help(char *buf, size_t len) {
+  size_t at = 0;
+  append(buf, len, &at, "%s", help_head);
+  append(buf, len, &at, "Encodings (--encoding) and the values of each sample of N qubits:\n");
+#define HELP_ROW(ID, number, name, values, layout, states, reduction, exchange, check, dtypes, \
+                 count, noun) \
+  append(buf, len, &at, "  %-17s %s %s\n", name, count, noun);
+  QDP_ENCODINGS(HELP_ROW)
+#undef HELP_ROW
+  append(buf, len, &at, "%s", help_tail);
+}
+
+/* The encodings' names, ", " between them. */
+static void encoding_names(char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+#define NAME_ROW(ID, number, name, ...) append(buf, len, &at, "%s%s", at ? ", " : "", name);
+  QDP_ENCODINGS(NAME_ROW)
+#undef NAME_ROW
+}
 
 static int parse_values(const char *cmd, const char *s, qdp_dtype dt, void **ret, size_t *ret_n) {
   size_t n = 1;
@@ -247,8 +283,9 @@ static int request_opt(struct encode_args *a, const char *cmd, int opt, const ch
   case OPT_ENCODING:
     a->eo.encoding = qdp_encoding_from_name(arg);
     if (a->eo.encoding == QDP_ENCODING_UNSPECIFIED) {
-      return usage_error(cmd, "unknown encoding '%s' (amplitude, angle, basis, iqp, iqp-z, phase)",
-                         arg);
+      char names[256];
+      encoding_names(names, sizeof names);
+      return usage_error(cmd, "unknown encoding '%s' (%s)", arg, names);
     }
     return EXIT_OK;
   case OPT_QUBITS:
@@ -418,7 +455,9 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   a->in = (struct qdp_input)QDP_INPUT_INIT;
   optind = 0;
   int opt;
-  while ((opt = next_opt(g, cmd, encode_help, argc, argv, "", encode_opts, 1)) > 0) {
+  char help[8192];
+  encode_help(help, sizeof help);
+  while ((opt = next_opt(g, cmd, help, argc, argv, "", encode_opts, 1)) > 0) {
     int (*const handlers[])(struct encode_args *, const char *, int, const char *) = {
         number_opt, request_opt, source_opt, input_opt};
     int rc = NOT_MINE;

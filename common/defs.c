@@ -1,4 +1,5 @@
-/* The tables behind qdp_defs.h. Shared by the daemon, the kernels and libqdp. */
+/* The status and dtype tables behind qdp_defs.h (the encodings' are encodings.c). Shared by the
+ * daemon, the kernels and libqdp. */
 #include <stddef.h>
 #include <string.h>
 
@@ -45,12 +46,6 @@ const char *qdp_status_name(qdp_status s) {
   return "QDP_ERR_UNKNOWN_CODE";
 }
 
-static const char *const encoding_names[] = {
-    [QDP_ENCODING_AMPLITUDE] = "amplitude", [QDP_ENCODING_ANGLE] = "angle",
-    [QDP_ENCODING_BASIS] = "basis",         [QDP_ENCODING_IQP] = "iqp",
-    [QDP_ENCODING_IQP_Z] = "iqp-z",         [QDP_ENCODING_PHASE] = "phase",
-};
-
 static const char *const dtype_names[] = {
     [QDP_DTYPE_FLOAT32] = "float32",     [QDP_DTYPE_FLOAT64] = "float64",
     [QDP_DTYPE_COMPLEX64] = "complex64", [QDP_DTYPE_COMPLEX128] = "complex128",
@@ -67,14 +62,6 @@ static unsigned index_of(const char *const *names, unsigned n, const char *name)
     }
   }
   return 0;
-}
-
-const char *qdp_encoding_name(qdp_encoding e) {
-  return (unsigned)e < COUNT(encoding_names) ? encoding_names[e] : NULL;
-}
-
-qdp_encoding qdp_encoding_from_name(const char *name) {
-  return (qdp_encoding)index_of(encoding_names, COUNT(encoding_names), name);
 }
 
 const char *qdp_dtype_name(qdp_dtype t) {

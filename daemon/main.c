@@ -31,6 +31,7 @@
 #include "io/map.h"
 #include "log.h"
 #include "qdp_build_config.h"
+#include "qdp_limits.h"
 #include "rpc/server.h"
 #include "runtime/runtime.h"
 #include "state/store.h"
@@ -237,7 +238,9 @@ static void on_server_done(void *arg) {
  * goes without them. Its memory, host and device, goes back with the process. */
 static void on_server_overdue(void *arg) {
   struct daemon *d = arg;
-  log_warning("main", "exiting with jobs still running, %" PRIu64 " s after the stop began "
+  log_warning("main",
+              "exiting with jobs still running, %" PRIu64
+              " s after the stop began "
               "(shutdown_timeout); their memory goes back with the process",
               d->cfg.shutdown_timeout + 1);
   notify("STATUS=stopped with jobs still running");
@@ -346,8 +349,7 @@ static int run_rank(struct daemon *d, const struct runtime_mesh_config *mc) {
   int rc = 1;
   qdp_status mesh_rc = runtime_mesh_create(mc, &d->mesh, &err);
   if (world_start(d->world, mesh_rc, &err, d->mesh, d->cfg.rank_timeout * 1000,
-                  !d->cfg.host_collectives, &start_err) !=
-      QDP_OK) {
+                  !d->cfg.host_collectives, &start_err) != QDP_OK) {
     rc = fail("cannot join the world", &start_err);
     goto out;
   }
@@ -469,7 +471,7 @@ static int start_server(struct daemon *d, int *ret_tcp_port) {
   }
   d->loop = uv_default_loop();
   /* The daemon's own files: no caller reads or replaces them through it. */
-  struct io_file_id own[RPC_OWN_FILES_MAX];
+  struct io_file_id own[QDP_OWN_FILES_MAX];
   size_t nown = 0;
   const char *own_paths[] = {d->lock_path, d->cfg.config, d->cfg.tcp_tokens_file};
   for (size_t i = 0; i < sizeof own_paths / sizeof own_paths[0]; i++) {
@@ -519,8 +521,7 @@ static void announce(struct daemon *d, int tcp_port, int metrics_port) {
   char tcp_addr[CONFIG_STR_MAX + 16] = "", metrics_addr[CONFIG_STR_MAX + 16] = "";
   if (d->cfg.tcp[0]) {
     const char *colon = strrchr(d->cfg.tcp, ':');
-    snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d->cfg.tcp), d->cfg.tcp,
-             tcp_port);
+    snprintf(tcp_addr, sizeof tcp_addr, "%.*s:%d", (int)(colon - d->cfg.tcp), d->cfg.tcp, tcp_port);
   }
   if (metrics_port) {
     const char *m = d->cfg.metrics_listen, *colon = strrchr(m, ':');

@@ -18,4 +18,8 @@
 #define QDP_MEM_FRACTION_MIN 0.01
 #define QDP_MEM_FRACTION_MAX 1.0
 
+/* The daemon's own files (socket, lock, configuration, tokens) that main.c names to the server and
+ * that a caller can never have read or replaced through it. */
+#define QDP_OWN_FILES_MAX 8
+
 #endif /* QDP_QDP_LIMITS_H */

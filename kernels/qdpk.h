@@ -165,6 +165,24 @@ enum qdpk_basis_fault {
 enum qdpk_basis_fault qdpk_cpu_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
                                            uint64_t rows, uint32_t qubits, uint64_t *ret_row);
 
+/* The CPU kernels of one encoding, as the runtime dispatches to them (cpu/encoders.c holds one
+ * per row of QDP_ENCODINGS, qdp_defs.h). What a row needs (common/qdp_encodings.h) says which it
+ * has: a NORM reduction `scale` (pass 2, after qdpk_cpu_sumsq's totals), every other encoding
+ * `encode`. */
+struct qdpk_cpu_encoder {
+  const char *name; /* how messages name the kernel: "qdpk_cpu_iqp" */
+  /* The span's amplitudes from each row's parameters. 0, or QDPK_IQP_NO_MEMORY or
+   * QDPK_IQP_BAD_SPAN (qdpk_cpu_iqp's). */
+  int (*encode)(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                void *out);
+  /* As qdpk_cpu_amplitude. */
+  void (*scale)(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                uint64_t len, const double *sumsq, const int32_t *scale_log2, void *out);
+};
+
+/* The CPU kernels of encoding e; NULL for a number no row of the CPU table has. */
+const struct qdpk_cpu_encoder *qdpk_cpu_encoder(qdp_encoding e);
+
 /* One partial sum of squares of the amplitude norm: the aligned subtree [first, first + 2^log2)
  * of the pairwise tree; its value for row r is vals[src + r * row_stride] (qdpk_norm_combine). */
 struct qdpk_norm_part {

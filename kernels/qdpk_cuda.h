@@ -90,6 +90,21 @@ qdp_status qdpk_check_params(const void *x, qdp_dtype in, uint64_t in_stride, ui
                              uint64_t rows, qdp_dtype out, int summed, int *ret_fault,
                              uint64_t *ret_row, uint64_t *ret_col, cudaStream_t stream);
 
+/* The CUDA launchers of one encoding, as the runtime dispatches to them (encoders_cuda.c holds
+ * one per row of QDP_ENCODINGS, qdp_defs.h), like the CPU's qdpk_cpu_encoder: a NORM reduction
+ * has `scale` (pass 2, as qdpk_amplitude), every other encoding `encode`. */
+struct qdpk_cuda_encoder {
+  const char *name; /* how messages name the launcher: "qdpk_iqp" */
+  qdp_status (*encode)(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                       void *out, cudaStream_t stream);
+  qdp_status (*scale)(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
+                      uint64_t len, const double *sumsq, const int32_t *scale_log2, void *out,
+                      cudaStream_t stream);
+};
+
+/* The CUDA launchers of encoding e; NULL for a number no row of the CUDA table has. */
+const struct qdpk_cuda_encoder *qdpk_cuda_encoder(qdp_encoding e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,38 +14,39 @@
 #include "io/npy.h"
 #include "region.h"
 
-/* A job's input while it runs: what it maps or pins, and the guard over it. */
-struct job_source {
+/* A job's input while it runs (its ingest): what it maps or pins, and the guard over it. */
+struct job_ingest {
   struct runtime_input in;
-  struct io_mapping map;     /* a file or shared memory mapped for this job */
-  struct job_region *region; /* a registered region read, pinned */
+  struct io_mapping map;        /* a file or shared memory mapped for this job */
+  struct job_region *region;    /* a registered region read, pinned */
   struct runtime_ipc_input ipc; /* a client's allocation opened for this job */
   int guard;
 };
 
-#define JOB_SOURCE_INIT {.map = IO_MAPPING_INIT, .guard = -1}
+#define JOB_INGEST_INIT \
+  { .map = IO_MAPPING_INIT, .guard = -1 }
 
-static qdp_status map_file(const struct job_input *in, struct job_source *src,
+static qdp_status map_file(const struct job_input *in, struct job_ingest *ing,
                            struct qdp_error *err) {
   char q[4200];
   snprintf(q, sizeof q, "'%.200s'", in->path);
   struct stat st;
   bool have_st = fstat(in->fd, &st) == 0;
   struct io_npy hdr;
-  qdp_status rc = io_map_npy_fd(in->fd, q, &src->map, &hdr, err);
+  qdp_status rc = io_map_npy_fd(in->fd, q, &ing->map, &hdr, err);
   if (rc != QDP_OK) {
     return rc;
   }
   /* The file says its own dtype and shape; the planner refuses a dtype the encoding cannot take
    * (complex files, say). Other ranks open the path and must find this very file. */
-  src->in = (struct runtime_input){.data = src->map.data,
+  ing->in = (struct runtime_input){.data = ing->map.data,
                                    .dtype = hdr.dtype,
                                    .rows = hdr.rows,
                                    .cols = hdr.cols,
                                    .file = in->path,
                                    .file_offset = hdr.data_offset};
   if (have_st) {
-    src->in.file_id = (struct runtime_file_id){
+    ing->in.file_id = (struct runtime_file_id){
         .ino = (uint64_t)st.st_ino,
         .size = (uint64_t)st.st_size,
         .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec};
@@ -53,7 +54,7 @@ static qdp_status map_file(const struct job_input *in, struct job_source *src,
   return QDP_OK;
 }
 
-static qdp_status map_shm(const struct job_input *in, struct job_source *src,
+static qdp_status map_shm(const struct job_input *in, struct job_ingest *ing,
                           struct qdp_error *err) {
   uint64_t rows = 0, cols = 0;
   qdp_status rc =
@@ -62,17 +63,17 @@ static qdp_status map_shm(const struct job_input *in, struct job_source *src,
     close(in->fd);
     return rc;
   }
-  rc = io_map_fd(in->fd, in->what, in->offset, in->length, 0, &src->map, err);
+  rc = io_map_fd(in->fd, in->what, in->offset, in->length, 0, &ing->map, err);
   if (rc == QDP_OK) {
-    src->in = (struct runtime_input){
-        .data = src->map.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+    ing->in = (struct runtime_input){
+        .data = ing->map.data, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
   }
   return rc;
 }
 
 /* Input from a registered region: offset and length within it, read through its mapping. */
 static qdp_status read_region(struct job_pipeline *jp, const struct job_input *in,
-                              struct job_source *src, struct qdp_error *err) {
+                              struct job_ingest *ing, struct qdp_error *err) {
   void *payload = NULL;
   uint64_t rows = 0, cols = 0;
   qdp_status rc =
@@ -81,7 +82,7 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
     return rc;
   }
   struct job_region *g = payload;
-  src->region = g; /* pinned: put back with the source */
+  ing->region = g; /* pinned: put back with the source */
   if (atomic_load(&g->lost)) {
     return qdp_error_set(err, QDP_ERR_DATA_LOSS, "input.shm.region",
                          "region '%.64s' shrank while a job read it; register it again",
@@ -104,7 +105,7 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
     }
     return rc;
   }
-  src->in = (struct runtime_input){.data = (const char *)g->map.data + in->offset,
+  ing->in = (struct runtime_input){.data = (const char *)g->map.data + in->offset,
                                    .dtype = (qdp_dtype)in->dtype,
                                    .rows = rows,
                                    .cols = cols,
@@ -118,8 +119,7 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
  * would keep a freed allocation alive in the client), and the driver counts repeated opens of
  * one handle, so concurrent jobs on one allocation need nothing more. A plan opens nothing. */
 static qdp_status open_device_input(struct job_pipeline *jp, const struct job_input *in,
-                                    bool plan_only, struct job_source *src,
-                                    struct qdp_error *err) {
+                                    bool plan_only, struct job_ingest *ing, struct qdp_error *err) {
   uint64_t rows = 0, cols = 0;
   size_t device = 0;
   qdp_status rc;
@@ -132,15 +132,17 @@ static qdp_status open_device_input(struct job_pipeline *jp, const struct job_in
   }
   QDP_TRY(rc, runtime_mesh_find_uuid(jp->mesh, in->device_uuid, "input.cuda_ipc.device_uuid",
                                      &device, err));
-  src->in = (struct runtime_input){
-      .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols, .on_device = true,
-      .device = device};
+  ing->in = (struct runtime_input){.dtype = (qdp_dtype)in->dtype,
+                                   .rows = rows,
+                                   .cols = cols,
+                                   .on_device = true,
+                                   .device = device};
   if (!plan_only) {
     /* job_declared_shape proved the product fits 64 bits. */
     uint64_t bytes = rows * cols * qdp_dtype_size((qdp_dtype)in->dtype);
     QDP_TRY(rc, runtime_mesh_open_ipc(jp->mesh, device, in->ipc_handle, in->offset, bytes,
-                                      &src->ipc, err));
-    src->in.data = (const char *)src->ipc.base + in->offset;
+                                      &ing->ipc, err));
+    ing->in.data = (const char *)ing->ipc.base + in->offset;
   }
 out:
   return rc;
@@ -163,44 +165,48 @@ static qdp_status check_on_this_rank(struct job_pipeline *jp, const struct plan 
 
 /* Resolves the input to host values, and guards what is mapped (a mapped input that shrinks
  * raises SIGBUS, io/guard.h). A plan takes a declared shape; an encode needs values. */
-static qdp_status source_open(struct job_pipeline *jp, const struct job_input *in, bool plan_only,
-                              struct job_source *src, struct qdp_error *err) {
+static qdp_status ingest_open(struct job_pipeline *jp, const struct job_input *in, bool plan_only,
+                              struct job_ingest *ing, struct qdp_error *err) {
   const char *field = in->field ? in->field : "input";
   uint64_t rows = 0, cols = 0;
   qdp_status rc = QDP_OK;
   switch (in->source) {
-  case JOB_INPUT_VALUES:
+  case QDP_SOURCE_VALUES:
+  case QDP_SOURCE_UPLOAD:
     rc = job_input_shape(in->dtype, in->rows, in->cols, in->bytes, field, &rows, &cols, err);
-    src->in = (struct runtime_input){
+    ing->in = (struct runtime_input){
         .data = in->values, .dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     return rc;
-  case JOB_INPUT_SHAPE:
+  case QDP_SOURCE_NONE:
     if (!plan_only) {
       return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field,
                            "input has no source: give data, path or shm");
     }
     /* A dry run of data still to be streamed: its declared shape is all the planner needs. */
     rc = job_declared_shape(in->dtype, in->rows, in->cols, field, &rows, &cols, err);
-    src->in = (struct runtime_input){.dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
+    ing->in = (struct runtime_input){.dtype = (qdp_dtype)in->dtype, .rows = rows, .cols = cols};
     return rc;
-  case JOB_INPUT_FILE:
-    rc = map_file(in, src, err);
+  case QDP_SOURCE_FILE:
+    rc = map_file(in, ing, err);
     break;
-  case JOB_INPUT_SHM:
-    rc = map_shm(in, src, err);
+  case QDP_SOURCE_SHM:
+    rc = map_shm(in, ing, err);
     break;
-  case JOB_INPUT_REGION:
-    rc = read_region(jp, in, src, err);
+  case QDP_SOURCE_REGION:
+    rc = read_region(jp, in, ing, err);
     break;
-  case JOB_INPUT_CUDA_IPC:
-    return open_device_input(jp, in, plan_only, src, err); /* device memory: nothing to guard */
+  case QDP_SOURCE_CUDA_IPC:
+    return open_device_input(jp, in, plan_only, ing, err); /* device memory: nothing to guard */
+  case QDP_SOURCE_COUNT:
+    return qdp_error_set(err, QDP_ERR_INTERNAL, field, "input source %d is unknown",
+                         (int)in->source);
   }
   if (rc != QDP_OK) {
     return rc;
   }
-  src->guard = src->region ? io_guard_add(src->region->map.base, src->region->map.map_len)
-                           : io_guard_add(src->map.base, src->map.map_len);
-  if (src->guard < 0) {
+  ing->guard = ing->region ? io_guard_add(ing->region->map.base, ing->region->map.map_len)
+                           : io_guard_add(ing->map.base, ing->map.map_len);
+  if (ing->guard < 0) {
     return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
                          "too many mapped inputs are being read at once; retry");
   }
@@ -209,26 +215,26 @@ static qdp_status source_open(struct job_pipeline *jp, const struct job_input *i
 
 /* Ends the guard; whether the input shrank under the job (a region that did is lost for every
  * later job too). */
-static bool source_lost(struct job_source *src) {
-  const struct io_mapping *m = src->region ? &src->region->map : src->map.base ? &src->map : NULL;
-  bool lost = src->guard >= 0 && io_guard_remove(src->guard);
-  src->guard = -1;
+static bool ingest_lost(struct job_ingest *ing) {
+  const struct io_mapping *m = ing->region ? &ing->region->map : ing->map.base ? &ing->map : NULL;
+  bool lost = ing->guard >= 0 && io_guard_remove(ing->guard);
+  ing->guard = -1;
   lost = lost || (m && io_mapping_shrunk(m));
-  if (lost && src->region) {
-    atomic_store(&src->region->lost, true);
+  if (lost && ing->region) {
+    atomic_store(&ing->region->lost, true);
   }
-  return lost || (src->region && atomic_load(&src->region->lost));
+  return lost || (ing->region && atomic_load(&ing->region->lost));
 }
 
-static void source_close(struct job_pipeline *jp, struct job_source *src) {
-  if (src->guard >= 0) {
-    io_guard_remove(src->guard);
+static void ingest_close(struct job_pipeline *jp, struct job_ingest *ing) {
+  if (ing->guard >= 0) {
+    io_guard_remove(ing->guard);
   }
-  io_unmap(&src->map);
-  runtime_mesh_close_ipc(jp->mesh, &src->ipc);
-  if (src->region) {
+  io_unmap(&ing->map);
+  runtime_mesh_close_ipc(jp->mesh, &ing->ipc);
+  if (ing->region) {
     /* The last pin of a region unregistered meanwhile unmaps it here. */
-    region_registry_put(jp->regions, src->region);
+    region_registry_put(jp->regions, ing->region);
   }
 }
 
@@ -292,21 +298,21 @@ out:
 qdp_status job_plan(struct job_pipeline *jp, const struct job_caller *caller,
                     const struct job_encode_request *req, struct plan **ret_plan,
                     struct qdp_error *ret_why, struct qdp_error *err) {
-  struct job_source src = JOB_SOURCE_INIT;
+  struct job_ingest ing = JOB_INGEST_INIT;
   struct job_sink sink = {0};
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, job_check_caller(caller, false, err));
-  QDP_TRY(rc, source_open(jp, &req->input, true, &src, err));
+  QDP_TRY(rc, ingest_open(jp, &req->input, true, &ing, err));
   if (req->out) {
-    QDP_TRY(rc, job_sink_find(jp, req, &src.in, &sink, err));
+    QDP_TRY(rc, job_sink_find(jp, req, &ing.in, &sink, err));
   }
-  QDP_TRY(rc, plan_job(jp, req, &src.in, req->out ? &sink : NULL, ret_plan, err));
+  QDP_TRY(rc, plan_job(jp, req, &ing.in, req->out ? &sink : NULL, ret_plan, err));
   qdp_error_clear(ret_why);
   if (!(*ret_plan)->feasible) {
     plan_check_feasible(*ret_plan, ret_why);
   }
 out:
-  source_close(jp, &src);
+  ingest_close(jp, &ing);
   return rc;
 }
 
@@ -334,7 +340,7 @@ static double mono_ms(void) {
 qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_encode_request *req, struct job_state_info *ret,
                       struct qdp_error *err) {
-  struct job_source src = JOB_SOURCE_INIT;
+  struct job_ingest ing = JOB_INGEST_INIT;
   struct job_sink sink = {0};
   struct plan *p = NULL;
   struct state_reservation *res = NULL;
@@ -343,13 +349,13 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   memset(ret, 0, sizeof *ret);
   double t0 = mono_ms(), t1 = 0, t2 = 0, t3 = 0;
   QDP_TRY(rc, job_check_caller(caller, false, err));
-  QDP_TRY(rc, source_open(jp, &req->input, false, &src, err));
+  QDP_TRY(rc, ingest_open(jp, &req->input, false, &ing, err));
   t1 = mono_ms();
   if (req->out) {
-    QDP_TRY(rc, job_sink_find(jp, req, &src.in, &sink, err));
+    QDP_TRY(rc, job_sink_find(jp, req, &ing.in, &sink, err));
   }
-  QDP_TRY(rc, plan_job(jp, req, &src.in, req->out ? &sink : NULL, &p, err));
-  if (src.in.on_device || req->out) {
+  QDP_TRY(rc, plan_job(jp, req, &ing.in, req->out ? &sink : NULL, &p, err));
+  if (ing.in.on_device || req->out) {
     QDP_TRY(rc, check_on_this_rank(jp, p, err));
   }
   if (req->views) {
@@ -362,15 +368,15 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   QDP_TRY(rc,
           state_store_admit(jp->store, caller->owner, req->out ? 0 : p->total_bytes, &res, err));
   t2 = mono_ms();
-  rc = run_job(jp, req, &src.in, p, &sink, &st, err);
+  rc = run_job(jp, req, &ing.in, p, &sink, &st, err);
   t3 = mono_ms();
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
-  if (source_lost(&src)) {
+  if (ingest_lost(&ing)) {
     rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "input",
                        "the input file or shared memory shrank while it was being read; "
                        "nothing was kept%s",
-                       src.region ? " (the region is lost: register it again)" : "");
+                       ing.region ? " (the region is lost: register it again)" : "");
   }
   if (rc != QDP_OK) {
     goto out;
@@ -398,6 +404,6 @@ out:
   state_reservation_cancel(res);
   plan_destroy(p);
   job_sink_close(jp, &sink);
-  source_close(jp, &src);
+  ingest_close(jp, &ing);
   return rc;
 }

@@ -25,6 +25,7 @@
 #include "error.h"
 #include "io/map.h"
 #include "plan/plan.h"
+#include "qdp_source.h"
 #include "runtime/runtime.h"
 #include "state/regions.h"
 #include "state/store.h"
@@ -63,9 +64,9 @@ const char *job_rank_host(const struct job_pipeline *jp, int rank);
 enum { JOB_CALLER_LEFT = 1u, JOB_CALLER_LATE = 2u };
 
 struct job_caller {
-  const char *owner;  /* identity key: "uid:<n>" or "tcp:<principal>" */
-  int pid;            /* its process as the kernel says; 0 unknown (TCP) */
-  bool operator;      /* the daemon's own user or root: may list every identity's states */
+  const char *owner; /* identity key: "uid:<n>" or "tcp:<principal>" */
+  int pid;           /* its process as the kernel says; 0 unknown (TCP) */
+  bool operator;     /* the daemon's own user or root: may list every identity's states */
   /* JOB_CALLER_* flags, 0 while it waits; NULL: it always does. */
   unsigned (*gone)(const void *arg);
   const void *arg;
@@ -93,7 +94,7 @@ qdp_status job_upload_limit(int dtype, uint64_t rows, uint64_t cols, uint64_t ma
 qdp_status job_output_dtype(int dtype, qdp_dtype *ret, struct qdp_error *reterr);
 
 struct job_placement {
-  int policy; /* enum plan_policy; 0 = auto */
+  int policy;                 /* enum plan_policy; 0 = auto */
   const char *const *devices; /* names of the world's devices to use; none: every live one */
   size_t ndevices;
 };
@@ -107,26 +108,17 @@ uint64_t job_ttl_ms(uint64_t ttl_seconds);
 
 /* ---- encode ---- */
 
-enum job_input_source {
-  JOB_INPUT_VALUES, /* values in memory: inline or uploaded */
-  JOB_INPUT_SHAPE,  /* no values, only a declared shape: plans only */
-  JOB_INPUT_FILE,   /* a .npy file the caller handed over (or one beneath input_dir) */
-  JOB_INPUT_SHM,    /* shared memory the caller handed over */
-  JOB_INPUT_REGION, /* a registered region */
-  JOB_INPUT_CUDA_IPC, /* a same-node client's CUDA allocation, by IPC handle */
-};
-
 struct job_input {
-  enum job_input_source source;
-  const char *field;     /* how messages name it: "input", "request.input" */
-  int dtype;             /* as the request says (a FILE says its own) */
-  uint64_t rows, cols;   /* as the request says: 0 derives them */
-  const void *values;    /* VALUES: `bytes` bytes, the caller's until the call returns */
+  enum qdp_source source; /* NONE: a declared shape, which plans take and encodes refuse */
+  const char *field;      /* how messages name it: "input", "request.input" */
+  int dtype;              /* as the request says (a FILE says its own) */
+  uint64_t rows, cols;    /* as the request says: 0 derives them */
+  const void *values;     /* VALUES, UPLOAD: `bytes` bytes, the caller's until the call returns */
   uint64_t bytes;
-  int fd;                /* FILE, SHM: taken */
-  const char *path;      /* FILE: as named; other ranks open it and must find this file */
-  const char *what;      /* SHM: how messages name it */
-  uint64_t offset, length;           /* SHM, REGION: the bytes read */
+  int fd;                  /* FILE, SHM: taken */
+  const char *path;        /* FILE: as named; other ranks open it and must find this file */
+  const char *what;        /* SHM: how messages name it */
+  uint64_t offset, length; /* SHM, REGION: the bytes read */
   const char *region, *region_token; /* REGION */
   /* CUDA_IPC: the allocation's handle (ipc_handle_len bytes, RUNTIME_IPC_HANDLE_BYTES expected),
    * offset is the first value's byte offset in it, device_uuid its GPU. */
@@ -148,14 +140,14 @@ struct job_output {
 struct job_encode_request {
   struct job_input input;
   const struct job_output *out; /* NULL: a new state, committed to the store */
-  int encoding; /* qdp_encoding */
+  int encoding;                 /* qdp_encoding */
   uint32_t qubits;
   int output_dtype;
   struct job_placement placement;
   uint64_t ttl_seconds;
   const char *label;
-  bool views;      /* open zero-copy views of the new state for the caller */
-  int client_pid;  /* the views' process; 0: the caller's own */
+  bool views;     /* open zero-copy views of the new state for the caller */
+  int client_pid; /* the views' process; 0: the caller's own */
 };
 
 /* A live state as a reply describes it, pinned until job_state_info_end. */
@@ -239,18 +231,16 @@ qdp_status job_list(struct job_pipeline *jp, const struct job_caller *caller, bo
                     struct qdp_error *reterr);
 
 /* Releases the state: by its token, or without one when the caller owns it. */
-qdp_status job_release(struct job_pipeline *jp, const struct job_caller *caller,
-                       const char *handle, const char *token, uint64_t *ret_freed,
-                       struct qdp_error *reterr);
+qdp_status job_release(struct job_pipeline *jp, const struct job_caller *caller, const char *handle,
+                       const char *token, uint64_t *ret_freed, struct qdp_error *reterr);
 
 qdp_status job_close_view(struct job_pipeline *jp, const char *handle, const char *token,
                           uint64_t lease, uint64_t *ret_freed, struct qdp_error *reterr);
 
 /* A new state holding all of (handle, token) on device `device` (a name), owned by the caller. */
-qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller,
-                      const char *handle, const char *token, const char *device,
-                      uint64_t ttl_seconds, const char *label, struct job_state_info *ret,
-                      struct qdp_error *reterr);
+qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller, const char *handle,
+                      const char *token, const char *device, uint64_t ttl_seconds,
+                      const char *label, struct job_state_info *ret, struct qdp_error *reterr);
 
 /* A read of amplitudes [next, end) of a pinned state, chunk by chunk. */
 struct job_fetch {

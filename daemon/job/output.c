@@ -60,8 +60,7 @@ static qdp_status check_request(const struct job_encode_request *req,
   if (o->offset % esize != 0) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "out.offset",
                          "out.offset %" PRIu64
-                         " is not a multiple of %u B, the size of a %s "
-                         "amplitude",
+                         " is not a multiple of %u B, the size of a %s amplitude",
                          o->offset, esize, qdp_dtype_name(dtype));
   }
   if (state_bytes(in->rows, req->qubits, dtype, &need) && need > o->bytes) {

@@ -7,35 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qdp_size.h"
 #include "job.h"
+#include "qdp_encodings.h"
+#include "qdp_size.h"
 
+/* Bytes per value of an input dtype some encoding takes (common/qdp_encodings.h); 0 for complex
+ * or unknown dtypes, which no encoding takes. */
 static unsigned input_size(int dtype) {
-  switch (dtype) {
-  case QDP_DTYPE_FLOAT32:
-    return 4;
-  case QDP_DTYPE_FLOAT64:
-  case QDP_DTYPE_INT64:
-    return 8;
-  default:
-    return 0; /* complex or unknown: not an input dtype */
-  }
+  return (unsigned)dtype < 32 && (qdp_input_dtypes() >> dtype & 1u)
+             ? qdp_dtype_size((qdp_dtype)dtype)
+             : 0;
 }
 
 static qdp_status bad_dtype(int dtype, const char *field, struct qdp_error *reterr) {
-  char f[48];
+  char f[48], takes[128];
   snprintf(f, sizeof f, "%s.dtype", field);
+  qdp_input_dtypes_text(takes, sizeof takes);
   const char *name = qdp_dtype_name((qdp_dtype)dtype);
   if (dtype == QDP_DTYPE_UNSPECIFIED) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
-                         "%s is unspecified; input values are float32 or float64 (basis also "
-                         "int64)",
-                         f);
+                         "%s is unspecified; input values are %s", f, takes);
   }
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, f,
-                       "%s = %s (%d) is not an input dtype; use float32 or float64 (basis also "
-                       "int64)",
-                       f, name ? name : "unknown", dtype);
+                       "%s = %s (%d) is not an input dtype; use %s", f, name ? name : "unknown",
+                       dtype, takes);
 }
 
 qdp_status job_input_shape(int dtype, uint64_t rows, uint64_t cols, uint64_t nbytes,

@@ -1,6 +1,8 @@
 /* metrics.c — the counters, the histograms and their text exposition (metrics.h). */
 #include "metrics.h"
 
+#include "qdp_encodings.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,18 +11,15 @@
 #include <string.h>
 
 /* Seconds: from a small job's round trip (~100 us) to a large state's encode (a minute). */
-static const double bucket_le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                   0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
-                                   5,      10,      30,     60};
+static const double bucket_le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                   0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 #define NBUCKETS (sizeof bucket_le / sizeof bucket_le[0])
 
 static const char *const code_names[METRICS_CODES] = {
-    "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE",
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
     "DATA_LOSS", "UNAUTHENTICATED"};
-static const char *const source_names[METRICS_IN_COUNT] = {"values", "upload", "shm",
-                                                           "region", "file",   "cuda_ipc"};
 static const char *const sink_names[METRICS_OUT_COUNT] = {"state", "cuda_ipc", "fetch",
                                                           "fetch_into", "export"};
 static const char *const phase_names[METRICS_PHASE_COUNT] = {"ingest", "plan", "encode",
@@ -37,10 +36,12 @@ struct metrics {
   struct metrics_names names;
   atomic_uint_fast64_t *rpcs;    /* [method][code] */
   struct histogram *rpc_seconds; /* [method] */
-  atomic_uint_fast64_t *jobs;    /* [encoding][code] */
-  struct histogram *job_seconds, *encode_seconds; /* [encoding] */
+  /* By encoding number (row 0, no encoding's, stays empty): */
+  atomic_uint_fast64_t jobs[QDP_ENCODING_COUNT * METRICS_CODES]; /* [encoding][code] */
+  struct histogram job_seconds[QDP_ENCODING_COUNT], encode_seconds[QDP_ENCODING_COUNT];
+  const char *encodings[QDP_ENCODING_COUNT]; /* their label values: the table's names */
   struct histogram phases[METRICS_PHASE_COUNT];
-  atomic_uint_fast64_t in[METRICS_IN_COUNT], out[METRICS_OUT_COUNT];
+  atomic_uint_fast64_t in[QDP_SOURCE_COUNT], out[METRICS_OUT_COUNT];
 };
 
 qdp_status metrics_create(const struct metrics_names *names, struct metrics **ret,
@@ -50,15 +51,14 @@ qdp_status metrics_create(const struct metrics_names *names, struct metrics **re
     m->names = *names;
     m->rpcs = calloc(names->nmethods * METRICS_CODES, sizeof *m->rpcs);
     m->rpc_seconds = calloc(names->nmethods, sizeof *m->rpc_seconds);
-    m->jobs = calloc(names->nencodings * METRICS_CODES, sizeof *m->jobs);
-    m->job_seconds = calloc(names->nencodings, sizeof *m->job_seconds);
-    m->encode_seconds = calloc(names->nencodings, sizeof *m->encode_seconds);
+    for (unsigned e = 1; e < QDP_ENCODING_COUNT; e++) {
+      m->encodings[e] = qdp_encoding_name((qdp_encoding)e);
+    }
   }
-  if (!m || !m->rpcs || !m->rpc_seconds || !m->jobs || !m->job_seconds || !m->encode_seconds) {
+  if (!m || !m->rpcs || !m->rpc_seconds) {
     metrics_destroy(m);
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "no host memory for the metrics of %zu methods and %zu encodings",
-                         names->nmethods, names->nencodings);
+                         "no host memory for the metrics of %zu methods", names->nmethods);
   }
   *ret = m;
   return QDP_OK;
@@ -70,9 +70,6 @@ void metrics_destroy(struct metrics *m) {
   }
   free(m->rpcs);
   free(m->rpc_seconds);
-  free(m->jobs);
-  free(m->job_seconds);
-  free(m->encode_seconds);
   free(m);
 }
 
@@ -103,9 +100,9 @@ void metrics_rpc(struct metrics *m, size_t method, unsigned code, double seconds
   observe(&m->rpc_seconds[method], seconds);
 }
 
-void metrics_job(struct metrics *m, size_t encoding, unsigned code, double seconds,
+void metrics_job(struct metrics *m, qdp_encoding encoding, unsigned code, double seconds,
                  double encode_seconds) {
-  if (!m || encoding >= m->names.nencodings) {
+  if (!m || (unsigned)encoding >= QDP_ENCODING_COUNT || !m->encodings[encoding]) {
     return;
   }
   atomic_fetch_add_explicit(&m->jobs[encoding * METRICS_CODES + code_of(code)], 1,
@@ -122,8 +119,8 @@ void metrics_phase(struct metrics *m, enum metrics_phase ph, double seconds) {
   }
 }
 
-void metrics_input(struct metrics *m, enum metrics_source src, uint64_t bytes) {
-  if (m && (unsigned)src < METRICS_IN_COUNT) {
+void metrics_input(struct metrics *m, enum qdp_source src, uint64_t bytes) {
+  if (m && src != QDP_SOURCE_NONE && (unsigned)src < QDP_SOURCE_COUNT) {
     atomic_fetch_add_explicit(&m->in[src], bytes, memory_order_relaxed);
   }
 }
@@ -189,8 +186,8 @@ static void head(struct metrics_text *t, const char *name, const char *type, con
   metrics_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void histogram(struct metrics_text *t, const char *name, const char *key,
-                      const char *value, const struct histogram *h) {
+static void histogram(struct metrics_text *t, const char *name, const char *key, const char *value,
+                      const struct histogram *h) {
   uint64_t cum = 0;
   for (size_t b = 0; b <= NBUCKETS; b++) {
     cum += atomic_load_explicit(&h->n[b], memory_order_relaxed);
@@ -210,13 +207,14 @@ static void histogram(struct metrics_text *t, const char *name, const char *key,
   metrics_text_printf(t, "\"} %" PRIu64 "\n", cum);
 }
 
-/* A histogram family: one histogram per key. */
-static void histograms(struct metrics_text *t, const char *name, const char *help,
-                       const char *key, const char *const *keys, size_t nkeys,
-                       const struct histogram *h) {
+/* A histogram family: one histogram per key that has a name (keys without one are skipped). */
+static void histograms(struct metrics_text *t, const char *name, const char *help, const char *key,
+                       const char *const *keys, size_t nkeys, const struct histogram *h) {
   head(t, name, "histogram", help);
   for (size_t k = 0; k < nkeys; k++) {
-    histogram(t, name, key, keys[k], &h[k]);
+    if (keys[k]) {
+      histogram(t, name, key, keys[k], &h[k]);
+    }
   }
 }
 
@@ -225,12 +223,12 @@ static void gauge(struct metrics_text *t, const char *name, const char *help, ui
   metrics_text_printf(t, "%s %" PRIu64 "\n", name, v);
 }
 
-/* A counter by (key, code): every key's OK series (so that a rate starts at zero) and the
+/* A counter by (key, code): every named key's OK series (so that a rate starts at zero) and the
  * other codes once they happened. */
 static void by_code(struct metrics_text *t, const char *name, const char *key,
                     const char *const *keys, size_t nkeys, const atomic_uint_fast64_t *v) {
   for (size_t k = 0; k < nkeys; k++) {
-    for (unsigned c = 0; c < METRICS_CODES; c++) {
+    for (unsigned c = 0; keys[k] && c < METRICS_CODES; c++) {
       uint64_t n = atomic_load_explicit(&v[k * METRICS_CODES + c], memory_order_relaxed);
       if (n || c == 0) {
         metrics_text_printf(t, "%s{%s=\"", name, key);
@@ -241,8 +239,8 @@ static void by_code(struct metrics_text *t, const char *name, const char *key,
   }
 }
 
-static void device_gauge(struct metrics_text *t, const struct metrics_sample *s,
-                         const char *name, const char *help, size_t field) {
+static void device_gauge(struct metrics_text *t, const struct metrics_sample *s, const char *name,
+                         const char *help, size_t field) {
   head(t, name, "gauge", help);
   for (size_t i = 0; i < s->ndevices; i++) {
     const struct metrics_device *d = &s->devices[i];
@@ -276,20 +274,21 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
              nm->nmethods, m->rpc_seconds);
   head(t, "qdp_jobs_total", "counter",
        "Encode jobs (Encode, EncodeUpload) ended, by encoding and gRPC status code.");
-  by_code(t, "qdp_jobs_total", "encoding", nm->encodings, nm->nencodings, m->jobs);
+  by_code(t, "qdp_jobs_total", "encoding", m->encodings, QDP_ENCODING_COUNT, m->jobs);
   histograms(t, "qdp_job_duration_seconds",
              "Seconds an encode job took from its call's arrival to its end, by encoding.",
-             "encoding", nm->encodings, nm->nencodings, m->job_seconds);
+             "encoding", m->encodings, QDP_ENCODING_COUNT, m->job_seconds);
   histograms(t, "qdp_job_encode_seconds",
              "Seconds of a job's encode phase (the devices writing amplitudes), by encoding.",
-             "encoding", nm->encodings, nm->nencodings, m->encode_seconds);
+             "encoding", m->encodings, QDP_ENCODING_COUNT, m->encode_seconds);
   histograms(t, "qdp_job_phase_seconds",
              "Seconds successful encode jobs spent in each phase: ingest, plan, encode, commit.",
              "phase", phase_names, METRICS_PHASE_COUNT, m->phases);
   head(t, "qdp_input_bytes_total", "counter", "Input bytes encode jobs read, by source.");
-  for (unsigned k = 0; k < METRICS_IN_COUNT; k++) {
+  for (unsigned k = QDP_SOURCE_NONE + 1; k < QDP_SOURCE_COUNT; k++) {
     metrics_text_printf(t, "qdp_input_bytes_total{source=\"%s\"} %" PRIu64 "\n",
-                        source_names[k], atomic_load_explicit(&m->in[k], memory_order_relaxed));
+                        qdp_source_name((enum qdp_source)k),
+                        atomic_load_explicit(&m->in[k], memory_order_relaxed));
   }
   head(t, "qdp_output_bytes_total", "counter", "Amplitude bytes written, by sink.");
   for (unsigned k = 0; k < METRICS_OUT_COUNT; k++) {
@@ -301,8 +300,7 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
   gauge(t, "qdp_leases", "Zero-copy view leases open now.", s->leases);
   gauge(t, "qdp_regions", "Shared-memory regions registered now.", s->regions);
   gauge(t, "qdp_region_bytes", "Bytes of the regions registered now.", s->region_bytes);
-  gauge(t, "qdp_store_budget_bytes", "Bytes all states together may hold.",
-        s->store_budget_bytes);
+  gauge(t, "qdp_store_budget_bytes", "Bytes all states together may hold.", s->store_budget_bytes);
   gauge(t, "qdp_store_used_bytes", "Bytes the resident states hold.", s->store_used_bytes);
   gauge(t, "qdp_uploads", "Uploads (EncodeUpload) being received now.", s->uploads);
   gauge(t, "qdp_upload_bytes", "Host memory the uploads in flight hold.", s->upload_bytes);
@@ -313,8 +311,7 @@ qdp_status metrics_render(const struct metrics *m, const struct metrics_sample *
   device_gauge(t, s, "qdp_device_memory_budget_bytes", "What qdp may hold on a device.", 1);
   device_gauge(t, s, "qdp_device_memory_used_bytes",
                "What qdp's shards and reservations hold on a device now.", 2);
-  device_gauge(t, s, "qdp_device_memory_free_bytes", "A device's free memory as it reports it.",
-               3);
+  device_gauge(t, s, "qdp_device_memory_free_bytes", "A device's free memory as it reports it.", 3);
   head(t, "qdp_rank_up", "gauge", "1 for each rank of the world that is live, 0 once lost.");
   for (size_t r = 0; r < s->nranks; r++) {
     metrics_text_printf(t, "qdp_rank_up{rank=\"%zu\"} %d\n", r, s->rank_lost[r] ? 0 : 1);

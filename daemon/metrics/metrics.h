@@ -2,10 +2,10 @@
  * thread updates with relaxed atomics (no lock; nothing allocated after create), rendered with
  * what a scrape samples (states, regions, memory, ranks) in the text exposition format 0.0.4.
  *
- * Every label takes its values from a fixed list (the methods and encodings named at create,
- * gRPC's 17 status codes, the input sources and output sinks below), so the number of series is
- * bounded: nothing is labelled by handle, client or request. Knows nothing of gRPC, CUDA or the
- * store: callers pass indices and numbers.
+ * Every label takes its values from a fixed list (the methods named at create, the encodings of
+ * common/qdp_encodings.h's table, gRPC's 17 status codes, the input sources of qdp_source.h and
+ * the output sinks below), so the number of series is bounded: nothing is labelled by handle,
+ * client or request. Knows nothing of gRPC, CUDA or the store: callers pass indices and numbers.
  */
 #ifndef QDP_METRICS_H
 #define QDP_METRICS_H
@@ -15,17 +15,8 @@
 #include <stdint.h>
 
 #include "error.h"
-
-/* Where a job's input came from. */
-enum metrics_source {
-  METRICS_IN_VALUES,   /* inline in the request */
-  METRICS_IN_UPLOAD,   /* streamed (EncodeUpload) */
-  METRICS_IN_SHM,      /* a shared-memory descriptor handed over */
-  METRICS_IN_REGION,   /* a registered region */
-  METRICS_IN_FILE,     /* a file (.npy) */
-  METRICS_IN_CUDA_IPC, /* a client's GPU memory */
-  METRICS_IN_COUNT
-};
+#include "qdp_defs.h"
+#include "qdp_source.h"
 
 /* Where amplitudes went. */
 enum metrics_sink {
@@ -39,9 +30,9 @@ enum metrics_sink {
 
 /* The phases of a successful encode job. */
 enum metrics_phase {
-  METRICS_PHASE_INGEST, /* the input resolved, mapped or read in */
-  METRICS_PHASE_PLAN,   /* planned, checked and admitted */
-  METRICS_PHASE_ENCODE, /* the devices writing amplitudes (and amplitude's norm reduction) */
+  METRICS_PHASE_INGEST,     /* the input resolved, mapped or read in */
+  METRICS_PHASE_PLAN,       /* planned, checked and admitted */
+  METRICS_PHASE_ENCODE,     /* the devices writing amplitudes (and amplitude's norm reduction) */
   METRICS_PHASE_COLLECTIVE, /* the part of encode spent between shards (sharded states only) */
   METRICS_PHASE_COMMIT,     /* the new state filed in the store */
   METRICS_PHASE_COUNT
@@ -51,12 +42,10 @@ enum metrics_phase {
 
 struct metrics;
 
-/* The label values of methods and encodings, by index (kept by reference: static strings). */
+/* The label values of methods, by index (kept by reference: static strings). */
 struct metrics_names {
   const char *const *methods;
   size_t nmethods;
-  const char *const *encodings;
-  size_t nencodings;
 };
 
 qdp_status metrics_create(const struct metrics_names *names, struct metrics **ret,
@@ -67,12 +56,14 @@ void metrics_destroy(struct metrics *m); /* NULL-safe */
  * arrival to its answer. An index out of range is not counted. */
 void metrics_rpc(struct metrics *m, size_t method, unsigned code, double seconds);
 /* An encode job ended: its encoding, code, seconds in all and in its encode phase (< 0: it did
- * not get there). */
-void metrics_job(struct metrics *m, size_t encoding, unsigned code, double seconds,
+ * not get there). An encoding the table does not have is not counted. */
+void metrics_job(struct metrics *m, qdp_encoding encoding, unsigned code, double seconds,
                  double encode_seconds);
 /* A successful job spent `seconds` in phase ph. */
 void metrics_phase(struct metrics *m, enum metrics_phase ph, double seconds);
-void metrics_input(struct metrics *m, enum metrics_source src, uint64_t bytes);
+/* An encode job read `bytes` from source src (QDP_SOURCE_NONE, which holds none, is not counted).
+ */
+void metrics_input(struct metrics *m, enum qdp_source src, uint64_t bytes);
 void metrics_output(struct metrics *m, enum metrics_sink sink, uint64_t bytes);
 
 /* What a scrape samples, as of now. Strings are label values (escaped when rendered). */
@@ -83,7 +74,7 @@ struct metrics_device {
 };
 struct metrics_sample {
   const char *version, *backend, *transport; /* build info; transport: "local" or "mpi" */
-  bool serving;                               /* not draining */
+  bool serving;                              /* not draining */
   double uptime_seconds;
   uint64_t states, leases, regions, region_bytes, store_budget_bytes, store_used_bytes;
   uint64_t uploads, upload_bytes, upload_budget_bytes;

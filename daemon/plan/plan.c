@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "qdp_encodings.h"
 #include "qdp_size.h"
 
 __extension__ typedef unsigned __int128 plan_u128;
@@ -64,8 +65,10 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-static int is_iqp(qdp_encoding e) {
-  return e == QDP_ENCODING_IQP || e == QDP_ENCODING_IQP_Z;
+/* Whether e's Walsh-Hadamard stages exchange over the global bits (iqp): its shards must pair. */
+static int exchanges(qdp_encoding e) {
+  const struct qdp_encoding_desc *d = qdp_encoding_desc(e);
+  return d && d->exchange == QDP_EXCHANGE_WHT;
 }
 
 /* ---- the device set ---------------------------------------------------------------------------
@@ -230,24 +233,26 @@ static qdp_status check_qubits_batch(const struct plan_request *req, const struc
   return QDP_OK;
 }
 
-/* The values a sample carries against what the encoding of req->qubits takes. */
-static qdp_status check_values(const struct plan_request *req, const char *enc,
+/* The values a sample carries against what the encoding of req->qubits takes: up to one per
+ * amplitude, or exactly its parameters. */
+static qdp_status check_values(const struct plan_request *req, const struct qdp_encoding_desc *e,
                                struct qdp_error *reterr) {
+  const char *enc = e->name;
   const uint32_t n = req->qubits;
   const uint64_t want = qdp_values_per_sample(req->encoding, n);
   const uint64_t got = req->values_per_sample;
-  if (req->encoding == QDP_ENCODING_AMPLITUDE) {
+  if (e->layout == QDP_LAYOUT_AMPLITUDES) {
     if (got == 0) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
-                           "empty input: amplitude encoding of %u qubits expects 1..%llu values "
-                           "per sample, got 0",
-                           n, ull(want));
+                           "empty input: %s encoding of %u qubits expects 1..%llu values per "
+                           "sample, got 0",
+                           enc, n, ull(want));
     }
     if (got > want) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
-                           "length mismatch: amplitude encoding of %u qubits expects at most %llu "
-                           "values per sample, got %llu",
-                           n, ull(want), ull(got));
+                           "length mismatch: %s encoding of %u qubits expects at most %llu values "
+                           "per sample, got %llu",
+                           enc, n, ull(want), ull(got));
     }
   } else if (got != want) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
@@ -258,18 +263,16 @@ static qdp_status check_values(const struct plan_request *req, const char *enc,
   return QDP_OK;
 }
 
-/* The input dtype the encoding accepts, and a complex output dtype. */
-static qdp_status check_dtypes(const struct plan_request *req, const char *enc,
+/* An input dtype the encoding takes, and a complex output dtype. */
+static qdp_status check_dtypes(const struct plan_request *req, const struct qdp_encoding_desc *e,
                                struct qdp_error *reterr) {
-  const int basis = req->encoding == QDP_ENCODING_BASIS;
-  if (!(req->in_dtype == QDP_DTYPE_FLOAT32 || req->in_dtype == QDP_DTYPE_FLOAT64 ||
-        (basis && req->in_dtype == QDP_DTYPE_INT64))) {
+  if (!qdp_encoding_takes(e, req->in_dtype)) {
     const char *name = qdp_dtype_name(req->in_dtype);
+    char takes[64];
+    qdp_dtype_names(e->dtypes, takes, sizeof takes, " or ");
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.dtype",
-                         "input dtype %s (%d) is not accepted by %s encoding: expected float32 or "
-                         "float64%s",
-                         name ? name : "unknown", (int)req->in_dtype, enc,
-                         basis ? " or int64" : "");
+                         "input dtype %s (%d) is not accepted by %s encoding: expected %s",
+                         name ? name : "unknown", (int)req->in_dtype, e->name, takes);
   }
   if (req->out_dtype != QDP_DTYPE_COMPLEX64 && req->out_dtype != QDP_DTYPE_COMPLEX128) {
     const char *name = qdp_dtype_name(req->out_dtype);
@@ -306,12 +309,12 @@ static qdp_status check_size(const struct plan_request *req, const struct plan_l
 
 static qdp_status check_request(const struct plan_request *req, const struct plan_limits *lim,
                                 struct qdp_error *reterr) {
-  const char *enc = qdp_encoding_name(req->encoding);
-  if (req->encoding == QDP_ENCODING_UNSPECIFIED || !enc) {
+  const struct qdp_encoding_desc *enc = qdp_encoding_desc(req->encoding);
+  if (!enc) {
+    char names[128];
+    qdp_encoding_names(names, sizeof names, " or ");
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "encoding",
-                         "encoding %d is unknown: expected amplitude, angle, basis, iqp, iqp-z or "
-                         "phase",
-                         (int)req->encoding);
+                         "encoding %d is unknown: expected %s", (int)req->encoding, names);
   }
   qdp_status rc;
   QDP_TRY(rc, check_qubits_batch(req, lim, reterr));
@@ -450,7 +453,7 @@ static int shard_fits(const struct plan *p, const struct plan_world *w, size_t i
 static void snap_iqp_to_blocks(struct plan *p, const struct plan_world *w) {
   uint32_t k = p->iqp_top_bits;
   size_t d = p->nshards;
-  if (!is_iqp(p->encoding) || k == 0 || d < 2 || p->global_bits > 0 ||
+  if (!exchanges(p->encoding) || k == 0 || d < 2 || p->global_bits > 0 ||
       p->shards[0].count == p->amplitudes || d > ((size_t)1 << k)) {
     return;
   }
@@ -485,10 +488,10 @@ static qdp_status check_exchange(const struct plan *p, struct qdp_error *reterr)
   for (size_t i = 0; i < p->nshards; i++) {
     lo = p->shards[i].count < lo ? p->shards[i].count : lo;
     hi = p->shards[i].count > hi ? p->shards[i].count : hi;
-    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
-                   p->shards[i].count % block == 0;
+    whole_blocks =
+        whole_blocks && p->shards[i].first % block == 0 && p->shards[i].count % block == 0;
   }
-  if (!is_iqp(p->encoding) || p->global_bits > 0 || hi == p->amplitudes || whole_blocks) {
+  if (!exchanges(p->encoding) || p->global_bits > 0 || hi == p->amplitudes || whole_blocks) {
     return QDP_OK;
   }
   if (p->iqp_top_bits > 0) {
@@ -746,23 +749,18 @@ out:
 }
 
 uint64_t plan_workspace_bytes(const struct plan *p, const struct plan_shard *s) {
-  if (!p || !s) {
+  const struct qdp_encoding_desc *e = p && s ? qdp_encoding_desc(p->encoding) : NULL;
+  if (!e) {
     return 0;
   }
-  switch (p->encoding) {
-  case QDP_ENCODING_AMPLITUDE: {
+  if (e->reduction == QDP_REDUCTION_NORM) {
     uint64_t leaves = s->count / PLAN_NORM_LEAF + (s->count % PLAN_NORM_LEAF ? 1 : 0);
     return sat_mul(sat_mul(8, s->rows), sat_add(1, leaves));
   }
-  case QDP_ENCODING_IQP:
-  case QDP_ENCODING_IQP_Z:
-    if (p->global_bits <= p->iqp_top_bits) {
-      return 0;
-    }
+  if (e->exchange == QDP_EXCHANGE_WHT && p->global_bits > p->iqp_top_bits) {
     return s->bytes < PLAN_EXCHANGE_CHUNK_BYTES ? s->bytes : PLAN_EXCHANGE_CHUNK_BYTES;
-  default:
-    return 0;
   }
+  return 0;
 }
 
 static void compute_needs(struct plan *p, const struct plan_world *w) {
@@ -807,7 +805,7 @@ static qdp_status place_auto(struct plan *p, const struct plan_world *w, const s
     goto out;
   }
   const uint64_t cap = set->n < p->amplitudes ? set->n : p->amplitudes;
-  if (is_iqp(p->encoding)) {
+  if (exchanges(p->encoding)) {
     /* The global-bit exchange needs equal shard pairs: the largest power-of-two set, of the
      * devices with the most room since an even shard must fit the smallest of them. */
     QDP_TRY(rc, pick_largest(w, set, (size_t)1 << log2_floor(cap), &use, reterr));
@@ -863,7 +861,7 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
   p->ranks = world->ranks;
   p->staging_bytes = req->staging_bytes;
   p->output_external = req->output_external != 0;
-  if (is_iqp(req->encoding)) {
+  if (exchanges(req->encoding)) {
     p->iqp_top_bits = req->iqp_top_bits < req->qubits ? req->iqp_top_bits : req->qubits;
   }
   switch (req->policy) {
@@ -982,8 +980,8 @@ qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr) {
              "a batch of %llu %u-qubit %s states (%s) does not fit: ", ull(p->batch), p->qubits,
              dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
   } else {
-    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits,
-             dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
+    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits, dt ? dt : "?",
+             QDP_SIZE_STR(p->total_bytes));
   }
   /* Room for the list: what the hint and a closing "; ..." leave. */
   const size_t limit = sizeof msg - 1 - strlen(tail) - strlen("; ...");

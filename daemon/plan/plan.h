@@ -33,9 +33,10 @@
  * bytes, the last power of two a uint64 byte count can hold. */
 #define PLAN_MAX_QUBITS 60
 
-/* Amplitude encoding's norm workspace: one double per row for the shard's sum of squares, plus one
- * double per PLAN_NORM_LEAF amplitudes of the shard for the partial sums of the first reduction
- * level (the tree reduces each leaf block to one partial, then the partials to the row's sum). */
+/* A NORM reduction's (amplitude's) workspace: one double per row for the shard's sum of squares,
+ * plus one double per PLAN_NORM_LEAF amplitudes of the shard for the partial sums of the first
+ * reduction level (the tree reduces each leaf block to one partial, then the partials to the row's
+ * sum). */
 #define PLAN_NORM_LEAF 1024u
 
 /* IQP's Walsh-Hadamard stages over the global bits pair each shard with a partner shard; the pair
@@ -139,8 +140,9 @@ struct plan {
   int ranks;              /* the world's rank count when planned */
   uint64_t staging_bytes; /* the request's per-device staging figure */
   int output_external;    /* the request's: needs hold shard_bytes 0 */
-  /* iqp, iqp-z: min(qubits, the request's iqp_top_bits), the top bits the devices transform alone
-   * (the exchange runs over the global bits below them); 0 for the other encodings. */
+  /* An encoding with a WHT exchange (iqp, iqp-z): min(qubits, the request's iqp_top_bits), the top
+   * bits the devices transform alone (the exchange runs over the global bits below them); 0 for
+   * the other encodings. */
   uint32_t iqp_top_bits;
 };
 
@@ -201,12 +203,14 @@ void plan_destroy(struct plan *p); /* NULL-safe */
  * rank owns in all, which may exceed cap. */
 size_t plan_rank_shards(const struct plan *p, int rank, size_t *ret_idx, size_t cap);
 
-/* Workspace a device needs beyond its shard and staging (bytes, saturating at UINT64_MAX):
- *  amplitude        8 * rows * (1 + ceil(count / PLAN_NORM_LEAF)): the row's sum of squares and
- *                   the partial sums of the first reduction level;
- *  iqp, iqp-z       min(s->bytes, PLAN_EXCHANGE_CHUNK_BYTES) when p->global_bits > p->iqp_top_bits:
- *                   the receive buffer of the pairwise global-bit exchange; else 0 (in place);
- *  angle, phase, basis  0: every amplitude is computed in closed form in place. */
+/* Workspace a device needs beyond its shard and staging (bytes, saturating at UINT64_MAX), by what
+ * the encoding's row needs (common/qdp_encodings.h):
+ *  a NORM reduction (amplitude)  8 * rows * (1 + ceil(count / PLAN_NORM_LEAF)): the row's sum of
+ *                   squares and the partial sums of the first reduction level;
+ *  a WHT exchange (iqp, iqp-z)  min(s->bytes, PLAN_EXCHANGE_CHUNK_BYTES) when p->global_bits >
+ *                   p->iqp_top_bits: the receive buffer of the pairwise global-bit exchange; else
+ *                   0 (in place);
+ *  neither (angle, phase, basis)  0: every amplitude is computed in closed form in place. */
 uint64_t plan_workspace_bytes(const struct plan *p, const struct plan_shard *s);
 
 #endif /* QDP_PLAN_H */

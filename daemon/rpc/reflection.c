@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "codec.h"
-#include "internal.h"
 #include "qdp_wire.h"
+#include "reflection.h"
 #include "reflection.pb-c.h"
 
 extern const unsigned char qdp_reflection_set[];
@@ -220,13 +220,14 @@ static grpc_byte_buffer *answer(Grpc__Reflection__V1__ServerReflectionRequest *r
     return qdp_wire_pack(&r.base);
   }
   if (asked) {
-    snprintf(message, sizeof message,
-             "no %s '%.200s' here: qdpd has qdp.proto, health.proto and reflection.proto",
-             req->message_request_case ==
-                     GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME
-                 ? "file"
-                 : "symbol",
-             asked);
+    snprintf(
+        message, sizeof message,
+        "no %s '%.200s' here: qdpd has qdp.proto, health.proto and reflection.proto",
+        req->message_request_case ==
+                GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME
+            ? "file"
+            : "symbol",
+        asked);
   } else {
     snprintf(message, sizeof message,
              "no file here has extensions; ask list_services, file_by_filename or "
@@ -250,12 +251,12 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   }
   ProtobufCMessage *m = NULL;
   struct qdp_error err = QDP_ERROR_INIT;
-  qdp_status rc = rpc_codec_unpack(c->payload, &grpc__reflection__v1__server_reflection_request__descriptor,
-                                   &m, &err);
+  qdp_status rc = rpc_codec_unpack(
+      c->payload, &grpc__reflection__v1__server_reflection_request__descriptor, &m, &err);
   grpc_byte_buffer_destroy(c->payload);
   c->payload = NULL;
-  grpc_byte_buffer *bb = rc == QDP_OK ? answer((Grpc__Reflection__V1__ServerReflectionRequest *)m)
-                                      : NULL;
+  grpc_byte_buffer *bb =
+      rc == QDP_OK ? answer((Grpc__Reflection__V1__ServerReflectionRequest *)m) : NULL;
   rpc_codec_free(m);
   if (!bb) {
     if (rc == QDP_OK) {

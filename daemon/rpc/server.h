@@ -46,13 +46,9 @@ struct runtime_mesh;
 struct state_store;
 struct world;
 
-/* The daemon's own files (socket, lock, configuration, tokens) a caller can never have read or
- * replaced through it. */
-#define RPC_OWN_FILES_MAX 8
-
 struct rpc_server_deps {
   const struct config *cfg; /* read at create; runtime-changeable values again at apply_config */
-  const struct io_file_id *own_files;
+  const struct io_file_id *own_files; /* at most QDP_OWN_FILES_MAX (qdp_limits.h) */
   size_t nown;
   struct runtime_mesh *mesh;
   struct world *world; /* the ranks this coordinator plans over (a world of one without MPI) */

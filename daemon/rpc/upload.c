@@ -5,8 +5,8 @@
  * only declared, so uploads that declare much and send little hold little. An upload that sends
  * nothing for upload_idle_timeout is cancelled; one that ends before its declared size, or
  * without its last chunk marked when it declares none, fails with DATA_LOSS (CANCELLED when its
- * client is gone) and is never encoded. The encode itself then runs as a worker job
- * (rpc_h_upload_encode). Completion-queue thread, except where noted.
+ * client is gone) and is never encoded. The encode itself then runs as the call's worker job,
+ * which the server set to the method's handler. Completion-queue thread, except where noted.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -14,10 +14,11 @@
 
 #include <time.h>
 
-#include "qdp_size.h"
 #include "codec.h"
-#include "internal.h"
 #include "log.h"
+#include "qdp_size.h"
+#include "server_state.h"
+#include "upload.h"
 
 /* The first allocation of an upload whose size is not declared; it doubles from there. */
 #define UPLOAD_FIRST_CAP (1u << 20)
@@ -103,6 +104,16 @@ void rpc_upload_closed(struct rpc_call *c) {
   }
 }
 
+size_t rpc_upload_receiving(struct rpc_server *s) {
+  size_t n = 0;
+  uv_mutex_lock(&s->uploads_mu);
+  for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
+    n++;
+  }
+  uv_mutex_unlock(&s->uploads_mu);
+  return n;
+}
+
 /* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout, and
  * gives the verdict on short ones whose client showed no sign of leaving. */
 void rpc_upload_sweep(struct rpc_server *s) {
@@ -146,6 +157,8 @@ static bool recv_next(struct rpc_call *c) {
 void rpc_upload_begin(struct rpc_call *c) {
   struct rpc_server *s = c->srv;
   struct rpc_upload *u = &c->up;
+  c->closed = rpc_upload_closed;
+  c->release = rpc_upload_free;
   atomic_store(&u->last_ms, rpc_mono_ms());
   uv_mutex_lock(&s->uploads_mu);
   u->next = s->uploads;
@@ -286,8 +299,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
       goto drop;
     } else {
       untrack(c);
-      c->job = (struct rpc_job){.fn = rpc_h_upload_encode, .call = c, .srv = s};
-      rpc_submit(s, &c->job);
+      rpc_pool_submit(&s->pool, &c->job);
     }
     goto drop;
   }

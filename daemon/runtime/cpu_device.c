@@ -1,6 +1,7 @@
-/* The CPU backend: host-memory devices ("cpu:N") running the reference kernels of kernels/qdpk.h.
+/* The CPU backend: host-memory devices ("cpu:N") running the reference kernels of kernels/qdpk.h,
+ * each encoding's from the CPU table (qdpk_cpu_encoder).
  * It is both the oracle the GPU is tested against and a real backend for machines with no GPU.
- * Memory is plain host memory, so amp_load needs no copy and a butterfly between two cpu devices
+ * Memory is plain host memory, so norm_load needs no copy and a butterfly between two cpu devices
  * works on both buffers in place. */
 #include <errno.h>
 #include <inttypes.h>
@@ -51,8 +52,8 @@ static qdp_status cpu_read(struct runtime_device *d, const void *src, uint64_t b
   return QDP_OK;
 }
 
-static qdp_status cpu_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
-                               struct qdp_error *reterr) {
+static qdp_status cpu_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
+                                struct qdp_error *reterr) {
   /* The input already is in host memory, and stays valid for the whole job. */
   (void)d;
   (void)w;
@@ -60,10 +61,10 @@ static qdp_status cpu_amp_load(struct runtime_device *d, struct runtime_shard_wo
   return QDP_OK;
 }
 
-static qdp_status cpu_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
-                                uint64_t offset, uint64_t len, uint64_t block,
-                                const int32_t *scale_log2, double *ret_sums,
-                                struct qdp_error *reterr) {
+static qdp_status cpu_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w,
+                                 uint64_t offset, uint64_t len, uint64_t block,
+                                 const int32_t *scale_log2, double *ret_sums,
+                                 struct qdp_error *reterr) {
   (void)d;
   (void)reterr;
   const char *x = (const char *)w->x + offset * qdp_dtype_size(w->in);
@@ -80,48 +81,46 @@ static struct qdpk_span span_of(const struct runtime_shard_work *w) {
                             .out = w->plan->out_dtype};
 }
 
-static qdp_status cpu_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                                const double *sumsq, const int32_t *scale_log2,
-                                struct qdp_error *reterr) {
-  (void)d;
-  (void)reterr;
+/* A plan whose encoding this backend has no kernel for (cpu/encoders.c lacks its row). */
+static qdp_status no_kernel(const struct runtime_device *d, const struct runtime_shard_work *w,
+                            struct qdp_error *reterr) {
+  const char *name = qdp_encoding_name(w->plan->encoding);
+  return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                          "%s: the CPU backend has no kernel for encoding %s (%d)", d->info.name,
+                          name ? name : "unknown", (int)w->plan->encoding);
+}
+
+static qdp_status cpu_norm_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                                 const double *sumsq, const int32_t *scale_log2,
+                                 struct qdp_error *reterr) {
+  const struct qdpk_cpu_encoder *k = qdpk_cpu_encoder(w->plan->encoding);
+  if (!k || !k->scale) {
+    return no_kernel(d, w, reterr);
+  }
   struct qdpk_span s = span_of(w);
-  qdpk_cpu_amplitude(&s, w->x, w->in, w->in_stride, w->len, sumsq, scale_log2, w->out);
+  k->scale(&s, w->x, w->in, w->in_stride, w->len, sumsq, scale_log2, w->out);
   return QDP_OK;
 }
 
 static qdp_status cpu_encode(struct runtime_device *d, struct runtime_shard_work *w,
                              struct qdp_error *reterr) {
+  const struct qdpk_cpu_encoder *k = qdpk_cpu_encoder(w->plan->encoding);
+  if (!k || !k->encode) {
+    return no_kernel(d, w, reterr);
+  }
   struct qdpk_span s = span_of(w);
-  switch (w->plan->encoding) {
-  case QDP_ENCODING_ANGLE:
-    qdpk_cpu_angle(&s, w->x, w->in, w->in_stride, w->out);
+  switch (k->encode(&s, w->x, w->in, w->in_stride, w->out)) {
+  case 0:
     return QDP_OK;
-  case QDP_ENCODING_PHASE:
-    qdpk_cpu_phase(&s, w->x, w->in, w->in_stride, w->out);
-    return QDP_OK;
-  case QDP_ENCODING_BASIS:
-    qdpk_cpu_basis(&s, w->x, w->in, w->in_stride, w->out);
-    return QDP_OK;
-  case QDP_ENCODING_IQP:
-  case QDP_ENCODING_IQP_Z:
-    switch (qdpk_cpu_iqp(&s, w->x, w->in, w->in_stride, w->plan->encoding == QDP_ENCODING_IQP,
-                         w->out)) {
-    case 0:
-      return QDP_OK;
-    case QDPK_IQP_NO_MEMORY:
-      return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
-                              "%s: no host memory for the iqp kernel's scratch", d->info.name);
-    default:
-      return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
-                              "%s: iqp shard [%" PRIu64 ", +%" PRIu64
-                              ") is not a power-of-two range aligned to its size",
-                              d->info.name, s.first, s.count);
-    }
+  case QDPK_IQP_NO_MEMORY:
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, -1,
+                            "%s: no host memory for the %s kernel's scratch", d->info.name,
+                            k->name);
   default:
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
-                            "%s: encoding %d has no direct kernel", d->info.name,
-                            (int)w->plan->encoding);
+                            "%s: %s shard [%" PRIu64 ", +%" PRIu64
+                            ") is not a power-of-two range aligned to its size",
+                            d->info.name, k->name, s.first, s.count);
   }
 }
 
@@ -186,9 +185,9 @@ static const struct runtime_device_ops cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .read = cpu_read,
-    .amp_load = cpu_amp_load,
-    .amp_sumsq = cpu_amp_sumsq,
-    .amp_scale = cpu_amp_scale,
+    .norm_load = cpu_norm_load,
+    .norm_sumsq = cpu_norm_sumsq,
+    .norm_scale = cpu_norm_scale,
     .encode = cpu_encode,
     .butterfly = cpu_butterfly,
     .combine_host = cpu_combine_host,

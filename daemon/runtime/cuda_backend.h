@@ -2,7 +2,7 @@
  * behind the interface of runtime/device.h. Internal to runtime/: cuda_device.c (the ops table,
  * errors, the encodings other than amplitude, views), cuda_staging.c (host input through the
  * staging pair, reads), cuda_memory.c (allocations, the cache of freed buffers, amplitude scratch),
- * cuda_amplitude.c (the norm and the scale pass), cuda_exchange.c (global-bit stages) and
+ * cuda_norm.c (the norm and the scale pass), cuda_exchange.c (global-bit stages) and
  * cuda_mesh.c (discovery, devices, the mesh).
  *
  * Each device has two non-blocking streams, created once: its work stream, which every op queues
@@ -143,7 +143,7 @@ struct cuda_device {
   size_t nipc;
 };
 
-/* Amplitude's per-job device memory, between amp_load and work_done. */
+/* Amplitude's per-job device memory, between norm_load and work_done. */
 struct cuda_scratch {
   void *norms; /* device doubles: each row's total sum of squares, for pass 2 */
   uint64_t norms_cap;
@@ -225,7 +225,7 @@ static inline uint32_t log2_of(uint64_t pow2) {
     } \
   } while (0)
 
-/* The ops table (cuda_device.c). The ops below (cuda_read, cuda_alloc, cuda_amp_*, ...) keep the
+/* The ops table (cuda_device.c). The ops below (cuda_read, cuda_alloc, cuda_norm_*, ...) keep the
  * contracts runtime/device.h gives them. */
 extern const struct runtime_device_ops runtime_cuda_ops;
 
@@ -234,6 +234,9 @@ qdp_status cuda_failed(const struct runtime_device *d, cudaError_t err, const ch
                        struct qdp_error *reterr);
 qdp_status cuda_launch_failed(const struct runtime_device *d, qdp_status st, const char *kernel,
                               struct qdp_error *reterr);
+/* INTERNAL: the CUDA table has no launcher for p's encoding (what the op needs of it). */
+qdp_status cuda_no_kernel(const struct runtime_device *d, const struct plan *p,
+                          struct qdp_error *reterr);
 qdp_status cuda_use_device(struct runtime_device *d, struct qdp_error *reterr);
 qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                            struct qdp_error *reterr);
@@ -286,21 +289,22 @@ qdp_status cuda_pinned_grow(struct cuda_device *c, struct cuda_scratch *s, uint6
 struct cuda_scratch *cuda_scratch_take(struct cuda_device *c);
 void cuda_scratch_give(struct cuda_device *c, struct cuda_scratch *s);
 
-/* Amplitude (cuda_amplitude.c) */
-qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr);
-qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
+/* Amplitude (cuda_norm.c) */
+qdp_status cuda_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
                           struct qdp_error *reterr);
-qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
-uint32_t cuda_amp_part_log2(struct runtime_device *d, qdp_dtype in);
-qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr);
-qdp_status cuda_amp_combine(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
+qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr);
+qdp_status cuda_norm_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr);
+uint32_t cuda_norm_part_log2(struct runtime_device *d, qdp_dtype in);
+qdp_status cuda_norm_partials(struct runtime_device *d, struct runtime_shard_work *w,
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr);
+qdp_status cuda_norm_totals(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
                             uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
 
 /* Global-bit stages (cuda_exchange.c) */

@@ -1,5 +1,5 @@
-/* The CUDA backend's ops table, its error reporting and the encodings other than amplitude
- * (cuda_backend.h). */
+/* The CUDA backend's ops table, its error reporting and the encodings other than a NORM
+ * reduction's (cuda_backend.h), each run by its launcher in the CUDA table (qdpk_cuda_encoder). */
 #include "qdp_size.h"
 #include "runtime/cuda_backend.h"
 
@@ -123,18 +123,31 @@ static void cuda_query(struct runtime_device *d, uint64_t *ret_total, uint64_t *
   *ret_free = free_b + kept;
 }
 
-/* Angle, phase, basis, iqp and iqp-z with the staging held: the parameters go up in groups of
- * whole rows, each group encoded as soon as it lands. */
+/* A plan whose encoding this backend has no launcher for (encoders_cuda.c lacks its row). */
+qdp_status cuda_no_kernel(const struct runtime_device *d, const struct plan *p,
+                          struct qdp_error *reterr) {
+  const char *name = qdp_encoding_name(p->encoding);
+  return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
+                          "%s: the CUDA backend has no kernel for encoding %s (%d)", d->info.name,
+                          name ? name : "unknown", (int)p->encoding);
+}
+
+/* An encoding other than a NORM reduction's, with the staging held: the parameters go up in
+ * groups of whole rows, each group encoded by the encoding's launcher as soon as it lands. */
 static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work *w,
                                 struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   qdp_status rc = QDP_OK;
   const struct plan *p = w->plan;
+  const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(p->encoding);
   unsigned isize = qdp_dtype_size(w->in);
   unsigned osize = qdp_dtype_size(p->out_dtype);
   uint64_t rows = w->shard->rows, count = w->shard->count;
   uint64_t row_bytes = w->in_stride * isize;
   uint64_t per = row_bytes ? c->stage_bytes / row_bytes : 0;
+  if (!k || !k->encode) {
+    return cuda_no_kernel(d, p, reterr);
+  }
   if (per == 0) {
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
                             "%s: a row of %llu parameter bytes does not fit the %llu B staging "
@@ -157,28 +170,9 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
                                nr, w->pinned, reterr));
     xs = c->stage_dev[slot];
     span.rows = nr;
-    switch (p->encoding) {
-    case QDP_ENCODING_ANGLE:
-      K_TRY(rc, d, "qdpk_angle", qdpk_angle(&span, xs, w->in, w->in_stride, o, c->stream));
-      break;
-    case QDP_ENCODING_PHASE:
-      K_TRY(rc, d, "qdpk_phase", qdpk_phase(&span, xs, w->in, w->in_stride, o, c->stream));
-      break;
-    case QDP_ENCODING_BASIS:
-      K_TRY(rc, d, "qdpk_basis", qdpk_basis(&span, xs, w->in, w->in_stride, o, c->stream));
-      break;
-    case QDP_ENCODING_IQP:
-    case QDP_ENCODING_IQP_Z:
-      /* The top bits and the local ones; the executor runs the global bits below the top. */
-      K_TRY(rc, d, "qdpk_iqp",
-            qdpk_iqp(&span, xs, w->in, w->in_stride, p->encoding == QDP_ENCODING_IQP, o,
-                     c->stream));
-      break;
-    default:
-      rc = qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
-                            "%s: encoding %d has no direct kernel", d->info.name, (int)p->encoding);
-      goto out;
-    }
+    /* With a WHT exchange: the top bits and the local ones; the executor runs the global bits
+     * below the top. */
+    K_TRY(rc, d, k->name, k->encode(&span, xs, w->in, w->in_stride, o, c->stream));
     QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
     slot ^= 1;
   }
@@ -238,12 +232,12 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .read = cuda_read,
-    .amp_load = cuda_amp_load,
-    .amp_sumsq = cuda_amp_sumsq,
-    .amp_scale = cuda_amp_scale,
-    .amp_part_log2 = cuda_amp_part_log2,
-    .amp_partials = cuda_amp_partials,
-    .amp_combine = cuda_amp_combine,
+    .norm_load = cuda_norm_load,
+    .norm_sumsq = cuda_norm_sumsq,
+    .norm_scale = cuda_norm_scale,
+    .norm_part_log2 = cuda_norm_part_log2,
+    .norm_partials = cuda_norm_partials,
+    .norm_totals = cuda_norm_totals,
     .encode = cuda_encode,
     .iqp_top_bits = QDPK_IQP_TOP_BITS,
     .butterfly = cuda_butterfly,

@@ -18,9 +18,10 @@
 
 struct runtime_device;
 
-/* One shard of one job, as a backend sees it. `x` is host memory: for amplitude the value of
- * global index shard->first of the shard's first row (len values present from there, rows
- * in_stride apart); for the other encodings the parameters of the shard's first row. */
+/* One shard of one job, as a backend sees it. `x` is host memory: for an encoding whose values
+ * are laid out by amplitude (common/qdp_encodings.h) the value of global index shard->first of the
+ * shard's first row (len values present from there, rows in_stride apart); for the others the
+ * parameters of the shard's first row. */
 struct runtime_shard_work {
   const struct plan *plan;
   const struct plan_shard *shard;
@@ -28,7 +29,7 @@ struct runtime_shard_work {
   const void *x;
   qdp_dtype in;
   uint64_t in_stride;
-  uint64_t len; /* amplitude: input values present from shard->first, <= shard->count */
+  uint64_t len; /* values laid out by amplitude: those present from shard->first, <= count */
   /* The copy engine reads x directly (cudaMemcpyDefault: UVA tells which): registered
    * (page-locked) host memory, or device memory of a client's allocation (CUDA IPC input) on
    * this or another GPU of the mesh, copied device to device. */
@@ -36,13 +37,13 @@ struct runtime_shard_work {
   /* x is memory of this very device (a client's allocation on the shard's GPU): the kernels read
    * it in place, with no copy into the staging or the shard's buffer. */
   bool x_on_device;
-  bool x_host; /* x is host memory (inline, a mapped file or region): the host can read it */
-  void *scratch; /* the backend's, between amp_load and work_done */
+  bool x_host;   /* x is host memory (inline, a mapped file or region): the host can read it */
+  void *scratch; /* the backend's, between norm_load and work_done */
 };
 
 /* One partial sum of the device path: values [offset, offset + len) of the loaded slice, the
  * aligned subtree of 2^log2 values from offset (zeros past len). */
-struct runtime_amp_part {
+struct runtime_sum_part {
   uint64_t offset, len;
   uint32_t log2;
 };
@@ -60,48 +61,53 @@ struct runtime_device_ops {
   /* Device memory -> host memory. */
   qdp_status (*read)(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);
-  /* Amplitude: bring the shard's input slice to the device. */
-  qdp_status (*amp_load)(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr);
-  /* Amplitude: pairwise sums of squares (qdpk contract) per row over the aligned block
+  /* The NORM reduction (the encodings whose row needs it, common/qdp_encodings.h: amplitude), in
+   * the order the executor runs it: load, the partial sums (norm_sumsq on the host, or
+   * norm_partials and norm_totals over a device collective), then norm_scale.
+   * Bring the shard's input slice to the device. */
+  qdp_status (*norm_load)(struct runtime_device *d, struct runtime_shard_work *w,
+                          struct qdp_error *reterr);
+  /* Pairwise sums of squares (qdpk contract) per row over the aligned block
    * [shard->first + offset, + block) of the loaded slice, len of its values present. scale_log2:
    * NULL, or one exponent per row of the shard: the leaves are then (x * 2^e)^2 (qdpk_cpu_sumsq),
    * the norm's fallback for samples whose plain sum of squares under- or overflows. */
-  qdp_status (*amp_sumsq)(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
-                          struct qdp_error *reterr);
-  /* Amplitude: write the shard's amplitudes given each row's total sum of squares (NULL: the
-   * totals amp_combine left on the device) and, with the fallback, each row's exponent (NULL:
-   * none; host memory, as sumsq). */
-  qdp_status (*amp_scale)(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2, struct qdp_error *reterr);
-  /* Amplitude's norm over a device collective; NULL where the backend has none (the executor
+  qdp_status (*norm_sumsq)(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr);
+  /* Write the shard's amplitudes with the encoding's scale kernel given each row's total sum of
+   * squares (NULL: the totals norm_totals left on the device) and, with the fallback, each row's
+   * exponent (NULL: none; host memory, as sumsq). */
+  qdp_status (*norm_scale)(struct runtime_device *d, struct runtime_shard_work *w,
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr);
+  /* The norm over a device collective; NULL where the backend has none (the executor
    * then reduces on the host). A part is an aligned subtree of the pairwise tree inside the
-   * loaded slice (runtime_amp_part); one part covers at most 2^amp_part_log2 values. */
-  uint32_t (*amp_part_log2)(struct runtime_device *d, qdp_dtype in);
+   * loaded slice (runtime_sum_part); one part covers at most 2^norm_part_log2 values. */
+  uint32_t (*norm_part_log2)(struct runtime_device *d, qdp_dtype in);
   /* Enqueues each row's sum of squares of every part into the device buffer *ret_send
    * ([rows][stride] doubles, part k in column k), sizes *ret_recv for `members` such buffers, and
    * uploads `all` (the combine's descriptors, src indexing the recv buffer); *ret_stream is the
    * stream it is all ordered on. Does not wait for the device. */
-  qdp_status (*amp_partials)(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr);
+  qdp_status (*norm_partials)(struct runtime_device *d, struct runtime_shard_work *w,
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr);
   /* Enqueues, behind the gather that fills the recv buffer: each row's total along the tree into
-   * the device's norms for amp_scale, and a copy of the totals into host memory at *ret_totals
+   * the device's norms for norm_scale, and a copy of the totals into host memory at *ret_totals
    * (rows doubles, readable once the stream is done, until work_done). Neither waits nor
    * allocates, so a gather that never completes cannot block it: the caller waits on the stream
    * (within its bounds). */
-  qdp_status (*amp_combine)(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
+  qdp_status (*norm_totals)(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
                             uint64_t stride, const double **ret_totals, struct qdp_error *reterr);
-  /* Angle, phase, basis: the final amplitudes; iqp, iqp-z: phases and the local-bit transform,
-   * and the transform over the state's top min(n, iqp_top_bits) bits too. */
+  /* Every other encoding: the encoding's kernel of the backend's table writes the shard's
+   * amplitudes; with a WHT exchange, the transform of its local bits and of the state's top
+   * min(n, iqp_top_bits) bits too (the executor runs the global bits below them). */
   qdp_status (*encode)(struct runtime_device *d, struct runtime_shard_work *w,
                        struct qdp_error *reterr);
-  /* The top bits of an iqp state that encode transforms on every shard with no exchange
-   * (QDPK_IQP_TOP_BITS on the CPU and CUDA backends, 0 where a backend has no such kernel): the global-bit stages
-   * run only over the global bits below them. */
+  /* The top bits of a WHT-exchange state (iqp) that encode transforms on every shard with no
+   * exchange (QDPK_IQP_TOP_BITS on the CPU and CUDA backends, 0 where a backend has no such
+   * kernel): the global-bit stages run only over the global bits below them. */
   uint32_t iqp_top_bits;
   /* One global-bit stage between two equal shards on devices da and db: (a, b) <- (a+b, a-b).
    * *ret_how names the path the data took: "local" (one memory or one device), "peer" (a kernel
@@ -123,7 +129,7 @@ struct runtime_device_ops {
   qdp_status (*combine_group)(struct runtime_device *d, void *mine, qdp_dtype out, uint64_t count,
                               int high, struct device_comm *c, size_t local, int peer,
                               struct qdp_error *reterr);
-  /* Frees what amp_load kept in w->scratch. NULL-safe on scratch. */
+  /* Frees what norm_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
 
   /* Zero-copy views (views.c). The CUDA IPC handle (RUNTIME_IPC_HANDLE_BYTES) of the allocation

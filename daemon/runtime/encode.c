@@ -24,9 +24,7 @@ static int plan_copy(const struct plan *src, struct plan *dst) {
 static qdp_status bad_params(const struct plan *p, const struct runtime_input *in,
                              enum qdpk_param_fault f, uint64_t row, uint64_t col, double sum,
                              struct qdp_error *reterr) {
-  const char *what = p->encoding == QDP_ENCODING_ANGLE   ? "angles"
-                     : p->encoding == QDP_ENCODING_PHASE ? "phases"
-                                                         : "coefficients";
+  const char *what = qdp_encoding_desc(p->encoding)->noun;
   int single = p->out_dtype == QDP_DTYPE_COMPLEX64;
   switch (f) {
   case QDPK_PARAM_NOT_FINITE:
@@ -53,16 +51,15 @@ static qdp_status bad_params(const struct plan *p, const struct runtime_input *i
 static qdp_status check_values(const struct plan *p, const struct runtime_input *in,
                                struct qdp_error *reterr) {
   uint64_t index = 0;
-  switch (p->encoding) {
-  case QDP_ENCODING_ANGLE:
-  case QDP_ENCODING_PHASE:
-  case QDP_ENCODING_IQP:
-  case QDP_ENCODING_IQP_Z: {
+  const enum qdp_check check = qdp_encoding_desc(p->encoding)->check;
+  switch (check) {
+  case QDP_CHECK_FINITE:
+  case QDP_CHECK_FINITE_SUM: {
     /* A window holds whole rows (the parameters of a sample are never split). Only iqp's theta
      * sums the values; angle and phase multiply per-qubit factors of magnitude at most 1. */
     uint64_t row = 0, col = 0;
     double sum = 0;
-    int summed = p->encoding == QDP_ENCODING_IQP || p->encoding == QDP_ENCODING_IQP_Z;
+    int summed = check == QDP_CHECK_FINITE_SUM;
     enum qdpk_param_fault f = qdpk_cpu_check_params(in->data, in->dtype, in->cols, in->cols,
                                                     encode_input_count(in) / in->cols, p->out_dtype,
                                                     summed, &row, &col, &sum);
@@ -70,7 +67,7 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
                ? QDP_OK
                : bad_params(p, in, f, row + encode_input_first(in) / in->cols, col, sum, reterr);
   }
-  case QDP_ENCODING_BASIS: {
+  case QDP_CHECK_INDEX: {
     /* Basis input is whole rows (one index each), so a window is whole rows too. */
     enum qdpk_basis_fault f = qdpk_cpu_check_basis(
         in->data, in->dtype, in->cols, encode_input_count(in) / in->cols, p->qubits, &index);
@@ -97,11 +94,11 @@ static qdp_status check_values(const struct plan *p, const struct runtime_input 
 }
 
 /* check_values on the host: a device input's parameters (batch x values per sample, far smaller
- * than the state) are copied there for it; amplitude input is never read here, its checks run on
- * the devices' sums. */
+ * than the state) are copied there for it; the input of an encoding with no check here
+ * (amplitude) is never read here, its checks run on the devices' sums. */
 static qdp_status check_input_values(struct runtime_mesh *m, const struct plan *p,
                                      const struct runtime_input *in, struct qdp_error *reterr) {
-  if (!in->on_device || p->encoding == QDP_ENCODING_AMPLITUDE) {
+  if (!in->on_device || qdp_encoding_desc(p->encoding)->check == QDP_CHECK_NONE) {
     return check_values(p, in, reterr);
   }
   uint64_t bytes = in->rows * in->cols * qdp_dtype_size(in->dtype);
@@ -146,7 +143,7 @@ static qdp_status check_device_input(const struct runtime_mesh *m, const struct 
 static qdp_status check_input_shape(const struct plan *p, const struct runtime_input *in,
                                     struct qdp_error *reterr) {
   if (in->rows != p->batch || in->dtype != p->in_dtype || in->cols == 0 ||
-      (p->encoding == QDP_ENCODING_AMPLITUDE
+      (qdp_encoding_desc(p->encoding)->layout == QDP_LAYOUT_AMPLITUDES
            ? in->cols > p->amplitudes
            : in->cols != qdp_values_per_sample(p->encoding, p->qubits))) {
     return qdp_error_set(
@@ -195,12 +192,12 @@ static qdp_status check_output(const struct runtime_mesh *m, const struct plan *
   return QDP_OK;
 }
 
-/* A plan that splits an iqp sample was made for devices that transform its top iqp_top_bits bits
- * alone; a device of this rank that takes another number would give another state (and skip or
- * repeat stages): refused, whichever rank planned it. */
+/* A plan that splits a sample of a WHT exchange (iqp) was made for devices that transform its top
+ * iqp_top_bits bits alone; a device of this rank that takes another number would give another
+ * state (and skip or repeat stages): refused, whichever rank planned it. */
 static qdp_status check_iqp_top_bits(const struct runtime_mesh *m, const struct plan *p,
                                      struct qdp_error *reterr) {
-  if ((p->encoding != QDP_ENCODING_IQP && p->encoding != QDP_ENCODING_IQP_Z) ||
+  if (qdp_encoding_desc(p->encoding)->exchange != QDP_EXCHANGE_WHT ||
       p->shards[0].count == p->amplitudes) {
     return QDP_OK;
   }
@@ -212,10 +209,10 @@ static qdp_status check_iqp_top_bits(const struct runtime_mesh *m, const struct 
     uint32_t top = d->ops->iqp_top_bits < p->qubits ? d->ops->iqp_top_bits : p->qubits;
     if (top != p->iqp_top_bits) {
       return qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, d->info.ordinal, -1,
-                              "%s transforms the top %u bits of an iqp state alone, but the plan "
+                              "%s transforms the top %u bits of an %s state alone, but the plan "
                               "was made for devices that take %u: the world's devices must be of "
                               "one backend to share an iqp state",
-                              d->info.name, top, p->iqp_top_bits);
+                              d->info.name, top, qdp_encoding_name(p->encoding), p->iqp_top_bits);
     }
   }
   return QDP_OK;
@@ -297,7 +294,7 @@ static qdp_status take_shards(struct runtime_state *st, const struct runtime_inp
                                           .x_on_device = in->on_device && in->device == sh->device,
                                           .x_host = !in->on_device};
     uint64_t row0 = sh->row_first * in->cols;
-    if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
+    if (qdp_encoding_desc(st->plan.encoding)->layout == QDP_LAYOUT_AMPLITUDES) {
       k->work.len = encode_shard_len(sh, in->cols);
       k->work.x = k->work.len ? encode_input_at(in, row0 + sh->first) : in->data;
     } else {
@@ -308,17 +305,19 @@ out:
   return rc;
 }
 
-/* The job's work on its n local shards: amplitude's norm and scale pass, or the other encodings
- * and, for a sharded iqp state, its global-bit stages. */
+/* The job's work on its n local shards, as its encoding's row says: a NORM reduction's norm and
+ * scale pass, or the encoding's kernel and, for a sharded state of a WHT exchange, its global-bit
+ * stages. */
 static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, size_t n,
                              const struct runtime_input *in, struct qdp_error *reterr) {
-  if (st->plan.encoding == QDP_ENCODING_AMPLITUDE) {
-    return encode_run_amplitude(st, t, n, in, reterr);
+  const struct qdp_encoding_desc *e = qdp_encoding_desc(st->plan.encoding);
+  if (e->reduction == QDP_REDUCTION_NORM) {
+    return encode_run_norm(st, t, n, in, reterr);
   }
   runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_encode);
   qdp_status rc = encode_first_failure(t, n, reterr);
   uint32_t stages = 0;
-  if (st->plan.encoding == QDP_ENCODING_IQP || st->plan.encoding == QDP_ENCODING_IQP_Z) {
+  if (e->exchange == QDP_EXCHANGE_WHT) {
     /* The devices' encode took the state's top bits; the global bits below them exchange. */
     uint32_t g = st->plan.global_bits, top = st->plan.iqp_top_bits;
     stages = g > top ? g - top : 0;
@@ -353,6 +352,10 @@ qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
   if (!p->feasible || p->nshards == 0) {
     return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
                          "the plan is not feasible; nothing was encoded");
+  }
+  if (!qdp_encoding_desc(p->encoding)) {
+    return qdp_error_set(reterr, QDP_ERR_INTERNAL, "encoding",
+                         "the plan's encoding %d is unknown to this daemon", (int)p->encoding);
   }
   for (size_t i = 0; i < p->nshards; i++) {
     if (p->shards[i].rank == m->rank && p->shards[i].device >= m->count) {

@@ -2,7 +2,7 @@
  *
  * encode.c drives a job (checks, shard allocation, the order of the phases) and owns the state;
  * encode_tasks.c holds the per-shard tasks that run on every device at once and the input helpers;
- * encode_norm.c the amplitude norm on the host, its scaled fallback and the amplitude job;
+ * encode_norm.c the norm on the host, its scaled fallback and the job of a NORM reduction;
  * encode_collective.c the norm over a device collective; encode_stages.c the global-bit
  * Walsh-Hadamard stages between shard pairs.
  */
@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "collectives.h"
+#include "qdp_encodings.h"
 #include "qdp_limits.h"
 #include "qdpk.h"
 #include "runtime/mesh.h"
@@ -37,7 +38,7 @@ struct shard_task {
   const int32_t *scales; /* amplitude: the rows' fallback exponents (settle_norms); NULL: none */
   /* The device-collective norm: this shard's parts, the buffers the gather reads and fills, and
    * the totals its device combined (host copy). */
-  struct runtime_amp_part *parts;
+  struct runtime_sum_part *parts;
   size_t nparts;
   const struct qdpk_norm_part *all;
   size_t nall;
@@ -103,7 +104,8 @@ static inline double encode_value_at(const struct runtime_input *in, uint64_t fl
   }
 }
 
-/* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers (runtime_workers_run). */
+/* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers
+ * (runtime_workers_run). */
 double encode_now_ms(void);
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr);
 void *encode_task_sumsq(void *arg);
@@ -115,9 +117,9 @@ qdp_status encode_bad_value(struct qdp_error *reterr, const char *what, uint64_t
                             double v);
 bool encode_spans_ranks(const struct plan *p);
 
-/* The norm on the host and the amplitude job (encode_norm.c). */
-qdp_status encode_run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
-                                const struct runtime_input *in, struct qdp_error *reterr);
+/* The norm on the host and the job of a NORM reduction (encode_norm.c). */
+qdp_status encode_run_norm(struct runtime_state *st, struct shard_task *t, size_t n,
+                           const struct runtime_input *in, struct qdp_error *reterr);
 
 /* The norm over a device collective (encode_collective.c). */
 struct device_comm *encode_job_group(const struct runtime_mesh *m, const struct plan *p);

@@ -42,7 +42,7 @@ bool encode_device_norm_possible(const struct runtime_mesh *m, const struct devi
     members[i] = encode_shard_member(m, c, sh);
   }
   for (size_t i = 0; i < n; i++) {
-    if (!t[i].dev->ops->amp_partials) {
+    if (!t[i].dev->ops->norm_partials) {
       return false;
     }
   }
@@ -52,7 +52,7 @@ bool encode_device_norm_possible(const struct runtime_mesh *m, const struct devi
 /* A shard's parts: its norm blocks, each cut into aligned pieces of at most 2^span values, with
  * the values present only (an absent subtree is zero in the tree). ret NULL: only counts. */
 static size_t shard_parts(const struct plan_shard *sh, uint64_t len, uint32_t span,
-                          struct runtime_amp_part *ret) {
+                          struct runtime_sum_part *ret) {
   struct norm_block split[NORM_BLOCKS_MAX];
   size_t nb = norm_split(sh->first, sh->first + sh->count, split), k = 0;
   for (size_t b = 0; b < nb; b++) {
@@ -62,7 +62,7 @@ static size_t shard_parts(const struct plan_shard *sh, uint64_t len, uint32_t sp
     for (uint64_t at = 0; at < present; at += UINT64_C(1) << lg, k++) {
       uint64_t piece = present - at < (UINT64_C(1) << lg) ? present - at : UINT64_C(1) << lg;
       if (ret) {
-        ret[k] = (struct runtime_amp_part){.offset = offset + at, .len = piece, .log2 = lg};
+        ret[k] = (struct runtime_sum_part){.offset = offset + at, .len = piece, .log2 = lg};
       }
     }
   }
@@ -128,7 +128,7 @@ static qdp_status norm_parts(const struct runtime_state *st, const struct runtim
     nall += k;
   }
   struct qdpk_norm_part *all = calloc(nall ? nall : 1, sizeof *all);
-  struct runtime_amp_part *parts = calloc(stride, sizeof *parts);
+  struct runtime_sum_part *parts = calloc(stride, sizeof *parts);
   if (!all || !parts) {
     free(all);
     free(parts);
@@ -202,7 +202,7 @@ static qdp_status gather_totals(struct runtime_state *st, struct shard_task *t, 
    * of hanging this one. */
   for (size_t i = 0; i < n; i++) {
     QDP_TRY(rc,
-            t[i].dev->ops->amp_combine(t[i].dev, &t[i].work, nall, stride, &t[i].totals, reterr));
+            t[i].dev->ops->norm_totals(t[i].dev, &t[i].work, nall, stride, &t[i].totals, reterr));
   }
   for (size_t i = 0; i < n; i++) {
     QDP_TRY(rc,
@@ -235,7 +235,7 @@ out:
 qdp_status encode_device_norms(struct runtime_state *st, struct shard_task *t, size_t n,
                                const struct runtime_input *in, struct device_comm *c, double *sumsq,
                                struct qdp_error *reterr) {
-  uint32_t span = t[0].dev->ops->amp_part_log2(t[0].dev, in->dtype);
+  uint32_t span = t[0].dev->ops->norm_part_log2(t[0].dev, in->dtype);
   struct qdpk_norm_part *all = NULL;
   size_t nall = 0, stride = 1;
   qdp_status rc = norm_parts(st, in, c, span, &all, &nall, &stride, reterr);

@@ -1,5 +1,5 @@
-/* The amplitude norm on the host, along its fixed tree, its scaled fallback, and the amplitude job
- * (encode.h). */
+/* The norm on the host, along its fixed tree, its scaled fallback, and the job of a NORM
+ * reduction (amplitude) (encode.h). */
 #include "runtime/encode.h"
 
 /* One norm block of one sample, as the ranks exchange them. */
@@ -314,11 +314,11 @@ out:
   return rc;
 }
 
-/* Amplitude: each sample's sum of squares along the one tree (over the device group where there
- * is one, else on the host), checked and, where it must be, redone scaled (settle_norms), then
- * pass 2 on every shard. */
-qdp_status encode_run_amplitude(struct runtime_state *st, struct shard_task *t, size_t n,
-                                const struct runtime_input *in, struct qdp_error *reterr) {
+/* A NORM reduction: each sample's sum of squares along the one tree (over the device group where
+ * there is one, else on the host), checked and, where it must be, redone scaled (settle_norms),
+ * then pass 2 on every shard. */
+qdp_status encode_run_norm(struct runtime_state *st, struct shard_task *t, size_t n,
+                           const struct runtime_input *in, struct qdp_error *reterr) {
   const struct plan *p = &st->plan;
   if (n == 0 && !encode_spans_ranks(p)) {
     return QDP_OK; /* the coordinator of a job held wholly by another rank */

@@ -27,7 +27,7 @@ void *encode_task_sumsq(void *arg) {
   struct runtime_shard_work *w = &t->work;
   t->rc = QDP_OK;
   if (!t->loaded) {
-    t->rc = t->dev->ops->amp_load(t->dev, w, &t->err);
+    t->rc = t->dev->ops->norm_load(t->dev, w, &t->err);
     t->loaded = t->rc == QDP_OK;
   }
   uint64_t rows = w->shard->rows;
@@ -47,7 +47,7 @@ void *encode_task_sumsq(void *arg) {
       }
       continue;
     }
-    t->rc = t->dev->ops->amp_sumsq(t->dev, w, offset, len, size, t->scales, sums, &t->err);
+    t->rc = t->dev->ops->norm_sumsq(t->dev, w, offset, len, size, t->scales, sums, &t->err);
     for (uint64_t r = 0; t->rc == QDP_OK && r < rows; r++) {
       t->blocks[r * t->nblocks + b] = *blk;
       t->blocks[r * t->nblocks + b].sum = sums[r];
@@ -59,7 +59,7 @@ void *encode_task_sumsq(void *arg) {
 
 void *encode_task_scale(void *arg) {
   struct shard_task *t = arg;
-  t->rc = t->dev->ops->amp_scale(t->dev, &t->work, t->sumsq, t->scales, &t->err);
+  t->rc = t->dev->ops->norm_scale(t->dev, &t->work, t->sumsq, t->scales, &t->err);
   return NULL;
 }
 
@@ -78,11 +78,11 @@ void *encode_task_butterfly(void *arg) {
 
 void *encode_task_partials(void *arg) {
   struct shard_task *t = arg;
-  t->rc = t->dev->ops->amp_load(t->dev, &t->work, &t->err);
+  t->rc = t->dev->ops->norm_load(t->dev, &t->work, &t->err);
   t->loaded = t->rc == QDP_OK;
   if (t->rc == QDP_OK) {
-    t->rc = t->dev->ops->amp_partials(t->dev, &t->work, t->parts, t->nparts, t->stride, t->members,
-                                      t->all, t->nall, &t->send, &t->recv, &t->stream, &t->err);
+    t->rc = t->dev->ops->norm_partials(t->dev, &t->work, t->parts, t->nparts, t->stride, t->members,
+                                       t->all, t->nall, &t->send, &t->recv, &t->stream, &t->err);
   }
   return NULL;
 }

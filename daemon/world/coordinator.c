@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "qdp_encodings.h"
 #include "world/internal.h"
 
 /* Coordinator, after a job that used the device group: once any rank's copy of the group was
@@ -143,9 +144,11 @@ void coordinator_release(void *ctx, uint64_t job, const struct plan *p) {
 
 /* ---- jobs ---- */
 
-/* The flattened input values rank's shards read: one range, as shards of a rank are contiguous. */
+/* The flattened input values rank's shards read: one range, as shards of a rank are contiguous.
+ * Values laid out by amplitude are read from each shard's own index range, parameters whole. */
 static void rank_window(const struct plan *p, uint64_t cols, int rank, uint64_t *ret_first,
                         uint64_t *ret_count) {
+  const bool by_amplitude = qdp_encoding_desc(p->encoding)->layout == QDP_LAYOUT_AMPLITUDES;
   uint64_t lo = UINT64_MAX, hi = 0;
   for (size_t i = 0; i < p->nshards; i++) {
     const struct plan_shard *sh = &p->shards[i];
@@ -153,7 +156,7 @@ static void rank_window(const struct plan *p, uint64_t cols, int rank, uint64_t 
       continue;
     }
     uint64_t first = sh->row_first * cols, end = (sh->row_first + sh->rows) * cols;
-    if (p->encoding == QDP_ENCODING_AMPLITUDE) {
+    if (by_amplitude) {
       if (sh->first >= cols) {
         continue; /* padding only: reads nothing */
       }

@@ -119,8 +119,8 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
    * unless every shard holds whole blocks of the top bits its devices transform alone. */
   bool iqp = p->encoding == QDP_ENCODING_IQP || p->encoding == QDP_ENCODING_IQP_Z;
   uint32_t top = r->iqp_top_bits < p->qubits ? r->iqp_top_bits : p->qubits;
-  FUZZ_CHECK(p->iqp_top_bits == (iqp ? top : 0), "%u top bits for a request of %u",
-             p->iqp_top_bits, r->iqp_top_bits);
+  FUZZ_CHECK(p->iqp_top_bits == (iqp ? top : 0), "%u top bits for a request of %u", p->iqp_top_bits,
+             r->iqp_top_bits);
   uint64_t block = p->amplitudes >> top;
   bool whole_blocks = top > 0;
   uint32_t g = 0;
@@ -136,8 +136,8 @@ static void check_plan(const struct plan *p, const struct plan_request *r, const
   }
   for (size_t i = 0; i < p->nshards; i++) {
     split = split || p->shards[i].count < p->amplitudes;
-    whole_blocks = whole_blocks && p->shards[i].first % block == 0 &&
-                   p->shards[i].count % block == 0;
+    whole_blocks =
+        whole_blocks && p->shards[i].first % block == 0 && p->shards[i].count % block == 0;
   }
   FUZZ_CHECK(p->global_bits == g, "%u global bits for %zu shards (expected %u)", p->global_bits,
              p->nshards, g);
@@ -345,9 +345,9 @@ static void encode_request(const Qdp__EncodeRequest *r) {
   }
 }
 
-/* EncodeUpload (rpc/upload.c declare, then rpc_h_upload_encode): the first message's declared
- * limit, then the bytes an upload could have sent within it, taken here as the length of the
- * message's own data field. */
+/* EncodeUpload (rpc/upload.c declare, then its handler in rpc/handlers.c): the first message's
+ * declared limit, then the bytes an upload could have sent within it, taken here as the length of
+ * the message's own data field. */
 static void upload_first(const Qdp__UploadChunk *ch) {
   if (!ch->request || !ch->request->input ||
       ch->request->input->source_case != QDP__INPUT__SOURCE__NOT_SET) {
@@ -375,7 +375,7 @@ static void upload_first(const Qdp__UploadChunk *ch) {
   shaped(ch->request, in, sent, "request.input");
 }
 
-/* Every request message the server decodes (rpc/server.c rpc_methods). */
+/* Every request message the server decodes (rpc/call.c rpc_methods). */
 static const ProtobufCMessageDescriptor *const requests[] = {
     &qdp__encode_request__descriptor,   &qdp__upload_chunk__descriptor,
     &qdp__describe_request__descriptor, &qdp__list_request__descriptor,

@@ -40,7 +40,7 @@ static void same_bits(struct qdpt_ipc *d, const char *what, struct job_encode_re
   uint64_t nb = 0, nv = 0;
   unsigned char *got = qdpt_ipc_encode_read(d, &req, &nb, &e);
   CHECK(got, "%s from the handle: %s", what, e.msg);
-  req.input = (struct job_input){.source = JOB_INPUT_VALUES,
+  req.input = (struct job_input){.source = QDP_SOURCE_VALUES,
                                  .dtype = QDP_DTYPE_FLOAT64,
                                  .rows = req.input.rows,
                                  .cols = req.input.cols,
@@ -59,7 +59,7 @@ static void same_bits(struct qdpt_ipc *d, const char *what, struct job_encode_re
 static void run(struct qdpt_ipc *d) {
   static double host[ALLOC_BYTES / 8];
   values((unsigned char *)host);
-  struct job_encode_request req = {.input = {.source = JOB_INPUT_CUDA_IPC,
+  struct job_encode_request req = {.input = {.source = QDP_SOURCE_CUDA_IPC,
                                              .dtype = QDP_DTYPE_FLOAT64,
                                              .rows = 1,
                                              .cols = AMP_COLS,

@@ -119,7 +119,7 @@ static void run(struct qdpt_ipc *d) {
                            .offset = OUT_AT,
                            .bytes = OUT_BYTES,
                            .device_uuid = d->gpu0.uuid};
-  struct job_encode_request req = {.input = {.source = JOB_INPUT_VALUES,
+  struct job_encode_request req = {.input = {.source = QDP_SOURCE_VALUES,
                                              .dtype = QDP_DTYPE_FLOAT64,
                                              .rows = AMP_ROWS,
                                              .cols = AMP_COLS,
@@ -141,7 +141,7 @@ static void run(struct qdpt_ipc *d) {
   same_bits(d, "angle batch, complex64, offset by one amplitude", angle);
   out.offset = OUT_AT;
   struct job_encode_request dev = req;
-  dev.input = (struct job_input){.source = JOB_INPUT_CUDA_IPC,
+  dev.input = (struct job_input){.source = QDP_SOURCE_CUDA_IPC,
                                  .dtype = QDP_DTYPE_FLOAT64,
                                  .rows = AMP_ROWS,
                                  .cols = AMP_COLS,

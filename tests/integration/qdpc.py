@@ -357,20 +357,26 @@ def ref_iqp(d, n, pairs=True):
     return (2.0 ** -n) * (sign @ np.exp(1j * theta))
 
 
+def ref_basis_sample(x, n):
+    return ref_basis(np.asarray(x).reshape(-1)[0], n)
+
+
+# One reference per encoding, by name: tests/unit/test_encoding_table.py checks that the daemon's
+# table (common/) has no encoding without one here.
+REFERENCES = {
+    "amplitude": ref_amplitude,
+    "angle": ref_angle,
+    "basis": ref_basis_sample,
+    "iqp": lambda d, n: ref_iqp(d, n, True),
+    "iqp-z": lambda d, n: ref_iqp(d, n, False),
+    "phase": ref_phase,
+}
+
+
 def reference(encoding, x, n):
-    if encoding == "amplitude":
-        return ref_amplitude(x, n)
-    if encoding == "angle":
-        return ref_angle(x, n)
-    if encoding == "basis":
-        return ref_basis(np.asarray(x).reshape(-1)[0], n)
-    if encoding == "phase":
-        return ref_phase(x, n)
-    if encoding == "iqp":
-        return ref_iqp(x, n, True)
-    if encoding == "iqp-z":
-        return ref_iqp(x, n, False)
-    raise ValueError(encoding)
+    if encoding not in REFERENCES:
+        raise ValueError(encoding)
+    return REFERENCES[encoding](x, n)
 
 
 def params_per_sample(encoding, n):

@@ -111,7 +111,7 @@ for o in $("$dest$sbindir/qdpd" --help | sed -n 's/^  --\([a-z_]*\) .*/\1/p'); d
 done
 [ -z "$missing" ] && ok "qdpd.conf(5) has every option of qdpd --help" ||
   fail "qdpd.conf(5) lacks:$missing"
-for f in qdp.proto health.proto reflection.proto qdp.desc; do
+for f in qdp.proto health.proto reflection.proto qdp.desc encodings.json; do
   [ -f "$dest$datadir/qdp/$f" ] && ok "installed $datadir/qdp/$f" || fail "$datadir/qdp/$f is not installed"
 done
 comp=$dest$datadir/bash-completion/completions/qdpctl

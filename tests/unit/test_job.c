@@ -35,8 +35,7 @@ static void setup_with(uint64_t client_budget) {
   ck_assert_int_eq(world_start(fx.world, QDP_OK, NULL, fx.mesh, 1000, false, &e), QDP_OK);
   struct state_store_limits lim = {.budget_bytes = 128 * MIB, .client_budget_bytes = client_budget};
   ck_assert_int_eq(state_store_create(&lim, &fx.store, &e), QDP_OK);
-  struct job_deps deps = {
-      .mesh = fx.mesh, .world = fx.world, .store = fx.store, .max_regions = 4};
+  struct job_deps deps = {.mesh = fx.mesh, .world = fx.world, .store = fx.store, .max_regions = 4};
   CK_OK(job_pipeline_create(&deps, &fx.jp, &e), e);
   job_set_limits(fx.jp, 30, 1 << 20);
 }
@@ -62,11 +61,13 @@ static const struct job_caller bob = {.owner = "uid:1001", .pid = 0};
 
 /* An amplitude encode of n float64 values on 2^qubits amplitudes. */
 static struct job_encode_request amplitude_of(const double *v, size_t n, uint32_t qubits) {
-  return (struct job_encode_request){
-      .input = {.source = JOB_INPUT_VALUES, .dtype = QDP_DTYPE_FLOAT64, .values = v,
-                .bytes = n * sizeof *v, .fd = -1},
-      .encoding = QDP_ENCODING_AMPLITUDE,
-      .qubits = qubits};
+  return (struct job_encode_request){.input = {.source = QDP_SOURCE_VALUES,
+                                               .dtype = QDP_DTYPE_FLOAT64,
+                                               .values = v,
+                                               .bytes = n * sizeof *v,
+                                               .fd = -1},
+                                     .encoding = QDP_ENCODING_AMPLITUDE,
+                                     .qubits = qubits};
 }
 
 static void assert_store_empty(void) {
@@ -133,12 +134,14 @@ START_TEST(test_amplitude_of_3_4_is_0_6_0_8) {
 END_TEST
 
 START_TEST(test_plan_only_reports_the_plan_and_keeps_nothing) {
-  struct job_encode_request req = {
-      .input = {.source = JOB_INPUT_SHAPE, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 1000,
-                .fd = -1},
-      .encoding = QDP_ENCODING_AMPLITUDE,
-      .qubits = 10,
-      .placement = {.policy = PLAN_EVEN}};
+  struct job_encode_request req = {.input = {.source = QDP_SOURCE_NONE,
+                                             .dtype = QDP_DTYPE_FLOAT64,
+                                             .rows = 1,
+                                             .cols = 1000,
+                                             .fd = -1},
+                                   .encoding = QDP_ENCODING_AMPLITUDE,
+                                   .qubits = 10,
+                                   .placement = {.policy = PLAN_EVEN}};
   struct plan *p = NULL;
   struct qdp_error why = QDP_ERROR_INIT, e = QDP_ERROR_INIT;
   CK_OK(job_plan(fx.jp, &alice, &req, &p, &why, &e), e);
@@ -200,15 +203,14 @@ START_TEST(test_states_belong_to_their_owner) {
   ck_assert_str_eq(l.owner, "uid:1000");
   ck_assert_int_eq(job_list(fx.jp, &bob, true, count_listed, &l, &e), QDP_ERR_PERMISSION_DENIED);
   ck_assert_ptr_nonnull(strstr(e.msg, "uid:1001"));
-  struct job_caller root = {.owner = "uid:0", .operator= true};
+  struct job_caller root = {.owner = "uid:0", .operator= true };
   l.n = 0;
   ck_assert_int_eq(job_list(fx.jp, &root, true, count_listed, &l, &e), QDP_OK);
   ck_assert_int_eq(l.n, 1);
   /* Another identity cannot release it by handle alone, nor describe it with a wrong token. */
   uint64_t freed = 0;
   ck_assert_int_eq(job_release(fx.jp, &bob, handle, NULL, &freed, &e), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, "0123", false, 0, &st, &e),
-                   QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, "0123", false, 0, &st, &e), QDP_ERR_NOT_FOUND);
   /* Its token is a capability: whoever holds it may describe it. */
   ck_assert_int_eq(job_describe(fx.jp, &bob, handle, token, false, 0, &st, &e), QDP_OK);
   ck_assert_str_eq(st.meta.owner, "uid:1000");
@@ -396,8 +398,11 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   /* Shared memory shorter than the request says: refused before it is read. */
   int handed = -1;
   int fd = memfd_of(v, 2, &handed);
-  req.input = (struct job_input){.source = JOB_INPUT_SHM, .dtype = QDP_DTYPE_FLOAT64,
-                                 .fd = handed, .what = "shared memory 'test'", .length = 32};
+  req.input = (struct job_input){.source = QDP_SOURCE_SHM,
+                                 .dtype = QDP_DTYPE_FLOAT64,
+                                 .fd = handed,
+                                 .what = "shared memory 'test'",
+                                 .length = 32};
   ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_OUT_OF_RANGE);
   /* A registered region truncated under its jobs: DATA_LOSS, and lost from then on. */
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
@@ -406,9 +411,12 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   CK_OK(register_region(&alice, handed, "region 'test'", false, false, &ri, &e), e);
   ck_assert_uint_eq(ri.meta.bytes, 4096);
   ck_assert_int_eq(ftruncate(fd, 0), 0);
-  req.input = (struct job_input){.source = JOB_INPUT_REGION, .dtype = QDP_DTYPE_FLOAT64,
-                                 .length = 16, .region = ri.meta.handle,
-                                 .region_token = ri.token, .fd = -1};
+  req.input = (struct job_input){.source = QDP_SOURCE_REGION,
+                                 .dtype = QDP_DTYPE_FLOAT64,
+                                 .length = 16,
+                                 .region = ri.meta.handle,
+                                 .region_token = ri.token,
+                                 .fd = -1};
   ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_DATA_LOSS);
   ck_assert_ptr_nonnull(strstr(e.msg, "register it again"));
   ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_DATA_LOSS);
@@ -500,8 +508,11 @@ START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   CK_OK(register_region(&alice, dup(fd), "out", true, false, &out, &e), e);
   ck_assert(out.writable);
   CK_OK(register_region(&alice, dup(fd), "ro", false, false, &ro, &e), e);
-  struct job_fetch_into_request fr = {.handle = handle, .token = token, .region = out.meta.handle,
-                                      .region_token = out.token, .region_offset = 16};
+  struct job_fetch_into_request fr = {.handle = handle,
+                                      .token = token,
+                                      .region = out.meta.handle,
+                                      .region_token = out.token,
+                                      .region_offset = 16};
   struct job_fetch_into_result res;
   CK_OK(job_fetch_into(fx.jp, &alice, &fr, &res, &e), e);
   ck_assert_uint_eq(res.count, 2);
@@ -543,12 +554,16 @@ END_TEST
  * daemon owns; nothing is opened or kept. */
 START_TEST(test_cuda_ipc_input_names_the_gpus_the_daemon_owns) {
   static const unsigned char handle[64];
-  struct job_encode_request req = {
-      .input = {.source = JOB_INPUT_CUDA_IPC, .dtype = QDP_DTYPE_FLOAT64, .rows = 1, .cols = 4,
-                .ipc_handle = handle, .ipc_handle_len = sizeof handle, .device_uuid = "GPU-x",
-                .fd = -1},
-      .encoding = QDP_ENCODING_AMPLITUDE,
-      .qubits = 2};
+  struct job_encode_request req = {.input = {.source = QDP_SOURCE_CUDA_IPC,
+                                             .dtype = QDP_DTYPE_FLOAT64,
+                                             .rows = 1,
+                                             .cols = 4,
+                                             .ipc_handle = handle,
+                                             .ipc_handle_len = sizeof handle,
+                                             .device_uuid = "GPU-x",
+                                             .fd = -1},
+                                   .encoding = QDP_ENCODING_AMPLITUDE,
+                                   .qubits = 2};
   struct job_state_info st;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(job_encode(fx.jp, &alice, &req, &st, &e), QDP_ERR_FAILED_PRECONDITION);
@@ -706,7 +721,7 @@ START_TEST(test_upload_admission_counts_each_identity_and_all) {
   ck_assert_uint_eq(e.free_bytes, 0);
   job_upload_release(fx.jp, alice.owner, 2 * MIB);
   job_upload_release(fx.jp, bob.owner, 2 * MIB); /* more than it holds: clamped */
-  job_upload_release(fx.jp, "uid:4242", 1);       /* holds nothing */
+  job_upload_release(fx.jp, "uid:4242", 1);      /* holds nothing */
   job_upload_usage(fx.jp, alice.owner, &all, &mine);
   ck_assert_uint_eq(all, 0);
   ck_assert_uint_eq(mine, 0);

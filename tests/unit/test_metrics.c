@@ -16,8 +16,7 @@
 #include "metrics.h"
 
 static const char *const methods[] = {"Encode", "Status"};
-static const char *const encodings[] = {"amplitude", "angle"};
-static const struct metrics_names names = {methods, 2, encodings, 2};
+static const struct metrics_names names = {methods, 2};
 
 static struct metrics *make(void) {
   struct metrics *m = NULL;
@@ -34,8 +33,8 @@ static char *render(const struct metrics *m, const struct metrics_sample *s) {
   return t.buf;
 }
 
-static const struct metrics_sample empty = {.version = "1.2.3", .backend = "cpu",
-                                            .transport = "local", .serving = true};
+static const struct metrics_sample empty = {
+    .version = "1.2.3", .backend = "cpu", .transport = "local", .serving = true};
 
 /* Whether text has the line exactly. */
 static bool has_line(const char *text, const char *line) {
@@ -79,10 +78,10 @@ START_TEST(observations_land_in_their_codes_and_cumulative_buckets) {
   metrics_rpc(m, 0, 5, 0.1);      /* NOT_FOUND; on a bucket's bound: in that bucket */
   metrics_rpc(m, 0, 99, 0.00001); /* no such code: UNKNOWN */
   metrics_rpc(m, 7, 0, 1);        /* no such method: not counted */
-  metrics_job(m, 1, 8, 0.5, -1);  /* angle, RESOURCE_EXHAUSTED, no encode phase */
-  metrics_job(m, 1, 0, 0.004, 0.003);
-  metrics_input(m, METRICS_IN_SHM, 4096);
-  metrics_input(m, METRICS_IN_SHM, 1);
+  metrics_job(m, QDP_ENCODING_ANGLE, 8, 0.5, -1); /* RESOURCE_EXHAUSTED, no encode phase */
+  metrics_job(m, QDP_ENCODING_ANGLE, 0, 0.004, 0.003);
+  metrics_input(m, QDP_SOURCE_SHM, 4096);
+  metrics_input(m, QDP_SOURCE_SHM, 1);
   metrics_phase(m, METRICS_PHASE_COMMIT, 0.0002);
   metrics_phase(m, METRICS_PHASE_COMMIT, 0.03);
   metrics_phase(m, METRICS_PHASE_COUNT, 1); /* no such phase: not counted */
@@ -122,12 +121,50 @@ START_TEST(observations_land_in_their_codes_and_cumulative_buckets) {
 }
 END_TEST
 
+/* The encoding and source labels are the tables' (common/qdp_encodings.h, qdp_source.h), in
+ * their order; a job of no encoding and bytes of no source are not counted. */
+START_TEST(encodings_and_sources_label_as_their_tables_name_them) {
+  struct metrics *m = make();
+  metrics_job(m, QDP_ENCODING_UNSPECIFIED, 13, 1, 1);
+  metrics_job(m, (qdp_encoding)99, 13, 1, 1);
+  metrics_job(m, QDP_ENCODING_IQP_Z, 13, 1, 1);
+  metrics_input(m, QDP_SOURCE_NONE, 7);
+  metrics_input(m, QDP_SOURCE_UPLOAD, 5);
+  char *t = render(m, &empty);
+  static const char *const encodings[] = {"amplitude", "angle", "basis", "iqp", "iqp-z", "phase"};
+  const char *at = t;
+  for (size_t i = 0; i < sizeof encodings / sizeof encodings[0]; i++) {
+    char line[96];
+    snprintf(line, sizeof line, "qdp_jobs_total{encoding=\"%s\",code=\"OK\"} 0", encodings[i]);
+    ck_line(t, line);
+    ck_assert_msg((at = strstr(at, line)) != NULL, "%s is out of the table's order", line);
+  }
+  ck_line(t, "qdp_jobs_total{encoding=\"iqp-z\",code=\"INTERNAL\"} 1");
+  ck_assert_ptr_null(strstr(t, "code=\"INTERNAL\"} 2"));
+  static const char *const sources[] = {"values", "upload", "shm", "region", "file", "cuda_ipc"};
+  at = t;
+  for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+    char line[96];
+    snprintf(line, sizeof line, "qdp_input_bytes_total{source=\"%s\"} %d", sources[i],
+             i == 1 ? 5 : 0);
+    ck_line(t, line);
+    ck_assert_msg((at = strstr(at, line)) != NULL, "%s is out of the table's order", line);
+  }
+  ck_assert_ptr_null(strstr(t, "source=\"none\""));
+  free(t);
+  metrics_destroy(m);
+}
+END_TEST
+
 START_TEST(samples_render_with_their_labels_escaped) {
   struct metrics *m = make();
-  struct metrics_device d[2] = {
-      {.name = "cuda:0", .rank = 0, .total_bytes = 100, .budget_bytes = 90, .used_bytes = 10,
-       .free_bytes = 80},
-      {.name = "a\"b\\c\nd", .rank = 1, .total_bytes = 1}};
+  struct metrics_device d[2] = {{.name = "cuda:0",
+                                 .rank = 0,
+                                 .total_bytes = 100,
+                                 .budget_bytes = 90,
+                                 .used_bytes = 10,
+                                 .free_bytes = 80},
+                                {.name = "a\"b\\c\nd", .rank = 1, .total_bytes = 1}};
   bool lost[2] = {false, true};
   struct metrics_sample s = empty;
   s.serving = false;
@@ -212,7 +249,7 @@ static void check_grammar(const char *text) {
 START_TEST(the_text_follows_the_exposition_grammar) {
   struct metrics *m = make();
   metrics_rpc(m, 1, 14, 3.5);
-  metrics_job(m, 0, 0, 70, 65); /* past the last bucket */
+  metrics_job(m, QDP_ENCODING_AMPLITUDE, 0, 70, 65); /* past the last bucket */
   struct metrics_device d = {.name = "x\"y", .rank = 0};
   bool lost = false;
   struct metrics_sample s = empty;
@@ -238,7 +275,7 @@ static void *hammer_run(void *arg) {
   struct hammer *h = arg;
   for (int i = 0; i < h->n; i++) {
     metrics_rpc(h->m, 1, 0, 0.001);
-    metrics_input(h->m, METRICS_IN_VALUES, 3);
+    metrics_input(h->m, QDP_SOURCE_VALUES, 3);
   }
   return NULL;
 }
@@ -287,7 +324,8 @@ static bool served_ready(void *arg) {
 static char *ask(int port, const char *raw) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   ck_assert_int_eq(write(fd, raw, strlen(raw)), (ssize_t)strlen(raw));
@@ -360,8 +398,13 @@ END_TEST
 START_TEST(bad_addresses_are_refused_with_the_option_named) {
   struct served sv = {.m = NULL};
   struct metrics_http_ops ops = {served_render, served_ready, &sv};
-  const char *bad[] = {"", "9464", "127.0.0.1:", "127.0.0.1:port", "127.0.0.1:70000",
-                       "[::1:9464", "no-such-host.invalid:9464"};
+  const char *bad[] = {"",
+                       "9464",
+                       "127.0.0.1:",
+                       "127.0.0.1:port",
+                       "127.0.0.1:70000",
+                       "[::1:9464",
+                       "no-such-host.invalid:9464"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     struct metrics_http *h = NULL;
     struct qdp_error err = QDP_ERROR_INIT;
@@ -379,6 +422,7 @@ static Suite *metrics_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, fresh_metrics_have_every_family_and_zero_ok_series);
   tcase_add_test(tc, observations_land_in_their_codes_and_cumulative_buckets);
+  tcase_add_test(tc, encodings_and_sources_label_as_their_tables_name_them);
   tcase_add_test(tc, samples_render_with_their_labels_escaped);
   tcase_add_test(tc, the_text_follows_the_exposition_grammar);
   tcase_add_test(tc, concurrent_updates_all_count);

@@ -1,21 +1,18 @@
-/* watch.c — grpc.health.v1.Health/Watch: a stream that sends the serving status when it is
- * asked and again whenever it changes, until the client leaves or the daemon drains (then its
- * last message says NOT_SERVING and the stream ends OK).
+/* Whether the daemon serves (health.h): the answers, and the Watch streams.
  *
  * Watchers are on the server's list (watch_mu) from their arrival to their end. A change is
- * found by rpc_watch_sweep, which the loop runs every second and right when a drain starts;
+ * found by rpc_health_sweep, which the loop runs every second and right when a drain starts;
  * each watcher has at most one message in flight (gRPC allows one send at a time), and its
  * completion (the completion-queue thread) sends what changed meanwhile, or ends the stream. The
  * list's reference to a call passes to rpc_finish when it ends.
  */
 #include <string.h>
 
-#include "internal.h"
+#include "health.h"
+#include "health.pb-c.h"
 #include "qdp_wire.h"
+#include "server_state.h"
 
-/* What Check and Watch answer for `service`: SERVING while the daemon serves and its world is
- * whole, NOT_SERVING while it drains or has lost a rank; SERVICE_UNKNOWN (Watch only: Check
- * answers NOT_FOUND) for a service other than "" and "qdp.Qdp". */
 int rpc_serving_status(struct rpc_server *s, const char *service) {
   if (atomic_load(&s->shutting_down)) {
     return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING; /* every one */
@@ -92,7 +89,32 @@ static void on_watch_sent(struct rpc_server *s, struct rpc_ev *e) {
   rpc_call_unref(c); /* this batch's */
 }
 
-void rpc_watch_begin(struct rpc_call *c) {
+void rpc_health_answer(struct rpc_call *c) {
+  Qdp__HealthReply r = QDP__HEALTH_REPLY__INIT;
+  r.status = atomic_load(&c->srv->shutting_down) ? QDP__HEALTH_REPLY__SERVING_STATUS__NOT_SERVING
+                                                 : QDP__HEALTH_REPLY__SERVING_STATUS__SERVING;
+  rpc_finish(c, qdp_wire_pack(&r.base), NULL);
+}
+
+void rpc_health_check(struct rpc_call *c) {
+  struct qdp_error err = QDP_ERROR_INIT;
+  if (c->unpack_rc != QDP_OK) {
+    rpc_finish(c, NULL, &c->err);
+    return;
+  }
+  const char *service = service_of(c);
+  if (service[0] && strcmp(service, "qdp.Qdp") != 0) {
+    qdp_error_set(&err, QDP_ERR_NOT_FOUND, "service",
+                  "no service '%.64s' here: ask for \"\" (the daemon) or \"qdp.Qdp\"", service);
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)rpc_serving_status(c->srv, "");
+  rpc_finish(c, qdp_wire_pack(&r.base), NULL);
+}
+
+void rpc_health_watch(struct rpc_call *c) {
   struct rpc_server *s = c->srv;
   if (c->unpack_rc != QDP_OK) {
     rpc_finish(c, NULL, &c->err);
@@ -110,7 +132,7 @@ void rpc_watch_begin(struct rpc_call *c) {
   }
 }
 
-void rpc_watch_sweep(struct rpc_server *s) {
+void rpc_health_sweep(struct rpc_server *s) {
   for (;;) {
     struct rpc_call *ended = NULL;
     uv_mutex_lock(&s->watch_mu);

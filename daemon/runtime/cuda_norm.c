@@ -1,5 +1,6 @@
-/* The CUDA backend's amplitude encoding: loading a shard's slice, the norm's sums of squares
- * (host and device paths) and the scale pass (cuda_backend.h). */
+/* The CUDA backend's NORM reduction (amplitude): loading a shard's slice, the norm's sums of
+ * squares (host and device paths) and the scale pass, whose launcher is the encoding's in the CUDA
+ * table (qdpk_cuda_encoder) (cuda_backend.h). */
 #include "runtime/cuda_backend.h"
 
 /* The rows' exponents of the norm's fallback (host memory, NULL: none) in device memory, queued on
@@ -22,7 +23,7 @@ out:
   return rc;
 }
 
-/* Whether pass 1 of the shard's slice is summed on the host (cuda_amp_sumsq): host memory of at
+/* Whether pass 1 of the shard's slice is summed on the host (cuda_norm_sumsq): host memory of at
  * most CUDA_HOST_NORM_MAX. Nothing then needs it on the device before pass 2, which reads it from
  * a pinned slot (scale_mapped). */
 static bool host_norm_input(const struct runtime_shard_work *w) {
@@ -67,8 +68,8 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
              cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
     }
     CU_TRY(rc, d, "cudaMemcpyAsync",
-           cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize,
-                                row_bytes, rows, cudaMemcpyDefault));
+           cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize, row_bytes,
+                                rows, cudaMemcpyDefault));
     CU_TRY(rc, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
     s->upload_pending = true;
     goto out;
@@ -103,8 +104,8 @@ static qdp_status upload_landed(struct cuda_device *c, struct cuda_scratch *s, b
   if (!s->upload_pending) {
     return QDP_OK;
   }
-  cudaError_t err = on_host ? cudaEventSynchronize(s->uploaded)
-                            : cudaStreamWaitEvent(c->stream, s->uploaded, 0);
+  cudaError_t err =
+      on_host ? cudaEventSynchronize(s->uploaded) : cudaStreamWaitEvent(c->stream, s->uploaded, 0);
   if (err != cudaSuccess) {
     return cuda_failed(&c->base, err, on_host ? "cudaEventSynchronize" : "cudaStreamWaitEvent",
                        reterr);
@@ -113,8 +114,8 @@ static qdp_status upload_landed(struct cuda_device *c, struct cuda_scratch *s, b
   return QDP_OK;
 }
 
-qdp_status cuda_amp_load(struct runtime_device *d, struct runtime_shard_work *w,
-                         struct qdp_error *reterr) {
+qdp_status cuda_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
+                          struct qdp_error *reterr) {
   /* Small slices are not uploaded here: both passes stream them through the staging. Large ones
    * go up once, into the tail of the shard's buffer, so the input is read from the host once and
    * the device never holds more than the state and the staging. */
@@ -272,9 +273,9 @@ static qdp_status sumsq_staged(struct cuda_device *c, struct runtime_shard_work 
   return sumsq_chunks_staged(c, w, &g, x, len, block, chunk, scales, ret_sums, reterr);
 }
 
-qdp_status cuda_amp_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
-                          uint64_t len, uint64_t block, const int32_t *scale_log2, double *ret_sums,
-                          struct qdp_error *reterr) {
+qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *w, uint64_t offset,
+                           uint64_t len, uint64_t block, const int32_t *scale_log2,
+                           double *ret_sums, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   if (!w->scratch || len == 0 || len > block || (block & (block - 1)) != 0) {
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
@@ -336,6 +337,7 @@ out:
  * the input left fits a staging slot it is copied there and the rest is one launch. */
 static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_work *w,
                                  const int32_t *scales, struct qdp_error *reterr) {
+  const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(w->plan->encoding);
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
@@ -351,9 +353,9 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
     e1 = e1 < len ? e1 : len;
     span.first = w->shard->first + e0;
     span.count = e1 - e0;
-    K_TRY(rc, d, "qdpk_amplitude",
-          qdpk_amplitude(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
-                         (const double *)s->norms, scales, o + e0 * osize, c->stream));
+    K_TRY(rc, d, k->name,
+          k->scale(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
+                   (const double *)s->norms, scales, o + e0 * osize, c->stream));
     e0 = e1;
   }
   /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
@@ -363,9 +365,9 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
   span.first = w->shard->first + e0;
   span.count = count - e0;
   span.rows = rows;
-  K_TRY(rc, d, "qdpk_amplitude",
-        qdpk_amplitude(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
-                       scales, o + e0 * osize, c->stream));
+  K_TRY(rc, d, k->name,
+        k->scale(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
+                 scales, o + e0 * osize, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
 out:
   return rc;
@@ -392,6 +394,7 @@ static qdp_status scale_mapped(struct cuda_device *c, struct runtime_shard_work 
                                const struct qdpk_span *span, const struct mapped_layout *l,
                                const double *sumsq, const int32_t *scale_log2,
                                struct qdp_error *reterr) {
+  const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(w->plan->encoding);
   struct runtime_device *d = &c->base;
   qdp_status rc = QDP_OK;
   uint64_t rows = w->shard->rows, isize = qdp_dtype_size(w->in);
@@ -403,10 +406,9 @@ static qdp_status scale_mapped(struct cuda_device *c, struct runtime_shard_work 
     memcpy(host + l->scales_at, scale_log2, (size_t)rows * sizeof(int32_t));
   }
   host_copy_rows(c->copier, host + l->x_at, w->x, w->in_stride * isize, w->len * isize, rows);
-  K_TRY(rc, d, "qdpk_amplitude",
-        qdpk_amplitude(span, dev + l->x_at, w->in, w->len, w->len, (const double *)dev,
-                       scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out,
-                       c->stream));
+  K_TRY(rc, d, k->name,
+        k->scale(span, dev + l->x_at, w->in, w->len, w->len, (const double *)dev,
+                 scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
 out:
   return rc;
@@ -416,6 +418,7 @@ out:
 static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work *w,
                                const double *sumsq, const int32_t *scale_log2,
                                struct qdp_error *reterr) {
+  const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(w->plan->encoding);
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
   qdp_status rc = QDP_OK;
@@ -453,9 +456,9 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
   if (s->resident && s->resident_external) {
     /* Nothing to overwrite: one launch from the client's allocation into the shard's buffer. */
-    K_TRY(rc, d, "qdpk_amplitude",
-          qdpk_amplitude(&span, s->resident, w->in, s->resident_stride, len,
-                         (const double *)s->norms, scales, o, c->stream));
+    K_TRY(rc, d, k->name,
+          k->scale(&span, s->resident, w->in, s->resident_stride, len, (const double *)s->norms,
+                   scales, o, c->stream));
     goto out;
   }
   if (s->resident) {
@@ -471,9 +474,9 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       QDP_TRY(rc,
               cuda_stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
       span.rows = nr;
-      K_TRY(rc, d, "qdpk_amplitude",
-            qdpk_amplitude(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
-                           scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
+      K_TRY(rc, d, k->name,
+            k->scale(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
+                     scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -488,9 +491,9 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
                                  w->pinned, reterr));
       span.first = w->shard->first + at;
       span.count = at + n == len ? count - at : n;
-      K_TRY(rc, d, "qdpk_amplitude",
-            qdpk_amplitude(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
-                           scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
+      K_TRY(rc, d, k->name,
+            k->scale(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
+                     scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
       slot ^= 1;
     }
@@ -499,10 +502,14 @@ out:
   return rc;
 }
 
-qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w,
-                          const double *sumsq, const int32_t *scale_log2,
-                          struct qdp_error *reterr) {
+qdp_status cuda_norm_scale(struct runtime_device *d, struct runtime_shard_work *w,
+                           const double *sumsq, const int32_t *scale_log2,
+                           struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
+  const struct qdpk_cuda_encoder *k = qdpk_cuda_encoder(w->plan->encoding);
+  if (!k || !k->scale) {
+    return cuda_no_kernel(d, w->plan, reterr);
+  }
   if (!w->scratch) {
     return qdp_error_set_at(reterr, QDP_ERR_INTERNAL, d->info.ordinal, -1,
                             "%s: amplitudes asked before the slice was loaded", d->info.name);
@@ -515,14 +522,14 @@ qdp_status cuda_amp_scale(struct runtime_device *d, struct runtime_shard_work *w
   return cuda_stage_end_waited(c, &((struct cuda_scratch *)w->scratch)->done, rc, reterr);
 }
 
-uint32_t cuda_amp_part_log2(struct runtime_device *d, qdp_dtype in) {
+uint32_t cuda_norm_part_log2(struct runtime_device *d, qdp_dtype in) {
   return log2_of(pow2_floor(cuda_of(d)->stage_bytes / qdp_dtype_size(in)));
 }
 
 /* Each part's sums go through the `sums` scratch (one per row of a launch) into column k of the
  * send buffer; a part never exceeds a staging slot, so a launch covers whole parts. */
 static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_work *w,
-                                  const struct runtime_amp_part *parts, size_t nparts,
+                                  const struct runtime_sum_part *parts, size_t nparts,
                                   uint64_t stride, struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_scratch *s = w->scratch;
@@ -531,7 +538,7 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
   uint64_t rows = w->shard->rows, row_bytes = w->in_stride * isize;
   int slot = 0;
   for (size_t k = 0; k < nparts; k++) {
-    const struct runtime_amp_part *pt = &parts[k];
+    const struct runtime_sum_part *pt = &parts[k];
     uint64_t sub = pow2_ceil(pt->len);
     uint64_t per = c->stage_bytes / (pt->len * isize);
     per = per < rows ? per : rows;
@@ -582,11 +589,11 @@ static uint64_t pinned_totals_at(size_t nall) {
   return (at + sizeof(double) - 1) / sizeof(double) * sizeof(double);
 }
 
-qdp_status cuda_amp_partials(struct runtime_device *d, struct runtime_shard_work *w,
-                             const struct runtime_amp_part *parts, size_t nparts, uint64_t stride,
-                             size_t members, const struct qdpk_norm_part *all, size_t nall,
-                             double **ret_send, double **ret_recv, void **ret_stream,
-                             struct qdp_error *reterr) {
+qdp_status cuda_norm_partials(struct runtime_device *d, struct runtime_shard_work *w,
+                              const struct runtime_sum_part *parts, size_t nparts, uint64_t stride,
+                              size_t members, const struct qdpk_norm_part *all, size_t nall,
+                              double **ret_send, double **ret_recv, void **ret_stream,
+                              struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   struct cuda_scratch *s = w->scratch;
   uint64_t rows = w->shard->rows;
@@ -623,7 +630,7 @@ out:
   return rc;
 }
 
-qdp_status cuda_amp_combine(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
+qdp_status cuda_norm_totals(struct runtime_device *d, struct runtime_shard_work *w, size_t nall,
                             uint64_t stride, const double **ret_totals, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   struct cuda_scratch *s = w->scratch;
