@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 /* A log line longer than this is cut; the message of a qdp_error is at most 1 KiB, and the
@@ -155,12 +156,12 @@ bool log_enabled(int l, const char *subsys) {
 
 /* The UTC time now as ISO 8601 with milliseconds ("2025-01-31T12:00:00.123Z"). */
 static void now_iso(char *buf, size_t len) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ms = clock_unix_ms();
+  time_t s = (time_t)(ms / 1000);
   struct tm tm;
-  gmtime_r(&ts.tv_sec, &tm);
-  snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  gmtime_r(&s, &tm);
+  snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 /* Appends s to buf[*n..len) as the inside of a JSON string: quotes, backslashes and control
@@ -255,8 +256,8 @@ static bool journal_field(char *buf, size_t len, size_t *n, const char *name, co
 
 /* The record as one datagram of the journal's native protocol; false when it could not be
  * sent (the caller writes the line to the stream instead). */
-static bool journal_send(int l, const char *subsys, const char *device,
-                         const struct log_field *f, size_t nf, const char *msg) {
+static bool journal_send(int l, const char *subsys, const char *device, const struct log_field *f,
+                         size_t nf, const char *msg) {
   if (!journal_path[0]) {
     return false;
   }
@@ -378,8 +379,8 @@ void log_write(int l, const char *subsys, const char *device, const char *fmt, .
   va_end(ap);
 }
 
-void log_fields(int l, const char *subsys, const char *device, const struct log_field *f,
-                size_t nf, const char *fmt, ...) {
+void log_fields(int l, const char *subsys, const char *device, const struct log_field *f, size_t nf,
+                const char *fmt, ...) {
   if (!log_enabled(l, subsys)) {
     return;
   }

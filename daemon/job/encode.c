@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "internal.h"
 #include "io/guard.h"
 #include "io/npy.h"
@@ -330,13 +330,6 @@ static qdp_status run_job(struct job_pipeline *jp, const struct job_encode_reque
   return rc == QDP_OK ? runtime_encode_into(jp->mesh, p, in, &sink->out, ret, err) : rc;
 }
 
-/* Milliseconds on the monotonic clock. */
-static double mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_encode_request *req, struct job_state_info *ret,
                       struct qdp_error *err) {
@@ -347,10 +340,10 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   struct runtime_state *st = NULL;
   qdp_status rc = QDP_OK;
   memset(ret, 0, sizeof *ret);
-  double t0 = mono_ms(), t1 = 0, t2 = 0, t3 = 0;
+  uint64_t t0 = clock_mono_ns(), t1 = 0, t2 = 0, t3 = 0;
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, ingest_open(jp, &req->input, false, &ing, err));
-  t1 = mono_ms();
+  t1 = clock_mono_ns();
   if (req->out) {
     QDP_TRY(rc, job_sink_find(jp, req, &ing.in, &sink, err));
   }
@@ -367,9 +360,9 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
    * against the state limits only as a job in flight. */
   QDP_TRY(rc,
           state_store_admit(jp->store, caller->owner, req->out ? 0 : p->total_bytes, &res, err));
-  t2 = mono_ms();
+  t2 = clock_mono_ns();
   rc = run_job(jp, req, &ing.in, p, &sink, &st, err);
-  t3 = mono_ms();
+  t3 = clock_mono_ns();
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
   if (ingest_lost(&ing)) {
@@ -386,8 +379,8 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
     job_info_fill(ret, &(struct state_meta){0}, st);
     ret->written = st;
     st = NULL;
-    ret->ingest_ms = t1 - t0;
-    ret->plan_ms = t2 - t1;
+    ret->ingest_ms = (double)(t1 - t0) / CLOCK_NS_PER_MS;
+    ret->plan_ms = (double)(t2 - t1) / CLOCK_NS_PER_MS;
     goto out;
   }
   /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
@@ -396,9 +389,9 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
                   ret, err);
   res = NULL; /* consumed either way, and st with it */
   st = NULL;
-  ret->ingest_ms = t1 - t0;
-  ret->plan_ms = t2 - t1;
-  ret->commit_ms = mono_ms() - t3;
+  ret->ingest_ms = (double)(t1 - t0) / CLOCK_NS_PER_MS;
+  ret->plan_ms = (double)(t2 - t1) / CLOCK_NS_PER_MS;
+  ret->commit_ms = (double)(clock_mono_ns() - t3) / CLOCK_NS_PER_MS;
 out:
   runtime_state_destroy(st);
   state_reservation_cancel(res);

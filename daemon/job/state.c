@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "internal.h"
 #include "io/guard.h"
 #include "io/npy.h"
@@ -35,8 +35,8 @@ qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline 
   jp->ndev = world_device_count(jp->world);
   jp->devs = calloc(jp->ndev ? jp->ndev : 1, sizeof *jp->devs);
   if (!jp->devs) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices",
-                       jp->ndev);
+    rc =
+        qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for %zu devices", jp->ndev);
     goto out;
   }
   for (size_t i = 0; i < jp->ndev; i++) {
@@ -148,16 +148,10 @@ static void destroy_state(void *payload) {
   runtime_state_destroy(payload);
 }
 
-static int64_t now_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
-                      struct state_reservation *res, struct runtime_state *st,
-                      uint64_t ttl_seconds, const char *label, bool views, int pid,
-                      struct job_state_info *ret, struct qdp_error *err) {
+                      struct state_reservation *res, struct runtime_state *st, uint64_t ttl_seconds,
+                      const char *label, bool views, int pid, struct job_state_info *ret,
+                      struct qdp_error *err) {
   struct state_meta meta;
   memset(ret, 0, sizeof *ret);
   /* Pinned as it is linked: a Release with the new token, or an expiry, may land before the
@@ -175,7 +169,7 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
   if (!views) {
     return QDP_OK;
   }
-  if (meta.expires_unix_ms && meta.expires_unix_ms <= now_unix_ms()) {
+  if (meta.expires_unix_ms && meta.expires_unix_ms <= clock_unix_ms()) {
     /* A TTL shorter than this reply: views of it would outlive what its handle answers. */
     rc = qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
                        "state '%s' expired before its views could be opened", meta.handle);
@@ -267,18 +261,17 @@ qdp_status job_list(struct job_pipeline *jp, const struct job_caller *caller, bo
   return QDP_OK;
 }
 
-qdp_status job_release(struct job_pipeline *jp, const struct job_caller *caller,
-                       const char *handle, const char *token, uint64_t *ret_freed,
-                       struct qdp_error *err) {
+qdp_status job_release(struct job_pipeline *jp, const struct job_caller *caller, const char *handle,
+                       const char *token, uint64_t *ret_freed, struct qdp_error *err) {
   qdp_status rc = job_check_handle(handle, "state", err);
   if (rc != QDP_OK) {
     return rc;
   }
   /* The last pin's put frees device memory. Without a token the owner releases its own state
    * by handle, so a lost token strands no memory. */
-  return token && token[0] ? state_store_release(jp->store, handle, token, ret_freed, err)
-                           : state_store_release_owned(jp->store, handle, caller->owner,
-                                                       ret_freed, err);
+  return token && token[0]
+             ? state_store_release(jp->store, handle, token, ret_freed, err)
+             : state_store_release_owned(jp->store, handle, caller->owner, ret_freed, err);
 }
 
 qdp_status job_close_view(struct job_pipeline *jp, const char *handle, const char *token,
@@ -290,10 +283,9 @@ qdp_status job_close_view(struct job_pipeline *jp, const char *handle, const cha
   return state_store_lease_close(jp->store, handle, token, lease, ret_freed, err);
 }
 
-qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller,
-                      const char *handle, const char *token, const char *device,
-                      uint64_t ttl_seconds, const char *label, struct job_state_info *ret,
-                      struct qdp_error *err) {
+qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller, const char *handle,
+                      const char *token, const char *device, uint64_t ttl_seconds,
+                      const char *label, struct job_state_info *ret, struct qdp_error *err) {
   qdp_status rc = QDP_OK;
   void *payload = NULL;
   struct state_reservation *res = NULL;

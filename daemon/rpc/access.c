@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "clock.h"
 #include "server_state.h"
 
 qdp_status rpc_check_tcp_path(const struct rpc_call *c, const struct io_folder *folder,
@@ -41,8 +42,8 @@ qdp_status rpc_take_fd(const struct rpc_call *c, const char *ticket, enum fd_acc
                          what, field);
   }
   int fd = -1;
-  QDP_TRY(rc, fd_tickets_take(s->tickets, c->owner, ticket, access, (int64_t)rpc_mono_ms(), field,
-                              &fd, err));
+  QDP_TRY(rc, fd_tickets_take(s->tickets, c->owner, ticket, access,
+                              (int64_t)(clock_mono_ns() / CLOCK_NS_PER_MS), field, &fd, err));
   rc = io_check_not_own(fd, s->own, s->nown, field, err);
   if (rc != QDP_OK) {
     close(fd);

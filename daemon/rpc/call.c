@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <uv.h>
-
 #include "call.h"
+#include "clock.h"
 #include "codec.h"
 #include "health.pb-c.h"
 #include "log.h"
@@ -152,7 +151,7 @@ void rpc_call_arm(struct rpc_calls *calls, int mid) {
 }
 
 double rpc_call_seconds(const struct rpc_call *c) {
-  return (double)(uv_hrtime() - c->start_ns) / 1e9;
+  return (double)(clock_mono_ns() - c->start_ns) / CLOCK_NS_PER_S;
 }
 
 const char *rpc_method_name(const struct rpc_call *c) {
@@ -244,7 +243,7 @@ void rpc_finish(struct rpc_call *c, grpc_byte_buffer *reply, const struct qdp_er
     c->close_armed = true;
   }
   log_debug("rpc", "%s from %s: status %d after %" PRIu64 " ms", rpc_method_name(c), c->client,
-            (int)code, rpc_mono_ms() - c->start_ms);
+            (int)code, (clock_mono_ns() - c->start_ns) / CLOCK_NS_PER_MS);
   if (c->method >= 0) {
     metrics_rpc(c->calls->metrics, (size_t)c->method, (unsigned)code, rpc_call_seconds(c));
   }

@@ -101,8 +101,8 @@ struct rpc_upload {
   /* In the server's list of uploads in flight (under uploads_mu). */
   bool tracked, idle;
   struct rpc_call *next, **prev_next;
-  atomic_uint_fast64_t last_ms;  /* when its last message came (monotonic) */
-  atomic_uint_fast64_t short_ms; /* its stream ended short then, verdict pending; 0: not */
+  atomic_uint_fast64_t last_ns;  /* clock_mono_ns when its last message came */
+  atomic_uint_fast64_t short_ns; /* its stream ended short then, verdict pending; 0: not */
   struct rpc_call *verdict_next; /* rpc_upload_sweep's list of verdicts to give */
 };
 
@@ -148,9 +148,8 @@ struct rpc_call {
   /* An Encode or EncodeUpload that got as far as its job (counted in Status): the job's number
    * in this daemon's life, from 1, as its log lines give it (QDP_JOB); 0 for other calls. */
   uint64_t job_no;
-  bool live; /* counted in calls->live: it arrived and is not freed yet */
-  uint64_t start_ms;
-  uint64_t start_ns; /* uv_hrtime at arrival: the metrics' latencies */
+  bool live;         /* counted in calls->live: it arrived and is not freed yet */
+  uint64_t start_ns; /* clock_mono_ns at arrival: its duration in the log and the metrics */
 
   /* The answer, kept until its batch completes. */
   grpc_byte_buffer *reply;

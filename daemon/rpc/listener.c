@@ -13,12 +13,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 
+#include "clock.h"
 #include "listener.h"
 #include "log.h"
 #include "state/tickets.h"
@@ -38,7 +38,7 @@ struct pending {
   uv_poll_t poll;
   int fd;
   struct rpc_peer peer;
-  uint64_t since_ms;
+  uint64_t since_ns;
 };
 
 struct peer_slot {
@@ -67,12 +67,6 @@ struct rpc_listener {
   struct peer_slot *peers;
   size_t npeers;
 };
-
-uint64_t rpc_mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void rpc_peer_key(const struct rpc_peer *p, char *buf, size_t len) {
   snprintf(buf, len, "uid:%u", (unsigned)p->uid);
@@ -404,7 +398,7 @@ static void handoff(struct rpc_listener *l, struct pending *p) {
                   "a handoff carries exactly one descriptor (SCM_RIGHTS); this one had %zu", nfds);
   } else if (check_handed(fds[0], (enum fd_access)access, &err) == QDP_OK) {
     char ticket[FD_TICKET_LEN];
-    int64_t now = (int64_t)rpc_mono_ms();
+    int64_t now = (int64_t)(clock_mono_ns() / CLOCK_NS_PER_MS);
     int fd = fds[0];
     nfds = 0; /* the table's now, whatever it answers */
     if (fd_tickets_add(l->tickets, key, fd, (enum fd_access)access, now, ticket, &err) == QDP_OK) {
@@ -486,7 +480,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     p->l = l;
     p->fd = fd;
     p->peer = (struct rpc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
-    p->since_ms = rpc_mono_ms();
+    p->since_ns = clock_mono_ns();
     p->poll.data = p;
     p->next = l->pending;
     l->pending = p;
@@ -498,14 +492,14 @@ static void on_accept(uv_poll_t *h, int status, int events) {
 
 static void on_sweep(uv_timer_t *t) {
   struct rpc_listener *l = t->data;
-  uint64_t now = rpc_mono_ms();
+  uint64_t now = clock_mono_ns();
   for (struct pending *p = l->pending, *next; p; p = next) {
     next = p->next;
-    if (now - p->since_ms >= PENDING_TIMEOUT_MS) {
+    if (now - p->since_ns >= PENDING_TIMEOUT_MS * CLOCK_NS_PER_MS) {
       pending_end(p, true);
     }
   }
-  uint32_t n = fd_tickets_expire(l->tickets, (int64_t)now);
+  uint32_t n = fd_tickets_expire(l->tickets, (int64_t)(now / CLOCK_NS_PER_MS));
   if (n) {
     log_info("rpc", "closed %" PRIu32 " handed-over descriptor%s that no call named in time", n,
              n == 1 ? "" : "s");

@@ -43,10 +43,6 @@ struct rpc_peer {
   pid_t pid;
 };
 
-/* Milliseconds of CLOCK_MONOTONIC: the one clock tickets are stamped and checked with, and the
- * server's timings. Any thread. */
-uint64_t rpc_mono_ms(void);
-
 /* The identity key a Unix peer's states, regions, tickets and quotas are filed under. */
 void rpc_peer_key(const struct rpc_peer *p, char *buf, size_t len);
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "qdp_build_config.h"
 #include "qdp_wire.h"
 #include "reply.h"
@@ -275,7 +276,7 @@ grpc_byte_buffer *rpc_status_reply(struct rpc_server *s, const struct job_status
   grpc_byte_buffer *reply = NULL;
   Qdp__StatusReply r = QDP__STATUS_REPLY__INIT;
   r.version = QDP_VERSION;
-  r.uptime_ms = rpc_mono_ms() - s->start_mono_ms;
+  r.uptime_ms = (clock_mono_ns() - s->start_ns) / CLOCK_NS_PER_MS;
   r.backend = (char *)st->backend;
   r.ranks = st->ranks;
   status_devices(st, &a, &r);

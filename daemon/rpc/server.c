@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <grpc/grpc.h>
@@ -16,6 +15,7 @@
 #include <grpc/support/time.h>
 
 #include "call.h"
+#include "clock.h"
 #include "handlers.h"
 #include "health.h"
 #include "http.h"
@@ -40,12 +40,6 @@
 #define RPC_TICKET_TTL_MS 60000
 #define RPC_TICKETS_PER_CALLER 64
 #define RPC_TICKETS_MAX 1024
-
-static int64_t now_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- the loop's inbox ---- */
 
@@ -134,8 +128,7 @@ static void on_new(struct rpc_server *s, struct rpc_ev *e) {
   if (!s->shutting_down) {
     rpc_call_arm(&s->calls, c->method);
   }
-  c->start_ms = rpc_mono_ms();
-  c->start_ns = uv_hrtime();
+  c->start_ns = clock_mono_ns();
   rpc_identify(c, s->listener, s->euid);
   struct qdp_error err = QDP_ERROR_INIT;
   if (c->method < 0) {
@@ -228,7 +221,7 @@ static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
   /* Releasing states frees device memory: a worker's job, never the loop's. */
   struct job_expiry ex;
-  job_expire(s->jobs, now_unix_ms(), log_swept_region, NULL, &ex);
+  job_expire(s->jobs, clock_unix_ms(), log_swept_region, NULL, &ex);
   size_t n = ex.states;
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
@@ -341,24 +334,25 @@ static void render_metrics(void *arg, struct metrics_text *t) {
     }
     uint64_t uploads = 0;
     job_upload_usage(s->jobs, NULL, &uploads, NULL);
-    struct metrics_sample sm = {.version = QDP_VERSION,
-                                .backend = st.backend,
-                                .transport = strcmp(st.transport, "mpi") == 0 ? "mpi" : "local",
-                                .serving = s->started && !atomic_load(&s->shutting_down),
-                                .uptime_seconds = (double)(rpc_mono_ms() - s->start_mono_ms) / 1e3,
-                                .states = st.states,
-                                .leases = st.leases,
-                                .regions = st.regions,
-                                .region_bytes = st.region_bytes,
-                                .uploads = rpc_upload_receiving(s),
-                                .store_budget_bytes = s->store_budget,
-                                .store_used_bytes = st.used_bytes,
-                                .upload_bytes = uploads,
-                                .upload_budget_bytes = atomic_load(&s->upload_budget),
-                                .devices = d,
-                                .ndevices = st.ndevices,
-                                .rank_lost = lost,
-                                .nranks = (size_t)st.ranks};
+    struct metrics_sample sm = {
+        .version = QDP_VERSION,
+        .backend = st.backend,
+        .transport = strcmp(st.transport, "mpi") == 0 ? "mpi" : "local",
+        .serving = s->started && !atomic_load(&s->shutting_down),
+        .uptime_seconds = (double)(clock_mono_ns() - s->start_ns) / CLOCK_NS_PER_S,
+        .states = st.states,
+        .leases = st.leases,
+        .regions = st.regions,
+        .region_bytes = st.region_bytes,
+        .uploads = rpc_upload_receiving(s),
+        .store_budget_bytes = s->store_budget,
+        .store_used_bytes = st.used_bytes,
+        .upload_bytes = uploads,
+        .upload_budget_bytes = atomic_load(&s->upload_budget),
+        .devices = d,
+        .ndevices = st.ndevices,
+        .rank_lost = lost,
+        .nranks = (size_t)st.ranks};
     metrics_render(s->calls.metrics, &sm, t, &err);
   } else {
     t->failed = true;
@@ -405,7 +399,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   grpc_init();
   s->grpc_inited = true;
   s->loop = deps->loop;
-  s->start_mono_ms = rpc_mono_ms();
+  s->start_ns = clock_mono_ns();
   s->store_budget = cfg->store_budget;
   s->tcp_node_paths = cfg->tcp_node_paths;
   s->euid = geteuid();

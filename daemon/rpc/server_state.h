@@ -64,7 +64,7 @@ struct rpc_server {
   size_t nworkers;
   bool tcp_node_paths;
   uint64_t store_budget, max_message_bytes;
-  uint64_t start_mono_ms;
+  uint64_t start_ns; /* clock_mono_ns at start: the uptime */
 
   /* Settings SIGHUP may change (server.c writes them on the loop, workers read them). */
   atomic_uint_fast64_t max_upload_bytes, fetch_chunk, upload_idle_ms, upload_budget;

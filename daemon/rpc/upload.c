@@ -14,6 +14,7 @@
 
 #include <time.h>
 
+#include "clock.h"
 #include "codec.h"
 #include "log.h"
 #include "qdp_size.h"
@@ -72,7 +73,7 @@ static void untrack(struct rpc_call *c) {
 
 /* An upload whose stream ended short: a client that died ends its stream too, and its cancel
  * arrives a moment later, so the verdict waits for it (rpc_upload_closed) up to SHORT_WAIT_MS,
- * then says DATA_LOSS. Whoever takes `short_ms` answers; any thread. */
+ * then says DATA_LOSS. Whoever takes `short_ns` answers; any thread. */
 #define SHORT_WAIT_MS 200
 
 static void short_verdict(struct rpc_call *c, bool cancelled) {
@@ -98,7 +99,7 @@ static void short_verdict(struct rpc_call *c, bool cancelled) {
 }
 
 void rpc_upload_closed(struct rpc_call *c) {
-  if (atomic_exchange(&c->up.short_ms, 0) != 0) {
+  if (atomic_exchange(&c->up.short_ns, 0) != 0) {
     untrack(c);
     short_verdict(c, true);
   }
@@ -117,18 +118,19 @@ size_t rpc_upload_receiving(struct rpc_server *s) {
 /* Loop thread, every second: cancels the uploads that sent nothing for upload_idle_timeout, and
  * gives the verdict on short ones whose client showed no sign of leaving. */
 void rpc_upload_sweep(struct rpc_server *s) {
-  uint64_t idle = atomic_load(&s->upload_idle_ms), now = rpc_mono_ms();
+  uint64_t idle = atomic_load(&s->upload_idle_ms), now = clock_mono_ns();
   struct rpc_call *done = NULL;
   uv_mutex_lock(&s->uploads_mu);
   for (struct rpc_call *c = s->uploads; c; c = c->up.next) {
     struct rpc_upload *u = &c->up;
-    uint64_t since = atomic_load(&u->short_ms);
-    if (since && now - since >= SHORT_WAIT_MS && atomic_exchange(&u->short_ms, 0) == since) {
+    uint64_t since = atomic_load(&u->short_ns);
+    if (since && now - since >= SHORT_WAIT_MS * CLOCK_NS_PER_MS &&
+        atomic_exchange(&u->short_ns, 0) == since) {
       u->verdict_next = done; /* answered below, outside the lock */
       done = c;
       continue;
     }
-    if (!since && !u->idle && now - atomic_load(&u->last_ms) >= idle) {
+    if (!since && !u->idle && now - atomic_load(&u->last_ns) >= idle * CLOCK_NS_PER_MS) {
       u->idle = true;
       char msg[160];
       snprintf(msg, sizeof msg, "the upload sent nothing for %" PRIu64 " s (upload_idle_timeout)",
@@ -159,7 +161,7 @@ void rpc_upload_begin(struct rpc_call *c) {
   struct rpc_upload *u = &c->up;
   c->closed = rpc_upload_closed;
   c->release = rpc_upload_free;
-  atomic_store(&u->last_ms, rpc_mono_ms());
+  atomic_store(&u->last_ns, clock_mono_ns());
   uv_mutex_lock(&s->uploads_mu);
   u->next = s->uploads;
   if (u->next) {
@@ -267,7 +269,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
   struct rpc_call *c = e->call;
   struct qdp_error err = QDP_ERROR_INIT;
   qdp_status rc = QDP_OK;
-  atomic_store(&c->up.last_ms, rpc_mono_ms());
+  atomic_store(&c->up.last_ns, clock_mono_ns());
   if (!e->ok || c->up.idle) {
     rpc_finish_status(c, QDP_ERR_CANCELLED, NULL,
                       c->up.idle ? "the upload sent nothing for %" PRIu64
@@ -295,7 +297,7 @@ static void on_recv(struct rpc_server *s, struct rpc_ev *e) {
                         "EncodeUpload ended before its first message, which carries the request");
     } else if (c->up.exact ? c->up.len != c->up.limit : !c->up.last) {
       /* Short: the verdict waits a moment for the client's cancel (rpc_upload_closed). */
-      atomic_store(&c->up.short_ms, rpc_mono_ms());
+      atomic_store(&c->up.short_ns, clock_mono_ns());
       goto drop;
     } else {
       untrack(c);

@@ -43,6 +43,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "clock.h"
 #include "device_comm.h"
 #include "qdp_limits.h"
 #include "qdpk.h"
@@ -99,9 +100,9 @@
 struct cuda_ipc_open {
   unsigned char handle[RUNTIME_IPC_HANDLE_BYTES];
   void *base;
-  uint64_t size;   /* as the driver records it */
-  unsigned refs;   /* jobs using it now */
-  int64_t used_ms; /* cuda_now_ms when the last of them ended */
+  uint64_t size;    /* as the driver records it */
+  unsigned refs;    /* jobs using it now */
+  uint64_t used_ns; /* clock_mono_ns when the last of them ended */
 };
 
 struct cuda_device {
@@ -134,10 +135,10 @@ struct cuda_device {
   struct {
     void *ptr;
     uint64_t bytes;
-    int64_t since_ms;
+    uint64_t since_ns;
   } big;                      /* the one kept large buffer, under cache_lock */
-  size_t mem_free, mem_total; /* the last cudaMemGetInfo, at mem_info_ms (0: none yet) */
-  int64_t mem_info_ms;
+  size_t mem_free, mem_total; /* the last cudaMemGetInfo, at mem_info_ns (0: none yet) */
+  uint64_t mem_info_ns;
   pthread_mutex_t ipc_lock; /* the opened client allocations */
   struct cuda_ipc_open ipc[CUDA_IPC_KEEP];
   size_t nipc;
@@ -192,13 +193,6 @@ static inline uint64_t pow2_floor(uint64_t v) {
 
 static inline uint64_t pow2_ceil(uint64_t v) {
   return v <= 1 ? 1 : UINT64_C(1) << (64 - __builtin_clzll(v - 1));
-}
-
-/* Milliseconds of the monotonic clock: ages of what is kept for reuse. */
-static inline int64_t cuda_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static inline uint32_t log2_of(uint64_t pow2) {
@@ -271,7 +265,7 @@ qdp_status cuda_open_ipc(struct runtime_device *d, const unsigned char *handle, 
                          struct qdp_error *reterr);
 void cuda_close_ipc(struct runtime_device *d, void *base);
 /* Closes the kept allocations no job uses now and none has for keep_ms (0: all unused ones). */
-void cuda_ipc_trim(struct cuda_device *c, int64_t keep_ms);
+void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
 
 /* Memory: allocations, the cache, scratch (cuda_memory.c) */
 void cuda_cache_drop(struct cuda_device *c);

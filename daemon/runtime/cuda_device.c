@@ -84,9 +84,9 @@ qdp_status cuda_finish(struct cuda_device *c, struct qdp_error *reterr) {
  * asks, and the driver's answer costs a small job tens of microseconds. What qdp itself holds is
  * counted by its reservations, exactly; this figure only bounds what other processes took. */
 static cudaError_t mem_info(struct cuda_device *c, size_t *ret_free, size_t *ret_total) {
-  int64_t now = cuda_now_ms();
+  uint64_t now = clock_mono_ns();
   pthread_mutex_lock(&c->cache_lock);
-  bool fresh = c->mem_info_ms != 0 && now - c->mem_info_ms < CUDA_FREE_TTL_MS;
+  bool fresh = c->mem_info_ns != 0 && now - c->mem_info_ns < CUDA_FREE_TTL_MS * CLOCK_NS_PER_MS;
   *ret_free = c->mem_free;
   *ret_total = c->mem_total;
   pthread_mutex_unlock(&c->cache_lock);
@@ -101,7 +101,7 @@ static cudaError_t mem_info(struct cuda_device *c, size_t *ret_free, size_t *ret
     pthread_mutex_lock(&c->cache_lock);
     c->mem_free = *ret_free;
     c->mem_total = *ret_total;
-    c->mem_info_ms = now;
+    c->mem_info_ns = now;
     pthread_mutex_unlock(&c->cache_lock);
   }
   return err;

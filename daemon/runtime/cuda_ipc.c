@@ -81,7 +81,7 @@ static struct cuda_ipc_open *ipc_slot(struct cuda_device *c) {
   }
   struct cuda_ipc_open *lru = NULL;
   for (size_t i = 0; i < c->nipc; i++) {
-    if (c->ipc[i].refs == 0 && (!lru || c->ipc[i].used_ms < lru->used_ms)) {
+    if (c->ipc[i].refs == 0 && (!lru || c->ipc[i].used_ns < lru->used_ns)) {
       lru = &c->ipc[i];
     }
   }
@@ -151,7 +151,7 @@ void cuda_close_ipc(struct runtime_device *d, void *base) {
   for (size_t i = 0; i < c->nipc; i++) {
     if (c->ipc[i].base == base && c->ipc[i].refs > 0) {
       c->ipc[i].refs--;
-      c->ipc[i].used_ms = cuda_now_ms();
+      c->ipc[i].used_ns = clock_mono_ns();
       pthread_mutex_unlock(&c->ipc_lock);
       return;
     }
@@ -162,15 +162,15 @@ void cuda_close_ipc(struct runtime_device *d, void *base) {
   pthread_mutex_unlock(&c->ipc_lock);
 }
 
-void cuda_ipc_trim(struct cuda_device *c, int64_t keep_ms) {
-  int64_t now = cuda_now_ms();
+void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms) {
+  uint64_t now = clock_mono_ns();
   pthread_mutex_lock(&c->ipc_lock);
   if (cudaSetDevice(c->base.info.ordinal) != cudaSuccess) {
     (void)cudaGetLastError();
   }
   for (size_t i = 0; i < c->nipc;) {
     struct cuda_ipc_open *e = &c->ipc[i];
-    if (e->refs == 0 && now - e->used_ms >= keep_ms) {
+    if (e->refs == 0 && now - e->used_ns >= keep_ms * CLOCK_NS_PER_MS) {
       if (cudaIpcCloseMemHandle(e->base) != cudaSuccess) {
         (void)cudaGetLastError();
       }

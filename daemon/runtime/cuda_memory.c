@@ -63,7 +63,7 @@ static void cache_keep(struct cuda_device *c, void *ptr, uint64_t bytes, void **
     }
     c->big.ptr = ptr;
     c->big.bytes = bytes;
-    c->big.since_ms = cuda_now_ms();
+    c->big.since_ns = clock_mono_ns();
   } else {
     while (c->ncache > 0 &&
            (c->ncache == CUDA_CACHE_SLOTS || c->cache_bytes + bytes > CUDA_CACHE_BYTES)) {
@@ -132,7 +132,7 @@ void cuda_trim(struct runtime_device *d) {
   struct cuda_device *c = cuda_of(d);
   void *old = NULL;
   pthread_mutex_lock(&c->cache_lock);
-  if (c->big.ptr && cuda_now_ms() - c->big.since_ms >= CUDA_KEEP_MS) {
+  if (c->big.ptr && clock_mono_ns() - c->big.since_ns >= CUDA_KEEP_MS * CLOCK_NS_PER_MS) {
     old = c->big.ptr;
     c->big.ptr = NULL;
     c->big.bytes = 0;

@@ -322,14 +322,14 @@ static qdp_status run_phases(struct runtime_state *st, struct shard_task *t, siz
     uint32_t g = st->plan.global_bits, top = st->plan.iqp_top_bits;
     stages = g > top ? g - top : 0;
   }
-  double t0 = encode_now_ms();
+  uint64_t t0 = clock_mono_ns();
   if (stages && encode_spans_ranks(&st->plan)) {
     rc = encode_agree_before("the global-bit exchange", st->mesh,
                              encode_job_group(st->mesh, &st->plan), rc, reterr);
   }
   if (rc == QDP_OK && stages) {
     rc = encode_run_global_stages(st, t, n, stages, reterr);
-    st->exchange_us = (encode_now_ms() - t0) * 1e3;
+    st->exchange_us = (double)(clock_mono_ns() - t0) / CLOCK_NS_PER_US;
   }
   return rc;
 }
@@ -343,7 +343,7 @@ qdp_status runtime_encode(struct runtime_mesh *m, const struct plan *p,
 qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
                                const struct runtime_input *in, const struct runtime_output *out,
                                struct runtime_state **ret_state, struct qdp_error *reterr) {
-  double t0 = encode_now_ms();
+  uint64_t t0 = clock_mono_ns();
   qdp_status rc = QDP_OK;
   struct runtime_state *st = NULL;
   struct shard_task *t = NULL;
@@ -391,7 +391,7 @@ qdp_status runtime_encode_into(struct runtime_mesh *m, const struct plan *p,
   if (rc != QDP_OK) {
     goto out;
   }
-  st->encode_ms = encode_now_ms() - t0;
+  st->encode_ms = (double)(clock_mono_ns() - t0) / CLOCK_NS_PER_MS;
   *ret_state = st;
   st = NULL;
 out:

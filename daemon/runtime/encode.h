@@ -16,8 +16,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "collectives.h"
 #include "qdp_encodings.h"
 #include "qdp_limits.h"
@@ -106,7 +106,6 @@ static inline double encode_value_at(const struct runtime_input *in, uint64_t fl
 
 /* Shard tasks (encode_tasks.c): run on every shard of the job at once by the mesh's workers
  * (runtime_workers_run). */
-double encode_now_ms(void);
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr);
 void *encode_task_sumsq(void *arg);
 void *encode_task_scale(void *arg);

@@ -177,7 +177,7 @@ static qdp_status task_parts(struct shard_task *t, size_t n, uint32_t span, size
  * the wait for both; st->norm_us from t0 on. sumsq gets the totals, which every device must
  * agree on. */
 static qdp_status gather_totals(struct runtime_state *st, struct shard_task *t, size_t n,
-                                struct device_comm *c, size_t stride, size_t nall, double t0,
+                                struct device_comm *c, size_t stride, size_t nall, uint64_t t0,
                                 double *sumsq, struct qdp_error *reterr) {
   uint64_t rows = st->plan.batch;
   qdp_status rc = QDP_OK;
@@ -208,7 +208,7 @@ static qdp_status gather_totals(struct runtime_state *st, struct shard_task *t, 
     QDP_TRY(rc,
             device_comm_wait(c, t[i].work.shard->device, streams[t[i].work.shard->device], reterr));
   }
-  st->norm_us = (encode_now_ms() - t0) * 1e3;
+  st->norm_us = (double)(clock_mono_ns() - t0) / CLOCK_NS_PER_US;
   for (uint64_t r = 0; r < rows; r++) {
     /* Every device walked the same parts along the same tree: anything else is a defect. */
     for (size_t i = 1; i < n; i++) {
@@ -244,7 +244,7 @@ qdp_status encode_device_norms(struct runtime_state *st, struct shard_task *t, s
   }
   QDP_TRY(rc, task_parts(t, n, span, stride, (size_t)device_comm_size(c), all, nall, reterr));
   runtime_workers_run(st->mesh->workers, t, n, sizeof *t, encode_task_partials);
-  double t0 = encode_now_ms();
+  uint64_t t0 = clock_mono_ns();
   rc = encode_first_failure(t, n, reterr);
   if (encode_spans_ranks(&st->plan)) {
     rc = encode_agree_before("the norm's all-gather", st->mesh, c, rc, reterr);

@@ -101,9 +101,10 @@ static qdp_status host_norms(struct runtime_state *st, struct shard_task *t, siz
   if (rc != QDP_OK) {
     return rc;
   }
-  double t0 = encode_now_ms();
+  uint64_t t0 = clock_mono_ns();
   rc = reduce_norms(st, t, n, sumsq, reterr);
-  st->norm_us += n > 1 || encode_spans_ranks(&st->plan) ? (encode_now_ms() - t0) * 1e3 : 0;
+  st->norm_us +=
+      n > 1 || encode_spans_ranks(&st->plan) ? (double)(clock_mono_ns() - t0) / CLOCK_NS_PER_US : 0;
   return rc;
 }
 

@@ -1,12 +1,6 @@
 /* The executor's shard tasks: what runs on every device of a job at once (encode.h). */
 #include "runtime/encode.h"
 
-double encode_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* The first failure among tasks, copied to reterr. */
 qdp_status encode_first_failure(const struct shard_task *t, size_t n, struct qdp_error *reterr) {
   for (size_t i = 0; i < n; i++) {

@@ -2,7 +2,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
 #include "state/capability.h"
 
@@ -46,12 +45,6 @@ bool capability_equal(const char *want, const char *given, size_t len) {
     diff |= (unsigned char)(want[i] ^ given[i]);
   }
   return diff == 0;
-}
-
-int64_t capability_now_unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 bool capability_pid_gone(int pid, int64_t now, uint64_t grace_ms, int64_t *gone_since) {

@@ -18,8 +18,6 @@ qdp_status capability_random_hex(char *out, size_t nbytes, struct qdp_error *ret
  * given string's length (public), never on where the first differing character is. */
 bool capability_equal(const char *want, const char *given, size_t len);
 
-int64_t capability_now_unix_ms(void);
-
 /* Whether process pid has been gone for grace_ms as of now_unix_ms: what ends a view lease and a
  * registered region of a client that exited without closing them. Gone means kill(pid, 0) fails
  * with ESRCH (EPERM: it exists, as another user's; a zombie exists until it is reaped).

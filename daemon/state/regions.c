@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "state/capability.h"
 #include "state/regions.h"
 
@@ -149,7 +150,7 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
   memcpy(e->meta.owner, owner, olen + 1);
   e->meta.bytes = bytes;
   e->meta.pid = pid;
-  e->meta.created_unix_ms = capability_now_unix_ms();
+  e->meta.created_unix_ms = clock_unix_ms();
   e->payload = payload;
   e->payload_end = payload_end;
   e->linked = true;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "qdp_size.h"
 #include "state/capability.h"
 #include "state/store.h"
@@ -321,11 +322,11 @@ static qdp_status check_room(const struct state_store *s, const char *owner, con
   if (bytes > UINT64_MAX - obytes ||
       (lim->client_budget_bytes && bytes > lim->client_budget_bytes - obytes)) {
     uint64_t budget = lim->client_budget_bytes ? lim->client_budget_bytes : UINT64_MAX;
-    qdp_status rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                                  "state of %s refused: client '%s' holds %s of its %s budget "
-                                  "(client_budget_bytes)",
-                                  QDP_SIZE_STR(bytes), owner, QDP_SIZE_STR(obytes),
-                                  QDP_SIZE_STR(budget));
+    qdp_status rc =
+        qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                      "state of %s refused: client '%s' holds %s of its %s budget "
+                      "(client_budget_bytes)",
+                      QDP_SIZE_STR(bytes), owner, QDP_SIZE_STR(obytes), QDP_SIZE_STR(budget));
     if (reterr) {
       reterr->need_bytes = bytes;
       reterr->free_bytes = budget - obytes;
@@ -435,7 +436,7 @@ static qdp_status new_entry(struct state_store *s, const struct state_reservatio
   }
   memcpy(e->meta.label, label, llen + 1);
   e->meta.bytes = r->bytes;
-  e->meta.created_unix_ms = capability_now_unix_ms();
+  e->meta.created_unix_ms = clock_unix_ms();
   uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;
   /* The cap applies to "never" as well: with max_ttl_ms set, no state outlives it. A caller
    * that asked for longer is told (the reply's ttl_capped), never cut short silently. */
@@ -568,7 +569,7 @@ static struct entry *lookup(struct state_store *s, const char *handle, const cha
 qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
                            void **ret_payload, struct state_meta *ret_meta,
                            struct qdp_error *reterr) {
-  int64_t now = capability_now_unix_ms();
+  int64_t now = clock_unix_ms();
   pthread_mutex_lock(&s->mu);
   struct entry *e = lookup(s, handle, token, now);
   if (!e) {
@@ -733,7 +734,7 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
   }
   memcpy(l->client, client, clen + 1);
   l->pid = pid;
-  l->opened_unix_ms = capability_now_unix_ms();
+  l->opened_unix_ms = clock_unix_ms();
   l->id = ++s->next_lease_id;
   l->entry = e;
   l->next = e->leases;

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "clock.h"
 #include "device_comm.h"
 
 struct device_comm {
@@ -29,16 +30,10 @@ struct device_comm {
   char why[160]; /* why it was aborted */
 };
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* Spins for the first stretch of a wait (a collective usually ends within microseconds), then
  * yields the core. */
-static void pause_after(uint64_t start_us) {
-  if (now_us() - start_us > 200) {
+static void pause_after(uint64_t start_ns) {
+  if (clock_mono_ns() - start_ns > 200 * CLOCK_NS_PER_US) {
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   } else {
@@ -107,7 +102,8 @@ static qdp_status call_failed(struct device_comm *c, ncclResult_t r, const char 
   return rc;
 }
 
-/* Takes the group's lock for one collective; a group already aborted: its error, the lock not held. */
+/* Takes the group's lock for one collective; a group already aborted: its error, the lock not held.
+ */
 static qdp_status lock_live(struct device_comm *c, struct qdp_error *reterr) {
   pthread_mutex_lock(&c->lock);
   if (c->aborted) {
@@ -212,9 +208,8 @@ static void *join_main(void *arg) {
   /* One scratch buffer per member on its GPU; the default stream, synchronized below. */
   for (size_t i = 0; r == ncclSuccess && cuda == cudaSuccess && i < c->nlocal; i++) {
     cuda = cudaSetDevice(c->ordinals[i]);
-    cuda = cuda == cudaSuccess
-               ? cudaMalloc(&bufs[i], (size_t)(c->size + 1) * sizeof(double))
-               : cuda;
+    cuda =
+        cuda == cudaSuccess ? cudaMalloc(&bufs[i], (size_t)(c->size + 1) * sizeof(double)) : cuda;
     j->failed_ordinal = c->ordinals[i];
   }
   if (r == ncclSuccess && cuda == cudaSuccess) {
@@ -312,9 +307,8 @@ qdp_status device_comm_create_members(const unsigned char id[DEVICE_COMM_ID_BYTE
                           cudaGetErrorName(j->cuda));
   } else if (j->r != ncclSuccess) {
     rc = qdp_error_set_at(reterr, QDP_ERR_NCCL, ordinals[0], (int)j->r,
-                          "members %d..%d of %d: joining the device group failed: %s",
-                          first_member, first_member + (int)n - 1, size,
-                          ncclGetErrorString(j->r));
+                          "members %d..%d of %d: joining the device group failed: %s", first_member,
+                          first_member + (int)n - 1, size, ncclGetErrorString(j->r));
   }
   pthread_mutex_destroy(&j->mu);
   pthread_cond_destroy(&j->cv);
@@ -371,7 +365,7 @@ qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
   if (!c->timeout_ms) {
     err = cudaStreamSynchronize((cudaStream_t)stream);
   } else {
-    uint64_t start = now_us();
+    uint64_t start = clock_mono_ns();
     while ((err = cudaStreamQuery((cudaStream_t)stream)) == cudaErrorNotReady) {
       ncclResult_t state = ncclSuccess;
       ncclResult_t r = ncclCommGetAsyncError(c->comms[local], &state);
@@ -379,7 +373,7 @@ qdp_status device_comm_wait(struct device_comm *c, size_t local, void *stream,
       qdp_status rc = QDP_OK;
       if (r != ncclSuccess) {
         rc = nccl_failed(c, local, r, "a collective", reterr);
-      } else if (now_us() - start > c->timeout_ms * 1000) {
+      } else if (clock_mono_ns() - start > c->timeout_ms * CLOCK_NS_PER_MS) {
         rc = qdp_error_set_at(
             reterr, QDP_ERR_UNAVAILABLE, ordinal, -1,
             "cuda:%d: a collective of the device group did not complete within %llu ms: "

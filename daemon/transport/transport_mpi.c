@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include "clock.h"
 #include "transport_impl.h"
 
 struct mpi_impl {
@@ -248,26 +249,19 @@ static qdp_status mpi_recv(struct transport *t, void *buf, size_t bytes, int fro
   return QDP_OK;
 }
 
-/* Microseconds, so that a wait of N ms never ends before N ms have passed. */
-static uint64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 /* After a timeout: cancel a pending request and give it a moment to settle. 1 when it completed
  * after all (a receive that matched meanwhile, status in *st), 0 when cancelled, -1 when it could
  * neither be cancelled nor completed (the request is freed; MPI may still use its buffer). */
 static int settle_cancelled(MPI_Request *req, MPI_Status *st) {
   MPI_Cancel(req);
   /* Cancelling an unmatched message completes at once in ob1; 100 ms is generous. */
-  uint64_t until = mono_us() + 100000;
+  uint64_t until = clock_mono_ns() + 100 * CLOCK_NS_PER_MS;
   int flag = 0;
   while (!flag) {
     if (MPI_Test(req, &flag, st) != MPI_SUCCESS) {
       break;
     }
-    if (!flag && mono_us() >= until) {
+    if (!flag && clock_mono_ns() >= until) {
       MPI_Request_free(req);
       return -1;
     }
@@ -391,7 +385,7 @@ static size_t wait_posted(struct transport *t, struct transport_io *items, struc
     if (pending == 0 || *rc != QDP_OK) {
       break;
     }
-    if (timeout_ms && mono_us() - start >= timeout_ms * 1000) {
+    if (timeout_ms && clock_mono_ns() - start >= timeout_ms * CLOCK_NS_PER_MS) {
       break;
     }
     /* Poll while messages are moving (a job's round trip is well under a millisecond), giving
@@ -442,7 +436,7 @@ static qdp_status cancel_late(const struct transport *t, struct transport_io *it
                           "rank %d did not %s %zu B (tag %d) within %" PRIu64
                           " ms: it is dead, hung or unreachable (rank %d of %d waited)",
                           it->peer, it->send ? "take" : "send", it->bytes, it->tag,
-                          (mono_us() - start) / 1000, t->rank, t->size);
+                          (clock_mono_ns() - start) / CLOCK_NS_PER_MS, t->rank, t->size);
     if (reterr) {
       reterr->rank = it->peer;
     }
@@ -459,7 +453,7 @@ static qdp_status mpi_io_within(struct transport *t, struct transport_io *items,
     if (rc != QDP_OK) {
       timeout_ms = 1; /* cancel what was posted */
     }
-    uint64_t start = mono_us();
+    uint64_t start = clock_mono_ns();
     if (wait_posted(t, items, &tab, start, timeout_ms, &rc, reterr) > 0) {
       rc = cancel_late(t, items, n, &tab, start, ret_pinned, rc, reterr);
     }

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "alloc_shim.h"
+#include "clock.h"
 #include "common.h"
 #include "job/job.h"
-#include "state/capability.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -469,7 +469,7 @@ START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
   struct region_meta last;
   memset(&last, 0, sizeof last);
   struct job_expiry ex;
-  job_expire(fx.jp, capability_now_unix_ms(), count_swept, &last, &ex);
+  job_expire(fx.jp, clock_unix_ms(), count_swept, &last, &ex);
   ck_assert_uint_eq(ex.regions, 1);
   ck_assert_uint_eq(ex.states, 0);
   ck_assert_uint_eq(ex.leases, 0);
@@ -481,7 +481,7 @@ START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
   /* Gone as if unregistered: its handle is unknown. */
   ck_assert_int_eq(job_unregister_region(fx.jp, gone.meta.handle, gone.token, NULL, &e),
                    QDP_ERR_NOT_FOUND);
-  job_expire(fx.jp, capability_now_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
+  job_expire(fx.jp, clock_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
   ck_assert_uint_eq(ex.regions, 0);
   CK_OK(job_unregister_region(fx.jp, alive.meta.handle, alive.token, NULL, &e), e);
   CK_OK(job_unregister_region(fx.jp, tcp.meta.handle, tcp.token, NULL, &e), e);
