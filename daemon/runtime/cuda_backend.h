@@ -199,22 +199,23 @@ static inline uint32_t log2_of(uint64_t pow2) {
   return (uint32_t)__builtin_ctzll(pow2);
 }
 
-/* CU_TRY(rc, d, "cudaX", cudaX(...)): a failed CUDA call sets rc and jumps to `out:`. */
-#define CU_TRY(rc, d, name, call) \
+/* CU_TRY(rc, err, d, "cudaX", cudaX(...)): a failed CUDA call fills err (a struct qdp_error *,
+ * may be NULL) naming device d and the call, sets rc and jumps to `out:`. */
+#define CU_TRY(rc, err, d, name, call) \
   do { \
     cudaError_t cu_err_ = (call); \
     if (cu_err_ != cudaSuccess) { \
-      (rc) = cuda_failed((d), cu_err_, name, reterr); \
+      (rc) = cuda_failed((d), cu_err_, (name), (err)); \
       goto out; \
     } \
   } while (0)
 
-/* K_TRY(rc, d, "qdpk_x", qdpk_x(...)): a failed launch sets rc and jumps to `out:`. */
-#define K_TRY(rc, d, name, call) \
+/* K_TRY(rc, err, d, "qdpk_x", qdpk_x(...)): the same for a kernel launcher's status. */
+#define K_TRY(rc, err, d, name, call) \
   do { \
     qdp_status k_st_ = (call); \
     if (k_st_ != QDP_OK) { \
-      (rc) = cuda_launch_failed((d), k_st_, name, reterr); \
+      (rc) = cuda_launch_failed((d), k_st_, (name), (err)); \
       goto out; \
     } \
   } while (0)

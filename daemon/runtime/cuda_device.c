@@ -172,7 +172,7 @@ static qdp_status encode_staged(struct cuda_device *c, struct runtime_shard_work
     span.rows = nr;
     /* With a WHT exchange: the top bits and the local ones; the executor runs the global bits
      * below the top. */
-    K_TRY(rc, d, k->name, k->encode(&span, xs, w->in, w->in_stride, o, c->stream));
+    K_TRY(rc, reterr, d, k->name, k->encode(&span, xs, w->in, w->in_stride, o, c->stream));
     QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
     slot ^= 1;
   }
@@ -213,7 +213,7 @@ static qdp_status cuda_copy_rows(struct runtime_device *d, void *dst, uint64_t d
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
   for (uint64_t r = 0; r < rows; r++) {
-    CU_TRY(rc, d, "cudaMemcpyPeerAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyPeerAsync",
            cudaMemcpyPeerAsync((char *)dst + r * dst_pitch, d->info.ordinal,
                                (const char *)src + r * src_pitch, src_dev->info.ordinal,
                                (size_t)row_bytes, c->stream));

@@ -24,10 +24,10 @@ static qdp_status butterfly_nccl(struct cuda_device *ca, void *a, struct cuda_de
     QDP_TRY(rc, device_comm_swap(ca->comm, ca->member, pa, ta, cb->member, pb, tb, n * esize,
                                  ca->stream, cb->stream, reterr));
     /* (pa, ta) <- (a + b, a - b): a's side keeps a + b. */
-    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(pa, ta, out, n, ca->stream));
+    K_TRY(rc, reterr, da, "qdpk_butterfly", qdpk_butterfly(pa, ta, out, n, ca->stream));
     QDP_TRY(rc, cuda_use_device(db, reterr));
     /* (tb, pb) <- (a + b, a - b): b's side keeps a - b. */
-    K_TRY(rc, db, "qdpk_butterfly", qdpk_butterfly(tb, pb, out, n, cb->stream));
+    K_TRY(rc, reterr, db, "qdpk_butterfly", qdpk_butterfly(tb, pb, out, n, cb->stream));
     QDP_TRY(rc, cuda_use_device(da, reterr));
   }
   QDP_TRY(rc, cuda_finish(cb, reterr));
@@ -60,9 +60,9 @@ qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_dev
      * and neither GPU waits for the other's memory alone. */
     *ret_how = "peer";
     uint64_t h = count / 2;
-    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, h, ca->stream));
+    K_TRY(rc, reterr, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, h, ca->stream));
     QDP_TRY(rc, cuda_use_device(db, reterr));
-    K_TRY(rc, db, "qdpk_butterfly",
+    K_TRY(rc, reterr, db, "qdpk_butterfly",
           qdpk_butterfly((char *)a + h * esize, (char *)b + h * esize, out, count - h, cb->stream));
     QDP_TRY(rc, cuda_finish(cb, reterr));
     QDP_TRY(rc, cuda_use_device(da, reterr));
@@ -71,7 +71,7 @@ qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_dev
   }
   if (da == db || (ca->peer[db->info.ordinal] && !(ca->nccl_exchange && ca->comm))) {
     *ret_how = da == db ? "local" : "peer";
-    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, count, ca->stream));
+    K_TRY(rc, reterr, da, "qdpk_butterfly", qdpk_butterfly(a, b, out, count, ca->stream));
     QDP_TRY(rc, cuda_finish(ca, reterr));
     goto out;
   }
@@ -89,11 +89,11 @@ qdp_status cuda_butterfly(struct runtime_device *da, void *a, struct runtime_dev
   for (uint64_t at = 0; at < count; at += piece) {
     uint64_t n = count - at < piece ? count - at : piece;
     char *pa = (char *)a + at * esize, *pb = (char *)b + at * esize;
-    CU_TRY(rc, da, "cudaMemcpyPeerAsync",
+    CU_TRY(rc, reterr, da, "cudaMemcpyPeerAsync",
            cudaMemcpyPeerAsync(tmp, da->info.ordinal, pb, db->info.ordinal, (size_t)(n * esize),
                                ca->stream));
-    K_TRY(rc, da, "qdpk_butterfly", qdpk_butterfly(pa, tmp, out, n, ca->stream));
-    CU_TRY(rc, da, "cudaMemcpyPeerAsync",
+    K_TRY(rc, reterr, da, "qdpk_butterfly", qdpk_butterfly(pa, tmp, out, n, ca->stream));
+    CU_TRY(rc, reterr, da, "cudaMemcpyPeerAsync",
            cudaMemcpyPeerAsync(pb, db->info.ordinal, tmp, da->info.ordinal, (size_t)(n * esize),
                                ca->stream));
   }
@@ -135,9 +135,9 @@ qdp_status cuda_combine_host(struct runtime_device *d, void *mine, void *partner
    * which the planner counted as this shard's workspace), and the butterfly kernel leaves a + b
    * in its first operand and a - b in its second. */
   QDP_TRY(rc, cuda_dev_malloc(d, bytes, &tmp, reterr));
-  CU_TRY(rc, d, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
          cudaMemcpyAsync(tmp, partner_host, bytes, cudaMemcpyHostToDevice, c->stream));
-  K_TRY(rc, d, "qdpk_butterfly",
+  K_TRY(rc, reterr, d, "qdpk_butterfly",
         high ? qdpk_butterfly(tmp, mine, out, count, c->stream)
              : qdpk_butterfly(mine, tmp, out, count, c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
@@ -163,7 +163,7 @@ qdp_status cuda_combine_group(struct runtime_device *d, void *mine, qdp_dtype ou
     uint64_t n = count - at < piece ? count - at : piece;
     char *pm = (char *)mine + at * esize;
     QDP_TRY(rc, device_comm_exchange(g, local, peer, pm, tmp, n * esize, c->stream, reterr));
-    K_TRY(rc, d, "qdpk_butterfly",
+    K_TRY(rc, reterr, d, "qdpk_butterfly",
           high ? qdpk_butterfly(tmp, pm, out, n, c->stream)
                : qdpk_butterfly(pm, tmp, out, n, c->stream));
   }

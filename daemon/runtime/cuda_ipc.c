@@ -13,7 +13,7 @@ static qdp_status address_range(struct runtime_device *d, const void *ptr, CUdev
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   /* 12000: the cuMemGetAddressRange of CUDA 12 and later (the _v2 ABI). */
-  CU_TRY(rc, d, "cudaGetDriverEntryPointByVersion",
+  CU_TRY(rc, reterr, d, "cudaGetDriverEntryPointByVersion",
          cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
                                           &found));
   if (found != cudaDriverEntryPointSuccess || !fn) {
@@ -43,7 +43,7 @@ qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr, unsigned c
   _Static_assert(sizeof h == RUNTIME_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
   QDP_TRY(rc, cuda_use_device(d, reterr));
   QDP_TRY(rc, address_range(d, ptr, &base, &size, reterr));
-  CU_TRY(rc, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
+  CU_TRY(rc, reterr, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
   memcpy(ret_handle, &h, sizeof h);
   *ret_offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)base);
 out:
@@ -60,7 +60,7 @@ static qdp_status open_fresh(struct cuda_device *c, const cudaIpcMemHandle_t *h,
   CUdeviceptr start = 0;
   size_t size = 0;
   QDP_TRY(rc, cuda_use_device(d, reterr));
-  CU_TRY(rc, d, "cudaIpcOpenMemHandle",
+  CU_TRY(rc, reterr, d, "cudaIpcOpenMemHandle",
          cudaIpcOpenMemHandle(&base, *h, cudaIpcMemLazyEnablePeerAccess));
   rc = address_range(d, base, &start, &size, reterr);
   if (rc != QDP_OK) {

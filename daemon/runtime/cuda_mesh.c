@@ -104,22 +104,22 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
   QDP_TRY(rc, cuda_use_device(d, reterr));
 
   struct cudaDeviceProp prop;
-  CU_TRY(rc, d, "cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, ordinal));
+  CU_TRY(rc, reterr, d, "cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, ordinal));
   snprintf(d->info.model, sizeof d->info.model, "%.63s", prop.name);
   format_uuid(&prop.uuid, d->info.uuid, sizeof d->info.uuid);
   d->info.cc_major = prop.major;
   d->info.cc_minor = prop.minor;
   size_t free_b = 0, total_b = 0;
-  CU_TRY(rc, d, "cudaMemGetInfo", cudaMemGetInfo(&free_b, &total_b));
+  CU_TRY(rc, reterr, d, "cudaMemGetInfo", cudaMemGetInfo(&free_b, &total_b));
   d->info.total_bytes = total_b;
   d->info.free_bytes = free_b;
   /* The budget is taken from what was free before qdp's own staging: the staging lives inside
    * it, and the planner counts it in every job's need. */
   d->info.budget_bytes = budget_cfg ? budget_cfg : (uint64_t)((double)free_b * fraction);
 
-  CU_TRY(rc, d, "cudaStreamCreateWithFlags",
+  CU_TRY(rc, reterr, d, "cudaStreamCreateWithFlags",
          cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-  CU_TRY(rc, d, "cudaStreamCreateWithFlags",
+  CU_TRY(rc, reterr, d, "cudaStreamCreateWithFlags",
          cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
   QDP_TRY(rc, host_copy_create(copy_threads, &c->copier, reterr));
   for (int i = 0; i < 2; i++) {
@@ -148,7 +148,7 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
       c->stage_mapped[i] = NULL;
     }
     QDP_TRY(rc, cuda_dev_malloc(d, stage_bytes, &c->stage_dev[i], reterr));
-    CU_TRY(rc, d, "cudaEventCreateWithFlags",
+    CU_TRY(rc, reterr, d, "cudaEventCreateWithFlags",
            cudaEventCreateWithFlags(&c->stage_free[i], cudaEventDisableTiming));
   }
   *ret_dev = c;
@@ -337,8 +337,9 @@ static qdp_status copy_threads_for(unsigned configured, size_t ngpu, unsigned *r
     cpu_set_t set;
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     long share = cpus / (long)(ngpu ? ngpu : 1);
-    configured = share < 1 ? 1 : share < CUDA_COPY_THREADS_AUTO ? (unsigned)share
-                                                                 : CUDA_COPY_THREADS_AUTO;
+    configured = share < 1                        ? 1
+                 : share < CUDA_COPY_THREADS_AUTO ? (unsigned)share
+                                                  : CUDA_COPY_THREADS_AUTO;
   }
   *ret = configured - 1;
   return QDP_OK;

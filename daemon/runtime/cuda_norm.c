@@ -16,7 +16,7 @@ static qdp_status upload_scales(struct cuda_device *c, struct runtime_shard_work
     return QDP_OK;
   }
   QDP_TRY(rc, cuda_scratch_grow(c, &s->scales, &s->scales_cap, bytes, reterr));
-  CU_TRY(rc, &c->base, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, &c->base, "cudaMemcpyAsync",
          cudaMemcpyAsync(s->scales, scale_log2, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
   *ret_dev = s->scales;
 out:
@@ -64,20 +64,20 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
      * Whatever reads the slice waits for it first (upload_landed), not the work stream here: that
      * would hold every job queued after this one behind the whole upload. */
     if (!s->uploaded) {
-      CU_TRY(rc, d, "cudaEventCreateWithFlags",
+      CU_TRY(rc, reterr, d, "cudaEventCreateWithFlags",
              cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
     }
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cuda_copy_rows_async(c->copy_stream, s->resident, w->x, w->in_stride * isize, row_bytes,
                                 rows, cudaMemcpyDefault));
-    CU_TRY(rc, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
+    CU_TRY(rc, reterr, d, "cudaEventRecord", cudaEventRecord(s->uploaded, c->copy_stream));
     s->upload_pending = true;
     goto out;
   }
   if (rows > 1) {
-    CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
+    CU_TRY(rc, reterr, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
     host_copy_rows(c->copier, c->stage_host[0], w->x, w->in_stride * isize, row_bytes, rows);
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cudaMemcpyAsync((void *)s->resident, c->stage_host[0], (size_t)bytes,
                            cudaMemcpyHostToDevice, c->stream));
     QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
@@ -86,9 +86,9 @@ static qdp_status upload_resident(struct cuda_device *c, struct runtime_shard_wo
   for (uint64_t at = 0, k = 0; at < bytes; at += c->stage_bytes, k++) {
     int slot = (int)(k & 1);
     uint64_t n = bytes - at < c->stage_bytes ? bytes - at : c->stage_bytes;
-    CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
+    CU_TRY(rc, reterr, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
     host_copy_rows(c->copier, c->stage_host[slot], (const char *)w->x + at, n, n, 1);
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cudaMemcpyAsync((void *)(s->resident + at), c->stage_host[slot], (size_t)n,
                            cudaMemcpyHostToDevice, c->stream));
     QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
@@ -185,14 +185,14 @@ static qdp_status sumsq_rows_staged(struct cuda_device *c, struct runtime_shard_
     uint64_t nr = g->rows - r0 < per ? g->rows - r0 : per;
     QDP_TRY(rc, cuda_stage_put(c, slot, x + r0 * g->stride, g->stride, len * g->isize, nr,
                                w->pinned, reterr));
-    K_TRY(rc, d, "qdpk_sumsq",
+    K_TRY(rc, reterr, d, "qdpk_sumsq",
           qdpk_sumsq(c->stage_dev[slot], w->in, len, len, sub, nr, g->out,
                      scales ? scales + r0 : NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums + r0,
                      c->stream));
     QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
     slot ^= 1;
   }
-  CU_TRY(rc, d, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
          cudaMemcpyAsync(ret_sums, s->sums, (size_t)g->rows * sizeof(double),
                          cudaMemcpyDeviceToHost, c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
@@ -230,7 +230,7 @@ static qdp_status sumsq_chunks_staged(struct cuda_device *c, struct runtime_shar
       uint64_t n = len - at < chunk ? len - at : chunk;
       QDP_TRY(rc, cuda_stage_put(c, slot, x + r * g->stride + at * g->isize, n * g->isize,
                                  n * g->isize, 1, w->pinned, reterr));
-      K_TRY(rc, d, "qdpk_sumsq",
+      K_TRY(rc, reterr, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, n, n, pow2_ceil(n), 1, g->out,
                        scales ? scales + r : NULL, s->ws, (size_t)s->ws_cap,
                        (double *)s->sums + r * nchunks + k, c->stream));
@@ -238,7 +238,7 @@ static qdp_status sumsq_chunks_staged(struct cuda_device *c, struct runtime_shar
       slot ^= 1;
     }
   }
-  CU_TRY(rc, d, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
          cudaMemcpyAsync(s->host_sums, s->sums, (size_t)nsums * sizeof(double),
                          cudaMemcpyDeviceToHost, c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
@@ -307,7 +307,7 @@ qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *
     QDP_TRY(rc, cuda_scratch_grow(c, &s->sums, &s->sums_cap, rows * sizeof(double), reterr));
     QDP_TRY(rc, cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows),
                                   reterr));
-    K_TRY(rc, d, "qdpk_sumsq",
+    K_TRY(rc, reterr, d, "qdpk_sumsq",
           qdpk_sumsq(s->resident + offset * qdp_dtype_size(w->in), w->in, s->resident_stride, len,
                      sub, rows, w->plan->out_dtype, scales, s->ws, (size_t)s->ws_cap,
                      (double *)s->sums, c->stream));
@@ -315,7 +315,7 @@ qdp_status cuda_norm_sumsq(struct runtime_device *d, struct runtime_shard_work *
      * copy waits for the slice's upload): the next job's upload is queued behind this one's
      * instead of after it has finished. */
     QDP_TRY(rc, cuda_pinned_grow(c, s, rows * sizeof(double), reterr));
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(s->pinned, s->sums, (size_t)rows * sizeof(double),
                            cudaMemcpyDeviceToHost, c->stream));
     rc = cuda_stage_end_waited(c, &s->done, rc, reterr);
@@ -353,19 +353,19 @@ static qdp_status scale_resident(struct cuda_device *c, struct runtime_shard_wor
     e1 = e1 < len ? e1 : len;
     span.first = w->shard->first + e0;
     span.count = e1 - e0;
-    K_TRY(rc, d, k->name,
+    K_TRY(rc, reterr, d, k->name,
           k->scale(&span, s->resident + e0 * isize, w->in, e1 - e0, e1 - e0,
                    (const double *)s->norms, scales, o + e0 * osize, c->stream));
     e0 = e1;
   }
   /* The rest of the input (at most a slot) moves to the staging, out of the way of the writes. */
-  CU_TRY(rc, d, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
          cudaMemcpyAsync(c->stage_dev[0], s->resident + e0 * isize,
                          (size_t)(rows * (len - e0) * isize), cudaMemcpyDeviceToDevice, c->stream));
   span.first = w->shard->first + e0;
   span.count = count - e0;
   span.rows = rows;
-  K_TRY(rc, d, k->name,
+  K_TRY(rc, reterr, d, k->name,
         k->scale(&span, c->stage_dev[0], w->in, len - e0, len - e0, (const double *)s->norms,
                  scales, o + e0 * osize, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
@@ -400,13 +400,13 @@ static qdp_status scale_mapped(struct cuda_device *c, struct runtime_shard_work 
   uint64_t rows = w->shard->rows, isize = qdp_dtype_size(w->in);
   char *host = c->stage_host[0];
   const char *dev = c->stage_mapped[0];
-  CU_TRY(rc, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
+  CU_TRY(rc, reterr, d, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[0]));
   memcpy(host, sumsq, (size_t)rows * sizeof(double));
   if (scale_log2) {
     memcpy(host + l->scales_at, scale_log2, (size_t)rows * sizeof(int32_t));
   }
   host_copy_rows(c->copier, host + l->x_at, w->x, w->in_stride * isize, w->len * isize, rows);
-  K_TRY(rc, d, k->name,
+  K_TRY(rc, reterr, d, k->name,
         k->scale(span, dev + l->x_at, w->in, w->len, w->len, (const double *)dev,
                  scale_log2 ? (const int32_t *)(dev + l->scales_at) : NULL, w->out, c->stream));
   QDP_TRY(rc, cuda_stage_release(c, 0, reterr));
@@ -437,7 +437,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   QDP_TRY(rc, upload_landed(c, s, false, reterr));
   if (len == 0) {
     /* The shard lies wholly past the input: padding only. */
-    CU_TRY(rc, d, "cudaMemsetAsync",
+    CU_TRY(rc, reterr, d, "cudaMemsetAsync",
            cudaMemsetAsync(o, 0, (size_t)(rows * count * osize), c->stream));
     goto out;
   }
@@ -448,7 +448,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
     goto out;
   }
   if (sumsq) {
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(s->norms, sumsq, (size_t)rows * sizeof(double), cudaMemcpyHostToDevice,
                            c->stream));
   }
@@ -456,7 +456,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
   QDP_TRY(rc, upload_scales(c, w, scale_log2, &scales, reterr));
   if (s->resident && s->resident_external) {
     /* Nothing to overwrite: one launch from the client's allocation into the shard's buffer. */
-    K_TRY(rc, d, k->name,
+    K_TRY(rc, reterr, d, k->name,
           k->scale(&span, s->resident, w->in, s->resident_stride, len, (const double *)s->norms,
                    scales, o, c->stream));
     goto out;
@@ -474,7 +474,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
       QDP_TRY(rc,
               cuda_stage_put(c, slot, x + r0 * stride, stride, len * isize, nr, w->pinned, reterr));
       span.rows = nr;
-      K_TRY(rc, d, k->name,
+      K_TRY(rc, reterr, d, k->name,
             k->scale(&span, c->stage_dev[slot], w->in, len, len, (double *)s->norms + r0,
                      scales ? scales + r0 : NULL, o + r0 * count * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
@@ -491,7 +491,7 @@ static qdp_status scale_staged(struct cuda_device *c, struct runtime_shard_work 
                                  w->pinned, reterr));
       span.first = w->shard->first + at;
       span.count = at + n == len ? count - at : n;
-      K_TRY(rc, d, k->name,
+      K_TRY(rc, reterr, d, k->name,
             k->scale(&span, c->stage_dev[slot], w->in, n, n, (double *)s->norms + r,
                      scales ? scales + r : NULL, o + (r * count + at) * osize, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
@@ -553,12 +553,12 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
     if (s->resident) {
       QDP_TRY(rc, cuda_scratch_grow(c, &s->ws, &s->ws_cap, qdpk_sumsq_workspace_bytes(sub, rows),
                                     reterr));
-      K_TRY(rc, d, "qdpk_sumsq",
+      K_TRY(rc, reterr, d, "qdpk_sumsq",
             qdpk_sumsq(s->resident + pt->offset * isize, w->in, s->resident_stride, pt->len, sub,
                        rows, w->plan->out_dtype, NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums,
                        c->stream));
       CU_TRY(
-          rc, d, "cudaMemcpy2DAsync",
+          rc, reterr, d, "cudaMemcpy2DAsync",
           cudaMemcpy2DAsync((double *)s->send + k, stride * sizeof(double), s->sums, sizeof(double),
                             sizeof(double), (size_t)rows, cudaMemcpyDeviceToDevice, c->stream));
       continue;
@@ -568,12 +568,12 @@ static qdp_status partials_staged(struct cuda_device *c, struct runtime_shard_wo
       uint64_t nr = rows - r0 < per ? rows - r0 : per;
       QDP_TRY(rc, cuda_stage_put(c, slot, x + r0 * row_bytes, row_bytes, pt->len * isize, nr,
                                  w->pinned, reterr));
-      K_TRY(rc, d, "qdpk_sumsq",
+      K_TRY(rc, reterr, d, "qdpk_sumsq",
             qdpk_sumsq(c->stage_dev[slot], w->in, pt->len, pt->len, sub, nr, w->plan->out_dtype,
                        NULL, s->ws, (size_t)s->ws_cap, (double *)s->sums, c->stream));
       QDP_TRY(rc, cuda_stage_release(c, slot, reterr));
       slot ^= 1;
-      CU_TRY(rc, d, "cudaMemcpy2DAsync",
+      CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
              cudaMemcpy2DAsync((double *)s->send + r0 * stride + k, stride * sizeof(double),
                                s->sums, sizeof(double), sizeof(double), (size_t)nr,
                                cudaMemcpyDeviceToDevice, c->stream));
@@ -614,10 +614,10 @@ qdp_status cuda_norm_partials(struct runtime_device *d, struct runtime_shard_wor
   QDP_TRY(rc, cuda_pinned_grow(c, s, pinned_totals_at(nall) + rows * sizeof(double), reterr));
   memcpy(s->pinned, all, nall * sizeof *all);
   CU_TRY(
-      rc, d, "cudaMemcpyAsync",
+      rc, reterr, d, "cudaMemcpyAsync",
       cudaMemcpyAsync(s->parts, s->pinned, nall * sizeof *all, cudaMemcpyHostToDevice, c->stream));
   /* Columns past this shard's parts are never read; zero them so the buffers hold no garbage. */
-  CU_TRY(rc, d, "cudaMemsetAsync",
+  CU_TRY(rc, reterr, d, "cudaMemsetAsync",
          cudaMemsetAsync(s->send, 0, (size_t)(rows * stride * sizeof(double)), c->stream));
   QDP_TRY(rc, upload_landed(c, s, false, reterr));
   QDP_TRY(rc, cuda_stage_begin(c, reterr));
@@ -639,10 +639,10 @@ qdp_status cuda_norm_totals(struct runtime_device *d, struct runtime_shard_work 
   double *totals = (double *)((char *)s->pinned + pinned_totals_at(nall));
   QDP_TRY(rc, cuda_use_device(d, reterr));
   K_TRY(
-      rc, d, "qdpk_norm_combine",
+      rc, reterr, d, "qdpk_norm_combine",
       qdpk_norm_combine(s->parts, nall, w->plan->qubits, w->plan->out_dtype == QDP_DTYPE_COMPLEX64,
                         s->recv, stride, rows, s->norms, c->stream));
-  CU_TRY(rc, d, "cudaMemcpyAsync",
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
          cudaMemcpyAsync(totals, s->norms, (size_t)rows * sizeof(double), cudaMemcpyDeviceToHost,
                          c->stream));
   *ret_totals = totals;

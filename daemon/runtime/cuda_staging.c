@@ -34,16 +34,16 @@ qdp_status cuda_stage_put(struct cuda_device *c, int slot, const char *src, uint
   if (pinned) {
     /* Default: src is registered host memory or a client's device allocation (CUDA IPC input,
      * a peer copy when it is on another GPU); UVA tells the driver which. */
-    CU_TRY(rc, &c->base, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, &c->base, "cudaMemcpyAsync",
            cuda_copy_rows_async(c->stream, c->stage_dev[slot], src, src_stride, row_bytes, nrows,
                                 cudaMemcpyDefault));
     goto out;
   }
-  CU_TRY(rc, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
+  CU_TRY(rc, reterr, &c->base, "cudaEventSynchronize", cudaEventSynchronize(c->stage_free[slot]));
   char *dst = c->stage_host[slot];
   host_copy_rows(c->copier, dst, src, src_stride, row_bytes, nrows);
   CU_TRY(
-      rc, &c->base, "cudaMemcpyAsync",
+      rc, reterr, &c->base, "cudaMemcpyAsync",
       cudaMemcpyAsync(c->stage_dev[slot], dst, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
 out:
   return rc;
@@ -90,11 +90,11 @@ qdp_status cuda_stage_end_queued(struct cuda_device *c, qdp_status rc, struct qd
 qdp_status cuda_stage_end_waited(struct cuda_device *c, cudaEvent_t *done, qdp_status rc,
                                  struct qdp_error *reterr) {
   if (rc == QDP_OK && !*done) {
-    CU_TRY(rc, &c->base, "cudaEventCreateWithFlags",
+    CU_TRY(rc, reterr, &c->base, "cudaEventCreateWithFlags",
            cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   }
   if (rc == QDP_OK) {
-    CU_TRY(rc, &c->base, "cudaEventRecord", cudaEventRecord(*done, c->stream));
+    CU_TRY(rc, reterr, &c->base, "cudaEventRecord", cudaEventRecord(*done, c->stream));
   }
 out:
   if (rc != QDP_OK) {
@@ -125,7 +125,7 @@ qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, 
   }
   if (bytes <= CUDA_READ_DIRECT || host_registered(dst)) {
     QDP_TRY(rc, cuda_use_device(d, reterr));
-    CU_TRY(rc, d, "cudaMemcpyAsync",
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
            cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream));
     QDP_TRY(rc, cuda_finish(c, reterr));
     return QDP_OK;
