@@ -126,7 +126,8 @@ static const struct config_option options[] = {
         "text (a timestamped line, or the journal's priority prefix under journald) or json (one "
         "object per line: ts, level, ident, rank, device, subsys, msg)"),
     OPT(log_subsys, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "list", true, NULL,
-        "show info and debug lines only of these subsystems ('rpc,plan'); empty: all"),
+        "show info and debug lines only of these comma-separated subsystems (" LOG_SUBSYSTEMS
+        "); empty: all"),
     OPT(watchdog, CONFIG_BOOL, "yes", 0, 1, "bool", false, NULL,
         "ping systemd's watchdog (WATCHDOG=1) when the unit sets WatchdogSec"),
 };
@@ -790,6 +791,20 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
         config_parse_u64(colon + 1, 0, 65535, "tcp", &port, NULL) != QDP_OK) {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
                            "tcp = '%s' is not HOST:PORT with a port in [0, 65535]", c->tcp);
+    }
+  }
+  /* Every name a subsystem: a name that matches none would hide every line without a word. */
+  for (const char *p = c->log_subsys; *c->log_subsys; p++) {
+    size_t n = strcspn(p, ",");
+    if (!log_subsys_known(p, n)) {
+      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "log_subsys",
+                           "log_subsys = '%s' names '%.*s', which is no subsystem: list some of "
+                           "%s, separated by commas without spaces, or leave it empty for all",
+                           c->log_subsys, (int)n, p, LOG_SUBSYSTEMS);
+    }
+    p += n;
+    if (!*p) {
+      break;
     }
   }
   /* Paths that, when set, must be absolute. */

@@ -119,6 +119,25 @@ const char *log_level_name(int l) {
   return l >= LOG_LEVEL_ERR && l <= LOG_LEVEL_DEBUG ? names[l - LOG_LEVEL_ERR] : "unknown";
 }
 
+/* Whether the comma-separated list holds the n bytes at name as one of its items. */
+static bool list_has(const char *list, const char *name, size_t n) {
+  for (const char *p = list;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) {
+      return true;
+    }
+    if (!comma) {
+      return false;
+    }
+    p = comma + 1;
+  }
+}
+
+bool log_subsys_known(const char *name, size_t len) {
+  return len > 0 && list_has(LOG_SUBSYSTEMS, name, len);
+}
+
 static bool subsys_listed(const char *subsys) {
   if (!atomic_load(&subsys_set)) {
     return true;
@@ -126,22 +145,8 @@ static bool subsys_listed(const char *subsys) {
   if (!subsys) {
     return false;
   }
-  bool found = false;
-  size_t n = strlen(subsys);
   pthread_mutex_lock(&subsys_mu);
-  const char *p = subsys_list;
-  while (*p) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    if (len == n && strncmp(p, subsys, n) == 0) {
-      found = true;
-      break;
-    }
-    if (!comma) {
-      break;
-    }
-    p = comma + 1;
-  }
+  bool found = list_has(subsys_list, subsys, strlen(subsys));
   pthread_mutex_unlock(&subsys_mu);
   return found;
 }

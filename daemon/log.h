@@ -28,6 +28,7 @@
 #define QDP_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON = 1 };
 
@@ -52,6 +53,12 @@ bool log_journal(void);
 
 void log_set_level(int level);
 int log_get_level(void);
+/* The subsystems lines are filed under: each module that logs (main.c, rpc/, world/, transport/)
+ * under its own name, and gRPC's own lines under "grpc". The log_subsys option names some of
+ * them (tests/unit/check_log_subsys.py holds the sources and deploy/qdpd.conf to this list). */
+#define LOG_SUBSYSTEMS "main,rpc,grpc,world,transport"
+/* Whether the len bytes at name are one of LOG_SUBSYSTEMS. */
+bool log_subsys_known(const char *name, size_t len);
 /* Comma-separated subsystem names; NULL or "" = all. */
 void log_set_subsys(const char *list);
 void log_set_rank(int rank); /* -1: unknown (not printed) */

@@ -69,7 +69,7 @@ void collectives_world_group(struct transport *t, bool all_gpus, bool wanted, in
     device_comm_destroy(ret->comm);
     ret->comm = NULL;
     snprintf(ret->desc, sizeof ret->desc, "mpi (NCCL across ranks: %.160s)", err.msg);
-    log_warning("world", "device collectives across ranks run on the host: %s", err.msg);
+    log_warning("transport", "device collectives across ranks run on the host: %s", err.msg);
     return;
   }
   snprintf(ret->desc, sizeof ret->desc, "nccl (NCCL %d, %d ranks, %d GPUs)",

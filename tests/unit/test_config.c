@@ -370,6 +370,39 @@ START_TEST(test_check_refuses_contradictions) {
 }
 END_TEST
 
+/* log_subsys names subsystems that exist: a name that matches none would hide every info and
+ * debug line, which nothing else would say. */
+START_TEST(test_check_refuses_a_log_subsystem_that_does_not_exist) {
+  static const char *const good[] = {"", "transport", "world", "rpc,transport", "main,grpc"};
+  static const struct {
+    const char *list, *bad;
+  } bad[] = {{"plan", "'plan'"}, {"rpc,store", "'store'"}, {"rpc, world", "' world'"},
+             {"rpc,", "''"},     {",rpc", "''"},           {"transports", "'transports'"}};
+  struct config c;
+  struct qdp_error e = QDP_ERROR_INIT;
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    config_defaults(&c);
+    snprintf(c.log_subsys, sizeof c.log_subsys, "%s", good[i]);
+    CK_OK(config_check(&c, &e), e);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    config_defaults(&c);
+    snprintf(c.log_subsys, sizeof c.log_subsys, "%s", bad[i].list);
+    ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.field, "log_subsys");
+    char names[64];
+    snprintf(names, sizeof names, "names %s, which is no subsystem", bad[i].bad);
+    ck_assert_msg(strstr(e.msg, names) && strstr(e.msg, "transport"), "%s: %s", bad[i].list, e.msg);
+  }
+  /* The same through the environment, as a deployment sets it. */
+  char *env[] = {"QDP_LOG_SUBSYS=plan", NULL};
+  char *argv[] = {"qdpd", "--config", "", NULL};
+  enum config_action act;
+  ck_assert_int_eq(config_load(&c, 3, argv, env, &act, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "log_subsys");
+}
+END_TEST
+
 /* deploy/qdpd.conf names every option of the table (set, or as a commented default) with the
  * table's default, names nothing else, and parses once uncommented. */
 START_TEST(test_deployed_conf_documents_every_option_with_its_default) {
@@ -487,12 +520,12 @@ START_TEST(test_log_formats_journal_and_timestamp_lines_and_filters) {
   lseek(fd, 0, SEEK_SET);
   log_set_journal(1);
   log_set_level(LOG_LEVEL_DEBUG);
-  log_set_subsys("plan,store");
+  log_set_subsys("world,transport");
   log_write(LOG_LEVEL_DEBUG, "rpc", NULL, "filtered out");
-  log_write(LOG_LEVEL_DEBUG, "store", NULL, "kept");
+  log_write(LOG_LEVEL_DEBUG, "transport", NULL, "kept");
   log_write(LOG_LEVEL_WARNING, "rpc", NULL, "warnings always show");
   read_log(fd, buf, sizeof buf);
-  ck_assert_str_eq(buf, "<7>qdpd store: kept\n<4>qdpd rpc: warnings always show\n");
+  ck_assert_str_eq(buf, "<7>qdpd transport: kept\n<4>qdpd rpc: warnings always show\n");
   log_set_subsys(NULL);
   log_set_fd(2);
   log_set_journal(-1);
@@ -516,10 +549,12 @@ START_TEST(test_log_json_lines_are_one_object_each_with_every_field_escaped) {
   /* {"ts":"2025-01-31T12:00:00.123Z","level":... */
   ck_assert_int_eq(strncmp(buf, "{\"ts\":\"", 7), 0);
   ck_assert_int_eq(buf[7 + 23], 'Z');
-  ck_assert_str_eq(buf + 7 + 24, "\",\"level\":\"warning\",\"ident\":\"qdpd\",\"rank\":2,"
-                                  "\"device\":\"cuda:1\",\"subsys\":\"rpc\","
-                                  "\"msg\":\"a \\\"quoted\\\" \\\\ path\\u000aand\\u0009a tab 7\"}");
-  ck_assert_str_eq(second + 7 + 24, "\",\"level\":\"info\",\"ident\":\"qdpd\",\"msg\":\"plain\"}\n");
+  ck_assert_str_eq(buf + 7 + 24,
+                   "\",\"level\":\"warning\",\"ident\":\"qdpd\",\"rank\":2,"
+                   "\"device\":\"cuda:1\",\"subsys\":\"rpc\","
+                   "\"msg\":\"a \\\"quoted\\\" \\\\ path\\u000aand\\u0009a tab 7\"}");
+  ck_assert_str_eq(second + 7 + 24,
+                   "\",\"level\":\"info\",\"ident\":\"qdpd\",\"msg\":\"plain\"}\n");
   /* A message longer than a line is cut inside its string: the object still closes. */
   ck_assert_int_eq(ftruncate(fd, 0), 0);
   lseek(fd, 0, SEEK_SET);
@@ -570,9 +605,10 @@ START_TEST(test_log_fields_go_to_the_journal_socket_as_fields_and_into_json) {
   ssize_t n = recv(sock, got, sizeof got - 1, MSG_DONTWAIT);
   ck_assert_int_gt(n, 0);
   got[n] = '\0';
-  ck_assert_str_eq(got, "PRIORITY=3\nSYSLOG_IDENTIFIER=qdpd\nMESSAGE=Encode from x failed\n"
-                        "QDP_RANK=1\nQDP_SUBSYS=rpc\nQDP_DEVICE=cuda:0\nQDP_METHOD=Encode\n"
-                        "QDP_STATUS=RESOURCE_EXHAUSTED\nQDP_CLIENT=a b\n");
+  ck_assert_str_eq(got,
+                   "PRIORITY=3\nSYSLOG_IDENTIFIER=qdpd\nMESSAGE=Encode from x failed\n"
+                   "QDP_RANK=1\nQDP_SUBSYS=rpc\nQDP_DEVICE=cuda:0\nQDP_METHOD=Encode\n"
+                   "QDP_STATUS=RESOURCE_EXHAUSTED\nQDP_CLIENT=a b\n");
   char buf[4096];
   read_log(fd, buf, sizeof buf);
   ck_assert_str_eq(buf, ""); /* the journal took it: nothing on the stream */
@@ -591,8 +627,9 @@ START_TEST(test_log_fields_go_to_the_journal_socket_as_fields_and_into_json) {
   log_set_format(LOG_FORMAT_JSON);
   log_fields(LOG_LEVEL_ERR, "rpc", NULL, f, 4, "failed");
   read_log(fd, buf, sizeof buf);
-  ck_assert_ptr_nonnull(strstr(buf, "\"msg\":\"failed\",\"method\":\"Encode\",\"status\":"
-                                    "\"RESOURCE_EXHAUSTED\",\"client\":\"a\\u000ab\"}\n"));
+  ck_assert_ptr_nonnull(strstr(buf,
+                               "\"msg\":\"failed\",\"method\":\"Encode\",\"status\":"
+                               "\"RESOURCE_EXHAUSTED\",\"client\":\"a\\u000ab\"}\n"));
   ck_assert_ptr_null(strstr(buf, "state"));
   log_set_format(LOG_FORMAT_TEXT);
   log_set_journal_socket("");
@@ -620,6 +657,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_precedence_is_argument_over_environment_over_file_over_default);
   tcase_add_test(tc, test_arguments_help_version_and_errors);
   tcase_add_test(tc, test_check_refuses_contradictions);
+  tcase_add_test(tc, test_check_refuses_a_log_subsystem_that_does_not_exist);
   tcase_add_test(tc, test_socket_mode_is_octal_permission_bits);
   suite_add_tcase(s, tc);
   tc = tcase_create("log");
