@@ -1,173 +1,18 @@
-/* plan.c — validation, policy resolution, shard placement and per-device feasibility.
+/* plan.c — placement: the policies (single, even, uneven, capacity, batch, auto) that cut a
+ * validated request's state into shards over its device set, the iqp plans' block edges and
+ * exchange check, and plan_compute, which validates (validate.c), places and counts each device's
+ * needs (feasible.c).
  *
  * Every byte and amplitude count is a uint64; each product is overflow-checked, and ranges are
  * computed by division (never by multiplying an index by a shard size that could overflow), so
  * plans stay exact up to PLAN_MAX_QUBITS. See plan.h for the contract.
  */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
-#include "qdp_encodings.h"
-#include "qdp_size.h"
+#include "internal.h"
 
 __extension__ typedef unsigned __int128 plan_u128;
-
-static const char *const policy_names[] = {
-    [PLAN_AUTO] = "auto",     [PLAN_SINGLE] = "single",     [PLAN_EVEN] = "even",
-    [PLAN_UNEVEN] = "uneven", [PLAN_CAPACITY] = "capacity", [PLAN_BATCH] = "batch",
-};
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-const char *plan_policy_name(enum plan_policy p) {
-  return (unsigned)p < COUNT(policy_names) ? policy_names[p] : "unknown";
-}
-
-int plan_policy_from_name(const char *name, enum plan_policy *ret) {
-  for (unsigned i = 0; name && i < COUNT(policy_names); i++) {
-    if (strcmp(name, policy_names[i]) == 0) {
-      if (ret) {
-        *ret = (enum plan_policy)i;
-      }
-      return 1;
-    }
-  }
-  return 0;
-}
-
-static unsigned long long ull(uint64_t v) {
-  return (unsigned long long)v;
-}
-
-static int is_pow2(uint64_t v) {
-  return v != 0 && (v & (v - 1)) == 0;
-}
-
-static uint32_t log2_floor(uint64_t v) {
-  uint32_t g = 0;
-  while (v > 1) {
-    v >>= 1;
-    g++;
-  }
-  return g;
-}
-
-static uint64_t sat_add(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-
-static uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-
-/* Whether e's Walsh-Hadamard stages exchange over the global bits (iqp): its shards must pair. */
-static int exchanges(qdp_encoding e) {
-  const struct qdp_encoding_desc *d = qdp_encoding_desc(e);
-  return d && d->exchange == QDP_EXCHANGE_WHT;
-}
-
-/* ---- the device set ---------------------------------------------------------------------------
- * The devices a request may use, in the order shards take them: a subset's own order, or the
- * world's devices by (rank, ordinal). */
-
-struct devset {
-  size_t *idx; /* world indices */
-  size_t n;
-};
-
-static int world_before(const struct plan_device *a, const struct plan_device *b) {
-  return a->rank != b->rank ? a->rank < b->rank : a->ordinal < b->ordinal;
-}
-
-static qdp_status world_order(const struct plan_world *w, struct devset *ret,
-                              struct qdp_error *reterr) {
-  size_t *idx = malloc(w->count * sizeof *idx);
-  if (!idx) {
-    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                         "planning could not allocate %zu B of host memory for the device order",
-                         w->count * sizeof *idx);
-  }
-  /* Insertion sort: stable, allocation-free, and worlds hold at most a few thousand devices. */
-  for (size_t i = 0; i < w->count; i++) {
-    size_t j = i;
-    while (j > 0 && world_before(&w->devices[i], &w->devices[idx[j - 1]])) {
-      idx[j] = idx[j - 1];
-      j--;
-    }
-    idx[j] = i;
-  }
-  for (size_t i = 1; i < w->count; i++) {
-    const struct plan_device *a = &w->devices[idx[i - 1]], *b = &w->devices[idx[i]];
-    if (a->rank == b->rank && a->ordinal == b->ordinal) {
-      qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
-                    "the planner's world lists rank %d device ordinal %d twice (entries %zu and "
-                    "%zu)",
-                    a->rank, a->ordinal, idx[i - 1], idx[i]);
-      free(idx);
-      return QDP_ERR_INTERNAL;
-    }
-  }
-  ret->idx = idx;
-  ret->n = w->count;
-  return QDP_OK;
-}
-
-static qdp_status subset_order(const struct plan_request *req, const struct plan_world *w,
-                               struct devset *ret, struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  size_t *idx = NULL;
-  unsigned char *seen = NULL;
-  if (!req->device_subset) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "the device subset has %zu entries but no list", req->device_subset_count);
-  }
-  seen = calloc(w->count, 1);
-  if (!seen) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "planning could not allocate %zu B of host memory for the device subset",
-                       w->count);
-    goto out;
-  }
-  /* A list longer than the world must repeat or stray: this walk stops at the first such entry
-   * before the list's own size matters. */
-  for (size_t i = 0; i < req->device_subset_count; i++) {
-    size_t d = req->device_subset[i];
-    if (d >= w->count) {
-      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "device subset entry %zu is device index %zu, but the world has devices "
-                         "0..%zu",
-                         i, d, w->count - 1);
-      goto out;
-    }
-    if (seen[d]) {
-      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "device subset entry %zu repeats device '%.32s' (index %zu)", i,
-                         w->devices[d].name, d);
-      goto out;
-    }
-    seen[d] = 1;
-  }
-  idx = malloc(req->device_subset_count * sizeof *idx);
-  if (!idx) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                       "planning could not allocate %zu B of host memory for the device subset",
-                       req->device_subset_count * sizeof *idx);
-    goto out;
-  }
-  memcpy(idx, req->device_subset, req->device_subset_count * sizeof *idx);
-  ret->idx = idx;
-  ret->n = req->device_subset_count;
-  idx = NULL;
-out:
-  free(seen);
-  free(idx);
-  return rc;
-}
 
 /* The k devices of the set with the largest budgets (ties: earliest), kept in the set's order. */
 static qdp_status pick_largest(const struct plan_world *w, const struct devset *set, size_t k,
@@ -203,214 +48,6 @@ static qdp_status pick_largest(const struct plan_world *w, const struct devset *
 out:
   free(idx);
   free(chosen);
-  return rc;
-}
-
-/* ---- validation ------------------------------------------------------------------------------ */
-
-/* Qubits within the hard ceiling and the configured one, and a batch of 1..max_batch samples. */
-static qdp_status check_qubits_batch(const struct plan_request *req, const struct plan_limits *lim,
-                                     struct qdp_error *reterr) {
-  /* The configured ceiling is trusted only below the hard one: past 60 qubits a complex64 state's
-   * byte count no longer fits 64 bits. */
-  uint32_t max_q = PLAN_MAX_QUBITS;
-  if (lim && lim->max_qubits != 0 && lim->max_qubits < max_q) {
-    max_q = lim->max_qubits;
-  }
-  if (req->qubits == 0 || req->qubits > max_q) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "qubits",
-                         "qubits %u is out of range: expected 1..%u", req->qubits, max_q);
-  }
-  if (req->batch == 0) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.rows",
-                         "batch 0 is out of range: expected at least 1 sample");
-  }
-  if (lim && lim->max_batch != 0 && req->batch > lim->max_batch) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.rows",
-                         "batch %llu is out of range: max_batch is %llu samples", ull(req->batch),
-                         ull(lim->max_batch));
-  }
-  return QDP_OK;
-}
-
-/* The values a sample carries against what the encoding of req->qubits takes: up to one per
- * amplitude, or exactly its parameters. */
-static qdp_status check_values(const struct plan_request *req, const struct qdp_encoding_desc *e,
-                               struct qdp_error *reterr) {
-  const char *enc = e->name;
-  const uint32_t n = req->qubits;
-  const uint64_t want = qdp_values_per_sample(req->encoding, n);
-  const uint64_t got = req->values_per_sample;
-  if (e->layout == QDP_LAYOUT_AMPLITUDES) {
-    if (got == 0) {
-      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
-                           "empty input: %s encoding of %u qubits expects 1..%llu values per "
-                           "sample, got 0",
-                           enc, n, ull(want));
-    }
-    if (got > want) {
-      return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
-                           "length mismatch: %s encoding of %u qubits expects at most %llu values "
-                           "per sample, got %llu",
-                           enc, n, ull(want), ull(got));
-    }
-  } else if (got != want) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.cols",
-                         "length mismatch: %s encoding of %u qubits expects %llu values per "
-                         "sample, got %llu",
-                         enc, n, ull(want), ull(got));
-  }
-  return QDP_OK;
-}
-
-/* An input dtype the encoding takes, and a complex output dtype. */
-static qdp_status check_dtypes(const struct plan_request *req, const struct qdp_encoding_desc *e,
-                               struct qdp_error *reterr) {
-  if (!qdp_encoding_takes(e, req->in_dtype)) {
-    const char *name = qdp_dtype_name(req->in_dtype);
-    char takes[64];
-    qdp_dtype_names(e->dtypes, takes, sizeof takes, " or ");
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "input.dtype",
-                         "input dtype %s (%d) is not accepted by %s encoding: expected %s",
-                         name ? name : "unknown", (int)req->in_dtype, e->name, takes);
-  }
-  if (req->out_dtype != QDP_DTYPE_COMPLEX64 && req->out_dtype != QDP_DTYPE_COMPLEX128) {
-    const char *name = qdp_dtype_name(req->out_dtype);
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "output_dtype",
-                         "output dtype %s (%d) is not accepted: expected complex64 or complex128",
-                         name ? name : "unknown", (int)req->out_dtype);
-  }
-  return QDP_OK;
-}
-
-/* The state's byte count, batch * 2^n * element size: a uint64 and within max_state_bytes. */
-static qdp_status check_size(const struct plan_request *req, const struct plan_limits *lim,
-                             struct qdp_error *reterr) {
-  const uint32_t n = req->qubits;
-  const unsigned esz = qdp_dtype_size(req->out_dtype);
-  const uint64_t amps = (uint64_t)1 << n;
-  const char *field = req->batch > 1 ? "input.rows" : "qubits";
-  uint64_t per_sample, total;
-  if (__builtin_mul_overflow(amps, (uint64_t)esz, &per_sample) ||
-      __builtin_mul_overflow(per_sample, req->batch, &total)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                         "size overflow: %llu samples x 2^%u amplitudes x %u B exceeds %llu B, "
-                         "the largest size a 64-bit byte count can hold",
-                         ull(req->batch), n, esz, ull(UINT64_MAX));
-  }
-  if (lim && lim->max_state_bytes != 0 && total > lim->max_state_bytes) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                         "size overflow: %llu samples x 2^%u amplitudes x %u B = %llu B exceeds "
-                         "max_state_bytes %llu B",
-                         ull(req->batch), n, esz, ull(total), ull(lim->max_state_bytes));
-  }
-  return QDP_OK;
-}
-
-static qdp_status check_request(const struct plan_request *req, const struct plan_limits *lim,
-                                struct qdp_error *reterr) {
-  const struct qdp_encoding_desc *enc = qdp_encoding_desc(req->encoding);
-  if (!enc) {
-    char names[128];
-    qdp_encoding_names(names, sizeof names, " or ");
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "encoding",
-                         "encoding %d is unknown: expected %s", (int)req->encoding, names);
-  }
-  qdp_status rc;
-  QDP_TRY(rc, check_qubits_batch(req, lim, reterr));
-  QDP_TRY(rc, check_values(req, enc, reterr));
-  QDP_TRY(rc, check_dtypes(req, enc, reterr));
-  if ((unsigned)req->policy >= COUNT(policy_names)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
-                         "placement policy %d is unknown: expected auto, single, even, uneven, "
-                         "capacity or batch",
-                         (int)req->policy);
-  }
-  QDP_TRY(rc, check_size(req, lim, reterr));
-out:
-  return rc;
-}
-
-static qdp_status check_world(const struct plan_world *w, struct qdp_error *reterr) {
-  if (w->count == 0 || !w->devices) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "there is no device to place the state on: the world has 0 devices");
-  }
-  if (w->ranks < 1) {
-    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
-                         "the planner's world has %d ranks: expected at least 1", w->ranks);
-  }
-  for (size_t i = 0; i < w->count; i++) {
-    if (w->devices[i].rank < 0 || w->devices[i].rank >= w->ranks) {
-      return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
-                           "the planner's world device %zu ('%.32s') is on rank %d, outside 0..%d",
-                           i, w->devices[i].name, w->devices[i].rank, w->ranks - 1);
-    }
-  }
-  return QDP_OK;
-}
-
-/* What the policy asks of the device set, for the policies the request names explicitly. */
-static qdp_status check_policy(const struct plan_request *req, size_t d, struct qdp_error *reterr) {
-  const enum plan_policy pol = req->policy;
-  const char *pname = plan_policy_name(pol);
-  const uint64_t amps = (uint64_t)1 << req->qubits;
-  if (pol != PLAN_EVEN && pol != PLAN_UNEVEN && pol != PLAN_CAPACITY) {
-    return QDP_OK;
-  }
-  if (req->batch > 1) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.policy",
-                         "placement policy %s shards one state, but the request holds %llu "
-                         "samples: use policy batch (whole samples per device), single or auto",
-                         pname, ull(req->batch));
-  }
-  if (pol == PLAN_EVEN && !is_pow2(d)) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "placement policy even needs a power-of-two number of devices, got %zu: "
-                         "choose 2^g devices or use policy uneven or capacity",
-                         d);
-  }
-  if (d > amps) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "placement.devices",
-                         "placement policy %s over %zu devices needs at least %zu amplitudes, but "
-                         "%u qubits give %llu: use fewer devices or policy single",
-                         pname, d, d, req->qubits, ull(amps));
-  }
-  return QDP_OK;
-}
-
-/* Validates everything and returns the device set the request may use. */
-static qdp_status validate(const struct plan_request *req, const struct plan_world *world,
-                           const struct plan_limits *lim, struct devset *ret_set,
-                           struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  struct devset set = {NULL, 0};
-  if (!req || !world) {
-    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL, "the planner was given no %s",
-                         req ? "world" : "request");
-  }
-  QDP_TRY(rc, check_request(req, lim, reterr));
-  QDP_TRY(rc, check_world(world, reterr));
-  /* The world order is built even for a subset: it is where duplicate devices are found. */
-  QDP_TRY(rc, world_order(world, &set, reterr));
-  if (req->device_subset_count > 0) {
-    free(set.idx);
-    set.idx = NULL;
-    QDP_TRY(rc, subset_order(req, world, &set, reterr));
-  }
-  QDP_TRY(rc, check_policy(req, set.n, reterr));
-  *ret_set = set;
-  set.idx = NULL;
-out:
-  free(set.idx);
-  return rc;
-}
-
-qdp_status plan_validate(const struct plan_request *req, const struct plan_world *world,
-                         const struct plan_limits *lim, struct qdp_error *reterr) {
-  struct devset set = {NULL, 0};
-  qdp_status rc = validate(req, world, lim, &set, reterr);
-  free(set.idx);
   return rc;
 }
 
@@ -748,47 +385,6 @@ out:
   return rc;
 }
 
-uint64_t plan_workspace_bytes(const struct plan *p, const struct plan_shard *s) {
-  const struct qdp_encoding_desc *e = p && s ? qdp_encoding_desc(p->encoding) : NULL;
-  if (!e) {
-    return 0;
-  }
-  if (e->reduction == QDP_REDUCTION_NORM) {
-    uint64_t leaves = s->count / PLAN_NORM_LEAF + (s->count % PLAN_NORM_LEAF ? 1 : 0);
-    return sat_mul(sat_mul(8, s->rows), sat_add(1, leaves));
-  }
-  if (e->exchange == QDP_EXCHANGE_WHT && p->global_bits > p->iqp_top_bits) {
-    return s->bytes < PLAN_EXCHANGE_CHUNK_BYTES ? s->bytes : PLAN_EXCHANGE_CHUNK_BYTES;
-  }
-  return 0;
-}
-
-static void compute_needs(struct plan *p, const struct plan_world *w) {
-  p->feasible = 1;
-  for (size_t i = 0; i < p->nshards; i++) {
-    const struct plan_shard *s = &p->shards[i];
-    const struct plan_device *dev = &w->devices[s->device];
-    struct plan_need *n = &p->needs[i];
-    n->device = s->device;
-    n->rank = s->rank;
-    n->ordinal = s->ordinal;
-    if (dev->name[0]) {
-      snprintf(n->name, sizeof n->name, "%.*s", (int)sizeof dev->name, dev->name);
-    } else {
-      snprintf(n->name, sizeof n->name, "r%d/device %d", dev->rank, dev->ordinal);
-    }
-    n->shard_bytes = p->output_external ? 0 : s->bytes;
-    n->staging_bytes = p->staging_bytes;
-    n->workspace_bytes = plan_workspace_bytes(p, s);
-    n->need_bytes = sat_add(sat_add(n->shard_bytes, n->staging_bytes), n->workspace_bytes);
-    n->budget_bytes = dev->budget_bytes;
-    n->fits = n->need_bytes <= n->budget_bytes;
-    if (!n->fits) {
-      p->feasible = 0;
-    }
-  }
-}
-
 /* AUTO: batches go data parallel; a single state goes to one device when it fits, then to the
  * cheapest sharding that fits (even needs no uneven bookkeeping and suits every exchange), and
  * last to capacity weights, which fit whatever fits the set's total usable bytes. */
@@ -800,7 +396,7 @@ static qdp_status place_auto(struct plan *p, const struct plan_world *w, const s
     return place_batch(p, w, set, reterr);
   }
   QDP_TRY(rc, place_single(p, w, set, reterr));
-  compute_needs(p, w);
+  plan_count_needs(p, w);
   if (p->feasible || set->n == 1) {
     goto out;
   }
@@ -810,7 +406,7 @@ static qdp_status place_auto(struct plan *p, const struct plan_world *w, const s
      * devices with the most room since an even shard must fit the smallest of them. */
     QDP_TRY(rc, pick_largest(w, set, (size_t)1 << log2_floor(cap), &use, reterr));
     QDP_TRY(rc, place_even(p, w, &use, reterr));
-    compute_needs(p, w);
+    plan_count_needs(p, w);
     if (p->feasible || p->iqp_top_bits == 0) {
       goto out;
     }
@@ -825,14 +421,14 @@ static qdp_status place_auto(struct plan *p, const struct plan_world *w, const s
   }
   if (is_pow2(set->n) && set->n <= p->amplitudes) {
     QDP_TRY(rc, place_even(p, w, set, reterr));
-    compute_needs(p, w);
+    plan_count_needs(p, w);
     if (p->feasible) {
       goto out;
     }
   }
   QDP_TRY(rc, pick_largest(w, set, (size_t)cap, &use, reterr));
   QDP_TRY(rc, place_capacity(p, w, &use, reterr));
-  compute_needs(p, w);
+  plan_count_needs(p, w);
 out:
   free(use.idx);
   return rc;
@@ -844,7 +440,7 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
   qdp_status rc = QDP_OK;
   struct devset set = {NULL, 0};
   struct plan *p = NULL;
-  QDP_TRY(rc, validate(req, world, lim, &set, reterr));
+  QDP_TRY(rc, plan_validate_set(req, world, lim, &set, reterr));
   p = calloc(1, sizeof *p);
   if (!p) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
@@ -893,7 +489,7 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
   set_global_bits(p);
   snap_iqp_to_blocks(p, world);
   QDP_TRY(rc, check_exchange(p, reterr));
-  compute_needs(p, world);
+  plan_count_needs(p, world);
   *ret_plan = p;
   p = NULL;
 out:
@@ -922,93 +518,4 @@ size_t plan_rank_shards(const struct plan *p, int rank, size_t *ret_idx, size_t 
     }
   }
   return n;
-}
-
-/* ---- feasibility message --------------------------------------------------------------------- */
-
-struct text {
-  char *buf;
-  size_t cap, len;
-};
-
-/* Appends only if the whole piece fits within `limit` bytes (NUL excluded); returns 1 if it did. */
-static int text_add(struct text *t, size_t limit, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int text_add(struct text *t, size_t limit, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-  va_end(ap);
-  if (n < 0 || t->len + (size_t)n > limit || t->len + (size_t)n >= t->cap) {
-    t->buf[t->len] = '\0';
-    return 0;
-  }
-  t->len += (size_t)n;
-  return 1;
-}
-
-qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr) {
-  if (!p) {
-    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL, "no plan to check");
-  }
-  if (p->feasible) {
-    return QDP_OK;
-  }
-  /* The worst device: the largest shortfall, ties to the earliest. */
-  size_t worst = p->nneeds;
-  for (size_t i = 0; i < p->nneeds; i++) {
-    const struct plan_need *n = &p->needs[i];
-    if (!n->fits &&
-        (worst == p->nneeds || n->need_bytes - n->budget_bytes >
-                                   p->needs[worst].need_bytes - p->needs[worst].budget_bytes)) {
-      worst = i;
-    }
-  }
-  if (!reterr) {
-    return QDP_ERR_RESOURCE_EXHAUSTED;
-  }
-  char msg[sizeof reterr->msg];
-  char tail[160];
-  struct text t = {msg, sizeof msg, 0};
-  const char *dt = qdp_dtype_name(p->out_dtype);
-  const int c128 = p->out_dtype == QDP_DTYPE_COMPLEX128;
-  snprintf(tail, sizeof tail, "; lower 'qubits'%s%s, or add devices",
-           p->batch > 1 ? " or the batch size" : "", c128 ? ", use complex64" : "");
-  if (p->batch > 1) {
-    text_add(&t, sizeof msg - 1,
-             "a batch of %llu %u-qubit %s states (%s) does not fit: ", ull(p->batch), p->qubits,
-             dt ? dt : "?", QDP_SIZE_STR(p->total_bytes));
-  } else {
-    text_add(&t, sizeof msg - 1, "%u-qubit %s state (%s) does not fit: ", p->qubits, dt ? dt : "?",
-             QDP_SIZE_STR(p->total_bytes));
-  }
-  /* Room for the list: what the hint and a closing "; ..." leave. */
-  const size_t limit = sizeof msg - 1 - strlen(tail) - strlen("; ...");
-  int listed = 0;
-  for (size_t i = 0; i < p->nneeds; i++) {
-    const struct plan_need *n = &p->needs[i];
-    if (n->fits) {
-      continue;
-    }
-    char need[QDP_SIZE_TEXT], budget[QDP_SIZE_TEXT];
-    qdp_size_text_pair(need, budget, sizeof need, n->need_bytes, n->budget_bytes);
-    if (!text_add(&t, limit,
-                  "%s%s needs %s (shard %s + staging %s + workspace %s) but its budget is %s",
-                  listed ? "; " : "", n->name, need, QDP_SIZE_STR(n->shard_bytes),
-                  QDP_SIZE_STR(n->staging_bytes), QDP_SIZE_STR(n->workspace_bytes), budget)) {
-      text_add(&t, sizeof msg - 1, "%s...", listed ? "; " : "");
-      break;
-    }
-    listed++;
-  }
-  text_add(&t, sizeof msg - 1, "%s", tail);
-  qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "%s", msg);
-  if (worst < p->nneeds) {
-    reterr->need_bytes = p->needs[worst].need_bytes;
-    reterr->free_bytes = p->needs[worst].budget_bytes;
-    reterr->device = p->needs[worst].ordinal;
-    reterr->rank = p->needs[worst].rank;
-  }
-  return QDP_ERR_RESOURCE_EXHAUSTED;
 }
