@@ -1,0 +1,172 @@
+/* store_leases.c — what ends a state other than a Release: its expiry, and the leases of the
+ * clients that view its memory, opened and closed by id, or swept once their process is gone.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "state/capability.h"
+#include "state/store_internal.h"
+
+size_t state_store_expire(struct state_store *s, int64_t now) {
+  struct entry *dead = NULL;
+  size_t count = 0;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->by_handle.nbuckets; i++) {
+    struct hnode *n = s->by_handle.buckets[i];
+    while (n) {
+      struct hnode *next = n->next; /* n may leave the chain below */
+      struct entry *e = CONTAINER(n, struct entry, by_handle);
+      if (e->meta.expires_unix_ms && e->meta.expires_unix_ms <= now) {
+        struct entry *d = store_unlink(s, e);
+        if (d) {
+          d->dead_next = dead;
+          dead = d;
+        }
+        count++;
+      }
+      n = next;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  store_destroy_list(dead);
+  return count;
+}
+
+/* ---- leases ---------------------------------------------------------------------------------- */
+
+qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
+                                  uint64_t *ret_lease_id, struct qdp_error *reterr) {
+  if (!client) {
+    client = "";
+  }
+  size_t clen = strlen(client);
+  if (clen >= OWNER_MAX) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client",
+                         "client name of %zu B is too long; at most %zu B", clen, OWNER_MAX - 1);
+  }
+  if (pid < 0) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_pid",
+                         "client_pid %d is negative: give the viewing process's pid, or 0", pid);
+  }
+  struct lease *l = calloc(1, sizeof *l);
+  if (!l) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a %zu B lease record", sizeof *l);
+  }
+  qdp_status rc = QDP_OK;
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = store_find_payload(s, payload);
+  if (!e || !e->linked) {
+    rc = qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "handle",
+                       "state '%s' was released while its views were being opened",
+                       e ? e->meta.handle : "?");
+    goto out;
+  }
+  if (e->meta.leases >= STATE_LEASES_MAX) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "state '%s' has %" PRIu32
+                       " open view leases, its limit "
+                       "(STATE_LEASES_MAX); close some with CloseView",
+                       e->meta.handle, e->meta.leases);
+    goto out;
+  }
+  memcpy(l->client, client, clen + 1);
+  l->pid = pid;
+  l->opened_unix_ms = clock_unix_ms();
+  l->id = ++s->next_lease_id;
+  l->entry = e;
+  l->next = e->leases;
+  e->leases = l;
+  e->meta.leases++;
+  s->leases++;
+  store_ht_insert(&s->by_lease, &l->node, store_hash_ptr((const void *)(uintptr_t)l->id));
+  *ret_lease_id = l->id;
+  l = NULL;
+out:
+  pthread_mutex_unlock(&s->mu);
+  free(l);
+  return rc;
+}
+
+static struct lease *find_lease(struct state_store *s, uint64_t id) {
+  uint64_t h = store_hash_ptr((const void *)(uintptr_t)id);
+  for (struct hnode *n = s->by_lease.buckets[h & (s->by_lease.nbuckets - 1)]; n; n = n->next) {
+    struct lease *l = CONTAINER(n, struct lease, node);
+    if (l->id == id) {
+      return l;
+    }
+  }
+  return NULL;
+}
+
+/* Ends lease l; returns its entry when that was the payload's last hold and it must be destroyed
+ * now. Under the lock. */
+static struct entry *end_lease(struct state_store *s, struct lease *l) {
+  struct entry *e = l->entry;
+  store_ht_remove(&s->by_lease, &l->node);
+  struct lease **pp = &e->leases;
+  while (*pp != l) {
+    pp = &(*pp)->next;
+  }
+  *pp = l->next;
+  e->meta.leases--;
+  s->leases--;
+  free(l);
+  if (e->linked || e->pins || e->leases) {
+    return NULL;
+  }
+  store_ht_remove(&s->by_payload, &e->by_payload);
+  e->dead_next = NULL;
+  return e;
+}
+
+qdp_status state_store_lease_close(struct state_store *s, const char *handle, const char *token,
+                                   uint64_t lease_id, uint64_t *ret_freed_bytes,
+                                   struct qdp_error *reterr) {
+  pthread_mutex_lock(&s->mu);
+  struct lease *l = find_lease(s, lease_id);
+  struct entry *e = l ? l->entry : NULL;
+  if (!store_token_ok(e, token) || !handle || strcmp(e->meta.handle, handle) != 0) {
+    pthread_mutex_unlock(&s->mu);
+    return qdp_error_set(reterr, QDP_ERR_NOT_FOUND, "lease_id",
+                         "lease %" PRIu64
+                         " of state '%.64s' not found: unknown lease, handle "
+                         "or token",
+                         lease_id, handle ? handle : "");
+  }
+  uint64_t bytes = e->meta.bytes;
+  struct entry *dead = end_lease(s, l);
+  pthread_mutex_unlock(&s->mu);
+  store_destroy_list(dead);
+  if (ret_freed_bytes) {
+    *ret_freed_bytes = dead ? bytes : 0;
+  }
+  return QDP_OK;
+}
+
+size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
+  struct entry *dead = NULL;
+  size_t ended = 0;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->by_lease.nbuckets; i++) {
+    struct hnode *n = s->by_lease.buckets[i];
+    while (n) {
+      struct hnode *next = n->next; /* n may leave the chain below */
+      struct lease *l = CONTAINER(n, struct lease, node);
+      n = next;
+      if (capability_pid_gone(l->pid, now, s->lim.lease_grace_ms, &l->gone_since_ms)) {
+        struct entry *d = end_lease(s, l);
+        if (d) {
+          d->dead_next = dead;
+          dead = d;
+        }
+        ended++;
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  store_destroy_list(dead);
+  return ended;
+}
