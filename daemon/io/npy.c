@@ -27,7 +27,8 @@ static qdp_status npy_refused(qdp_status rc, const struct qdp_npy_error *e,
   return rc;
 }
 
-qdp_status io_npy_parse(const void *buf, size_t len, struct io_npy *ret, struct qdp_error *reterr) {
+qdp_status io_npy_parse(const void *buf, size_t len, struct qdp_npy *ret,
+                        struct qdp_error *reterr) {
   struct qdp_npy h;
   struct qdp_npy_error e;
   qdp_status rc = qdp_npy_parse(buf, len, &h, &e);
@@ -37,7 +38,7 @@ qdp_status io_npy_parse(const void *buf, size_t len, struct io_npy *ret, struct 
   if (rc != QDP_OK) {
     return npy_refused(rc, &e, reterr);
   }
-  *ret = (struct io_npy){h.dtype, h.ndim, h.rows, h.cols, h.data_offset, h.data_bytes};
+  *ret = h;
   return QDP_OK;
 }
 
@@ -50,7 +51,7 @@ qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols
 
 /* ---- mapping --------------------------------------------------------------------------------- */
 
-qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct io_npy *ret_hdr,
+qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct qdp_npy *ret_hdr,
                          struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct io_mapping m = IO_MAPPING_INIT;
@@ -62,7 +63,7 @@ qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struc
     goto out;
   }
   uint64_t size = (uint64_t)st.st_size;
-  struct io_npy hdr;
+  struct qdp_npy hdr;
   if (size < 10) {
     /* Too short to map usefully (and an empty file cannot be mapped): let the parser word it. */
     char small[10];

@@ -24,17 +24,9 @@
 /* Buffer size that always holds a header written by io_npy_header. */
 #define IO_NPY_HEADER_CAP QDP_NPY_HEADER_CAP
 
-struct io_npy {
-  qdp_dtype dtype;
-  int ndim;             /* 1 or 2, as in the file */
-  uint64_t rows, cols;  /* a 1-D file has rows 1 */
-  uint64_t data_offset; /* bytes from the start of the file to the first element */
-  uint64_t data_bytes;  /* rows * cols * element size */
-};
-
 /* Parses the .npy file held in buf[0..len) (at least the header; the data is checked to be all
- * there). */
-qdp_status io_npy_parse(const void *buf, size_t len, struct io_npy *ret, struct qdp_error *reterr);
+ * there) into the header common/qdp_npy.h describes. */
+qdp_status io_npy_parse(const void *buf, size_t len, struct qdp_npy *ret, struct qdp_error *reterr);
 
 /* Writes a version 1.0 header for (dtype, ndim, rows, cols) into buf; *ret_len = its length, a
  * multiple of 64. ndim 1 needs rows 1. INVALID_ARGUMENT for an unknown dtype, ndim other than 1
@@ -46,7 +38,7 @@ qdp_status io_npy_header(qdp_dtype dtype, int ndim, uint64_t rows, uint64_t cols
  * ret->bytes are the elements, *ret_hdr the header. `what` names the file in messages.
  * INVALID_ARGUMENT (not a regular file, or a header io_npy_parse refuses), PERMISSION_DENIED (not
  * open for reading) or SYSTEM. */
-qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct io_npy *ret_hdr,
+qdp_status io_map_npy_fd(int fd, const char *what, struct io_mapping *ret, struct qdp_npy *ret_hdr,
                          struct qdp_error *reterr);
 
 /* Pulls elements for io_write_npy: writes `n` elements starting at element `offset` (elements of

@@ -32,7 +32,7 @@ static qdp_status map_file(const struct job_input *in, struct job_ingest *ing,
   snprintf(q, sizeof q, "'%.200s'", in->path);
   struct stat st;
   bool have_st = fstat(in->fd, &st) == 0;
-  struct io_npy hdr;
+  struct qdp_npy hdr;
   qdp_status rc = io_map_npy_fd(in->fd, q, &ing->map, &hdr, err);
   if (rc != QDP_OK) {
     return rc;

@@ -65,7 +65,7 @@ static bool codec_parse(const uint8_t *data, size_t size, struct qdp_npy *ret) {
 
 static void daemon_parse(const uint8_t *data, size_t size, const struct qdp_npy *codec,
                          bool codec_ok) {
-  struct io_npy d;
+  struct qdp_npy d;
   struct qdp_error e = QDP_ERROR_INIT;
   qdp_status rc = io_npy_parse(data, size, &d, &e);
   bool want = codec_ok && qdp_npy_check_data(codec, size, NULL) == QDP_OK;

@@ -45,7 +45,7 @@ static size_t make_npy(unsigned major, const char *dict, size_t data_len, unsign
 }
 
 /* Parses a hand-written header; returns the status and fills *hdr / *err. */
-static qdp_status parse_dict(unsigned major, const char *dict, size_t data_len, struct io_npy *hdr,
+static qdp_status parse_dict(unsigned major, const char *dict, size_t data_len, struct qdp_npy *hdr,
                              struct qdp_error *err) {
   unsigned char *b;
   size_t n = make_npy(major, dict, data_len, &b);
@@ -56,7 +56,7 @@ static qdp_status parse_dict(unsigned major, const char *dict, size_t data_len, 
 }
 
 static void assert_refused(const char *dict, size_t data_len, const char *substr) {
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   ck_assert_int_eq(parse_dict(1, dict, data_len, &h, &err), QDP_ERR_INVALID_ARGUMENT);
   if (!strstr(err.msg, substr)) {
@@ -113,7 +113,7 @@ static void write_file(const char *path, const void *buf, size_t n) {
 
 START_TEST(test_parse_v1_2d_float64) {
   const char *dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }          \n";
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   ck_assert_int_eq(parse_dict(1, dict, 96, &h, &err), QDP_OK);
   ck_assert_int_eq(h.dtype, QDP_DTYPE_FLOAT64);
@@ -126,7 +126,7 @@ START_TEST(test_parse_v1_2d_float64) {
 END_TEST
 
 START_TEST(test_parse_1d_is_one_row) {
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   ck_assert_int_eq(
       parse_dict(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }\n", 20, &h, &err),
@@ -141,7 +141,7 @@ END_TEST
 
 START_TEST(test_parse_versions_2_and_3) {
   const char *dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }\n";
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   ck_assert_int_eq(parse_dict(2, dict, 32, &h, &err), QDP_OK);
   ck_assert_int_eq(h.dtype, QDP_DTYPE_INT64);
@@ -154,7 +154,7 @@ START_TEST(test_parse_versions_2_and_3) {
 END_TEST
 
 START_TEST(test_parse_complex_dtypes_and_loose_syntax) {
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   /* Double quotes, another key order, no trailing comma, extra spaces, a Python 2 long. */
   ck_assert_int_eq(parse_dict(1,
@@ -211,7 +211,7 @@ START_TEST(test_parse_refuses_each_bad_header_by_name) {
 END_TEST
 
 START_TEST(test_parse_refuses_bad_magic_and_truncation) {
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   unsigned char *b;
   size_t n = make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }\n", 8, &b);
@@ -288,7 +288,7 @@ START_TEST(test_header_round_trips_through_parse) {
     size_t n = len + (data < 100000 ? (size_t)data : 0);
     char *img = calloc(1, n);
     memcpy(img, buf, len);
-    struct io_npy h;
+    struct qdp_npy h;
     qdp_status rc = io_npy_parse(img, n, &h, &err);
     if (data < 100000) {
       ck_assert_int_eq(rc, QDP_OK);
@@ -322,7 +322,7 @@ END_TEST
 
 /* Maps the .npy file at path as the daemon maps a file handed to it: opened here, then mapped
  * from its descriptor. A file that cannot be opened gives the status open(2) means. */
-static qdp_status map_path(const char *path, struct io_mapping *m, struct io_npy *h,
+static qdp_status map_path(const char *path, struct io_mapping *m, struct qdp_npy *h,
                            struct qdp_error *err) {
   *m = (struct io_mapping)IO_MAPPING_INIT;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -361,7 +361,7 @@ START_TEST(test_map_npy_reads_values_written_by_hand) {
   write_file(path, img, sizeof img);
 
   struct io_mapping m;
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_uint_eq(h.rows, 2);
@@ -384,7 +384,7 @@ END_TEST
 START_TEST(test_map_npy_refusals_name_the_path) {
   make_tmpdir();
   struct io_mapping m;
-  struct io_npy h;
+  struct qdp_npy h;
   struct qdp_error err = QDP_ERROR_INIT;
   char path[512];
   snprintf(path, sizeof path, "%s/missing.npy", tmpdir);
@@ -708,7 +708,7 @@ START_TEST(test_write_npy_then_read_back_in_several_chunks) {
   ck_assert_int_eq(dir_entries(), 1); /* no temporary left beside it */
 
   struct io_mapping m;
-  struct io_npy h;
+  struct qdp_npy h;
   ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_int_eq(h.dtype, QDP_DTYPE_FLOAT64);
   ck_assert_uint_eq(h.rows, rows);
@@ -837,7 +837,7 @@ START_TEST(test_write_npy_fd_fills_a_handed_over_file_and_refuses_read_only_ones
                    QDP_OK);
   close(fd);
   struct io_mapping m;
-  struct io_npy h;
+  struct qdp_npy h;
   ck_assert_int_eq(map_path(path, &m, &h, &err), QDP_OK);
   ck_assert_uint_eq(h.cols, 3);
   ck_assert_double_eq(((const double *)m.data)[2], 2 * 0.5 - 7.0);
