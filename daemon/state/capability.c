@@ -47,6 +47,20 @@ bool capability_equal(const char *want, const char *given, size_t len) {
   return diff == 0;
 }
 
+qdp_status capability_text_len(const char **text, size_t cap, const char *field, const char *what,
+                               size_t *ret_len, struct qdp_error *reterr) {
+  if (!*text) {
+    *text = "";
+  }
+  size_t n = strlen(*text);
+  if (n >= cap) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                         "%s of %zu B is too long; at most %zu B", what, n, cap - 1);
+  }
+  *ret_len = n;
+  return QDP_OK;
+}
+
 bool capability_pid_gone(int pid, int64_t now, uint64_t grace_ms, int64_t *gone_since) {
   if (pid == 0) {
     return false;

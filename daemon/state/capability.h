@@ -1,6 +1,7 @@
 /* capability.h — what the state store and the region registry share to name things a client may
- * hold: random hex strings for handles and tokens, the constant-time token comparison, the wall
- * clock their records carry, and the test their sweeps make of a client's process. Any thread. */
+ * hold: random hex strings for handles and tokens, the constant-time token comparison, the check of
+ * the texts their records keep, and the test their sweeps make of a client's process. Any
+ * thread. */
 #ifndef QDP_STATE_CAPABILITY_H
 #define QDP_STATE_CAPABILITY_H
 
@@ -17,6 +18,11 @@ qdp_status capability_random_hex(char *out, size_t nbytes, struct qdp_error *ret
 /* Whether `given` is exactly the `len` characters of `want`. The time taken depends only on the
  * given string's length (public), never on where the first differing character is. */
 bool capability_equal(const char *want, const char *given, size_t len);
+
+/* *text (NULL becomes "") as the value of `field`, kept in a record's array of cap bytes: its
+ * length in *ret_len, or INVALID_ARGUMENT ("<what> of N B is too long; at most cap - 1 B"). */
+qdp_status capability_text_len(const char **text, size_t cap, const char *field, const char *what,
+                               size_t *ret_len, struct qdp_error *reterr);
 
 /* Whether process pid has been gone for grace_ms as of now_unix_ms: what ends a view lease and a
  * registered region of a client that exited without closing them. Gone means kill(pid, 0) fails

@@ -119,15 +119,8 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
                                   struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct region *e = NULL;
-  if (!owner) {
-    owner = "";
-  }
-  size_t olen = strlen(owner);
-  if (olen >= OWNER_MAX) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
-                       "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
-    goto out;
-  }
+  size_t olen;
+  QDP_TRY(rc, capability_text_len(&owner, OWNER_MAX, "owner", "owner name", &olen, reterr));
   if (pid < 0) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "pid",
                        "a region's process id %d is negative: give the registering process's, "

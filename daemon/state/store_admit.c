@@ -96,20 +96,16 @@ static qdp_status owner_add(struct state_store *s, const char *owner, size_t ole
 
 qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
                              struct state_reservation **ret_res, struct qdp_error *reterr) {
-  if (!owner) {
-    owner = "";
-  }
-  size_t olen = strlen(owner);
-  if (olen >= OWNER_MAX) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "owner",
-                         "owner name of %zu B is too long; at most %zu B", olen, OWNER_MAX - 1);
+  size_t olen;
+  qdp_status rc = capability_text_len(&owner, OWNER_MAX, "owner", "owner name", &olen, reterr);
+  if (rc != QDP_OK) {
+    return rc;
   }
   struct state_reservation *r = malloc(sizeof *r);
   if (!r) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a %zu B reservation record", sizeof *r);
   }
-  qdp_status rc = QDP_OK;
   pthread_mutex_lock(&s->mu);
   struct owner *o = store_find_owner(s, owner);
   QDP_TRY(rc, check_room(s, owner, o, bytes, reterr));
@@ -148,20 +144,17 @@ void state_reservation_cancel(struct state_reservation *r) {
 static qdp_status new_entry(struct state_store *s, const struct state_reservation *r, void *payload,
                             void (*payload_destroy)(void *), uint64_t ttl_ms, const char *label,
                             struct entry **ret, struct qdp_error *reterr) {
-  if (!label) {
-    label = "";
-  }
-  size_t llen = strlen(label);
-  if (llen >= LABEL_MAX) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "label",
-                         "label of %zu B is too long; at most %zu B", llen, LABEL_MAX - 1);
+  size_t llen;
+  qdp_status rc = capability_text_len(&label, LABEL_MAX, "label", "label", &llen, reterr);
+  if (rc != QDP_OK) {
+    return rc;
   }
   struct entry *e = calloc(1, sizeof *e);
   if (!e) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a %zu B state record", sizeof *e);
   }
-  qdp_status rc = capability_random_hex(e->token, TOKEN_BYTES, reterr);
+  rc = capability_random_hex(e->token, TOKEN_BYTES, reterr);
   if (rc != QDP_OK) {
     free(e);
     return rc;

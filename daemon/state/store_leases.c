@@ -38,13 +38,10 @@ size_t state_store_expire(struct state_store *s, int64_t now) {
 
 qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
                                   uint64_t *ret_lease_id, struct qdp_error *reterr) {
-  if (!client) {
-    client = "";
-  }
-  size_t clen = strlen(client);
-  if (clen >= OWNER_MAX) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client",
-                         "client name of %zu B is too long; at most %zu B", clen, OWNER_MAX - 1);
+  size_t clen;
+  qdp_status rc = capability_text_len(&client, OWNER_MAX, "client", "client name", &clen, reterr);
+  if (rc != QDP_OK) {
+    return rc;
   }
   if (pid < 0) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_pid",
@@ -55,7 +52,6 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a %zu B lease record", sizeof *l);
   }
-  qdp_status rc = QDP_OK;
   pthread_mutex_lock(&s->mu);
   struct entry *e = store_find_payload(s, payload);
   if (!e || !e->linked) {

@@ -501,6 +501,14 @@ START_TEST(test_commit_failure_returns_bytes_and_keeps_payload) {
   char label[200];
   memset(label, 'l', sizeof label - 1);
   label[sizeof label - 1] = '\0';
+  /* An owner that its record cannot hold is refused before anything is reserved. */
+  char owner[65];
+  memset(owner, 'o', sizeof owner - 1);
+  owner[sizeof owner - 1] = '\0';
+  ck_assert_int_eq(state_store_admit(s, owner, 60, &r, &err), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(err.field, "owner");
+  ck_assert_ptr_nonnull(strstr(err.msg, "owner name of 64 B is too long; at most 63 B"));
+  ck_assert_uint_eq(usage_bytes(s), 0);
   ck_assert_int_eq(state_store_admit(s, "a", 60, &r, &err), QDP_OK);
   ck_assert_int_eq(state_store_commit(s, r, &p, payload_destroy, 0, label, h, t, &err),
                    QDP_ERR_INVALID_ARGUMENT);
