@@ -83,32 +83,16 @@ qdp_status config_parse_mode(const char *s, const char *field, uint64_t *ret,
   return QDP_OK;
 }
 
-static qdp_status scaled(const char *s, const char *suffix, uint64_t v, uint64_t mul, uint64_t min,
-                         uint64_t max, const char *field, uint64_t *ret, struct qdp_error *reterr) {
-  (void)suffix;
-  if (mul != 0 && v > UINT64_MAX / mul) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field, "%s = '%s' does not fit 64 bits",
-                         field, s);
-  }
-  qdp_status rc = in_range(v * mul, min, max, field, s, reterr);
-  if (rc == QDP_OK) {
-    *ret = v * mul;
-  }
-  return rc;
-}
+struct unit {
+  const char *sfx;
+  uint64_t mul;
+};
 
-qdp_status config_parse_bytes(const char *s, uint64_t min, uint64_t max, const char *field,
-                              uint64_t *ret, struct qdp_error *reterr) {
-  static const struct {
-    const char *sfx;
-    uint64_t mul;
-  } units[] = {
-      {"", 1},    {"B", 1},    {"K", 1000ull},          {"KB", 1000ull},
-      {"Ki", KI}, {"KiB", KI}, {"M", 1000000ull},       {"MB", 1000000ull},
-      {"Mi", MI}, {"MiB", MI}, {"G", 1000000000ull},    {"GB", 1000000000ull},
-      {"Gi", GI}, {"GiB", GI}, {"T", 1000000000000ull}, {"TB", 1000000000000ull},
-      {"Ti", TI}, {"TiB", TI},
-  };
+/* A number, optionally blanks, and one of the n units' suffixes: the number times its factor,
+ * within [min, max]. kind and use name the suffixes in the refusal of any other. */
+static qdp_status parse_scaled(const char *s, const struct unit *units, size_t nunits,
+                               const char *kind, const char *use, uint64_t min, uint64_t max,
+                               const char *field, uint64_t *ret, struct qdp_error *reterr) {
   uint64_t v;
   size_t n;
   qdp_status rc = digits(s, &n, &v, field, s, reterr);
@@ -119,41 +103,44 @@ qdp_status config_parse_bytes(const char *s, uint64_t min, uint64_t max, const c
   while (*sfx == ' ') {
     sfx++;
   }
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+  for (size_t i = 0; i < nunits; i++) {
     if (strcmp(sfx, units[i].sfx) == 0) {
-      return scaled(s, sfx, v, units[i].mul, min, max, field, ret, reterr);
+      if (v > UINT64_MAX / units[i].mul) {
+        return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
+                             "%s = '%s' does not fit 64 bits", field, s);
+      }
+      rc = in_range(v * units[i].mul, min, max, field, s, reterr);
+      if (rc == QDP_OK) {
+        *ret = v * units[i].mul;
+      }
+      return rc;
     }
   }
   return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                       "%s = '%s' has an unknown size suffix '%s' (use B, K, M, G, T or Ki, Mi, "
-                       "Gi, Ti)",
-                       field, s, sfx);
+                       "%s = '%s' has an unknown %s suffix '%s' (use %s)", field, s, kind, sfx,
+                       use);
+}
+
+qdp_status config_parse_bytes(const char *s, uint64_t min, uint64_t max, const char *field,
+                              uint64_t *ret, struct qdp_error *reterr) {
+  static const struct unit units[] = {
+      {"", 1},    {"B", 1},    {"K", 1000ull},          {"KB", 1000ull},
+      {"Ki", KI}, {"KiB", KI}, {"M", 1000000ull},       {"MB", 1000000ull},
+      {"Mi", MI}, {"MiB", MI}, {"G", 1000000000ull},    {"GB", 1000000000ull},
+      {"Gi", GI}, {"GiB", GI}, {"T", 1000000000000ull}, {"TB", 1000000000000ull},
+      {"Ti", TI}, {"TiB", TI},
+  };
+  return parse_scaled(s, units, sizeof units / sizeof units[0], "size",
+                      "B, K, M, G, T or Ki, Mi, Gi, Ti", min, max, field, ret, reterr);
 }
 
 qdp_status config_parse_seconds(const char *s, uint64_t min, uint64_t max, const char *field,
                                 uint64_t *ret, struct qdp_error *reterr) {
-  uint64_t v;
-  size_t n;
-  qdp_status rc = digits(s, &n, &v, field, s, reterr);
-  if (rc != QDP_OK) {
-    return rc;
-  }
-  const char *sfx = s + n;
-  uint64_t mul;
-  if (strcmp(sfx, "") == 0 || strcmp(sfx, "s") == 0) {
-    mul = 1;
-  } else if (strcmp(sfx, "m") == 0 || strcmp(sfx, "min") == 0) {
-    mul = 60;
-  } else if (strcmp(sfx, "h") == 0) {
-    mul = 3600;
-  } else if (strcmp(sfx, "d") == 0) {
-    mul = 86400;
-  } else {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, field,
-                         "%s = '%s' has an unknown time suffix '%s' (use s, m, h or d)", field, s,
-                         sfx);
-  }
-  return scaled(s, sfx, v, mul, min, max, field, ret, reterr);
+  static const struct unit units[] = {
+      {"", 1}, {"s", 1}, {"m", 60}, {"min", 60}, {"h", 3600}, {"d", 86400},
+  };
+  return parse_scaled(s, units, sizeof units / sizeof units[0], "time", "s, m, h or d", min, max,
+                      field, ret, reterr);
 }
 
 qdp_status config_parse_double(const char *s, double min, double max, const char *field,

@@ -92,8 +92,18 @@ START_TEST(test_u64_seconds_double_bool_and_level) {
   ck_assert_uint_eq(v, 10800);
   ck_assert_int_eq(config_parse_seconds("2d", 0, UINT64_MAX, "t", &v, NULL), QDP_OK);
   ck_assert_uint_eq(v, 172800);
-  ck_assert_int_eq(config_parse_seconds("2w", 0, UINT64_MAX, "t", &v, NULL),
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(config_parse_seconds("2w", 0, UINT64_MAX, "t", &v, &e),
                    QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.msg, "t = '2w' has an unknown time suffix 'w' (use s, m, h or d)");
+  /* Blanks may stand before a duration's suffix as before a size's. */
+  ck_assert_int_eq(config_parse_seconds("30 s", 0, UINT64_MAX, "t", &v, NULL), QDP_OK);
+  ck_assert_uint_eq(v, 30);
+  ck_assert_int_eq(config_parse_seconds("5 min", 0, UINT64_MAX, "t", &v, NULL), QDP_OK);
+  ck_assert_uint_eq(v, 300);
+  ck_assert_int_eq(config_parse_seconds("213503982334602d", 0, UINT64_MAX, "t", &v, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.msg, "t = '213503982334602d' does not fit 64 bits");
   double d;
   ck_assert_int_eq(config_parse_double("0.25", 0.01, 1.0, "f", &d, NULL), QDP_OK);
   ck_assert_double_eq_tol(d, 0.25, 1e-15);
