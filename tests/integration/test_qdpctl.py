@@ -593,6 +593,7 @@ class Qdpctl(unittest.TestCase):
         """Before, Ctrl-C during an encode waited for it and exited 0 with the state made; now
         qdpctl exits 130 at once (JSON too) and qdpd, its caller gone, commits nothing."""
         before = {s["handle"] for s in self.js("ls")["states"]}
+        used = self.js("status")["used_bytes"]
         n = 25  # 0.8 s on a 2-core VM, 512 MiB
         values = ",".join(["0.1"] * (n + n * (n - 1) // 2))
         p = subprocess.Popen([self.exe, "--json", "--progress", "encode", "--encoding", "iqp",
@@ -612,6 +613,11 @@ class Qdpctl(unittest.TestCase):
         deadline = time.monotonic() + 30
         while {s["handle"] for s in self.js("ls")["states"]} - before:
             self.assertLess(time.monotonic(), deadline, "the interrupted encode left a state")
+            time.sleep(0.2)
+        # Nor its reservation: the job sees its caller gone when its encode ends, and gives back
+        # what it took (later tests compare the daemon's bytes in use before and after).
+        while self.js("status")["used_bytes"] != used:
+            self.assertLess(time.monotonic(), deadline, "the interrupted encode kept its bytes")
             time.sleep(0.2)
 
     def test_basis_vector_from_npy_is_one_index_per_sample(self):
