@@ -26,7 +26,8 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 # The Python tests call qdpctl themselves, without the carried libraries: give them a wrapper.
-printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/client/qdpctl" > "$dir/qdpctl"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/client/qdpctl/qdpctl" \
+  > "$dir/qdpctl"
 chmod +x "$dir/qdpctl"
 export QDP_TARGET="unix:$sock" QDP_DESC="$build/proto/qdp.desc" QDPCTL="$dir/qdpctl"
 export QDP_SOCKET="$sock" QDP_TEST_DIR="$dir"

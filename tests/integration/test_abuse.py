@@ -7,7 +7,7 @@ refusal, the daemon's untouched files and states, and that the daemon keeps serv
 held and no descriptor leaked. Needs root (to make users and start the daemon as root); skips
 (exit 77) otherwise.
 
-  test_abuse.py QDPD QDPCTL DESC
+  test_abuse.py QDPD QDPCTL DESC LIBQDP
 """
 
 import json
@@ -36,8 +36,8 @@ MAX_CLIENT_STATES, MAX_STATES = 5, 12
 IDLE_S = 2
 CLIENT_UPLOAD = 64 << 20
 
-QDPD, QDPCTL, DESC = sys.argv[1:4]
-del sys.argv[1:4]
+QDPD, QDPCTL, DESC, LIBQDP = sys.argv[1:5]
+del sys.argv[1:5]
 # The daemon's devices: the CPU backend by default; QDP_ABUSE_DEVICES=auto runs it on the GPUs
 # (registered regions are then page-locked, and a shrunk one is caught without a page fault).
 DEVICES = os.environ.get("QDP_ABUSE_DEVICES", "cpu:2")
@@ -81,7 +81,7 @@ class Abuse(unittest.TestCase):
         shutil.copy(os.path.join(here, "qdpc.py"), cls.tools)
         shutil.copy(DESC, os.path.join(cls.tools, "qdp.desc"))
         shutil.copy(QDPCTL, os.path.join(cls.tools, "qdpctl"))
-        libdir = os.path.dirname(QDPCTL)
+        libdir = os.path.dirname(LIBQDP)
         for f in os.listdir(libdir):
             if f.startswith("libqdp.so") and not os.path.isdir(os.path.join(libdir, f)):
                 shutil.copy(os.path.join(libdir, f), cls.tools, follow_symlinks=True)

@@ -499,7 +499,7 @@ class Qdpctl(unittest.TestCase):
     def test_help_completion_and_manual_name_raw(self):
         self.assertIn("--raw", self.ok("encode", "--help").stdout)
         comp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
-                            "qdpctl.bash")
+                            "qdpctl", "qdpctl.bash")
         got = subprocess.run(
             ["bash", "-c", '. "$1"; COMP_WORDS=("$2" encode --input x.csv --ra); COMP_CWORD=4; '
              '_qdpctl; echo "${COMPREPLY[*]}"', "_", comp, self.exe],
