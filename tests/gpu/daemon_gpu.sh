@@ -40,11 +40,11 @@ step() {
 }
 step "qdpctl status" ctl status
 step "encoding tests through the GPU daemon" \
-  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  env PYTHONPATH="$root/tests/integration:$root/tests/reference" PYTHONDONTWRITEBYTECODE=1 \
   bash -c "$(declare -f py); py \"\$0\"" "$root/tests/integration/test_encodings.py"
 # Regions on the GPU are page-locked: encodes read them by DMA and FetchInto writes them by DMA.
 step "registered regions and FetchInto through the GPU daemon" \
-  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  env PYTHONPATH="$root/tests/integration:$root/tests/reference" PYTHONDONTWRITEBYTECODE=1 \
   bash -c "$(declare -f py); py \"\$0\" \"\$@\"" "$root/tests/integration/test_regions.py" \
   Regions.test_encodes_at_several_offsets_read_the_registered_slice \
   Regions.test_fetch_into_a_writable_memfd_and_shm_matches_fetch \

@@ -27,6 +27,7 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 SC = grpc.StatusCode
 GROUP = "qdp-abuse-clients"
@@ -79,6 +80,7 @@ class Abuse(unittest.TestCase):
         os.mkdir(cls.tools, 0o755)
         here = os.path.dirname(os.path.abspath(qdpc.__file__))
         shutil.copy(os.path.join(here, "qdpc.py"), cls.tools)
+        shutil.copy(qdpref.__file__, cls.tools)
         shutil.copy(DESC, os.path.join(cls.tools, "qdp.desc"))
         shutil.copy(QDPCTL, os.path.join(cls.tools, "qdpctl"))
         libdir = os.path.dirname(LIBQDP)
@@ -152,11 +154,11 @@ class Abuse(unittest.TestCase):
     # ---- running as another user ----
 
     def as_user(self, user, code, timeout=120):
-        """Runs Python `code` as user (its uid, the socket's group, nothing else) with qdpc
-        importable as the tools copy; returns what it printed as JSON."""
+        """Runs Python `code` as user (its uid, the socket's group, nothing else) with qdpc and
+        qdpref importable as the tools copies; returns what it printed as JSON."""
         prog = (
             "import json, os, sys, grpc, numpy as np\n"
-            "import qdpc\n"
+            "import qdpc, qdpref\n"
             f"c = qdpc.Client({self.target!r}, {os.path.join(self.tools, 'qdp.desc')!r})\n"
             "out = {}\n"
             "def rpc(name, f):\n"
@@ -606,7 +608,7 @@ with open("/dev/shm" + name, "wb") as f:
     f.write(big.tobytes())
 reg.fd_ticket = c.hand_file("/dev/shm" + name)
 info = c.call("RegisterRegion", reg)
-want = big / np.linalg.norm(big)
+want = qdpref.amplitude(big, 22)
 codes = []
 def job():
     for _ in range(3):
@@ -614,7 +616,10 @@ def job():
             st = c.call("Encode", req("amplitude", 22, big.nbytes)).state
             got = c.fetch(st)
             c.release(st)
-            codes.append("OK" if np.allclose(got.real, want, rtol=0, atol=1e-12) else "WRONG")
+            qdpref.assert_close(got, want, "complex128")
+            codes.append("OK")
+        except AssertionError:
+            codes.append("WRONG")
         except grpc.RpcError as e:
             codes.append(e.code().name)
 ts = [threading.Thread(target=job) for _ in range(3)]
