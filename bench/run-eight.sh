@@ -32,8 +32,8 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 {
-  "$build/client/qdpctl" --socket "$d/s" status
-  "$build/client/qdpctl" --socket "$d/s" plan --encoding iqp-z --qubits 30 --policy even \
+  "$build/client/qdpctl/qdpctl" --socket "$d/s" status
+  "$build/client/qdpctl/qdpctl" --socket "$d/s" plan --encoding iqp-z --qubits 30 --policy even \
     --values "$(seq -s, 0.01 0.01 0.30)"
 } 2>&1 | tee "$out/status.txt"
 kill -TERM "$qpid"

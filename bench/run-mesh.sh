@@ -53,10 +53,10 @@ for _ in $(seq 300); do
 done
 {
   echo "== a GPU shared with another process (100 GiB held on cuda:1)"
-  "$build/client/qdpctl" --socket "$d/s" status
-  "$build/client/qdpctl" --socket "$d/s" plan --encoding angle --qubits 33 --policy capacity \
-    --values "$(seq -s, 0.1 0.1 3.3)"
-  "$build/client/qdpctl" --socket "$d/s" plan --encoding angle --qubits 34 --policy auto \
+  "$build/client/qdpctl/qdpctl" --socket "$d/s" status
+  "$build/client/qdpctl/qdpctl" --socket "$d/s" plan --encoding angle --qubits 33 \
+    --policy capacity --values "$(seq -s, 0.1 0.1 3.3)"
+  "$build/client/qdpctl/qdpctl" --socket "$d/s" plan --encoding angle --qubits 34 --policy auto \
     --values "$(seq -s, 0.1 0.1 3.4)"
 } 2>&1 | tee "$out/shared-gpu.txt"
 kill -TERM "$qpid"

@@ -7,8 +7,9 @@ set -eu
 src=${1:?usage: slim-build.sh BUILD_DIR SLIM_DIR}
 dst=${2:?usage: slim-build.sh BUILD_DIR SLIM_DIR}
 rm -rf "$dst"
-for f in daemon/qdpd client/qdpctl 'client/libqdp.so*' bench/qdpd_bench bench/qdpk_bench bench/mesh_bench \
-  bench/world_bench proto/qdp.desc 'tests/gpu/test_*' tests/gpu/views_client; do
+for f in daemon/qdpd client/qdpctl/qdpctl 'client/libqdp/libqdp.so*' bench/qdpd_bench \
+  bench/qdpk_bench bench/mesh_bench bench/world_bench proto/qdp.desc 'tests/gpu/test_*' \
+  tests/gpu/views_client; do
   for p in "$src"/$f; do
     [ -e "$p" ] || continue
     [ -d "$p" ] && continue

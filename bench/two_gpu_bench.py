@@ -9,12 +9,12 @@ Starts BUILD_DIR/daemon/qdpd --devices auto (as bench/python_bench.py does) and 
 
   shards  an angle state of --qubits qubits (complex128) encoded with policy "even": .shards()
           must give one view per shard, each read in place on its own GPU (a torch tensor over
-          the view's own address, no copy) and holding the closed form's amplitudes at the
-          first, middle and last index of the shard.
+          the view's own address, no copy) and holding the reference's amplitudes
+          (tests/reference/qdpref.py) at the first, middle and last index of the shard.
   gather  .torch(device="cuda:0") of that state, beside a bare copy in the same run of as many
           bytes from GPU 1 to GPU 0 into memory already allocated (torch): the gather's
           link rate (the bytes that cross from the other GPUs over its time) against the bare
-          copy's, target 0.8. The gathered tensor is checked against the closed form at both
+          copy's, target 0.8. The gathered tensor is checked against the reference at both
           ends and across the middle.
   ddp     qdp.torch's QuantumDataset under torch.distributed, one process per GPU (NCCL): 16-qubit
           amplitude batches of 64 delivered to each rank's own GPU, with each sample's index as
@@ -33,7 +33,6 @@ ranks on GPU 0 over gloo, a check of the script and of the loader's sharing, not
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pathlib
 import sys
@@ -45,16 +44,13 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "client" / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
 
 import qdp  # noqa: E402
+import qdpref  # noqa: E402
 import torch  # noqa: E402
 
 from python_bench import Daemon, brief, free_port, median, repeat, say  # noqa: E402
-
-
-def angle_amplitude(x: np.ndarray, b: int) -> float:
-    """psi_b of the angle encoding: the product over qubits of sin x_k (bit k set) or cos x_k."""
-    return float(np.prod([math.sin(v) if (b >> k) & 1 else math.cos(v) for k, v in enumerate(x)]))
 
 
 def gpus() -> int:
@@ -79,7 +75,7 @@ def part_shards(c: qdp.Client, args: argparse.Namespace) -> Tuple[bool, Any]:
             sh = v.shard
             picks = [0, sh.count // 2, sh.count - 1]
             got = t[0, picks].cpu().numpy()
-            want = np.array([angle_amplitude(x, sh.first + i) for i in picks])
+            want = qdpref.angle(x, args.qubits, [sh.first + i for i in picks]).real
             close = bool(np.allclose(got.real, want, rtol=1e-12, atol=1e-300) and
                          np.all(got.imag == 0))
             ok = ok and in_place and close
@@ -129,7 +125,7 @@ def part_gather(state: Any, args: argparse.Namespace) -> bool:
     mid = (1 << args.qubits) // 2
     picks = [0, mid - 1, mid, (1 << args.qubits) - 1]
     got = t.flatten()[picks].cpu().numpy()
-    same = bool(np.allclose(got.real, [angle_amplitude(x, b) for b in picks], rtol=1e-12,
+    same = bool(np.allclose(got.real, qdpref.angle(x, args.qubits, picks).real, rtol=1e-12,
                             atol=1e-300))
     del t
     say("py2-gather", qubits=args.qubits, state_bytes=(1 << args.qubits) * esize,

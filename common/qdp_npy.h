@@ -1,7 +1,7 @@
 /* qdp_npy.h — the NumPy .npy header codec the daemon and libqdp share: parse the header at the
  * start of a buffer, check that a file holds the data it promises, format a header for a dtype and
  * shape. Pure functions over caller-owned bytes: no I/O, no allocation, no globals; any thread.
- * Mapping, descriptors and writes stay with each caller (daemon/io/npy.c, client/npy.c).
+ * Mapping, descriptors and writes stay with each caller (daemon/io/npy.c, client/libqdp/npy.c).
  *
  * Contract:
  *  - Accepted: format versions 1.0, 2.0 and 3.0; descr '<f4' (FLOAT32), '<f8' (FLOAT64), '<i8'

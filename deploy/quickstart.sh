@@ -21,7 +21,7 @@ until [ -S "$dir/qdpd.sock" ]; do
   sleep 0.1
 done
 export QDP_TARGET="unix:$dir/qdpd.sock"
-ctl=./build/client/qdpctl
+ctl=./build/client/qdpctl/qdpctl
 $ctl status
 echo
 echo "encode: amplitude, 3 qubits, values 1 2 3 4 5 6 7 8"

@@ -135,7 +135,7 @@ static void check_status(const struct qdp_server_status *c, const Qdp__StatusRep
   }
 }
 
-/* Every reply message a unary call unpacks (client/calls_reply.c). */
+/* Every reply message a unary call unpacks (client/libqdp/calls_reply.c). */
 static const ProtobufCMessageDescriptor *const replies[] = {
     &qdp__state_info__descriptor,       &qdp__encode_reply__descriptor,
     &qdp__plan_reply__descriptor,       &qdp__list_reply__descriptor,

@@ -26,7 +26,8 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 # The Python tests call qdpctl themselves, without the carried libraries: give them a wrapper.
-printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/client/qdpctl" > "$dir/qdpctl"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/client/qdpctl/qdpctl" \
+  > "$dir/qdpctl"
 chmod +x "$dir/qdpctl"
 export QDP_TARGET="unix:$sock" QDP_DESC="$build/proto/qdp.desc" QDPCTL="$dir/qdpctl"
 export QDP_SOCKET="$sock" QDP_TEST_DIR="$dir"
@@ -39,11 +40,11 @@ step() {
 }
 step "qdpctl status" ctl status
 step "encoding tests through the GPU daemon" \
-  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  env PYTHONPATH="$root/tests/integration:$root/tests/reference" PYTHONDONTWRITEBYTECODE=1 \
   bash -c "$(declare -f py); py \"\$0\"" "$root/tests/integration/test_encodings.py"
 # Regions on the GPU are page-locked: encodes read them by DMA and FetchInto writes them by DMA.
 step "registered regions and FetchInto through the GPU daemon" \
-  env PYTHONPATH="$root/tests/integration" PYTHONDONTWRITEBYTECODE=1 \
+  env PYTHONPATH="$root/tests/integration:$root/tests/reference" PYTHONDONTWRITEBYTECODE=1 \
   bash -c "$(declare -f py); py \"\$0\" \"\$@\"" "$root/tests/integration/test_regions.py" \
   Regions.test_encodes_at_several_offsets_read_the_registered_slice \
   Regions.test_fetch_into_a_writable_memfd_and_shm_matches_fetch \

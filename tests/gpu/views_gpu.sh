@@ -36,7 +36,7 @@ echo "== views_client"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 
 echo "== qdpctl describe --views"
-ctl() { "$build/client/qdpctl" "$@"; }
+ctl() { "$build/client/qdpctl/qdpctl" "$@"; }
 ref=$(ctl --json encode --encoding phase --qubits 20 --policy even --devices cuda:0,cuda:1 \
   --values 0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1,1.2,1.3,1.4,1.5,1.6,1.7,1.8,1.9,2.0 |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["ref"])')

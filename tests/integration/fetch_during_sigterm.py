@@ -1,7 +1,7 @@
 """Streams a whole state slowly enough to be in flight when qdpd gets SIGTERM:
     fetch_during_sigterm.py HANDLE:TOKEN STARTED_FILE SIGNALLED_FILE
 creates STARTED_FILE after the first chunk, reads the rest (a millisecond per chunk, so the
-stream lasts seconds), checks the values against the phase formula (the state is phase-encoded
+stream lasts seconds), checks the values against the phase reference (the state is phase-encoded
 with x_k = 0.1 (k + 1)), and exits 0 only for a complete, correct stream of which chunks still
 arrived after SIGNALLED_FILE (made by the test right after it sent SIGTERM) appeared."""
 
@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 import qdpc
+import qdpref
 
 
 def main():
@@ -36,8 +37,7 @@ def main():
     assert a.size == 1 << q, a.size
     x = 0.1 * np.arange(1, q + 1)
     idx = np.array([0, 1, 2, 12345, (1 << q) - 1, 1 << 23, 7777777])
-    b = ((idx[:, None] >> np.arange(q)) & 1).astype(np.float64)
-    want = 2.0 ** (-q / 2) * np.exp(1j * (b @ x))
+    want = qdpref.phase(x, q, idx)
     err = np.max(np.abs(a[idx] - want))
     assert err < 1e-12, err
     print(f"fetched {a.size} amplitudes in {n} chunks ({after} after SIGTERM), "

@@ -1,8 +1,6 @@
 """An independent qdp client for the integration tests: Debian's python3-grpcio and protobuf,
 loading the wire contract at run time from the FileDescriptorSet that protoc-c writes (qdp.desc),
-so it shares no code with libqdp. Also the NumPy reference of the encodings table in
-docs/design.md, written from the formulas (direct sums, no fast transforms), against which every
-fetched state is compared.
+so it shares no code with libqdp. The states it fetches are compared with tests/reference/qdpref.py.
 """
 
 import array
@@ -305,94 +303,3 @@ class Client:
             if k == "qdp-error-bin":
                 return self.pb.ErrorDetail.FromString(v)
         return None
-
-
-# ---- the reference: the encodings of docs/design.md, computed from the formulas ----
-
-def bits(n):
-    """bits[b, k] = bit k of index b (qubit k is bit k: little-endian)."""
-    b = np.arange(1 << n, dtype=np.int64)
-    return ((b[:, None] >> np.arange(n)) & 1).astype(np.float64)
-
-
-def ref_amplitude(x, n):
-    x = np.asarray(x, np.float64)
-    out = np.zeros(1 << n, np.complex128)
-    out[:x.size] = x / np.sqrt(np.sum(x * x))
-    return out
-
-
-def ref_angle(x, n):
-    x = np.asarray(x, np.float64)
-    B = bits(n)
-    return np.prod(np.where(B == 1, np.sin(x)[None, :], np.cos(x)[None, :]), axis=1).astype(
-        np.complex128)
-
-
-def ref_basis(i, n):
-    out = np.zeros(1 << n, np.complex128)
-    out[int(i)] = 1.0
-    return out
-
-
-def ref_phase(x, n):
-    x = np.asarray(x, np.float64)
-    return (2.0 ** (-n / 2)) * np.exp(1j * (bits(n) @ x))
-
-
-def ref_iqp(d, n, pairs=True):
-    """2^-n sum_z (-1)^popcount(z & b) e^{i theta(z)}, as a direct O(4^n) sum."""
-    d = np.asarray(d, np.float64)
-    Z = bits(n)  # rows: z
-    theta = Z @ d[:n]
-    if pairs:
-        p = n
-        for i in range(n):
-            for j in range(i + 1, n):
-                theta = theta + d[p] * Z[:, i] * Z[:, j]
-                p += 1
-    zb = np.arange(1 << n)
-    parity = np.array([[bin(z & b).count("1") & 1 for z in zb] for b in zb])
-    sign = 1.0 - 2.0 * parity
-    return (2.0 ** -n) * (sign @ np.exp(1j * theta))
-
-
-def ref_basis_sample(x, n):
-    return ref_basis(np.asarray(x).reshape(-1)[0], n)
-
-
-# One reference per encoding, by name: tests/unit/test_encoding_table.py checks that the daemon's
-# table (common/) has no encoding without one here.
-REFERENCES = {
-    "amplitude": ref_amplitude,
-    "angle": ref_angle,
-    "basis": ref_basis_sample,
-    "iqp": lambda d, n: ref_iqp(d, n, True),
-    "iqp-z": lambda d, n: ref_iqp(d, n, False),
-    "phase": ref_phase,
-}
-
-
-def reference(encoding, x, n):
-    if encoding not in REFERENCES:
-        raise ValueError(encoding)
-    return REFERENCES[encoding](x, n)
-
-
-def params_per_sample(encoding, n):
-    return {"amplitude": 1 << n, "angle": n, "basis": 1, "phase": n, "iqp": n + n * (n - 1) // 2,
-            "iqp-z": n}[encoding]
-
-
-def tolerance(dtype):
-    # complex64 states are computed in float precision; complex128 in double (docs/design.md, testing).
-    return 1e-5 if dtype == "complex64" else 1e-12
-
-
-def assert_close(got, want, dtype, what=""):
-    got = np.asarray(got)
-    want = np.asarray(want)
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    err = float(np.max(np.abs(got.astype(np.complex128) - want))) if got.size else 0.0
-    tol = tolerance(dtype) * max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    assert err <= tol, f"{what}: max |error| {err:.3e} > {tol:.1e}"

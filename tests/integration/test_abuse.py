@@ -7,7 +7,7 @@ refusal, the daemon's untouched files and states, and that the daemon keeps serv
 held and no descriptor leaked. Needs root (to make users and start the daemon as root); skips
 (exit 77) otherwise.
 
-  test_abuse.py QDPD QDPCTL DESC
+  test_abuse.py QDPD QDPCTL DESC LIBQDP
 """
 
 import json
@@ -27,6 +27,7 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 SC = grpc.StatusCode
 GROUP = "qdp-abuse-clients"
@@ -36,8 +37,8 @@ MAX_CLIENT_STATES, MAX_STATES = 5, 12
 IDLE_S = 2
 CLIENT_UPLOAD = 64 << 20
 
-QDPD, QDPCTL, DESC = sys.argv[1:4]
-del sys.argv[1:4]
+QDPD, QDPCTL, DESC, LIBQDP = sys.argv[1:5]
+del sys.argv[1:5]
 # The daemon's devices: the CPU backend by default; QDP_ABUSE_DEVICES=auto runs it on the GPUs
 # (registered regions are then page-locked, and a shrunk one is caught without a page fault).
 DEVICES = os.environ.get("QDP_ABUSE_DEVICES", "cpu:2")
@@ -79,9 +80,10 @@ class Abuse(unittest.TestCase):
         os.mkdir(cls.tools, 0o755)
         here = os.path.dirname(os.path.abspath(qdpc.__file__))
         shutil.copy(os.path.join(here, "qdpc.py"), cls.tools)
+        shutil.copy(qdpref.__file__, cls.tools)
         shutil.copy(DESC, os.path.join(cls.tools, "qdp.desc"))
         shutil.copy(QDPCTL, os.path.join(cls.tools, "qdpctl"))
-        libdir = os.path.dirname(QDPCTL)
+        libdir = os.path.dirname(LIBQDP)
         for f in os.listdir(libdir):
             if f.startswith("libqdp.so") and not os.path.isdir(os.path.join(libdir, f)):
                 shutil.copy(os.path.join(libdir, f), cls.tools, follow_symlinks=True)
@@ -152,11 +154,11 @@ class Abuse(unittest.TestCase):
     # ---- running as another user ----
 
     def as_user(self, user, code, timeout=120):
-        """Runs Python `code` as user (its uid, the socket's group, nothing else) with qdpc
-        importable as the tools copy; returns what it printed as JSON."""
+        """Runs Python `code` as user (its uid, the socket's group, nothing else) with qdpc and
+        qdpref importable as the tools copies; returns what it printed as JSON."""
         prog = (
             "import json, os, sys, grpc, numpy as np\n"
-            "import qdpc\n"
+            "import qdpc, qdpref\n"
             f"c = qdpc.Client({self.target!r}, {os.path.join(self.tools, 'qdp.desc')!r})\n"
             "out = {}\n"
             "def rpc(name, f):\n"
@@ -606,7 +608,7 @@ with open("/dev/shm" + name, "wb") as f:
     f.write(big.tobytes())
 reg.fd_ticket = c.hand_file("/dev/shm" + name)
 info = c.call("RegisterRegion", reg)
-want = big / np.linalg.norm(big)
+want = qdpref.amplitude(big, 22)
 codes = []
 def job():
     for _ in range(3):
@@ -614,7 +616,10 @@ def job():
             st = c.call("Encode", req("amplitude", 22, big.nbytes)).state
             got = c.fetch(st)
             c.release(st)
-            codes.append("OK" if np.allclose(got.real, want, rtol=0, atol=1e-12) else "WRONG")
+            qdpref.assert_close(got, want, "complex128")
+            codes.append("OK")
+        except AssertionError:
+            codes.append("WRONG")
         except grpc.RpcError as e:
             codes.append(e.code().name)
 ts = [threading.Thread(target=job) for _ in range(3)]

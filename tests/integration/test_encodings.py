@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 DTYPES = ("complex64", "complex128")
 RNG = np.random.default_rng(20240611)
@@ -24,7 +25,7 @@ RNG = np.random.default_rng(20240611)
 
 def sample_values(encoding, n, rows=1, input_dtype="float64"):
     """Random valid inputs, [rows, params] (basis: one index per row)."""
-    k = qdpc.params_per_sample(encoding, n)
+    k = qdpref.values_per_sample(encoding, n)
     if encoding == "basis":
         x = RNG.integers(0, 1 << n, size=(rows, 1)).astype(np.float64)
     elif encoding == "amplitude":
@@ -33,15 +34,6 @@ def sample_values(encoding, n, rows=1, input_dtype="float64"):
     else:
         x = RNG.uniform(-np.pi, np.pi, size=(rows, k))
     return x.astype(np.float32 if input_dtype == "float32" else np.float64)
-
-
-def phase_ref_large(x, n):
-    """2^-n/2 e^{i sum_k x_k b_k} for large n without an [2^n, n] bit matrix: theta doubles
-    with each qubit (indices with bit k set are those of the lower half plus x_k)."""
-    theta = np.zeros(1, np.float64)
-    for k in range(n):
-        theta = np.concatenate([theta, theta + float(x[k])])
-    return (2.0 ** (-n / 2)) * np.exp(1j * theta)
 
 
 class Encodings(unittest.TestCase):
@@ -61,9 +53,9 @@ class Encodings(unittest.TestCase):
         self.assertEqual(got.size, rows << n)
         x = np.asarray(x, np.float64).reshape(rows, -1)
         for r in range(rows):
-            want = qdpc.reference(encoding, x[r], n)
-            qdpc.assert_close(got[r << n:(r + 1) << n], want, dtype,
-                              f"{encoding} {dtype} n={n} row {r}")
+            want = qdpref.state(encoding, x[r], n)
+            qdpref.assert_close(got[r << n:(r + 1) << n], want, dtype,
+                                f"{encoding} {dtype} n={n} row {r}")
 
     @unittest.skipUnless(os.environ.get("QDPD_LOG"), "the daemon's log is not known (QDPD_LOG)")
     def test_job_line_names_the_state_it_made(self):
@@ -200,7 +192,7 @@ class Encodings(unittest.TestCase):
             self.assert_unit_states(st, n)
             self.c.release(st)
         got = self.encode_fetch("angle", 1, np.array([1e39]), dtype="complex128")
-        qdpc.assert_close(got, qdpc.ref_angle(np.array([1e39]), 1), "complex128", "angle 1e39")
+        qdpref.assert_close(got, qdpref.angle(np.array([1e39]), 1), "complex128", "angle 1e39")
         # In one row of a batch, and in a state sharded over two devices.
         rows = np.array([[0.1, 0.2], [0.3, 1e39]])
         self.expect_invalid(["input sample 1 value 1 is 1e+39"], "angle", 2, rows,
@@ -221,7 +213,7 @@ class Encodings(unittest.TestCase):
         # phase multiplies e^{i x_k}: no sum is formed, and complex64 agrees with complex128.
         a = self.encode_fetch("phase", 2, x, dtype="complex64")
         b = self.encode_fetch("phase", 2, x, dtype="complex128")
-        qdpc.assert_close(a, b, "complex64", "phase [3e38, 3e38]")
+        qdpref.assert_close(a, b, "complex64", "phase [3e38, 3e38]")
 
     def test_amplitude_states_the_math_defines_are_computed(self):
         # Sums of squares that are subnormal, zero or infinite although the state is defined:
@@ -230,21 +222,21 @@ class Encodings(unittest.TestCase):
         for v, dtype in ((3e-162, "complex128"), (1e-200, "complex128"), (1e154, "complex128"),
                          (1e-200, "complex64"), (1e39, "complex64")):
             got = self.encode_fetch("amplitude", 1, np.array([v, v]), dtype=dtype)
-            qdpc.assert_close(got, half, dtype, f"amplitude [{v}, {v}] {dtype}")
+            qdpref.assert_close(got, half, dtype, f"amplitude [{v}, {v}] {dtype}")
         # Only the row that needs it is scaled; every row is its own state.
         n = 4
         rows = RNG.normal(size=(3, 13))
         rows[1] *= 1e-170
         got = self.encode_fetch("amplitude", n, rows).reshape(3, -1)
         for r in range(3):
-            want = qdpc.ref_amplitude(rows[r] / np.max(np.abs(rows[r])), n)
-            qdpc.assert_close(got[r], want, "complex128", f"row {r}")
+            want = qdpref.amplitude(rows[r], n)
+            qdpref.assert_close(got[r], want, "complex128", f"row {r}")
             alone = self.encode_fetch("amplitude", n, rows[r])
             self.assertEqual(alone.tobytes(), got[r].tobytes(), f"row {r} alone")
         # Sharded over devices (even, uneven, capacity): the bits of one device.
         x = RNG.normal(size=50) * 1e160
         one = self.encode_fetch("amplitude", 6, x, policy="single")
-        qdpc.assert_close(one, qdpc.ref_amplitude(x / 1e160, 6), "complex128", "sharded ref")
+        qdpref.assert_close(one, qdpref.amplitude(x, 6), "complex128", "sharded ref")
         for policy, count in (("even", 2), ("uneven", 3), ("capacity", 3)):
             got = self.encode_fetch("amplitude", 6, x, policy=policy, devices=self.devices(count))
             self.assertEqual(got.tobytes(), one.tobytes(), f"{policy} over {count}")
@@ -274,15 +266,15 @@ class Encodings(unittest.TestCase):
         n = 22
         x = RNG.uniform(-np.pi, np.pi, size=n)
         st = self.c.encode("phase", n, x)
-        want = phase_ref_large(x, n)
+        want = qdpref.phase(x, n)
         got = self.c.fetch(st, chunk_bytes=1 << 20)
         self.assertEqual(got.size, 1 << n)
         self.assertGreaterEqual(self.c.last_fetch_chunks, 64)  # 64 MiB in 1 MiB chunks
-        qdpc.assert_close(got, want, "complex128", "phase 2^22")
+        qdpref.assert_close(got, want, "complex128", "phase 2^22")
         # A range that starts and ends off any chunk boundary.
         off, cnt = 1_000_003, 777_777
         part = self.c.fetch(st, offset=off, count=cnt, chunk_bytes=100_000)
-        qdpc.assert_close(part, want[off:off + cnt], "complex128", "phase 2^22 range")
+        qdpref.assert_close(part, want[off:off + cnt], "complex128", "phase 2^22 range")
         self.c.release(st)
 
     def test_2_pow_22_amplitude_uploaded_in_chunks(self):
@@ -293,7 +285,7 @@ class Encodings(unittest.TestCase):
         st = self.c.upload(req, x.astype(np.float64).tobytes(), chunk=1 << 20)
         self.assertEqual(st.dtype, qdpc.DTYPES["complex64"])
         got = self.c.fetch(st)
-        qdpc.assert_close(got, x / np.linalg.norm(x), "complex64", "uploaded amplitude 2^22")
+        qdpref.assert_close(got, qdpref.amplitude(x, n), "complex64", "uploaded amplitude 2^22")
         self.c.release(st)
 
     def qdpctl_json(self, *args):
@@ -312,14 +304,14 @@ class Encodings(unittest.TestCase):
                                    "--dtype", dtype, "--server-file", src)
             self.assertEqual(out["batch"], rows)
             ref = out["ref"]
-            want = np.stack([qdpc.ref_amplitude(r.astype(np.float64), n) for r in x])
+            want = qdpref.batch("amplitude", x, n)
             exported = os.path.join(self.dir, f"export-{dtype}.npy")
             e = self.qdpctl_json("export", ref, exported)
             self.assertEqual(e["bytes"], os.path.getsize(exported))
             a = np.load(exported)
             self.assertEqual(a.dtype, np.complex64 if dtype == "complex64" else np.complex128)
             self.assertEqual(a.shape, (rows, 1 << n))
-            qdpc.assert_close(a, want, dtype, "exported .npy")
+            qdpref.assert_close(a, want, dtype, "exported .npy")
             local = os.path.join(self.dir, f"fetched-{dtype}.npy")
             self.qdpctl_json("fetch", ref, "-o", local)
             b = np.load(local)
@@ -338,14 +330,14 @@ class Encodings(unittest.TestCase):
         shm = shared_memory.SharedMemory(create=True, size=pad + x.nbytes + 32)
         try:
             shm.buf[pad:pad + x.nbytes] = x.tobytes()
-            want = np.stack([qdpc.ref_amplitude(r, n) for r in x])
+            want = qdpref.batch("amplitude", x, n)
             m = self.c.pb.SharedMemory()
             m.name = "/" + shm.name
             m.offset = pad
             m.length = x.nbytes
             st = self.c.encode("amplitude", n, None, input_dtype="float64", rows=rows,
                                cols=1 << n, shm=m)
-            qdpc.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128", "shm name")
+            qdpref.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128", "shm name")
             self.c.release(st)
             fd = os.open("/dev/shm/" + shm.name, os.O_RDONLY)
             try:
@@ -356,8 +348,8 @@ class Encodings(unittest.TestCase):
                 m.length = x.nbytes
                 st = self.c.encode("amplitude", n, None, input_dtype="float64", rows=rows,
                                    cols=1 << n, shm=m)
-                qdpc.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128",
-                                  "shm fd")
+                qdpref.assert_close(self.c.fetch(st).reshape(rows, -1), want, "complex128",
+                                    "shm fd")
                 self.c.release(st)
             finally:
                 os.close(fd)
@@ -378,7 +370,7 @@ class Encodings(unittest.TestCase):
                 start.wait(timeout=30)
                 st = c.encode("angle", n, x, label=f"c{i}")
                 got = c.fetch(st, chunk_bytes=1024)
-                qdpc.assert_close(got, qdpc.ref_angle(x, n), "complex128", f"client {i}")
+                qdpref.assert_close(got, qdpref.angle(x, n), "complex128", f"client {i}")
                 d = c.call("Describe", c.ref(st))
                 assert d.label == f"c{i}", d.label
                 c.release(st)

@@ -17,7 +17,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-import qdpc
+import qdpref
 
 COMMANDS = ("status", "health", "encode", "plan", "describe", "ls", "fetch", "export", "rm",
             "top")
@@ -367,7 +367,7 @@ class Qdpctl(unittest.TestCase):
     def check_fetch(self, ref, want, dtype="complex128"):
         out = os.path.join(self.dir, "check.npy")
         self.ok("fetch", ref, "-o", out, "--force")
-        qdpc.assert_close(np.load(out).reshape(want.shape), want, dtype, ref)
+        qdpref.assert_close(np.load(out).reshape(want.shape), want, dtype, ref)
 
     def test_local_npy_inline_and_streamed_and_raw(self):
         # 16 KiB: inline.
@@ -376,7 +376,7 @@ class Qdpctl(unittest.TestCase):
         np.save(path, small)
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "10", "--input", path)
         self.assertEqual(e["batch"], 2)
-        self.check_fetch(e["ref"], np.stack([qdpc.ref_amplitude(r, 10) for r in small]))
+        self.check_fetch(e["ref"], qdpref.batch("amplitude", small, 10))
         self.ok("rm", e["ref"])
         # 2 MiB of float32 (> 1 MiB): streamed in chunks, with a forced progress bar.
         big = self.rng.normal(size=1 << 19).astype(np.float32)
@@ -386,14 +386,14 @@ class Qdpctl(unittest.TestCase):
                     "--input", path, "--dtype", "complex64", "--chunk-bytes", "65536")
         self.assertIn("100.0%", p.stderr)
         e = json.loads(p.stdout)
-        self.check_fetch(e["ref"], qdpc.ref_amplitude(big.astype(np.float64), 19), "complex64")
+        self.check_fetch(e["ref"], qdpref.amplitude(big.astype(np.float64), 19), "complex64")
         self.ok("rm", e["ref"])
         # --upload forces a stream for a small file too.
         angles = os.path.join(self.dir, "angles.npy")
         np.save(angles, np.array([0.1, 0.2, 0.3]))
         e = self.js("encode", "--encoding", "angle", "--qubits", "3", "--input", angles,
                     "--upload", "--chunk-bytes", "8")
-        self.check_fetch(e["ref"], qdpc.ref_angle([0.1, 0.2, 0.3], 3))
+        self.check_fetch(e["ref"], qdpref.angle([0.1, 0.2, 0.3], 3))
         self.ok("rm", e["ref"])
         # Raw float32 with a shape from the command line.
         raw = os.path.join(self.dir, "raw.f32")
@@ -402,8 +402,8 @@ class Qdpctl(unittest.TestCase):
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "3", "--input", raw,
                     "--input-dtype", "float32", "--rows", "2")
         self.assertEqual(e["batch"], 2)
-        self.check_fetch(e["ref"], np.stack([qdpc.ref_amplitude(vals[:8], 3),
-                                             qdpc.ref_amplitude(vals[8:], 3)]))
+        self.check_fetch(e["ref"], np.stack([qdpref.amplitude(vals[:8], 3),
+                                             qdpref.amplitude(vals[8:], 3)]))
         self.ok("rm", e["ref"])
         # Problems found here exit by their class, as the daemon's would: a file that is not
         # there is not found (5), raw values of no given type an invalid argument (6).
@@ -425,7 +425,7 @@ class Qdpctl(unittest.TestCase):
         --input-dtype float64 and whatever its name; NumPy's own parser gives the reference."""
         for name in ("data.csv", "data.txt"):
             path = self.write(name, "0.1,0.2\n0.3,0.4\n")
-            want = np.stack([qdpc.ref_amplitude(r, 1) for r in np.loadtxt(path, delimiter=",")])
+            want = qdpref.batch("amplitude", np.loadtxt(path, delimiter=","), 1)
             for dtype in (("--input-dtype", "float64"), ()):  # the reported command first
                 e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", path,
                             *dtype)
@@ -441,14 +441,13 @@ class Qdpctl(unittest.TestCase):
         e = self.js("encode", "--encoding", "angle", "--qubits", "3", "--input", path,
                     "--input-dtype", "float32", "--dtype", "complex64")
         self.assertEqual(e["batch"], 2)
-        self.check_fetch(e["ref"], np.stack([qdpc.ref_angle(r.astype(np.float32), 3)
-                                             for r in x]), "complex64")
+        self.check_fetch(e["ref"], qdpref.batch("angle", x.astype(np.float32), 3), "complex64")
         self.ok("rm", e["ref"])
         # Basis: one index per row.
         path = self.write("idx.csv", "index\n5\n0\n2\n")
         e = self.js("encode", "--encoding", "basis", "--qubits", "3", "--input", path,
                     "--input-dtype", "int64")
-        self.check_fetch(e["ref"], np.stack([qdpc.ref_basis(i, 3) for i in (5, 0, 2)]))
+        self.check_fetch(e["ref"], qdpref.batch("basis", [5, 0, 2], 3))
         self.ok("rm", e["ref"])
         # Above 1 MiB of values: uploaded from the parsed values, in chunks.
         big = self.rng.uniform(-1, 1, size=(1 << 16, 4))
@@ -457,7 +456,7 @@ class Qdpctl(unittest.TestCase):
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "2", "--input", path,
                     "--chunk-bytes", "65536")
         self.assertEqual(e["batch"], 1 << 16)
-        self.check_fetch(e["ref"], big / np.linalg.norm(big, axis=1, keepdims=True))
+        self.check_fetch(e["ref"], qdpref.batch("amplitude", big, 2))
         self.ok("rm", e["ref"])
 
     def test_a_text_file_is_never_read_as_raw_bytes_unless_asked(self):
@@ -480,7 +479,7 @@ class Qdpctl(unittest.TestCase):
                     "--input-dtype", "float64", "--raw")
         x = np.fromfile(path, np.float64)
         x = x / np.max(np.abs(x))  # text as doubles spans hundreds of binary orders
-        self.check_fetch(e["ref"], qdpc.ref_amplitude(x, 3))
+        self.check_fetch(e["ref"], qdpref.amplitude(x, 3))
         self.ok("rm", e["ref"])
         # A CSV with a hole names it; --raw wants a type; a binary file stays raw as before.
         path = self.write("hole.csv", "x,y\n1,2\n3,\n")
@@ -493,13 +492,13 @@ class Qdpctl(unittest.TestCase):
         np.array([3.0, 4.0]).tofile(raw)
         e = self.js("encode", "--encoding", "amplitude", "--qubits", "1", "--input", raw,
                     "--input-dtype", "float64")
-        self.check_fetch(e["ref"], qdpc.ref_amplitude([3.0, 4.0], 1))
+        self.check_fetch(e["ref"], qdpref.amplitude([3.0, 4.0], 1))
         self.ok("rm", e["ref"])
 
     def test_help_completion_and_manual_name_raw(self):
         self.assertIn("--raw", self.ok("encode", "--help").stdout)
         comp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client",
-                            "qdpctl.bash")
+                            "qdpctl", "qdpctl.bash")
         got = subprocess.run(
             ["bash", "-c", '. "$1"; COMP_WORDS=("$2" encode --input x.csv --ra); COMP_CWORD=4; '
              '_qdpctl; echo "${COMPREPLY[*]}"', "_", comp, self.exe],
@@ -638,7 +637,7 @@ class Qdpctl(unittest.TestCase):
             e = self.js("encode", "--encoding", "amplitude", "--qubits", "8", "--shm",
                         "/" + shm.name, "--offset", "128", "--length", str(x.nbytes),
                         "--input-dtype", "float64", "--cols", "256")
-            self.check_fetch(e["ref"], qdpc.ref_amplitude(x, 8))
+            self.check_fetch(e["ref"], qdpref.amplitude(x, 8))
             self.ok("rm", e["ref"])
         finally:
             shm.close()

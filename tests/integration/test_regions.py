@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 SC = grpc.StatusCode
 MAX_REGIONS = 3
@@ -87,7 +88,7 @@ class Regions(unittest.TestCase):
             for first, count, n in ((0, 16, 4), (3, 7, 3), (1000, 1024, 10), (65536 - 5, 5, 3)):
                 s = self.encode_from(info, n, first, count)
                 got = self.c.fetch(s)
-                want = qdpc.ref_amplitude(self.values[first:first + count], n)
+                want = qdpref.amplitude(self.values[first:first + count], n)
                 np.testing.assert_allclose(got, want, rtol=0, atol=1e-12,
                                            err_msg=f"slice [{first}, +{count})")
                 self.c.release(s)

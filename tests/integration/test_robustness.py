@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 SC = grpc.StatusCode
 DEVICE_BUDGET = 16 << 20  # per device, as with_qdpd.sh is told in tests/integration/meson.build
@@ -351,8 +352,8 @@ class Robustness(unittest.TestCase):
                      SC.INVALID_ARGUMENT)
         # The good upload still works afterwards.
         st = send([first, data(vals[:24]), data(vals[24:])]).state
-        qdpc.assert_close(c.fetch(st), qdpc.ref_amplitude(np.arange(1, 9), 3), "complex128",
-                          "upload in two chunks")
+        qdpref.assert_close(c.fetch(st), qdpref.amplitude(np.arange(1, 9), 3), "complex128",
+                            "upload in two chunks")
         c.release(st)
         # A stream that ends early is a client that stopped or died: never encoded.
         self.refused("upload shorter than declared", lambda: send([first, data(vals[:40])]),
@@ -366,8 +367,8 @@ class Robustness(unittest.TestCase):
                      SC.DATA_LOSS, ("last",))
         last = self.pb.UploadChunk(data=vals[24:], last=True)
         st = send([ffirst, data(vals[:24]), last]).state
-        qdpc.assert_close(c.fetch(st), qdpc.ref_amplitude(np.arange(1, 9), 3), "complex128",
-                          "undeclared upload, last marked")
+        qdpref.assert_close(c.fetch(st), qdpref.amplitude(np.arange(1, 9), 3), "complex128",
+                            "undeclared upload, last marked")
         c.release(st)
         self.refused("a chunk after the last", lambda: send([ffirst, last, data(vals[:8])]),
                      SC.INVALID_ARGUMENT, ("last",))

@@ -18,13 +18,14 @@ import grpc
 import numpy as np
 
 import qdpc
+import qdpref
 
 RNG = np.random.default_rng(20261129)
 ENCODINGS = ("amplitude", "angle", "basis", "iqp", "iqp-z", "phase")
 
 
 def values(encoding, n, rows=1):
-    k = qdpc.params_per_sample(encoding, n)
+    k = qdpref.values_per_sample(encoding, n)
     if encoding == "basis":
         return RNG.integers(0, 1 << n, size=(rows, 1)).astype(np.float64)
     if encoding == "amplitude":
@@ -128,8 +129,8 @@ class World(unittest.TestCase):
                          f"{encoding} {dtype} {policy}: world and single rank differ")
         rows = np.asarray(x).reshape(-1, np.asarray(x).shape[-1])
         for r, row in enumerate(rows):
-            qdpc.assert_close(got[r << n:(r + 1) << n], qdpc.reference(encoding, row, n), dtype,
-                              f"{encoding} {dtype} row {r}")
+            qdpref.assert_close(got[r << n:(r + 1) << n], qdpref.state(encoding, row, n), dtype,
+                                f"{encoding} {dtype} row {r}")
         return st
 
     def test_status_shows_every_rank_and_its_devices(self):
@@ -191,7 +192,7 @@ class World(unittest.TestCase):
             one = self.ref.encode("amplitude", n, x * scale, dtype=dtype)
             got, want = self.c.fetch(st), self.ref.fetch(one)
             self.assertEqual(got.tobytes(), want.tobytes(), f"{scale} {dtype} {policy}")
-            qdpc.assert_close(got, qdpc.ref_amplitude(x, n), dtype, f"{scale} {dtype}")
+            qdpref.assert_close(got, qdpref.amplitude(x, n), dtype, f"{scale} {dtype}")
             self.ref.release(one)
             self.c.release(st)
         # A batch split by sample between ranks, one sample of tiny values.
@@ -271,7 +272,7 @@ class World(unittest.TestCase):
         st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=path)
         one = self.ref.encode("amplitude", n, None, path=path)
         self.assertEqual(self.c.fetch(st).tobytes(), self.ref.fetch(one).tobytes())
-        qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(x, n), "complex128", "file")
+        qdpref.assert_close(self.c.fetch(st), qdpref.amplitude(x, n), "complex128", "file")
         lines = new_rank_lines(self.log, pattern, before, range(1, self.ranks))
         for r in range(1, self.ranks):
             mine = [s for s in st.shards if s.rank == r]
@@ -301,8 +302,8 @@ class World(unittest.TestCase):
         self.assertIn("another file", cm.exception.details())
         # The same file under its own name is read by every rank.
         st = self.c.encode("amplitude", n, None, policy="even", devices=self.spread, path=mine)
-        qdpc.assert_close(self.c.fetch(st), qdpc.ref_amplitude(np.ones(1 << n), n),
-                          "complex128", "handed over")
+        qdpref.assert_close(self.c.fetch(st), qdpref.amplitude(np.ones(1 << n), n),
+                            "complex128", "handed over")
         self.c.release(st)
 
     def test_a_file_cut_under_the_ranks_fails_the_job_and_no_rank(self):
@@ -326,7 +327,7 @@ class World(unittest.TestCase):
                 got = self.c.fetch(st)
                 self.c.release(st)
                 # A job that ended before the cut read the whole file: it must be right.
-                qdpc.assert_close(got, qdpc.ref_amplitude(x, n), "complex128", "before the cut")
+                qdpref.assert_close(got, qdpref.amplitude(x, n), "complex128", "before the cut")
             except grpc.RpcError as e:
                 outcomes.append(e.code().name)
             finally:

@@ -1,11 +1,12 @@
 """The encodings table (common/, exported as encodings.json by the build) against what is written
-independently of it: the NumPy reference of the integration tests (tests/integration/qdpc.py),
-which must have every encoding, its number and its values per sample, and whose states show which
-encodings are real; the manual pages, which must list every encoding by name; and qdpctl, whose
+independently of it: the NumPy reference every test compares states with (tests/reference/
+qdpref.py), which must have every encoding and its values per sample, and whose states show which
+encodings are real; the independent wire client (tests/integration/qdpc.py), which must know every
+encoding's number; the manual pages, which must list every encoding by name; and qdpctl, whose
 help and bash completion must offer every one.
 
-Usage: test_encoding_table.py ENCODINGS_JSON QDPCTL_1 QDPD_8 QDPCTL QDPCTL_BASH (qdpc on
-PYTHONPATH).
+Usage: test_encoding_table.py ENCODINGS_JSON QDPCTL_1 QDPD_8 QDPCTL QDPCTL_BASH (qdpref and qdpc
+on PYTHONPATH).
 """
 
 import json
@@ -17,6 +18,7 @@ import unittest
 import numpy as np
 
 import qdpc
+import qdpref
 
 JSON_PATH, QDPCTL_1, QDPD_8, QDPCTL, QDPCTL_BASH = sys.argv[1:6]
 
@@ -36,15 +38,17 @@ class EncodingTable(unittest.TestCase):
         self.table = load_table()
         self.names = [e["name"] for e in self.table]
 
-    def test_the_reference_has_every_encoding_with_its_number(self):
-        self.assertEqual(sorted(qdpc.REFERENCES), sorted(self.names),
-                         "qdpc.REFERENCES must have a reference for each row of the table")
+    def test_the_reference_has_every_encoding(self):
+        self.assertEqual(sorted(qdpref.REFERENCES), sorted(self.names),
+                         "qdpref.REFERENCES must have a reference for each row of the table")
+
+    def test_the_wire_client_has_every_encoding_with_its_number(self):
         self.assertEqual(qdpc.ENCODINGS, {e["name"]: e["number"] for e in self.table})
 
     def test_the_reference_takes_the_values_the_table_says(self):
         for e in self.table:
             for n in range(1, 17):
-                self.assertEqual(qdpc.params_per_sample(e["name"], n),
+                self.assertEqual(qdpref.values_per_sample(e["name"], n),
                                  e["values_per_sample"][n - 1], f"{e['name']}, {n} qubits")
 
     def test_the_references_states_are_real_where_the_table_says(self):
@@ -53,7 +57,7 @@ class EncodingTable(unittest.TestCase):
         for e in self.table:
             k = e["values_per_sample"][n - 1]
             x = [2] if e["name"] == "basis" else rng.uniform(-1.5, 1.5, k)
-            psi = qdpc.reference(e["name"], x, n)
+            psi = qdpref.state(e["name"], x, n)
             self.assertEqual(psi.shape, (1 << n,), e["name"])
             self.assertAlmostEqual(float(np.sum(np.abs(psi) ** 2)), 1.0, 12, e["name"])
             imaginary = bool(np.any(np.abs(psi.imag) > 1e-12))

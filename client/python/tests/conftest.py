@@ -3,7 +3,9 @@ a socket in a fresh temporary folder, and a client of it per test; and the optio
 (pyarrow, torch), skipping the test where one is not installed.
 
 The daemon is $QDPD, else build/daemon/qdpd of this checkout (``sh deploy/build.sh``); without
-one every test that needs it is skipped with that reason.
+one every test that needs it is skipped with that reason. The tests compare states with the
+checkout's NumPy reference of the encodings, tests/reference/qdpref.py (imported as ``ref``),
+which this file puts on sys.path.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pathlib
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Iterator
@@ -22,6 +25,7 @@ import pytest
 import qdp
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
 
 
 def qdpd_path() -> str:

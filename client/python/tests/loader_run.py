@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import pathlib
 import pickle
 import sys
 from typing import Any, Dict
@@ -26,7 +27,9 @@ import numpy as np
 import qdp
 import qdp.torch as qt
 
-import reference as ref
+# A process of its own: conftest.py's path to the reference is not its path.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "reference"))
+import qdpref as ref  # noqa: E402
 
 Q = 6
 

@@ -22,7 +22,7 @@ import pytest
 import qdp
 from qdp._region import POOL_REGIONS
 
-import reference as ref
+import qdpref as ref
 from polling import wait_for
 from conftest import Daemon, client_of, qdpd_path
 
@@ -71,16 +71,16 @@ def test_a_second_numpy_of_the_size_reuses_the_region(client: qdp.Client, calls:
     with client.encode(x, "amplitude", Q) as s, client.encode(y, "amplitude", Q) as t:
         a = s.numpy()
         assert len(calls.registered) == 1 and regions(client) == 1
-        ref.close(a, ref.amplitude(x, Q), "complex128")
+        ref.assert_close(a, ref.amplitude(x, Q), "complex128")
         del a
         assert regions(client) == 1  # kept, idle
         b = t.numpy()  # another state of the same size
         assert len(calls.registered) == 1
-        ref.close(b, ref.amplitude(y, Q), "complex128")
+        ref.assert_close(b, ref.amplitude(y, Q), "complex128")
         del b
         c = s.numpy()
         assert len(calls.registered) == 1 and regions(client) == 1
-        ref.close(c, ref.amplitude(x, Q), "complex128")
+        ref.assert_close(c, ref.amplitude(x, Q), "complex128")
 
 
 def test_a_small_fetch_does_not_take_a_much_larger_region(client: qdp.Client,
@@ -90,11 +90,11 @@ def test_a_small_fetch_does_not_take_a_much_larger_region(client: qdp.Client,
         assert len(calls.registered) == 1
         x = sample(4, Q - 1)  # 32 KiB: the region is at most twice that plus a page
         with client.encode(x, "amplitude", Q - 1) as half:
-            ref.close(half.numpy(), ref.amplitude(x, Q - 1), "complex128")
+            ref.assert_close(half.numpy(), ref.amplitude(x, Q - 1), "complex128")
         assert len(calls.registered) == 1
         x = sample(5, Q - 3)  # 8 KiB: the 64 KiB region is too large for it
         with client.encode(x, "amplitude", Q - 3) as small:
-            ref.close(small.numpy(), ref.amplitude(x, Q - 3), "complex128")
+            ref.assert_close(small.numpy(), ref.amplitude(x, Q - 3), "complex128")
         assert len(calls.registered) == 2 and regions(client) == 2
 
 
@@ -105,20 +105,20 @@ def test_values_stay_right_across_reuse(client: qdp.Client, calls: Calls) -> Non
     a = states[0].numpy()
     b = states[1].numpy()  # while a is held: another region
     assert len(calls.registered) == 2 and not np.shares_memory(a, b)
-    ref.close(a, want[0], "complex128")
-    ref.close(b, want[1], "complex128")
+    ref.assert_close(a, want[0], "complex128")
+    ref.assert_close(b, want[1], "complex128")
     held = a.copy()
     del b
     c = states[2].numpy()  # into b's region, never a's
     assert len(calls.registered) == 2 and not np.shares_memory(a, c)
-    ref.close(c, want[2], "complex128")
+    ref.assert_close(c, want[2], "complex128")
     assert np.array_equal(a, held)  # untouched while held
     del a, c
     d = states[1].numpy()
     e = states[0].numpy()
     assert len(calls.registered) == 2 and not np.shares_memory(d, e)
-    ref.close(d, want[1], "complex128")
-    ref.close(e, want[0], "complex128")
+    ref.assert_close(d, want[1], "complex128")
+    ref.assert_close(e, want[0], "complex128")
     for s in states:
         s.release()
 
@@ -142,20 +142,20 @@ def test_a_view_keeps_its_region_from_reuse(client: qdp.Client, calls: Calls) ->
         b = t.numpy()
         assert len(calls.registered) == 2
         assert not np.shares_memory(view, b) and not np.shares_memory(np.asarray(mem), b)
-        ref.close(b, ref.amplitude(y, Q), "complex128")
+        ref.assert_close(b, ref.amplitude(y, Q), "complex128")
         assert np.array_equal(view, view_was)
         view[0, 0] = 7  # still writable memory of the first region
         del view, b
         gc.collect()
         c = t.numpy()  # the memoryview still holds the first region: the second serves
         assert len(calls.registered) == 2 and not np.shares_memory(np.asarray(mem), c)
-        ref.close(np.asarray(mem), ref.amplitude(x, Q)[100:150], "complex128")
+        ref.assert_close(np.asarray(mem), ref.amplitude(x, Q)[100:150], "complex128")
         del mem, c
         gc.collect()
         d, e = s.numpy(), t.numpy()  # both idle again: no new region
         assert len(calls.registered) == 2
-        ref.close(d, ref.amplitude(x, Q), "complex128")
-        ref.close(e, ref.amplitude(y, Q), "complex128")
+        ref.assert_close(d, ref.amplitude(x, Q), "complex128")
+        ref.assert_close(e, ref.amplitude(y, Q), "complex128")
 
 
 def test_threads_never_share_a_region(client: qdp.Client) -> None:
@@ -200,15 +200,15 @@ def test_the_bound_counts_the_regions_behind_live_arrays(daemon: Daemon,
             a = s.numpy()
             b = t.numpy()  # no room beside a's region: unregistered once filled
             assert len(calls.registered) == 2 and regions(c) == 1
-            ref.close(a, ref.amplitude(x, Q), "complex128")
-            ref.close(b, ref.amplitude(y, Q), "complex128")
+            ref.assert_close(a, ref.amplitude(x, Q), "complex128")
+            ref.assert_close(b, ref.amplitude(y, Q), "complex128")
             del a, b
-            ref.close(t.numpy(), ref.amplitude(y, Q), "complex128")
+            ref.assert_close(t.numpy(), ref.amplitude(y, Q), "complex128")
             assert len(calls.registered) == 2 and regions(c) == 1
             x2 = sample(42, Q + 1)  # larger than the bound: never kept
             with c.encode(x2, "amplitude", Q + 1) as big:
-                ref.close(big.numpy(), ref.amplitude(x2, Q + 1), "complex128")
-                ref.close(big.numpy(), ref.amplitude(x2, Q + 1), "complex128")
+                ref.assert_close(big.numpy(), ref.amplitude(x2, Q + 1), "complex128")
+                ref.assert_close(big.numpy(), ref.amplitude(x2, Q + 1), "complex128")
             assert len(calls.registered) == 4 and regions(c) == 1
 
 
@@ -220,9 +220,9 @@ def test_a_new_size_evicts_an_idle_region(daemon: Daemon,
             s.numpy()
         x = sample(44, Q + 1)  # twice the size: the bound holds it only without the idle one
         with c.encode(x, "amplitude", Q + 1) as s:
-            ref.close(s.numpy(), ref.amplitude(x, Q + 1), "complex128")
+            ref.assert_close(s.numpy(), ref.amplitude(x, Q + 1), "complex128")
             assert regions(c) == 1
-            ref.close(s.numpy(), ref.amplitude(x, Q + 1), "complex128")
+            ref.assert_close(s.numpy(), ref.amplitude(x, Q + 1), "complex128")
         assert len(calls.registered) == 2 and regions(c) == 1
 
 
@@ -232,7 +232,7 @@ def test_at_most_a_few_regions_are_kept(client: qdp.Client, calls: Calls) -> Non
     got = [s.numpy() for s in states]  # all held: one region each, the last few passing
     assert len(calls.registered) == len(xs) and regions(client) == POOL_REGIONS
     for g, x in zip(got, xs):
-        ref.close(g, ref.amplitude(x, 6), "complex128")
+        ref.assert_close(g, ref.amplitude(x, 6), "complex128")
     del got
     got = [s.numpy() for s in states]
     assert len(calls.registered) == len(xs) + 3 and regions(client) == POOL_REGIONS
@@ -251,7 +251,7 @@ def test_zero_keeps_no_region(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -
             del a
             b = s.numpy()
             assert len(calls.registered) == 2 and regions(c) == 0
-            ref.close(b, ref.amplitude(x, Q), "complex128")
+            ref.assert_close(b, ref.amplitude(x, Q), "complex128")
 
 
 def test_region_cache_bytes_must_be_a_size(daemon: Daemon) -> None:
@@ -270,8 +270,8 @@ def test_close_unregisters_the_kept_regions(daemon: Daemon) -> None:
         assert other.status().regions == 2
         c.close()
         assert other.status().regions == 0
-    ref.close(a, ref.amplitude(x, Q), "complex128")  # the arrays outlive their regions
-    ref.close(b, ref.amplitude(x, Q), "complex128")
+    ref.assert_close(a, ref.amplitude(x, Q), "complex128")  # the arrays outlive their regions
+    ref.assert_close(b, ref.amplitude(x, Q), "complex128")
     del a, b
     gc.collect()
     with qdp.Client(daemon.target) as other:
@@ -304,9 +304,9 @@ def test_a_region_the_daemon_no_longer_takes_is_replaced(client: qdp.Client, cal
             calls.refuse = (handle, lambda: qdp.PermissionDenied("not yours", field="region"))
         a = s.numpy()
         assert len(calls.registered) == 2 and regions(client) == 1
-        ref.close(a, ref.amplitude(x, Q), "complex128")
+        ref.assert_close(a, ref.amplitude(x, Q), "complex128")
         del a
-        ref.close(s.numpy(), ref.amplitude(x, Q), "complex128")
+        ref.assert_close(s.numpy(), ref.amplitude(x, Q), "complex128")
         assert len(calls.registered) == 2  # the fresh one is kept; the refused one is gone
 
 
@@ -348,7 +348,7 @@ def test_a_restarted_daemon_gets_fresh_regions(monkeypatch: pytest.MonkeyPatch) 
             d = Daemon(folder)  # on the same socket, without the old regions
             x = sample(91)
             s = encode_when_back(c, x)
-            ref.close(s.numpy(), ref.amplitude(x, Q), "complex128")
+            ref.assert_close(s.numpy(), ref.amplitude(x, Q), "complex128")
             assert len(calls.registered) == 2 and regions(c) == 1
             s.release()
             c.close()
@@ -421,7 +421,7 @@ def test_a_killed_clients_regions_are_unregistered(sweeping_daemon: Daemon) -> N
         time.sleep(2.5)  # more sweeps past the grace: this process is alive
         assert c.status().regions == 1
         with c.encode(mine, "amplitude", 10) as s:  # read in place from the live region
-            ref.close(s.numpy(), ref.amplitude(np.ones(1 << 10), 10), "complex128")
+            ref.assert_close(s.numpy(), ref.amplitude(np.ones(1 << 10), 10), "complex128")
         c.state(handle, token).release()  # states are the client's until their TTL
         del mine
         gc.collect()

@@ -16,7 +16,7 @@ import pytest
 
 import qdp
 
-import reference as ref
+import qdpref as ref
 from polling import wait_for
 
 
@@ -46,8 +46,8 @@ def test_views_read_the_state_in_place(gpu) -> None:
             t = torch.as_tensor(v, device=f"cuda:{v.ordinal}")
             sh = v.shard
             got = t.cpu().numpy()
-            ref.close(got, want[sh.row_first:sh.row_first + (sh.rows or 1),
-                                sh.first:sh.first + sh.count], "complex128")
+            ref.assert_close(got, want[sh.row_first:sh.row_first + (sh.rows or 1),
+                                       sh.first:sh.first + sh.count], "complex128")
         views[0].close()
         views[0].close()
         assert leases(c, s) == 0
@@ -59,8 +59,8 @@ def test_state_as_a_cuda_tensor(gpu) -> None:
     with c.encode(x, "phase", 10, dtype="complex64") as s:
         t = s.torch()
         assert t.is_cuda and t.dtype == torch.complex64 and tuple(t.shape) == (1 << 10,)
-        ref.close(t.cpu().numpy(), ref.phase(x, 10), "complex64")
-        ref.close(s.numpy(), ref.phase(x, 10), "complex64")
+        ref.assert_close(t.cpu().numpy(), ref.phase(x, 10), "complex64")
+        ref.assert_close(s.numpy(), ref.phase(x, 10), "complex64")
         assert leases(c, s) == 1  # the tensor holds the view
         del t
         gc.collect()
@@ -70,14 +70,14 @@ def test_state_as_a_cuda_tensor(gpu) -> None:
         assert leases(c, s) == 0
         cpu = s.torch(device="cpu")  # copied off the GPU, no lease left behind
         assert not cpu.is_cuda and leases(c, s) == 0
-        ref.close(cpu.numpy(), ref.phase(x, 10), "complex64")
+        ref.assert_close(cpu.numpy(), ref.phase(x, 10), "complex64")
 
 
 def test_cuda_tensor_input(gpu) -> None:
     c, torch = gpu
     t = torch.linspace(0.1, 1.0, 6, device="cuda:0", dtype=torch.float64)
     with c.encode(t, "angle", 6) as s:
-        ref.close(s.numpy(), ref.angle(t.cpu().numpy(), 6), "complex128")
+        ref.assert_close(s.numpy(), ref.angle(t.cpu().numpy(), 6), "complex128")
 
 
 def wait_leases(s: qdp.State, want: int, seconds: float = 10) -> int:
@@ -118,7 +118,7 @@ def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
         assert base.value in v._lease.bases, "the tensor is not in the IPC-opened allocation"
         assert torch.cuda.memory_allocated(0) == before, "torch allocated device memory"
         assert t.numel() == 1 << 20 and size.value >= (1 << 20) * 16
-        ref.close(t.cpu().numpy(), ref.amplitude(x, 20), "complex128")
+        ref.assert_close(t.cpu().numpy(), ref.amplitude(x, 20), "complex128")
         del t, v
         opened.clear()
         assert wait_leases(s, 0) == 0
@@ -199,7 +199,7 @@ def test_dlpack_of_a_gpu_state(gpu) -> None:
         assert kind == 2  # kDLCUDA
         t = torch.from_dlpack(s)
         assert t.is_cuda and t.device.index == ordinal and t.dtype == torch.complex128
-        ref.close(t.cpu().numpy(), ref.amplitude(x, 8), "complex128")
+        ref.assert_close(t.cpu().numpy(), ref.amplitude(x, 8), "complex128")
         assert leases(c, s) == 1  # the capsule's tensor holds the view
         del t
         assert wait_leases(s, 0) == 0
@@ -230,10 +230,10 @@ def test_leases_end_when_the_tensors_die(gpu) -> None:
     assert leases(c, s) == 3
     del t1
     assert wait_leases(s, 2) == 2
-    ref.close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")  # still mapped
+    ref.assert_close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")  # still mapped
     del views
     assert wait_leases(s, 1) == 1
-    ref.close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")
+    ref.assert_close(t2.cpu().numpy(), ref.batch("amplitude", x, 12), "complex128")
     del t2
     assert wait_leases(s, 0) == 0
     s.release()
@@ -321,12 +321,12 @@ def test_out_into_a_slice_leaves_the_bytes_around_it_untouched(gpu) -> None:
     big = torch.full((5, 1 << q), SENTINEL, dtype=torch.complex128, device="cuda:0")
     c.encode(X, "amplitude", q, out=big[2:4])
     host = big.cpu().numpy()
-    ref.close(host[2:4], ref.batch("amplitude", X, q), "complex128")
+    ref.assert_close(host[2:4], ref.batch("amplitude", X, q), "complex128")
     assert (host[[0, 1, 4]] == SENTINEL).all(), "out= wrote outside rows 2..3"
     flat = torch.full((3 + (1 << q) + 3,), SENTINEL, dtype=torch.complex64, device="cuda:0")
     c.encode(X[0], "amplitude", q, out=flat[3:3 + (1 << q)])
     host = flat.cpu().numpy()
-    ref.close(host[3:3 + (1 << q)], ref.amplitude(X[0], q), "complex64")
+    ref.assert_close(host[3:3 + (1 << q)], ref.amplitude(X[0], q), "complex64")
     assert (host[:3] == SENTINEL).all() and (host[3 + (1 << q):] == SENTINEL).all()
 
 
@@ -419,8 +419,8 @@ def test_the_loader_delivers_cuda_tensors_of_the_reference_states(gpu, gpu_daemo
             assert psi.is_cuda and psi.dtype == torch.complex128 and idx.is_cuda
             got.append(psi.cpu().numpy())
             rows.append(idx.cpu().numpy())
-        ref.close(np.concatenate(got), ref.batch("angle", X[np.concatenate(rows)], 10),
-                  "complex128")
+        ref.assert_close(np.concatenate(got), ref.batch("angle", X[np.concatenate(rows)], 10),
+                         "complex128")
     assert c.states() == []  # out= tensors: nothing stays on the daemon
 
 
@@ -441,8 +441,8 @@ def test_the_loader_reads_an_array_in_memory_by_dma_from_where_it_is(gpu, gpu_da
                                    shuffle=shuffle, seed=5, target=gpu_daemon.target,
                                    labels=np.arange(100))
             got = [(psi.cpu().numpy(), rows.cpu().numpy()) for psi, rows in ds]
-            ref.close(np.concatenate([g for g, _ in got]),
-                      want[np.concatenate([r for _, r in got])], "complex128")
+            ref.assert_close(np.concatenate([g for g, _ in got]),
+                             want[np.concatenate([r for _, r in got])], "complex128")
             pinned = ds._conn.pinned
             assert (pinned is not None and pinned.owned) == (not shuffle)
             ds.close()

@@ -10,7 +10,7 @@ import pytest
 
 import qdp
 
-import reference as ref
+import qdpref as ref
 
 
 def test_large_array_goes_through_one_staging_region(unpooled: qdp.Client) -> None:
@@ -18,18 +18,18 @@ def test_large_array_goes_through_one_staging_region(unpooled: qdp.Client) -> No
     x = rng.uniform(-1, 1, size=1 << 18)  # 2 MiB of float64, above qdp.client.LARGE_BYTES
     assert x.nbytes >= qdp.client.LARGE_BYTES
     with unpooled.encode(x, "amplitude", 18) as s:
-        ref.close(s.numpy(), ref.amplitude(x, 18), "complex128")
+        ref.assert_close(s.numpy(), ref.amplitude(x, 18), "complex128")
     st = unpooled.status()
     assert st.regions == 1 and st.region_bytes >= x.nbytes
     # A second large input reuses the region; a larger one replaces it.
     y = rng.uniform(-1, 1, size=(2, 1 << 17))
     with unpooled.encode(y, "amplitude", 17) as s:
-        ref.close(s.numpy(), ref.batch("amplitude", y, 17), "complex128")
+        ref.assert_close(s.numpy(), ref.batch("amplitude", y, 17), "complex128")
     assert unpooled.status().regions == 1
     z = rng.uniform(-1, 1, size=1 << 19).astype(np.float32)
     with unpooled.encode(z, "amplitude", 19, dtype="complex64") as s:
         got = s.numpy()
-    ref.close(got, ref.amplitude(z.astype(np.float64), 19), "complex64")
+    ref.assert_close(got, ref.amplitude(z.astype(np.float64), 19), "complex64")
     assert unpooled.status().regions == 1
 
 
@@ -41,12 +41,12 @@ def test_empty_is_read_in_place_every_time(unpooled: qdp.Client) -> None:
     for _ in range(3):
         buf[:] = rng.uniform(-1, 1, size=buf.shape)
         with unpooled.encode(buf, "amplitude", 6) as s:
-            ref.close(s.numpy(), ref.batch("amplitude", buf, 6), "complex128")
+            ref.assert_close(s.numpy(), ref.batch("amplitude", buf, 6), "complex128")
         # A contiguous slice of the buffer is read in place too, at its offset.
         with unpooled.encode(buf[3:5], "amplitude", 6) as s:
-            ref.close(s.numpy(), ref.batch("amplitude", buf[3:5], 6), "complex128")
+            ref.assert_close(s.numpy(), ref.batch("amplitude", buf[3:5], 6), "complex128")
         with unpooled.encode(buf[6, :6], "angle", 6, dtype="complex64") as s:
-            ref.close(s.numpy(), ref.angle(buf[6, :6], 6), "complex64")
+            ref.assert_close(s.numpy(), ref.angle(buf[6, :6], 6), "complex64")
     assert unpooled.status().regions == 1  # nothing but the buffer's own region
 
 
@@ -54,7 +54,7 @@ def test_empty_sample_of_angles(client: qdp.Client) -> None:
     buf = client.empty(6, np.float32)
     buf[:] = np.linspace(0.1, 1.1, 6, dtype=np.float32)
     with client.encode(buf, "angle", 6, dtype="complex64") as s:
-        ref.close(s.numpy(), ref.angle(buf.astype(np.float64), 6), "complex64")
+        ref.assert_close(s.numpy(), ref.angle(buf.astype(np.float64), 6), "complex64")
 
 
 def test_empty_region_goes_with_its_array(unpooled: qdp.Client) -> None:
@@ -66,7 +66,7 @@ def test_empty_region_goes_with_its_array(unpooled: qdp.Client) -> None:
     assert unpooled.status().regions == 1  # the view keeps the mapping
     view[:] = 1.0
     with unpooled.encode(view, "amplitude", 4) as s:
-        ref.close(s.numpy(), ref.amplitude(np.ones(10), 4), "complex128")
+        ref.assert_close(s.numpy(), ref.amplitude(np.ones(10), 4), "complex128")
     del view
     gc.collect()
     assert unpooled.status().regions == 0
@@ -82,7 +82,7 @@ def test_remote_clients_upload(client: qdp.Client, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(client._conn, "socket_path", None)
     x = np.random.default_rng(9).uniform(-1, 1, size=(3, 1 << 16))  # 1.5 MiB
     with client.encode(x, "amplitude", 16) as s:
-        ref.close(s.numpy(), ref.batch("amplitude", x, 16), "complex128")
+        ref.assert_close(s.numpy(), ref.batch("amplitude", x, 16), "complex128")
     monkeypatch.undo()
     assert client.status().regions == 0
     with pytest.raises(qdp.NotSupported, match="unix"):

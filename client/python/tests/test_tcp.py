@@ -8,7 +8,7 @@ import pytest
 
 import qdp
 
-import reference as ref
+import qdpref as ref
 from conftest import TCP_TOKEN
 
 
@@ -22,10 +22,10 @@ def remote(tcp_daemon):
 def test_inline_and_uploaded_inputs(remote: qdp.Client) -> None:
     assert remote.socket_path is None
     with remote.encode([0.3, 0.1, 0.7], "angle", 3) as s:
-        ref.close(s.numpy(), ref.angle([0.3, 0.1, 0.7], 3), "complex128")
+        ref.assert_close(s.numpy(), ref.angle([0.3, 0.1, 0.7], 3), "complex128")
     X = np.random.default_rng(6).uniform(-1, 1, size=(2, 1 << 17))  # 2 MiB: uploaded
     with remote.encode(X, "amplitude", 17) as s:
-        ref.close(s.numpy(), ref.batch("amplitude", X, 17), "complex128")
+        ref.assert_close(s.numpy(), ref.batch("amplitude", X, 17), "complex128")
     assert remote.status().regions == 0
 
 
@@ -67,7 +67,7 @@ def test_out_is_for_callers_on_the_node(remote: qdp.Client) -> None:
         remote._upload(r, memoryview(np.array([0.1, 0.2]).tobytes()))
     assert e.value.field == "out"
     with remote.encode([0.1, 0.2], "angle", 2) as s:  # and the daemon serves on
-        ref.close(s.numpy(), ref.angle([0.1, 0.2], 2), "complex128")
+        ref.assert_close(s.numpy(), ref.angle([0.1, 0.2], 2), "complex128")
 
 
 def test_a_wrong_token_is_unauthenticated(tcp_daemon) -> None:

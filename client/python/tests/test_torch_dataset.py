@@ -12,7 +12,7 @@ import pytest
 import qdp
 import qdp.readers
 
-import reference as ref
+import qdpref as ref
 
 torch = pytest.importorskip("torch")
 qt = pytest.importorskip("qdp.torch")
@@ -57,7 +57,7 @@ def test_batches_are_the_reference_states_in_order(daemon) -> None:
     assert [b.shape for b in got] == [(64, 1 << Q)] * 3 + [(203 - 192, 1 << Q)]
     assert got[0].dtype == torch.complex128 and got[0].device.type == "cpu"
     want = ref.batch("angle", X, Q)
-    ref.close(torch.cat(got).numpy(), want, "complex128")
+    ref.assert_close(torch.cat(got).numpy(), want, "complex128")
     assert len(ds) == 4
 
 
@@ -69,7 +69,7 @@ def test_other_encodings_and_dtypes(daemon, encoding, cols, dtype) -> None:
     ds = qt.QuantumDataset(X, encoding, Q, batch_size=32, dtype=dtype, target=daemon.target)
     got = torch.cat(list(ds)).numpy()
     assert got.dtype == np.complex64 if dtype == "complex64" else np.complex128
-    ref.close(got, ref.batch(encoding, X.astype(np.float64), Q), dtype)
+    ref.assert_close(got, ref.batch(encoding, X.astype(np.float64), Q), dtype)
 
 
 def test_basis_indices(daemon) -> None:
@@ -192,7 +192,7 @@ def test_grouped_batches_are_each_the_callers_own(daemon) -> None:
                               torch.cat([r for _, r in later]).numpy())
     want = ref.batch("angle", X, Q)
     for psi, rows in kept + later:
-        ref.close(psi.numpy(), want[rows.numpy()], "complex128")
+        ref.assert_close(psi.numpy(), want[rows.numpy()], "complex128")
 
 
 def test_breaking_off_leaves_nothing_on_the_daemon(client, daemon) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import qdp
 
-import reference as ref
+import qdpref as ref
 from conftest import Daemon, _start, client_of
 
 MAX_TTL, DEFAULT_TTL = 600, 300
@@ -89,7 +89,7 @@ def test_gather_copies_a_sharded_state_onto_one_device(client: qdp.Client) -> No
                 want = "cpu:1" if device == "cpu:1" else "cpu:0"
                 assert [sh.device for sh in info.shards] == [want] and info.label == "whole"
                 assert g.shape == s.shape == (4, 64) and g.handle != s.handle
-                ref.close(g.numpy(), ref.batch("angle", X, 6), "complex128")
+                ref.assert_close(g.numpy(), ref.batch("angle", X, 6), "complex128")
         with pytest.raises(qdp.InvalidArgument) as e:
             s.gather("cpu:7")
         assert e.value.field == "device"

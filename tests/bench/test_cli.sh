@@ -1,7 +1,7 @@
 #!/bin/sh
 # The benchmarks' command lines (bench_cli.h): --help prints a usage to stdout and exits 0; an
 # unknown option exits 2 with a message that names it. Runs no benchmark.
-# Usage: bench/test_cli.sh BENCH...
+# Usage: tests/bench/test_cli.sh BENCH...
 set -u
 fails=0
 for b in "$@"; do
