@@ -74,6 +74,27 @@ static void check_sumsq_case(const struct sumsq_case *c, qdp_dtype in, qdp_dtype
   free(hx);
 }
 
+static const qdp_dtype in_dtypes[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
+static const qdp_dtype out_dtypes[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
+
+/* Runs CHECK on each case in both input and both output precisions, under every launch shape the
+ * tuning knob selects (the default, 4 or 8 loads in flight): each must build the same tree. */
+static void check_every_launch(const struct sumsq_case *cases, size_t count,
+                               void (*check)(const struct sumsq_case *, qdp_dtype, qdp_dtype)) {
+  static const int chunks[] = {0, 4, 8};
+  for (int k = 0; k < 3; k++) {
+    qdpk_tune_sumsq_chunks = chunks[k];
+    for (size_t i = 0; i < count; i++) {
+      for (int a = 0; a < 2; a++) {
+        for (int b = 0; b < 2; b++) {
+          check(&cases[i], in_dtypes[a], out_dtypes[b]);
+        }
+      }
+    }
+  }
+  qdpk_tune_sumsq_chunks = 0;
+}
+
 START_TEST(test_sumsq_is_bit_identical_to_cpu_tree) {
   static const struct sumsq_case cases[] = {
       {1, 1, 1, 1, 0},
@@ -94,21 +115,7 @@ START_TEST(test_sumsq_is_bit_identical_to_cpu_tree) {
       {2, 2, 70001, 2, 0},
       {4, 3, 70001, 3, 0},
   };
-  static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  /* Every launch shape the tuning knob selects (4 or 8 loads in flight) builds the same tree. */
-  static const int chunks[] = {0, 4, 8};
-  for (int k = 0; k < 3; k++) {
-    qdpk_tune_sumsq_chunks = chunks[k];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-      for (int a = 0; a < 2; a++) {
-        for (int b = 0; b < 2; b++) {
-          check_sumsq_case(&cases[i], ins[a], outs[b]);
-        }
-      }
-    }
-  }
-  qdpk_tune_sumsq_chunks = 0;
+  check_every_launch(cases, sizeof cases / sizeof cases[0], check_sumsq_case);
   /* 26 qubits, one row, both precisions of the natural input. */
   struct sumsq_case big = {1u << 26, (1u << 26) - 3, 1, 1u << 26, 0};
   check_sumsq_case(&big, QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
@@ -120,9 +127,8 @@ END_TEST
  * tree joins them, gives the bits of the one-block sum. */
 START_TEST(test_sumsq_shard_sums_join_to_the_full_tree) {
   const uint64_t block = 1u << 20, len = block - 12345;
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
   for (int o = 0; o < 2; o++) {
-    qdp_dtype out = outs[o];
+    qdp_dtype out = out_dtypes[o];
     double *hx = random_reals(QDP_DTYPE_FLOAT64, len, -2.0, 2.0, 1);
     double *dx = to_device(hx, len * sizeof(double));
     double full, part[4];
@@ -170,17 +176,12 @@ END_TEST
  * magnitude about 2^-e_r (so x * 2^e_r is about 1); in every fifth row the odd values are tiny
  * instead, and x * 2^e_r takes them below the normal range, where ldexp rounds: the GPU's ldexp
  * must round as the CPU's does. Sums, and pass 2 with those sums, against the CPU twins. */
-struct scaled_case {
-  uint64_t block, len, rows, stride;
-  int misalign;
-};
-
 static int32_t scaled_exponent(qdp_dtype in, uint64_t r) {
   static const int32_t e64[5] = {0, 600, -700, 1000, -60}, e32[5] = {0, 60, -70, 100, -40};
   return (in == QDP_DTYPE_FLOAT32 ? e32 : e64)[r % 5];
 }
 
-static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dtype out) {
+static void check_scaled_case(const struct sumsq_case *c, qdp_dtype in, qdp_dtype out) {
   char what[200];
   snprintf(what, sizeof what,
            "scaled sumsq+amplitude in=%s out=%s block=%llu len=%llu rows=%llu stride=%llu%s",
@@ -257,7 +258,7 @@ static void check_scaled_case(const struct scaled_case *c, qdp_dtype in, qdp_dty
 }
 
 START_TEST(test_scaled_sumsq_and_amplitude_match_cpu) {
-  static const struct scaled_case cases[] = {
+  static const struct sumsq_case cases[] = {
       {1, 1, 5, 1, 0},
       {4, 3, 7, 3, 0},
       {64, 63, 5, 64, 1},
@@ -267,27 +268,14 @@ START_TEST(test_scaled_sumsq_and_amplitude_match_cpu) {
       {1u << 20, 777777, 5, 777777, 0},
       {4, 3, 70001, 3, 0},
   };
-  static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
-  static const int chunks[] = {0, 4, 8};
-  for (int k = 0; k < 3; k++) {
-    qdpk_tune_sumsq_chunks = chunks[k];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-      for (int a = 0; a < 2; a++) {
-        for (int b = 0; b < 2; b++) {
-          check_scaled_case(&cases[i], ins[a], outs[b]);
-        }
-      }
-    }
-  }
-  qdpk_tune_sumsq_chunks = 0;
+  check_every_launch(cases, sizeof cases / sizeof cases[0], check_scaled_case);
   /* Pass 2's other launch shapes with exponents. */
   static const int per_thread[] = {1, 2, 4};
   for (int k = 0; k < 3; k++) {
     qdpk_tune_amplitude_per_thread = per_thread[k];
     for (int a = 0; a < 2; a++) {
       for (int b = 0; b < 2; b++) {
-        check_scaled_case(&cases[3], ins[a], outs[b]);
+        check_scaled_case(&cases[3], in_dtypes[a], out_dtypes[b]);
       }
     }
   }
@@ -348,12 +336,10 @@ START_TEST(test_amplitude_matches_cpu) {
       {20, 1u << 19, 1u << 19, 300001, 1, 300001},
       {26, 0, 1u << 26, (1u << 26) - 1, 1, 1u << 26},
   };
-  static const qdp_dtype ins[] = {QDP_DTYPE_FLOAT64, QDP_DTYPE_FLOAT32};
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     for (int a = 0; a < 2; a++) {
       for (int b = 0; b < 2; b++) {
-        check_amplitude_case(&cases[i], ins[a], outs[b]);
+        check_amplitude_case(&cases[i], in_dtypes[a], out_dtypes[b]);
       }
     }
   }
@@ -368,7 +354,7 @@ START_TEST(test_amplitude_matches_cpu) {
       for (size_t i = 0; cases[i].qubits <= 17; i++) {
         for (int a = 0; a < 2; a++) {
           for (int b = 0; b < 2; b++) {
-            check_amplitude_case(&cases[i], ins[a], outs[b]);
+            check_amplitude_case(&cases[i], in_dtypes[a], out_dtypes[b]);
           }
         }
       }
@@ -384,9 +370,8 @@ END_TEST
 START_TEST(test_amplitude_two_passes_normalize_like_cpu) {
   const uint32_t n = 21;
   const uint64_t rows = 3, len = (1u << n) - 999, count = 1u << n;
-  static const qdp_dtype outs[] = {QDP_DTYPE_COMPLEX128, QDP_DTYPE_COMPLEX64};
   for (int o = 0; o < 2; o++) {
-    qdp_dtype out = outs[o];
+    qdp_dtype out = out_dtypes[o];
     double *hx = random_reals(QDP_DTYPE_FLOAT64, rows * len, -1.0, 1.0, 1);
     double *dx = to_device(hx, rows * len * sizeof(double));
     double gsums[3], csums[3];
