@@ -27,8 +27,9 @@ __device__ __forceinline__ uint64_t basis_index(const int64_t *x) {
 
 template <typename TI, typename R, int K>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    basis_kernel(const TI *__restrict__ x, uint64_t in_stride, uint64_t first, uint64_t count,
-                 uint64_t rows, uint64_t nbx, typename cplx<R>::type *__restrict__ out) {
+    basis_kernel(const TI *__restrict__ x, uint64_t in_stride, uint32_t /* qubits */,
+                 uint64_t first, uint64_t count, uint64_t rows, uint64_t nbx,
+                 typename cplx<R>::type *__restrict__ out) {
   for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     /* Every thread reads the same word: one broadcast transaction per warp. The index is made
      * local to the span; one outside it (another span's 1) wraps to a value >= count. */
@@ -47,21 +48,10 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
-struct basis_launch {
-  const struct qdpk_span *s;
-  uint64_t in_stride;
-  void *out;
-  cudaStream_t stream;
-
+struct basis_kernels {
   template <typename TI, typename R, int K>
-  qdp_status run(const TI *x) const {
-    uint64_t nbx = blocks_for(s->count, K);
-    /* 256 threads, K amplitudes each, 256 apart: coalesced 16-byte (complex128) stores over a
-     * full grid. x: the span's amplitudes, y: rows; both folded into loops past the grid limits. */
-    dim3 grid(grid_x(nbx), grid_y(s->rows));
-    basis_kernel<TI, R, K><<<grid, QDPK_THREADS, 0, stream>>>(
-        x, in_stride, s->first, s->count, s->rows, nbx, static_cast<typename cplx<R>::type *>(out));
-    return launched();
+  static auto get() {
+    return basis_kernel<TI, R, K>;
   }
 };
 
@@ -73,5 +63,5 @@ extern "C" qdp_status qdpk_basis(const struct qdpk_span *s, const void *x, qdp_d
     return QDP_ERR_INVALID_ARGUMENT;
   }
   return run_closed_form<true>(s, in, per_thread(qdpk_tune_basis_per_thread, 1), x,
-                               basis_launch{s, in_stride, out, stream});
+                               span_launch<basis_kernels>{s, in_stride, out, stream});
 }

@@ -8,6 +8,7 @@
  * one-thread kernel, scans, and a one-thread kernel turns the word into the reported values. Three
  * launches on one stream, no host synchronization.
  */
+#include "basis_fault.h"
 #include "qdpk_cuda_internal.cuh"
 
 namespace {
@@ -55,37 +56,14 @@ __global__ void nonfinite_report_kernel(const unsigned long long *word, int *fou
   *index = w != NONE ? (uint64_t)w : 0;
 }
 
-/* The fault of one index, in the order of enum qdpk_basis_fault (the CPU twin's order): -1.5 is
- * not an integer before it is negative, -0.0 is the index 0. */
-__device__ __forceinline__ int basis_fault(double v, uint32_t qubits) {
-  if (!isfinite(v)) {
-    return QDPK_BASIS_NOT_FINITE;
-  }
-  if (v != trunc(v)) {
-    return QDPK_BASIS_NOT_INTEGER;
-  }
-  if (v < 0) {
-    return QDPK_BASIS_NEGATIVE;
-  }
-  if (qubits < 64 && v >= ldexp(1.0, (int)qubits)) {
-    return QDPK_BASIS_TOO_LARGE;
-  }
-  return QDPK_BASIS_OK;
-}
 __device__ __forceinline__ int basis_fault_of(float v, uint32_t qubits) {
-  return basis_fault((double)v, qubits);
+  return qdpk_basis_fault_real((double)v, qubits);
 }
 __device__ __forceinline__ int basis_fault_of(double v, uint32_t qubits) {
-  return basis_fault(v, qubits);
+  return qdpk_basis_fault_real(v, qubits);
 }
 __device__ __forceinline__ int basis_fault_of(int64_t v, uint32_t qubits) {
-  if (v < 0) {
-    return QDPK_BASIS_NEGATIVE;
-  }
-  if (qubits < 63 && (uint64_t)v >= (1ull << qubits)) {
-    return QDPK_BASIS_TOO_LARGE;
-  }
-  return QDPK_BASIS_OK;
+  return qdpk_basis_fault_int(v, qubits);
 }
 
 /* The key row * 8 + fault orders by row first, so the minimum is the first bad row, with its

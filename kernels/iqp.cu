@@ -6,7 +6,7 @@
  * bits, a part of the high bits, and the cross pairs (i low, j high):
  *   theta = theta_lo(b mod 256) + theta_hi(b div 256) + sum_{i low, b_i = 1} c_i(b div 256),
  *   c_i(h) = sum_{j high, h_j = 1} d_p(i,j).
- * The phases kernel: as in angle.cu, a block writes 256 * K consecutive amplitudes and thread t
+ * The phases kernel: as in product.cuh, a block writes 256 * K consecutive amplitudes and thread t
  * those K apart by 256, which share their low 8 bits: the thread forms theta_lo once (O(64)
  * terms); theta_hi and the eight c_i take K + 1 values per block, formed by 9 (K + 1) threads into
  * shared memory. Each amplitude then costs at most 9 additions, one sincos and one 16-byte store,

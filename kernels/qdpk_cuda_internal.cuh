@@ -357,12 +357,12 @@ qdp_status run_closed_form(const struct qdpk_span *s, qdp_dtype in, int k, const
                                        : run_input<double, Indices>(in, k, x, op);
 }
 
-/* The launch of a per-qubit product kernel (angle, phase: the same arguments) over a span, for
- * run_closed_form: 256 threads (the low 8 index bits), K amplitudes each, 256 apart, for coalesced
- * 16-byte stores; x: the span's amplitudes, y: rows, both folded into loops past the grid limits.
- * Kernels::get<TI, R, K>() names the kernel. */
+/* The launch of a one-pass closed-form kernel over a span, for run_closed_form: 256 threads, K
+ * amplitudes each, 256 apart, for coalesced 16-byte (complex128) stores; x: the span's amplitudes,
+ * y: rows, both folded into loops past the grid limits. Kernels::get<TI, R, K>() names a kernel
+ * taking (x, in_stride, qubits, first, count, rows, nbx, out). */
 template <class Kernels>
-struct product_launch {
+struct span_launch {
   const struct qdpk_span *s;
   uint64_t in_stride;
   void *out;
@@ -378,18 +378,6 @@ struct product_launch {
     return launched();
   }
 };
-
-/* The entry of a per-qubit product encoding (angle, phase): the arguments checked, then the
- * span's launch with K from the tuning knob (4 when unset). */
-template <class Kernels>
-qdp_status run_product(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
-                       void *out, cudaStream_t stream, int knob) {
-  if (!span_ok(s) || !is_real_dtype(in) || x == NULL || out == NULL) {
-    return QDP_ERR_INVALID_ARGUMENT;
-  }
-  return run_closed_form(s, in, per_thread(knob, 4), x,
-                         product_launch<Kernels>{s, in_stride, out, stream});
-}
 
 }  // namespace qdpk
 

@@ -12,7 +12,7 @@
 #include "cpu_internal.h"
 #include "qdpk.h"
 
-#define DEFINE_ANGLE(NAME, T, COS, SIN) \
+#define DEFINE_ANGLE(NAME, T, SINCOS_ROW) \
   static void NAME(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride, \
                    T *out) { \
     uint32_t n = s->qubits; \
@@ -21,11 +21,7 @@
     uint64_t end = s->first + s->count; \
     T c[64], sn[64], lo[(size_t)1 << CPU_LO_BITS]; \
     for (uint64_t r = 0; r < s->rows; r++) { \
-      for (uint32_t k = 0; k < n; k++) { \
-        T v = (T)cpu_load(x, in, r * in_stride + k); \
-        c[k] = COS(v); \
-        sn[k] = SIN(v); \
-      } \
+      SINCOS_ROW(x, in, r * in_stride, n, c, sn); \
       lo[0] = (T)1; \
       for (uint32_t k = 0; k < lo_bits; k++) { \
         uint64_t half = (uint64_t)1 << k; \
@@ -51,8 +47,8 @@
     } \
   }
 
-DEFINE_ANGLE(angle_f32, float, cosf, sinf)
-DEFINE_ANGLE(angle_f64, double, cos, sin)
+DEFINE_ANGLE(angle_f32, float, cpu_sincos_row_f32)
+DEFINE_ANGLE(angle_f64, double, cpu_sincos_row_f64)
 
 void qdpk_cpu_angle(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                     void *out) {

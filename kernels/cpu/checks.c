@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "basis_fault.h"
 #include "cpu_internal.h"
 #include "qdpk.h"
 
@@ -60,43 +61,14 @@ enum qdpk_param_fault qdpk_cpu_check_params(const void *x, qdp_dtype in, uint64_
   return QDPK_PARAM_OK;
 }
 
-/* The fault of one floating-point index, checked in the order of the enum: a value that is both
- * fractional and negative (-1.5) is reported as not an integer. -0.0 is the index 0. */
-static enum qdpk_basis_fault basis_fault_real(double v, uint32_t qubits) {
-  if (!isfinite(v)) {
-    return QDPK_BASIS_NOT_FINITE;
-  }
-  if (v != trunc(v)) {
-    return QDPK_BASIS_NOT_INTEGER;
-  }
-  if (v < 0) {
-    return QDPK_BASIS_NEGATIVE;
-  }
-  if (qubits < 64 && v >= ldexp(1.0, (int)qubits)) {
-    return QDPK_BASIS_TOO_LARGE;
-  }
-  return QDPK_BASIS_OK;
-}
-
-static enum qdpk_basis_fault basis_fault_int(int64_t v, uint32_t qubits) {
-  if (v < 0) {
-    return QDPK_BASIS_NEGATIVE;
-  }
-  /* For 63 qubits and more every non-negative int64 is in range. */
-  if (qubits < 63 && (uint64_t)v >= ((uint64_t)1 << qubits)) {
-    return QDPK_BASIS_TOO_LARGE;
-  }
-  return QDPK_BASIS_OK;
-}
-
 enum qdpk_basis_fault qdpk_cpu_check_basis(const void *x, qdp_dtype in, uint64_t in_stride,
                                            uint64_t rows, uint32_t qubits, uint64_t *ret_row) {
   for (uint64_t r = 0; r < rows; r++) {
     enum qdpk_basis_fault f;
     if (in == QDP_DTYPE_INT64) {
-      f = basis_fault_int(cpu_load_i64(x, r * in_stride), qubits);
+      f = qdpk_basis_fault_int(cpu_load_i64(x, r * in_stride), qubits);
     } else {
-      f = basis_fault_real(cpu_load(x, in, r * in_stride), qubits);
+      f = qdpk_basis_fault_real(cpu_load(x, in, r * in_stride), qubits);
     }
     if (f != QDPK_BASIS_OK) {
       *ret_row = r;

@@ -6,6 +6,7 @@
 #ifndef QDPK_CPU_INTERNAL_H
 #define QDPK_CPU_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -55,6 +56,20 @@ static inline double cpu_load(const void *x, qdp_dtype in, uint64_t i) {
     return 0.0;
   }
 }
+
+/* cos and sin of one sample's n values (from element AT of x) in the output precision: angle and
+ * phase take them once per sample and qubit, never per amplitude. */
+#define CPU_DEFINE_SINCOS_ROW(NAME, T, COS, SIN) \
+  static inline void NAME(const void *x, qdp_dtype in, uint64_t at, uint32_t n, T *c, T *s) { \
+    for (uint32_t k = 0; k < n; k++) { \
+      T v = (T)cpu_load(x, in, at + k); \
+      c[k] = COS(v); \
+      s[k] = SIN(v); \
+    } \
+  }
+
+CPU_DEFINE_SINCOS_ROW(cpu_sincos_row_f32, float, cosf, sinf)
+CPU_DEFINE_SINCOS_ROW(cpu_sincos_row_f64, double, cos, sin)
 
 static inline uint64_t cpu_min_u64(uint64_t a, uint64_t b) {
   return a < b ? a : b;

@@ -14,7 +14,7 @@
 
 /* 2^(-n/2): a power of two times sqrt(1/2) for odd n, each step exact but the correctly rounded
  * square root, so the scale is the correctly rounded value in either precision. */
-#define DEFINE_PHASE(NAME, T, COS, SIN, SQRT, LDEXP) \
+#define DEFINE_PHASE(NAME, T, SINCOS_ROW, SQRT, LDEXP) \
   static void NAME(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride, \
                    T *out) { \
     uint32_t n = s->qubits; \
@@ -24,11 +24,7 @@
     T scale = (n & 1) ? LDEXP(SQRT((T)0.5), -(int)(n / 2)) : LDEXP((T)1, -(int)(n / 2)); \
     T c[64], sn[64], lo[(size_t)2 << CPU_LO_BITS]; \
     for (uint64_t r = 0; r < s->rows; r++) { \
-      for (uint32_t k = 0; k < n; k++) { \
-        T v = (T)cpu_load(x, in, r * in_stride + k); \
-        c[k] = COS(v); \
-        sn[k] = SIN(v); \
-      } \
+      SINCOS_ROW(x, in, r * in_stride, n, c, sn); \
       lo[0] = scale; \
       lo[1] = (T)0; \
       for (uint32_t k = 0; k < lo_bits; k++) { \
@@ -78,8 +74,8 @@
     } \
   }
 
-DEFINE_PHASE(phase_f32, float, cosf, sinf, sqrtf, ldexpf)
-DEFINE_PHASE(phase_f64, double, cos, sin, sqrt, ldexp)
+DEFINE_PHASE(phase_f32, float, cpu_sincos_row_f32, sqrtf, ldexpf)
+DEFINE_PHASE(phase_f64, double, cpu_sincos_row_f64, sqrt, ldexp)
 
 void qdpk_cpu_phase(const struct qdpk_span *s, const void *x, qdp_dtype in, uint64_t in_stride,
                     void *out) {
