@@ -18,7 +18,9 @@ struct angle_factor {
 
   static __device__ __forceinline__ angle_factor low_start(uint32_t) { return {(R)1}; }
   static __device__ __forceinline__ angle_factor high_start() { return {(R)1}; }
-  __device__ __forceinline__ void times(R c, R s, uint32_t bit) { v = mul_rn(v, bit ? s : c); }
+  __device__ __forceinline__ void times(const R *cs, const R *sn, uint32_t k, uint32_t bit) {
+    v = mul_rn(v, bit ? sn[k] : cs[k]);
+  }
   __device__ __forceinline__ typename cplx<R>::type amplitude(const angle_factor &h) const {
     return make_cplx<R>(mul_rn(v, h.v), (R)0);
   }

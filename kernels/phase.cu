@@ -40,9 +40,9 @@ struct phase_factor {
     return {phase_scale(n, R()), (R)0};
   }
   static __device__ __forceinline__ phase_factor high_start() { return {(R)1, (R)0}; }
-  __device__ __forceinline__ void times(R c, R s, uint32_t bit) {
+  __device__ __forceinline__ void times(const R *cs, const R *sn, uint32_t k, uint32_t bit) {
     if (bit) {
-      cmul(re, im, c, s);
+      cmul(re, im, cs[k], sn[k]);
     }
   }
   __device__ __forceinline__ typename cplx<R>::type amplitude(const phase_factor &h) const {

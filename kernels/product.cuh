@@ -4,7 +4,8 @@
  * global index b, both made from sin x_k and cos x_k (taken once per sample and qubit, in the
  * output precision, as in the CPU twins). An encoding is a Factor<R> type: its value, its starting
  * values (low_start(n) for the low product, which carries any constant scale, and high_start()),
- * times(c, s, bit) to multiply in one qubit's factor, and amplitude(high) for low * high.
+ * times(cs, sn, k, bit) to multiply in qubit k's factor (reading from shared memory only the value
+ * it needs), and amplitude(high) for low * high.
  *
  * The product is split at bit 8 of b: a block writes 256 * K consecutive amplitudes, thread t the
  * ones K apart by 256, so every amplitude a thread writes has the same low 8 bits and the thread
@@ -50,14 +51,14 @@ __global__ void __launch_bounds__(QDPK_THREADS)
         const uint64_t hi = (gbase >> LO_BITS) + t;
         Factor<R> h = Factor<R>::high_start();
         for (uint32_t k = LO_BITS; k < n; k++) {
-          h.times(cs[k], sn[k], (uint32_t)(hi >> (k - LO_BITS)) & 1);
+          h.times(cs, sn, k, (uint32_t)(hi >> (k - LO_BITS)) & 1);
         }
         hi_prod[t] = h;
       }
       const uint32_t lo = (uint32_t)((gbase + t) & (QDPK_THREADS - 1));
       Factor<R> l = low_start;
       for (uint32_t k = 0; k < lo_bits; k++) {
-        l.times(cs[k], sn[k], (lo >> k) & 1);
+        l.times(cs, sn, k, (lo >> k) & 1);
       }
       const uint32_t carry = (uint32_t)(((gbase & (QDPK_THREADS - 1)) + t) >> LO_BITS);
       __syncthreads();
