@@ -1,9 +1,15 @@
 """qdp: the Python client of qdpd, the qdp quantum data plane daemon.
 
 Encode classical data into quantum state vectors that the daemon keeps resident, on GPUs or on its
-CPU backend, and fetch them as NumPy arrays or torch tensors::
+CPU backend, and fetch them as NumPy arrays or torch tensors. The plain functions return the
+state itself, nothing to release::
 
     import numpy as np, qdp
+    psi = qdp.encode(np.random.rand(64, 8), "angle", 8)  # a CUDA tensor on a GPU daemon,
+                                                         # else a NumPy array
+
+and a :class:`Client` keeps states resident between calls::
+
     with qdp.Client() as c:                       # $QDP_TARGET, else the default socket
         with c.encode(np.random.rand(64, 8), "angle", 8) as s:
             psi = s.numpy()                       # (64, 256) complex128
@@ -21,6 +27,7 @@ which keeps gRPC's defaults (see qdp._grpc_env).
 """
 
 from . import feature_maps
+from ._functions import default_client, encode, plan, status
 from .client import Client, default_target
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
@@ -33,6 +40,8 @@ from .state import State
 __version__ = "0.7.0"
 
 __all__ = [
+    # the plain functions and the client they share
+    "encode", "plan", "status", "default_client",
     # the client and its states
     "Client", "State", "default_target",
     # what the daemon answers

@@ -259,12 +259,13 @@ class Device:
     free_bytes: int
     budget_bytes: int
     used_bytes: int
+    uuid: str = ""  # a GPU's, as nvidia-smi prints it ("GPU-..."); "" for a CPU device
 
     @classmethod
     def from_proto(cls, m: Any) -> "Device":
         """Builds it from a ``qdp.Device`` message."""
         return cls(m.name, m.kind, m.rank, m.model, m.total_bytes, m.free_bytes,
-                   m.budget_bytes, m.used_bytes)
+                   m.budget_bytes, m.used_bytes, m.uuid)
 
 
 @dataclass(frozen=True)

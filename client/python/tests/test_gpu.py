@@ -501,3 +501,30 @@ def test_the_loader_neither_waits_for_nor_overwrites_the_consumers_queued_work(
                             "the consumer's queued reads")
         ds.close()
     assert not failures, failures
+
+
+def test_plain_encode_returns_a_cuda_tensor_and_the_daemon_keeps_nothing(gpu, gpu_daemon,
+                                                                        monkeypatch) -> None:
+    from qdp import _functions
+
+    c, torch = gpu
+    monkeypatch.setenv("QDP_TARGET", gpu_daemon.target)
+    _functions._default.close()
+    try:
+        X = np.random.default_rng(7).uniform(-1, 1, size=(64, 1 << 10))
+        before = c.status().states
+        t = qdp.encode(X, "amplitude", 10)
+        assert t.is_cuda and t.shape == (64, 1 << 10) and t.dtype == torch.complex128
+        ref.assert_close(t.cpu().numpy(), ref.batch("amplitude", X, 10), "complex128")
+        one = qdp.encode([0.5, 1.0, 1.5], "angle", 3, dtype="complex64", device="cuda:0")
+        assert one.shape == (8,) and one.device == torch.device("cuda:0")
+        ref.assert_close(one.cpu().numpy(), ref.state("angle", [0.5, 1.0, 1.5], 3), "complex64")
+        idx = qdp.encode(np.array([3, 0, 7]), "basis", 3)
+        assert idx.shape == (3, 8)
+        ref.assert_close(idx.cpu().numpy(), ref.batch("basis", [3, 0, 7], 3), "complex128")
+        assert qdp.encode([1.0, 1.0], "amplitude", 1, device="numpy").dtype == np.complex128
+        assert c.status().states == before  # nothing to release
+        with pytest.raises(qdp.NotSupported, match="not one of the daemon's GPUs"):
+            qdp.encode([1.0, 1.0], "amplitude", 1, device=f"cuda:{torch.cuda.device_count()}")
+    finally:
+        _functions._default.close()
