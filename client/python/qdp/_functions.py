@@ -11,15 +11,88 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any, Optional, Sequence, Tuple
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .client import Client
 from .errors import InvalidArgument, NotSupported
-from .records import Plan, Status
+from .records import NUMPY_DTYPES, Plan, Status
 
 _STATE_DTYPES = ("complex128", "complex64")
+#: An input of a batch at least this large is encoded in up to CHUNKS pieces of rows at once, so
+#: that copying one piece into shared memory overlaps the daemon's reading of another
+#: (docs/performance.md, "From Python").
+CHUNK_BYTES = 8 << 20
+CHUNKS = 4
+
+
+class _Stager:
+    """Shared-memory input buffers of one client (:meth:`qdp.Client.empty`), reused by
+    :func:`encode`: a piece of a batch is copied into one and encoded from it in place, so that
+    several pieces are in flight at once; a buffer holds one piece until its Encode answers."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._free: List[np.ndarray] = []
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def run(self, jobs: List[Callable[[], None]]) -> None:
+        """Runs the jobs at once on the stager's threads and waits for all of them; the first
+        failure is raised once every job has ended (none is left writing)."""
+        if len(jobs) == 1:
+            jobs[0]()
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(CHUNKS, thread_name_prefix="qdp-encode")
+            pool = self._pool
+        futures = [pool.submit(j) for j in jobs]
+        errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
+
+    def staged(self, rows: np.ndarray) -> "_Staged":
+        """A buffer holding a copy of ``rows``, given back when the ``with`` block ends."""
+        n = rows.nbytes
+        with self._lock:
+            fit = [b for b in self._free if b.nbytes >= n]
+            buf = min(fit, key=lambda b: b.nbytes) if fit else None
+            if buf is not None:
+                self._free.remove(buf)
+        if buf is None:
+            buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
+        arr = buf[:n].view(rows.dtype).reshape(rows.shape)
+        np.copyto(arr, rows)
+        return _Staged(self, buf, arr)
+
+    def give(self, buf: np.ndarray) -> None:
+        with self._lock:
+            self._free.append(buf)
+            while len(self._free) > CHUNKS:  # a larger batch left more than one round needs
+                self._free.remove(min(self._free, key=lambda b: b.nbytes))
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool, self._free = self._pool, None, []
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+class _Staged:
+    """One piece of input in a stager's buffer (``array``), for one ``with`` block."""
+
+    def __init__(self, stager: _Stager, buf: np.ndarray, array: np.ndarray) -> None:
+        self._stager, self._buf, self.array = stager, buf, array
+
+    def __enter__(self) -> np.ndarray:
+        return self.array
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stager.give(self._buf)
 
 
 class _Default:
@@ -31,6 +104,7 @@ class _Default:
         self._client: Optional[Client] = None
         self._pid = 0
         self._gpus: Optional[Tuple[Tuple[str, int], ...]] = None
+        self._stager: Optional[_Stager] = None
 
     def client(self) -> Client:
         with self._lock:
@@ -38,7 +112,15 @@ class _Default:
                 self._client = Client(name="qdp.default")
                 self._pid = os.getpid()
                 self._gpus = None
+                self._stager = None  # a forked child has none of the parent's threads
             return self._client
+
+    def stager(self, c: Client) -> _Stager:
+        """The stager of the default client ``c`` (made at first use)."""
+        with self._lock:
+            if self._stager is None or c is not self._client:
+                self._stager = _Stager(c)
+            return self._stager
 
     def gpus(self, c: Client) -> Tuple[Tuple[str, int], ...]:
         """The daemon's GPUs on this node that this process sees: (name, CUDA ordinal) pairs in
@@ -59,7 +141,10 @@ class _Default:
     def close(self) -> None:
         with self._lock:
             c, self._client, self._gpus = self._client, None, None
+            stager, self._stager = self._stager, None
             mine = self._pid == os.getpid()
+        if stager is not None and mine:
+            stager.close()
         if c is not None and mine:
             c.close()
 
@@ -137,22 +222,57 @@ def encode(data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None
                               "'complex64'", field="dtype")
     c = default_client()
     ordinal = _cuda_ordinal(c, device)
-    if ordinal is None:
-        with c.encode(data, encoding, qubits, dtype=dt, policy=policy, devices=devices) as s:
-            arr = s.numpy()
-        if device in (None, "numpy"):
-            return arr
-        import torch  # device "cpu": _cuda_ordinal has checked torch is there
-
-        return torch.from_numpy(arr)
-    import torch
-
     src = c._input(data, encoding)  # a table file is read once, here
     batch, batched = _samples(src, encoding)
     shape = (batch, 1 << qubits) if batched else (1 << qubits,)
-    out = torch.empty(shape, dtype=getattr(torch, dt), device=f"cuda:{ordinal}")
     given = {"array": src.array, "path": src.path, "cuda": src.tensor}[src.kind]
-    return c.encode(given, encoding, qubits, dtype=dt, policy=policy, devices=devices, out=out)
+    kw = {"dtype": dt, "policy": policy, "devices": devices}
+    pieces = _pieces(src, batched) if c.socket_path is not None else 1
+    if ordinal is None and pieces == 1:  # the fetched array is the result
+        with c.encode(given, encoding, qubits, **kw) as s:
+            out = s.numpy()
+    else:
+        if ordinal is not None:
+            import torch
+
+            out = torch.empty(shape, dtype=getattr(torch, dt), device=f"cuda:{ordinal}")
+        else:
+            out = np.empty(shape, dtype=NUMPY_DTYPES[dt])
+
+        def into(x: Any, a: int, b: int) -> None:
+            """Rows a to b of the result from their input x (the whole result unbatched)."""
+            if ordinal is not None:
+                c.encode(x, encoding, qubits, out=out[a:b] if batched else out, **kw)
+                return
+            with c.encode(x, encoding, qubits, **kw) as s:
+                out[a:b] = s.numpy()
+
+        if pieces == 1:
+            into(given, 0, batch)
+        else:
+            stager = _default.stager(c)
+            cut = [batch * k // pieces for k in range(pieces + 1)]
+
+            def piece(a: int, b: int) -> Callable[[], None]:
+                def run() -> None:
+                    with stager.staged(src.array[a:b]) as x:
+                        into(x, a, b)
+                return run
+
+            stager.run([piece(cut[k], cut[k + 1]) for k in range(pieces)])
+    if ordinal is not None or device in (None, "numpy"):
+        return out
+    import torch  # device "cpu": _cuda_ordinal has checked torch is there
+
+    return torch.from_numpy(out)
+
+
+def _pieces(src: Any, batched: bool) -> int:
+    """In how many pieces of rows an input is encoded: one, unless it is a batch of an array at
+    least CHUNK_BYTES large."""
+    if src.kind != "array" or not batched or src.array.nbytes < CHUNK_BYTES:
+        return 1
+    return min(CHUNKS, src.rows)
 
 
 def _samples(src: Any, encoding: str) -> Tuple[int, bool]:

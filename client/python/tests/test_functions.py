@@ -93,3 +93,36 @@ def test_import_does_not_make_a_client() -> None:
     code = ("import qdp, sys; from qdp import _functions; "
             "sys.exit(0 if _functions._default._client is None else 1)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("encoding, cols, dtype", [("amplitude", 256, "complex128"),
+                                                   ("angle", 8, "complex64"),
+                                                   ("iqp", 36, "complex128"),
+                                                   ("basis", 0, "complex128")])
+def test_a_batch_in_pieces_gives_the_bits_of_one_encode(default, monkeypatch, encoding, cols,
+                                                        dtype) -> None:
+    rng = np.random.default_rng(11)
+    X = rng.integers(0, 256, size=37) if encoding == "basis" else rng.uniform(-1, 1, (37, cols))
+    whole = qdp.encode(X, encoding, 8, dtype=dtype)
+    monkeypatch.setattr(_functions, "CHUNK_BYTES", 64)  # every batch in pieces
+    staged = []
+    real = _functions._Stager.staged
+    monkeypatch.setattr(_functions._Stager, "staged",
+                        lambda self, rows: staged.append(len(rows)) or real(self, rows))
+    for _ in range(2):  # the second time through buffers kept from the first
+        got = qdp.encode(X, encoding, 8, dtype=dtype)
+        assert sorted(staged[-4:]) == [9, 9, 9, 10]  # 37 rows in 4 pieces
+        assert got.dtype == whole.dtype and got.shape == whole.shape
+        assert np.array_equal(got.view(np.uint8), whole.view(np.uint8))
+    assert_close(whole, batch(encoding, X, 8), whole.dtype)
+
+
+def test_a_failing_piece_raises_after_every_piece_ended(default, monkeypatch) -> None:
+    monkeypatch.setattr(_functions, "CHUNK_BYTES", 64)
+    X = np.ones((8, 4))
+    X[5, 2] = np.nan  # in the third piece
+    with pytest.raises(qdp.InvalidArgument):
+        qdp.encode(X, "amplitude", 2)
+    before = qdp.status().states
+    assert qdp.encode(np.ones((8, 4)), "amplitude", 2).shape == (8, 4)  # nothing left stuck
+    assert qdp.status().states == before
