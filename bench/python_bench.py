@@ -13,7 +13,9 @@ qdp from client/python of this tree and qumat_qdp when it is importable (``pip i
                tensors allocated up front (encode(..., out=t): one call a batch; one at a time,
                and with 2 and 4 batches in flight from as many threads) or into a resident
                state viewed with .torch(); for reference also after copying the batch in from
-               another array. qumat: QdpEngine.encode of the NumPy batch and torch.from_dlpack,
+               another array; and the code a user writes first on a plain NumPy batch:
+               qdp.encode(X, ...) ("plain") and c.encode(X, ...).torch() ("obvious").
+               qumat: QdpEngine.encode of the NumPy batch and torch.from_dlpack,
                float64 and float32 input.
   b  cuda-in   amplitude of a 2^30 float64 CUDA tensor into a complex128 state on the GPU, ms
                from the call to a torch tensor of the state (qdp: Input.cuda_ipc, then .torch()
@@ -258,6 +260,11 @@ class Bench:
                 except Exception as e:
                     say(op, impl="qdp", input="copied" if copy_in else "in-place", tensor=tensor,
                         in_flight=depth, qubits=q, batch=rows, **{"in": dt}, error=brief(e))
+        for kind in ("plain", "obvious"):
+            try:
+                rates[kind, "float64"] = self._plain_batch(op, q, rows, src["float64"], secs, kind)
+            except Exception as e:
+                say(op, impl="qdp", path=kind, qubits=q, batch=rows, error=brief(e))
         if self.need_qumat(op):
             for dt in ("float64", "float32"):
                 for prec in ("float64", "float32"):
@@ -272,6 +279,33 @@ class Bench:
             if ("qdp", dt) in rates and ("qumat", dt, "float64") in rates:
                 say(op + "-ratio", **{"in": dt}, out="complex128",
                     qdp_over_qumat=rates["qdp", dt] / rates["qumat", dt, "float64"], target=4)
+        for kind in ("plain", "obvious"):
+            if (kind, "float64") in rates and ("qumat", "float64", "float64") in rates:
+                say(op + "-ratio", path=kind, out="complex128",
+                    qdp_over_qumat=rates[kind, "float64"] / rates["qumat", "float64", "float64"],
+                    target=2)
+
+    def _plain_batch(self, op: str, q: int, rows: int, X: np.ndarray, secs: float,
+                     kind: str) -> float:
+        """The code a user writes first, on an array that is not in shared memory: "plain" is
+        ``qdp.encode(X, "amplitude", q)`` (the default client, at this daemon), "obvious" is
+        ``c.encode(X, "amplitude", q)``, then ``.torch()`` and release."""
+        c = self.c
+        os.environ["QDP_TARGET"] = self.daemon.target  # where the default client connects
+
+        def one() -> None:
+            if kind == "plain":
+                t = qdp.encode(X, "amplitude", q, policy="single")
+            else:
+                s = c.encode(X, "amplitude", q, policy="single")
+                t = s.torch() if self.torch is not None else s.numpy()
+                s.release()
+            del t
+
+        rate, n = self._rate(one, rows, secs)
+        say(op, impl="qdp", path=kind, input="numpy", **{"in": X.dtype.name}, out="complex128",
+            qubits=q, batch=rows, vectors_per_s=rate, batches=n)
+        return rate
 
     def _rate(self, one: Callable[[], None], rows: int, secs: float) -> Tuple[float, int]:
         """Vectors per second of ``one`` (a batch of ``rows``): the median over groups of 20
