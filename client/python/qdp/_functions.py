@@ -22,10 +22,11 @@ from .records import NUMPY_DTYPES, Plan, Status
 
 _STATE_DTYPES = ("complex128", "complex64")
 #: An input of a batch at least this large is encoded in up to CHUNKS pieces of rows at once, so
-#: that copying one piece into shared memory overlaps the daemon's reading of another
-#: (docs/performance.md, "From Python").
+#: that copying one piece into shared memory overlaps the daemon's reading of another; two
+#: pieces did best for 16-qubit batches of 64 on an H200 node (docs/performance.md, "From
+#: Python").
 CHUNK_BYTES = 8 << 20
-CHUNKS = 4
+CHUNKS = 2
 
 
 class _Stager:
