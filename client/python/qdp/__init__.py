@@ -4,7 +4,8 @@ Encode classical data into quantum state vectors that the daemon keeps resident,
 CPU backend, and fetch them as NumPy arrays or torch tensors::
 
     import numpy as np, qdp
-    with qdp.Client() as c:                       # $QDP_TARGET, else the default socket
+    with qdp.Client() as c:                       # $QDP_TARGET, else the default socket,
+                                                  # else a private qdpd (qdp.LocalDaemon)
         with c.encode(np.random.rand(64, 8), "angle", 8) as s:
             psi = s.numpy()                       # (64, 256) complex128
 
@@ -21,6 +22,7 @@ which keeps gRPC's defaults (see qdp._grpc_env).
 """
 
 from . import feature_maps
+from ._local import LocalDaemon
 from .client import Client, default_target
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
@@ -34,7 +36,7 @@ __version__ = "0.7.0"
 
 __all__ = [
     # the client and its states
-    "Client", "State", "default_target",
+    "Client", "State", "default_target", "LocalDaemon",
     # what the daemon answers
     "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device", "format_bytes",
     # failures, one class per status, and the warning of a capped ttl
