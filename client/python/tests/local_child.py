@@ -21,13 +21,15 @@ import qdp
 import qdp.client
 
 if os.geteuid() == 0:
-    qdp.client.default_target = lambda: (qdp.client._env_target() or
-                                         f"unix:{os.environ['XDG_RUNTIME_DIR']}/qdp/qdpd.sock")
+    _named = qdp.client.default_target
+    qdp.client.default_target = lambda: (
+        _named() if os.environ.get("QDP_TARGET") or os.environ.get("QDP_SOCKET")
+        else f"unix:{os.environ['XDG_RUNTIME_DIR']}/qdp/qdpd.sock")
 
 
 def found(c: qdp.Client) -> Dict[str, Any]:
     """What a client talks to: its target, and its private daemon's pid and log."""
-    d = c.daemon
+    d = getattr(c, "daemon", None)
     return {"target": c.target, "pid": d.pid if d else None, "log": d.log_path if d else None}
 
 
