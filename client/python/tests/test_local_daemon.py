@@ -65,10 +65,13 @@ class User:
         return json.loads(r.stdout.splitlines()[-1]) if r.stdout.strip() else \
             {"returncode": r.returncode, "stderr": r.stderr}
 
-    def holder(self, seconds: float = 60) -> "tuple[subprocess.Popen[str], Dict[str, Any]]":
-        """A child that holds a client; what it found."""
+    def holder(self, seconds: float = 60, session: bool = False
+               ) -> "tuple[subprocess.Popen[str], Dict[str, Any]]":
+        """A child that holds a client (in a session of its own: as a terminal's job); what it
+        found."""
         p = subprocess.Popen([sys.executable, CHILD, "hold", str(seconds)], env=self.env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=session)
         line = p.stdout.readline()
         if not line:
             p.kill()
@@ -187,6 +190,24 @@ def test_a_sigkilled_last_process_leaves_nothing(user: User) -> None:
     print(f"bench op=local-daemon-reaped s={time.monotonic() - t0:.2f}")
 
 
+def test_a_killed_reaper_takes_qdpd_with_it(user: User) -> None:
+    """qdpd dies with its reaper (PR_SET_PDEATHSIG), and the next process starts a daemon over
+    what the killed reaper left."""
+    p, found = user.holder()
+    try:
+        reaper = json.loads((user.folder / "local.json").read_text())["reaper_pid"]
+        os.kill(reaper, signal.SIGKILL)
+        assert wait_for(lambda: not alive(found["pid"]), 10), "qdpd outlived its reaper"
+        out = user.run("encode")
+        assert out["pid"] != found["pid"]
+        assert amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
+                                                abs=1e-15)
+    finally:
+        p.kill()
+        p.wait()
+    assert user.gone()
+
+
 def test_two_processes_share_one_daemon(user: User) -> None:
     p, first = user.holder()
     try:
@@ -197,6 +218,25 @@ def test_two_processes_share_one_daemon(user: User) -> None:
     finally:
         p.kill()
         p.wait()
+    assert user.gone()
+
+
+def test_ctrl_c_in_the_starters_terminal_does_not_reach_the_daemon(user: User) -> None:
+    """A Ctrl-C goes to the terminal's foreground process group: the starter's, not the
+    daemon's (the reaper and qdpd run in a session of their own)."""
+    starter, found = user.holder(session=True)
+    other, _ = user.holder()
+    try:
+        os.killpg(starter.pid, signal.SIGINT)
+        assert starter.wait(10) != 0  # KeyboardInterrupt
+        time.sleep(0.5)
+        assert alive(found["pid"])
+        out = user.run("encode")
+        assert out["pid"] == found["pid"]
+    finally:
+        for p in (starter, other):
+            p.kill()
+            p.wait()
     assert user.gone()
 
 
