@@ -521,9 +521,10 @@ class LocalDaemon:
         return self
 
     def stop(self) -> None:
-        """Lets the daemon go: when no other LocalDaemon or client of this process nor any other
-        process uses it, it stops 2 s later. Idempotent; nothing in a forked child (the hold
-        is the parent's)."""
+        """Lets the daemon go: once no other started LocalDaemon of this process (nor
+        ``qdp.Client()``, which keeps the one it uses until the process exits) and no other
+        process uses it, it stops 2 s later. Idempotent; does nothing in a forked child (the
+        hold is the parent's)."""
         with _process.lock:
             if self._hold is not None and self._hold is _process.hold:
                 _process.users -= 1
@@ -630,10 +631,15 @@ class LocalDaemon:
                    "listen_fd": listener.fileno(),
                    "argv": [self._qdpd, *self._args, "--socket=" + info["socket"],
                             "--socket-mode=0600"]}
-            rc = subprocess.run([sys.executable, "-I", "-S", _reaper.__file__],
-                                input=json.dumps(cfg).encode(), stdout=subprocess.DEVNULL,
-                                stderr=log, pass_fds=(listener.fileno(),),
-                                start_new_session=True, env=self._env, timeout=30).returncode
+            try:
+                rc = subprocess.run([sys.executable, "-I", "-S", _reaper.__file__],
+                                    input=json.dumps(cfg).encode(), stdout=subprocess.DEVNULL,
+                                    stderr=log, pass_fds=(listener.fileno(),),
+                                    start_new_session=True, env=self._env, timeout=30).returncode
+            except OSError as e:
+                raise Unavailable(f"cannot run the reaper of a private qdpd with this "
+                                  f"interpreter, {sys.executable!r}: {e.strerror}",
+                                  hint="") from None
             if rc != 0:
                 raise Unavailable(f"the reaper of a private qdpd ({sys.executable} "
                                   f"{_reaper.__file__}) exited with status {rc}; "

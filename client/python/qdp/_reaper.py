@@ -144,6 +144,17 @@ def clear(folder: str, keep_log: bool) -> None:
         remove(os.path.join(folder, LOG))
 
 
+def leave(folder: str, keep_log: bool) -> None:
+    """What a reaper does last, under the lock: removes the daemon's files (the log unless
+    ``keep_log``), the lock, and the folder once it is empty."""
+    clear(folder, keep_log)
+    remove(os.path.join(folder, LOCK))
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass  # the log stays, or another daemon's socket shares it (XDG_RUNTIME_DIR/qdp)
+
+
 def stop_stale(folder: str, timeout: float = STOP_TIMEOUT) -> None:
     """Stops what a reaper that was killed left: qdpd got SIGTERM when its parent died but may be
     finishing; it is the process that holds its socket's lock file (which qdpd writes its pid
@@ -345,20 +356,25 @@ class Reaper:
             except subprocess.TimeoutExpired:
                 self.qdpd.kill()
                 self.qdpd.wait()
-        keep_log = (keep_log or self.qdpd.returncode != 0) and self.own_log
-        clear(self.folder, keep_log)
-        remove(os.path.join(self.folder, LOCK))
-        try:
-            os.rmdir(self.folder)
-        except OSError:
-            pass  # the log stays, or another daemon's socket shares it (XDG_RUNTIME_DIR/qdp)
+        leave(self.folder, (keep_log or self.qdpd.returncode != 0) and self.own_log)
 
 
 def main() -> None:
     cfg = json.loads(sys.stdin.buffer.read())
     if os.fork() > 0:  # the starter waits for this process alone; the reaper is its child
         os._exit(0)
-    Reaper(cfg).run()
+    try:
+        reaper = Reaper(cfg)
+    except Exception as e:
+        # Its users see the connection close and quote the log.
+        print(f"cannot start {cfg['argv'][0]}: {e}", file=sys.stderr, flush=True)
+        fd = lock(cfg["folder"])
+        try:
+            leave(cfg["folder"], keep_log=True)
+        finally:
+            os.close(fd)
+        sys.exit(1)
+    reaper.run()
 
 
 if __name__ == "__main__":

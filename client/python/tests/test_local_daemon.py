@@ -267,19 +267,25 @@ def test_an_explicit_target_never_starts_a_daemon(user: User) -> None:
     assert not user.files() and not user.processes()
 
 
-def test_a_qdpd_that_fails_to_start_names_its_log(user: User) -> None:
+@pytest.mark.parametrize("program, last_line", [
+    ("#!/bin/sh\necho 'starting' >&2\necho 'qdpd: no devices: it broke' >&2\nexit 1\n",
+     "qdpd: no devices: it broke"),
+    ("not a program\n", "Exec format error"),
+], ids=["exits", "cannot-run"])
+def test_a_qdpd_that_fails_to_start_names_its_log(user: User, program: str,
+                                                  last_line: str) -> None:
     fake = user.tmp.parent / "qdpd-fails"
-    fake.write_text("#!/bin/sh\necho 'starting' >&2\necho 'qdpd: no devices: it broke' >&2\n"
-                    "exit 1\n")
+    fake.write_text(program)
     fake.chmod(0o755)
     out = user.run("status", QDPD=str(fake))
     log = user.folder / "local.log"
     assert out["error"] == "Unavailable"
     assert f"its log {log} ends with:" in out["message"]
-    assert "    qdpd: no devices: it broke" in out["message"]
+    assert out["message"].splitlines()[-1].startswith("    ")
+    assert last_line in out["message"].splitlines()[-1]
     assert "QDP_AUTOSTART=0" in out["message"]  # why a daemon was started at all
     # The log stays for the user to read; nothing else does, and nothing runs.
-    assert "it broke" in log.read_text() and user.files() == [str(user.folder), str(log)]
+    assert last_line in log.read_text() and user.files() == [str(user.folder), str(log)]
     assert not user.processes()
 
 
