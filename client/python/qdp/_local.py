@@ -32,7 +32,6 @@ import importlib
 import json
 import numbers
 import os
-import select
 import socket
 import stat
 import sys
@@ -675,24 +674,32 @@ def _read_line(conn: socket.socket, deadline: float) -> Optional[Dict[str, Any]]
     line comes before the reaper stops, removes the daemon's files and exits, which closes
     ``conn``: that is waited for too, so that nothing runs when the caller raises."""
     line = b""
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([conn], [], [], left)[0]:
-            conn.close()
-            return None
-        try:
+    try:
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout
+            conn.settimeout(left)
             got = conn.recv(4096)
-        except OSError:
-            got = b""
-        if not got:
-            break
-        line += got
+            if not got:
+                break
+            line += got
+    except socket.timeout:
+        conn.close()
+        return None
+    except OSError:
+        pass  # reset: the reaper is gone
     said = json.loads(line) if line.endswith(b"\n") else {"error": "its reaper exited"}
     if "error" in said:
-        select.select([conn], [], [], _reaper.STOP_TIMEOUT + 5)
+        conn.settimeout(_reaper.STOP_TIMEOUT + 5)
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
         conn.close()
     else:
-        conn.setblocking(True)
+        conn.settimeout(None)
     return said
 
 

@@ -35,7 +35,7 @@ import errno
 import fcntl
 import json
 import os
-import select
+import selectors
 import signal
 import socket
 import sys
@@ -206,6 +206,7 @@ class Reaper:
         self.own_log: bool = cfg["own_log"]
         self.listener = socket.socket(fileno=cfg["listen_fd"])
         self.listener.setblocking(False)
+        self.events = selectors.DefaultSelector()  # not select(): a user may be fd 1024 or more
         self.users: List[socket.socket] = []
         self.ready = b""  # the line each user gets once qdpd serves
         self.idle_since: Optional[float] = time.monotonic()
@@ -218,6 +219,8 @@ class Reaper:
         for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, lambda *_: None)  # the wakeup descriptor says which came
         self._wake_w = wake_w
+        for f in (self.listener, self.wake_r):
+            self.events.register(f, selectors.EVENT_READ)
         import ctypes
         import subprocess
 
@@ -234,8 +237,7 @@ class Reaper:
                 timeout = POLL
             elif self.idle_since is not None:
                 timeout = max(0.0, self.idle_since + GRACE - time.monotonic())
-            readable = select.select([self.listener, self.wake_r, *self.users], [], [],
-                                     timeout)[0]
+            readable = {key.fileobj for key, _ in self.events.select(timeout)}
             if self.wake_r in readable and signal.SIGTERM in self.wake_r.recv(64):
                 keep_log = not self.ready
                 break
@@ -269,6 +271,7 @@ class Reaper:
                 return
             u.setblocking(False)
             self.users.append(u)
+            self.events.register(u, selectors.EVENT_READ)
             if self.ready:
                 self._send(u, self.ready)
 
@@ -282,6 +285,7 @@ class Reaper:
         except OSError:
             pass
         self.users.remove(u)
+        self.events.unregister(u)
         u.close()
 
     def _send(self, u: socket.socket, line: bytes) -> None:

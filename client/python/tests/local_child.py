@@ -40,6 +40,23 @@ def encode() -> Dict[str, Any]:
         return dict(found(c), state=[[z.real, z.imag] for z in psi.tolist()])
 
 
+def many_files() -> Dict[str, Any]:
+    """encode() in a process with more than 1024 descriptors open: its sockets are numbered past
+    what select() takes."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        return {"skip": f"RLIMIT_NOFILE's hard limit is {hard}"}
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        return encode()
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def hold(seconds: str) -> None:
     """Prints what the client found, then keeps it for ``seconds`` (or until killed)."""
     c = qdp.Client()
@@ -123,7 +140,7 @@ def loader() -> Dict[str, Any]:
 
 if __name__ == "__main__":
     what, args = sys.argv[1], sys.argv[2:]
-    out = {"encode": encode, "hold": hold, "status": status, "killed": killed,
+    out = {"encode": encode, "many_files": many_files, "hold": hold, "status": status, "killed": killed,
            "forked": forked, "loader": loader}[what](*args)
     if out is not None:
         print(json.dumps(out), flush=True)

@@ -190,6 +190,15 @@ def test_a_sigkilled_last_process_leaves_nothing(user: User) -> None:
     print(f"bench op=local-daemon-reaped s={time.monotonic() - t0:.2f}")
 
 
+def test_a_process_with_many_descriptors_starts_it(user: User) -> None:
+    out = user.run("many_files")
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    assert amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
+                                            abs=1e-15)
+    assert user.gone()
+
+
 def test_a_killed_reaper_takes_qdpd_with_it(user: User) -> None:
     """qdpd dies with its reaper (PR_SET_PDEATHSIG), and the next process starts a daemon over
     what the killed reaper left."""
