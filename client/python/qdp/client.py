@@ -79,10 +79,8 @@ def _env_target() -> str:
 def _resolve_target() -> Tuple[str, Optional["_local.LocalDaemon"]]:
     """What ``Client()`` connects to: the environment's target, else a daemon that answers at
     the default socket, else (unless QDP_AUTOSTART=0) this user's private daemon."""
-    if _env_target() or not _local.autostart_enabled():
-        return default_target(), None
     target = default_target()
-    if _local.answers(target):
+    if _env_target() or not _local.autostart_enabled() or _local.answers(target):
         return target, None
     try:
         daemon = _local.implicit()
@@ -221,11 +219,12 @@ class Client:
             raise InvalidArgument(f"region_cache_bytes must be a number of bytes >= 0 (0 keeps "
                                   f"no fetch regions), not {region_cache_bytes!r}",
                                   field="region_cache_bytes")
-        self.daemon: Optional[_local.LocalDaemon] = None
+        daemon: Optional[_local.LocalDaemon] = None
         if target:
             self.target = target
         else:
-            self.target, self.daemon = _resolve_target()
+            self.target, daemon = _resolve_target()
+        self.daemon = daemon
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
@@ -239,8 +238,8 @@ class Client:
         self._staging: Optional[Region] = None
         self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
-        if self.daemon is not None:
-            self._use_daemon(self.daemon)
+        if daemon is not None:
+            self._use_daemon(daemon)
 
     # ---- plumbing ----
 
