@@ -348,7 +348,8 @@ class LocalDaemon:
         ``memory`` with ``device_budget``, or a value qdpd refuses (in its words): all before
         anything starts.
     NotFound
-        No qdpd program (:func:`find_qdpd` says where it looks and how to get one).
+        No qdpd program: it is ``$QDPD``, else the one installed with the package, else
+        ``qdpd`` on ``PATH``; the message says how to get one.
 
     Notes
     -----
@@ -501,7 +502,7 @@ class LocalDaemon:
             qdpd did not answer within ``start_timeout`` (the message quotes its log), or the
             folder's lock stayed taken that long.
         PermissionDenied
-            The private folder is not private (:func:`private_folder`).
+            ``qdp-UID`` in the temporary folder is a link, another user's or open to others.
         """
         with _process.lock:
             if self.running:
