@@ -446,3 +446,22 @@ def test_a_qdpd_that_does_not_answer_times_out(here: User, monkeypatch: pytest.M
     assert f"its log {here.folder}/local.log" in text
     # Nobody waits for it any more: the reaper stops it after its grace.
     assert wait_for(lambda: not here.processes())
+
+
+def test_a_token_reaches_qdpd_off_its_command_line(here: User) -> None:
+    """Every user of the node may read a command line (ps): a TCP token goes to qdpd through its
+    environment."""
+    token = "local-token-0123456789abcdef"
+    with qdp.LocalDaemon(devices="cpu:1", tcp="127.0.0.1:0", tcp_token=token) as d:
+        reaper = json.loads((here.folder / "local.json").read_text())["reaper_pid"]
+        for pid in (d.pid, reaper):
+            assert token not in cmdline(pid) and "local" in cmdline(pid)
+        listening = [ln for ln in pathlib.Path(d.log_path).read_text().splitlines()
+                     if ln.startswith("listening on 127.0.0.1:")]
+        assert len(listening) == 1, pathlib.Path(d.log_path).read_text()
+        tcp = listening[0].removeprefix("listening on ")
+        with qdp.Client(tcp, token=token) as c:
+            assert c.status().devices[0].name == "cpu:0"
+        with qdp.Client(tcp, token="wrong-" + token) as c, pytest.raises(qdp.Unauthenticated):
+            c.status()
+    assert here.gone()
