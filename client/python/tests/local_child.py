@@ -140,7 +140,7 @@ def loader() -> Dict[str, Any]:
 
 if __name__ == "__main__":
     what, args = sys.argv[1], sys.argv[2:]
-    out = {"encode": encode, "many_files": many_files, "hold": hold, "status": status, "killed": killed,
-           "forked": forked, "loader": loader}[what](*args)
+    out = {"encode": encode, "many_files": many_files, "hold": hold, "status": status,
+           "killed": killed, "forked": forked, "loader": loader}[what](*args)
     if out is not None:
         print(json.dumps(out), flush=True)
