@@ -10,7 +10,8 @@ state itself, nothing to release::
 
 and a :class:`Client` keeps states resident between calls::
 
-    with qdp.Client() as c:                       # $QDP_TARGET, else the default socket
+    with qdp.Client() as c:                       # $QDP_TARGET, else the default socket,
+                                                  # else a private qdpd (qdp.LocalDaemon)
         with c.encode(np.random.rand(64, 8), "angle", 8) as s:
             psi = s.numpy()                       # (64, 256) complex128
 
@@ -28,6 +29,7 @@ which keeps gRPC's defaults (see qdp._grpc_env).
 
 from . import feature_maps
 from ._functions import default_client, encode, plan, status
+from ._local import LocalDaemon
 from .client import Client, default_target
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, NotSupported,
@@ -43,7 +45,7 @@ __all__ = [
     # the plain functions and the client they share
     "encode", "plan", "status", "default_client",
     # the client and its states
-    "Client", "State", "default_target",
+    "Client", "State", "default_target", "LocalDaemon",
     # what the daemon answers
     "StateInfo", "Shard", "Plan", "DeviceNeed", "Status", "Device", "format_bytes",
     # failures, one class per status, and the warning of a capped ttl

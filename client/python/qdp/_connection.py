@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 from ._grpc_env import import_grpc
 from ._handoff import READ, WRITE, hand_over
 from ._wire import Wire
-from .errors import Error, FailedPrecondition, NotSupported, from_rpc_error
+from .errors import Error, FailedPrecondition, NotSupported, Unavailable, from_rpc_error
 
 
 class Connection:
@@ -39,6 +39,9 @@ class Connection:
         As given (``timeout`` may be changed).
     socket_path : str or None
         The daemon's socket when the target is a Unix socket, else None (TCP).
+    unavailable_note : callable or None
+        Gives a sentence added to an UNAVAILABLE error ("" for none): a private daemon's exit
+        and its log.
     """
 
     def __init__(self, target: str, metadata: Tuple[Tuple[str, str], ...], timeout: float,
@@ -49,6 +52,7 @@ class Connection:
         self.timeout = timeout
         self.wire = wire
         self._metadata = metadata
+        self.unavailable_note: Optional[Callable[[], str]] = None
         self._rpc_error = grpc.RpcError
         # As libqdp: no message size cap of our own (states reach gigabytes; the daemon bounds
         # what it takes), and no retries, whose bookkeeping costs every call and which would
@@ -154,7 +158,14 @@ class Connection:
                                      hint="")
 
     def _error(self, e: Any) -> Error:
-        return from_rpc_error(e, self.wire.ErrorDetail, self.target)
+        err = from_rpc_error(e, self.wire.ErrorDetail, self.target)
+        note = self.unavailable_note() if self.unavailable_note and \
+            isinstance(err, Unavailable) else ""
+        if not note:
+            return err
+        return Unavailable(f"{err.message.rstrip('.')}. {note}", field=err.field,
+                           rank=err.rank, device=err.device, cause=err.cause,
+                           code_name=err.code_name, hint="")
 
 
 def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[..., bytes],

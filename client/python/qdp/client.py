@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-from . import _ipc
+from . import _ipc, _local
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._region import Region
@@ -49,19 +49,46 @@ def default_target() -> str:
         ``$QDP_TARGET``; else ``unix:$QDP_SOCKET``; else ``unix:/run/qdp/qdpd.sock`` for root;
         else ``unix:$XDG_RUNTIME_DIR/qdp/qdpd.sock``, or ``unix:/run/user/UID/qdp/qdpd.sock``
         without a runtime directory.
+
+    Notes
+    -----
+    ``qdp.Client()`` uses it when ``QDP_TARGET`` or ``QDP_SOCKET`` is set, or when a daemon
+    answers there; otherwise this user's private daemon (:class:`qdp.LocalDaemon`), unless
+    ``QDP_AUTOSTART=0``.
     """
-    t = os.environ.get("QDP_TARGET")
+    t = _env_target()
     if t:
         return t
-    sock = os.environ.get("QDP_SOCKET")
-    if sock:
-        return "unix:" + sock
     if os.geteuid() == 0:
         return "unix:/run/qdp/qdpd.sock"
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return f"unix:{xdg}/qdp/qdpd.sock"
     return f"unix:/run/user/{os.geteuid()}/qdp/qdpd.sock"
+
+
+def _env_target() -> str:
+    """The target the environment names (``QDP_TARGET``, else ``QDP_SOCKET``), or ""."""
+    t = os.environ.get("QDP_TARGET")
+    if t:
+        return t
+    sock = os.environ.get("QDP_SOCKET")
+    return "unix:" + sock if sock else ""
+
+
+def _resolve_target() -> Tuple[str, Optional["_local.LocalDaemon"]]:
+    """What ``Client()`` connects to: the environment's target, else a daemon that answers at
+    the default socket, else (unless QDP_AUTOSTART=0) this user's private daemon."""
+    target = default_target()
+    if _env_target() or not _local.autostart_enabled() or _local.answers(target):
+        return target, None
+    try:
+        daemon = _local.implicit()
+    except Error as e:
+        raise type(e)(f"no qdpd answers at {target}, and qdp.Client() could not start a private "
+                      f"one (QDP_AUTOSTART=0 leaves that to you): {e.message}", field=e.field,
+                      hint="") from None
+    return daemon.target, daemon
 
 
 def _check_qubits(qubits: Any) -> None:
@@ -137,7 +164,9 @@ class Client:
     ----------
     target : str, optional
         A gRPC target: ``unix:/path/qdpd.sock`` (the daemon's node) or ``host:port`` (TCP). By
-        default found as qdpctl finds it (:func:`default_target`).
+        default ``$QDP_TARGET`` (or ``unix:$QDP_SOCKET``); else the default socket of
+        :func:`default_target` when a daemon answers there; else this user's private daemon,
+        started when none runs (:class:`LocalDaemon`; ``QDP_AUTOSTART=0`` turns that off).
     token : str, optional
         The bearer token for TCP; default ``$QDP_TOKEN``.
     name : str
@@ -154,10 +183,22 @@ class Client:
         At most four regions are kept; 0 keeps none (each is unregistered once its fetch is
         done: its array needs only the mapping).
 
+    Attributes
+    ----------
+    target : str
+        The target it talks to.
+    daemon : LocalDaemon or None
+        The private daemon it talks to (started by ``Client()`` or made by
+        :meth:`LocalDaemon.client`), else None. While one runs, ``daemon.log_path`` is its
+        log; an error of a call that finds it gone names that log and quotes its end.
+
     Raises
     ------
     InvalidArgument
-        A negative ``region_cache_bytes``.
+        A negative ``region_cache_bytes``; a ``QDP_AUTOSTART`` other than 0 or 1.
+    Unavailable, DeadlineExceeded, NotFound, PermissionDenied
+        Only when the private daemon is started: see :meth:`LocalDaemon.start` and
+        :class:`LocalDaemon`.
 
     Notes
     -----
@@ -178,7 +219,12 @@ class Client:
             raise InvalidArgument(f"region_cache_bytes must be a number of bytes >= 0 (0 keeps "
                                   f"no fetch regions), not {region_cache_bytes!r}",
                                   field="region_cache_bytes")
-        self.target = target or default_target()
+        daemon: Optional[_local.LocalDaemon] = None
+        if target:
+            self.target = target
+        else:
+            self.target, daemon = _resolve_target()
+        self.daemon = daemon
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
@@ -192,8 +238,15 @@ class Client:
         self._staging: Optional[Region] = None
         self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
+        if daemon is not None:
+            self._use_daemon(daemon)
 
     # ---- plumbing ----
+
+    def _use_daemon(self, daemon: "_local.LocalDaemon") -> None:
+        """Records the private daemon of this client's target, whose exit its errors name."""
+        self.daemon = daemon
+        self._conn.unavailable_note = daemon._exit_note
 
     @property
     def socket_path(self) -> Optional[str]:

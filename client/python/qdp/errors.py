@@ -192,7 +192,9 @@ class Unavailable(Error):
     """The daemon cannot be reached, or a rank or device it needs is lost."""
     status = "UNAVAILABLE"
     hint = ("Is qdpd running? Set QDP_TARGET (unix:/path/to/qdpd.sock or host:port) "
-            "or pass qdp.Client(target=...).")
+            "or pass qdp.Client(target=...); with neither, qdp.Client() starts a private qdpd "
+            "when no daemon answers unless QDP_AUTOSTART=0, and qdp.LocalDaemon starts one "
+            "with options of your own.")
 
 
 class DataLoss(Error):

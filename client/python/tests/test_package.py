@@ -38,5 +38,6 @@ def test_the_public_surface_is_the_api() -> None:
     assert not numbers, f"qdp.__all__ exports implementation figures: {numbers}"
     assert "LARGE_BYTES" not in dir(qdp) and qdp.client.LARGE_BYTES == 1 << 20
     for name in ("Client", "State", "Error", "InvalidArgument", "TtlCappedWarning", "StateInfo",
-                 "Plan", "Status", "default_target", "format_bytes", "feature_maps"):
+                 "Plan", "Status", "default_target", "format_bytes", "feature_maps",
+                 "LocalDaemon"):
         assert name in qdp.__all__, name
