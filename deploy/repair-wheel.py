@@ -166,8 +166,8 @@ def check_pure_python(root: Path, elves: List[Path]) -> None:
     """Refuses a wheel whose tag must name an interpreter: extension modules, or libpython."""
     ext = [str(p.relative_to(root)) for p in root.rglob("*.so") if _EXTENSION.search(p.name)]
     if ext:
-        raise RepairError(f"the wheel holds extension modules ({', '.join(ext)}), which need its "
-                          f"interpreter tag: it cannot be tagged py3-none; repair it with auditwheel")
+        raise RepairError(f"the wheel holds extension modules ({', '.join(ext)}), which need "
+                          f"its interpreter's tag, not py3-none: repair it with auditwheel")
     for p in elves:
         py = [n for n in dynamic(p)[0] if n.startswith("libpython")]
         if py:
