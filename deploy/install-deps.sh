@@ -22,15 +22,17 @@
 # Testing adds: clang and its runtimes (libFuzzer, the sanitizers) for the fuzz harnesses of
 # tests/fuzz; prometheus (and its promtool), which scrapes qdpd in
 # tests/integration/test_prometheus.py and checks deploy/prometheus/alerts.yml; iproute2 for the
-# simulated hosts of the mpi suite; procps and libsystemd-dev. The integration suite's independent
-# client uses Debian's Python gRPC and protobuf, and the Python package's tests
-# (tests/python.sh) its virtual environment, with more packages from PyPI.
+# simulated hosts of the mpi suite; procps and libsystemd-dev; patchelf, with which
+# deploy/repair-wheel.py sets the run paths in a wheel (the wheel suite repairs the one it
+# builds). The integration suite's independent client uses Debian's Python gRPC and protobuf, and
+# the Python package's tests (tests/python.sh) its virtual environment, with more packages from
+# PyPI.
 set -eu
 build_pkgs="meson ninja-build pkg-config gcc libc6-dev dpkg-dev libgrpc-dev protobuf-c-compiler
   libprotobuf-c-dev libuv1-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin check libsubunit-dev
   python3 python3-numpy"
 python_pkgs="python3-venv python3-grpcio python3-protobuf python3-torch"
-test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus"
+test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus patchelf"
 python=no
 tests=no
 list=no

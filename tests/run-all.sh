@@ -1,12 +1,14 @@
 #!/bin/sh
 # Installs what is missing (deploy/install-deps.sh --tests), builds, and runs every test suite
-# (unit, gpu, integration, mpi; GPU tests skip without a GPU) in ./build, and the Python package's
-# tests against that build (tests/python.sh, pytest in build/pyenv, with packages from PyPI); then
-# the unit and integration suites again under ASan + UBSan in ./build-asan (tests/sanitize.sh),
-# and each libFuzzer harness for QDP_FUZZ_SECONDS (15) in ./build-fuzz (tests/fuzz/run.sh).
-# Meson's summary follows each step; the per-test logs are
+# (unit, gpu, integration, mpi, wheel; GPU tests skip without a GPU) in ./build, and the Python
+# package's tests against that build (tests/python.sh, pytest in build/pyenv, with packages from
+# PyPI); then the unit and integration suites again under ASan + UBSan in ./build-asan
+# (tests/sanitize.sh), and each libFuzzer harness for QDP_FUZZ_SECONDS (15) in ./build-fuzz
+# (tests/fuzz/run.sh). Meson's summary follows each step; the per-test logs are
 # <build folder>/meson-logs/. Arguments go to the first step's meson test (e.g. --suite unit);
-# QDP_PYTHON=0, QDP_SANITIZE=0 and QDP_FUZZ=0 leave out the Python tests, the second and the third.
+# QDP_PYTHON=0, QDP_SANITIZE=0 and QDP_FUZZ=0 leave out the Python tests, the second and the third;
+# QDP_WHEEL=0 leaves out the wheel suite (tests/wheel: `pip wheel .`, which QDP_PYTHON=0 skips too,
+# since pip fetches meson-python from PyPI).
 set -eu
 cd "$(dirname "$0")/.."
 sh deploy/install-deps.sh --tests
