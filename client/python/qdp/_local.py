@@ -28,7 +28,6 @@ The design in one minute:
 
 from __future__ import annotations
 
-import importlib
 import json
 import numbers
 import os
@@ -42,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from . import _reaper
+from . import _reaper, _tools
 from .errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound,
                      PermissionDenied, Unavailable)
 
@@ -97,15 +96,9 @@ def find_qdpd() -> str:
         raise NotFound(f"QDPD={env!r} is not an executable file: set QDPD to the path of a qdpd "
                        "program (build/daemon/qdpd of a build), or unset it", field="QDPD",
                        hint="")
-    try:
-        tools = importlib.import_module("qdp._tools")
-    except ModuleNotFoundError as e:
-        if e.name != "qdp._tools":
-            raise
-    else:
-        bundled = tools.binary("qdpd")
-        if bundled:
-            return str(bundled)
+    bundled = _tools.binary("qdpd")
+    if bundled:
+        return bundled
     import shutil
 
     found = shutil.which("qdpd")
