@@ -19,13 +19,13 @@ import stat
 import subprocess
 import sys
 import time
-import types
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
 import qdp
 import qdp._local
+import qdp._tools
 from conftest import Daemon, qdpd_path
 
 CHILD = str(pathlib.Path(__file__).with_name("local_child.py"))
@@ -363,22 +363,18 @@ def test_bad_options_raise_before_anything_starts(here: User,
 
 
 def test_the_qdpd_program_is_found_in_order(here: User, monkeypatch: pytest.MonkeyPatch) -> None:
-    """$QDPD, else the package's own (qdp._tools, when the package has it), else PATH's; else an
-    error that says how to get one."""
+    """$QDPD, else the package's own (qdp._tools.binary: None in a client-only install), else
+    PATH's; else an error that says how to get one."""
     bin_dir = here.tmp.parent / "bin"
     bin_dir.mkdir()
     on_path = bin_dir / "qdpd"
     on_path.symlink_to(qdpd_path())
     monkeypatch.setenv("PATH", str(bin_dir))
-    bundled = types.ModuleType("qdp._tools")
-    bundled.binary = lambda name: f"/bundled/{name}"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "qdp._tools", bundled)
+    monkeypatch.setattr(qdp._tools, "binary", lambda name: f"/bundled/{name}")
     assert qdp._local.find_qdpd() == qdpd_path()  # QDPD
     monkeypatch.delenv("QDPD")
     assert qdp._local.find_qdpd() == "/bundled/qdpd"
-    bundled.binary = lambda name: None  # type: ignore[attr-defined]
-    assert qdp._local.find_qdpd() == str(on_path)
-    monkeypatch.setitem(sys.modules, "qdp._tools", None)  # a package without it
+    monkeypatch.setattr(qdp._tools, "binary", lambda name: None)  # a client-only install
     assert qdp._local.find_qdpd() == str(on_path)
     on_path.unlink()
     with pytest.raises(qdp.NotFound) as e:
