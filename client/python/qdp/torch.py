@@ -89,8 +89,9 @@ class QuantumDataset(IterableDataset):
         Batches per request. The daemon's cost per request is about half a millisecond
         whatever its size, so batches of small inputs are asked for together: by default as
         many as keep a request within 2 GiB of states (and 1/64 of the memory of the GPU, or
-        of the host, they land in) and 8 MiB of input (at most 64), one for large inputs. Each batch is still its own tensor (a view of its request's), and
-        on a GPU the batches in flight hold about ``(prefetch + 1) * group`` batches' states.
+        of the host, they land in) and 8 MiB of input (at most 64), one for large inputs.
+        Each batch is still its own tensor (a view of its request's), and on a GPU the
+        batches in flight hold about ``(prefetch + 1) * group`` batches' states.
         An iteration's first requests carry 1, 2, 4, ... batches, so that its first batch
         comes as soon as one batch is encoded.
     shuffle : bool
