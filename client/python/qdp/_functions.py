@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _region
 from .client import Client
 from .errors import InvalidArgument, NotSupported
 from .records import NUMPY_DTYPES, Plan, Status
@@ -38,7 +39,8 @@ class _Stager:
         self._client = client
         self._lock = threading.Lock()
         self._free: List[np.ndarray] = []
-        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool: Optional[ThreadPoolExecutor] = None  # one thread a piece
+        self._copy_pool: Optional[ThreadPoolExecutor] = None  # the pieces' copies, in parts
 
     def run(self, jobs: List[Callable[[], None]]) -> None:
         """Runs the jobs at once on the stager's threads and waits for all of them; the first
@@ -67,7 +69,11 @@ class _Stager:
         if buf is None:
             buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
         arr = buf[:n].view(rows.dtype).reshape(rows.shape)
-        np.copyto(arr, rows)
+        with self._lock:
+            if self._copy_pool is None:
+                self._copy_pool = _region.copier()
+            copy_pool = self._copy_pool
+        _region.copy_into(arr, np.ascontiguousarray(rows), copy_pool)
         return _Staged(self, buf, arr)
 
     def give(self, buf: np.ndarray) -> None:
@@ -78,9 +84,11 @@ class _Stager:
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool, self._free = self._pool, None, []
-        if pool is not None:
-            pool.shutdown(wait=True)
+            pools = (self._pool, self._copy_pool)
+            self._pool, self._copy_pool, self._free = None, None, []
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
 
 
 class _Staged:

@@ -7,11 +7,12 @@ import math
 import os
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 import numpy as np
 
-from . import _ipc, _local
+from . import _ipc, _local, _region
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._region import Region
@@ -236,6 +237,7 @@ class Client:
         self._states = self._owner.states  # those close() releases
         self._lock = threading.Lock()  # the staging regions
         self._staging: Optional[Region] = None
+        self._copy_pool: Optional[ThreadPoolExecutor] = None
         self._regions: Dict[int, Region] = {}  # the staging and empty() regions
         self._user_regions: Dict[int, Region] = {}  # those behind empty() arrays
         if daemon is not None:
@@ -314,6 +316,10 @@ class Client:
         for r in list(self._regions.values()):
             self._drop_region(r)
         self._staging = None
+        with self._lock:
+            pool, self._copy_pool = self._copy_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._fetcher.close()  # while the channel is open: it unregisters the fetch regions
         self._conn.close()
 
@@ -385,11 +391,18 @@ class Client:
                 except Error:
                     region = None  # no region to be had (max_regions): upload instead
             if region is not None:
-                region.write(arr)
+                region.write(arr, self._copier())
                 inp.shm.region, inp.shm.region_token = region.handle, region.token
                 inp.shm.offset, inp.shm.length = 0, arr.nbytes
                 return None
         return r, memoryview(np.ascontiguousarray(arr)).cast("B")  # type: ignore[arg-type]
+
+    def _copier(self) -> ThreadPoolExecutor:
+        """The threads that copy a large input into the staging region (made at first use;
+        called with ``_lock`` held, as the staging region is)."""
+        if self._copy_pool is None:
+            self._copy_pool = _region.copier()
+        return self._copy_pool
 
     def _hand_npy(self, path: str) -> str:
         """Opens the .npy file ``path`` here, checks that it is one, and hands that descriptor

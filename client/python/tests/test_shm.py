@@ -88,3 +88,27 @@ def test_remote_clients_upload(client: qdp.Client, monkeypatch: pytest.MonkeyPat
     with pytest.raises(qdp.NotSupported, match="unix"):
         monkeypatch.setattr(client._conn, "socket_path", None)
         client.empty(4)
+
+
+@pytest.mark.parametrize("n", [1, 4095, (8 << 20) + 4097, 3 * (8 << 20) + 5])
+def test_a_copy_in_parts_equals_one_copy(n) -> None:
+    from qdp import _region
+
+    src = np.random.default_rng(n % 97).integers(0, 256, n, dtype=np.uint8)
+    dst = np.zeros(n, np.uint8)
+    with _region.copier() as pool:
+        _region.copy_into(dst, src, pool)
+    assert np.array_equal(dst, src)
+
+
+def test_a_large_staged_input_is_copied_in_parts(client, monkeypatch) -> None:
+    from qdp import _region
+
+    calls = []
+    real = _region.copy_into
+    monkeypatch.setattr(_region, "copy_into",
+                        lambda d, s, pool=None: calls.append(pool is not None) or real(d, s, pool))
+    X = np.random.default_rng(5).uniform(-1, 1, (2, 1 << 20))  # 16 MiB: staged, copied in parts
+    with client.encode(X, "amplitude", 20) as s:
+        ref.assert_close(s.numpy(), ref.batch("amplitude", X, 20), "complex128")
+    assert calls == [True]
