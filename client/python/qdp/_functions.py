@@ -9,10 +9,11 @@ A program that needs other settings makes its own :class:`qdp.Client`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,35 +53,34 @@ class _Stager:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(CHUNKS, thread_name_prefix="qdp-encode")
             pool = self._pool
-        futures = [pool.submit(j) for j in jobs]
-        errors = [f.exception() for f in futures]
-        for e in errors:
-            if e is not None:
-                raise e
+        _region.run_all(pool, jobs)
 
-    def staged(self, rows: np.ndarray) -> "_Staged":
-        """A buffer holding a copy of ``rows``, given back when the ``with`` block ends."""
+    @contextlib.contextmanager
+    def staged(self, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """A buffer holding a copy of ``rows`` for the ``with`` block, then given back."""
         n = rows.nbytes
         with self._lock:
-            fit = [b for b in self._free if b.nbytes >= n]
-            buf = min(fit, key=lambda b: b.nbytes) if fit else None
-            if buf is not None:
-                self._free.remove(buf)
-        if buf is None:
-            buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
-        arr = buf[:n].view(rows.dtype).reshape(rows.shape)
-        with self._lock:
+            fit = [i for i, b in enumerate(self._free) if b.nbytes >= n]
+            # Indices, not list.remove: == between arrays compares their elements.
+            buf = self._free.pop(min(fit, key=lambda i: self._free[i].nbytes)) if fit else None
             if self._copy_pool is None:
                 self._copy_pool = _region.copier()
             copy_pool = self._copy_pool
-        _region.copy_into(arr, np.ascontiguousarray(rows), copy_pool)
-        return _Staged(self, buf, arr)
+        if buf is None:
+            buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
+        try:
+            arr = buf[:n].view(rows.dtype).reshape(rows.shape)
+            _region.copy_into(arr, np.ascontiguousarray(rows), copy_pool)
+            yield arr
+        finally:
+            self._give(buf)
 
-    def give(self, buf: np.ndarray) -> None:
+    def _give(self, buf: np.ndarray) -> None:
         with self._lock:
             self._free.append(buf)
-            while len(self._free) > CHUNKS:  # a larger batch left more than one round needs
-                self._free.remove(min(self._free, key=lambda b: b.nbytes))
+            if len(self._free) > CHUNKS:  # a larger batch left more than one round needs
+                self._free.sort(key=lambda b: b.nbytes)
+                del self._free[:len(self._free) - CHUNKS]
 
     def close(self) -> None:
         with self._lock:
@@ -89,19 +89,6 @@ class _Stager:
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=True)
-
-
-class _Staged:
-    """One piece of input in a stager's buffer (``array``), for one ``with`` block."""
-
-    def __init__(self, stager: _Stager, buf: np.ndarray, array: np.ndarray) -> None:
-        self._stager, self._buf, self.array = stager, buf, array
-
-    def __enter__(self) -> np.ndarray:
-        return self.array
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stager.give(self._buf)
 
 
 class _Default:

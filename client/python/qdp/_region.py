@@ -5,6 +5,7 @@ the pool of writable ones that fetches (FetchInto) reuse."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import mmap
 import os
 import threading
@@ -41,8 +42,15 @@ def copy_into(dst: np.ndarray, src: np.ndarray, pool: Optional[Executor] = None)
     d = dst.reshape(-1).view(np.uint8)
     s = src.reshape(-1).view(np.uint8)
     step = -(-n // COPY_THREADS // _PAGE) * _PAGE
-    parts = [pool.submit(np.copyto, d[a:a + step], s[a:a + step]) for a in range(0, n, step)]
-    errors = [f.exception() for f in parts]
+    run_all(pool, [functools.partial(np.copyto, d[a:a + step], s[a:a + step])
+                   for a in range(0, n, step)])
+
+
+def run_all(pool: Executor, calls: List[Callable[[], object]]) -> None:
+    """Runs the calls at once on ``pool`` and waits for every one; the first failure is raised
+    only when all have ended, so that none is left writing."""
+    futures = [pool.submit(c) for c in calls]
+    errors = [f.exception() for f in futures]
     for e in errors:
         if e is not None:
             raise e

@@ -127,3 +127,23 @@ def test_a_failing_piece_raises_after_every_piece_ended(default, monkeypatch) ->
     before = qdp.status().states
     assert qdp.encode(np.ones((8, 4)), "amplitude", 2).shape == (8, 4)  # nothing left stuck
     assert qdp.status().states == before
+
+
+@pytest.mark.filterwarnings("error")  # NumPy 1 warns where NumPy 2 raises: arrays compared
+def test_the_stager_reuses_any_free_buffer() -> None:
+    class Maker:  # Client.empty's part the stager uses, without a daemon
+        def empty(self, count: int, dtype: Any) -> np.ndarray:
+            return np.zeros(count, dtype)
+
+    stager = _functions._Stager(Maker())  # type: ignore[arg-type]
+    try:
+        big, small = np.ones(4 << 20), np.ones(1 << 10)  # buffers of 32 MiB and of 1 MiB
+        with stager.staged(small) as b, stager.staged(big) as a:  # the big one is given first
+            assert np.array_equal(a, big) and np.array_equal(b, small)
+        # Free: [32 MiB, 1 MiB]; the small one (second) fits best and is taken.
+        with stager.staged(small[:5]) as c:
+            assert np.array_equal(c, small[:5]) and c.base is not None
+        with stager.staged(big) as d:
+            assert np.array_equal(d, big)
+    finally:
+        stager.close()
