@@ -41,6 +41,13 @@ def wait_for(what: Callable[[], Any], seconds: float = 15.0) -> Any:
         time.sleep(0.05)
 
 
+def _as_a_terminal_job() -> None:
+    """A session of its own, with Ctrl-C's default action, as a shell's foreground job has it
+    even when this test runs where SIGINT is ignored (a background job of a script)."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class User:
     """A user's environment in a test's tmp_path, and what runs and lies there."""
 
@@ -71,7 +78,7 @@ class User:
         found."""
         p = subprocess.Popen([sys.executable, CHILD, "hold", str(seconds)], env=self.env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=session)
+                             preexec_fn=_as_a_terminal_job if session else None)
         line = p.stdout.readline()
         if not line:
             p.kill()
