@@ -149,6 +149,25 @@ static qdp_status set_metadata(qdp_client *c, const char *ident, const char *tok
   return QDP_OK;
 }
 
+/* The path of every method of the service ("/qdp.Qdp/Encode"), which qdp_call names by its
+ * method: gRPC keeps a call's path for the call's life, so each is made once per client. */
+static qdp_status make_paths(qdp_client *c) {
+  const ProtobufCServiceDescriptor *sd = &qdp__qdp__descriptor;
+  c->paths = calloc(sd->n_methods, sizeof *c->paths);
+  if (!c->paths) {
+    return qdp__err_nomem("creating a client");
+  }
+  for (size_t i = 0; i < sd->n_methods; i++) {
+    size_t n = strlen(sd->name) + strlen(sd->methods[i].name) + 3;
+    c->paths[i] = malloc(n);
+    if (!c->paths[i]) {
+      return qdp__err_nomem("creating a client");
+    }
+    snprintf(c->paths[i], n, "/%s/%s", sd->name, sd->methods[i].name);
+  }
+  return QDP_OK;
+}
+
 /* The channel to c->target. */
 static qdp_status open_channel(qdp_client *c) {
   /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
@@ -233,7 +252,10 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
   c->views_mu_ready = 1;
 
   grpc_init();
-  rc = set_metadata(c, ident, token);
+  rc = make_paths(c);
+  if (rc == QDP_OK) {
+    rc = set_metadata(c, ident, token);
+  }
   if (rc == QDP_OK) {
     rc = open_channel(c);
   }
@@ -259,6 +281,10 @@ void qdp_client_destroy(qdp_client *c) {
   for (size_t i = 0; i < c->nmd; i++) {
     grpc_slice_unref(c->md[i].value);
   }
+  for (size_t i = 0; c->paths && i < qdp__qdp__descriptor.n_methods; i++) {
+    free(c->paths[i]);
+  }
+  free(c->paths);
   free(c->target);
   free(c);
   grpc_shutdown();
@@ -293,6 +319,11 @@ static gpr_timespec deadline_after(int64_t ms) {
 }
 
 qdp_status qdp__call_begin(qdp_client *c, const char *method, int streaming, struct qdp__call *k) {
+  return qdp__call_begin_ms(c, method, streaming ? c->stream_timeout_ms : c->timeout_ms, k);
+}
+
+qdp_status qdp__call_begin_ms(qdp_client *c, const char *method, int64_t timeout_ms,
+                              struct qdp__call *k) {
   memset(k, 0, sizeof *k);
   k->c = c;
   k->method = method;
@@ -304,7 +335,7 @@ qdp_status qdp__call_begin(qdp_client *c, const char *method, int streaming, str
   if (!k->cq) {
     return qdp__err_nomem("creating a completion queue");
   }
-  gpr_timespec deadline = deadline_after(streaming ? c->stream_timeout_ms : c->timeout_ms);
+  gpr_timespec deadline = deadline_after(timeout_ms);
   k->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, k->cq,
                                      grpc_slice_from_static_string(method), NULL, deadline, NULL);
   if (!k->call) {
@@ -468,6 +499,33 @@ qdp_status qdp__call_end(struct qdp__call *k, qdp_status local) {
   return rc;
 }
 
+/* The batch of a whole unary call: send `send`, receive the reply into *recv and the status;
+ * INTERNAL when the daemon answers OK without a message. */
+static qdp_status unary_exchange(struct qdp__call *k, grpc_byte_buffer *send,
+                                 grpc_byte_buffer **recv) {
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0] = qdp__op_send_initial(k);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k->initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &k->trailing_md;
+  ops[5].data.recv_status_on_client.status = &k->status;
+  ops[5].data.recv_status_on_client.status_details = &k->details;
+  ops[5].data.recv_status_on_client.error_string = &k->error_string;
+  qdp__call_batch(k, ops, 6);
+  if (k->status == GRPC_STATUS_OK && !*recv) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                          "qdpd answered %s with status OK but no reply message.", k->method);
+  }
+  return QDP_OK;
+}
+
 qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *rep_desc, ProtobufCMessage **ret) {
   *ret = NULL;
@@ -478,34 +536,76 @@ qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage 
   }
   grpc_byte_buffer *send = qdp_wire_pack(req);
   grpc_byte_buffer *recv = NULL;
-  grpc_op ops[6];
-  memset(ops, 0, sizeof ops);
-  ops[0] = qdp__op_send_initial(&k);
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &k.initial_md;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &recv;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &k.trailing_md;
-  ops[5].data.recv_status_on_client.status = &k.status;
-  ops[5].data.recv_status_on_client.status_details = &k.details;
-  ops[5].data.recv_status_on_client.error_string = &k.error_string;
-  qdp__call_batch(&k, ops, 6);
+  rc = unary_exchange(&k, send, &recv);
   grpc_byte_buffer_destroy(send);
-  if (k.status == GRPC_STATUS_OK) {
-    if (!recv) {
+  if (rc == QDP_OK && k.status == GRPC_STATUS_OK) {
+    *ret = qdp__unpack(recv, rep_desc);
+    if (!*ret) {
       rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
-                          "qdpd answered %s with status OK but no reply message.", method);
+                          "The reply to %s (%zu bytes) is not a valid %s message.", method,
+                          grpc_byte_buffer_length(recv), rep_desc->name);
+    }
+  }
+  if (recv) {
+    grpc_byte_buffer_destroy(recv);
+  }
+  return qdp__call_end(&k, rc);
+}
+
+/* The path ("/qdp.Qdp/Encode") of the service's method `name`, from the client's table; NULL for
+ * a name the service lacks. */
+static const char *method_path(const qdp_client *c, const char *name) {
+  for (size_t i = 0; i < qdp__qdp__descriptor.n_methods; i++) {
+    if (strcmp(qdp__qdp__descriptor.methods[i].name, name) == 0) {
+      return c->paths[i];
+    }
+  }
+  return NULL;
+}
+
+qdp_status qdp_call(qdp_client *c, const char *method, const void *request, size_t request_len,
+                    int64_t timeout_ms, void **ret_reply, size_t *ret_len) {
+  qdp__err_reset();
+  if (!c || !method || !ret_reply || !ret_len || (!request && request_len)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, NULL,
+                          "qdp_call needs a client, a method, a request (NULL only when empty) "
+                          "and both result pointers.");
+  }
+  *ret_reply = NULL;
+  *ret_len = 0;
+  const char *path = method_path(c, method);
+  if (!path) {
+    return qdp__err_local(QDP_ERR_UNIMPLEMENTED, -1, "method",
+                          "qdp.proto's service %s has no method '%.64s'.",
+                          qdp__qdp__descriptor.name, method);
+  }
+  struct qdp__call k;
+  qdp_status rc = qdp__call_begin_ms(c, path, timeout_ms < 0 ? c->timeout_ms : timeout_ms, &k);
+  if (rc != QDP_OK) {
+    return qdp__call_end(&k, rc);
+  }
+  grpc_slice s = grpc_slice_from_copied_buffer(request, request_len);
+  grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  grpc_byte_buffer *recv = NULL;
+  rc = unary_exchange(&k, send, &recv);
+  grpc_byte_buffer_destroy(send);
+  if (rc == QDP_OK && k.status == GRPC_STATUS_OK) {
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, recv)) {
+      rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "The reply to %s could not be read.", method);
     } else {
-      *ret = qdp__unpack(recv, rep_desc);
-      if (!*ret) {
-        rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
-                            "The reply to %s (%zu bytes) is not a valid %s message.", method,
-                            grpc_byte_buffer_length(recv), rep_desc->name);
+      grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+      grpc_byte_buffer_reader_destroy(&r);
+      size_t n = GRPC_SLICE_LENGTH(all);
+      *ret_reply = malloc(n ? n : 1);
+      if (*ret_reply) {
+        memcpy(*ret_reply, GRPC_SLICE_START_PTR(all), n);
+        *ret_len = n;
+      } else {
+        rc = qdp__err_nomem("copying a reply");
       }
+      grpc_slice_unref(all);
     }
   }
   if (recv) {

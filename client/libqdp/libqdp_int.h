@@ -54,6 +54,7 @@ struct qdp_client {
   pthread_mutex_t views_mu; /* guards views */
   int views_mu_ready;
   struct qdp__view_set *views; /* open views, one set per handle (views.c) */
+  char **paths;                /* "/qdp.Qdp/<method>", in the service descriptor's order */
 };
 
 /* One call in flight, owned by the thread that made it. */
@@ -74,6 +75,9 @@ struct qdp__call {
 /* Starts a call of `method` ("/qdp.Qdp/Encode"); streaming selects the stream deadline. */
 QDP__HIDDEN qdp_status qdp__call_begin(qdp_client *c, const char *method, int streaming,
                                        struct qdp__call *k);
+/* The same with the deadline timeout_ms from now (0: none). */
+QDP__HIDDEN qdp_status qdp__call_begin_ms(qdp_client *c, const char *method, int64_t timeout_ms,
+                                          struct qdp__call *k);
 /* Runs one batch and waits for it; returns the batch's success flag (0: the call is over). */
 QDP__HIDDEN int qdp__call_batch(struct qdp__call *k, const grpc_op *ops, size_t nops);
 /* The op that sends the client's metadata (first batch of every call). */

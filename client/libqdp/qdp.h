@@ -557,6 +557,17 @@ QDP_EXPORT qdp_status qdp_gather(qdp_client *c, const char *handle, const char *
                                  const char *device, uint64_t ttl_seconds,
                                  struct qdp_state_info **ret);
 
+/* One unary call with its request already serialized (the protobuf encoding of the method's
+ * request message in proto/qdp.proto), for bindings that build their own messages and want this
+ * transport: method is the RPC's name ("Encode"), unary methods only. timeout_ms < 0: the
+ * client's timeout; 0: none. On success *ret_reply (freed with qdp_free) holds the serialized
+ * reply, *ret_len bytes of it. A failure fills qdp_last_error() as every call does (the daemon's
+ * status, message and ErrorDetail fields); UNIMPLEMENTED (field "method") for a name the
+ * service lacks. Since 0.7. */
+QDP_EXPORT qdp_status qdp_call(qdp_client *c, const char *method, const void *request,
+                               size_t request_len, int64_t timeout_ms, void **ret_reply,
+                               size_t *ret_len);
+
 #ifdef __cplusplus
 }
 #endif

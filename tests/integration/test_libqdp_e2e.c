@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "qdp.h"
+#include "qdp.pb-c.h"
 
 static qdp_client *cl;
 static char dir[512];
@@ -212,6 +213,69 @@ START_TEST(test_inline_amplitude_round_trip_and_lifecycle) {
   ck_assert_str_eq(e->code_name, "QDP_ERR_NOT_FOUND");
   ck_assert_uint_gt(strlen(e->msg), 0);
   qdp_state_info_free(s);
+}
+END_TEST
+
+/* qdp_call: requests packed here and replies unpacked here (protobuf-c, as a binding would with
+ * its own messages); the daemon's refusals in the error record as the typed calls give them; a
+ * method the service lacks refused before anything is sent. */
+START_TEST(test_serialized_calls_carry_the_wire_and_its_errors) {
+  void *rep = NULL;
+  size_t n = 0;
+  CK_QDP(qdp_call(cl, "Status", NULL, 0, -1, &rep, &n));
+  Qdp__StatusReply *st = qdp__status_reply__unpack(NULL, n, rep);
+  ck_assert_ptr_nonnull(st);
+  ck_assert_str_eq(st->version, qdp_version_string());
+  ck_assert_uint_eq(st->n_devices, 4);
+  qdp__status_reply__free_unpacked(st, NULL);
+  qdp_free(rep);
+
+  double x[4] = {1, 2, 3, 4};
+  Qdp__Input in = QDP__INPUT__INIT;
+  in.dtype = QDP__DTYPE__DTYPE_FLOAT64;
+  in.source_case = QDP__INPUT__SOURCE_DATA;
+  in.data = (ProtobufCBinaryData){sizeof x, (uint8_t *)x};
+  Qdp__EncodeRequest er = QDP__ENCODE_REQUEST__INIT;
+  er.encoding = QDP__ENCODING__ENCODING_AMPLITUDE;
+  er.qubits = 2;
+  er.input = &in;
+  uint8_t buf[256];
+  size_t len = qdp__encode_request__pack(&er, buf);
+  CK_QDP(qdp_call(cl, "Encode", buf, len, 5000, &rep, &n));
+  Qdp__EncodeReply *r = qdp__encode_reply__unpack(NULL, n, rep);
+  qdp_free(rep);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->state->qubits, 2);
+  ck_assert_uint_eq(r->state->bytes, 64);
+  double complex got[4], want[4];
+  size_t nb = 0;
+  CK_QDP(qdp_fetch(cl, r->state->handle, r->state->token, NULL, got, sizeof got, &nb));
+  ref_amplitude(x, 4, 2, want);
+  ck_assert_double_le(max_err(got, want, 4), 1e-15);
+  Qdp__StateRef ref = QDP__STATE_REF__INIT;
+  ref.handle = r->state->handle;
+  ref.token = r->state->token;
+  len = qdp__state_ref__pack(&ref, buf);
+  CK_QDP(qdp_call(cl, "Release", buf, len, -1, &rep, &n));
+  Qdp__ReleaseReply *rr = qdp__release_reply__unpack(NULL, n, rep);
+  ck_assert_uint_eq(rr->freed_bytes, 64);
+  qdp__release_reply__free_unpacked(rr, NULL);
+  qdp_free(rep);
+  qdp__encode_reply__free_unpacked(r, NULL);
+
+  er.qubits = 1; /* 4 values on 1 qubit: the daemon refuses, naming the field */
+  len = qdp__encode_request__pack(&er, buf);
+  rep = buf;
+  n = 1;
+  CK_QDP_STATUS(qdp_call(cl, "Encode", buf, len, -1, &rep, &n), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(rep);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_int_eq(qdp_last_error()->remote, 1);
+  ck_assert_str_eq(qdp_last_error()->field, "input.cols");
+  CK_QDP_STATUS(qdp_call(cl, "Encodes", buf, len, -1, &rep, &n), QDP_ERR_UNIMPLEMENTED);
+  ck_assert_int_eq(qdp_last_error()->remote, 0);
+  ck_assert_str_eq(qdp_last_error()->field, "method");
+  CK_QDP_STATUS(qdp_call(cl, "Status", NULL, 4, -1, &rep, &n), QDP_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -658,6 +722,7 @@ int main(void) {
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_add_test(t, test_status_lists_four_cpu_devices_and_health_is_serving);
   tcase_add_test(t, test_inline_amplitude_round_trip_and_lifecycle);
+  tcase_add_test(t, test_serialized_calls_carry_the_wire_and_its_errors);
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
   tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
