@@ -34,5 +34,6 @@ cp -R client/python/pyproject.toml client/python/README.md client/python/qdp "$s
 # Run from the build folder: the tests import the installed package, not the source tree.
 cd build
 QDPD="$PWD/daemon/qdpd" QDP_FRESH_DESC="$PWD/proto/qdp.desc" PYTHONDONTWRITEBYTECODE=1 \
+  QDP_LIBQDP="$PWD/client/libqdp/libqdp.so.0" \
   "pyenv/bin/python" -m pytest -q -p no:cacheprovider --junitxml=python-logs/junit.xml \
   ../client/python/tests

@@ -4,15 +4,20 @@ finalizers make.
 
 It holds no Client: a State, a view's lease or a region's finalizer keeps only this, and the
 channel stays open as long as any of them (or the Client) does, until :meth:`Connection.close`.
-gRPC is imported when the first connection is made, not with qdp (see qdp._grpc_env).
+Unary calls to a daemon on this node go through libqdp where the package finds it
+(qdp._native); the rest through grpcio, imported at the first call that needs it, not with qdp
+(see qdp._grpc_env).
 """
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple
 
+from . import _native
 from ._grpc_env import import_grpc
 from ._handoff import READ, WRITE, hand_over
 from ._wire import Wire
@@ -46,35 +51,66 @@ class Connection:
 
     def __init__(self, target: str, metadata: Tuple[Tuple[str, str], ...], timeout: float,
                  wire: Wire) -> None:
-        grpc = import_grpc()
         self.target = target
         self.socket_path: Optional[str] = target[5:] if target.startswith("unix:") else None
         self.timeout = timeout
         self.wire = wire
         self._metadata = metadata
         self.unavailable_note: Optional[Callable[[], str]] = None
-        self._rpc_error = grpc.RpcError
-        # As libqdp: no message size cap of our own (states reach gigabytes; the daemon bounds
-        # what it takes), and no retries, whose bookkeeping costs every call and which would
-        # make gRPC buffer a whole upload to replay it.
-        channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1),
-                                                         ("grpc.max_send_message_length", -1),
-                                                         ("grpc.enable_retries", 0)])
+        self._lock = threading.Lock()
+        # What close() ends, in order: the deferred calls (made while still open), then the
+        # libqdp client and, once a call needed it, the grpcio channel.
+        self._ends: Dict[str, Any] = {"open": True}
         self._calls: Dict[str, Callable[..., Any]] = {}
-        for name in wire.service.methods_by_name:
-            req, rep, cs, ss = wire.method_types(name)
-            kind = {(False, False): channel.unary_unary,
-                    (False, True): channel.unary_stream,
-                    (True, False): channel.stream_unary,
-                    (True, True): channel.stream_stream}[(cs, ss)]
-            self._calls[name] = _multicallable(kind, f"/{wire.service.full_name}/{name}",
-                                               req.SerializeToString, rep.FromString)
-        self._close_channel = weakref.finalize(self, _close_quietly, channel)
+        self._rpc_error: Any = None
+        self._unary = {name: wire.method_types(name)[1] for name in wire.service.methods_by_name
+                       if not any(wire.method_types(name)[2:])}
+        lib = _native.library() if self.socket_path is not None else None
+        self._native = _native.Transport(lib, target, metadata) if lib is not None else None
+        self._ends["native"] = self._native
+        self._later = self._ends["later"] = _Later()
+        self._closed = weakref.finalize(self, _close_quietly, self._ends)
+        if self._native is None:
+            self._grpc_calls()
+
+    def _grpc_calls(self) -> Dict[str, Callable[..., Any]]:
+        """The methods of the grpcio channel, made at the first call that needs one: every call
+        without libqdp, streaming calls with it (gRPC is imported then, not before)."""
+        with self._lock:
+            if self._calls:
+                return self._calls
+            grpc = import_grpc()
+            # As libqdp: no message size cap of our own (states reach gigabytes; the daemon
+            # bounds what it takes), and no retries, whose bookkeeping costs every call and
+            # which would make gRPC buffer a whole upload to replay it.
+            channel = grpc.insecure_channel(
+                self.target, options=[("grpc.max_receive_message_length", -1),
+                                      ("grpc.max_send_message_length", -1),
+                                      ("grpc.enable_retries", 0)])
+            self._ends["channel"] = channel
+            wire = self.wire
+            calls = {}
+            for name in wire.service.methods_by_name:
+                req, rep, cs, ss = wire.method_types(name)
+                kind = {(False, False): channel.unary_unary,
+                        (False, True): channel.unary_stream,
+                        (True, False): channel.stream_unary,
+                        (True, True): channel.stream_stream}[(cs, ss)]
+                calls[name] = _multicallable(kind, f"/{wire.service.full_name}/{name}",
+                                             req.SerializeToString, rep.FromString)
+            self._rpc_error = grpc.RpcError
+            self._calls = calls
+            return calls
 
     @property
     def open(self) -> bool:
         """False once :meth:`close` has run (or the process is exiting)."""
-        return self._close_channel.alive
+        return bool(self._ends.get("open"))
+
+    @property
+    def native(self) -> bool:
+        """Whether unary calls go through libqdp (qdp._native) rather than grpcio."""
+        return self._native is not None
 
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         """Calls unary RPC ``method``; returns the reply (see :meth:`qdp.Client.call`).
@@ -85,10 +121,19 @@ class Connection:
             The subclass of the call's status, with its ErrorDetail fields; FailedPrecondition
             once closed; NotSupported for a method the wire does not have.
         """
-        fn = self._calls.get(method)
-        if fn is None:
+        if method not in self.wire.service.methods_by_name:
             raise NotSupported(f"this package's qdp.proto has no method {method}")
         self._check_open()
+        self._later.drain()
+        reply = self._unary.get(method)
+        if self._native is not None and reply is not None:
+            try:
+                data = self._native.call(method, request.SerializeToString(),
+                                         timeout or self.timeout)
+            except Error as e:
+                raise self._noted(e) from None
+            return reply.FromString(data)
+        fn = self._grpc_calls()[method]
         try:
             return fn(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except self._rpc_error as e:
@@ -97,8 +142,10 @@ class Connection:
     def stream(self, method: str, request: Any) -> Iterator[Any]:
         """The replies of server-streaming RPC ``method``, as they come."""
         self._check_open()
+        self._later.drain()
+        calls = self._grpc_calls()
         try:
-            for m in self._calls[method](request, timeout=self.timeout, metadata=self._metadata):
+            for m in calls[method](request, timeout=self.timeout, metadata=self._metadata):
                 yield m
         except self._rpc_error as e:
             raise self._error(e) from None
@@ -106,8 +153,10 @@ class Connection:
     def upload(self, method: str, requests: Iterable[Any]) -> Any:
         """Calls client-streaming RPC ``method`` with ``requests``; returns the reply."""
         self._check_open()
+        self._later.drain()
+        calls = self._grpc_calls()
         try:
-            return self._calls[method](requests, timeout=self.timeout, metadata=self._metadata)
+            return calls[method](requests, timeout=self.timeout, metadata=self._metadata)
         except self._rpc_error as e:
             raise self._error(e) from None
 
@@ -127,6 +176,12 @@ class Connection:
         req.fd_ticket = self.hand_over(fd, WRITE if writable else READ)
         info = self.call("RegisterRegion", req)
         return info.handle, info.token
+
+    def later(self, job: Callable[[], None]) -> None:
+        """Runs ``job`` (which makes calls on this connection and raises nothing a caller needs)
+        on the connection's own thread, after those queued before and before any call made
+        after; for finalizers (see :class:`_Later`)."""
+        self._later.put(job)
 
     def release_quietly(self, handle: str, token: str) -> None:
         """Release, for a State's finalizer: nothing once closed, and never an exception."""
@@ -149,7 +204,7 @@ class Connection:
 
     def close(self) -> None:
         """Closes the channel; calls after it raise FailedPrecondition. Idempotent."""
-        self._close_channel()
+        self._closed()
 
     def _check_open(self) -> None:
         if not self.open:
@@ -158,7 +213,10 @@ class Connection:
                                      hint="")
 
     def _error(self, e: Any) -> Error:
-        err = from_rpc_error(e, self.wire.ErrorDetail, self.target)
+        return self._noted(from_rpc_error(e, self.wire.ErrorDetail, self.target))
+
+    def _noted(self, err: Error) -> Error:
+        """``err`` with the private daemon's exit note when it says the daemon is unreachable."""
         note = self.unavailable_note() if self.unavailable_note and \
             isinstance(err, Unavailable) else ""
         if not note:
@@ -166,6 +224,79 @@ class Connection:
         return Unavailable(f"{err.message.rstrip('.')}. {note}", field=err.field,
                            rank=err.rank, device=err.device, cause=err.cause,
                            code_name=err.code_name, hint="")
+
+
+class _Later:
+    """The thread that makes a connection's deferred calls, in order, off the caller's path: the
+    ends of view leases and the releases of states that the garbage collector reclaimed (a
+    tensor over a view, a State, going out of scope in a loop). Every other call of the
+    connection first waits until those made before it are done (:meth:`drain`), so nothing a
+    program observes changes; only where the wait falls does."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._jobs: Deque[Callable[[], None]] = collections.deque()
+        self._pending = 0  # queued or running
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+        self._pid = os.getpid()
+
+    def put(self, job: Callable[[], None]) -> None:
+        with self._cv:
+            if not self._closed and os.getpid() == self._pid:
+                self._jobs.append(job)
+                self._pending += 1
+                if self._thread is None:
+                    thread = threading.Thread(target=self._run, name="qdp-later", daemon=True)
+                    try:
+                        thread.start()
+                        self._thread = thread
+                    except RuntimeError:  # no new thread at interpreter exit: at once, below
+                        self._jobs.pop()
+                        self._pending -= 1
+                        self._closed = True
+                if self._thread is not None:
+                    self._cv.notify_all()
+                    return
+        _quietly(job)  # closed, or another process's: at once, here
+
+    def drain(self) -> None:
+        """Waits until every job put before has run (at once on the thread itself)."""
+        if not self._pending or threading.current_thread() is self._thread:
+            return
+        with self._cv:
+            while self._pending:
+                self._cv.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._jobs and not self._closed:
+                    self._cv.wait()
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+            _quietly(job)
+            with self._cv:
+                self._pending -= 1
+                self._cv.notify_all()
+
+    def close(self) -> None:
+        """Runs what is queued, then ends the thread. Idempotent."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and \
+                os.getpid() == self._pid:
+            thread.join(30)
+
+
+def _quietly(job: Callable[[], None]) -> None:
+    try:
+        job()
+    except BaseException:  # a deferred call's failure has no caller to reach
+        pass
 
 
 def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[..., bytes],
@@ -179,8 +310,14 @@ def _multicallable(kind: Callable[..., Any], path: str, serialize: Callable[...,
         return kind(path, request_serializer=serialize, response_deserializer=deserialize)
 
 
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except BaseException:
-        pass
+def _close_quietly(ends: Dict[str, Any]) -> None:
+    later = ends.pop("later", None)
+    if later is not None:
+        later.close()  # the deferred calls, while the connection is still open
+    ends["open"] = False
+    for end in (ends.pop("native", None), ends.pop("channel", None)):
+        try:
+            if end is not None:
+                end.close()
+        except BaseException:
+            pass

@@ -10,6 +10,7 @@ exercised only on a GPU node.
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -69,10 +70,13 @@ class _Lease:
                  cuda: "_cuda._Cuda") -> None:
         self.bases: List[int] = []
         req = conn.wire.CloseViewRequest(handle=handle, token=token, lease_id=lease_id)
-        self._fin = weakref.finalize(self, _end_lease, cuda, self.bases, conn, req)
+        self._end = functools.partial(_end_lease, cuda, self.bases, conn, req)
+        # Collected (the last tensor over a view gone): ended on the connection's own thread.
+        self._fin = weakref.finalize(self, conn.later, self._end)
 
     def close(self) -> None:
-        self._fin()
+        if self._fin.detach() is not None:
+            self._end()
 
 
 def _end_lease(cuda: "_cuda._Cuda", bases: List[int], conn: Connection, req: Any) -> None:

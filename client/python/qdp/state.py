@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from typing import Any, List, Optional, Tuple, Union
@@ -61,8 +62,10 @@ class State:
         self._released_how = ""
         self._finalizer: Optional[weakref.finalize] = None
         if owned:
-            self._finalizer = weakref.finalize(self, owner.conn.release_quietly,
-                                               self.handle, self.token)
+            # Collected: released on the connection's own thread (Connection.later).
+            self._finalizer = weakref.finalize(
+                self, owner.conn.later,
+                functools.partial(owner.conn.release_quietly, self.handle, self.token))
 
     def __repr__(self) -> str:
         state = "released" if self._released else "resident"
