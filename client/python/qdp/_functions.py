@@ -9,11 +9,10 @@ A program that needs other settings makes its own :class:`qdp.Client`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,57 +22,69 @@ from .errors import InvalidArgument, NotSupported
 from .records import NUMPY_DTYPES, Plan, Status
 
 _STATE_DTYPES = ("complex128", "complex64")
-#: An input of a batch at least this large is encoded in up to CHUNKS pieces of rows at once, so
-#: that copying one piece into shared memory overlaps the daemon's reading of another; two
-#: pieces did best for 16-qubit batches of 64 on an H200 node (docs/performance.md, "From
-#: Python").
+#: A batch of at least CHUNK_BYTES of input is encoded in up to CHUNKS pieces of rows: each piece
+#: is copied into shared memory while the daemon encodes the one before, so the copy and the
+#: daemon's upload overlap (docs/performance.md, "From Python").
 CHUNK_BYTES = 8 << 20
-CHUNKS = 2
+CHUNKS = 4
 
 
 class _Stager:
     """Shared-memory input buffers of one client (:meth:`qdp.Client.empty`), reused by
-    :func:`encode`: a piece of a batch is copied into one and encoded from it in place, so that
-    several pieces are in flight at once; a buffer holds one piece until its Encode answers."""
+    :func:`encode`: the pieces of a batch are copied into them one after another on the caller's
+    thread (each copy in parallel parts) and encoded from them in place on the stager's threads,
+    so that the daemon reads one piece while the next is copied; a buffer holds one piece until
+    its Encode answers."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
         self._lock = threading.Lock()
         self._free: List[np.ndarray] = []
-        self._pool: Optional[ThreadPoolExecutor] = None  # one thread a piece
+        self._pool: Optional[ThreadPoolExecutor] = None  # the pieces' encodes
         self._copy_pool: Optional[ThreadPoolExecutor] = None  # the pieces' copies, in parts
 
-    def run(self, jobs: List[Callable[[], None]]) -> None:
-        """Runs the jobs at once on the stager's threads and waits for all of them; the first
-        failure is raised once every job has ended (none is left writing)."""
-        if len(jobs) == 1:
-            jobs[0]()
-            return
+    def pipeline(self, parts: List[np.ndarray],
+                 encode: Callable[[int, np.ndarray], None]) -> None:
+        """Stages each of ``parts`` in turn and calls ``encode(k, staged)`` for part k on the
+        stager's threads while the next is copied; waits for every encode, and raises the first
+        failure once all have ended (none is left reading a buffer)."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(CHUNKS, thread_name_prefix="qdp-encode")
-            pool = self._pool
-        _region.run_all(pool, jobs)
+                self._copy_pool = _region.copier()
+            pool, copy_pool = self._pool, self._copy_pool
+        futures: List[Future] = []
+        try:
+            for k, rows in enumerate(parts):
+                buf = self._take(rows.nbytes)
+                try:
+                    staged = buf[:rows.nbytes].view(rows.dtype).reshape(rows.shape)
+                    _region.copy_into(staged, np.ascontiguousarray(rows), copy_pool)
+                except BaseException:
+                    self._give(buf)
+                    raise
+                futures.append(pool.submit(self._encode_then_give, encode, k, staged, buf))
+        except BaseException:
+            wait(futures)  # no encode is left reading a buffer
+            raise
+        _region.wait_all(futures)
 
-    @contextlib.contextmanager
-    def staged(self, rows: np.ndarray) -> Iterator[np.ndarray]:
-        """A buffer holding a copy of ``rows`` for the ``with`` block, then given back."""
-        n = rows.nbytes
+    def _encode_then_give(self, encode: Callable[[int, np.ndarray], None], k: int,
+                          staged: np.ndarray, buf: np.ndarray) -> None:
+        try:
+            encode(k, staged)
+        finally:
+            self._give(buf)
+
+    def _take(self, n: int) -> np.ndarray:
+        """A free buffer of at least ``n`` bytes (the smallest), else a new one."""
         with self._lock:
             fit = [i for i, b in enumerate(self._free) if b.nbytes >= n]
             # Indices, not list.remove: == between arrays compares their elements.
             buf = self._free.pop(min(fit, key=lambda i: self._free[i].nbytes)) if fit else None
-            if self._copy_pool is None:
-                self._copy_pool = _region.copier()
-            copy_pool = self._copy_pool
         if buf is None:
             buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
-        try:
-            arr = buf[:n].view(rows.dtype).reshape(rows.shape)
-            _region.copy_into(arr, np.ascontiguousarray(rows), copy_pool)
-            yield arr
-        finally:
-            self._give(buf)
+        return buf
 
     def _give(self, buf: np.ndarray) -> None:
         with self._lock:
@@ -246,16 +257,10 @@ def encode(data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None
         if pieces == 1:
             into(given, 0, batch)
         else:
-            stager = _default.stager(c)
             cut = [batch * k // pieces for k in range(pieces + 1)]
-
-            def piece(a: int, b: int) -> Callable[[], None]:
-                def run() -> None:
-                    with stager.staged(src.array[a:b]) as x:
-                        into(x, a, b)
-                return run
-
-            stager.run([piece(cut[k], cut[k + 1]) for k in range(pieces)])
+            _default.stager(c).pipeline(
+                [src.array[cut[k]:cut[k + 1]] for k in range(pieces)],
+                lambda k, x: into(x, cut[k], cut[k + 1]))
     if ordinal is not None or device in (None, "numpy"):
         return out
     import torch  # device "cpu": _cuda_ordinal has checked torch is there

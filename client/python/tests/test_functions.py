@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from typing import Any, Iterator
 
 import numpy as np
@@ -106,13 +107,14 @@ def test_a_batch_in_pieces_gives_the_bits_of_one_encode(default, monkeypatch, en
     whole = qdp.encode(X, encoding, 8, dtype=dtype)
     monkeypatch.setattr(_functions, "CHUNK_BYTES", 64)  # every batch in pieces
     staged = []
-    real = _functions._Stager.staged
-    monkeypatch.setattr(_functions._Stager, "staged",
-                        lambda self, rows: staged.append(len(rows)) or real(self, rows))
+    real = _functions._Stager.pipeline
+    monkeypatch.setattr(_functions._Stager, "pipeline",
+                        lambda self, parts, encode: staged.append([len(p) for p in parts])
+                        or real(self, parts, encode))
     for _ in range(2):  # the second time through buffers kept from the first
         got = qdp.encode(X, encoding, 8, dtype=dtype)
         k = _functions.CHUNKS
-        assert sorted(staged[-k:]) == sorted(37 * (i + 1) // k - 37 * i // k for i in range(k))
+        assert staged[-1] == [37 * (i + 1) // k - 37 * i // k for i in range(k)]
         assert got.dtype == whole.dtype and got.shape == whole.shape
         assert np.array_equal(got.view(np.uint8), whole.view(np.uint8))
     assert_close(whole, batch(encoding, X, 8), whole.dtype)
@@ -136,14 +138,25 @@ def test_the_stager_reuses_any_free_buffer() -> None:
             return np.zeros(count, dtype)
 
     stager = _functions._Stager(Maker())  # type: ignore[arg-type]
+    seen: dict = {}
+
+    staged_both = threading.Event()
+
+    def keep(k: int, x: np.ndarray) -> None:  # what part k was staged as, and where
+        seen[k] = (x.copy(), x.ctypes.data)
+        if k == 0:  # holds its buffer until part 1 is staged: two buffers are made
+            staged_both.wait(10)
+        else:
+            staged_both.set()
+
     try:
-        big, small = np.ones(4 << 20), np.ones(1 << 10)  # buffers of 32 MiB and of 1 MiB
-        with stager.staged(small) as b, stager.staged(big) as a:  # the big one is given first
-            assert np.array_equal(a, big) and np.array_equal(b, small)
-        # Free: [32 MiB, 1 MiB]; the small one (second) fits best and is taken.
-        with stager.staged(small[:5]) as c:
-            assert np.array_equal(c, small[:5]) and c.base is not None
-        with stager.staged(big) as d:
-            assert np.array_equal(d, big)
+        big, small = np.ones(4 << 20), np.arange(1 << 10, dtype=np.float64)  # 32 MiB, 8 KiB
+        stager.pipeline([big, small], keep)  # two buffers made: 32 MiB and 1 MiB
+        assert np.array_equal(seen[0][0], big) and np.array_equal(seen[1][0], small)
+        at_big, at_small = seen[0][1], seen[1][1]
+        stager.pipeline([small[:5]], keep)  # the smallest free buffer that fits is taken
+        assert np.array_equal(seen[0][0], small[:5]) and seen[0][1] == at_small
+        stager.pipeline([big], keep)
+        assert np.array_equal(seen[0][0], big) and seen[0][1] == at_big
     finally:
         stager.close()
