@@ -8,16 +8,18 @@
 # apt-get when missing) in ROOT (default: a new folder under /var/tmp), copies this working tree
 # into its /root/qdp (the files git tracks or would track, so no build folder), mounts /proc,
 # /sys and /dev there, and runs in it, as root in /root/qdp with a clean environment:
-#   1. each command of the README's "Quick start" block, word for word;
-#   2. the README's "From Python" shell block, word for word in one shell, then its first Python
-#      block with python3 in that shell;
+#   1. each command of the README's "From Python" shell block, word for word, each in a shell of
+#      its own, in the root as debootstrap left it; then that section's first Python block with
+#      ~/qdp-venv/bin/python3, the environment's python3, as the README says to run it;
+#   2. each command of the README's "Quick start" block (whose package installs then find most
+#      of their packages installed by step 1);
 #   3. `meson install -C build`, then the installed qdpd and qdpctl (`qdpctl status`) and a program
 #      built with `pkg-config --cflags --libs qdp`, none with LD_LIBRARY_PATH.
 # The blocks are read from README.md, so this tests the README itself. Every step runs whatever
 # the one before left; after each, the processes it left in the root are killed. At the end it
-# prints each step, ok or FAILED with its status and time, and the tail of its output; the whole
-# logs stay in a folder it names. The mounts are undone on every exit, and the root is deleted
-# unless QDP_FRESH_KEEP=1.
+# prints each step (for the README's commands, the command itself), ok or FAILED with its status
+# and time, and the tail of its output; the whole logs stay in a folder it names. The mounts are
+# undone on every exit, and the root is deleted unless QDP_FRESH_KEEP=1.
 #
 # The README's commands see HOME, PATH, LANG and TERM, and these when set here: QDP_SANITIZE,
 # QDP_FUZZ, QDP_PYTHON and QDP_FUZZ_SECONDS (which tests/run-all.sh reads: QDP_SANITIZE=0
@@ -119,10 +121,10 @@ block() { # TITLE LANG N
     insec && $0 == open && ++k == n { inblock = 1 }
   ' "$src/README.md"
 }
-quick=$(block "Quick start" sh 1)
 py_sh=$(block "From Python" sh 1)
 py_code=$(block "From Python" python 1)
-for b in quick py_sh py_code; do
+quick=$(block "Quick start" sh 1)
+for b in py_sh py_code quick; do
   eval "[ -n \"\$$b\" ]" || { echo "fresh-debian: README.md lacks the block '$b'" >&2; exit 2; }
 done
 
@@ -146,6 +148,7 @@ step() { # TITLE SCRIPT: runs SCRIPT with sh in /root/qdp inside the root
   # what is left inside).
   wait $!
   rc=$?
+  secs=$(($(date +%s) - t0))
   kill_inside
   if [ "$rc" -eq 0 ]; then
     r="ok"
@@ -154,36 +157,31 @@ step() { # TITLE SCRIPT: runs SCRIPT with sh in /root/qdp inside the root
     failed=$((failed + 1))
   fi
   {
-    echo "== step $n: $1: $r, $(($(date +%s) - t0)) s"
+    echo "== step $n: $1: $r, $secs s"
     tail -n "${QDP_FRESH_TAIL:-15}" "$logs/step-$n.log" | sed 's/^/   | /'
   } >>"$summary"
-  echo "fresh-debian: step $n: $r"
+  echo "fresh-debian: step $n: $r, $secs s"
+}
+# Each command of a README block (its lines but blank and comment lines) as a step of its own.
+commands() { # SECTION BLOCK
+  printf '%s\n' "$2" | while IFS= read -r line; do
+    case $line in '' | '#'*) continue ;; esac
+    printf '%s\n' "$line"
+  done >"$logs/commands.txt"
+  while IFS= read -r line; do
+    step "$1: $line" "$line"
+  done <"$logs/commands.txt"
 }
 
-# 1. Each Quick start command on its own.
-printf '%s\n' "$quick" | while IFS= read -r line; do
-  case $line in '' | '#'*) continue ;; esac
-  printf '%s\n' "$line"
-done >"$logs/quick.txt"
-while IFS= read -r line; do
-  step "Quick start: $line" "$line"
-done <"$logs/quick.txt"
-
-# 2. The From Python block in one shell, each line announced so the log says which one failed,
-# then the example in that shell.
+# 1. From Python: its commands, then its example with the environment's python3.
+commands "From Python" "$py_sh"
 printf '%s\n' "$py_code" >"$root/tmp/readme-example.py"
-script="set -e"
-nl='
-'
-while IFS= read -r line; do
-  case $line in '' | '#'*) continue ;; esac
-  q=$(printf '%s' "$line" | sed "s/'/'\\\\''/g")
-  script="$script$nl echo '>>> $q'$nl$line"
-done <<EOF
-$py_sh
-EOF
-script="$script$nl echo '>>> python3 (the example)'${nl}python3 /tmp/readme-example.py"
-step "From Python: its shell block, then the example with python3" "$script"
+# shellcheck disable=SC2088 # the step's shell expands ~, inside the root
+step "From Python: its first Python block, with ~/qdp-venv/bin/python3" \
+  '~/qdp-venv/bin/python3 /tmp/readme-example.py'
+
+# 2. Each Quick start command.
+commands "Quick start" "$quick"
 
 # 3. The install, and what it installed run as installed.
 step "meson install -C build; the installed qdpd, qdpctl status and a program using libqdp" '
