@@ -80,8 +80,12 @@ nvidia-smi -L > /dev/null 2>&1 && gpu=1
 
 # 1. Install.
 echo "== install"
-if ! "$py" -m pip install --no-deps --no-index --disable-pip-version-check --target "$site" \
-  "$wheel" > "$out/install.txt" 2>&1; then
+# The interpreter's pip, else the one on PATH: a wheel tagged py3-none installs alike with either.
+pip=("$py" -m pip)
+"${pip[@]}" --version > /dev/null 2>&1 || pip=(pip)
+"${pip[@]}" --version > "$out/install.txt" 2>&1
+if ! "${pip[@]}" install --no-deps --no-index --disable-pip-version-check --target "$site" \
+  "$wheel" >> "$out/install.txt" 2>&1; then
   cat "$out/install.txt"
   echo "FAIL: pip install of $wheel (above)"
   exit 1
