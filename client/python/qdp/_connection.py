@@ -183,6 +183,10 @@ class Connection:
         after; for finalizers (see :class:`_Later`)."""
         self._later.put(job)
 
+    def flush(self) -> None:
+        """Waits until the calls :meth:`later` queued have been made."""
+        self._later.drain()
+
     def release_quietly(self, handle: str, token: str) -> None:
         """Release, for a State's finalizer: nothing once closed, and never an exception."""
         if not self.open:

@@ -11,95 +11,15 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _region
 from .client import Client
 from .errors import InvalidArgument, NotSupported
-from .records import NUMPY_DTYPES, Plan, Status
+from .records import Plan, Status
 
 _STATE_DTYPES = ("complex128", "complex64")
-#: A batch of at least CHUNK_BYTES of input is encoded in up to CHUNKS pieces of rows: each piece
-#: is copied into shared memory while the daemon encodes the one before, so the copy and the
-#: daemon's upload overlap (docs/performance.md, "From Python").
-CHUNK_BYTES = 8 << 20
-CHUNKS = 4
-
-
-class _Stager:
-    """Shared-memory input buffers of one client (:meth:`qdp.Client.empty`), reused by
-    :func:`encode`: the pieces of a batch are copied into them one after another on the caller's
-    thread (each copy in parallel parts) and encoded from them in place on the stager's threads,
-    so that the daemon reads one piece while the next is copied; a buffer holds one piece until
-    its Encode answers."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._lock = threading.Lock()
-        self._free: List[np.ndarray] = []
-        self._pool: Optional[ThreadPoolExecutor] = None  # the pieces' encodes
-        self._copy_pool: Optional[ThreadPoolExecutor] = None  # the pieces' copies, in parts
-
-    def pipeline(self, parts: List[np.ndarray],
-                 encode: Callable[[int, np.ndarray], None]) -> None:
-        """Stages each of ``parts`` in turn and calls ``encode(k, staged)`` for part k on the
-        stager's threads while the next is copied; waits for every encode, and raises the first
-        failure once all have ended (none is left reading a buffer)."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(CHUNKS, thread_name_prefix="qdp-encode")
-                self._copy_pool = _region.copier()
-            pool, copy_pool = self._pool, self._copy_pool
-        futures: List[Future] = []
-        try:
-            for k, rows in enumerate(parts):
-                buf = self._take(rows.nbytes)
-                try:
-                    staged = buf[:rows.nbytes].view(rows.dtype).reshape(rows.shape)
-                    _region.copy_into(staged, np.ascontiguousarray(rows), copy_pool)
-                except BaseException:
-                    self._give(buf)
-                    raise
-                futures.append(pool.submit(self._encode_then_give, encode, k, staged, buf))
-        except BaseException:
-            wait(futures)  # no encode is left reading a buffer
-            raise
-        _region.wait_all(futures)
-
-    def _encode_then_give(self, encode: Callable[[int, np.ndarray], None], k: int,
-                          staged: np.ndarray, buf: np.ndarray) -> None:
-        try:
-            encode(k, staged)
-        finally:
-            self._give(buf)
-
-    def _take(self, n: int) -> np.ndarray:
-        """A free buffer of at least ``n`` bytes (the smallest), else a new one."""
-        with self._lock:
-            fit = [i for i, b in enumerate(self._free) if b.nbytes >= n]
-            # Indices, not list.remove: == between arrays compares their elements.
-            buf = self._free.pop(min(fit, key=lambda i: self._free[i].nbytes)) if fit else None
-        if buf is None:
-            buf = self._client.empty(-(-max(n, 1 << 20) // 8), np.float64).view(np.uint8)
-        return buf
-
-    def _give(self, buf: np.ndarray) -> None:
-        with self._lock:
-            self._free.append(buf)
-            if len(self._free) > CHUNKS:  # a larger batch left more than one round needs
-                self._free.sort(key=lambda b: b.nbytes)
-                del self._free[:len(self._free) - CHUNKS]
-
-    def close(self) -> None:
-        with self._lock:
-            pools = (self._pool, self._copy_pool)
-            self._pool, self._copy_pool, self._free = None, None, []
-        for pool in pools:
-            if pool is not None:
-                pool.shutdown(wait=True)
 
 
 class _Default:
@@ -111,7 +31,6 @@ class _Default:
         self._client: Optional[Client] = None
         self._pid = 0
         self._gpus: Optional[Tuple[Tuple[str, int], ...]] = None
-        self._stager: Optional[_Stager] = None
 
     def client(self) -> Client:
         with self._lock:
@@ -119,15 +38,7 @@ class _Default:
                 self._client = Client(name="qdp.default")
                 self._pid = os.getpid()
                 self._gpus = None
-                self._stager = None  # a forked child has none of the parent's threads
             return self._client
-
-    def stager(self, c: Client) -> _Stager:
-        """The stager of the default client ``c`` (made at first use)."""
-        with self._lock:
-            if self._stager is None or c is not self._client:
-                self._stager = _Stager(c)
-            return self._stager
 
     def gpus(self, c: Client) -> Tuple[Tuple[str, int], ...]:
         """The daemon's GPUs on this node that this process sees: (name, CUDA ordinal) pairs in
@@ -148,10 +59,7 @@ class _Default:
     def close(self) -> None:
         with self._lock:
             c, self._client, self._gpus = self._client, None, None
-            stager, self._stager = self._stager, None
             mine = self._pid == os.getpid()
-        if stager is not None and mine:
-            stager.close()
         if c is not None and mine:
             c.close()
 
@@ -234,46 +142,19 @@ def encode(data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None
     shape = (batch, 1 << qubits) if batched else (1 << qubits,)
     given = {"array": src.array, "path": src.path, "cuda": src.tensor}[src.kind]
     kw = {"dtype": dt, "policy": policy, "devices": devices}
-    pieces = _pieces(src, batched) if c.socket_path is not None else 1
-    if ordinal is None and pieces == 1:  # the fetched array is the result
+    if ordinal is None:  # the fetched array is the result
         with c.encode(given, encoding, qubits, **kw) as s:
             out = s.numpy()
     else:
-        if ordinal is not None:
-            import torch
+        import torch
 
-            out = torch.empty(shape, dtype=getattr(torch, dt), device=f"cuda:{ordinal}")
-        else:
-            out = np.empty(shape, dtype=NUMPY_DTYPES[dt])
-
-        def into(x: Any, a: int, b: int) -> None:
-            """Rows a to b of the result from their input x (the whole result unbatched)."""
-            if ordinal is not None:
-                c.encode(x, encoding, qubits, out=out[a:b] if batched else out, **kw)
-                return
-            with c.encode(x, encoding, qubits, **kw) as s:
-                out[a:b] = s.numpy()
-
-        if pieces == 1:
-            into(given, 0, batch)
-        else:
-            cut = [batch * k // pieces for k in range(pieces + 1)]
-            _default.stager(c).pipeline(
-                [src.array[cut[k]:cut[k + 1]] for k in range(pieces)],
-                lambda k, x: into(x, cut[k], cut[k + 1]))
+        out = torch.empty(shape, dtype=getattr(torch, dt), device=f"cuda:{ordinal}")
+        c.encode(given, encoding, qubits, out=out, **kw)
     if ordinal is not None or device in (None, "numpy"):
         return out
     import torch  # device "cpu": _cuda_ordinal has checked torch is there
 
     return torch.from_numpy(out)
-
-
-def _pieces(src: Any, batched: bool) -> int:
-    """In how many pieces of rows an input is encoded: one, unless it is a batch of an array at
-    least CHUNK_BYTES large."""
-    if src.kind != "array" or not batched or src.array.nbytes < CHUNK_BYTES:
-        return 1
-    return min(CHUNKS, src.rows)
 
 
 def _samples(src: Any, encoding: str) -> Tuple[int, bool]:

@@ -283,6 +283,13 @@ class Client:
         """
         return self._conn.call(method, request, timeout)
 
+    def flush(self) -> None:
+        """Waits until the calls this client makes off the caller's path have been made: the
+        releases of states (:meth:`State.release`, and those collected) and the ends of view
+        leases. Every other call of the client waits for them first anyway; this is for a
+        program that then looks at the daemon through another client or process."""
+        self._conn.flush()
+
     def _new_region(self, nbytes: int) -> Region:
         r = Region(nbytes, self._conn.register_region, self._conn.unregister_quietly)
         self._regions[id(r)] = r

@@ -57,7 +57,8 @@ class State:
         self.batch: int = info.batch or 1
         dim = 1 << self.qubits
         self.shape: Tuple[int, ...] = (self.batch, dim) if batched else (dim,)
-        self._first_info = StateInfo.from_proto(info)
+        self._reply = info  # the reply's StateInfo message, made a record when asked for
+        self._first: Optional[StateInfo] = None
         self._released = False
         self._released_how = ""
         self._finalizer: Optional[weakref.finalize] = None
@@ -71,6 +72,13 @@ class State:
         state = "released" if self._released else "resident"
         return (f"<qdp.State {self.handle} {self.encoding} qubits={self.qubits} "
                 f"batch={self.batch} {self.dtype} {state}>")
+
+    @property
+    def _first_info(self) -> StateInfo:
+        """The state as the reply that made it described it (its shards' devices)."""
+        if self._first is None:
+            self._first = StateInfo.from_proto(self._reply)
+        return self._first
 
     def _ref(self) -> Any:
         if self._released:
@@ -304,8 +312,12 @@ class State:
         return self._owner.adopt(reply.state, len(self.shape) == 2, ttl)
 
     def release(self) -> None:
-        """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
-        released by another holder of its token) is not an error."""
+        """Frees the state on the daemon. Idempotent; a state already gone (expired, or
+        released by another holder of its token) is not an error.
+
+        The Release is sent on the client's own thread, off the caller's path but before any
+        later call of the client, which therefore sees the state gone (``states()``,
+        ``status()``); it is not retried, and its failure (the daemon gone) is not raised."""
         self._release(closed=False)
 
     def _release(self, closed: bool) -> None:
@@ -317,11 +329,7 @@ class State:
         if self._finalizer is not None:
             self._finalizer.detach()
         conn = self._owner.conn
-        try:
-            conn.call("Release", conn.wire.StateRef(handle=self.handle, token=self.token))
-        except Exception as e:
-            if getattr(e, "status", "") != "NOT_FOUND":
-                raise
+        conn.later(functools.partial(conn.release_quietly, self.handle, self.token))
 
     def __enter__(self) -> "State":
         return self

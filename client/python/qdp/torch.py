@@ -605,6 +605,7 @@ class _Stream:
             for fut, _ in pending:
                 fut.cancel()
             pool.shutdown(wait=True)
+            self.client.flush()  # the dropped batches' states are released when this returns
 
 
 #: CUDA_ERROR_NOT_INITIALIZED: the driver's answer before the process's first cuInit.

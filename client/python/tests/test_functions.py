@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from typing import Any, Iterator
 
 import numpy as np
@@ -96,67 +95,10 @@ def test_import_does_not_make_a_client() -> None:
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-@pytest.mark.parametrize("encoding, cols, dtype", [("amplitude", 256, "complex128"),
-                                                   ("angle", 8, "complex64"),
-                                                   ("iqp", 36, "complex128"),
-                                                   ("basis", 0, "complex128")])
-def test_a_batch_in_pieces_gives_the_bits_of_one_encode(default, monkeypatch, encoding, cols,
-                                                        dtype) -> None:
-    rng = np.random.default_rng(11)
-    X = rng.integers(0, 256, size=37) if encoding == "basis" else rng.uniform(-1, 1, (37, cols))
-    whole = qdp.encode(X, encoding, 8, dtype=dtype)
-    monkeypatch.setattr(_functions, "CHUNK_BYTES", 64)  # every batch in pieces
-    staged = []
-    real = _functions._Stager.pipeline
-    monkeypatch.setattr(_functions._Stager, "pipeline",
-                        lambda self, parts, encode: staged.append([len(p) for p in parts])
-                        or real(self, parts, encode))
-    for _ in range(2):  # the second time through buffers kept from the first
-        got = qdp.encode(X, encoding, 8, dtype=dtype)
-        k = _functions.CHUNKS
-        assert staged[-1] == [37 * (i + 1) // k - 37 * i // k for i in range(k)]
-        assert got.dtype == whole.dtype and got.shape == whole.shape
-        assert np.array_equal(got.view(np.uint8), whole.view(np.uint8))
-    assert_close(whole, batch(encoding, X, 8), whole.dtype)
-
-
-def test_a_failing_piece_raises_after_every_piece_ended(default, monkeypatch) -> None:
-    monkeypatch.setattr(_functions, "CHUNK_BYTES", 64)
-    X = np.ones((8, 4))
-    X[5, 2] = np.nan  # in the third piece
-    with pytest.raises(qdp.InvalidArgument):
-        qdp.encode(X, "amplitude", 2)
-    before = qdp.status().states
-    assert qdp.encode(np.ones((8, 4)), "amplitude", 2).shape == (8, 4)  # nothing left stuck
-    assert qdp.status().states == before
-
-
-@pytest.mark.filterwarnings("error")  # NumPy 1 warns where NumPy 2 raises: arrays compared
-def test_the_stager_reuses_any_free_buffer() -> None:
-    class Maker:  # Client.empty's part the stager uses, without a daemon
-        def empty(self, count: int, dtype: Any) -> np.ndarray:
-            return np.zeros(count, dtype)
-
-    stager = _functions._Stager(Maker())  # type: ignore[arg-type]
-    seen: dict = {}
-
-    staged_both = threading.Event()
-
-    def keep(k: int, x: np.ndarray) -> None:  # what part k was staged as, and where
-        seen[k] = (x.copy(), x.ctypes.data)
-        if k == 0:  # holds its buffer until part 1 is staged: two buffers are made
-            staged_both.wait(10)
-        else:
-            staged_both.set()
-
-    try:
-        big, small = np.ones(4 << 20), np.arange(1 << 10, dtype=np.float64)  # 32 MiB, 8 KiB
-        stager.pipeline([big, small], keep)  # two buffers made: 32 MiB and 1 MiB
-        assert np.array_equal(seen[0][0], big) and np.array_equal(seen[1][0], small)
-        at_big, at_small = seen[0][1], seen[1][1]
-        stager.pipeline([small[:5]], keep)  # the smallest free buffer that fits is taken
-        assert np.array_equal(seen[0][0], small[:5]) and seen[0][1] == at_small
-        stager.pipeline([big], keep)
-        assert np.array_equal(seen[0][0], big) and seen[0][1] == at_big
-    finally:
-        stager.close()
+def test_a_large_batch_is_encoded_once_from_shared_memory(default) -> None:
+    """A batch above the staging size goes through the client's staging region, in one job."""
+    X = np.random.default_rng(11).uniform(-1, 1, (300, 1024))  # 2.3 MiB of float64
+    before = qdp.status()
+    got = qdp.encode(X, "amplitude", 10)
+    assert_close(got, batch("amplitude", X, 10), got.dtype)
+    assert qdp.status().states == before.states
