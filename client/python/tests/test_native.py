@@ -164,3 +164,22 @@ def test_close_makes_the_deferred_calls_first(daemon) -> None:
     c.close()
     with qdp.Client(daemon.target) as other:
         assert handle not in {i.handle for i in other.states()}
+
+
+def test_release_returns_before_the_daemon_answers(client: qdp.Client, monkeypatch) -> None:
+    conn = client._conn
+    real = conn.call
+
+    def slow(method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "Release":  # a daemon slow to answer
+            time.sleep(0.3)
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(conn, "call", slow)
+    s = client.encode([1.0, 2.0], "amplitude", 1)
+    t0 = time.monotonic()
+    s.release()
+    assert time.monotonic() - t0 < 0.2 and s.released
+    assert s.handle not in {i.handle for i in client.states()}  # the next call waited for it
+    with pytest.raises(qdp.NotFound):
+        s.numpy()
