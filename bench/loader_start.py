@@ -103,7 +103,7 @@ def one(args: argparse.Namespace) -> Dict[str, Any]:
     del it
     err = 0.0
     for states, rows in got:
-        want = ref.batch("angle", X[rows.numpy()], q)
+        want = ref.batch("angle", X[rows.cpu().numpy()], q)
         err = max(err, float(np.abs(states.cpu().numpy() - want).max()))
     out = {"method": method, "pick": args.one, "device": str(got[0][0].device),
            "import_ms": import_ms, "started_ms": (float(stamps.max()) - t0) * 1e3,
