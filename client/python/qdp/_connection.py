@@ -231,11 +231,11 @@ class Connection:
 
 
 class _Later:
-    """The thread that makes a connection's deferred calls, in order, off the caller's path: the
-    ends of view leases and the releases of states that the garbage collector reclaimed (a
-    tensor over a view, a State, going out of scope in a loop). Every other call of the
-    connection first waits until those made before it are done (:meth:`drain`), so nothing a
-    program observes changes; only where the wait falls does."""
+    """The thread that makes a connection's deferred calls, in order of queueing, off the
+    caller's path: the ends of view leases and the releases of states that the garbage collector
+    reclaimed (a tensor over a view, a State, going out of scope in a loop). Every other call of
+    the connection first sees those queued before it done (:meth:`drain`), so nothing a program
+    observes through the connection changes; only where the work falls does."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
@@ -265,12 +265,25 @@ class _Later:
         _quietly(job)  # closed, or another process's: at once, here
 
     def drain(self) -> None:
-        """Waits until every job put before has run (at once on the thread itself)."""
+        """Returns once every job put before has run: those still queued run here, on the
+        caller's thread (sooner than a wake-up of the connection's), one running there is
+        waited for. At once on the connection's thread itself."""
         if not self._pending or threading.current_thread() is self._thread:
             return
+        while True:
+            with self._cv:
+                while not self._jobs and self._pending:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                job = self._jobs.popleft()
+            self._done(job)
+
+    def _done(self, job: Callable[[], None]) -> None:
+        _quietly(job)
         with self._cv:
-            while self._pending:
-                self._cv.wait()
+            self._pending -= 1
+            self._cv.notify_all()
 
     def _run(self) -> None:
         while True:
@@ -280,10 +293,7 @@ class _Later:
                 if not self._jobs:
                     return
                 job = self._jobs.popleft()
-            _quietly(job)
-            with self._cv:
-                self._pending -= 1
-                self._cv.notify_all()
+            self._done(job)
 
     def close(self) -> None:
         """Runs what is queued, then ends the thread. Idempotent."""

@@ -285,8 +285,8 @@ class Client:
 
     def flush(self) -> None:
         """Waits until the calls this client makes off the caller's path have been made: the
-        releases of states (:meth:`State.release`, and those collected) and the ends of view
-        leases. Every other call of the client waits for them first anyway; this is for a
+        releases of the states and the ends of the view leases that the garbage collector
+        reclaimed. Every other call of the client sees them done first anyway; this is for a
         program that then looks at the daemon through another client or process."""
         self._conn.flush()
 

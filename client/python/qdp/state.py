@@ -312,12 +312,9 @@ class State:
         return self._owner.adopt(reply.state, len(self.shape) == 2, ttl)
 
     def release(self) -> None:
-        """Frees the state on the daemon. Idempotent; a state already gone (expired, or
-        released by another holder of its token) is not an error.
-
-        The Release is sent on the client's own thread, off the caller's path but before any
-        later call of the client, which therefore sees the state gone (``states()``,
-        ``status()``); it is not retried, and its failure (the daemon gone) is not raised."""
+        """Frees the state on the daemon now. Idempotent; a state already gone (expired, or
+        released by another holder of its token) is not an error. (A state that is collected
+        unreleased is released on its client's own thread, before the client's next call.)"""
         self._release(closed=False)
 
     def _release(self, closed: bool) -> None:
@@ -329,7 +326,11 @@ class State:
         if self._finalizer is not None:
             self._finalizer.detach()
         conn = self._owner.conn
-        conn.later(functools.partial(conn.release_quietly, self.handle, self.token))
+        try:
+            conn.call("Release", conn.wire.StateRef(handle=self.handle, token=self.token))
+        except Exception as e:
+            if getattr(e, "status", "") != "NOT_FOUND":
+                raise
 
     def __enter__(self) -> "State":
         return self

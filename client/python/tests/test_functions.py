@@ -27,13 +27,14 @@ def default(daemon: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[qdp.Client
     _functions._default.close()
 
 
-def test_encode_returns_the_reference_state_as_numpy_and_keeps_nothing(default) -> None:
+def test_encode_returns_the_reference_state_as_numpy_and_keeps_nothing(default, daemon) -> None:
     X = np.random.default_rng(3).uniform(-1, 1, size=(5, 6))
-    before = qdp.status().states
-    psi = qdp.encode(X, "angle", 6)
+    with qdp.Client(daemon.target) as other:  # sees the daemon as another process would
+        before = other.status().states
+        psi = qdp.encode(X, "angle", 6)
+        assert other.status().states == before  # nothing to release, nothing left
     assert isinstance(psi, np.ndarray) and psi.shape == (5, 64) and psi.dtype == np.complex128
     assert_close(psi, batch("angle", X, 6), np.complex128)
-    assert qdp.status().states == before  # nothing to release
 
 
 def test_encode_of_one_sample_is_one_state(default) -> None:
