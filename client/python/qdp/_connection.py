@@ -267,8 +267,10 @@ class _Later:
     def drain(self) -> None:
         """Returns once every job put before has run: those still queued run here, on the
         caller's thread (sooner than a wake-up of the connection's), one running there is
-        waited for. At once on the connection's thread itself."""
-        if not self._pending or threading.current_thread() is self._thread:
+        waited for. At once on the connection's thread itself, and in a child of ``fork``,
+        where that thread does not run (nor may this connection's gRPC)."""
+        if not self._pending or threading.current_thread() is self._thread or \
+                os.getpid() != self._pid:
             return
         while True:
             with self._cv:
