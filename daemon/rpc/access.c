@@ -191,5 +191,11 @@ qdp_status rpc_encode_request_of(const struct rpc_call *c, const Qdp__EncodeRequ
       .label = r->label,
       .views = r->views,
       .client_pid = r->client_pid};
+  if (r->reply_amplitudes && (r->out || r->views)) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "reply_amplitudes",
+                         "reply_amplitudes sends the state back and keeps nothing, so %s has "
+                         "nothing to act on: ask for one or the other",
+                         r->out ? "out" : "views");
+  }
   return output_of(c, r->out, out, ret, err);
 }

@@ -70,7 +70,7 @@ static void count_job_end(struct rpc_call *c, const struct job_encode_request *r
 /* Encodes req and answers the call; an upload (its buffer and its request, which req points
  * into) goes back to upload_budget as soon as the encode is over, not when the client reads the
  * reply. */
-static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req) {
+static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req, bool amplitudes) {
   struct rpc_server *s = c->srv;
   struct qdp_error err = QDP_ERROR_INIT;
   struct job_state_info st;
@@ -98,7 +98,8 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
   char state[sizeof st.meta.handle];
   memcpy(state, st.meta.handle, sizeof state);
   rpc_call_ref(c);
-  grpc_byte_buffer *reply = rpc_state_reply(s, &st, true, &err);
+  grpc_byte_buffer *reply =
+      amplitudes ? rpc_amplitudes_reply(s, &st, &err) : rpc_state_reply(s, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
   if (reply && log_enabled(LOG_LEVEL_INFO, "rpc")) {
     char job[24], qubits[16], bytes[24], total[32], phase[5][32];
@@ -150,7 +151,7 @@ static void rpc_h_encode(struct rpc_job *j) {
     rpc_finish(c, NULL, &err);
     return;
   }
-  encode_and_answer(c, &req);
+  encode_and_answer(c, &req, r->reply_amplitudes);
 }
 
 static void rpc_h_upload_encode(struct rpc_job *j) {
@@ -175,7 +176,7 @@ static void rpc_h_upload_encode(struct rpc_job *j) {
                                  .values = c->up.buf,
                                  .bytes = c->up.len,
                                  .fd = -1};
-  encode_and_answer(c, &req);
+  encode_and_answer(c, &req, r->reply_amplitudes);
 }
 
 static void rpc_h_plan(struct rpc_job *j) {

@@ -1,4 +1,5 @@
 /* Packing job/'s answers into replies (reply.h). */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,53 @@ grpc_byte_buffer *rpc_state_reply(struct rpc_server *s, struct job_state_info *s
   }
   job_state_info_end(s->jobs, st, !a.failed);
   rpc_arena_free(&a);
+  return reply;
+}
+
+grpc_byte_buffer *rpc_amplitudes_reply(struct rpc_server *s, struct job_state_info *st,
+                                       struct qdp_error *err) {
+  struct rpc_arena a = {0};
+  struct job_fetch f = {0};
+  grpc_byte_buffer *reply = NULL;
+  void *buf = NULL;
+  uint64_t bytes = st->plan->total_bytes;
+  if (bytes > RPC_REPLY_AMPLITUDES_MAX) {
+    qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "reply_amplitudes",
+                  "the state has %" PRIu64 " B, above the %" PRIu64
+                  " B a reply carries: leave reply_amplitudes unset and fetch it (Fetch, "
+                  "FetchInto)",
+                  bytes, (uint64_t)RPC_REPLY_AMPLITUDES_MAX);
+    if (err) {
+      err->need_bytes = bytes;
+      err->free_bytes = RPC_REPLY_AMPLITUDES_MAX;
+    }
+    goto out;
+  }
+  buf = malloc(bytes ? bytes : 1);
+  if (!buf) {
+    qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                  "cannot allocate %" PRIu64 " B for the amplitudes of the reply", bytes);
+    goto out;
+  }
+  if (job_fetch_open(s->jobs, st->meta.handle, st->token, 0, 0, &f, err) != QDP_OK ||
+      job_fetch_read(&f, f.total, buf, err) != QDP_OK) {
+    goto out;
+  }
+  Qdp__StateInfo *info = rpc_state_info(s, &a, st);
+  if (rpc_arena_check(&a, err) != QDP_OK) {
+    goto out;
+  }
+  info->handle = (char *)""; /* released below: nothing names it */
+  info->token = (char *)"";
+  Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;
+  er.state = info;
+  er.amplitudes = (ProtobufCBinaryData){(size_t)bytes, buf};
+  reply = qdp_wire_pack(&er.base);
+out:
+  job_fetch_close(s->jobs, &f);
+  job_state_info_end(s->jobs, st, false); /* the fresh state is released */
+  rpc_arena_free(&a);
+  free(buf);
   return reply;
 }
 

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <grpc/grpc.h>
 
@@ -36,6 +37,13 @@ Qdp__StateInfo *rpc_state_info(struct rpc_server *s, struct rpc_arena *a,
  * when it could not be built. */
 grpc_byte_buffer *rpc_state_reply(struct rpc_server *s, struct job_state_info *st, bool encode,
                                   struct qdp_error *reterr);
+/* The most a reply of EncodeRequest.reply_amplitudes carries. */
+#define RPC_REPLY_AMPLITUDES_MAX (UINT64_C(64) << 20)
+/* An EncodeReply carrying every amplitude of st's new state (and its layout, no handle or token),
+ * then ends the info, which releases the state: nothing names it. NULL with *reterr set above
+ * RPC_REPLY_AMPLITUDES_MAX (INVALID_ARGUMENT "reply_amplitudes") or when it could not be read. */
+grpc_byte_buffer *rpc_amplitudes_reply(struct rpc_server *s, struct job_state_info *st,
+                                       struct qdp_error *reterr);
 /* A PlanReply: the shards, every device's need, and why it does not fit (why->code not OK). */
 grpc_byte_buffer *rpc_plan_reply(struct rpc_server *s, struct rpc_arena *a, const struct plan *p,
                                  const struct qdp_error *why);
