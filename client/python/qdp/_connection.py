@@ -244,6 +244,7 @@ class _Later:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
         self._pid = os.getpid()
+        self._in_job = threading.local()  # set on a thread while it runs a job
 
     def put(self, job: Callable[[], None]) -> None:
         with self._cv:
@@ -267,9 +268,9 @@ class _Later:
     def drain(self) -> None:
         """Returns once every job put before has run: those still queued run here, on the
         caller's thread (sooner than a wake-up of the connection's), one running there is
-        waited for. At once on the connection's thread itself, and in a child of ``fork``,
-        where that thread does not run (nor may this connection's gRPC)."""
-        if not self._pending or threading.current_thread() is self._thread or \
+        waited for. At once within a job (its own calls), and in a child of ``fork``, where
+        that thread does not run (nor may this connection's gRPC)."""
+        if not self._pending or getattr(self._in_job, "on", False) or \
                 os.getpid() != self._pid:
             return
         while True:
@@ -282,7 +283,11 @@ class _Later:
             self._done(job)
 
     def _done(self, job: Callable[[], None]) -> None:
-        _quietly(job)
+        self._in_job.on = True  # its own calls must not wait for it
+        try:
+            _quietly(job)
+        finally:
+            self._in_job.on = False
         with self._cv:
             self._pending -= 1
             self._cv.notify_all()

@@ -142,9 +142,9 @@ def encode(data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None
     shape = (batch, 1 << qubits) if batched else (1 << qubits,)
     given = {"array": src.array, "path": src.path, "cuda": src.tensor}[src.kind]
     kw = {"dtype": dt, "policy": policy, "devices": devices}
-    if ordinal is None:  # the fetched array is the result
-        with c.encode(given, encoding, qubits, **kw) as s:
-            out = s.numpy()
+    if ordinal is None:  # the amplitudes, sent back or fetched, are the result
+        flat = c._encode_amplitudes(src, encoding, qubits, batch, **kw)
+        out = flat.reshape((-1, 1 << qubits) if batched else (1 << qubits,))
     else:
         import torch
 

@@ -18,14 +18,17 @@ from ._fetch import Fetcher
 from ._region import Region
 from ._values import EncodeInput, encode_input, ttl_seconds
 from ._wire import Wire
-from .errors import Error, FailedPrecondition, InvalidArgument, NotFound, NotSupported, \
-    PermissionDenied
+from .errors import Error, FailedPrecondition, Internal, InvalidArgument, NotFound, \
+    NotSupported, PermissionDenied
 from .records import NUMPY_DTYPES, Plan, StateInfo, Status, enum_number
 from .state import Owner, State
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
 #: rather than inline in the request.
 LARGE_BYTES = 1 << 20
+#: qdp.encode's results up to this size come back in the Encode's reply (one round trip); larger
+#: ones are fetched into shared memory, which copies nothing on the way (State.numpy).
+REPLY_AMPLITUDES_BYTES = 4 << 20
 #: Bytes per message of a streamed upload.
 UPLOAD_CHUNK = 1 << 20
 #: Bytes of fetch regions a client keeps registered by default (``region_cache_bytes``): two
@@ -587,6 +590,14 @@ class Client:
         r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
                           devices, ttl, label)
         src = self._input(data, encoding)
+        reply = self._send(r, src, dst)
+        if dst is not None:
+            return out  # dst held it until the reply; the amplitudes are in place
+        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
+
+    def _send(self, r: Any, src: EncodeInput, dst: Optional[_ipc.CudaOutput] = None) -> Any:
+        """Sends EncodeRequest ``r`` with input ``src`` (inline, a region, staged, uploaded, a
+        handed-over file) and, with ``dst``, the tensor to write into; returns the reply."""
         staged = (src.kind == "array" and src.array is not None
                   and src.array.nbytes >= LARGE_BYTES and self.socket_path is not None
                   and self._owned_region(src.array) is None)
@@ -597,18 +608,35 @@ class Client:
                 dst.fill(r, _batch_of(r.input, src), r.qubits)  # an upload sends r too
             try:
                 if upload is None:
-                    reply = self.call("Encode", r)
-                else:
-                    req, payload = upload
-                    req.input.ClearField("data")
-                    reply = self._upload(req, payload)
+                    return self.call("Encode", r)
+                req, payload = upload
+                req.input.ClearField("data")
+                return self._upload(req, payload)
             except FailedPrecondition as e:
                 if dst is not None and e.field in ("out", "out.device_uuid"):
                     raise NotSupported(f"out=: {e.message}", field=e.field) from None
                 raise
-        if dst is not None:
-            return out  # dst held it until the reply; the amplitudes are in place
-        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
+
+    def _encode_amplitudes(self, src: EncodeInput, encoding: str, qubits: int, samples: int, *,
+                           dtype: str, policy: str = "auto",
+                           devices: Optional[Sequence[str]] = None) -> np.ndarray:
+        """Every amplitude of the encode of ``src`` (resolved by :meth:`_input`; ``samples`` as
+        the caller counts them), flat, with the state kept nowhere: in the Encode's reply
+        (EncodeRequest.reply_amplitudes, one round trip) up to REPLY_AMPLITUDES_BYTES, else
+        encoded, fetched and released."""
+        dt = NUMPY_DTYPES[dtype]
+        r = self._request(encoding, qubits, dtype, policy, devices, None, "")
+        r.reply_amplitudes = (samples << qubits) * dt.itemsize <= REPLY_AMPLITUDES_BYTES
+        reply = self._send(r, src)
+        if not reply.state.handle:  # the amplitudes came back, the state is gone
+            want = (reply.state.batch or 1) << reply.state.qubits
+            if len(reply.amplitudes) != want * dt.itemsize:
+                raise Internal(f"the daemon sent {len(reply.amplitudes)} B of amplitudes for "
+                               f"{want} {dtype} ones", hint="")
+            return np.frombuffer(reply.amplitudes, dt).copy()
+        # Larger, or a daemon without reply_amplitudes, which kept the state: fetched.
+        with self._owner.adopt(reply.state, True, None) as s:
+            return s.numpy().reshape(-1)
 
     def _output(self, out: Any, dtype: Optional[str]) -> _ipc.CudaOutput:
         """``out`` of :meth:`encode`, checked before anything is sent; its dtype is the state's."""

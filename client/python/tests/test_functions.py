@@ -103,3 +103,53 @@ def test_a_large_batch_is_encoded_once_from_shared_memory(default) -> None:
     got = qdp.encode(X, "amplitude", 10)
     assert_close(got, batch("amplitude", X, 10), got.dtype)
     assert qdp.status().states == before.states
+
+
+def test_a_small_result_comes_back_in_one_call(default, monkeypatch) -> None:
+    qdp.encode([1.0], "angle", 1)  # the first asks the daemon's devices once (Status)
+    calls = []
+    conn = default._conn
+    real = conn.call
+    monkeypatch.setattr(conn, "call", lambda m, *a, **k: calls.append(m) or real(m, *a, **k))
+    x = [0.5, 1.0, 1.5]
+    psi = qdp.encode(x, "angle", 3)
+    assert calls == ["Encode"]  # no Fetch, no Release: the daemon kept nothing
+    assert_close(psi, state("angle", x, 3), np.complex128)
+    assert psi.flags.writeable and qdp.status().states == 0
+
+
+def test_a_larger_result_is_fetched(default, monkeypatch) -> None:
+    from qdp import client as qclient
+
+    monkeypatch.setattr(qclient, "REPLY_AMPLITUDES_BYTES", 0)
+    X = np.random.default_rng(4).uniform(-1, 1, (3, 16))
+    psi = qdp.encode(X, "amplitude", 4, dtype="complex64")
+    assert psi.shape == (3, 16) and psi.dtype == np.complex64
+    assert_close(psi, batch("amplitude", X, 4), np.complex64)
+    assert qdp.status().states == 0
+
+
+def test_reply_amplitudes_is_refused_with_out_or_views_and_above_its_size(default,
+                                                                          sweeping_daemon):
+    c = default
+    r = c._request("angle", 3, "complex128", "auto", None, None, "")
+    c._fill_input(r, c._input([0.5, 1.0, 1.5], "angle"))
+    r.reply_amplitudes = True
+    r.views = True
+    with pytest.raises(qdp.InvalidArgument) as e:
+        c.call("Encode", r)
+    assert e.value.field == "reply_amplitudes" and "views" in e.value.message
+    r.views = False
+    r.out.ipc_handle = bytes(64)
+    with pytest.raises(qdp.InvalidArgument) as e:
+        c.call("Encode", r)
+    assert e.value.field == "reply_amplitudes" and "out" in e.value.message
+    with qdp.Client(sweeping_daemon.target) as big:  # no budgets: a 128 MiB state is made
+        r = big._request("basis", 22, "complex128", "auto", None, None, "")
+        big._fill_input(r, big._input(np.array([0, 1]), "basis"))
+        r.reply_amplitudes = True
+        with pytest.raises(qdp.InvalidArgument) as e:
+            big.call("Encode", r)
+        assert e.value.field == "reply_amplitudes"
+        assert e.value.need_bytes == 128 << 20 and e.value.free_bytes == 64 << 20
+        assert big.status().states == 0  # released, not kept

@@ -187,3 +187,28 @@ def test_close_makes_the_deferred_calls_first(daemon) -> None:
     with qdp.Client(daemon.target) as other:
         assert handle not in {i.handle for i in other.states()}
 
+
+
+def test_a_call_that_runs_a_queued_release_is_not_held_by_it(client: qdp.Client) -> None:
+    """The next call runs a collected state's queued release itself; the release's own call
+    must not wait for the job it is part of."""
+    conn = client._conn
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:  # keeps the connection's thread from taking the release
+        started.set()
+        gate.wait(10)
+
+    s = client.encode([1.0, 2.0], "amplitude", 1)
+    handle = s.handle
+    conn.later(hold)
+    assert started.wait(10)
+    del s  # its release is queued behind hold
+    listed: list = []
+    t = threading.Thread(target=lambda: listed.append({i.handle for i in client.states()}))
+    t.start()  # runs the release, then waits for hold
+    time.sleep(0.3)
+    gate.set()
+    t.join(10)
+    assert not t.is_alive(), "the call waited for the release it was making"
+    assert listed and handle not in listed[0]
