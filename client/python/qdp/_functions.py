@@ -127,7 +127,9 @@ def encode(data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None
     Notes
     -----
     On a GPU the daemon writes the state straight into a tensor allocated here (``out=``): one
-    call, and the daemon keeps nothing. Elsewhere the state is encoded, fetched and released.
+    call, and the daemon keeps nothing. Elsewhere a result of up to 4 MiB comes back in the
+    Encode's reply (one call, nothing kept); a larger one is encoded, fetched into shared
+    memory and released.
     The client is :func:`default_client`; for other settings (a target, a timeout) use a
     :class:`qdp.Client` of your own.
     """
