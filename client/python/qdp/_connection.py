@@ -63,8 +63,8 @@ class Connection:
         self._ends: Dict[str, Any] = {"open": True}
         self._calls: Dict[str, Callable[..., Any]] = {}
         self._rpc_error: Any = None
-        self._unary = {name: wire.method_types(name)[1] for name in wire.service.methods_by_name
-                       if not any(wire.method_types(name)[2:])}
+        types = {name: wire.method_types(name) for name in wire.service.methods_by_name}
+        self._unary = {name: t[1] for name, t in types.items() if not any(t[2:])}
         lib = _native.library() if self.socket_path is not None else None
         self._native = _native.Transport(lib, target, metadata) if lib is not None else None
         self._ends["native"] = self._native

@@ -10,7 +10,7 @@ import mmap
 import os
 import threading
 import weakref
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -49,11 +49,7 @@ def copy_into(dst: np.ndarray, src: np.ndarray, pool: Optional[Executor] = None)
 def run_all(pool: Executor, calls: List[Callable[[], object]]) -> None:
     """Runs the calls at once on ``pool`` and waits for every one; the first failure is raised
     only when all have ended, so that none is left writing."""
-    wait_all([pool.submit(c) for c in calls])
-
-
-def wait_all(futures: List[Future]) -> None:
-    """Waits for every future; then raises the first failure among them, if any."""
+    futures = [pool.submit(c) for c in calls]
     errors = [f.exception() for f in futures]
     for e in errors:
         if e is not None:

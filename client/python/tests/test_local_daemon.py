@@ -156,6 +156,12 @@ def amplitudes(out: Dict[str, Any]) -> List[complex]:
     return [complex(re, im) for re, im in out["state"]]
 
 
+def is_1234(out: Dict[str, Any]) -> bool:
+    """Whether the child encoded [1, 2, 3, 4] as amplitudes: x / |x|."""
+    return amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
+                                            abs=1e-15)
+
+
 def test_a_client_starts_a_private_daemon_when_none_answers(user: User) -> None:
     p, found = user.holder()
     try:
@@ -170,8 +176,7 @@ def test_a_client_starts_a_private_daemon_when_none_answers(user: User) -> None:
         # Its state is the amplitude encoding of [1, 2, 3, 4]: x / |x|.
         out = user.run("encode")
         assert out["pid"] == found["pid"]
-        assert amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
-                                                abs=1e-15)
+        assert is_1234(out)
     finally:
         p.kill()
         p.wait()
@@ -201,8 +206,7 @@ def test_a_process_with_many_descriptors_starts_it(user: User) -> None:
     out = user.run("many_files")
     if "skip" in out:
         pytest.skip(out["skip"])
-    assert amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
-                                            abs=1e-15)
+    assert is_1234(out)
     assert user.gone()
 
 
@@ -216,8 +220,7 @@ def test_a_killed_reaper_takes_qdpd_with_it(user: User) -> None:
         assert wait_for(lambda: not alive(found["pid"]), 10), "qdpd outlived its reaper"
         out = user.run("encode")
         assert out["pid"] != found["pid"]
-        assert amplitudes(out) == pytest.approx([x / math.sqrt(30) for x in (1, 2, 3, 4)],
-                                                abs=1e-15)
+        assert is_1234(out)
     finally:
         p.kill()
         p.wait()
