@@ -58,6 +58,26 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       uint64_t ttl_seconds, const char *label, bool views, int pid,
                       struct job_state_info *ret, struct qdp_error *reterr);
 
+/* ---- a caller's region written (region.c) ---- */
+
+struct job_region;
+/* The region a call (`method`, for messages) writes, pinned into *ret (put back by the caller
+ * with region_registry_put, even on failure): the caller's own (a token alone is not enough to
+ * write into another identity's memory), registered writable, and not lost. */
+qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *caller,
+                             const char *region, const char *token, const char *method,
+                             struct job_region **ret, struct qdp_error *reterr);
+/* OUT_OF_RANGE (field "region_offset" when `at` is past the end, else `field`; need_bytes and
+ * free_bytes set) unless `bytes` fit in g at `at`; `what` says what they are ("8 amplitudes"). */
+qdp_status job_region_fits(const struct job_region *g, const char *name, uint64_t at,
+                           uint64_t bytes, const char *what, const char *field,
+                           struct qdp_error *reterr);
+/* write(arg, g's mapping + at) under the SIGBUS guard: a region cut meanwhile is marked lost and
+ * the call DATA_LOSS. */
+qdp_status job_region_write(struct job_region *g, const char *name, uint64_t at,
+                            qdp_status (*write)(void *arg, void *dst, struct qdp_error *reterr),
+                            void *arg, struct qdp_error *reterr);
+
 /* ---- an encode into the caller's allocation (output.c) ---- */
 
 /* The caller's allocation while its job runs: its GPU, then its mapping and what the runtime

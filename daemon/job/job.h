@@ -319,6 +319,32 @@ qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *call
 qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
                                  uint64_t *ret_bytes, struct qdp_error *reterr);
 
+/* ---- the kernel matrix (kernel.c) ---- */
+
+struct job_kernel_request {
+  const char *a, *a_token; /* the states */
+  const char *b, *b_token; /* b NULL or "": a with itself */
+  bool overlaps;           /* <a_i|b_j> rather than |<a_i|b_j>|^2 */
+  const char *region, *region_token; /* NULL or "": the values come back in the result */
+  uint64_t region_offset;
+};
+
+struct job_kernel_result {
+  uint64_t rows, cols, bytes;
+  qdp_dtype dtype;     /* FLOAT64/FLOAT32 for |.|^2, the states' dtype for overlaps */
+  void *values;        /* without a region: malloc'd, `bytes` long, the caller frees it */
+  char device[32];     /* the device that computed it */
+  double compute_ms;
+};
+
+/* runtime_state_kernel on the two states, pinned meanwhile, into a region the caller registered
+ * writable (its refusals as job_fetch_into's, field "region") or, with none, into host memory
+ * the result hands over: RESOURCE_EXHAUSTED (field "region", need_bytes, free_bytes) past
+ * inline_max bytes. NOT_FOUND for an unknown state or wrong token (field "a" or "b"). */
+qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
+                      const struct job_kernel_request *req, uint64_t inline_max,
+                      struct job_kernel_result *ret, struct qdp_error *reterr);
+
 /* ---- the daemon ---- */
 
 struct job_status {

@@ -1,6 +1,7 @@
 /* Registered regions: shared memory a caller handed over once, mapped whole, read by every job
  * that names it, and written by FetchInto when registered writable. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,54 +80,77 @@ qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, co
   return region_registry_remove(jp->regions, handle, token, ret_bytes, err);
 }
 
-/* The region a FetchInto writes, pinned into *ret (put back by the caller, even on failure): the
- * caller's own (a token alone is not enough to write into another identity's memory), registered
- * writable, and not lost. */
-static qdp_status output_region(struct job_pipeline *jp, const struct job_caller *caller,
-                                const struct job_fetch_into_request *req, struct job_region **ret,
-                                struct qdp_error *err) {
+qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *caller,
+                             const char *region, const char *token, const char *method,
+                             struct job_region **ret, struct qdp_error *err) {
   void *payload = NULL;
   struct region_meta meta;
   qdp_status rc;
-  QDP_TRY(rc, job_check_handle(req->region, "region", err));
-  QDP_TRY(rc, region_registry_get(jp->regions, req->region, req->region_token, &payload, &meta,
-                                  err));
+  *ret = NULL;
+  QDP_TRY(rc, job_check_handle(region, "region", err));
+  QDP_TRY(rc, region_registry_get(jp->regions, region, token, &payload, &meta, err));
   struct job_region *g = *ret = payload;
   if (strcmp(meta.owner, caller->owner) != 0) {
     rc = qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "region",
-                       "region '%.64s' was registered by %s, not by %s: FetchInto writes only "
+                       "region '%.64s' was registered by %s, not by %s: %s writes only "
                        "into the caller's own regions",
-                       req->region, meta.owner, caller->owner);
+                       region, meta.owner, caller->owner, method);
   } else if (!g->writable) {
     rc = qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "region",
                        "region '%.64s' was registered read-only: register it with writable (its "
-                       "descriptor opened O_RDWR and handed over for writing) to FetchInto it",
-                       req->region);
+                       "descriptor opened O_RDWR and handed over for writing) to %s into it",
+                       region, method);
   } else if (atomic_load(&g->lost)) {
     rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
-                       "region '%.64s' shrank while a job used it; register it again",
-                       req->region);
+                       "region '%.64s' shrank while a job used it; register it again", region);
   }
 out:
   return rc;
 }
 
-/* OUT_OF_RANGE unless `bytes` fit in region g at `at`, compared without forming at + bytes. */
-static qdp_status check_fits(const struct job_region *g, const char *name, uint64_t at,
-                             uint64_t count, uint64_t bytes, struct qdp_error *err) {
+qdp_status job_region_fits(const struct job_region *g, const char *name, uint64_t at,
+                           uint64_t bytes, const char *what, const char *field,
+                           struct qdp_error *err) {
   uint64_t size = g->map.bytes;
   if (at <= size && bytes <= size - at) {
     return QDP_OK;
   }
-  qdp_status rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE, at > size ? "region_offset" : "count",
-                                "%" PRIu64 " amplitudes (%" PRIu64 " B) at byte %" PRIu64
+  qdp_status rc = qdp_error_set(err, QDP_ERR_OUT_OF_RANGE, at > size ? "region_offset" : field,
+                                "%s (%" PRIu64 " B) at byte %" PRIu64
                                 " of region '%.64s' pass its end at %" PRIu64 " B",
-                                count, bytes, at, name, size);
+                                what, bytes, at, name, size);
   if (err) {
     err->need_bytes = bytes;
     err->free_bytes = at > size ? 0 : size - at;
   }
   return rc;
+}
+
+qdp_status job_region_write(struct job_region *g, const char *name, uint64_t at,
+                            qdp_status (*write)(void *arg, void *dst, struct qdp_error *err),
+                            void *arg, struct qdp_error *err) {
+  /* A region cut under the write faults in the copy: the guard turns that into a loss. A pinned
+   * region takes the DMA into pages the cut orphaned instead, which only its size tells. */
+  int guard = io_guard_add(g->map.base, g->map.map_len);
+  if (guard < 0) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
+                         "too many mapped inputs and outputs are in use at once; retry");
+  }
+  qdp_status rc = write(arg, (char *)g->map.base + at, err);
+  bool lost = io_guard_remove(guard);
+  if (lost || io_mapping_shrunk(&g->map)) {
+    atomic_store(&g->lost, true);
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
+                       "region '%.64s' shrank while it was written: it does not hold what was "
+                       "written (the region is lost: register it again)",
+                       name);
+  }
+  return rc;
+}
+
+static qdp_status fetch_write(void *arg, void *dst, struct qdp_error *err) {
+  struct job_fetch *f = arg;
+  return job_fetch_read(f, f->total, dst, err);
 }
 
 qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *caller,
@@ -135,29 +159,15 @@ qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *call
   struct job_region *g = NULL;
   struct job_fetch f;
   qdp_status rc;
+  char what[64];
   memset(ret, 0, sizeof *ret);
   memset(&f, 0, sizeof f);
-  QDP_TRY(rc, output_region(jp, caller, req, &g, err));
+  QDP_TRY(rc, job_output_region(jp, caller, req->region, req->region_token, "FetchInto", &g, err));
   QDP_TRY(rc, job_fetch_open(jp, req->handle, req->token, req->offset, req->count, &f, err));
   uint64_t bytes = f.total * f.esize; /* fits: the state's bytes did */
-  QDP_TRY(rc, check_fits(g, req->region, req->region_offset, f.total, bytes, err));
-  /* A region cut under the write faults in the copy: the guard turns that into a loss. A pinned
-   * region takes the DMA into pages the cut orphaned instead, which only its size tells. */
-  int guard = io_guard_add(g->map.base, g->map.map_len);
-  if (guard < 0) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
-                       "too many mapped inputs and outputs are in use at once; retry");
-    goto out;
-  }
-  rc = job_fetch_read(&f, f.total, (char *)g->map.base + req->region_offset, err);
-  bool lost = io_guard_remove(guard);
-  if (lost || io_mapping_shrunk(&g->map)) {
-    atomic_store(&g->lost, true);
-    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
-                       "region '%.64s' shrank while the amplitudes were written into it: it does "
-                       "not hold them (the region is lost: register it again)",
-                       req->region);
-  }
+  snprintf(what, sizeof what, "%" PRIu64 " amplitudes", f.total);
+  QDP_TRY(rc, job_region_fits(g, req->region, req->region_offset, bytes, what, "count", err));
+  rc = job_region_write(g, req->region, req->region_offset, fetch_write, &f, err);
   if (rc == QDP_OK) {
     *ret = (struct job_fetch_into_result){.count = f.total, .bytes = bytes, .dtype = f.dtype};
   }

@@ -531,6 +531,53 @@ static void rpc_h_fetch_into(struct rpc_job *j) {
   rpc_finish(c, qdp_wire_pack(&fr.base), NULL);
 }
 
+static void rpc_h_kernel(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__KernelRequest *r = (const Qdp__KernelRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = rpc_caller(c);
+  struct job_kernel_result res;
+  if (c->tcp && r->region) {
+    qdp_error_set(&err, QDP_ERR_FAILED_PRECONDITION, "region",
+                  "Kernel writes into a region registered on the daemon's node, which only "
+                  "callers on its Unix socket have; over TCP leave the region out");
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  struct job_kernel_request req = {.a = r->a ? r->a->handle : NULL,
+                                   .a_token = r->a ? r->a->token : NULL,
+                                   .b = r->b ? r->b->handle : NULL,
+                                   .b_token = r->b ? r->b->token : NULL,
+                                   .overlaps = r->overlaps,
+                                   .region = r->region ? r->region->handle : NULL,
+                                   .region_token = r->region ? r->region->token : NULL,
+                                   .region_offset = r->region_offset};
+  if (job_kernel(c->srv->jobs, &who, &req, RPC_REPLY_AMPLITUDES_MAX, &res, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "Kernel from %s: %s x %s -> %" PRIu64 " x %" PRIu64 " %s on %s in %.3f ms",
+           c->client, req.a, req.b && req.b[0] ? req.b : req.a, res.rows, res.cols,
+           r->overlaps ? "overlaps" : "fidelities", res.device, res.compute_ms);
+  Qdp__KernelReply kr = QDP__KERNEL_REPLY__INIT;
+  kr.rows = res.rows;
+  kr.cols = res.cols;
+  kr.dtype = (Qdp__DType)res.dtype;
+  kr.bytes = res.bytes;
+  if (res.values) {
+    kr.values.data = res.values;
+    kr.values.len = res.bytes;
+  }
+  kr.device = res.device;
+  kr.compute_ms = res.compute_ms;
+  grpc_byte_buffer *reply = qdp_wire_pack(&kr.base);
+  free(res.values);
+  if (!reply) {
+    qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
+  }
+  rpc_finish(c, reply, reply ? NULL : &err);
+}
+
 void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_ENCODE] = rpc_h_encode,
     [RPC_M_PLAN] = rpc_h_plan,
@@ -546,4 +593,5 @@ void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_CLOSE_VIEW] = rpc_h_close_view,
     [RPC_M_GATHER] = rpc_h_gather,
     [RPC_M_FETCH_INTO] = rpc_h_fetch_into,
+    [RPC_M_KERNEL] = rpc_h_kernel,
 };

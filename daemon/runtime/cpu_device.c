@@ -178,6 +178,32 @@ static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t ds
   return QDP_OK;
 }
 
+static qdp_status cpu_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
+                           const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
+                           bool upper, void *g, struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  qdpk_cpu_gram(a, lda, rows, b, ldb, cols, len, dt, upper, g);
+  return QDP_OK;
+}
+
+static qdp_status cpu_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
+                               qdp_dtype dt, struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  qdpk_cpu_gram_add(g, h, n, dt);
+  return QDP_OK;
+}
+
+static qdp_status cpu_gram_finish(struct runtime_device *d, const void *g, uint64_t rows,
+                                  uint64_t cols, qdp_dtype dt, bool overlaps, bool upper,
+                                  void *out, uint64_t pitch_bytes, struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  qdpk_cpu_gram_finish(g, rows, cols, dt, overlaps, upper, out, pitch_bytes);
+  return QDP_OK;
+}
+
 static const struct runtime_device_ops cpu_ops = {
     .backend = "cpu",
     .iqp_top_bits = QDPK_IQP_TOP_BITS,
@@ -194,6 +220,9 @@ static const struct runtime_device_ops cpu_ops = {
     .work_done = cpu_work_done,
     .export_ipc = cpu_export_ipc,
     .copy_rows = cpu_copy_rows,
+    .gram = cpu_gram,
+    .gram_add = cpu_gram_add,
+    .gram_finish = cpu_gram_finish,
 };
 
 qdp_status runtime_cpu_devices_create(unsigned count, uint64_t bytes_each,

@@ -154,6 +154,20 @@ struct runtime_device_ops {
   /* Gives back what the backend keeps for reuse and has not used for a while (runtime_mesh_trim).
    * NULL where it keeps nothing time-bound. */
   void (*trim)(struct runtime_device *d);
+
+  /* The kernel matrix (kernel.c), on device memory of d, complex of dt, all three returning when
+   * done. gram: g [rows][cols] = the block product of qdpk_cpu_gram (a's rows lda elements apart,
+   * b's ldb; `upper`: a == b and only j >= i is needed); its bits depend only on the values and
+   * the shape. gram_add: g += h over n values. gram_finish: g's tile into host memory `out`
+   * (rows pitch_bytes apart) as qdpk_cpu_gram_finish writes it. NULL where the backend has none. */
+  qdp_status (*gram)(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
+                     const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
+                     bool upper, void *g, struct qdp_error *reterr);
+  qdp_status (*gram_add)(struct runtime_device *d, void *g, const void *h, uint64_t n,
+                         qdp_dtype dt, struct qdp_error *reterr);
+  qdp_status (*gram_finish)(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,
+                            qdp_dtype dt, bool overlaps, bool upper, void *out,
+                            uint64_t pitch_bytes, struct qdp_error *reterr);
 };
 
 /* What every backend's device struct starts with. */

@@ -23,7 +23,8 @@ _MESSAGES = (
     "ExportReply", "StatusRequest", "StatusReply", "HealthRequest", "HealthReply", "ErrorDetail",
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
     "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
-    "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput",
+    "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput", "KernelRequest",
+    "KernelReply",
 )
 
 
@@ -58,6 +59,7 @@ _UNARY = {
     "CloseView": ("CloseViewRequest", "CloseViewReply"),
     "Gather": ("GatherRequest", "EncodeReply"),
     "FetchInto": ("FetchIntoRequest", "FetchIntoReply"),
+    "Kernel": ("KernelRequest", "KernelReply"),
 }
 
 
@@ -172,6 +174,18 @@ class Client:
         req.region.handle = region.handle
         req.region.token = region.token
         return self.call("FetchInto", req)
+
+    def kernel(self, a, b=None, overlaps=False, region=None, region_offset=0, token=None):
+        """Kernel of states a and b (b None: a with itself), into region (a RegionInfo) or the
+        reply; returns the KernelReply."""
+        req = self.pb.KernelRequest(overlaps=overlaps, region_offset=region_offset)
+        req.a.CopyFrom(self.ref(a, token))
+        if b is not None:
+            req.b.CopyFrom(self.ref(b, token))
+        if region is not None:
+            req.region.handle = region.handle
+            req.region.token = region.token
+        return self.call("Kernel", req)
 
     def export(self, state, path, overwrite=False, token=None):
         """Export as libqdp does it: a file created here beside path, handed over, filled by the

@@ -30,6 +30,9 @@ static Suite *runtime_suite(void) {
   runtime_add_encode_output(tc);
   runtime_add_encode_ranks(tc);
   suite_add_tcase(s, tc);
+  tc = tcase_create("kernel");
+  runtime_add_kernel(tc);
+  suite_add_tcase(s, tc);
   return s;
 }
 

@@ -4,7 +4,7 @@ writable shared-memory region (FetchInto) on its node, else streamed (Fetch)."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -43,7 +43,8 @@ class Fetcher:
         """Amplitudes [0, count) of state ``ref``, as a 1-D array of ``dtype``: over the mapping
         of the region FetchInto wrote them into (no copy at all), or streamed into a fresh
         array where no region is to be had (over TCP, or max_regions reached)."""
-        flat = self._into_region(ref, count, dtype)
+        flat = self.into_region(count * dtype.itemsize, (count,), dtype,
+                                lambda region: self._write_into(region, ref, count, dtype))
         if flat is None:
             flat = np.empty(count, dtype)
             self.stream(ref, flat, 0)
@@ -63,46 +64,46 @@ class Fetcher:
                                 f"+{n // es}) outside the range asked for")
             dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
 
-    def _into_region(self, ref: Any, count: int, dtype: np.dtype) -> Optional[np.ndarray]:
-        """Amplitudes [0, count) written by the daemon (FetchInto) straight into a writable
-        region, returned as an array over its mapping.
+    def into_region(self, nbytes: int, shape: Tuple[int, ...], dtype: np.dtype,
+                    write: Callable[[Region], None]) -> Optional[np.ndarray]:
+        """What ``write(region)`` has the daemon write at the start of a writable region
+        (FetchInto, Kernel), returned as an array of ``shape`` and ``dtype`` over its mapping.
 
-        The region is one kept from an earlier fetch when one fits and no array over it is
+        The region is one kept from an earlier call when one fits and no array over it is
         alive, else a fresh one, kept afterwards when ``region_cache_bytes`` allows (else
         unregistered at once: the mapping outlives it). A kept region the daemon refuses (it
         restarted, or the region was unregistered elsewhere: an error of field "region") is
-        dropped and the fetch retried in a fresh one. None over TCP, or when no region can be
-        registered now; the caller streams instead.
+        dropped and the call retried in a fresh one. None over TCP, or when no region can be
+        registered now; the caller then asks for the values another way.
         """
         conn, pool = self._conn, self._pool
         if conn.socket_path is None:
             return None
-        nbytes = count * dtype.itemsize
         region = pool.take(nbytes)
         if region is not None:
             try:
-                self._write_into(region, ref, count, dtype)
+                write(region)
             except Error as e:
                 if e.field != "region":
                     pool.give(region)
                     raise
-                pool.forget(region)  # the region's fault, not the state's: a fresh one decides
+                pool.forget(region)  # the region's fault, not the call's: a fresh one decides
             except BaseException:
                 pool.give(region)
                 raise
             else:
-                return pool.lend(region, (count,), dtype)
+                return pool.lend(region, shape, dtype)
         try:
             region = Region(nbytes, conn.register_region, conn.unregister_quietly, writable=True)
         except Error:
-            return None  # no region to be had now (max_regions, memory): stream this one
+            return None  # no region to be had now (max_regions, memory)
         pool.add(region)
         try:
-            self._write_into(region, ref, count, dtype)
+            write(region)
         except BaseException:
             pool.give(region)
             raise
-        return pool.lend(region, (count,), dtype)
+        return pool.lend(region, shape, dtype)
 
     def _write_into(self, region: Region, ref: Any, count: int, dtype: np.dtype) -> None:
         """Has the daemon write amplitudes [0, count) of state ``ref`` at the start of

@@ -20,7 +20,7 @@ from ._values import EncodeInput, encode_input, ttl_seconds
 from ._wire import Wire
 from .errors import Error, FailedPrecondition, Internal, InvalidArgument, NotFound, \
     NotSupported, PermissionDenied
-from .records import NUMPY_DTYPES, Plan, StateInfo, Status, enum_number
+from .records import NUMPY_DTYPES, Plan, StateInfo, Status, dtype_name, enum_number
 from .state import Owner, State
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
@@ -747,6 +747,83 @@ class Client:
         info = self.call("Describe", self.wire.DescribeRequest(handle=handle, token=token))
         info.token = token
         return State(self._owner, info, batched=info.batch > 1, owned=False)
+
+    def kernel(self, a: State, b: Optional[State] = None, *,
+               overlaps: bool = False) -> np.ndarray:
+        """The kernel matrix of two resident batches, computed where their shards are.
+
+        Parameters
+        ----------
+        a : State
+            The rows' states (a batch, or one sample: one row).
+        b : State, optional
+            The columns' states, of the same qubits and dtype; by default ``a`` itself (the
+            symmetric case, each pair computed once).
+        overlaps : bool
+            Return the complex overlaps <a_i|b_j> instead of the fidelities |<a_i|b_j>|^2.
+
+        Returns
+        -------
+        numpy.ndarray
+            Of shape ``(a.batch, b.batch)``: float64 fidelities (float32 for complex64 states),
+            or complex overlaps of the states' dtype. The states stay resident.
+
+        Raises
+        ------
+        InvalidArgument
+            ``b`` of other qubits or dtype than ``a`` (field "b").
+        NotFound
+            A state released or unknown (field "a" or "b").
+        ResourceExhausted
+            The workspace does not fit the device (``need_bytes``, ``free_bytes``), or over TCP a
+            matrix larger than a reply carries (64 MiB).
+        FailedPrecondition
+            A state with shards on another rank of a multi-node daemon.
+
+        Notes
+        -----
+        The daemon sums each pair's products over blocks of up to 2^20 amplitudes along one
+        fixed tree, so the matrix has the same bits however the states are sharded. A matrix
+        of up to 4 MiB comes back in the reply; a larger one is written by the daemon straight
+        into shared memory that becomes the returned array.
+        """
+        if not isinstance(a, State) or not (b is None or isinstance(b, State)):
+            raise InvalidArgument("kernel takes the qdp.State of an encode (a, and b when "
+                                  "given); encode arrays first", field="a")
+        req = self.wire.KernelRequest(overlaps=bool(overlaps))
+        req.a.CopyFrom(a._ref())
+        if b is not None:
+            req.b.CopyFrom(b._ref())
+        bb = a if b is None else b
+        dt = NUMPY_DTYPES[a.dtype]
+        if not overlaps:
+            dt = np.dtype(np.float32 if a.dtype == "complex64" else np.float64)
+        shape = (a.batch, bb.batch)
+        nbytes = shape[0] * shape[1] * dt.itemsize
+
+        def into(region: Region) -> None:
+            req.region.handle, req.region.token = region.handle, region.token
+            self._kernel_reply(self.call("Kernel", req), shape, dt, in_reply=False)
+
+        if nbytes > REPLY_AMPLITUDES_BYTES:
+            out = self._owner.fetcher.into_region(max(nbytes, 1), shape, dt, into)
+            if out is not None:
+                return out
+            req.ClearField("region")
+        rep = self.call("Kernel", req)
+        self._kernel_reply(rep, shape, dt, in_reply=True)
+        return np.frombuffer(rep.values, dt).reshape(shape).copy()
+
+    @staticmethod
+    def _kernel_reply(rep: Any, shape: Tuple[int, int], dt: np.dtype, in_reply: bool) -> None:
+        """Checks a KernelReply against what was asked: its shape, dtype and values."""
+        got = NUMPY_DTYPES.get(dtype_name(rep.dtype)) if rep.dtype else None
+        want_bytes = shape[0] * shape[1] * dt.itemsize
+        if (rep.rows, rep.cols) != shape or got != dt or rep.bytes != want_bytes or \
+                (in_reply and len(rep.values) != want_bytes):
+            raise Internal(f"the daemon answered Kernel with a {rep.rows} x {rep.cols} "
+                           f"{dtype_name(rep.dtype)} matrix ({rep.bytes} B, {len(rep.values)} "
+                           f"in the reply) for a {shape[0]} x {shape[1]} {dt} one", hint="")
 
     def states(self) -> List[StateInfo]:
         """The caller's own states (List): every state of this identity, from any client."""
