@@ -197,8 +197,10 @@ static qdp_status cpu_gram_add(struct runtime_device *d, void *g, const void *h,
 
 static qdp_status cpu_gram_finish(struct runtime_device *d, const void *g, uint64_t rows,
                                   uint64_t cols, qdp_dtype dt, bool overlaps, bool upper,
-                                  void *out, uint64_t pitch_bytes, struct qdp_error *reterr) {
+                                  void *scratch, void *out, uint64_t pitch_bytes,
+                                  struct qdp_error *reterr) {
   (void)d;
+  (void)scratch;
   (void)reterr;
   qdpk_cpu_gram_finish(g, rows, cols, dt, overlaps, upper, out, pitch_bytes);
   return QDP_OK;

@@ -14,7 +14,7 @@
  * and computes on one slot, this thread packs the next piece into the other, helped by the
  * device's copy threads (runtime/host_copy.h) when the input is not page-locked. So the input
  * never needs to be whole on the GPU, and the device memory qdp takes for input is bounded by the
- * staging, whatever the input's size.
+ * staging, whatever the input's size. cuda_gram.c has the kernel matrix's ops (on cuBLAS).
  *
  * The executor calls the ops from the mesh's worker threads, and jobs may run concurrently,
  * so every op makes its device current first (cudaSetDevice is per thread) and holds the device's
@@ -142,6 +142,8 @@ struct cuda_device {
   pthread_mutex_t ipc_lock; /* the opened client allocations */
   struct cuda_ipc_open ipc[CUDA_IPC_KEEP];
   size_t nipc;
+  pthread_mutex_t blas_lock; /* the cuBLAS handle (cuda_gram.c) */
+  void *blas;                /* cublasHandle_t, made at the first kernel matrix; NULL: none */
 };
 
 /* Amplitude's per-job device memory, between norm_load and work_done. */
@@ -267,6 +269,17 @@ qdp_status cuda_open_ipc(struct runtime_device *d, const unsigned char *handle, 
 void cuda_close_ipc(struct runtime_device *d, void *base);
 /* Closes the kept allocations no job uses now and none has for keep_ms (0: all unused ones). */
 void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
+
+/* The kernel matrix (cuda_gram.c): the ops of runtime/device.h, and the handle's teardown. */
+qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
+                     const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
+                     bool upper, void *g, struct qdp_error *reterr);
+qdp_status cuda_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
+                         qdp_dtype dt, struct qdp_error *reterr);
+qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,
+                            qdp_dtype dt, bool overlaps, bool upper, void *scratch, void *out,
+                            uint64_t pitch_bytes, struct qdp_error *reterr);
+void cuda_gram_destroy(struct cuda_device *c);
 
 /* Memory: allocations, the cache, scratch (cuda_memory.c) */
 void cuda_cache_drop(struct cuda_device *c);

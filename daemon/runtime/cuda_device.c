@@ -212,6 +212,12 @@ static qdp_status cuda_copy_rows(struct runtime_device *d, void *dst, uint64_t d
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
+  if (src_dev == d) { /* one 2-D copy on this device, not one call a row */
+    CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
+           cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                             cudaMemcpyDeviceToDevice, c->stream));
+    rows = 0;
+  }
   for (uint64_t r = 0; r < rows; r++) {
     CU_TRY(rc, reterr, d, "cudaMemcpyPeerAsync",
            cudaMemcpyPeerAsync((char *)dst + r * dst_pitch, d->info.ordinal,
@@ -249,4 +255,7 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .open_ipc = cuda_open_ipc,
     .close_ipc = cuda_close_ipc,
     .trim = cuda_trim,
+    .gram = cuda_gram,
+    .gram_add = cuda_gram_add,
+    .gram_finish = cuda_gram_finish,
 };

@@ -32,6 +32,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
     cuda_ipc_trim(c, 0);
     cuda_cache_drop(c);
   }
+  cuda_gram_destroy(c);
   for (int i = 0; i < 2; i++) {
     if (c->stage_free[i]) {
       (void)cudaEventDestroy(c->stage_free[i]);
@@ -55,6 +56,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
     pthread_mutex_destroy(&c->stage_lock);
     pthread_mutex_destroy(&c->cache_lock);
     pthread_mutex_destroy(&c->ipc_lock);
+    pthread_mutex_destroy(&c->blas_lock);
   }
   free(c);
 }
@@ -96,6 +98,14 @@ static qdp_status device_create(int ordinal, uint64_t budget_cfg, double fractio
   if (pthread_mutex_init(&c->ipc_lock, NULL) != 0) {
     pthread_mutex_destroy(&c->stage_lock);
     pthread_mutex_destroy(&c->cache_lock);
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
+                          d->info.name);
+    goto out;
+  }
+  if (pthread_mutex_init(&c->blas_lock, NULL) != 0) {
+    pthread_mutex_destroy(&c->stage_lock);
+    pthread_mutex_destroy(&c->cache_lock);
+    pthread_mutex_destroy(&c->ipc_lock);
     rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, ordinal, errno, "%s: cannot create a mutex",
                           d->info.name);
     goto out;

@@ -16,8 +16,8 @@
 #include "runtime/mesh.h"
 #include "runtime/state.h"
 
-/* The tiles' bounds: the two gathered operands, and the tree's partials. Large tiles keep the
- * block products long. */
+/* The tiles' bounds: the two gathered operands, and the tree's partials with the finished tile.
+ * Large tiles keep the block products long. */
 #define KERNEL_OPERANDS_BYTES (2ull << 30)
 #define KERNEL_PARTIALS_BYTES (1ull << 30)
 
@@ -33,9 +33,9 @@ struct kernel_job {
   uint64_t blocks;   /* 2^n / block, a power of two */
   unsigned levels;   /* log2(blocks) + 1 partials */
   uint64_t tile;     /* rows of a (and of b) per tile */
-  void *ws;          /* the workspace: ta, tb, then the partials */
+  void *ws;          /* the workspace: ta, tb, the partials, then the finished tile */
   uint64_t ws_bytes;
-  char *ta, *tb, *partials;
+  char *ta, *tb, *partials, *finished;
 };
 
 static unsigned log2_of(uint64_t x) {
@@ -49,7 +49,7 @@ static unsigned log2_of(uint64_t x) {
 /* Whether tiles of `tile` rows stay within the bounds. */
 static bool tile_fits(const struct kernel_job *k, uint64_t tile) {
   unsigned __int128 ops = (unsigned __int128)2 * tile * k->block * k->es;
-  unsigned __int128 parts = (unsigned __int128)k->levels * tile * tile * k->es;
+  unsigned __int128 parts = (unsigned __int128)(k->levels + 1) * tile * tile * k->es;
   return ops <= KERNEL_OPERANDS_BYTES && parts <= KERNEL_PARTIALS_BYTES;
 }
 
@@ -118,7 +118,7 @@ static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uin
       depth--;
     }
   }
-  rc = ops->gram_finish(k->d, k->partials, nr, nc, k->dt, k->overlaps, diag,
+  rc = ops->gram_finish(k->d, k->partials, nr, nc, k->dt, k->overlaps, diag, k->finished,
                         out + (r0 * cols + c0) * k->out_es, cols * k->out_es, err);
 out:
   return rc;
@@ -184,7 +184,8 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   k.blocks = pa->amplitudes / k.block;
   k.levels = log2_of(k.blocks) + 1;
   k.tile = tile_rows(&k, pa->batch > pb->batch ? pa->batch : pb->batch);
-  k.ws_bytes = (2 * k.tile * k.block + k.levels * k.tile * k.tile) * k.es; /* within the bounds */
+  /* Within the bounds: the operands, the partials and the finished tile. */
+  k.ws_bytes = (2 * k.tile * k.block + (k.levels + 1) * k.tile * k.tile) * k.es;
   rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
   if (rc != QDP_OK) {
     qdp_error_prefix(reterr, "the kernel matrix's workspace (tiles of %" PRIu64 " rows of 2^%u "
@@ -199,6 +200,7 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   k.ta = k.ws;
   k.tb = k.ta + k.tile * k.block * k.es;
   k.partials = k.tb + k.tile * k.block * k.es;
+  k.finished = k.partials + k.levels * k.tile * k.tile * k.es;
   for (uint64_t r0 = 0; r0 < pa->batch && rc == QDP_OK; r0 += k.tile) {
     uint64_t nr = pa->batch - r0 < k.tile ? pa->batch - r0 : k.tile;
     for (uint64_t c0 = k.same ? r0 : 0; c0 < pb->batch && rc == QDP_OK; c0 += k.tile) {

@@ -528,3 +528,30 @@ def test_plain_encode_returns_a_cuda_tensor_and_the_daemon_keeps_nothing(gpu, gp
             qdp.encode([1.0, 1.0], "amplitude", 1, device=f"cuda:{torch.cuda.device_count()}")
     finally:
         _functions._default.close()
+
+
+@pytest.mark.parametrize("encoding,n,values,dtype,atol", [
+    ("iqp", 6, 21, "complex128", 1e-13), ("amplitude", 10, 1000, "complex128", 1e-13),
+    ("phase", 8, 8, "complex64", 2e-6)])
+def test_the_kernel_matrix_on_the_gpu_is_the_reference(gpu, encoding, n, values, dtype,
+                                                       atol) -> None:
+    c, _ = gpu
+    rng = np.random.default_rng(12)
+    X, Y = rng.uniform(-1, 1, size=(37, values)), rng.uniform(-1, 1, size=(21, values))
+    P, Q = ref.batch(encoding, X, n), ref.batch(encoding, Y, n)
+    with c.encode(X, encoding, n, dtype=dtype) as a, c.encode(Y, encoding, n, dtype=dtype) as b:
+        np.testing.assert_allclose(c.kernel(a, b, overlaps=True), P.conj() @ Q.T, rtol=0,
+                                   atol=atol)
+        S = c.kernel(a)
+        np.testing.assert_allclose(S, np.abs(P.conj() @ P.T) ** 2, rtol=0, atol=atol)
+        np.testing.assert_array_equal(S, S.T)
+        np.testing.assert_array_equal(c.kernel(a), S)  # the same bits again
+
+
+def test_a_large_kernel_matrix_on_the_gpu_comes_through_shared_memory(gpu) -> None:
+    c, _ = gpu
+    X = np.random.default_rng(13).uniform(-1, 1, size=(1500, 64))
+    with c.encode(X, "amplitude", 6) as a:
+        K = c.kernel(a)  # 18 MB of float64
+        P = ref.batch("amplitude", X, 6)
+        np.testing.assert_allclose(K, np.abs(P @ P.T) ** 2, rtol=0, atol=1e-13)

@@ -1,0 +1,75 @@
+"""Client.kernel against the CPU daemon: the fidelities and overlaps of resident batches equal
+those of the reference states (tests/reference, computed here), exactly symmetric with itself, in
+the states' precision; a matrix over 4 MiB comes through shared memory; and the refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from qdpref import batch
+
+import qdp
+
+
+def reference(encoding: str, X: np.ndarray, Y: np.ndarray, n: int) -> np.ndarray:
+    """<x_i|y_j> of the reference states, summed in NumPy."""
+    return batch(encoding, X, n).conj() @ batch(encoding, Y, n).T
+
+
+@pytest.mark.parametrize("encoding,n,values", [("amplitude", 6, 50), ("angle", 5, 5),
+                                               ("iqp", 4, 10), ("phase", 3, 3)])
+def test_kernel_is_the_reference_overlaps(client: qdp.Client, encoding: str, n: int,
+                                          values: int) -> None:
+    rng = np.random.default_rng(7)
+    X, Y = rng.uniform(-1, 1, size=(9, values)), rng.uniform(-1, 1, size=(4, values))
+    with client.encode(X, encoding, n) as a, client.encode(Y, encoding, n) as b:
+        O = reference(encoding, X, Y, n)
+        K = client.kernel(a, b)
+        assert K.shape == (9, 4) and K.dtype == np.float64
+        np.testing.assert_allclose(K, np.abs(O) ** 2, rtol=0, atol=1e-14)
+        ov = client.kernel(a, b, overlaps=True)
+        assert ov.dtype == np.complex128
+        np.testing.assert_allclose(ov, O, rtol=0, atol=1e-14)
+        S = client.kernel(a)
+        np.testing.assert_array_equal(S, S.T)  # computed once per pair, mirrored
+        np.testing.assert_allclose(np.diag(S), 1.0, rtol=0, atol=1e-14)
+        So = client.kernel(a, overlaps=True)
+        np.testing.assert_array_equal(So, So.conj().T)
+
+
+def test_kernel_of_complex64_states_is_float32(client: qdp.Client) -> None:
+    X = np.random.default_rng(8).uniform(-1, 1, size=(6, 16))
+    with client.encode(X, "amplitude", 4, dtype="complex64") as a:
+        K = client.kernel(a)
+        assert K.dtype == np.float32
+        np.testing.assert_allclose(K, np.abs(reference("amplitude", X, X, 4)) ** 2, atol=1e-6)
+        assert client.kernel(a, overlaps=True).dtype == np.complex64
+
+
+def test_a_large_matrix_comes_through_shared_memory(client: qdp.Client) -> None:
+    X = np.random.default_rng(9).uniform(-1, 1, size=(800, 16))
+    with client.encode(X, "amplitude", 4) as a:
+        K = client.kernel(a)  # 800 x 800 float64: 5.1 MB, over the 4 MiB a reply carries here
+        assert K.shape == (800, 800)
+        np.testing.assert_allclose(K, np.abs(reference("amplitude", X, X, 4)) ** 2, atol=1e-14)
+
+
+def test_kernel_refusals(client: qdp.Client) -> None:
+    with client.encode(np.ones((2, 4)), "amplitude", 2) as a, \
+            client.encode(np.ones((2, 8)), "amplitude", 3) as b:
+        with pytest.raises(qdp.InvalidArgument) as e:
+            client.kernel(a, b)
+        assert e.value.field == "b" and "3 qubits" in str(e.value)
+        with pytest.raises(qdp.InvalidArgument):
+            client.kernel(np.ones((2, 4)))  # type: ignore[arg-type]
+    with pytest.raises(qdp.NotFound):
+        client.kernel(a)  # released with the with block
+
+
+def test_kernel_of_another_clients_state_by_its_token(client: qdp.Client, daemon: Any) -> None:
+    X = np.random.default_rng(10).uniform(-1, 1, size=(3, 4))
+    with client.encode(X, "amplitude", 2) as a, qdp.Client(daemon.target) as other:
+        mine = other.state(a.handle, a.token)  # the token is the capability
+        np.testing.assert_array_equal(other.kernel(mine), client.kernel(a))
