@@ -13,7 +13,8 @@ a few runs after one warm-up:
               qdp's rate >= 0.7 of ZGEMM's)
   torch       abs(psi @ psi.conj().T) ** 2 on the same view, to the host (the target: >= 1.8x)
 
-and checks qdp's matrix against torch's (max |difference|). Prints "bench op=kernel ..." lines
+and checks qdp's matrix against torch's (max |difference|); then amplitude's (real states: real
+products) time against phase's (the target: >= 3x). Prints "bench op=kernel ..." lines
 (ms, tflops, ratios). Without a GPU (a CPU daemon) it times qdp alone on small sizes (--quick).
 """
 
@@ -45,7 +46,7 @@ def median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> flo
     return sorted(xs)[len(xs) // 2]
 
 
-def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> None:
+def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> float:
     rng = np.random.default_rng(1)
     values = n if encoding == "phase" else 1 << n
     X = rng.uniform(-1, 1, size=(N, values))
@@ -71,6 +72,7 @@ def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> 
             qdp_over_torch=te / q, target_torch=1.8, max_abs_diff=diff)
         del t
     s.release()
+    return q
 
 
 def main() -> int:
@@ -92,8 +94,10 @@ def main() -> int:
         with qdp.Client(d.target) as c:
             gpu = c.status().backend == "cuda"
             N, n = (256, 8) if a.quick or not gpu else (a.samples, a.qubits)
-            for encoding in ("phase", "amplitude"):
-                one(c, encoding, N, n, a.runs, torch if gpu else None)
+            ms = {e: one(c, e, N, n, a.runs, torch if gpu else None)
+                  for e in ("phase", "amplitude")}
+            say("kernel-ratio", samples=N, qubits=n,
+                real_over_complex=ms["phase"] / ms["amplitude"], target_real=3)
     finally:
         d.stop()
     return 0

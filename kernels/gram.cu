@@ -1,9 +1,11 @@
 /* gram.cu — the kernel matrix's element-wise passes on the GPU (CUDA twins of qdpk_cpu_gram_add
- * and qdpk_cpu_gram_finish; the block products themselves are cuBLAS's, runtime/cuda_gram.c).
+ * and qdpk_cpu_gram_finish, and the real parts' copy the real products read; the block products
+ * themselves are cuBLAS's, runtime/cuda_gram.c).
  *
- * The products arrive conjugated (cuBLAS computes B^H A in its column-major order, which is
+ * Complex products arrive conjugated (cuBLAS computes B^H A in its column-major order, which is
  * conj(A^H B) read row-major), so finish takes the conjugate back for the overlaps; |g|^2 is the
- * same either way. Each value depends only on its own entry: any grid gives the same bits.
+ * same either way. Real products are what they are. Each value depends only on its own entry:
+ * any grid gives the same bits.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -22,32 +24,79 @@ __global__ void __launch_bounds__(QDPK_THREADS)
 
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    gram_finish_kernel(const typename cplx<R>::type *__restrict__ g, uint64_t rows, uint64_t cols,
-                       int overlaps, int upper, void *__restrict__ out) {
+    gram_real_kernel(const typename cplx<R>::type *__restrict__ x, uint64_t ld, uint64_t rows,
+                     uint64_t len, R *__restrict__ out) {
+  const uint64_t n = rows * len;
+  for (uint64_t i = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; i < n;
+       i += (uint64_t)gridDim.x * QDPK_THREADS) {
+    out[i] = x[(i / len) * ld + i % len].x;
+  }
+}
+
+/* One value of the matrix: |v|^2, or v itself for overlaps. */
+template <typename R>
+__device__ __forceinline__ void put(void *out, uint64_t at, int overlaps, R re, R im) {
+  if (overlaps) {
+    static_cast<typename cplx<R>::type *>(out)[at] = make_cplx<R>(re, im);
+  } else {
+    static_cast<R *>(out)[at] = re * re + im * im; /* no contraction: -fmad=false */
+  }
+}
+
+/* Entry (r, c) of the tile is G[r][c] (from the stored conj(G), or the real G; with fill, below
+ * the diagonal from (c, r)); the mirror's (c, r) is its conjugate. */
+template <typename R>
+__global__ void __launch_bounds__(QDPK_THREADS)
+    gram_finish_kernel(const R *__restrict__ g, uint64_t rows, uint64_t cols, int real,
+                       int overlaps, int fill, void *__restrict__ out, void *__restrict__ mirror) {
   const uint64_t n = rows * cols;
   for (uint64_t i = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; i < n;
        i += (uint64_t)gridDim.x * QDPK_THREADS) {
     const uint64_t r = i / cols, c = i % cols;
-    if (upper && c < r) {
-      continue;
+    const bool swap = fill && c < r;
+    const uint64_t at = swap ? c * cols + r : i;
+    R re, im;
+    if (real) {
+      re = g[at];
+      im = 0;
+    } else { /* stored conj(G[x][y]); below a filled diagonal G[r][c] = conj(G[c][r]) */
+      re = g[2 * at];
+      im = swap ? g[2 * at + 1] : -g[2 * at + 1];
     }
-    const typename cplx<R>::type v = g[i];
-    if (overlaps) {
-      static_cast<typename cplx<R>::type *>(out)[i] = make_cplx<R>(v.x, -v.y);
-    } else {
-      static_cast<R *>(out)[i] = v.x * v.x + v.y * v.y; /* no contraction: -fmad=false */
+    put<R>(out, i, overlaps, re, im);
+    if (mirror) {
+      put<R>(mirror, c * rows + r, overlaps, re, -im);
     }
   }
 }
 
 }  // namespace
 
-extern "C" qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt,
+extern "C" qdp_status qdpk_gram_real(const void *x, uint64_t ld, uint64_t rows, uint64_t len,
+                                     qdp_dtype dt, void *out, cudaStream_t stream) {
+  if (!is_out_dtype(dt) || !x || !out) {
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  unsigned grid = grid_x(blocks_for(rows * len, 4));
+  if (grid == 0) {
+    return QDP_OK;
+  }
+  if (dt == QDP_DTYPE_COMPLEX64) {
+    gram_real_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
+        static_cast<const float2 *>(x), ld, rows, len, static_cast<float *>(out));
+  } else {
+    gram_real_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
+        static_cast<const double2 *>(x), ld, rows, len, static_cast<double *>(out));
+  }
+  return launched();
+}
+
+extern "C" qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real,
                                     cudaStream_t stream) {
   if (!is_out_dtype(dt) || !g || !h) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  uint64_t scalars = 2 * n;
+  uint64_t scalars = real ? n : 2 * n;
   unsigned grid = grid_x(blocks_for(scalars, 4));
   if (grid == 0) {
     return QDP_OK;
@@ -63,7 +112,8 @@ extern "C" qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtyp
 }
 
 extern "C" qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt,
-                                       int overlaps, int upper, void *out, cudaStream_t stream) {
+                                       int real, int overlaps, int fill, void *out, void *mirror,
+                                       cudaStream_t stream) {
   if (!is_out_dtype(dt) || !g || !out) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
@@ -73,10 +123,10 @@ extern "C" qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t co
   }
   if (dt == QDP_DTYPE_COMPLEX64) {
     gram_finish_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
-        static_cast<const cplx<float>::type *>(g), rows, cols, overlaps, upper, out);
+        static_cast<const float *>(g), rows, cols, real, overlaps, fill, out, mirror);
   } else {
     gram_finish_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
-        static_cast<const cplx<double>::type *>(g), rows, cols, overlaps, upper, out);
+        static_cast<const double *>(g), rows, cols, real, overlaps, fill, out, mirror);
   }
   return launched();
 }

@@ -183,19 +183,25 @@ struct qdpk_cpu_encoder {
 /* ---- the kernel matrix (docs/design.md, kernel matrices) ----
  * One amplitude block of the Gram matrix of two batches: g[i][j] = sum_k conj(a[i][k]) b[j][k]
  * over k < len, for i < rows and j < cols; a's rows lda elements apart, b's ldb apart, g
- * [rows][cols] contiguous; all interleaved complex of `dt`, summed in its precision. The sum runs
- * over QDPK_GRAM_LANES interleaved partial sums (lane k mod QDPK_GRAM_LANES, each ascending in k)
- * added in lane order, without fused multiply-add: the bits depend only on the values, never on
- * where they lie. With `upper`, only j >= i is written (a == b: the Hermitian half). */
+ * [rows][cols] contiguous; a and b interleaved complex of `dt`, summed in its precision. With
+ * `real` (states whose amplitudes are all real) only the real parts are read and g is real (of
+ * dt's real type). The sum runs over QDPK_GRAM_LANES interleaved partial sums (lane k mod
+ * QDPK_GRAM_LANES, each ascending in k) added in lane order, without fused multiply-add: the bits
+ * depend only on the values, never on where they lie. With `upper` (a == b), only j >= i is
+ * computed and the rest of g is zero. */
 #define QDPK_GRAM_LANES 4u
 void qdpk_cpu_gram(const void *a, uint64_t lda, uint64_t rows, const void *b, uint64_t ldb,
-                   uint64_t cols, uint64_t len, qdp_dtype dt, int upper, void *g);
-/* g[i] = g[i] + h[i] over n complex values of dt: one node of the blocks' fixed tree. */
-void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt);
-/* The finished [rows][cols] tile of g into out (rows pitch_bytes apart): |g|^2 as the real type
- * of dt's precision, or with `overlaps` g itself. With `upper`, only j >= i. */
-void qdpk_cpu_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int overlaps,
-                          int upper, void *out, uint64_t pitch_bytes);
+                   uint64_t cols, uint64_t len, qdp_dtype dt, int upper, int real, void *g);
+/* g[i] = g[i] + h[i] over n values of g (complex of dt, or with `real` its real type): one node
+ * of the blocks' fixed tree. */
+void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real);
+/* The finished [rows][cols] tile of g (as qdpk_cpu_gram wrote it) into out, rows pitch_bytes
+ * apart: |g|^2 as the real type of dt's precision, or with `overlaps` g itself (complex). With
+ * `fill`, g holds only j >= i of a Hermitian tile and the rest is taken from there (conjugated).
+ * With `mirror` (not NULL), the transpose too ([cols][rows], pitch_bytes apart, conjugated for
+ * overlaps): the other half of a with itself. */
+void qdpk_cpu_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int real,
+                          int overlaps, int fill, void *out, void *mirror, uint64_t pitch_bytes);
 
 /* The CPU kernels of encoding e; NULL for a number no row of the CPU table has. */
 const struct qdpk_cpu_encoder *qdpk_cpu_encoder(qdp_encoding e);

@@ -90,13 +90,19 @@ qdp_status qdpk_check_params(const void *x, qdp_dtype in, uint64_t in_stride, ui
                              uint64_t rows, qdp_dtype out, int summed, int *ret_fault,
                              uint64_t *ret_row, uint64_t *ret_col, cudaStream_t stream);
 
-/* The kernel matrix's element-wise passes (gram.cu): g += h over n complex values of dt; and the
- * finished [rows][cols] tile of g into device memory out ([rows][cols], |g|^2 as the real type
- * of dt's precision, or with `overlaps` conj(g): cuBLAS leaves the products conjugated). With
- * `upper`, only entries with col >= row are written. */
-qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, cudaStream_t stream);
-qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int overlaps,
-                            int upper, void *out, cudaStream_t stream);
+/* The kernel matrix's element-wise passes (gram.cu). gram_real: the real parts of x ([rows] rows
+ * of len complex values, ld apart) into out [rows][len] of dt's real type, for the real products.
+ * gram_add: g += h over n values (complex of dt, or its real type with `real`). gram_finish: the
+ * [rows][cols] tile of g (cuBLAS's: conj(G) for complex products, G for real ones) into device
+ * memory out ([rows][cols]) as qdpk_cpu_gram_finish writes it (|G|^2 as dt's real type, or G with
+ * `overlaps`; `fill`: below the diagonal from above it), and with mirror (not NULL) the conjugate
+ * transpose into mirror ([cols][rows]). */
+qdp_status qdpk_gram_real(const void *x, uint64_t ld, uint64_t rows, uint64_t len, qdp_dtype dt,
+                          void *out, cudaStream_t stream);
+qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real,
+                         cudaStream_t stream);
+qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int real,
+                            int overlaps, int fill, void *out, void *mirror, cudaStream_t stream);
 
 /* The CUDA launchers of one encoding, as the runtime dispatches to them (encoders_cuda.c holds
  * one per row of QDP_ENCODINGS, qdp_defs.h), like the CPU's qdpk_cpu_encoder: a NORM reduction

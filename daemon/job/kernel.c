@@ -36,7 +36,7 @@ struct kernel_write {
 
 static qdp_status kernel_write(void *arg, void *dst, struct qdp_error *err) {
   struct kernel_write *w = arg;
-  return runtime_state_kernel(w->jp->mesh, w->a, w->b, w->overlaps, RUNTIME_KERNEL_BLOCK_LOG2, dst,
+  return runtime_state_kernel(w->jp->mesh, w->a, w->b, w->overlaps, RUNTIME_KERNEL_TILES, dst,
                               &w->device, err);
 }
 

@@ -180,29 +180,31 @@ static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t ds
 
 static qdp_status cpu_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                            const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                           bool upper, void *g, struct qdp_error *reterr) {
+                           bool upper, bool real, void *scratch, void *g,
+                           struct qdp_error *reterr) {
   (void)d;
+  (void)scratch;
   (void)reterr;
-  qdpk_cpu_gram(a, lda, rows, b, ldb, cols, len, dt, upper, g);
+  qdpk_cpu_gram(a, lda, rows, b, ldb, cols, len, dt, upper, real, g);
   return QDP_OK;
 }
 
 static qdp_status cpu_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
-                               qdp_dtype dt, struct qdp_error *reterr) {
+                               qdp_dtype dt, bool real, struct qdp_error *reterr) {
   (void)d;
   (void)reterr;
-  qdpk_cpu_gram_add(g, h, n, dt);
+  qdpk_cpu_gram_add(g, h, n, dt, real);
   return QDP_OK;
 }
 
 static qdp_status cpu_gram_finish(struct runtime_device *d, const void *g, uint64_t rows,
-                                  uint64_t cols, qdp_dtype dt, bool overlaps, bool upper,
-                                  void *scratch, void *out, uint64_t pitch_bytes,
+                                  uint64_t cols, qdp_dtype dt, bool real, bool overlaps, bool fill,
+                                  void *scratch, void *out, void *mirror, uint64_t pitch_bytes,
                                   struct qdp_error *reterr) {
   (void)d;
   (void)scratch;
   (void)reterr;
-  qdpk_cpu_gram_finish(g, rows, cols, dt, overlaps, upper, out, pitch_bytes);
+  qdpk_cpu_gram_finish(g, rows, cols, dt, real, overlaps, fill, out, mirror, pitch_bytes);
   return QDP_OK;
 }
 

@@ -273,12 +273,13 @@ void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
 /* The kernel matrix (cuda_gram.c): the ops of runtime/device.h, and the handle's teardown. */
 qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, void *g, struct qdp_error *reterr);
+                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr);
 qdp_status cuda_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
-                         qdp_dtype dt, struct qdp_error *reterr);
+                         qdp_dtype dt, bool real, struct qdp_error *reterr);
 qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,
-                            qdp_dtype dt, bool overlaps, bool upper, void *scratch, void *out,
-                            uint64_t pitch_bytes, struct qdp_error *reterr);
+                            qdp_dtype dt, bool real, bool overlaps, bool fill, void *scratch,
+                            void *out, void *mirror, uint64_t pitch_bytes,
+                            struct qdp_error *reterr);
 void cuda_gram_destroy(struct cuda_device *c);
 
 /* Memory: allocations, the cache, scratch (cuda_memory.c) */

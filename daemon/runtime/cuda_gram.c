@@ -1,7 +1,8 @@
 /* cuda_gram.c — the kernel matrix's ops on a GPU (runtime/device.h: gram, gram_add, gram_finish).
  *
  * The block products are cuBLAS's: ZHERK/CHERK for a tile of a state with itself (the Hermitian
- * half, half the work), ZGEMM/CGEMM otherwise. qdp's rows are row-major [rows][ld], which cuBLAS
+ * half, half the work), ZGEMM/CGEMM otherwise; for states whose amplitudes are all real,
+ * DSYRK/DGEMM (SSYRK/SGEMM) on their real parts, copied out first (a quarter of the work). qdp's rows are row-major [rows][ld], which cuBLAS
  * reads as column-major [ld][rows]: a tile A' of len x rows. B'^H A' (and A'^H A' for the half)
  * then lands, read back row-major, as conj(A^H B): the ops keep the products conjugated and
  * gram_finish takes the conjugate back (kernels/gram.cu). cuBLAS is deterministic for one shape on
@@ -28,6 +29,10 @@ struct cublas_api {
   __typeof__(cublasCgemm_v2) *cgemm;
   __typeof__(cublasZherk_v2) *zherk;
   __typeof__(cublasCherk_v2) *cherk;
+  __typeof__(cublasDgemm_v2) *dgemm;
+  __typeof__(cublasSgemm_v2) *sgemm;
+  __typeof__(cublasDsyrk_v2) *dsyrk;
+  __typeof__(cublasSsyrk_v2) *ssyrk;
   char error[256]; /* why it could not be loaded; "" when loaded */
 };
 
@@ -58,7 +63,11 @@ static void blas_load(void) {
               {(void **)&blas.zgemm, "cublasZgemm_v2"},
               {(void **)&blas.cgemm, "cublasCgemm_v2"},
               {(void **)&blas.zherk, "cublasZherk_v2"},
-              {(void **)&blas.cherk, "cublasCherk_v2"}};
+              {(void **)&blas.cherk, "cublasCherk_v2"},
+              {(void **)&blas.dgemm, "cublasDgemm_v2"},
+              {(void **)&blas.sgemm, "cublasSgemm_v2"},
+              {(void **)&blas.dsyrk, "cublasDsyrk_v2"},
+              {(void **)&blas.ssyrk, "cublasSsyrk_v2"}};
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(blas.lib, syms[i].name);
     if (!*syms[i].slot) {
@@ -110,9 +119,46 @@ void cuda_gram_destroy(struct cuda_device *c) {
   c->blas = NULL;
 }
 
+/* The block product on handle h: see the file's comment for the layouts. */
+static cublasStatus_t product(cublasHandle_t h, const void *a, int lda, int n, const void *b,
+                              int ldb, int m, int k, qdp_dtype dt, bool upper, bool real, void *g,
+                              const char **ret_call) {
+  bool dbl = dt == QDP_DTYPE_COMPLEX128;
+  if (real && upper) {
+    const double one = 1, zero = 0;
+    const float onef = 1, zerof = 0;
+    *ret_call = dbl ? "cublasDsyrk" : "cublasSsyrk";
+    return dbl ? blas.dsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, n, k, &one, a, lda, &zero, g, n)
+               : blas.ssyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, n, k, &onef, a, lda, &zerof,
+                            g, n);
+  }
+  if (real) {
+    const double one = 1, zero = 0;
+    const float onef = 1, zerof = 0;
+    *ret_call = dbl ? "cublasDgemm" : "cublasSgemm";
+    return dbl ? blas.dgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, b, ldb, a, lda, &zero, g, m)
+               : blas.sgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &onef, b, ldb, a, lda, &zerof,
+                            g, m);
+  }
+  if (upper) {
+    const double one = 1, zero = 0;
+    const float onef = 1, zerof = 0;
+    *ret_call = dbl ? "cublasZherk" : "cublasCherk";
+    return dbl ? blas.zherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, n, k, &one, a, lda, &zero, g, n)
+               : blas.cherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, n, k, &onef, a, lda, &zerof,
+                            g, n);
+  }
+  const cuDoubleComplex one = {1, 0}, zero = {0, 0};
+  const cuComplex onef = {1, 0}, zerof = {0, 0};
+  *ret_call = dbl ? "cublasZgemm" : "cublasCgemm";
+  return dbl ? blas.zgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, &one, b, ldb, a, lda, &zero, g, m)
+             : blas.cgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, &onef, b, ldb, a, lda, &zerof, g,
+                          m);
+}
+
 qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, void *g, struct qdp_error *reterr) {
+                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
@@ -123,36 +169,24 @@ qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint
                          " amplitudes is past cuBLAS's 32-bit sizes",
                          rows, cols, len);
   }
+  if (real) { /* the real parts, [rows][len] then [cols][len], read with ld = len */
+    char *ra = scratch, *rb = ra + rows * len * (qdp_dtype_size(dt) / 2);
+    K_TRY(rc, reterr, d, "qdpk_gram_real", qdpk_gram_real(a, lda, rows, len, dt, ra, c->stream));
+    if (!upper) {
+      K_TRY(rc, reterr, d, "qdpk_gram_real", qdpk_gram_real(b, ldb, cols, len, dt, rb, c->stream));
+    }
+    a = ra;
+    b = upper ? ra : rb;
+    lda = ldb = len;
+  }
   cublasHandle_t h = blas_take(c, reterr);
   if (!h) {
-    return reterr ? reterr->code : QDP_ERR_FAILED_PRECONDITION;
+    rc = reterr ? reterr->code : QDP_ERR_FAILED_PRECONDITION;
+    goto out;
   }
-  int n = (int)rows, m = (int)cols, k = (int)len;
-  cublasStatus_t st;
-  const char *call;
-  if (dt == QDP_DTYPE_COMPLEX128) {
-    if (upper) {
-      const double one = 1, zero = 0;
-      call = "cublasZherk";
-      st = blas.zherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, n, k, &one, a, (int)lda, &zero, g, n);
-    } else {
-      const cuDoubleComplex one = {1, 0}, zero = {0, 0};
-      call = "cublasZgemm";
-      st = blas.zgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, &one, b, (int)ldb, a, (int)lda, &zero,
-                      g, m);
-    }
-  } else {
-    if (upper) {
-      const float one = 1, zero = 0;
-      call = "cublasCherk";
-      st = blas.cherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, n, k, &one, a, (int)lda, &zero, g, n);
-    } else {
-      const cuComplex one = {1, 0}, zero = {0, 0};
-      call = "cublasCgemm";
-      st = blas.cgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, &one, b, (int)ldb, a, (int)lda, &zero,
-                      g, m);
-    }
-  }
+  const char *call = "";
+  cublasStatus_t st = product(h, a, (int)lda, (int)rows, b, (int)ldb, (int)cols, (int)len, dt,
+                              upper, real, g, &call);
   pthread_mutex_unlock(&c->blas_lock);
   if (st != CUBLAS_STATUS_SUCCESS) {
     rc = blas_failed(d, st, call, reterr);
@@ -167,11 +201,11 @@ out:
 }
 
 qdp_status cuda_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
-                         qdp_dtype dt, struct qdp_error *reterr) {
+                         qdp_dtype dt, bool real, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
-  K_TRY(rc, reterr, d, "qdpk_gram_add", qdpk_gram_add(g, h, n, dt, c->stream));
+  K_TRY(rc, reterr, d, "qdpk_gram_add", qdpk_gram_add(g, h, n, dt, real, c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
 out:
   if (rc != QDP_OK) {
@@ -181,17 +215,25 @@ out:
 }
 
 qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,
-                            qdp_dtype dt, bool overlaps, bool upper, void *scratch, void *out,
-                            uint64_t pitch_bytes, struct qdp_error *reterr) {
+                            qdp_dtype dt, bool real, bool overlaps, bool fill, void *scratch,
+                            void *out, void *mirror, uint64_t pitch_bytes,
+                            struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   size_t es = qdp_dtype_size(dt) / (overlaps ? 1 : 2);
+  char *tile = scratch, *back = tile + rows * cols * es;
   QDP_TRY(rc, cuda_use_device(d, reterr));
   K_TRY(rc, reterr, d, "qdpk_gram_finish",
-        qdpk_gram_finish(g, rows, cols, dt, overlaps, upper, scratch, c->stream));
+        qdpk_gram_finish(g, rows, cols, dt, real, overlaps, fill, tile, mirror ? back : NULL,
+                         c->stream));
   CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
-         cudaMemcpy2DAsync(out, pitch_bytes, scratch, cols * es, cols * es, rows,
+         cudaMemcpy2DAsync(out, pitch_bytes, tile, cols * es, cols * es, rows,
                            cudaMemcpyDeviceToHost, c->stream));
+  if (mirror) {
+    CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
+           cudaMemcpy2DAsync(mirror, pitch_bytes, back, rows * es, rows * es, cols,
+                             cudaMemcpyDeviceToHost, c->stream));
+  }
   QDP_TRY(rc, cuda_finish(c, reterr));
 out:
   if (rc != QDP_OK) {

@@ -157,19 +157,23 @@ struct runtime_device_ops {
 
   /* The kernel matrix (kernel.c), on device memory of d, complex of dt, all three returning when
    * done. gram: g [rows][cols] = the block product of qdpk_cpu_gram (a's rows lda elements apart,
-   * b's ldb; `upper`: a == b and only j >= i is needed), in the backend's own representation
-   * (the CUDA one holds the conjugate); its bits depend only on the values and the shape.
-   * gram_add: g += h over n values. gram_finish: g's tile into host memory `out` (rows
-   * pitch_bytes apart) as qdpk_cpu_gram_finish writes it, through `scratch` (device memory of
-   * rows * cols complex values) where the backend needs it. NULL where the backend has none. */
+   * b's ldb; `upper`: a == b and only j >= i is needed; `real`: states with real amplitudes,
+   * read by their real parts, g real), in the backend's own representation (the CUDA one holds
+   * the conjugate); its bits depend only on the values and the shape. `scratch` holds
+   * (rows + cols) * len real values for the backend's use. gram_add: g += h over n values.
+   * gram_finish: g's tile into host memory `out` (rows pitch_bytes apart) as qdpk_cpu_gram_finish
+   * writes it (`fill`: a Hermitian tile's other half from its upper one; `mirror`, not NULL: the
+   * transpose there too), through `scratch` (device memory of 2 * rows * cols complex values)
+   * where the backend needs it. NULL where the backend has none. */
   qdp_status (*gram)(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, void *g, struct qdp_error *reterr);
+                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr);
   qdp_status (*gram_add)(struct runtime_device *d, void *g, const void *h, uint64_t n,
-                         qdp_dtype dt, struct qdp_error *reterr);
+                         qdp_dtype dt, bool real, struct qdp_error *reterr);
   qdp_status (*gram_finish)(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,
-                            qdp_dtype dt, bool overlaps, bool upper, void *scratch, void *out,
-                            uint64_t pitch_bytes, struct qdp_error *reterr);
+                            qdp_dtype dt, bool real, bool overlaps, bool fill, void *scratch,
+                            void *out, void *mirror, uint64_t pitch_bytes,
+                            struct qdp_error *reterr);
 };
 
 /* What every backend's device struct starts with. */

@@ -1,31 +1,36 @@
 /* kernel.c — the kernel matrix of two states of this rank (runtime.h, "the kernel matrix").
  *
  * The matrix is cut into tiles of rows of a by rows of b, and the amplitudes into blocks of
- * 2^min(n, block_log2). For each tile, each block's rows are gathered from
+ * 2^min(n, the tiling's block_log2). For each tile, each block's rows are gathered from
  * whichever shards hold them into the computing device's workspace, always into the same
  * [tile][block] layout, so that each block's product sees the same shape and values however the
  * states are sharded; the products are summed along the pairwise tree over the blocks (a binary
  * counter: one partial per level, the left one always the earlier), then finished into the
- * caller's memory. Same bits on any sharding follows (docs/design.md, invariants).
+ * caller's memory, with its mirror image for a state with itself. Same bits on any sharding
+ * follows (docs/design.md, invariants). States whose amplitudes are all real (the encodings'
+ * table says which) take products of their real parts: a quarter of the complex work.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qdp_encodings.h"
 #include "qdp_size.h"
 #include "runtime/mesh.h"
 #include "runtime/state.h"
 
-/* The tiles' bounds: the two gathered operands, and the tree's partials with the finished tile.
- * Large tiles keep the block products long. */
+/* The tiles' bounds: the two gathered operands (and their real parts), and the tree's partials
+ * with the finished tile and its mirror. Large tiles keep the block products long; the blocks
+ * shrink to keep the operands within their bound. */
 #define KERNEL_OPERANDS_BYTES (2ull << 30)
-#define KERNEL_PARTIALS_BYTES (1ull << 30)
+#define KERNEL_PARTIALS_BYTES (2ull << 30)
 
 struct kernel_job {
   struct runtime_mesh *m;
   struct runtime_device *d;
   const struct runtime_state *a, *b;
   bool same, overlaps;
+  bool real; /* both states' amplitudes are real */
   qdp_dtype dt;
   unsigned es;       /* bytes per amplitude */
   unsigned out_es;   /* bytes per value of the matrix */
@@ -33,38 +38,40 @@ struct kernel_job {
   uint64_t blocks;   /* 2^n / block, a power of two */
   unsigned levels;   /* log2(blocks) + 1 partials */
   uint64_t tile;     /* rows of a (and of b) per tile */
-  void *ws;          /* the workspace: ta, tb, the partials, then the finished tile */
+  void *ws;          /* the workspace: ta, tb, their real parts, the partials, the finished tile */
   uint64_t ws_bytes;
-  char *ta, *tb, *partials, *finished;
+  char *ta, *tb, *reals, *partials, *finished;
 };
 
-static unsigned log2_of(uint64_t x) {
-  unsigned k = 0;
-  while ((x >> k) > 1) {
-    k++;
-  }
-  return k;
+/* The workspace of tiles of `tile` rows (blocks of k->block amplitudes): the operands, their
+ * real parts for real states, the partials, the finished tile and its mirror. */
+static uint64_t workspace_bytes(const struct kernel_job *k, uint64_t tile) {
+  return ((2 + (k->real ? 1 : 0)) * tile * k->block + (k->levels + 2) * tile * tile) * k->es;
 }
 
-/* Whether tiles of `tile` rows stay within the bounds. */
-static bool tile_fits(const struct kernel_job *k, uint64_t tile) {
-  unsigned __int128 ops = (unsigned __int128)2 * tile * k->block * k->es;
-  unsigned __int128 parts = (unsigned __int128)(k->levels + 1) * tile * tile * k->es;
-  return ops <= KERNEL_OPERANDS_BYTES && parts <= KERNEL_PARTIALS_BYTES;
-}
-
-/* The rows of a tile: a function of the shapes alone, never of the memory free (a GPU's block
- * product may round by its shape): all the rows when they fit the bounds, else the largest power
- * of two that does, at least one. */
-static uint64_t tile_rows(const struct kernel_job *k, uint64_t rows) {
-  if (tile_fits(k, rows)) {
-    return rows;
+/* The tiles and blocks: a function of the shapes and t alone, never of the memory free (a GPU's
+ * block product may round by its shape). Tiles of all the rows up to t.tile_rows; blocks of
+ * 2^min(n, t.block_log2) amplitudes, halved until the operands fit their bound; tiles halved
+ * until the partials fit theirs. */
+static void shape_tiles(struct kernel_job *k, uint64_t rows, uint32_t n,
+                        struct runtime_kernel_tiles t) {
+  uint64_t ops = (2 + (k->real ? 1 : 0)) * (uint64_t)k->es;
+  uint64_t most = t.tile_rows ? t.tile_rows : 1;
+  k->tile = rows < most ? rows : most;
+  for (;;) {
+    unsigned bl = n < t.block_log2 ? n : t.block_log2;
+    while (bl > 0 && ops * k->tile * ((uint64_t)1 << bl) > KERNEL_OPERANDS_BYTES) {
+      bl--;
+    }
+    k->block = (uint64_t)1 << bl;
+    k->blocks = ((uint64_t)1 << n) / k->block;
+    k->levels = n - bl + 1;
+    if (k->tile == 1 ||
+        (k->levels + 2) * k->tile * k->tile * (uint64_t)k->es <= KERNEL_PARTIALS_BYTES) {
+      return;
+    }
+    k->tile = (k->tile + 1) / 2;
   }
-  uint64_t t = 1;
-  while (t * 2 < rows && tile_fits(k, t * 2)) {
-    t *= 2;
-  }
-  return t;
 }
 
 /* Rows [r0, r0 + nr) and amplitudes [k0, k0 + block) of s into dst ([nr][block] on k->d). */
@@ -93,7 +100,7 @@ static qdp_status gather(const struct kernel_job *k, const struct runtime_state 
 }
 
 /* One tile: rows [r0, r0 + nr) of a by [c0, c0 + nc) of b, summed over every block, finished into
- * out (cols values per row). */
+ * out (cols values per row); for a with itself, off the diagonal, its mirror image too. */
 static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uint64_t c0,
                        uint64_t nc, uint64_t cols, char *out, struct qdp_error *err) {
   const struct runtime_device_ops *ops = k->d->ops;
@@ -109,35 +116,20 @@ static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uin
     }
     char *g = k->partials + depth * part;
     QDP_TRY(rc, ops->gram(k->d, k->ta, k->block, nr, diag ? k->ta : k->tb, k->block, nc, k->block,
-                          k->dt, diag, g, err));
+                          k->dt, diag, k->real, k->reals, g, err));
     depth++;
     /* The tree: a block of odd index closes a pair at each level its trailing ones count. */
     for (uint64_t t = blk; t & 1; t >>= 1) {
       char *left = k->partials + (depth - 2) * part;
-      QDP_TRY(rc, ops->gram_add(k->d, left, left + part, nr * nc, k->dt, err));
+      QDP_TRY(rc, ops->gram_add(k->d, left, left + part, nr * nc, k->dt, k->real, err));
       depth--;
     }
   }
-  rc = ops->gram_finish(k->d, k->partials, nr, nc, k->dt, k->overlaps, diag, k->finished,
-                        out + (r0 * cols + c0) * k->out_es, cols * k->out_es, err);
+  char *mirror = k->same && !diag ? out + (c0 * cols + r0) * k->out_es : NULL;
+  rc = ops->gram_finish(k->d, k->partials, nr, nc, k->dt, k->real, k->overlaps, diag, k->finished,
+                        out + (r0 * cols + c0) * k->out_es, mirror, cols * k->out_es, err);
 out:
   return rc;
-}
-
-/* a with itself: the lower half from the upper (conjugated for overlaps). */
-static void mirror(const struct kernel_job *k, uint64_t n, char *out) {
-  for (uint64_t i = 1; i < n; i++) {
-    for (uint64_t j = 0; j < i; j++) {
-      char *to = out + (i * n + j) * k->out_es;
-      const char *from = out + (j * n + i) * k->out_es;
-      memcpy(to, from, k->out_es);
-      if (k->overlaps && k->dt == QDP_DTYPE_COMPLEX64) {
-        ((float *)to)[1] = -((float *)to)[1];
-      } else if (k->overlaps) {
-        ((double *)to)[1] = -((double *)to)[1];
-      }
-    }
-  }
 }
 
 static qdp_status check_local(const struct runtime_state *s, const char *which,
@@ -154,8 +146,9 @@ static qdp_status check_local(const struct runtime_state *s, const char *which,
 }
 
 qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_state *a,
-                                const struct runtime_state *b, bool overlaps, unsigned block_log2,
-                                void *out, const char **ret_device, struct qdp_error *reterr) {
+                                const struct runtime_state *b, bool overlaps,
+                                struct runtime_kernel_tiles tiles, void *out,
+                                const char **ret_device, struct qdp_error *reterr) {
   const struct plan *pa = &a->plan, *pb = b ? &b->plan : pa;
   qdp_status rc;
   if (pb->qubits != pa->qubits || pb->out_dtype != pa->out_dtype) {
@@ -179,17 +172,23 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   k.dt = pa->out_dtype;
   k.es = qdp_dtype_size(k.dt);
   k.out_es = overlaps ? k.es : k.es / 2;
-  unsigned bl = pa->qubits < block_log2 ? pa->qubits : block_log2;
-  k.block = (uint64_t)1 << bl;
-  k.blocks = pa->amplitudes / k.block;
-  k.levels = log2_of(k.blocks) + 1;
-  k.tile = tile_rows(&k, pa->batch > pb->batch ? pa->batch : pb->batch);
-  /* Within the bounds: the operands, the partials and the finished tile. */
-  k.ws_bytes = (2 * k.tile * k.block + (k.levels + 1) * k.tile * k.tile) * k.es;
-  rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
+  const struct qdp_encoding_desc *ea = qdp_encoding_desc(pa->encoding);
+  const struct qdp_encoding_desc *eb = qdp_encoding_desc(pb->encoding);
+  k.real = ea && ea->real && eb && eb->real;
+  shape_tiles(&k, pa->batch > pb->batch ? pa->batch : pb->batch, pa->qubits, tiles);
+  /* A device too full for the tiles' workspace takes smaller tiles (on GPUs their bits may then
+   * differ in the last place from a run that had the room); none at all is refused. */
+  for (;;) {
+    k.ws_bytes = workspace_bytes(&k, k.tile);
+    rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
+    if (rc == QDP_OK || k.tile == 1 || rc != QDP_ERR_RESOURCE_EXHAUSTED) {
+      break;
+    }
+    k.tile = (k.tile + 1) / 2;
+  }
   if (rc != QDP_OK) {
-    qdp_error_prefix(reterr, "the kernel matrix's workspace (tiles of %" PRIu64 " rows of 2^%u "
-                     "amplitudes) on %s", k.tile, bl, k.d->info.name);
+    qdp_error_prefix(reterr, "the kernel matrix's workspace (tiles of %" PRIu64 " rows of %" PRIu64
+                     " amplitudes) on %s", k.tile, k.block, k.d->info.name);
     return rc;
   }
   rc = k.d->ops->alloc(k.d, k.ws_bytes, &k.ws, reterr);
@@ -197,9 +196,11 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
     runtime_device_unreserve(k.d, k.ws_bytes);
     return rc;
   }
+  uint64_t operand = k.tile * k.block * k.es;
   k.ta = k.ws;
-  k.tb = k.ta + k.tile * k.block * k.es;
-  k.partials = k.tb + k.tile * k.block * k.es;
+  k.tb = k.ta + operand;
+  k.reals = k.tb + operand;
+  k.partials = k.reals + (k.real ? operand : 0);
   k.finished = k.partials + k.levels * k.tile * k.tile * k.es;
   for (uint64_t r0 = 0; r0 < pa->batch && rc == QDP_OK; r0 += k.tile) {
     uint64_t nr = pa->batch - r0 < k.tile ? pa->batch - r0 : k.tile;
@@ -207,9 +208,6 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
       uint64_t nc = pb->batch - c0 < k.tile ? pb->batch - c0 : k.tile;
       rc = tile(&k, r0, nr, c0, nc, pb->batch, out, reterr);
     }
-  }
-  if (rc == QDP_OK && k.same) {
-    mirror(&k, pa->batch, out);
   }
   k.d->ops->free(k.d, k.ws, k.ws_bytes);
   runtime_device_unreserve(k.d, k.ws_bytes);

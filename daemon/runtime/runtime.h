@@ -289,18 +289,25 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
  * K[i][j] = |<a_i|b_j>|^2 (the real type of the states' precision), or with `overlaps` the
  * complex <a_i|b_j>, for the rows of a and b (b NULL: a with itself; only the upper half is
  * computed and mirrored, conjugated for overlaps). Computed on the device of a's first shard: the
- * amplitudes go in blocks of 2^min(n, block_log2) (the daemon's: RUNTIME_KERNEL_BLOCK_LOG2; the
- * bits depend on it, never on the sharding), each block's product over
- * tiles of rows gathered into the device's workspace, and the blocks' products summed along one
- * fixed pairwise tree: the same bits on any sharding of a and b. The workspace is reserved
+ * amplitudes go in blocks, each block's product over tiles of rows gathered into the device's
+ * workspace, and the blocks' products summed along one fixed pairwise tree: the same bits on any
+ * sharding of a and b (they depend on the tiling, a function of the shapes and `tiles`). States
+ * whose amplitudes are all real take products of their real parts. The workspace is reserved
  * against the device's budget first: RESOURCE_EXHAUSTED naming the device with the bytes needed
  * and free. INVALID_ARGUMENT (field "b") when a and b differ in qubits or dtype;
  * FAILED_PRECONDITION when a shard is on another rank or the backend has no kernel. `out` is host
  * memory of rows * cols values, row-major; *ret_device names the device that computed it. */
-#define RUNTIME_KERNEL_BLOCK_LOG2 20u
+struct runtime_kernel_tiles {
+  unsigned block_log2; /* blocks of 2^min(n, block_log2) amplitudes, fewer where the operands of
+                          a tile would pass their bound */
+  uint64_t tile_rows;  /* rows of a (and of b) per tile, at most */
+};
+/* The daemon's: blocks of up to 2^20 amplitudes, tiles of up to 4096 rows. */
+#define RUNTIME_KERNEL_TILES ((struct runtime_kernel_tiles){20, 4096})
 qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_state *a,
-                                const struct runtime_state *b, bool overlaps, unsigned block_log2,
-                                void *out, const char **ret_device, struct qdp_error *reterr);
+                                const struct runtime_state *b, bool overlaps,
+                                struct runtime_kernel_tiles tiles, void *out,
+                                const char **ret_device, struct qdp_error *reterr);
 
 /* The mesh index of the device named `name` ("cuda:1", "cpu:0") or given by its index ("1").
  * INVALID_ARGUMENT (field `field`) naming the devices there are. */

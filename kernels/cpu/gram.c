@@ -12,23 +12,31 @@
 
 #define L QDPK_GRAM_LANES
 
-/* One entry: sum_k conj(x[k]) y[k] over n complex values. */
+/* One entry: sum_k conj(x[k]) y[k] over n complex values; with real, sum_k re x[k] re y[k]. */
 #define DEFINE_DOT(NAME, T) \
-  static void NAME(const T *x, const T *y, uint64_t n, T *ret) { \
+  static void NAME(const T *x, const T *y, uint64_t n, int real, T *ret) { \
     T re[L] = {0}, im[L] = {0}; \
     uint64_t k = 0; \
     for (; k + L <= n; k += L) { \
       for (unsigned l = 0; l < L; l++) { \
         T xr = x[2 * (k + l)], xi = x[2 * (k + l) + 1]; \
         T yr = y[2 * (k + l)], yi = y[2 * (k + l) + 1]; \
-        re[l] += xr * yr + xi * yi; \
-        im[l] += xr * yi - xi * yr; \
+        if (real) { \
+          re[l] += xr * yr; \
+        } else { \
+          re[l] += xr * yr + xi * yi; \
+          im[l] += xr * yi - xi * yr; \
+        } \
       } \
     } \
     for (unsigned l = 0; k < n; k++, l++) { \
       T xr = x[2 * k], xi = x[2 * k + 1], yr = y[2 * k], yi = y[2 * k + 1]; \
-      re[l] += xr * yr + xi * yi; \
-      im[l] += xr * yi - xi * yr; \
+      if (real) { \
+        re[l] += xr * yr; \
+      } else { \
+        re[l] += xr * yr + xi * yi; \
+        im[l] += xr * yi - xi * yr; \
+      } \
     } \
     T sr = re[0], si = im[0]; \
     for (unsigned l = 1; l < L; l++) { \
@@ -36,65 +44,95 @@
       si += im[l]; \
     } \
     ret[0] = sr; \
-    ret[1] = si; \
+    if (!real) { \
+      ret[1] = si; \
+    } \
   }
 DEFINE_DOT(dot_f, float)
 DEFINE_DOT(dot_d, double)
 
 void qdpk_cpu_gram(const void *a, uint64_t lda, uint64_t rows, const void *b, uint64_t ldb,
-                   uint64_t cols, uint64_t len, qdp_dtype dt, int upper, void *g) {
+                   uint64_t cols, uint64_t len, qdp_dtype dt, int upper, int real, void *g) {
+  size_t vs = qdp_dtype_size(dt) / (real ? 2 : 1); /* bytes of one value of g */
+  unsigned per = real ? 1 : 2;                      /* scalars of one value of g */
   for (uint64_t i = 0; i < rows; i++) {
     if (upper) { /* the half left out holds zeros, so that sums over it read defined values */
-      memset((char *)g + i * cols * qdp_dtype_size(dt), 0, i * qdp_dtype_size(dt));
+      memset((char *)g + i * cols * vs, 0, i * vs);
     }
     for (uint64_t j = upper ? i : 0; j < cols; j++) {
       if (dt == QDP_DTYPE_COMPLEX64) {
-        dot_f((const float *)a + 2 * i * lda, (const float *)b + 2 * j * ldb, len,
-              (float *)g + 2 * (i * cols + j));
+        dot_f((const float *)a + 2 * i * lda, (const float *)b + 2 * j * ldb, len, real,
+              (float *)g + per * (i * cols + j));
       } else {
-        dot_d((const double *)a + 2 * i * lda, (const double *)b + 2 * j * ldb, len,
-              (double *)g + 2 * (i * cols + j));
+        dot_d((const double *)a + 2 * i * lda, (const double *)b + 2 * j * ldb, len, real,
+              (double *)g + per * (i * cols + j));
       }
     }
   }
 }
 
-void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt) {
+void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real) {
+  uint64_t scalars = real ? n : 2 * n;
   if (dt == QDP_DTYPE_COMPLEX64) {
     float *x = g;
     const float *y = h;
-    for (uint64_t i = 0; i < 2 * n; i++) {
+    for (uint64_t i = 0; i < scalars; i++) {
       x[i] += y[i];
     }
   } else {
     double *x = g;
     const double *y = h;
-    for (uint64_t i = 0; i < 2 * n; i++) {
+    for (uint64_t i = 0; i < scalars; i++) {
       x[i] += y[i];
     }
   }
 }
 
-void qdpk_cpu_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int overlaps,
-                          int upper, void *out, uint64_t pitch_bytes) {
+/* Entry (i, j) of g as a complex number, taken from (j, i) conjugated where fill asks. */
+#define DEFINE_ENTRY(NAME, T) \
+  static void NAME(const T *g, uint64_t cols, int real, int fill, uint64_t i, uint64_t j, \
+                   T *re, T *im) { \
+    int swap = fill && j < i; \
+    uint64_t at = swap ? j * cols + i : i * cols + j; \
+    *re = real ? g[at] : g[2 * at]; \
+    *im = real ? 0 : (swap ? -g[2 * at + 1] : g[2 * at + 1]); \
+  }
+DEFINE_ENTRY(entry_f, float)
+DEFINE_ENTRY(entry_d, double)
+
+/* One value of the matrix at `to`: |v|^2, or v (conjugated with conj) for overlaps. */
+#define DEFINE_PUT(NAME, T) \
+  static void NAME(char *to, int overlaps, int conj, T re, T im) { \
+    if (overlaps) { \
+      ((T *)to)[0] = re; \
+      ((T *)to)[1] = conj ? -im : im; \
+    } else { \
+      ((T *)to)[0] = re * re + im * im; \
+    } \
+  }
+DEFINE_PUT(put_f, float)
+DEFINE_PUT(put_d, double)
+
+void qdpk_cpu_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int real,
+                          int overlaps, int fill, void *out, void *mirror, uint64_t pitch_bytes) {
+  size_t os = qdp_dtype_size(dt) / (overlaps ? 1 : 2); /* bytes of one value of the matrix */
   for (uint64_t i = 0; i < rows; i++) {
-    char *row = (char *)out + i * pitch_bytes;
-    for (uint64_t j = upper ? i : 0; j < cols; j++) {
+    for (uint64_t j = 0; j < cols; j++) {
+      char *to = (char *)out + i * pitch_bytes + j * os;
+      char *back = mirror ? (char *)mirror + j * pitch_bytes + i * os : NULL;
       if (dt == QDP_DTYPE_COMPLEX64) {
-        const float *v = (const float *)g + 2 * (i * cols + j);
-        if (overlaps) {
-          ((float *)row)[2 * j] = v[0];
-          ((float *)row)[2 * j + 1] = v[1];
-        } else {
-          ((float *)row)[j] = v[0] * v[0] + v[1] * v[1];
+        float re, im;
+        entry_f(g, cols, real, fill, i, j, &re, &im);
+        put_f(to, overlaps, 0, re, im);
+        if (back) {
+          put_f(back, overlaps, 1, re, im);
         }
       } else {
-        const double *v = (const double *)g + 2 * (i * cols + j);
-        if (overlaps) {
-          ((double *)row)[2 * j] = v[0];
-          ((double *)row)[2 * j + 1] = v[1];
-        } else {
-          ((double *)row)[j] = v[0] * v[0] + v[1] * v[1];
+        double re, im;
+        entry_d(g, cols, real, fill, i, j, &re, &im);
+        put_d(to, overlaps, 0, re, im);
+        if (back) {
+          put_d(back, overlaps, 1, re, im);
         }
       }
     }

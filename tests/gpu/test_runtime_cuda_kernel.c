@@ -1,7 +1,9 @@
 /* test_runtime_cuda_kernel.c — the kernel matrix on the CUDA backend (cuBLAS) against the CPU
- * backend's of the same states: both precisions, a state with itself (HERK and GEMM tiles) and
- * with another, blocks small enough that the fixed tree has levels, the result the same bits when
- * computed again, and, with two GPUs, the same bits from a batch split over them as from one. */
+ * backend's of the same states: both precisions, real states (amplitude, angle: the real
+ * products) and complex ones (iqp, phase), a state with itself (HERK tiles on the diagonal,
+ * GEMM ones mirrored) and with another, blocks small enough that the fixed tree has levels, the
+ * result the same bits when computed again, and, with two GPUs, the same bits from a batch split
+ * over them as from one. */
 #include <check.h>
 #include <complex.h>
 #include <math.h>
@@ -25,7 +27,7 @@ static double worst(const void *gpu, const void *cpu, uint64_t n, qdp_dtype dt, 
 }
 
 static void against_cpu(qdp_encoding enc, uint32_t n, uint64_t cols, qdp_dtype dt,
-                        unsigned block_log2) {
+                        struct runtime_kernel_tiles tiles) {
   struct runtime_mesh *gpu = qdpt_mesh("cuda:0", 0, 0);
   struct runtime_mesh *cpu = qdpt_mesh("cpu:1", 4 * GIB, 0);
   const uint64_t ra = 37, rb = 21; /* tiles that are not powers of two */
@@ -43,20 +45,21 @@ static void against_cpu(qdp_encoding enc, uint32_t n, uint64_t cols, qdp_dtype d
       void *g = malloc(ra * nc * oes), *g2 = malloc(ra * nc * oes), *c = malloc(ra * nc * oes);
       struct qdp_error e = QDP_ERROR_INIT;
       const char *dev = NULL;
-      ck_assert_msg(runtime_state_kernel(gpu, ga, self ? NULL : gb, overlaps, block_log2, g, &dev,
+      ck_assert_msg(runtime_state_kernel(gpu, ga, self ? NULL : gb, overlaps, tiles, g, &dev,
                                          &e) == QDP_OK,
                     "%s", e.msg);
       ck_assert_str_eq(dev, "cuda:0");
-      ck_assert_msg(runtime_state_kernel(gpu, ga, self ? NULL : gb, overlaps, block_log2, g2, NULL,
+      ck_assert_msg(runtime_state_kernel(gpu, ga, self ? NULL : gb, overlaps, tiles, g2, NULL,
                                          &e) == QDP_OK,
                     "%s", e.msg);
-      ck_assert_msg(runtime_state_kernel(cpu, ca, self ? NULL : cb, overlaps, block_log2, c, NULL,
+      ck_assert_msg(runtime_state_kernel(cpu, ca, self ? NULL : cb, overlaps, tiles, c, NULL,
                                          &e) == QDP_OK,
                     "%s", e.msg);
       double w = worst(g, c, ra * nc, dt, overlaps);
       bool again = memcmp(g, g2, ra * nc * oes) == 0;
-      printf("  kernel %s %u qubits %s, blocks of 2^%u, %s, %s: |gpu - cpu| <= %.3g%s\n",
-             qdp_encoding_name(enc), n, qdp_dtype_name(dt), block_log2 < n ? block_log2 : n,
+      printf("  kernel %s %u qubits %s, blocks of 2^%u, tiles of %u, %s, %s: |gpu - cpu| <= %.3g%s\n",
+             qdp_encoding_name(enc), n, qdp_dtype_name(dt),
+             tiles.block_log2 < n ? tiles.block_log2 : n, (unsigned)tiles.tile_rows,
              self ? "a with itself" : "a with b", overlaps ? "overlaps" : "fidelities", w,
              again ? ", the same bits again" : ", OTHER BITS AGAIN");
       ck_assert_msg(w <= tol, "|gpu - cpu| = %g > %g", w, tol);
@@ -78,11 +81,14 @@ static void against_cpu(qdp_encoding enc, uint32_t n, uint64_t cols, qdp_dtype d
 }
 
 START_TEST(test_kernel_against_the_cpu) {
-  against_cpu(QDP_ENCODING_AMPLITUDE, 10, 1000, QDP_DTYPE_COMPLEX128, RUNTIME_KERNEL_BLOCK_LOG2);
-  against_cpu(QDP_ENCODING_AMPLITUDE, 10, 1000, QDP_DTYPE_COMPLEX128, 6);
-  against_cpu(QDP_ENCODING_IQP, 6, 21, QDP_DTYPE_COMPLEX128, 3);
-  against_cpu(QDP_ENCODING_IQP, 6, 21, QDP_DTYPE_COMPLEX64, 3);
-  against_cpu(QDP_ENCODING_ANGLE, 8, 8, QDP_DTYPE_COMPLEX64, RUNTIME_KERNEL_BLOCK_LOG2);
+  struct runtime_kernel_tiles small = {6, 16}, tiny = {3, 5};
+  against_cpu(QDP_ENCODING_AMPLITUDE, 10, 1000, QDP_DTYPE_COMPLEX128, RUNTIME_KERNEL_TILES);
+  against_cpu(QDP_ENCODING_AMPLITUDE, 10, 1000, QDP_DTYPE_COMPLEX128, small);
+  against_cpu(QDP_ENCODING_AMPLITUDE, 10, 1000, QDP_DTYPE_COMPLEX64, small);
+  against_cpu(QDP_ENCODING_IQP, 6, 21, QDP_DTYPE_COMPLEX128, tiny);
+  against_cpu(QDP_ENCODING_IQP, 6, 21, QDP_DTYPE_COMPLEX64, tiny);
+  against_cpu(QDP_ENCODING_PHASE, 8, 8, QDP_DTYPE_COMPLEX128, RUNTIME_KERNEL_TILES);
+  against_cpu(QDP_ENCODING_ANGLE, 8, 8, QDP_DTYPE_COMPLEX64, RUNTIME_KERNEL_TILES);
 }
 END_TEST
 
@@ -100,8 +106,8 @@ START_TEST(test_kernel_same_bits_over_two_gpus) {
       qdpt_encode_f64(m, 2, PLAN_BATCH, QDP_ENCODING_IQP, 8, 64, 36, x, QDP_DTYPE_COMPLEX128);
   double complex *k1 = malloc(64 * 64 * 16), *k2 = malloc(64 * 64 * 16);
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_kernel(m, one, NULL, true, 4, k1, NULL, &e), QDP_OK);
-  ck_assert_int_eq(runtime_state_kernel(m, two, NULL, true, 4, k2, NULL, &e), QDP_OK);
+  ck_assert_int_eq(runtime_state_kernel(m, one, NULL, true, ((struct runtime_kernel_tiles){4, 24}), k1, NULL, &e), QDP_OK);
+  ck_assert_int_eq(runtime_state_kernel(m, two, NULL, true, ((struct runtime_kernel_tiles){4, 24}), k2, NULL, &e), QDP_OK);
   ck_assert_msg(memcmp(k1, k2, 64 * 64 * 16) == 0, "a batch over two GPUs: other bits");
   printf("  kernel over two GPUs: the bits of one\n");
   runtime_state_destroy(one);

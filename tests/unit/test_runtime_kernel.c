@@ -1,7 +1,8 @@
 /* test_runtime_kernel.c — the kernel matrix on the CPU backend: a hand-computed pair, the same
  * bits from every sharding of both states (one device, 2 and 4 even shards, uneven shards that
- * cut blocks, a batch split by sample) with blocks small enough that the tree has levels, values
- * against the direct sum in long double, and its refusals. */
+ * cut blocks, a batch split by sample) with blocks and tiles small enough that the tree has
+ * levels and a state with itself has mirrored tiles, values against the direct sum in long
+ * double, real states (amplitude) and complex ones (iqp), and its refusals. */
 #include <check.h>
 #include <complex.h>
 #include <math.h>
@@ -24,14 +25,14 @@ START_TEST(test_kernel_hand_computed) {
   double complex o[4];
   struct qdp_error e = QDP_ERROR_INIT;
   const char *dev = NULL;
-  ck_assert_int_eq(runtime_state_kernel(m, s, NULL, false, RUNTIME_KERNEL_BLOCK_LOG2, k, &dev, &e),
+  ck_assert_int_eq(runtime_state_kernel(m, s, NULL, false, RUNTIME_KERNEL_TILES, k, &dev, &e),
                    QDP_OK);
   ck_assert_str_eq(dev, "cpu:0");
   ck_assert_double_eq_tol(k[0], 1.0, 1e-15);
   ck_assert_double_eq_tol(k[1], 0.5, 1e-15);
   ck_assert_double_eq(k[1], k[2]);
   ck_assert_double_eq_tol(k[3], 1.0, 1e-15);
-  ck_assert_int_eq(runtime_state_kernel(m, s, s, true, RUNTIME_KERNEL_BLOCK_LOG2, o, NULL, &e),
+  ck_assert_int_eq(runtime_state_kernel(m, s, s, true, RUNTIME_KERNEL_TILES, o, NULL, &e),
                    QDP_OK);
   ck_assert_double_eq_tol(creal(o[1]), 1 / sqrt(2.0), 1e-15);
   ck_assert_double_eq(cimag(o[1]), 0.0);
@@ -41,7 +42,9 @@ START_TEST(test_kernel_hand_computed) {
 }
 END_TEST
 
-enum { QUBITS = 5, DIM = 1 << QUBITS, BLOCK_LOG2 = 2 };
+enum { QUBITS = 5, DIM = 1 << QUBITS };
+/* Blocks of 4 amplitudes (a tree of 8 leaves) and tiles of 3 rows: every path of the driver. */
+#define SMALL_TILES ((struct runtime_kernel_tiles){2, 3})
 
 /* A layout of a batch of `rows` samples: policies that split one state's amplitudes hold one
  * sample (the planner's rule), so they are compared on single samples. */
@@ -81,11 +84,11 @@ static void same_bits_everywhere(const struct layout *ls, size_t nl, qdp_encodin
   double *kk = calloc(rows * brows, 8), *kk0 = calloc(rows * brows, 8);
   for (size_t i = 0; i < nl; i++) {
     const struct runtime_state *other = b[(i + 1) % nl];
-    ck_assert_msg(runtime_state_kernel(m, a[i], NULL, true, BLOCK_LOG2, self, NULL, &e) == QDP_OK,
+    ck_assert_msg(runtime_state_kernel(m, a[i], NULL, true, SMALL_TILES, self, NULL, &e) == QDP_OK,
                   "%s: %s", ls[i].name, e.msg);
-    ck_assert_msg(runtime_state_kernel(m, a[i], other, true, BLOCK_LOG2, cross, NULL, &e) == QDP_OK,
+    ck_assert_msg(runtime_state_kernel(m, a[i], other, true, SMALL_TILES, cross, NULL, &e) == QDP_OK,
                   "%s: %s", ls[i].name, e.msg);
-    ck_assert_msg(runtime_state_kernel(m, a[i], other, false, BLOCK_LOG2, kk, NULL, &e) == QDP_OK,
+    ck_assert_msg(runtime_state_kernel(m, a[i], other, false, SMALL_TILES, kk, NULL, &e) == QDP_OK,
                   "%s: %s", ls[i].name, e.msg);
     if (i > 0) {
       ck_assert_msg(memcmp(self, self0, rows * rows * 16) == 0, "%s: other bits than %s",
@@ -116,8 +119,21 @@ static void same_bits_everywhere(const struct layout *ls, size_t nl, qdp_encodin
         ck_assert_double_eq_tol(kk[r * brows + c], (double)(re * re + im * im), 1e-14);
       }
       ck_assert_double_eq_tol(creal(self[r * rows + r]), 1.0, 1e-14);
-      for (uint64_t c = 0; c < r; c++) {
-        ck_assert(self[r * rows + c] == conj(self[c * rows + r]));
+      for (uint64_t c = 0; c < rows; c++) {
+        long double re = 0, im = 0;
+        for (int j = 0; j < DIM; j++) {
+          long double ar = creal(pa[r * DIM + j]), ai = cimag(pa[r * DIM + j]);
+          long double br = creal(pa[c * DIM + j]), bi = cimag(pa[c * DIM + j]);
+          re += ar * br + ai * bi;
+          im += ar * bi - ai * br;
+        }
+        double complex got = self[r * rows + c];
+        ck_assert_msg(fabsl(creal(got) - re) < 1e-14 && fabsl(cimag(got) - im) < 1e-14,
+                      "<a_%d|a_%d> = %.17g%+.17gi, the direct sum %.17Lg%+.17Lgi", (int)r, (int)c,
+                      creal(got), cimag(got), re, im);
+        if (c < r) {
+          ck_assert(got == conj(self[c * rows + r]));
+        }
       }
     }
   }
@@ -159,7 +175,7 @@ START_TEST(test_kernel_refusals) {
       qdpt_encode_f64(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 4, 2, 16, x, QDP_DTYPE_COMPLEX128);
   double k[4];
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_state_kernel(m, s, NULL, false, RUNTIME_KERNEL_BLOCK_LOG2, k, NULL, &e),
+  ck_assert_int_eq(runtime_state_kernel(m, s, NULL, false, RUNTIME_KERNEL_TILES, k, NULL, &e),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg, "cpu:0"));
   ck_assert_uint_gt(e.need_bytes, 0);
@@ -171,7 +187,7 @@ START_TEST(test_kernel_refusals) {
   m = qdpt_mesh("cpu:1", GIB, 0);
   s = qdpt_encode_f64(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 4, 2, 16, x, QDP_DTYPE_COMPLEX128);
   struct runtime_state *t = qdpt_encode_f64(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 3, 1, 8, x, QDP_DTYPE_COMPLEX128);
-  ck_assert_int_eq(runtime_state_kernel(m, s, t, false, RUNTIME_KERNEL_BLOCK_LOG2, k, NULL, &e),
+  ck_assert_int_eq(runtime_state_kernel(m, s, t, false, RUNTIME_KERNEL_TILES, k, NULL, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "b");
   ck_assert_ptr_nonnull(strstr(e.msg, "3 qubits"));
