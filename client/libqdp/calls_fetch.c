@@ -313,6 +313,33 @@ static int open_temp(const char *path, char *tmp, size_t size) {
   return -1;
 }
 
+/* Flushes and closes the partial file fd (named tmp) and, when rc is OK, names it path: the file
+ * appears complete or not at all. Returns rc, or the first failure here. */
+static qdp_status finish_temp(int fd, const char *tmp, const char *path, int overwrite,
+                              qdp_status rc) {
+  if (rc == QDP_OK && fsync(fd) != 0) {
+    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Flushing '%s' failed: %s.", tmp,
+                        strerror(errno));
+  }
+  if (close(fd) != 0 && rc == QDP_OK) {
+    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Closing '%s' failed: %s.", tmp,
+                        strerror(errno));
+  }
+  if (rc == QDP_OK) {
+    /* link() refuses an existing name atomically; rename() replaces it. */
+    int r = overwrite ? rename(tmp, path) : link(tmp, path);
+    if (r != 0) {
+      int err = errno;
+      rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                          "Cannot create '%s': %s.", path, strerror(err));
+    }
+  }
+  if (rc != QDP_OK || !overwrite) {
+    (void)unlink(tmp);
+  }
+  return rc;
+}
+
 /* The .npy header of what a fetch of o (the range checked against the state) writes: the shape
  * needs the state's layout, and the header goes before the data. hdr holds QDP_NPY_HEADER_CAP. */
 static qdp_status npy_layout(qdp_client *c, const char *handle, const char *token,
@@ -395,27 +422,40 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
     o.count = count;
     rc = fetch_stream(c, handle, token, &o, &s);
   }
-  if (rc == QDP_OK && fsync(fd) != 0) {
-    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Flushing '%s' failed: %s.", tmp,
-                        strerror(errno));
+  return finish_temp(fd, tmp, path, overwrite, rc);
+}
+
+qdp_status qdp__write_npy_file(const char *path, int overwrite, const void *hdr, size_t hlen,
+                               const void *data, size_t len) {
+  char tmp[4096];
+  int fd = open_temp(path, tmp, sizeof tmp);
+  if (fd < 0) {
+    int err = errno;
+    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                          "Cannot create a file beside '%s': %s.", path, strerror(err));
   }
-  if (close(fd) != 0 && rc == QDP_OK) {
-    rc = qdp__err_local(QDP_ERR_SYSTEM, errno, "path", "Closing '%s' failed: %s.", tmp,
-                        strerror(errno));
-  }
-  if (rc == QDP_OK) {
-    /* link() refuses an existing name atomically; rename() replaces it. */
-    int r = overwrite ? rename(tmp, path) : link(tmp, path);
-    if (r != 0) {
-      int err = errno;
-      rc = qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
-                          "Cannot create '%s': %s.", path, strerror(err));
+  qdp_status rc = QDP_OK;
+  const struct {
+    const void *p;
+    size_t n;
+  } parts[2] = {{hdr, hlen}, {data, len}};
+  for (int i = 0; i < 2 && rc == QDP_OK; i++) {
+    size_t done = 0;
+    while (done < parts[i].n) {
+      ssize_t n = write(fd, (const char *)parts[i].p + done, parts[i].n - done);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        int err = n < 0 ? errno : ENOSPC;
+        rc = qdp__err_local(QDP_ERR_SYSTEM, err, "path", "Writing '%s' failed: %s.", tmp,
+                            strerror(err));
+        break;
+      }
+      done += (size_t)n;
     }
   }
-  if (rc != QDP_OK || !overwrite) {
-    (void)unlink(tmp);
-  }
-  return rc;
+  return finish_temp(fd, tmp, path, overwrite, rc);
 }
 
 /* Export from a client on the daemon's node: this process creates the file beside its target

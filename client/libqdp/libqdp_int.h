@@ -177,6 +177,11 @@ QDP__HIDDEN void *qdp__unary_copy(qdp_client *c, const char *method, const Proto
                                   const ProtobufCMessageDescriptor *desc, qdp__from_pb_fn from,
                                   const char *what, qdp_status *ret_rc);
 
+/* Writes hdr then data as the file `path`, complete or not at all (a temporary beside it, then
+ * named; an existing path is refused unless overwrite): qdp_kernel_npy's file (calls_fetch.c). */
+QDP__HIDDEN qdp_status qdp__write_npy_file(const char *path, int overwrite, const void *hdr,
+                                           size_t hlen, const void *data, size_t len);
+
 /* ---- npy.c: local input files (.npy through common/qdp_npy.h, CSV through csv.c, or raw) ---- */
 
 struct qdp__npy {

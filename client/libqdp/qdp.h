@@ -557,6 +557,47 @@ QDP_EXPORT qdp_status qdp_gather(qdp_client *c, const char *handle, const char *
                                  const char *device, uint64_t ttl_seconds,
                                  struct qdp_state_info **ret);
 
+/* ---- The kernel matrix (since 0.7) ----------------------------------------------------------- */
+
+/* What a kernel call computed. */
+struct qdp_kernel_info {
+  size_t struct_size;
+  uint64_t rows, cols; /* a's samples, b's */
+  /* QDP_DTYPE_FLOAT64 (FLOAT32 for complex64 states) for |<a_i|b_j>|^2; the states' dtype for
+   * QDP_KERNEL_OVERLAPS */
+  qdp_dtype dtype;
+  uint64_t bytes;  /* rows * cols * the dtype's size */
+  char device[32]; /* where it was computed: "cuda:0" */
+  double compute_ms;
+};
+
+/* clang-format off */
+#define QDP_KERNEL_INFO_INIT \
+  {sizeof(struct qdp_kernel_info), 0, 0, QDP_DTYPE_UNSPECIFIED, 0, {0}, 0}
+/* clang-format on */
+
+enum {
+  QDP_KERNEL_OVERLAPS = 1u, /* the complex overlaps <a_i|b_j> instead of |<a_i|b_j>|^2 */
+};
+
+/* The kernel matrix of two resident states, computed by the daemon where their shards are:
+ * K[i][j] = |<a_i|b_j>|^2 for every sample i of a and j of b (b NULL: a with itself, computed
+ * once per pair), row-major into dst (dst_bytes; OUT_OF_RANGE with need_bytes when the matrix is
+ * larger). Summed over blocks along one fixed tree: the same bits however the states are sharded.
+ * A matrix over a reply's 64 MiB goes through a shared-memory region made for the call (a Unix
+ * target). INVALID_ARGUMENT (field "b") for states of other qubits or dtype; NOT_FOUND for a
+ * released state or a wrong token. ret_info (may be NULL) must be QDP_KERNEL_INFO_INIT. */
+QDP_EXPORT qdp_status qdp_kernel(qdp_client *c, const char *a, const char *a_token, const char *b,
+                                 const char *b_token, unsigned flags, void *dst, size_t dst_bytes,
+                                 struct qdp_kernel_info *ret_info);
+
+/* The same into a local .npy file of shape (rows, cols), which appears complete or not at all;
+ * an existing file is refused unless overwrite. */
+QDP_EXPORT qdp_status qdp_kernel_npy(qdp_client *c, const char *a, const char *a_token,
+                                     const char *b, const char *b_token, unsigned flags,
+                                     const char *path, int overwrite,
+                                     struct qdp_kernel_info *ret_info);
+
 /* One unary call with its request already serialized (the protobuf encoding of the method's
  * request message in proto/qdp.proto), for bindings that build their own messages and want this
  * transport: method is the RPC's name ("Encode"), unary methods only. timeout_ms < 0: the

@@ -136,6 +136,7 @@ enum {
   OPT_METRICS,
   OPT_INTERVAL,
   OPT_ONCE,
+  OPT_OVERLAPS,
 };
 
 /* clang-format off */
@@ -275,5 +276,6 @@ int cmd_export(struct global *g, int argc, char **argv);     /* qdpctl_fetch.c *
 int cmd_gather(struct global *g, int argc, char **argv);     /* qdpctl_fetch.c */
 int cmd_region(struct global *g, int argc, char **argv);     /* qdpctl_region.c */
 int cmd_top(struct global *g, int argc, char **argv);        /* qdpctl_top.c */
+int cmd_kernel(struct global *g, int argc, char **argv);     /* qdpctl_kernel.c */
 
 #endif /* QDPCTL_H */

@@ -282,6 +282,92 @@ END_TEST
 /* ---- the other input kinds ---- */
 
 /* FetchInto a writable memfd region: the bytes Fetch streams, at the region offset asked. */
+static void *read_all(const char *path, size_t *ret_n);
+
+/* The kernel matrix: a hand-computed pair in the reply, a matrix over the reply's 64 MiB through
+ * the region libqdp makes for it (checked against the direct sum of the fetched amplitudes), the
+ * refusals, and the .npy form. */
+START_TEST(test_kernel_in_the_reply_and_through_a_region) {
+  /* |0> and (|0> + |1>)/sqrt(2) on 1 qubit: K = [[1, 1/2], [1/2, 1]]. */
+  double pair[4] = {1, 0, 1, 1};
+  struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 1, pair, 4, 2);
+  double k[4];
+  struct qdp_kernel_info ki = QDP_KERNEL_INFO_INIT;
+  CK_QDP(qdp_kernel(cl, s->handle, s->token, NULL, NULL, 0, k, sizeof k, &ki));
+  ck_assert_uint_eq(ki.rows, 2);
+  ck_assert_uint_eq(ki.cols, 2);
+  ck_assert_int_eq(ki.dtype, QDP_DTYPE_FLOAT64);
+  ck_assert_double_eq_tol(k[1], 0.5, 1e-15);
+  ck_assert_double_eq(k[1], k[2]);
+  ck_assert_double_eq_tol(k[3], 1.0, 1e-15);
+  double complex o[4];
+  CK_QDP(qdp_kernel(cl, s->handle, s->token, s->handle, s->token, QDP_KERNEL_OVERLAPS, o, sizeof o,
+                    NULL));
+  ck_assert_double_eq_tol(creal(o[1]), 1 / sqrt(2.0), 1e-15);
+  /* A buffer too small: the bytes it needs. */
+  ck_assert_int_eq(qdp_kernel(cl, s->handle, s->token, NULL, NULL, 0, k, 3 * sizeof(double), NULL),
+                   QDP_ERR_OUT_OF_RANGE);
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, sizeof k);
+  ck_assert_int_eq(qdp_kernel(cl, s->handle, s->token, NULL, NULL, 8, k, sizeof k, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "flags");
+
+  /* 3000 x 3000 complex overlaps: 137 MiB, past what a reply carries. */
+  enum { N = 3000, D = 4 };
+  double *x = malloc(sizeof(double) * N * D);
+  for (size_t i = 0; i < N * D; i++) {
+    x[i] = sin(0.37 * (double)i + 1.0);
+  }
+  struct qdp_state_info *big = encode_inline(QDP_ENCODING_AMPLITUDE, 2, x, N * D, N);
+  double complex *amp = malloc(sizeof(double complex) * N * D);
+  size_t nb = 0;
+  CK_QDP(qdp_fetch(cl, big->handle, big->token, NULL, amp, sizeof(double complex) * N * D, &nb));
+  double complex *ov = malloc(sizeof(double complex) * N * N);
+  CK_QDP(qdp_kernel(cl, big->handle, big->token, NULL, NULL, QDP_KERNEL_OVERLAPS, ov,
+                    sizeof(double complex) * N * N, &ki));
+  ck_assert_uint_eq(ki.bytes, sizeof(double complex) * N * N);
+  double worst = 0;
+  for (size_t i = 0; i < N; i += 7) {
+    for (size_t j = 0; j < N; j += 5) {
+      double complex want = 0;
+      for (size_t b = 0; b < D; b++) {
+        want += conj(amp[i * D + b]) * amp[j * D + b];
+      }
+      worst = fmax(worst, cabs(ov[i * N + j] - want));
+    }
+  }
+  ck_assert_double_le(worst, 1e-15);
+  struct qdp_server_status *st = NULL;
+  CK_QDP(qdp_get_status(cl, &st));
+  ck_assert_uint_eq(st->regions, 0); /* the call's region is gone */
+  qdp_server_status_free(st);
+
+  /* Other qubits: field "b"; and the .npy file, refused once it exists. */
+  ck_assert_int_eq(qdp_kernel(cl, s->handle, s->token, big->handle, big->token, 0, k, sizeof k,
+                              NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "b");
+  char path[sizeof dir + 16];
+  snprintf(path, sizeof path, "%s/kernel.npy", dir);
+  CK_QDP(qdp_kernel_npy(cl, s->handle, s->token, NULL, NULL, 0, path, 0, NULL));
+  ck_assert_int_eq(qdp_kernel_npy(cl, s->handle, s->token, NULL, NULL, 0, path, 0, NULL),
+                   QDP_ERR_ALREADY_EXISTS);
+  size_t fsize = 0;
+  unsigned char *file = read_all(path, &fsize);
+  ck_assert_uint_eq(fsize, 128 + sizeof k); /* a 128-byte header, then the 2 x 2 float64 */
+  ck_assert_int_eq(memcmp(file + 128, k, sizeof k), 0);
+  free(file);
+  unlink(path);
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  CK_QDP(qdp_release(cl, big->handle, big->token, NULL));
+  qdp_state_info_free(s);
+  qdp_state_info_free(big);
+  free(x);
+  free(amp);
+  free(ov);
+}
+END_TEST
+
 START_TEST(test_fetch_into_a_writable_region_matches_fetch) {
   double x[6] = {1, -2, 3, 0.5, 4, -1};
   struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 3, x, 6, 0);
@@ -725,6 +811,7 @@ int main(void) {
   tcase_add_test(t, test_serialized_calls_carry_the_wire_and_its_errors);
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
+  tcase_add_test(t, test_kernel_in_the_reply_and_through_a_region);
   tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
   tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);
   tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);

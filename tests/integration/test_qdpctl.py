@@ -658,6 +658,31 @@ class Qdpctl(unittest.TestCase):
         self.assertEqual([f for f in os.listdir(self.dir) if ".part-" in f], [])
         self.ok("rm", e["ref"])
 
+    def test_kernel_writes_the_matrix_of_resident_states(self):
+        X = self.rng.uniform(-1, 1, size=(5, 8))
+        Y = self.rng.uniform(-1, 1, size=(3, 8))
+        refs = []
+        for M in (X, Y):
+            path = os.path.join(self.dir, f"k{len(refs)}.npy")
+            np.save(path, M)
+            refs.append(self.js("encode", "--encoding", "amplitude", "--qubits", "3", "--input",
+                                path)["ref"])
+        P = np.array([qdpref.amplitude(x, 3) for x in X])
+        Q = np.array([qdpref.amplitude(y, 3) for y in Y])
+        out = os.path.join(self.dir, "K.npy")
+        k = self.js("kernel", refs[0], "-o", out)
+        self.assertEqual((k["rows"], k["cols"], k["dtype"]), (5, 5, "float64"))
+        K = np.load(out)
+        np.testing.assert_allclose(K, np.abs(P.conj() @ P.T) ** 2, rtol=0, atol=1e-14)
+        np.testing.assert_array_equal(K, K.T)
+        self.ok("kernel", refs[0], refs[1], "-o", out, "--overlaps", "--force")
+        np.testing.assert_allclose(np.load(out), P.conj() @ Q.T, rtol=0, atol=1e-14)
+        err = self.refused(1, "kernel", refs[0], refs[1], "-o", out)
+        self.assertEqual(err["code"], "QDP_ERR_ALREADY_EXISTS")
+        self.refused(2, "kernel", refs[0])  # no -o: a usage error, before connecting
+        for ref in refs:
+            self.ok("rm", ref)
+
 
 if __name__ == "__main__":
     r = unittest.main(verbosity=2, exit=False)
