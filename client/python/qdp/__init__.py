@@ -28,7 +28,7 @@ which keeps gRPC's defaults (see qdp._grpc_env).
 """
 
 from . import feature_maps
-from ._functions import default_client, encode, plan, status
+from ._functions import default_client, encode, kernel, plan, status
 from ._local import LocalDaemon
 from .client import Client, default_target
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
@@ -43,7 +43,7 @@ __version__ = "0.7.0"
 
 __all__ = [
     # the plain functions and the client they share
-    "encode", "plan", "status", "default_client",
+    "encode", "kernel", "plan", "status", "default_client",
     # the client and its states
     "Client", "State", "default_target", "LocalDaemon",
     # what the daemon answers

@@ -216,6 +216,44 @@ def _need_torch(what: str) -> None:
                            "device='numpy'", field="device") from None
 
 
+def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool = False,
+           dtype: Optional[str] = None, policy: str = "auto",
+           devices: Optional[Sequence[str]] = None) -> np.ndarray:
+    """The kernel matrix of the states of X (and Y) in one call: encoded, paired where they are,
+    and released.
+
+    Parameters
+    ----------
+    X, Y : array_like
+        Samples, one per row, as :meth:`qdp.Client.encode` takes them; Y omitted: X with itself
+        (the symmetric case, each pair computed once).
+    encoding, qubits, policy, devices
+        As :meth:`qdp.Client.encode` takes them.
+    overlaps : bool
+        The complex overlaps <x_i|y_j> instead of the fidelities |<x_i|y_j>|^2.
+    dtype : str, optional
+        The states' dtype, "complex128" (the default) or "complex64".
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(X), len(Y))``, as :meth:`qdp.Client.kernel` returns it.
+
+    Notes
+    -----
+    Both batches' states are held by the daemon while the matrix is computed, and released
+    before this returns, also after a failure. Sklearn's ``SVC(kernel="precomputed")`` takes
+    ``kernel(X_train, ...)`` to fit and ``kernel(X_test, ..., X_train)`` to predict.
+    """
+    c = default_client()
+    kw = {"dtype": dtype, "policy": policy, "devices": devices}
+    with c.encode(X, encoding, qubits, **kw) as a:
+        if Y is None:
+            return c.kernel(a, overlaps=overlaps)
+        with c.encode(Y, encoding, qubits, **kw) as b:
+            return c.kernel(a, b, overlaps=overlaps)
+
+
 def plan(data: Any, encoding: str, qubits: int, **kwargs: Any) -> Plan:
     """:meth:`qdp.Client.plan` on the :func:`default_client`: where a state would go and what
     each device would hold, allocating nothing."""

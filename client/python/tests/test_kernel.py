@@ -73,3 +73,25 @@ def test_kernel_of_another_clients_state_by_its_token(client: qdp.Client, daemon
     with client.encode(X, "amplitude", 2) as a, qdp.Client(daemon.target) as other:
         mine = other.state(a.handle, a.token)  # the token is the capability
         np.testing.assert_array_equal(other.kernel(mine), client.kernel(a))
+
+
+def test_the_one_call_kernel_encodes_pairs_and_releases(daemon: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from qdp import _functions
+
+    monkeypatch.setenv("QDP_TARGET", daemon.target)
+    _functions._default.close()
+    try:
+        rng = np.random.default_rng(11)
+        X, Y = rng.uniform(-1, 1, size=(7, 6)), rng.uniform(-1, 1, size=(4, 6))
+        with qdp.Client(daemon.target) as other:
+            before = other.status().states
+            K = qdp.kernel(X, "angle", 6)
+            KXY = qdp.kernel(X, "angle", 6, Y, overlaps=True)
+            assert other.status().states == before  # both batches released
+        np.testing.assert_allclose(K, np.abs(reference("angle", X, X, 6)) ** 2, atol=1e-14)
+        np.testing.assert_allclose(KXY, reference("angle", X, Y, 6), atol=1e-14)
+        with pytest.raises(qdp.InvalidArgument):
+            qdp.kernel(X, "angle", 6, rng.uniform(-1, 1, size=(2, 5)))  # 5 angles for 6 qubits
+    finally:
+        _functions._default.close()
