@@ -24,12 +24,13 @@ __global__ void __launch_bounds__(QDPK_THREADS)
 
 template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    gram_real_kernel(const typename cplx<R>::type *__restrict__ x, uint64_t ld, uint64_t rows,
-                     uint64_t len, R *__restrict__ out) {
-  const uint64_t n = rows * len;
+    gram_real_kernel(const typename cplx<R>::type *__restrict__ x, uint64_t ldx, uint64_t rows,
+                     uint64_t width, R *__restrict__ out, uint64_t ldo) {
+  const uint64_t n = rows * width;
   for (uint64_t i = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; i < n;
        i += (uint64_t)gridDim.x * QDPK_THREADS) {
-    out[i] = x[(i / len) * ld + i % len].x;
+    const uint64_t r = i / width, c = i % width;
+    out[r * ldo + c] = x[r * ldx + c].x;
   }
 }
 
@@ -72,21 +73,21 @@ __global__ void __launch_bounds__(QDPK_THREADS)
 
 }  // namespace
 
-extern "C" qdp_status qdpk_gram_real(const void *x, uint64_t ld, uint64_t rows, uint64_t len,
-                                     qdp_dtype dt, void *out, cudaStream_t stream) {
+extern "C" qdp_status qdpk_gram_real(const void *x, uint64_t ldx, uint64_t rows, uint64_t width,
+                                     qdp_dtype dt, void *out, uint64_t ldo, cudaStream_t stream) {
   if (!is_out_dtype(dt) || !x || !out) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  unsigned grid = grid_x(blocks_for(rows * len, 4));
+  unsigned grid = grid_x(blocks_for(rows * width, 4));
   if (grid == 0) {
     return QDP_OK;
   }
   if (dt == QDP_DTYPE_COMPLEX64) {
     gram_real_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
-        static_cast<const float2 *>(x), ld, rows, len, static_cast<float *>(out));
+        static_cast<const float2 *>(x), ldx, rows, width, static_cast<float *>(out), ldo);
   } else {
     gram_real_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
-        static_cast<const double2 *>(x), ld, rows, len, static_cast<double *>(out));
+        static_cast<const double2 *>(x), ldx, rows, width, static_cast<double *>(out), ldo);
   }
   return launched();
 }

@@ -184,14 +184,18 @@ struct qdpk_cpu_encoder {
  * One amplitude block of the Gram matrix of two batches: g[i][j] = sum_k conj(a[i][k]) b[j][k]
  * over k < len, for i < rows and j < cols; a's rows lda elements apart, b's ldb apart, g
  * [rows][cols] contiguous; a and b interleaved complex of `dt`, summed in its precision. With
- * `real` (states whose amplitudes are all real) only the real parts are read and g is real (of
- * dt's real type). The sum runs over QDPK_GRAM_LANES interleaved partial sums (lane k mod
+ * `real` (states whose amplitudes are all real) a and b are their real parts
+ * (qdpk_cpu_gram_real_rows: dt's real type) and g is real. The sum runs over QDPK_GRAM_LANES interleaved partial sums (lane k mod
  * QDPK_GRAM_LANES, each ascending in k) added in lane order, without fused multiply-add: the bits
  * depend only on the values, never on where they lie. With `upper` (a == b), only j >= i is
  * computed and the rest of g is zero. */
 #define QDPK_GRAM_LANES 4u
 void qdpk_cpu_gram(const void *a, uint64_t lda, uint64_t rows, const void *b, uint64_t ldb,
                    uint64_t cols, uint64_t len, qdp_dtype dt, int upper, int real, void *g);
+/* The real parts of `rows` rows of `width` complex values of dt (src_pitch bytes apart) into dst
+ * (dst_pitch bytes apart) as dt's real type. */
+void qdpk_cpu_gram_real_rows(void *dst, uint64_t dst_pitch, const void *src, uint64_t src_pitch,
+                             uint64_t width, uint64_t rows, qdp_dtype dt);
 /* g[i] = g[i] + h[i] over n values of g (complex of dt, or with `real` its real type): one node
  * of the blocks' fixed tree. */
 void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real);

@@ -90,15 +90,16 @@ qdp_status qdpk_check_params(const void *x, qdp_dtype in, uint64_t in_stride, ui
                              uint64_t rows, qdp_dtype out, int summed, int *ret_fault,
                              uint64_t *ret_row, uint64_t *ret_col, cudaStream_t stream);
 
-/* The kernel matrix's element-wise passes (gram.cu). gram_real: the real parts of x ([rows] rows
- * of len complex values, ld apart) into out [rows][len] of dt's real type, for the real products.
+/* The kernel matrix's element-wise passes (gram.cu). gram_real: the real parts of x (`rows` rows
+ * of `width` complex values, ldx values apart) into out (rows ldo values apart) as dt's real
+ * type, the operands of the real products.
  * gram_add: g += h over n values (complex of dt, or its real type with `real`). gram_finish: the
  * [rows][cols] tile of g (cuBLAS's: conj(G) for complex products, G for real ones) into device
  * memory out ([rows][cols]) as qdpk_cpu_gram_finish writes it (|G|^2 as dt's real type, or G with
  * `overlaps`; `fill`: below the diagonal from above it), and with mirror (not NULL) the conjugate
  * transpose into mirror ([cols][rows]). */
-qdp_status qdpk_gram_real(const void *x, uint64_t ld, uint64_t rows, uint64_t len, qdp_dtype dt,
-                          void *out, cudaStream_t stream);
+qdp_status qdpk_gram_real(const void *x, uint64_t ldx, uint64_t rows, uint64_t width, qdp_dtype dt,
+                          void *out, uint64_t ldo, cudaStream_t stream);
 qdp_status qdpk_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int real,
                          cudaStream_t stream);
 qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int real,

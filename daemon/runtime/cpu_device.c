@@ -180,12 +180,19 @@ static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t ds
 
 static qdp_status cpu_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                            const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                           bool upper, bool real, void *scratch, void *g,
-                           struct qdp_error *reterr) {
+                           bool upper, bool real, void *g, struct qdp_error *reterr) {
   (void)d;
-  (void)scratch;
   (void)reterr;
   qdpk_cpu_gram(a, lda, rows, b, ldb, cols, len, dt, upper, real, g);
+  return QDP_OK;
+}
+
+static qdp_status cpu_real_rows(struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                                const void *src, uint64_t src_pitch, uint64_t width, uint64_t rows,
+                                qdp_dtype dt, struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  qdpk_cpu_gram_real_rows(dst, dst_pitch, src, src_pitch, width, rows, dt);
   return QDP_OK;
 }
 
@@ -225,6 +232,7 @@ static const struct runtime_device_ops cpu_ops = {
     .export_ipc = cpu_export_ipc,
     .copy_rows = cpu_copy_rows,
     .gram = cpu_gram,
+    .real_rows = cpu_real_rows,
     .gram_add = cpu_gram_add,
     .gram_finish = cpu_gram_finish,
 };

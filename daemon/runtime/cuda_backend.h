@@ -273,7 +273,10 @@ void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
 /* The kernel matrix (cuda_gram.c): the ops of runtime/device.h, and the handle's teardown. */
 qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr);
+                     bool upper, bool real, void *g, struct qdp_error *reterr);
+qdp_status cuda_real_rows(struct runtime_device *d, void *dst, uint64_t dst_pitch, const void *src,
+                          uint64_t src_pitch, uint64_t width, uint64_t rows, qdp_dtype dt,
+                          struct qdp_error *reterr);
 qdp_status cuda_gram_add(struct runtime_device *d, void *g, const void *h, uint64_t n,
                          qdp_dtype dt, bool real, struct qdp_error *reterr);
 qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,

@@ -256,6 +256,7 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .close_ipc = cuda_close_ipc,
     .trim = cuda_trim,
     .gram = cuda_gram,
+    .real_rows = cuda_real_rows,
     .gram_add = cuda_gram_add,
     .gram_finish = cuda_gram_finish,
 };

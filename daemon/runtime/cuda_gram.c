@@ -1,11 +1,13 @@
-/* cuda_gram.c — the kernel matrix's ops on a GPU (runtime/device.h: gram, gram_add, gram_finish).
+/* cuda_gram.c — the kernel matrix's ops on a GPU (runtime/device.h: gram, real_rows, gram_add,
+ * gram_finish).
  *
  * The block products are cuBLAS's: ZHERK/CHERK for a tile of a state with itself (the Hermitian
  * half, half the work), ZGEMM/CGEMM otherwise; for states whose amplitudes are all real,
- * DSYRK/DGEMM (SSYRK/SGEMM) on their real parts, copied out first (a quarter of the work). qdp's rows are row-major [rows][ld], which cuBLAS
- * reads as column-major [ld][rows]: a tile A' of len x rows. B'^H A' (and A'^H A' for the half)
- * then lands, read back row-major, as conj(A^H B): the ops keep the products conjugated and
- * gram_finish takes the conjugate back (kernels/gram.cu). cuBLAS is deterministic for one shape on
+ * DSYRK/DGEMM (SSYRK/SGEMM) on their real parts (real_rows: a quarter of the work). qdp's rows
+ * are row-major [rows][ld], which cuBLAS reads as column-major [ld][rows]: a tile A' of len x
+ * rows. B'^H A' (and A'^H A' for the half) then lands, read back row-major, as conj(A^H B): the
+ * ops keep complex products conjugated and gram_finish takes the conjugate back
+ * (kernels/gram.cu). cuBLAS is deterministic for one shape on
  * one GPU (no atomics by default), and the executor gives every block the same shape.
  *
  * libcublas is loaded when the first kernel matrix is asked for, not linked: qdpd runs (and
@@ -158,7 +160,7 @@ static cublasStatus_t product(cublasHandle_t h, const void *a, int lda, int n, c
 
 qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr) {
+                     bool upper, bool real, void *g, struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
@@ -168,16 +170,6 @@ qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint
                          "a kernel tile of %" PRIu64 " x %" PRIu64 " over %" PRIu64
                          " amplitudes is past cuBLAS's 32-bit sizes",
                          rows, cols, len);
-  }
-  if (real) { /* the real parts, [rows][len] then [cols][len], read with ld = len */
-    char *ra = scratch, *rb = ra + rows * len * (qdp_dtype_size(dt) / 2);
-    K_TRY(rc, reterr, d, "qdpk_gram_real", qdpk_gram_real(a, lda, rows, len, dt, ra, c->stream));
-    if (!upper) {
-      K_TRY(rc, reterr, d, "qdpk_gram_real", qdpk_gram_real(b, ldb, cols, len, dt, rb, c->stream));
-    }
-    a = ra;
-    b = upper ? ra : rb;
-    lda = ldb = len;
   }
   cublasHandle_t h = blas_take(c, reterr);
   if (!h) {
@@ -192,6 +184,24 @@ qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint
     rc = blas_failed(d, st, call, reterr);
     goto out;
   }
+  QDP_TRY(rc, cuda_finish(c, reterr));
+out:
+  if (rc != QDP_OK) {
+    cuda_drain(c);
+  }
+  return rc;
+}
+
+qdp_status cuda_real_rows(struct runtime_device *d, void *dst, uint64_t dst_pitch, const void *src,
+                          uint64_t src_pitch, uint64_t width, uint64_t rows, qdp_dtype dt,
+                          struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  unsigned es = qdp_dtype_size(dt);
+  QDP_TRY(rc, cuda_use_device(d, reterr));
+  K_TRY(rc, reterr, d, "qdpk_gram_real",
+        qdpk_gram_real(src, src_pitch / es, rows, width, dt, dst, dst_pitch / (es / 2),
+                       c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
 out:
   if (rc != QDP_OK) {

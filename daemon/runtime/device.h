@@ -158,16 +158,21 @@ struct runtime_device_ops {
   /* The kernel matrix (kernel.c), on device memory of d, complex of dt, all three returning when
    * done. gram: g [rows][cols] = the block product of qdpk_cpu_gram (a's rows lda elements apart,
    * b's ldb; `upper`: a == b and only j >= i is needed; `real`: states with real amplitudes,
-   * read by their real parts, g real), in the backend's own representation (the CUDA one holds
-   * the conjugate); its bits depend only on the values and the shape. `scratch` holds
-   * (rows + cols) * len real values for the backend's use. gram_add: g += h over n values.
+   * a and b their real parts (real_rows), g real), in the backend's own representation (the
+   * CUDA one holds the conjugate); its bits depend only on the values and the shape.
+   * real_rows: the real parts of `rows` rows of `width` complex values of dt (src_pitch bytes
+   * apart, this device's memory) into dst (dst_pitch apart) as dt's real type. gram_add: g += h
+   * over n values.
    * gram_finish: g's tile into host memory `out` (rows pitch_bytes apart) as qdpk_cpu_gram_finish
    * writes it (`fill`: a Hermitian tile's other half from its upper one; `mirror`, not NULL: the
    * transpose there too), through `scratch` (device memory of 2 * rows * cols complex values)
    * where the backend needs it. NULL where the backend has none. */
   qdp_status (*gram)(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
                      const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                     bool upper, bool real, void *scratch, void *g, struct qdp_error *reterr);
+                     bool upper, bool real, void *g, struct qdp_error *reterr);
+  qdp_status (*real_rows)(struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                          const void *src, uint64_t src_pitch, uint64_t width, uint64_t rows,
+                          qdp_dtype dt, struct qdp_error *reterr);
   qdp_status (*gram_add)(struct runtime_device *d, void *g, const void *h, uint64_t n,
                          qdp_dtype dt, bool real, struct qdp_error *reterr);
   qdp_status (*gram_finish)(struct runtime_device *d, const void *g, uint64_t rows, uint64_t cols,

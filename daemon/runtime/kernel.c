@@ -38,15 +38,27 @@ struct kernel_job {
   uint64_t blocks;   /* 2^n / block, a power of two */
   unsigned levels;   /* log2(blocks) + 1 partials */
   uint64_t tile;     /* rows of a (and of b) per tile */
-  void *ws;          /* the workspace: ta, tb, their real parts, the partials, the finished tile */
+  /* The workspace: the operands ta and tb (complex; the real parts of real states), the bounce
+   * buffer of real parts from other devices, the partials, the finished tile and its mirror. */
+  void *ws;
   uint64_t ws_bytes;
-  char *ta, *tb, *reals, *partials, *finished;
+  unsigned op_es; /* bytes per value of an operand */
+  char *ta, *tb, *bounce, *partials, *finished;
+  bool remote;           /* real states with a shard on another device: a bounce buffer */
+  uint64_t bounce_bytes; /* 0 without one */
 };
 
-/* The workspace of tiles of `tile` rows (blocks of k->block amplitudes): the operands, their
- * real parts for real states, the partials, the finished tile and its mirror. */
-static uint64_t workspace_bytes(const struct kernel_job *k, uint64_t tile) {
-  return ((2 + (k->real ? 1 : 0)) * tile * k->block + (k->levels + 2) * tile * tile) * k->es;
+/* Real parts of shards on other devices come over through a bounce buffer of at most this size, in
+ * runs of rows: its size never changes the tiles, so neither the bits. */
+#define KERNEL_BOUNCE_BYTES (64ull << 20)
+
+/* The workspace of tiles of `tile` rows (blocks of k->block amplitudes), and its bounce buffer's
+ * share (one operand's complex rows at most). */
+static uint64_t workspace_bytes(struct kernel_job *k, uint64_t tile) {
+  uint64_t rows = tile * k->block * k->es;
+  k->bounce_bytes = !k->remote ? 0 : rows < KERNEL_BOUNCE_BYTES ? rows : KERNEL_BOUNCE_BYTES;
+  return 2 * tile * k->block * k->op_es + k->bounce_bytes +
+         (k->levels + 2) * tile * tile * k->es;
 }
 
 /* The tiles and blocks: a function of the shapes and t alone, never of the memory free (a GPU's
@@ -55,7 +67,7 @@ static uint64_t workspace_bytes(const struct kernel_job *k, uint64_t tile) {
  * until the partials fit theirs. */
 static void shape_tiles(struct kernel_job *k, uint64_t rows, uint32_t n,
                         struct runtime_kernel_tiles t) {
-  uint64_t ops = (2 + (k->real ? 1 : 0)) * (uint64_t)k->es;
+  uint64_t ops = 2 * (uint64_t)k->op_es;
   uint64_t most = t.tile_rows ? t.tile_rows : 1;
   k->tile = rows < most ? rows : most;
   for (;;) {
@@ -99,6 +111,50 @@ static qdp_status gather(const struct kernel_job *k, const struct runtime_state 
   return QDP_OK;
 }
 
+/* gather's, for real states: the real parts of the same rows into dst ([nr][block] reals): from
+ * a shard on the computing device straight, from one elsewhere copied over in runs of rows
+ * through the bounce buffer first. */
+static qdp_status gather_real(const struct kernel_job *k, const struct runtime_state *s,
+                              uint64_t r0, uint64_t nr, uint64_t k0, char *dst,
+                              struct qdp_error *err) {
+  const struct plan *p = &s->plan;
+  struct runtime_device *d = k->d;
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
+    uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
+    uint64_t alo = k0 > sh->first ? k0 : sh->first;
+    uint64_t ahi = k0 + k->block < sh->first + sh->count ? k0 + k->block : sh->first + sh->count;
+    if (lo >= hi || alo >= ahi) {
+      continue;
+    }
+    uint64_t width = ahi - alo;
+    const char *src = (const char *)s->bufs[i] + ((lo - sh->row_first) * sh->count +
+                                                  (alo - sh->first)) * k->es;
+    char *at = dst + ((lo - r0) * k->block + (alo - k0)) * k->op_es;
+    struct runtime_device *from = k->m->devs[sh->device];
+    qdp_status rc = QDP_OK;
+    if (from == d) {
+      rc = d->ops->real_rows(d, at, k->block * k->op_es, src, sh->count * k->es, width, hi - lo,
+                             k->dt, err);
+    }
+    uint64_t run = k->bounce_bytes / (width * k->es); /* rows a bounce holds: >= 1 */
+    for (uint64_t r = 0; from != d && r < hi - lo && rc == QDP_OK; r += run) {
+      uint64_t n = hi - lo - r < run ? hi - lo - r : run;
+      rc = d->ops->copy_rows(d, k->bounce, width * k->es, from, src + r * sh->count * k->es,
+                             sh->count * k->es, width * k->es, n, err);
+      if (rc == QDP_OK) {
+        rc = d->ops->real_rows(d, at + r * k->block * k->op_es, k->block * k->op_es, k->bounce,
+                               width * k->es, width, n, k->dt, err);
+      }
+    }
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  }
+  return QDP_OK;
+}
+
 /* One tile: rows [r0, r0 + nr) of a by [c0, c0 + nc) of b, summed over every block, finished into
  * out (cols values per row); for a with itself, off the diagonal, its mirror image too. */
 static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uint64_t c0,
@@ -110,13 +166,16 @@ static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uin
   qdp_status rc;
   for (uint64_t blk = 0; blk < k->blocks; blk++) {
     uint64_t k0 = blk * k->block;
-    QDP_TRY(rc, gather(k, k->a, r0, nr, k0, k->ta, err));
+    qdp_status (*take)(const struct kernel_job *, const struct runtime_state *, uint64_t,
+                       uint64_t, uint64_t, char *, struct qdp_error *) =
+        k->real ? gather_real : gather;
+    QDP_TRY(rc, take(k, k->a, r0, nr, k0, k->ta, err));
     if (!diag) {
-      QDP_TRY(rc, gather(k, k->same ? k->a : k->b, c0, nc, k0, k->tb, err));
+      QDP_TRY(rc, take(k, k->same ? k->a : k->b, c0, nc, k0, k->tb, err));
     }
     char *g = k->partials + depth * part;
     QDP_TRY(rc, ops->gram(k->d, k->ta, k->block, nr, diag ? k->ta : k->tb, k->block, nc, k->block,
-                          k->dt, diag, k->real, k->reals, g, err));
+                          k->dt, diag, k->real, g, err));
     depth++;
     /* The tree: a block of odd index closes a pair at each level its trailing ones count. */
     for (uint64_t t = blk; t & 1; t >>= 1) {
@@ -130,6 +189,17 @@ static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uin
                         out + (r0 * cols + c0) * k->out_es, mirror, cols * k->out_es, err);
 out:
   return rc;
+}
+
+/* Whether a shard of s is on a device other than d. */
+static bool elsewhere(const struct runtime_state *s, const struct runtime_device *d,
+                      const struct runtime_mesh *m) {
+  for (size_t i = 0; i < s->plan.nshards; i++) {
+    if (m->devs[s->plan.shards[i].device] != d) {
+      return true;
+    }
+  }
+  return false;
 }
 
 static qdp_status check_local(const struct runtime_state *s, const char *which,
@@ -175,6 +245,8 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   const struct qdp_encoding_desc *ea = qdp_encoding_desc(pa->encoding);
   const struct qdp_encoding_desc *eb = qdp_encoding_desc(pb->encoding);
   k.real = ea && ea->real && eb && eb->real;
+  k.op_es = k.real ? k.es / 2 : k.es;
+  k.remote = k.real && (elsewhere(a, k.d, m) || (b && elsewhere(b, k.d, m)));
   shape_tiles(&k, pa->batch > pb->batch ? pa->batch : pb->batch, pa->qubits, tiles);
   /* A device too full for the tiles' workspace takes smaller tiles (on GPUs their bits may then
    * differ in the last place from a run that had the room); none at all is refused. */
@@ -196,11 +268,11 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
     runtime_device_unreserve(k.d, k.ws_bytes);
     return rc;
   }
-  uint64_t operand = k.tile * k.block * k.es;
+  uint64_t operand = k.tile * k.block * k.op_es;
   k.ta = k.ws;
   k.tb = k.ta + operand;
-  k.reals = k.tb + operand;
-  k.partials = k.reals + (k.real ? operand : 0);
+  k.bounce = k.tb + operand;
+  k.partials = k.bounce + k.bounce_bytes;
   k.finished = k.partials + k.levels * k.tile * k.tile * k.es;
   for (uint64_t r0 = 0; r0 < pa->batch && rc == QDP_OK; r0 += k.tile) {
     uint64_t nr = pa->batch - r0 < k.tile ? pa->batch - r0 : k.tile;

@@ -12,31 +12,23 @@
 
 #define L QDPK_GRAM_LANES
 
-/* One entry: sum_k conj(x[k]) y[k] over n complex values; with real, sum_k re x[k] re y[k]. */
+/* One entry: sum_k conj(x[k]) y[k] over n complex values. */
 #define DEFINE_DOT(NAME, T) \
-  static void NAME(const T *x, const T *y, uint64_t n, int real, T *ret) { \
+  static void NAME(const T *x, const T *y, uint64_t n, T *ret) { \
     T re[L] = {0}, im[L] = {0}; \
     uint64_t k = 0; \
     for (; k + L <= n; k += L) { \
       for (unsigned l = 0; l < L; l++) { \
         T xr = x[2 * (k + l)], xi = x[2 * (k + l) + 1]; \
         T yr = y[2 * (k + l)], yi = y[2 * (k + l) + 1]; \
-        if (real) { \
-          re[l] += xr * yr; \
-        } else { \
-          re[l] += xr * yr + xi * yi; \
-          im[l] += xr * yi - xi * yr; \
-        } \
+        re[l] += xr * yr + xi * yi; \
+        im[l] += xr * yi - xi * yr; \
       } \
     } \
     for (unsigned l = 0; k < n; k++, l++) { \
       T xr = x[2 * k], xi = x[2 * k + 1], yr = y[2 * k], yi = y[2 * k + 1]; \
-      if (real) { \
-        re[l] += xr * yr; \
-      } else { \
-        re[l] += xr * yr + xi * yi; \
-        im[l] += xr * yi - xi * yr; \
-      } \
+      re[l] += xr * yr + xi * yi; \
+      im[l] += xr * yi - xi * yr; \
     } \
     T sr = re[0], si = im[0]; \
     for (unsigned l = 1; l < L; l++) { \
@@ -44,28 +36,68 @@
       si += im[l]; \
     } \
     ret[0] = sr; \
-    if (!real) { \
-      ret[1] = si; \
-    } \
+    ret[1] = si; \
   }
 DEFINE_DOT(dot_f, float)
 DEFINE_DOT(dot_d, double)
 
+/* One entry of real operands: sum_k x[k] y[k] over n values. */
+#define DEFINE_REAL_DOT(NAME, T) \
+  static T NAME(const T *x, const T *y, uint64_t n) { \
+    T acc[L] = {0}; \
+    uint64_t k = 0; \
+    for (; k + L <= n; k += L) { \
+      for (unsigned l = 0; l < L; l++) { \
+        acc[l] += x[k + l] * y[k + l]; \
+      } \
+    } \
+    for (unsigned l = 0; k < n; k++, l++) { \
+      acc[l] += x[k] * y[k]; \
+    } \
+    T sum = acc[0]; \
+    for (unsigned l = 1; l < L; l++) { \
+      sum += acc[l]; \
+    } \
+    return sum; \
+  }
+DEFINE_REAL_DOT(real_dot_f, float)
+DEFINE_REAL_DOT(real_dot_d, double)
+
 void qdpk_cpu_gram(const void *a, uint64_t lda, uint64_t rows, const void *b, uint64_t ldb,
                    uint64_t cols, uint64_t len, qdp_dtype dt, int upper, int real, void *g) {
   size_t vs = qdp_dtype_size(dt) / (real ? 2 : 1); /* bytes of one value of g */
-  unsigned per = real ? 1 : 2;                      /* scalars of one value of g */
   for (uint64_t i = 0; i < rows; i++) {
     if (upper) { /* the half left out holds zeros, so that sums over it read defined values */
       memset((char *)g + i * cols * vs, 0, i * vs);
     }
     for (uint64_t j = upper ? i : 0; j < cols; j++) {
-      if (dt == QDP_DTYPE_COMPLEX64) {
-        dot_f((const float *)a + 2 * i * lda, (const float *)b + 2 * j * ldb, len, real,
-              (float *)g + per * (i * cols + j));
+      uint64_t at = i * cols + j;
+      if (real && dt == QDP_DTYPE_COMPLEX64) {
+        ((float *)g)[at] = real_dot_f((const float *)a + i * lda, (const float *)b + j * ldb, len);
+      } else if (real) {
+        ((double *)g)[at] =
+            real_dot_d((const double *)a + i * lda, (const double *)b + j * ldb, len);
+      } else if (dt == QDP_DTYPE_COMPLEX64) {
+        dot_f((const float *)a + 2 * i * lda, (const float *)b + 2 * j * ldb, len,
+              (float *)g + 2 * at);
       } else {
-        dot_d((const double *)a + 2 * i * lda, (const double *)b + 2 * j * ldb, len, real,
-              (double *)g + per * (i * cols + j));
+        dot_d((const double *)a + 2 * i * lda, (const double *)b + 2 * j * ldb, len,
+              (double *)g + 2 * at);
+      }
+    }
+  }
+}
+
+void qdpk_cpu_gram_real_rows(void *dst, uint64_t dst_pitch, const void *src, uint64_t src_pitch,
+                             uint64_t width, uint64_t rows, qdp_dtype dt) {
+  for (uint64_t r = 0; r < rows; r++) {
+    const char *from = (const char *)src + r * src_pitch;
+    char *to = (char *)dst + r * dst_pitch;
+    for (uint64_t j = 0; j < width; j++) {
+      if (dt == QDP_DTYPE_COMPLEX64) {
+        ((float *)to)[j] = ((const float *)from)[2 * j];
+      } else {
+        ((double *)to)[j] = ((const double *)from)[2 * j];
       }
     }
   }
