@@ -207,6 +207,42 @@ void qdpk_cpu_gram_add(void *g, const void *h, uint64_t n, qdp_dtype dt, int rea
 void qdpk_cpu_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dtype dt, int real,
                           int overlaps, int fill, void *out, void *mirror, uint64_t pitch_bytes);
 
+/* ---- measurements (docs/design.md, measurements) ----
+ * A window of a state: amplitudes [first, first + len) of each of `rows` samples (x's rows ld
+ * complex values of m->dt apart; len a power of two, first a multiple of it), reduced to m's
+ * `cols` doubles per row in double precision: each leaf of min(len, QDPK_MEASURE_LEAF) amplitudes
+ * summed in the backend's fixed order, the leaves along the pairwise tree. So a window's value is
+ * its subtree of one tree over [0, 2^n), whatever memory holds it, and windows combine along the
+ * rest of that tree.
+ *  - QDPK_MEASURE_PROBS: out[r][m] = sum of |x_b|^2 over the b whose bit qubits[j] is bit j of m
+ *    (cols = 2^nq);
+ *  - QDPK_MEASURE_PAULI: out[r][s] = Re sum_b conj(x_{b ^ xmask}) i^ny[s] (-1)^popcount(b &
+ *    zmask[s]) x_b, the expectation of Pauli string s (xmask: its X and Y qubits, the same for
+ *    every string of one call; zmask: its Z and Y qubits; ny: its Y count), with x_{b ^ xmask}
+ *    read from `partner` (the window that holds those indices, rows pld apart; x itself when
+ *    xmask is 0). */
+#define QDPK_MEASURE_LEAF 1024u
+#define QDPK_MEASURE_QUBITS_MAX 10u /* the most qubits of a marginal: 1024 outcomes */
+enum qdpk_measure_kind { QDPK_MEASURE_PROBS = 1, QDPK_MEASURE_PAULI = 2 };
+struct qdpk_measure {
+  enum qdpk_measure_kind kind;
+  qdp_dtype dt;            /* the state's */
+  uint32_t nq;             /* PROBS: qubits[0..nq) */
+  const uint32_t *qubits;
+  uint32_t cols;           /* 2^nq, or the strings */
+  uint64_t xmask;          /* PAULI */
+  const uint64_t *zmask;   /* [cols] */
+  const uint32_t *ny;      /* [cols] */
+};
+/* scratch: (len / the leaf) * cols doubles. */
+void qdpk_cpu_measure(const struct qdpk_measure *m, const void *x, uint64_t ld, const void *partner,
+                      uint64_t pld, uint64_t rows, uint64_t first, uint64_t len, double *scratch,
+                      double *out);
+/* Each basis state's probability: out[r][b] = |x[r][b]|^2 for b < count (out rows out_ld apart),
+ * in double. */
+void qdpk_cpu_abs2(const void *x, uint64_t ld, uint64_t rows, uint64_t count, qdp_dtype dt,
+                   double *out, uint64_t out_ld);
+
 /* The CPU kernels of encoding e; NULL for a number no row of the CPU table has. */
 const struct qdpk_cpu_encoder *qdpk_cpu_encoder(qdp_encoding e);
 

@@ -40,6 +40,11 @@ qdp_status job_check_handle(const char *handle, const char *field, struct qdp_er
 qdp_status job_check_caller(const struct job_caller *caller, bool committing,
                             struct qdp_error *reterr);
 
+/* Pins state (handle, token) into *ret (put back with state_store_put): NOT_FOUND and the other
+ * refusals name `field`. */
+qdp_status job_pin_state(struct job_pipeline *jp, const char *handle, const char *token,
+                         const char *field, struct runtime_state **ret, struct qdp_error *reterr);
+
 /* Fills info from a state's record and its payload (pinned by the caller). */
 void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
                    struct runtime_state *st);

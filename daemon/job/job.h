@@ -319,7 +319,7 @@ qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *call
 qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
                                  uint64_t *ret_bytes, struct qdp_error *reterr);
 
-/* ---- the kernel matrix (kernel.c) ---- */
+/* ---- the kernel matrix (compute.c) ---- */
 
 struct job_kernel_request {
   const char *a, *a_token; /* the states */
@@ -344,6 +344,36 @@ struct job_kernel_result {
 qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_kernel_request *req, uint64_t inline_max,
                       struct job_kernel_result *ret, struct qdp_error *reterr);
+
+/* ---- measurements (compute.c) ---- */
+
+enum { JOB_MEASURE_PROBABILITIES = 1, JOB_MEASURE_EXPECTATIONS = 2 }; /* proto Measurement */
+
+struct job_measure_request {
+  const char *handle, *token;
+  int measurement;
+  const uint32_t *qubits; /* PROBABILITIES: the qubits measured; none: every basis state */
+  size_t nqubits;
+  const char *const *paulis; /* EXPECTATIONS: strings of I, X, Y, Z, letter k on qubit k */
+  size_t npaulis;
+  const char *region, *region_token; /* NULL or "": the values come back in the result */
+  uint64_t region_offset;
+};
+
+struct job_measure_result {
+  uint64_t rows, cols, bytes; /* float64 values, [rows][cols] */
+  void *values;               /* without a region: malloc'd, the caller frees it */
+  char device[32];
+  double compute_ms;
+};
+
+/* runtime_state_measure on the state, pinned meanwhile, into a region or the result as
+ * job_kernel's values go. INVALID_ARGUMENT for an unknown measurement ("measurement"), qubits
+ * with EXPECTATIONS or strings with PROBABILITIES, no string, a string of the wrong length or
+ * letter ("paulis"), and the runtime's refusals. */
+qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
+                       const struct job_measure_request *req, uint64_t inline_max,
+                       struct job_measure_result *ret, struct qdp_error *reterr);
 
 /* ---- the daemon ---- */
 

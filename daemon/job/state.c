@@ -461,3 +461,20 @@ void job_expire(struct job_pipeline *jp, int64_t now_unix_ms,
   ret->regions = region_registry_sweep(jp->regions, now_unix_ms, jp->lease_grace_ms, region, arg);
   runtime_mesh_trim(jp->mesh);
 }
+
+qdp_status job_pin_state(struct job_pipeline *jp, const char *handle, const char *token,
+                         const char *field, struct runtime_state **ret, struct qdp_error *err) {
+  void *payload = NULL;
+  qdp_status rc = job_check_handle(handle, field, err);
+  if (rc == QDP_OK) {
+    rc = state_store_get(jp->store, handle, token, &payload, NULL, err);
+  }
+  if (rc != QDP_OK) {
+    if (err && !err->field[0]) {
+      snprintf(err->field, sizeof err->field, "%s", field);
+    }
+    return rc;
+  }
+  *ret = payload;
+  return QDP_OK;
+}

@@ -34,6 +34,8 @@ const struct rpc_method rpc_methods[RPC_M_COUNT] = {
     [RPC_M_FETCH_INTO] = {"/qdp.Qdp/FetchInto", "FetchInto", RPC_UNARY,
                           &qdp__fetch_into_request__descriptor},
     [RPC_M_KERNEL] = {"/qdp.Qdp/Kernel", "Kernel", RPC_UNARY, &qdp__kernel_request__descriptor},
+    [RPC_M_MEASURE] = {"/qdp.Qdp/Measure", "Measure", RPC_UNARY,
+                       &qdp__measure_request__descriptor},
     [RPC_M_GRPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "grpc.health.v1.Check", RPC_UNARY,
                                  &grpc__health__v1__health_check_request__descriptor},
     [RPC_M_GRPC_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", "grpc.health.v1.Watch",

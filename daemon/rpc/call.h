@@ -58,6 +58,7 @@ enum rpc_method_id {
   RPC_M_GATHER,
   RPC_M_FETCH_INTO,
   RPC_M_KERNEL,
+  RPC_M_MEASURE,
   RPC_M_GRPC_HEALTH_CHECK, /* grpc.health.v1.Health/Check, the standard probe */
   RPC_M_GRPC_HEALTH_WATCH, /* grpc.health.v1.Health/Watch: the status, then each change */
   RPC_M_REFLECTION,        /* grpc.reflection.v1.ServerReflection/ServerReflectionInfo */

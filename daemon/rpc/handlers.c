@@ -578,6 +578,54 @@ static void rpc_h_kernel(struct rpc_job *j) {
   rpc_finish(c, reply, reply ? NULL : &err);
 }
 
+static void rpc_h_measure(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__MeasureRequest *r = (const Qdp__MeasureRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = rpc_caller(c);
+  struct job_measure_result res;
+  if (c->tcp && r->region) {
+    qdp_error_set(&err, QDP_ERR_FAILED_PRECONDITION, "region",
+                  "Measure writes into a region registered on the daemon's node, which only "
+                  "callers on its Unix socket have; over TCP leave the region out");
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  struct job_measure_request req = {.handle = r->state ? r->state->handle : NULL,
+                                    .token = r->state ? r->state->token : NULL,
+                                    .measurement = (int)r->measurement,
+                                    .qubits = r->qubits,
+                                    .nqubits = r->n_qubits,
+                                    .paulis = (const char *const *)r->paulis,
+                                    .npaulis = r->n_paulis,
+                                    .region = r->region ? r->region->handle : NULL,
+                                    .region_token = r->region ? r->region->token : NULL,
+                                    .region_offset = r->region_offset};
+  if (job_measure(c->srv->jobs, &who, &req, RPC_REPLY_AMPLITUDES_MAX, &res, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "Measure from %s: %s -> %" PRIu64 " x %" PRIu64 " on %s in %.3f ms", c->client,
+           req.handle, res.rows, res.cols, res.device, res.compute_ms);
+  Qdp__MeasureReply mr = QDP__MEASURE_REPLY__INIT;
+  mr.rows = res.rows;
+  mr.cols = res.cols;
+  mr.dtype = QDP__DTYPE__DTYPE_FLOAT64;
+  mr.bytes = res.bytes;
+  if (res.values) {
+    mr.values.data = res.values;
+    mr.values.len = res.bytes;
+  }
+  mr.device = res.device;
+  mr.compute_ms = res.compute_ms;
+  grpc_byte_buffer *reply = qdp_wire_pack(&mr.base);
+  free(res.values);
+  if (!reply) {
+    qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
+  }
+  rpc_finish(c, reply, reply ? NULL : &err);
+}
+
 void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_ENCODE] = rpc_h_encode,
     [RPC_M_PLAN] = rpc_h_plan,
@@ -594,4 +642,5 @@ void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_GATHER] = rpc_h_gather,
     [RPC_M_FETCH_INTO] = rpc_h_fetch_into,
     [RPC_M_KERNEL] = rpc_h_kernel,
+    [RPC_M_MEASURE] = rpc_h_measure,
 };

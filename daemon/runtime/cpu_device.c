@@ -215,6 +215,26 @@ static qdp_status cpu_gram_finish(struct runtime_device *d, const void *g, uint6
   return QDP_OK;
 }
 
+static qdp_status cpu_measure(struct runtime_device *d, const struct qdpk_measure *m, const void *x,
+                              uint64_t ld, const void *partner, uint64_t pld, uint64_t rows,
+                              uint64_t first, uint64_t len, void *scratch, double *out,
+                              struct qdp_error *reterr) {
+  (void)d;
+  (void)reterr;
+  qdpk_cpu_measure(m, x, ld, partner, pld, rows, first, len, scratch, out);
+  return QDP_OK;
+}
+
+static qdp_status cpu_abs2(struct runtime_device *d, const void *x, uint64_t ld, uint64_t rows,
+                           uint64_t count, qdp_dtype dt, void *scratch, double *out,
+                           uint64_t out_ld, struct qdp_error *reterr) {
+  (void)d;
+  (void)scratch;
+  (void)reterr;
+  qdpk_cpu_abs2(x, ld, rows, count, dt, out, out_ld);
+  return QDP_OK;
+}
+
 static const struct runtime_device_ops cpu_ops = {
     .backend = "cpu",
     .iqp_top_bits = QDPK_IQP_TOP_BITS,
@@ -235,6 +255,8 @@ static const struct runtime_device_ops cpu_ops = {
     .real_rows = cpu_real_rows,
     .gram_add = cpu_gram_add,
     .gram_finish = cpu_gram_finish,
+    .measure = cpu_measure,
+    .abs2 = cpu_abs2,
 };
 
 qdp_status runtime_cpu_devices_create(unsigned count, uint64_t bytes_each,

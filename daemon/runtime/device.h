@@ -16,6 +16,8 @@
 #include "plan/plan.h"
 #include "runtime/runtime.h"
 
+struct qdpk_measure; /* kernels/qdpk.h */
+
 struct runtime_device;
 
 /* One shard of one job, as a backend sees it. `x` is host memory: for an encoding whose values
@@ -179,6 +181,21 @@ struct runtime_device_ops {
                             qdp_dtype dt, bool real, bool overlaps, bool fill, void *scratch,
                             void *out, void *mirror, uint64_t pitch_bytes,
                             struct qdp_error *reterr);
+
+  /* Measurements (measure.c), on device memory of d, returning when done. measure: the values of
+   * one window (qdpk_cpu_measure's, each leaf summed in the backend's own fixed order) of x (rows
+   * ld complex values apart) and its partner window (rows pld apart; NULL: x), into host memory
+   * out ([rows][m->cols] doubles); scratch: device memory of (len / QDPK_MEASURE_LEAF + 1) * rows
+   * * m->cols doubles. abs2: |x|^2 of `count` amplitudes of each of `rows` rows (ld apart) into
+   * host memory out (rows out_ld doubles apart), through scratch (rows * count doubles) where the
+   * backend needs it. NULL where the backend has none. */
+  qdp_status (*measure)(struct runtime_device *d, const struct qdpk_measure *m, const void *x,
+                        uint64_t ld, const void *partner, uint64_t pld, uint64_t rows,
+                        uint64_t first, uint64_t len, void *scratch, double *out,
+                        struct qdp_error *reterr);
+  qdp_status (*abs2)(struct runtime_device *d, const void *x, uint64_t ld, uint64_t rows,
+                     uint64_t count, qdp_dtype dt, void *scratch, double *out, uint64_t out_ld,
+                     struct qdp_error *reterr);
 };
 
 /* What every backend's device struct starts with. */

@@ -309,6 +309,33 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
                                 struct runtime_kernel_tiles tiles, void *out,
                                 const char **ret_device, struct qdp_error *reterr);
 
+/* ---- Measurements (measure.c) -----------------------------------------------------------------
+ *
+ * Per sample of s, into host memory out ([batch][cols] doubles, row-major): the probabilities of
+ * every basis state (nqubits 0: cols = 2^n), of the outcomes of `nqubits` chosen qubits (qubit
+ * qubits[j] is bit j of the outcome; cols = 2^nqubits, at most 2^QDPK_MEASURE_QUBITS_MAX), or the
+ * expectation values of `npaulis` Pauli strings (cols = npaulis). The amplitudes are summed in
+ * windows of 2^min(n, window_log2) (the daemon's: RUNTIME_MEASURE_WINDOW_LOG2), each window on
+ * the device that holds it (gathered onto one device where shards cut it), the windows along one
+ * fixed tree: the same bits on any sharding. A string with X or Y qubits also reads, for each
+ * window, the window its X mask maps it to. INVALID_ARGUMENT for qubits or strings the state does
+ * not have (fields "qubits", "paulis"); FAILED_PRECONDITION for shards on another rank. */
+#define RUNTIME_MEASURE_WINDOW_LOG2 26u
+struct runtime_pauli {
+  uint64_t xmask, zmask; /* X and Y qubits; Z and Y qubits */
+  uint32_t ny;           /* Y qubits */
+};
+struct runtime_measure {
+  uint32_t nqubits; /* probabilities: the qubits measured; 0 with npaulis 0: every basis state */
+  const uint32_t *qubits;
+  uint32_t npaulis; /* expectations */
+  const struct runtime_pauli *paulis;
+  unsigned window_log2;
+};
+qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_state *s,
+                                 const struct runtime_measure *req, double *out,
+                                 const char **ret_device, struct qdp_error *reterr);
+
 /* The mesh index of the device named `name` ("cuda:1", "cpu:0") or given by its index ("1").
  * INVALID_ARGUMENT (field `field`) naming the devices there are. */
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,

@@ -22,5 +22,6 @@ void runtime_add_encode_refusals(TCase *tc); /* test_runtime_refusals.c */
 void runtime_add_encode_output(TCase *tc);   /* test_runtime_output.c */
 void runtime_add_encode_ranks(TCase *tc);    /* test_runtime_ranks.c */
 void runtime_add_kernel(TCase *tc);          /* test_runtime_kernel.c */
+void runtime_add_measure(TCase *tc);         /* test_runtime_measure.c */
 
 #endif

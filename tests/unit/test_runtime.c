@@ -33,6 +33,9 @@ static Suite *runtime_suite(void) {
   tc = tcase_create("kernel");
   runtime_add_kernel(tc);
   suite_add_tcase(s, tc);
+  tc = tcase_create("measure");
+  runtime_add_measure(tc);
+  suite_add_tcase(s, tc);
   return s;
 }
 

@@ -14,6 +14,11 @@ from .errors import Error, error_for
 from .records import NUMPY_DTYPES, dtype_name
 
 
+#: A computation's values (Client.kernel, State.probabilities) up to this size come back in its
+#: reply; larger ones are written by the daemon into shared memory that becomes the array.
+REPLY_VALUES_BYTES = 4 << 20
+
+
 class Fetcher:
     """The fetches of one client, and the writable regions it keeps for them.
 
@@ -63,6 +68,44 @@ class Fetcher:
                 raise error_for("DATA_LOSS", f"Fetch sent amplitudes [{ch.offset}, "
                                 f"+{n // es}) outside the range asked for")
             dst[start:start + n] = np.frombuffer(ch.data, np.uint8)
+
+    def computed(self, method: str, request: Any, shape: Tuple[int, int],
+                 dtype: np.dtype) -> np.ndarray:
+        """The values a computation on resident states answers (Kernel, Measure: a reply with
+        rows, cols, dtype, bytes and values) as an array of ``shape``: in the reply up to
+        REPLY_VALUES_BYTES, else written by the daemon into a writable region that becomes the
+        array (in the reply again where no region is to be had).
+
+        Raises
+        ------
+        Internal
+            The daemon answered another shape, dtype or size than asked.
+        Error
+            The call's failure, as its status's subclass.
+        """
+        nbytes = shape[0] * shape[1] * dtype.itemsize
+
+        def check(rep: Any, in_reply: bool) -> None:
+            got = NUMPY_DTYPES.get(dtype_name(rep.dtype)) if rep.dtype else None
+            if (rep.rows, rep.cols) != shape or got != dtype or rep.bytes != nbytes or \
+                    (in_reply and len(rep.values) != nbytes):
+                raise error_for("INTERNAL", f"the daemon answered {method} with a {rep.rows} x "
+                                f"{rep.cols} {dtype_name(rep.dtype)} array ({rep.bytes} B, "
+                                f"{len(rep.values)} in the reply) for a {shape[0]} x {shape[1]} "
+                                f"{dtype} one")
+
+        def into(region: Region) -> None:
+            request.region.handle, request.region.token = region.handle, region.token
+            check(self._conn.call(method, request), False)
+
+        if nbytes > REPLY_VALUES_BYTES:
+            out = self.into_region(max(nbytes, 1), shape, dtype, into)
+            if out is not None:
+                return out
+            request.ClearField("region")
+        rep = self._conn.call(method, request)
+        check(rep, True)
+        return np.frombuffer(rep.values, dtype).reshape(shape).copy()
 
     def into_region(self, nbytes: int, shape: Tuple[int, ...], dtype: np.dtype,
                     write: Callable[[Region], None]) -> Optional[np.ndarray]:

@@ -20,7 +20,7 @@ from ._values import EncodeInput, encode_input, ttl_seconds
 from ._wire import Wire
 from .errors import Error, FailedPrecondition, Internal, InvalidArgument, NotFound, \
     NotSupported, PermissionDenied
-from .records import NUMPY_DTYPES, Plan, StateInfo, Status, dtype_name, enum_number
+from .records import NUMPY_DTYPES, Plan, StateInfo, Status, enum_number
 from .state import Owner, State
 
 #: Arrays of at least this many bytes go through shared memory (same node) or an upload (TCP)
@@ -794,36 +794,11 @@ class Client:
         req.a.CopyFrom(a._ref())
         if b is not None:
             req.b.CopyFrom(b._ref())
-        bb = a if b is None else b
         dt = NUMPY_DTYPES[a.dtype]
         if not overlaps:
             dt = np.dtype(np.float32 if a.dtype == "complex64" else np.float64)
-        shape = (a.batch, bb.batch)
-        nbytes = shape[0] * shape[1] * dt.itemsize
-
-        def into(region: Region) -> None:
-            req.region.handle, req.region.token = region.handle, region.token
-            self._kernel_reply(self.call("Kernel", req), shape, dt, in_reply=False)
-
-        if nbytes > REPLY_AMPLITUDES_BYTES:
-            out = self._owner.fetcher.into_region(max(nbytes, 1), shape, dt, into)
-            if out is not None:
-                return out
-            req.ClearField("region")
-        rep = self.call("Kernel", req)
-        self._kernel_reply(rep, shape, dt, in_reply=True)
-        return np.frombuffer(rep.values, dt).reshape(shape).copy()
-
-    @staticmethod
-    def _kernel_reply(rep: Any, shape: Tuple[int, int], dt: np.dtype, in_reply: bool) -> None:
-        """Checks a KernelReply against what was asked: its shape, dtype and values."""
-        got = NUMPY_DTYPES.get(dtype_name(rep.dtype)) if rep.dtype else None
-        want_bytes = shape[0] * shape[1] * dt.itemsize
-        if (rep.rows, rep.cols) != shape or got != dt or rep.bytes != want_bytes or \
-                (in_reply and len(rep.values) != want_bytes):
-            raise Internal(f"the daemon answered Kernel with a {rep.rows} x {rep.cols} "
-                           f"{dtype_name(rep.dtype)} matrix ({rep.bytes} B, {len(rep.values)} "
-                           f"in the reply) for a {shape[0]} x {shape[1]} {dt} one", hint="")
+        shape = (a.batch, (a if b is None else b).batch)
+        return self._owner.fetcher.computed("Kernel", req, shape, dt)
 
     def states(self) -> List[StateInfo]:
         """The caller's own states (List): every state of this identity, from any client."""

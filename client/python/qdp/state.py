@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -136,6 +136,81 @@ class State:
                             field="out")
         self._owner.fetcher.stream(ref, out.reshape(-1), 0)
         return out
+
+    def probabilities(self, qubits: Optional[Sequence[int]] = None) -> np.ndarray:
+        """The probabilities of a measurement in the computational basis, computed where the
+        state is.
+
+        Parameters
+        ----------
+        qubits : sequence of int, optional
+            The qubits measured (at most 10, each once): outcome m has bit j equal to the value
+            of qubit ``qubits[j]``. By default every qubit, each basis state's probability.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64, ``(2**k,)`` for one sample or ``(batch, 2**k)`` for a batch (k the qubits
+            measured); every row sums to 1 within rounding.
+
+        Raises
+        ------
+        InvalidArgument
+            A qubit the state does not have, one named twice, or more than 10 (field "qubits").
+
+        Notes
+        -----
+        The sums run in double precision over blocks along one fixed tree: the same bits
+        however the state is sharded. Probabilities of up to 4 MiB come back in the reply;
+        larger ones are written by the daemon into shared memory that becomes the array.
+        """
+        req = self._owner.conn.wire.MeasureRequest(measurement=1)  # PROBABILITIES
+        req.state.CopyFrom(self._ref())
+        qs = [] if qubits is None else [_qubit(q) for q in qubits]
+        req.qubits.extend(qs)
+        cols = 1 << (len(qs) if qs else self.qubits)
+        return self._measured(req, cols)
+
+    def expectations(self, paulis: Union[str, Sequence[str]]) -> np.ndarray:
+        """Expectation values <psi|P|psi> of Pauli strings, computed where the state is.
+
+        Parameters
+        ----------
+        paulis : str or sequence of str
+            One letter per qubit, I, X, Y or Z, letter k acting on qubit k: "ZI" is Z on qubit
+            0 of a 2-qubit state.
+
+        Returns
+        -------
+        numpy.ndarray
+            float64, ``(len(paulis),)`` for one sample (a scalar array for one string) or
+            ``(batch, len(paulis))`` for a batch.
+
+        Raises
+        ------
+        InvalidArgument
+            A string of the wrong length or with another letter (field "paulis").
+
+        Notes
+        -----
+        Strings of Z and I read the state once together; each other X pattern reads it once
+        more. Summed in double precision along one fixed tree: the same bits however the state
+        is sharded.
+        """
+        one = isinstance(paulis, str)
+        strings = [paulis] if one else list(paulis)
+        if not strings or not all(isinstance(p, str) for p in strings):
+            raise InvalidArgument("paulis: pass a Pauli string ('ZI') or a list of them",
+                                  field="paulis")
+        req = self._owner.conn.wire.MeasureRequest(measurement=2)  # EXPECTATIONS
+        req.state.CopyFrom(self._ref())
+        req.paulis.extend(strings)
+        out = self._measured(req, len(strings))
+        return out[..., 0] if one else out
+
+    def _measured(self, req: Any, cols: int) -> np.ndarray:
+        out = self._owner.fetcher.computed("Measure", req, (self.batch, cols), np.dtype("<f8"))
+        return out if len(self.shape) == 2 else out.reshape(cols)
 
     def torch(self, device: Optional[str] = None) -> Any:
         """The amplitudes as a torch tensor (torch is imported only here).
@@ -337,6 +412,13 @@ class State:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _qubit(q: Any) -> int:
+    """A qubit number as the wire takes it; InvalidArgument for anything but a non-negative int."""
+    if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 0 or q >= 1 << 32:
+        raise InvalidArgument(f"qubits: {q!r} is not a qubit number (0, 1, ...)", field="qubits")
+    return int(q)
 
 
 class Owner:

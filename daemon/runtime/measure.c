@@ -1,0 +1,352 @@
+/* measure.c — measurements of a state of this rank (runtime.h, "measurements").
+ *
+ * The amplitudes of each row group (the rows one shard, or a run of amplitude shards, holds) go in
+ * windows of 2^min(n, window_log2). A window that one shard holds whole is measured in place on
+ * that shard's device; one that shards cut is gathered onto the device of its first piece first.
+ * A window's value is its subtree of the one tree over [0, 2^n) (kernels/qdpk.h), whatever
+ * memory holds it, and the windows' values are combined on the host along the rest of the tree
+ * (a binary counter over the windows, the earlier always on the left). Pauli strings go in groups
+ * of one X mask: a group reads each window once, and with an X mask above the window also the
+ * window that the mask maps it to.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qdp_size.h"
+#include "qdpk.h"
+#include "runtime/mesh.h"
+#include "runtime/state.h"
+
+/* Row runs are cut so that a run's gathered window and its leaf partials stay within these. */
+#define MEASURE_WINDOW_BYTES (1ull << 30)
+#define MEASURE_SCRATCH_BYTES (256ull << 20)
+/* A row's probabilities of every basis state go to the host in runs of at most this. */
+#define MEASURE_ABS2_BYTES (256ull << 20)
+
+/* One device's workspace, made when a window first needs it. */
+struct measure_ws {
+  void *scratch, *win, *partner;
+  uint64_t scratch_bytes, win_bytes, partner_bytes;
+};
+
+struct measure_job {
+  struct runtime_mesh *m;
+  const struct runtime_state *s;
+  const struct plan *p;
+  unsigned es;
+  uint64_t len, nwin;
+  unsigned levels;
+  uint64_t run;        /* rows per run */
+  uint64_t cols;       /* the widest group's columns: the scratch is sized for it */
+  struct measure_ws *ws; /* per mesh device */
+};
+
+/* Device memory of `bytes` in *buf (of *have bytes) on device d, reserved and allocated once. */
+static qdp_status ws_take(struct runtime_device *d, void **buf, uint64_t *have, uint64_t bytes,
+                          struct qdp_error *err) {
+  if (*buf) {
+    return QDP_OK;
+  }
+  qdp_status rc = runtime_device_reserve(d, bytes, err);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(err, "a measurement's workspace on %s", d->info.name);
+    return rc;
+  }
+  rc = d->ops->alloc(d, bytes, buf, err);
+  if (rc != QDP_OK) {
+    runtime_device_unreserve(d, bytes);
+    return rc;
+  }
+  *have = bytes;
+  return QDP_OK;
+}
+
+static void ws_free(struct runtime_mesh *m, struct measure_ws *ws) {
+  for (size_t i = 0; ws && i < m->count; i++) {
+    struct runtime_device *d = m->devs[i];
+    void *bufs[3] = {ws[i].scratch, ws[i].win, ws[i].partner};
+    uint64_t bytes[3] = {ws[i].scratch_bytes, ws[i].win_bytes, ws[i].partner_bytes};
+    for (int k = 0; k < 3; k++) {
+      if (bufs[k]) {
+        d->ops->free(d, bufs[k], bytes[k]);
+        runtime_device_unreserve(d, bytes[k]);
+      }
+    }
+  }
+  free(ws);
+}
+
+/* Rows [r0, r0 + nr) and amplitudes [a, a + len): held whole by one shard (*ret_ptr, *ret_ld
+ * there, *ret_dev its device), else gathered into *buf on the device of the first piece. */
+static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64_t a,
+                         size_t want_dev, bool partner, const void **ret_ptr, uint64_t *ret_ld,
+                         size_t *ret_dev, struct qdp_error *err) {
+  const struct plan *p = j->p;
+  size_t first = SIZE_MAX;
+  for (size_t i = 0; i < p->nshards; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    bool rows = sh->row_first <= r0 && r0 + nr <= sh->row_first + sh->rows;
+    bool amps = sh->first <= a && a + j->len <= sh->first + sh->count;
+    if (rows && amps && (want_dev == SIZE_MAX || sh->device == want_dev)) {
+      *ret_ptr = (const char *)j->s->bufs[i] +
+                 ((r0 - sh->row_first) * sh->count + (a - sh->first)) * j->es;
+      *ret_ld = sh->count;
+      *ret_dev = sh->device;
+      return QDP_OK;
+    }
+    bool meets = sh->row_first < r0 + nr && r0 < sh->row_first + sh->rows &&
+                 sh->first < a + j->len && a < sh->first + sh->count;
+    if (meets && first == SIZE_MAX) {
+      first = sh->device;
+    }
+  }
+  size_t dev = want_dev != SIZE_MAX ? want_dev : first;
+  struct runtime_device *d = j->m->devs[dev];
+  struct measure_ws *w = &j->ws[dev];
+  void **buf = partner ? &w->partner : &w->win;
+  uint64_t *have = partner ? &w->partner_bytes : &w->win_bytes;
+  qdp_status rc = ws_take(d, buf, have, j->run * j->len * j->es, err);
+  for (size_t i = 0; i < p->nshards && rc == QDP_OK; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
+    uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
+    uint64_t alo = a > sh->first ? a : sh->first;
+    uint64_t ahi = a + j->len < sh->first + sh->count ? a + j->len : sh->first + sh->count;
+    if (lo >= hi || alo >= ahi) {
+      continue;
+    }
+    const char *src = (const char *)j->s->bufs[i] +
+                      ((lo - sh->row_first) * sh->count + (alo - sh->first)) * j->es;
+    char *at = (char *)*buf + ((lo - r0) * j->len + (alo - a)) * j->es;
+    rc = d->ops->copy_rows(d, at, j->len * j->es, j->m->devs[sh->device], src, sh->count * j->es,
+                           (ahi - alo) * j->es, hi - lo, err);
+  }
+  *ret_ptr = *buf;
+  *ret_ld = j->len;
+  *ret_dev = dev;
+  return rc;
+}
+
+/* One group of columns (qm) over rows [r0, r0 + nr): every window, combined along the tree, into
+ * out (rows `cols` apart). */
+static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, uint64_t r0,
+                        uint64_t nr, double *out, uint64_t cols, struct qdp_error *err) {
+  uint64_t part = nr * qm->cols;
+  double *stack = calloc((size_t)(j->levels + 1) * part, sizeof *stack);
+  if (!stack) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a measurement's partial sums (%s)",
+                         QDP_SIZE_STR((j->levels + 1) * part * sizeof *stack));
+  }
+  uint64_t xh = qm->kind == QDPK_MEASURE_PAULI ? qm->xmask & ~(j->len - 1) : 0;
+  unsigned depth = 0;
+  qdp_status rc = QDP_OK;
+  uint64_t leaves = j->len < QDPK_MEASURE_LEAF ? 1 : j->len / QDPK_MEASURE_LEAF;
+  for (uint64_t w = 0; w < j->nwin && rc == QDP_OK; w++) {
+    const void *x = NULL, *px = NULL;
+    uint64_t ld = 0, pld = 0;
+    size_t dev = 0, pdev = 0;
+    rc = window(j, r0, nr, w * j->len, SIZE_MAX, false, &x, &ld, &dev, err);
+    if (rc == QDP_OK && xh) {
+      rc = window(j, r0, nr, (w * j->len) ^ xh, dev, true, &px, &pld, &pdev, err);
+    }
+    struct runtime_device *d = j->m->devs[dev];
+    struct measure_ws *ws = &j->ws[dev];
+    if (rc == QDP_OK) {
+      rc = ws_take(d, &ws->scratch, &ws->scratch_bytes,
+                   (leaves + 1) * j->run * j->cols * sizeof(double), err);
+    }
+    if (rc == QDP_OK) {
+      rc = d->ops->measure(d, qm, x, ld, xh ? px : NULL, pld, nr, w * j->len, j->len,
+                           ws->scratch, stack + depth * part, err);
+    }
+    depth++;
+    /* The tree: a window of odd index closes a pair at each level its trailing ones count. */
+    for (uint64_t t = w; rc == QDP_OK && (t & 1); t >>= 1) {
+      double *left = stack + (depth - 2) * part, *right = left + part;
+      for (uint64_t i = 0; i < part; i++) {
+        left[i] += right[i];
+      }
+      depth--;
+    }
+  }
+  for (uint64_t r = 0; rc == QDP_OK && r < nr; r++) {
+    memcpy(out + (r0 + r) * cols, stack + r * qm->cols, qm->cols * sizeof *stack);
+  }
+  free(stack);
+  return rc;
+}
+
+/* Every basis state's probability, shard by shard straight into out. */
+static qdp_status all_probabilities(struct measure_job *j, double *out, struct qdp_error *err) {
+  const struct plan *p = j->p;
+  qdp_status rc = QDP_OK;
+  for (size_t i = 0; i < p->nshards && rc == QDP_OK; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    struct runtime_device *d = j->m->devs[sh->device];
+    struct measure_ws *ws = &j->ws[sh->device];
+    uint64_t per = MEASURE_ABS2_BYTES / sizeof(double);
+    uint64_t span = sh->count < per ? sh->count : per; /* amplitudes of a row per call */
+    uint64_t rows = per / span < sh->rows ? per / span : sh->rows;
+    rc = ws_take(d, &ws->scratch, &ws->scratch_bytes, rows * span * sizeof(double), err);
+    for (uint64_t r = 0; r < sh->rows && rc == QDP_OK; r += rows) {
+      uint64_t nr = sh->rows - r < rows ? sh->rows - r : rows;
+      for (uint64_t c = 0; c < sh->count && rc == QDP_OK; c += span) {
+        uint64_t nc = sh->count - c < span ? sh->count - c : span;
+        const char *x = (const char *)j->s->bufs[i] + (r * sh->count + c) * j->es;
+        rc = d->ops->abs2(d, x, sh->count, nr, nc, p->out_dtype, ws->scratch,
+                          out + (sh->row_first + r) * p->amplitudes + sh->first + c,
+                          p->amplitudes, err);
+      }
+    }
+  }
+  return rc;
+}
+
+static qdp_status check(const struct runtime_state *s, const struct runtime_measure *req,
+                        struct qdp_error *err) {
+  const struct plan *p = &s->plan;
+  for (size_t i = 0; i < p->nshards; i++) {
+    if (!s->bufs[i]) {
+      return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "state",
+                           "shard %zu of the state is on rank %d: measurements are made on "
+                           "states of one rank",
+                           i, p->shards[i].rank);
+    }
+  }
+  if (req->nqubits > QDPK_MEASURE_QUBITS_MAX) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "qubits",
+                         "%u qubits measured: at most %u (%u outcomes), or none for every basis "
+                         "state",
+                         req->nqubits, QDPK_MEASURE_QUBITS_MAX, 1u << QDPK_MEASURE_QUBITS_MAX);
+  }
+  uint64_t seen = 0;
+  for (uint32_t i = 0; i < req->nqubits; i++) {
+    uint32_t q = req->qubits[i];
+    if (q >= p->qubits || (seen >> q & 1u)) {
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "qubits",
+                           "qubit %u %s: the state has qubits 0 to %u, each measured once", q,
+                           q >= p->qubits ? "is not one of the state's" : "is named twice",
+                           p->qubits - 1);
+    }
+    seen |= (uint64_t)1 << q;
+  }
+  uint64_t all = p->qubits >= 64 ? UINT64_MAX : ((uint64_t)1 << p->qubits) - 1;
+  for (uint32_t i = 0; i < req->npaulis; i++) {
+    if ((req->paulis[i].xmask | req->paulis[i].zmask) & ~all) {
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "paulis",
+                           "Pauli string %u acts on qubits the %u-qubit state does not have", i,
+                           p->qubits);
+    }
+  }
+  return QDP_OK;
+}
+
+/* Every row group of the state (each shard's rows, in plan order, once) through group(). */
+static qdp_status rows(struct measure_job *j, const struct qdpk_measure *qm, double *out,
+                       uint64_t cols, struct qdp_error *err) {
+  const struct plan *p = j->p;
+  uint64_t next = 0;
+  qdp_status rc = QDP_OK;
+  for (size_t i = 0; i < p->nshards && rc == QDP_OK; i++) {
+    const struct plan_shard *sh = &p->shards[i];
+    uint64_t end = sh->row_first + sh->rows;
+    for (uint64_t r = sh->row_first > next ? sh->row_first : next; r < end && rc == QDP_OK;
+         r += j->run) {
+      rc = group(j, qm, r, end - r < j->run ? end - r : j->run, out, cols, err);
+    }
+    next = end > next ? end : next;
+  }
+  return rc;
+}
+
+/* The strings in groups of one X mask, each group's columns put back in the request's order. */
+static qdp_status paulis(struct measure_job *j, const struct runtime_measure *req, double *out,
+                         struct qdp_error *err) {
+  uint32_t n = req->npaulis;
+  uint64_t *zm = calloc(n, sizeof *zm);
+  uint32_t *ny = calloc(n, sizeof *ny), *which = calloc(n, sizeof *which);
+  bool *taken = calloc(n, sizeof *taken);
+  double *vals = calloc(j->p->batch * n, sizeof *vals);
+  qdp_status rc = QDP_OK;
+  if (!zm || !ny || !which || !taken || !vals) {
+    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for a measurement");
+  }
+  for (uint32_t g = 0; g < n && rc == QDP_OK; g++) {
+    if (taken[g]) {
+      continue;
+    }
+    struct qdpk_measure qm = {.kind = QDPK_MEASURE_PAULI, .dt = j->p->out_dtype,
+                              .xmask = req->paulis[g].xmask, .zmask = zm, .ny = ny};
+    for (uint32_t i = g; i < n; i++) {
+      if (!taken[i] && req->paulis[i].xmask == qm.xmask) {
+        zm[qm.cols] = req->paulis[i].zmask;
+        ny[qm.cols] = req->paulis[i].ny;
+        which[qm.cols++] = i;
+        taken[i] = true;
+      }
+    }
+    rc = rows(j, &qm, vals, qm.cols, err);
+    for (uint64_t r = 0; r < j->p->batch && rc == QDP_OK; r++) {
+      for (uint32_t c = 0; c < qm.cols; c++) {
+        out[r * n + which[c]] = vals[r * qm.cols + c];
+      }
+    }
+  }
+  free(zm);
+  free(ny);
+  free(which);
+  free(taken);
+  free(vals);
+  return rc;
+}
+
+qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_state *s,
+                                 const struct runtime_measure *req, double *out,
+                                 const char **ret_device, struct qdp_error *reterr) {
+  const struct plan *p = &s->plan;
+  qdp_status rc = check(s, req, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  struct runtime_device *d0 = m->devs[p->shards[0].device];
+  if (!d0->ops->measure) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
+                         "the %s backend of %s makes no measurements", d0->ops->backend,
+                         d0->info.name);
+  }
+  struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
+  unsigned wl = p->qubits < req->window_log2 ? p->qubits : req->window_log2;
+  j.len = (uint64_t)1 << wl;
+  j.nwin = p->amplitudes / j.len;
+  j.levels = p->qubits - wl + 1;
+  j.ws = calloc(m->count, sizeof *j.ws);
+  if (!j.ws) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for a measurement");
+  }
+  /* Rows in runs whose gathered window and leaf partials (for the widest group) stay within
+   * their bounds. */
+  uint64_t cols = req->npaulis ? req->npaulis : (uint64_t)1 << req->nqubits;
+  uint64_t leaves = j.len < QDPK_MEASURE_LEAF ? 1 : j.len / QDPK_MEASURE_LEAF;
+  uint64_t by_win = MEASURE_WINDOW_BYTES / (j.len * j.es);
+  uint64_t by_scratch = MEASURE_SCRATCH_BYTES / ((leaves + 1) * cols * sizeof(double));
+  j.run = by_win < by_scratch ? by_win : by_scratch;
+  j.run = j.run < p->batch ? (j.run ? j.run : 1) : p->batch;
+  j.cols = cols;
+  if (req->npaulis) {
+    rc = paulis(&j, req, out, reterr);
+  } else if (req->nqubits) {
+    struct qdpk_measure qm = {.kind = QDPK_MEASURE_PROBS, .dt = p->out_dtype,
+                              .nq = req->nqubits, .qubits = req->qubits, .cols = (uint32_t)cols};
+    rc = rows(&j, &qm, out, cols, reterr);
+  } else {
+    rc = all_probabilities(&j, out, reterr);
+  }
+  ws_free(m, j.ws);
+  if (rc == QDP_OK && ret_device) {
+    *ret_device = d0->info.name;
+  }
+  return rc;
+}
