@@ -285,6 +285,15 @@ qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t ro
                             struct qdp_error *reterr);
 void cuda_gram_destroy(struct cuda_device *c);
 
+/* Measurements (cuda_measure.c): the ops of runtime/device.h. */
+qdp_status cuda_measure(struct runtime_device *d, const struct qdpk_measure *m, const void *x,
+                        uint64_t ld, const void *partner, uint64_t pld, uint64_t rows,
+                        uint64_t first, uint64_t len, void *scratch, double *out,
+                        struct qdp_error *reterr);
+qdp_status cuda_abs2(struct runtime_device *d, const void *x, uint64_t ld, uint64_t rows,
+                     uint64_t count, qdp_dtype dt, void *scratch, double *out, uint64_t out_ld,
+                     struct qdp_error *reterr);
+
 /* Memory: allocations, the cache, scratch (cuda_memory.c) */
 void cuda_cache_drop(struct cuda_device *c);
 void cuda_trim(struct runtime_device *d);

@@ -259,4 +259,6 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .real_rows = cuda_real_rows,
     .gram_add = cuda_gram_add,
     .gram_finish = cuda_gram_finish,
+    .measure = cuda_measure,
+    .abs2 = cuda_abs2,
 };

@@ -58,5 +58,6 @@ void runtime_cuda_add_refusals(TCase *tc);
 void runtime_cuda_add_memory(TCase *tc);
 void runtime_cuda_add_read(TCase *tc);
 void runtime_cuda_add_kernel(TCase *tc); /* test_runtime_cuda_kernel.c */
+void runtime_cuda_add_measure(TCase *tc); /* test_runtime_cuda_measure.c */
 
 #endif

@@ -48,6 +48,9 @@ static Suite *runtime_cuda_suite(void) {
   tc = tcase_create("kernel");
   runtime_cuda_add_kernel(tc);
   suite_add_tcase(s, tc);
+  tc = tcase_create("measure");
+  runtime_cuda_add_measure(tc);
+  suite_add_tcase(s, tc);
   return s;
 }
 

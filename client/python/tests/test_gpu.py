@@ -555,3 +555,17 @@ def test_a_large_kernel_matrix_on_the_gpu_comes_through_shared_memory(gpu) -> No
         K = c.kernel(a)  # 18 MB of float64
         P = ref.batch("amplitude", X, 6)
         np.testing.assert_allclose(K, np.abs(P @ P.T) ** 2, rtol=0, atol=1e-13)
+
+
+def test_measurements_on_the_gpu_are_the_reference(gpu) -> None:
+    c, _ = gpu
+    X = np.random.default_rng(14).uniform(-1, 1, size=(3, 21))
+    with c.encode(X, "iqp", 6) as s:
+        psi = ref.batch("iqp", X, 6)
+        np.testing.assert_allclose(s.probabilities(), np.abs(psi) ** 2, rtol=0, atol=1e-15)
+        P = np.abs(psi) ** 2
+        want = np.stack([P[:, [b for b in range(64) if (b >> 5) & 1 == v]].sum(axis=1)
+                         for v in (0, 1)], axis=1)
+        np.testing.assert_allclose(s.probabilities([5]), want, rtol=0, atol=1e-15)
+        zz = np.array([1 - 2 * (bin(b & 0b100001).count("1") % 2) for b in range(64)])
+        np.testing.assert_allclose(s.expectations("ZIIIIZ"), P @ zz, rtol=0, atol=1e-14)
