@@ -1,13 +1,14 @@
 /* measure.cu — measurements of a window of a state on the GPU (CUDA twin of qdpk_cpu_measure, in
  * its own fixed order; and qdpk_abs2).
  *
- * One block per (leaf, row) takes the leaf's amplitudes into shared memory and writes the leaf's
- * values: a Pauli string's sum as each thread's strided run then a pairwise tree across the
- * threads; an outcome's probability as the sum of the leaf's indices that carry it (enumerated
- * from the outcome's bits, so each amplitude is read once), by the whole block in the same way for
- * a few outcomes, by one thread each in ascending order for many. Passes of
- * pairwise sums then combine the leaves along the tree. Every value is a function of its inputs
- * and this fixed order: the same bits however the window's memory came to hold them.
+ * A window's value only has to be one fixed function of the window's amplitudes (kernels/qdpk.h),
+ * so the GPU takes its own leaves: one block per (leaf, row) of LEAF amplitudes, each thread
+ * summing its strided run of them in order, then a fixed tree across the block (warp shuffles,
+ * then the warps); the same for each of a few outcomes of a probability, whose indices are
+ * enumerated from the outcome's bits. Many outcomes take small leaves through shared memory, a
+ * thread per outcome in ascending index order. A second launch sums each value's leaves, one
+ * block per value in the same way. Every sum is a function of its inputs and this order: the
+ * same bits however the window's memory came to hold them.
  */
 #include "qdpk_cuda_internal.cuh"
 
@@ -15,31 +16,17 @@ namespace {
 
 using namespace qdpk;
 
-constexpr uint32_t LEAF = QDPK_MEASURE_LEAF;
-constexpr uint32_t PER = LEAF / QDPK_THREADS; /* amplitudes per thread in a full leaf */
-/* Outcomes up to this many are summed by the whole block, one after the other. */
-constexpr uint32_t COOPERATIVE_OUTCOMES = 32;
-
-/* Index i's bits deposited, lowest first, into the set bits of mask. */
-__device__ __forceinline__ uint64_t deposit(uint64_t i, uint64_t mask) {
-  uint64_t j = 0;
-  while (mask) {
-    uint64_t low = mask & (~mask + 1);
-    if (i & 1u) {
-      j |= low;
-    }
-    i >>= 1;
-    mask &= mask - 1;
-  }
-  return j;
-}
+constexpr uint32_t LEAF = 1u << 14;            /* amplitudes of a leaf: 64 a thread */
+constexpr uint32_t SMALL_LEAF = 1024;          /* many outcomes: the leaf in shared memory */
+constexpr uint32_t COOPERATIVE_OUTCOMES = 32;  /* outcomes up to this many: the block sums each */
+constexpr uint32_t WARPS = QDPK_THREADS / 32;
 
 /* The kernel's view of a measurement (device arrays). */
 struct spec {
   int kind;
   uint32_t nq, cols;
   const uint32_t *qubits; /* [nq] */
-  uint64_t xl, xmask;     /* the X mask below the window, and all of it */
+  uint64_t xl;            /* the X mask below the window */
   const uint64_t *zmask;  /* [cols] */
   const uint32_t *ny;     /* [cols] */
 };
@@ -63,16 +50,66 @@ __device__ __forceinline__ double phase_re(uint32_t ny, double tr, double ti) {
   }
 }
 
-/* The pairwise tree of the block's values v[t] (QDPK_THREADS of them, in shared memory): v[0]. */
-__device__ __forceinline__ void block_tree(double *v) {
-  for (uint32_t step = 1; step < QDPK_THREADS; step *= 2) {
-    __syncthreads();
-    uint32_t t = threadIdx.x;
-    if ((t & (2 * step - 1)) == 0 && t + step < QDPK_THREADS) {
-      v[t] = v[t] + v[t + step];
+/* Index i's bits deposited, lowest first, into the set bits of mask. */
+__device__ __forceinline__ uint64_t deposit(uint64_t i, uint64_t mask) {
+  uint64_t j = 0;
+  while (mask) {
+    uint64_t low = mask & (~mask + 1);
+    if (i & 1u) {
+      j |= low;
+    }
+    i >>= 1;
+    mask &= mask - 1;
+  }
+  return j;
+}
+
+/* The block's values v (one a thread) along a fixed tree: pairs of lanes, then of warps. The
+ * whole block calls it; thread 0 gets the sum. `ws` holds WARPS doubles. */
+__device__ __forceinline__ double block_sum(double v, double *ws) {
+  for (uint32_t off = 1; off < 32; off *= 2) {
+    double o = __shfl_down_sync(0xffffffffu, v, off);
+    if ((threadIdx.x & (2 * off - 1)) == 0) {
+      v = v + o;
     }
   }
   __syncthreads();
+  if ((threadIdx.x & 31u) == 0) {
+    ws[threadIdx.x / 32] = v;
+  }
+  __syncthreads();
+  double s = 0;
+  if (threadIdx.x == 0) { /* the warps' sums, pairwise */
+    double a[WARPS];
+    for (uint32_t w = 0; w < WARPS; w++) {
+      a[w] = ws[w];
+    }
+    for (uint32_t step = 1; step < WARPS; step *= 2) {
+      for (uint32_t w = 0; w + step < WARPS; w += 2 * step) {
+        a[w] = a[w] + a[w + step];
+      }
+    }
+    s = a[0];
+  }
+  return s;
+}
+
+/* Outcome c's place in a leaf starting at index base: whether its bits above the leaf are the
+ * leaf's own, and its bits below fixed into *ret_fixed. */
+__device__ __forceinline__ bool outcome_here(const spec &s, uint64_t c, uint64_t base,
+                                             uint64_t lsize, uint64_t *ret_fixed) {
+  bool here = true;
+  uint64_t fixed = 0;
+  for (uint32_t q = 0; q < s.nq; q++) {
+    uint64_t want = (c >> q) & 1u, pos = s.qubits[q];
+    if (((uint64_t)1 << pos) >= lsize) {
+      here = here && ((base >> pos) & 1u) == want;
+    } else {
+      fixed |= want << pos;
+    }
+  }
+  *ret_fixed = fixed;
+  return here;
 }
 
 template <typename R>
@@ -80,101 +117,116 @@ __global__ void __launch_bounds__(QDPK_THREADS)
     leaf_kernel(spec s, const typename cplx<R>::type *__restrict__ x, uint64_t ld,
                 const typename cplx<R>::type *__restrict__ partner, uint64_t pld, uint64_t rows,
                 uint64_t first, uint64_t lsize, uint64_t leaves, double *__restrict__ parts) {
-  __shared__ double sm[LEAF + QDPK_THREADS]; /* the leaf's |x|^2, then the threads' sums */
+  __shared__ double ws[WARPS];
   const uint32_t t = threadIdx.x;
   for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (uint64_t l = blockIdx.x; l < leaves; l += gridDim.x) {
       const uint64_t lo = l * lsize;
-      const typename cplx<R>::type *xr = x + r * ld, *pr = partner + r * pld;
-      double *out = parts + (l * rows + r) * s.cols;
+      const typename cplx<R>::type *xr = x + r * ld + lo, *pr = partner + r * pld;
+      /* parts: [cols][rows][leaves], so that the second launch reads each value's leaves in a
+       * row */
+      double *out = parts + r * leaves + l;
+      const uint64_t stride = rows * leaves;
       if (s.kind == QDPK_MEASURE_PAULI) {
-        double2 v[PER], p[PER];
-        uint32_t n = 0;
-        for (uint64_t j = lo + t; j < lo + lsize; j += QDPK_THREADS, n++) {
-          v[n] = load<R>(xr, j);
-          p[n] = load<R>(pr, j ^ s.xl);
-        }
         for (uint32_t c = 0; c < s.cols; c++) {
           double acc = 0;
-          uint32_t k = 0;
-          for (uint64_t j = lo + t; j < lo + lsize; j += QDPK_THREADS, k++) {
-            double tr = p[k].x * v[k].x + p[k].y * v[k].y, ti = p[k].x * v[k].y - p[k].y * v[k].x;
+          for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
+            double2 v = load<R>(xr, j), p = load<R>(pr, (lo + j) ^ s.xl);
+            double tr = p.x * v.x + p.y * v.y, ti = p.x * v.y - p.y * v.x;
             double w = phase_re(s.ny[c], tr, ti);
-            acc = acc + (__popcll((first + j) & s.zmask[c]) & 1 ? -w : w);
+            acc = acc + (__popcll((first + lo + j) & s.zmask[c]) & 1 ? -w : w);
           }
-          __syncthreads();
-          sm[t] = acc;
-          block_tree(sm);
+          double sum = block_sum(acc, ws);
           if (t == 0) {
-            out[c] = sm[0];
+            out[c * stride] = sum;
           }
         }
         continue;
       }
-      /* Probabilities: the leaf's |x|^2, then each outcome's indices in ascending order. */
-      __syncthreads();
-      for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
-        double2 v = load<R>(xr, lo + j);
-        sm[j] = v.x * v.x + v.y * v.y;
-      }
-      __syncthreads();
       const uint64_t base = first + lo;
-      uint64_t qin = 0, qval_hi_mask = 0;
+      uint64_t qin = 0;
       for (uint32_t q = 0; q < s.nq; q++) {
         uint64_t bit = (uint64_t)1 << s.qubits[q];
-        if (bit < lsize) {
-          qin |= bit;
-        } else {
-          qval_hi_mask |= (uint64_t)1 << q;
-        }
+        qin |= bit < lsize ? bit : 0;
       }
       const uint64_t free = (lsize - 1) & ~qin;
       const uint64_t members = (uint64_t)1 << __popcll(free);
-      /* Few outcomes: the block sums each one's members, a strided run per thread then the
-       * tree across threads; many: a thread per outcome, in ascending order. */
-      const bool together = s.cols <= COOPERATIVE_OUTCOMES;
-      for (uint32_t c0 = together ? 0 : t; c0 < s.cols; c0 += together ? 1 : QDPK_THREADS) {
-        bool here = true; /* outcome c0's bits above the leaf are the leaf's own */
-        uint64_t fixed = 0;
-        for (uint32_t q = 0; q < s.nq; q++) {
-          uint64_t want = (c0 >> q) & 1u, pos = s.qubits[q];
-          if ((qval_hi_mask >> q) & 1u) {
-            here = here && ((base >> pos) & 1u) == want;
-          } else {
-            fixed |= want << pos;
-          }
-        }
+      const uint64_t step = deposit(QDPK_THREADS, free);
+      for (uint32_t c = 0; c < s.cols; c++) {
+        uint64_t fixed;
+        bool here = outcome_here(s, c, base, lsize, &fixed);
         double acc = 0;
-        for (uint64_t i = together ? t : 0; here && i < members; i += together ? QDPK_THREADS : 1) {
-          acc = acc + sm[fixed | deposit(i, free)];
+        /* The members t, t + QDPK_THREADS, ...: counting within the free bits, a step at a time
+         * (carries skip the measured bits). */
+        uint64_t j = deposit(t, free);
+        for (uint64_t i = t; here && i < members; i += QDPK_THREADS) {
+          double2 v = load<R>(xr, fixed | j);
+          acc = acc + (v.x * v.x + v.y * v.y);
+          j = ((j | ~free) + step) & free;
         }
-        if (!together) {
-          out[c0] = acc;
-          continue;
-        }
-        __syncthreads();
-        sm[LEAF + t] = acc;
-        block_tree(sm + LEAF);
+        double sum = block_sum(acc, ws);
         if (t == 0) {
-          out[c0] = sm[LEAF];
+          out[c * stride] = sum;
         }
       }
     }
   }
 }
 
-/* One level of the tree over the leaves: parts[i] += parts[i + step] for i a multiple of 2 step,
- * each part `width` doubles. */
+/* Many outcomes: a small leaf's |x|^2 in shared memory, then a thread per outcome summing its
+ * indices in ascending order. */
+template <typename R>
 __global__ void __launch_bounds__(QDPK_THREADS)
-    tree_kernel(double *__restrict__ parts, uint64_t leaves, uint64_t step, uint64_t width) {
-  const uint64_t pairs = (leaves + 2 * step - 1) / (2 * step);
-  const uint64_t n = pairs * width;
-  for (uint64_t i = blockIdx.x * (uint64_t)QDPK_THREADS + threadIdx.x; i < n;
-       i += (uint64_t)gridDim.x * QDPK_THREADS) {
-    const uint64_t left = (i / width) * 2 * step, k = i % width;
-    if (left + step < leaves) {
-      parts[left * width + k] = parts[left * width + k] + parts[(left + step) * width + k];
+    many_kernel(spec s, const typename cplx<R>::type *__restrict__ x, uint64_t ld, uint64_t rows,
+                uint64_t first, uint64_t lsize, uint64_t leaves, double *__restrict__ parts) {
+  __shared__ double sm[SMALL_LEAF];
+  const uint32_t t = threadIdx.x;
+  for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (uint64_t l = blockIdx.x; l < leaves; l += gridDim.x) {
+      const uint64_t lo = l * lsize;
+      const typename cplx<R>::type *xr = x + r * ld + lo;
+      __syncthreads();
+      for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
+        double2 v = load<R>(xr, j);
+        sm[j] = v.x * v.x + v.y * v.y;
+      }
+      __syncthreads();
+      uint64_t qin = 0;
+      for (uint32_t q = 0; q < s.nq; q++) {
+        uint64_t bit = (uint64_t)1 << s.qubits[q];
+        qin |= bit < lsize ? bit : 0;
+      }
+      const uint64_t free = (lsize - 1) & ~qin;
+      const uint64_t members = (uint64_t)1 << __popcll(free);
+      for (uint32_t c = t; c < s.cols; c += QDPK_THREADS) {
+        uint64_t fixed;
+        bool here = outcome_here(s, c, first + lo, lsize, &fixed);
+        double acc = 0;
+        for (uint64_t i = 0; here && i < members; i++) {
+          acc = acc + sm[fixed | deposit(i, free)];
+        }
+        parts[((uint64_t)c * rows + r) * leaves + l] = acc;
+      }
     }
+  }
+}
+
+/* Each value's leaves (value v = c * rows + r, a row of `leaves` parts) summed: strided runs,
+ * then the block's tree; into sums[r][c]. */
+__global__ void __launch_bounds__(QDPK_THREADS)
+    tree_kernel(const double *__restrict__ parts, uint64_t rows, uint64_t cols, uint64_t leaves,
+                double *__restrict__ sums) {
+  __shared__ double ws[WARPS];
+  for (uint64_t v = blockIdx.x; v < rows * cols; v += gridDim.x) {
+    double acc = 0;
+    for (uint64_t l = threadIdx.x; l < leaves; l += QDPK_THREADS) {
+      acc = acc + parts[v * leaves + l];
+    }
+    double sum = block_sum(acc, ws);
+    if (threadIdx.x == 0) {
+      sums[(v % rows) * cols + v / rows] = sum;
+    }
+    __syncthreads();
   }
 }
 
@@ -190,50 +242,62 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
+uint64_t leaf_size(const struct qdpk_measure *m, uint64_t len) {
+  uint64_t leaf = m->kind == QDPK_MEASURE_PROBS && m->cols > COOPERATIVE_OUTCOMES ? SMALL_LEAF
+                                                                                  : LEAF;
+  return len < leaf ? len : leaf;
+}
+
 }  // namespace
 
-extern "C" size_t qdpk_measure_scratch_bytes(uint64_t len, uint64_t rows, uint32_t cols) {
-  uint64_t leaves = len < LEAF ? 1 : len / LEAF;
-  return (size_t)(leaves * rows * cols * sizeof(double));
+extern "C" size_t qdpk_measure_scratch_bytes(const struct qdpk_measure *m, uint64_t len,
+                                             uint64_t rows) {
+  /* The leaves' parts, then each value's sum. */
+  return (size_t)((len / leaf_size(m, len) + 1) * rows * m->cols * sizeof(double));
 }
 
 extern "C" qdp_status qdpk_measure(const struct qdpk_measure *m, const uint32_t *qubits_dev,
                                    const uint64_t *zmask_dev, const uint32_t *ny_dev,
                                    const void *x, uint64_t ld, const void *partner, uint64_t pld,
                                    uint64_t rows, uint64_t first, uint64_t len, double *scratch,
-                                   cudaStream_t stream) {
+                                   double **ret_values, cudaStream_t stream) {
   if (!m || !is_out_dtype(m->dt) || !x || !scratch || len == 0 || (len & (len - 1)) != 0) {
     return QDP_ERR_INVALID_ARGUMENT;
   }
-  const uint64_t lsize = len < LEAF ? len : LEAF;
+  const uint64_t lsize = leaf_size(m, len);
   const uint64_t leaves = len / lsize;
-  spec s = {m->kind, m->nq, m->cols, qubits_dev, m->xmask & (len - 1), m->xmask, zmask_dev,
-            ny_dev};
+  spec s = {m->kind, m->nq, m->cols, qubits_dev, m->xmask & (len - 1), zmask_dev, ny_dev};
   dim3 grid(grid_x(leaves), grid_y(rows));
+  bool many = m->kind == QDPK_MEASURE_PROBS && m->cols > COOPERATIVE_OUTCOMES;
   if (m->dt == QDP_DTYPE_COMPLEX64) {
-    leaf_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
-        s, static_cast<const float2 *>(x), ld,
-        static_cast<const float2 *>(partner ? partner : x), partner ? pld : ld, rows, first,
-        lsize, leaves, scratch);
+    const float2 *xv = static_cast<const float2 *>(x);
+    if (many) {
+      many_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(s, xv, ld, rows, first, lsize, leaves,
+                                                            scratch);
+    } else {
+      leaf_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
+          s, xv, ld, static_cast<const float2 *>(partner ? partner : x), partner ? pld : ld, rows,
+          first, lsize, leaves, scratch);
+    }
   } else {
-    leaf_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
-        s, static_cast<const double2 *>(x), ld,
-        static_cast<const double2 *>(partner ? partner : x), partner ? pld : ld, rows, first,
-        lsize, leaves, scratch);
+    const double2 *xv = static_cast<const double2 *>(x);
+    if (many) {
+      many_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(s, xv, ld, rows, first, lsize,
+                                                             leaves, scratch);
+    } else {
+      leaf_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
+          s, xv, ld, static_cast<const double2 *>(partner ? partner : x), partner ? pld : ld,
+          rows, first, lsize, leaves, scratch);
+    }
   }
   if (launched() != QDP_OK) {
     return QDP_ERR_CUDA;
   }
-  const uint64_t width = rows * m->cols;
-  for (uint64_t step = 1; step < leaves; step *= 2) {
-    const uint64_t pairs = (leaves + 2 * step - 1) / (2 * step);
-    tree_kernel<<<grid_x(blocks_for(pairs * width, 1)), QDPK_THREADS, 0, stream>>>(scratch, leaves,
-                                                                                 step, width);
-    if (launched() != QDP_OK) {
-      return QDP_ERR_CUDA;
-    }
-  }
-  return QDP_OK;
+  const uint64_t values = rows * m->cols;
+  double *sums = scratch + values * leaves;
+  tree_kernel<<<grid_x(values), QDPK_THREADS, 0, stream>>>(scratch, rows, m->cols, leaves, sums);
+  *ret_values = sums;
+  return launched();
 }
 
 extern "C" qdp_status qdpk_abs2(const void *x, uint64_t ld, uint64_t rows, uint64_t count,

@@ -106,14 +106,16 @@ qdp_status qdpk_gram_finish(const void *g, uint64_t rows, uint64_t cols, qdp_dty
                             int overlaps, int fill, void *out, void *mirror, cudaStream_t stream);
 
 /* Measurements (measure.cu): the window's values of qdpk_cpu_measure, each leaf in this file's own
- * fixed order, left in scratch[0 .. rows * m->cols) (scratch holds qdpk_measure_scratch_bytes);
- * m's qubits, zmask and ny arrays as device copies. qdpk_abs2: |x|^2 of `count` amplitudes of
- * each of `rows` rows (ld apart) into out ([rows][count] doubles, device memory). */
-size_t qdpk_measure_scratch_bytes(uint64_t len, uint64_t rows, uint32_t cols);
+ * fixed order, at *ret_values inside scratch, [m->cols][rows] (scratch holds
+ * qdpk_measure_scratch_bytes); m's qubits, zmask and ny arrays as device copies. qdpk_abs2:
+ * |x|^2 of `count` amplitudes of each of `rows` rows (ld apart) into out ([rows][count] doubles,
+ * device memory). */
+size_t qdpk_measure_scratch_bytes(const struct qdpk_measure *m, uint64_t len, uint64_t rows);
 qdp_status qdpk_measure(const struct qdpk_measure *m, const uint32_t *qubits_dev,
                         const uint64_t *zmask_dev, const uint32_t *ny_dev, const void *x,
                         uint64_t ld, const void *partner, uint64_t pld, uint64_t rows,
-                        uint64_t first, uint64_t len, double *scratch, cudaStream_t stream);
+                        uint64_t first, uint64_t len, double *scratch, double **ret_values,
+                        cudaStream_t stream);
 qdp_status qdpk_abs2(const void *x, uint64_t ld, uint64_t rows, uint64_t count, qdp_dtype dt,
                      double *out, cudaStream_t stream);
 

@@ -10,7 +10,8 @@ qdp_status cuda_measure(struct runtime_device *d, const struct qdpk_measure *m, 
                         struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
-  char *tail = (char *)scratch + qdpk_measure_scratch_bytes(len, rows, m->cols);
+  char *tail = (char *)scratch + qdpk_measure_scratch_bytes(m, len, rows);
+  double *values = NULL;
   uint64_t *zmask = (uint64_t *)tail;
   uint32_t *ny = (uint32_t *)(tail + (size_t)m->cols * sizeof *zmask);
   uint32_t *qubits = ny + m->cols;
@@ -28,9 +29,9 @@ qdp_status cuda_measure(struct runtime_device *d, const struct qdpk_measure *m, 
   }
   K_TRY(rc, reterr, d, "qdpk_measure",
         qdpk_measure(m, qubits, zmask, ny, x, ld, partner, pld, rows, first, len, scratch,
-                     c->stream));
+                     &values, c->stream));
   CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
-         cudaMemcpyAsync(out, scratch, rows * m->cols * sizeof(double), cudaMemcpyDeviceToHost,
+         cudaMemcpyAsync(out, values, rows * m->cols * sizeof(double), cudaMemcpyDeviceToHost,
                          c->stream));
   QDP_TRY(rc, cuda_finish(c, reterr));
 out:

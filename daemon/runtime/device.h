@@ -185,7 +185,7 @@ struct runtime_device_ops {
   /* Measurements (measure.c), on device memory of d, returning when done. measure: the values of
    * one window (qdpk_cpu_measure's, each leaf summed in the backend's own fixed order) of x (rows
    * ld complex values apart) and its partner window (rows pld apart; NULL: x), into host memory
-   * out ([rows][m->cols] doubles); scratch: device memory of (len / QDPK_MEASURE_LEAF + 2) * rows
+   * out ([rows][m->cols] doubles); scratch: device memory of (len / QDPK_MEASURE_LEAF + 3) * rows
    * * m->cols doubles. abs2: |x|^2 of `count` amplitudes of each of `rows` rows (ld apart) into
    * host memory out (rows out_ld doubles apart), through scratch (rows * count doubles) where the
    * backend needs it. NULL where the backend has none. */

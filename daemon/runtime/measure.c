@@ -155,7 +155,7 @@ static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, ui
     struct measure_ws *ws = &j->ws[dev];
     if (rc == QDP_OK) {
       rc = ws_take(d, &ws->scratch, &ws->scratch_bytes,
-                   (leaves + 2) * j->run * j->cols * sizeof(double), err);
+                   (leaves + 3) * j->run * j->cols * sizeof(double), err);
     }
     if (rc == QDP_OK) {
       rc = d->ops->measure(d, qm, x, ld, xh ? px : NULL, pld, nr, w * j->len, j->len,
@@ -331,7 +331,7 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
   uint64_t cols = req->npaulis ? req->npaulis : (uint64_t)1 << req->nqubits;
   uint64_t leaves = j.len < QDPK_MEASURE_LEAF ? 1 : j.len / QDPK_MEASURE_LEAF;
   uint64_t by_win = MEASURE_WINDOW_BYTES / (j.len * j.es);
-  uint64_t by_scratch = MEASURE_SCRATCH_BYTES / ((leaves + 2) * cols * sizeof(double));
+  uint64_t by_scratch = MEASURE_SCRATCH_BYTES / ((leaves + 3) * cols * sizeof(double));
   j.run = by_win < by_scratch ? by_win : by_scratch;
   j.run = j.run < p->batch ? (j.run ? j.run : 1) : p->batch;
   j.cols = cols;
