@@ -3,10 +3,10 @@
  *
  * A window's value only has to be one fixed function of the window's amplitudes (kernels/qdpk.h),
  * so the GPU takes its own leaves: one block per (leaf, row) of LEAF amplitudes, each thread
- * summing its strided run of them in order, then a fixed tree across the block (warp shuffles,
- * then the warps); the same for each of a few outcomes of a probability, whose indices are
- * enumerated from the outcome's bits. Many outcomes take small leaves through shared memory, a
- * thread per outcome in ascending index order. A second launch sums each value's leaves, one
+ * reading its strided run of them once and adding each amplitude to every value of the pass
+ * (up to 8 strings, or up to 32 outcomes of a probability, in registers), then a fixed tree per
+ * value across the block (warp shuffles, then the warps). Many outcomes take small leaves through
+ * shared memory, a thread per outcome summing its indices in ascending order. A second launch sums each value's leaves, one
  * block per value in the same way. Every sum is a function of its inputs and this order: the
  * same bits however the window's memory came to hold them.
  */
@@ -27,6 +27,7 @@ struct spec {
   uint32_t nq, cols;
   const uint32_t *qubits; /* [nq] */
   uint64_t xl;            /* the X mask below the window */
+  bool diag;              /* no X mask at all: <b|P|b> terms only, no partner read */
   const uint64_t *zmask;  /* [cols] */
   const uint32_t *ny;     /* [cols] */
 };
@@ -112,62 +113,86 @@ __device__ __forceinline__ bool outcome_here(const spec &s, uint64_t c, uint64_t
   return here;
 }
 
-template <typename R>
+/* A leaf's K values (K a power of two >= the columns of this pass, cols0 its first): each thread
+ * reads each of its amplitudes once and adds it to every value it counts in, in the order of its
+ * run; then the block's tree per value. */
+template <typename R, uint32_t K>
+__device__ __forceinline__ void leaf_values(const spec &s, const typename cplx<R>::type *xr,
+                                            const typename cplx<R>::type *pr, uint64_t first,
+                                            uint64_t lo, uint64_t lsize, uint32_t c0, double *out,
+                                            uint64_t stride, double *ws) {
+  const uint32_t t = threadIdx.x;
+  const uint32_t n = s.cols - c0 < K ? s.cols - c0 : K;
+  double acc[K];
+#pragma unroll
+  for (uint32_t k = 0; k < K; k++) {
+    acc[k] = 0;
+  }
+  if (s.kind == QDPK_MEASURE_PAULI) {
+    uint64_t zm[K];
+    uint32_t ny[K];
+#pragma unroll
+    for (uint32_t k = 0; k < K; k++) {
+      zm[k] = k < n ? s.zmask[c0 + k] : 0;
+      ny[k] = k < n ? s.ny[c0 + k] : 0;
+    }
+    for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
+      double2 v = load<R>(xr, j);
+      double tr, ti;
+      if (s.diag) {
+        tr = v.x * v.x + v.y * v.y;
+        ti = 0;
+      } else {
+        double2 p = load<R>(pr, (lo + j) ^ s.xl);
+        tr = p.x * v.x + p.y * v.y;
+        ti = p.x * v.y - p.y * v.x;
+      }
+      const uint64_t b = first + lo + j;
+#pragma unroll
+      for (uint32_t k = 0; k < K; k++) {
+        double w = phase_re(ny[k], tr, ti);
+        acc[k] = acc[k] + (__popcll(b & zm[k]) & 1 ? -w : w);
+      }
+    }
+  } else {
+    /* Probabilities: the outcome of each index from the measured qubits' bits. */
+    for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
+      double2 v = load<R>(xr, j);
+      const double p = v.x * v.x + v.y * v.y;
+      const uint64_t b = first + lo + j;
+      uint32_t o = 0;
+      for (uint32_t q = 0; q < s.nq; q++) {
+        o |= (uint32_t)((b >> s.qubits[q]) & 1u) << q;
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < K; k++) {
+        acc[k] = acc[k] + (o == c0 + k ? p : 0.0);
+      }
+    }
+  }
+#pragma unroll
+  for (uint32_t k = 0; k < K; k++) {
+    double sum = block_sum(acc[k], ws);
+    if (t == 0 && k < n) {
+      out[(c0 + k) * stride] = sum;
+    }
+  }
+}
+
+template <typename R, uint32_t K>
 __global__ void __launch_bounds__(QDPK_THREADS)
     leaf_kernel(spec s, const typename cplx<R>::type *__restrict__ x, uint64_t ld,
                 const typename cplx<R>::type *__restrict__ partner, uint64_t pld, uint64_t rows,
                 uint64_t first, uint64_t lsize, uint64_t leaves, double *__restrict__ parts) {
   __shared__ double ws[WARPS];
-  const uint32_t t = threadIdx.x;
   for (uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (uint64_t l = blockIdx.x; l < leaves; l += gridDim.x) {
       const uint64_t lo = l * lsize;
-      const typename cplx<R>::type *xr = x + r * ld + lo, *pr = partner + r * pld;
       /* parts: [cols][rows][leaves], so that the second launch reads each value's leaves in a
        * row */
-      double *out = parts + r * leaves + l;
-      const uint64_t stride = rows * leaves;
-      if (s.kind == QDPK_MEASURE_PAULI) {
-        for (uint32_t c = 0; c < s.cols; c++) {
-          double acc = 0;
-          for (uint64_t j = t; j < lsize; j += QDPK_THREADS) {
-            double2 v = load<R>(xr, j), p = load<R>(pr, (lo + j) ^ s.xl);
-            double tr = p.x * v.x + p.y * v.y, ti = p.x * v.y - p.y * v.x;
-            double w = phase_re(s.ny[c], tr, ti);
-            acc = acc + (__popcll((first + lo + j) & s.zmask[c]) & 1 ? -w : w);
-          }
-          double sum = block_sum(acc, ws);
-          if (t == 0) {
-            out[c * stride] = sum;
-          }
-        }
-        continue;
-      }
-      const uint64_t base = first + lo;
-      uint64_t qin = 0;
-      for (uint32_t q = 0; q < s.nq; q++) {
-        uint64_t bit = (uint64_t)1 << s.qubits[q];
-        qin |= bit < lsize ? bit : 0;
-      }
-      const uint64_t free = (lsize - 1) & ~qin;
-      const uint64_t members = (uint64_t)1 << __popcll(free);
-      const uint64_t step = deposit(QDPK_THREADS, free);
-      for (uint32_t c = 0; c < s.cols; c++) {
-        uint64_t fixed;
-        bool here = outcome_here(s, c, base, lsize, &fixed);
-        double acc = 0;
-        /* The members t, t + QDPK_THREADS, ...: counting within the free bits, a step at a time
-         * (carries skip the measured bits). */
-        uint64_t j = deposit(t, free);
-        for (uint64_t i = t; here && i < members; i += QDPK_THREADS) {
-          double2 v = load<R>(xr, fixed | j);
-          acc = acc + (v.x * v.x + v.y * v.y);
-          j = ((j | ~free) + step) & free;
-        }
-        double sum = block_sum(acc, ws);
-        if (t == 0) {
-          out[c * stride] = sum;
-        }
+      for (uint32_t c0 = 0; c0 < s.cols; c0 += K) {
+        leaf_values<R, K>(s, x + r * ld + lo, partner + r * pld, first, lo, lsize, c0,
+                          parts + r * leaves + l, rows * leaves, ws);
       }
     }
   }
@@ -242,6 +267,35 @@ __global__ void __launch_bounds__(QDPK_THREADS)
   }
 }
 
+/* The leaf launch for s: values a pass of K at a time, K the smallest power of two that holds
+ * them (at most 8 strings, or COOPERATIVE_OUTCOMES outcomes, a pass); many outcomes their own. */
+template <typename R>
+void launch(const spec &s, bool many, const typename cplx<R>::type *x, uint64_t ld,
+            const typename cplx<R>::type *p, uint64_t pld, uint64_t rows, uint64_t first,
+            uint64_t lsize, uint64_t leaves, double *parts, dim3 grid, cudaStream_t stream) {
+  if (many) {
+    many_kernel<R><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, rows, first, lsize, leaves, parts);
+  } else if (s.cols <= 1) {
+    leaf_kernel<R, 1><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, p, pld, rows, first, lsize,
+                                                         leaves, parts);
+  } else if (s.cols <= 2) {
+    leaf_kernel<R, 2><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, p, pld, rows, first, lsize,
+                                                         leaves, parts);
+  } else if (s.cols <= 4) {
+    leaf_kernel<R, 4><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, p, pld, rows, first, lsize,
+                                                         leaves, parts);
+  } else if (s.cols <= 8 || s.kind == QDPK_MEASURE_PAULI) {
+    leaf_kernel<R, 8><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, p, pld, rows, first, lsize,
+                                                         leaves, parts);
+  } else if (s.cols <= 16) {
+    leaf_kernel<R, 16><<<grid, QDPK_THREADS, 0, stream>>>(s, x, ld, p, pld, rows, first, lsize,
+                                                          leaves, parts);
+  } else {
+    leaf_kernel<R, COOPERATIVE_OUTCOMES><<<grid, QDPK_THREADS, 0, stream>>>(
+        s, x, ld, p, pld, rows, first, lsize, leaves, parts);
+  }
+}
+
 uint64_t leaf_size(const struct qdpk_measure *m, uint64_t len) {
   uint64_t leaf = m->kind == QDPK_MEASURE_PROBS && m->cols > COOPERATIVE_OUTCOMES ? SMALL_LEAF
                                                                                   : LEAF;
@@ -266,29 +320,18 @@ extern "C" qdp_status qdpk_measure(const struct qdpk_measure *m, const uint32_t 
   }
   const uint64_t lsize = leaf_size(m, len);
   const uint64_t leaves = len / lsize;
-  spec s = {m->kind, m->nq, m->cols, qubits_dev, m->xmask & (len - 1), zmask_dev, ny_dev};
+  spec s = {m->kind, m->nq, m->cols, qubits_dev, m->xmask & (len - 1), m->xmask == 0, zmask_dev,
+            ny_dev};
   dim3 grid(grid_x(leaves), grid_y(rows));
   bool many = m->kind == QDPK_MEASURE_PROBS && m->cols > COOPERATIVE_OUTCOMES;
   if (m->dt == QDP_DTYPE_COMPLEX64) {
-    const float2 *xv = static_cast<const float2 *>(x);
-    if (many) {
-      many_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(s, xv, ld, rows, first, lsize, leaves,
-                                                            scratch);
-    } else {
-      leaf_kernel<float><<<grid, QDPK_THREADS, 0, stream>>>(
-          s, xv, ld, static_cast<const float2 *>(partner ? partner : x), partner ? pld : ld, rows,
-          first, lsize, leaves, scratch);
-    }
+    launch<float>(s, many, static_cast<const float2 *>(x), ld,
+                  static_cast<const float2 *>(partner ? partner : x), partner ? pld : ld, rows,
+                  first, lsize, leaves, scratch, grid, stream);
   } else {
-    const double2 *xv = static_cast<const double2 *>(x);
-    if (many) {
-      many_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(s, xv, ld, rows, first, lsize,
-                                                             leaves, scratch);
-    } else {
-      leaf_kernel<double><<<grid, QDPK_THREADS, 0, stream>>>(
-          s, xv, ld, static_cast<const double2 *>(partner ? partner : x), partner ? pld : ld,
-          rows, first, lsize, leaves, scratch);
-    }
+    launch<double>(s, many, static_cast<const double2 *>(x), ld,
+                   static_cast<const double2 *>(partner ? partner : x), partner ? pld : ld, rows,
+                   first, lsize, leaves, scratch, grid, stream);
   }
   if (launched() != QDP_OK) {
     return QDP_ERR_CUDA;

@@ -317,7 +317,14 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
                          d0->info.name);
   }
   struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
+  /* Windows of 2^min(n, window_log2) amplitudes, fewer for many columns so that a window's leaf
+   * partials stay within MEASURE_SCRATCH_BYTES for one row: a function of the request alone. */
+  uint64_t cols = req->npaulis ? req->npaulis : (uint64_t)1 << req->nqubits;
   unsigned wl = p->qubits < req->window_log2 ? p->qubits : req->window_log2;
+  while (wl > 10 && ((uint64_t)1 << wl) / QDPK_MEASURE_LEAF * cols * sizeof(double) >
+                        MEASURE_SCRATCH_BYTES / 2) {
+    wl--;
+  }
   j.len = (uint64_t)1 << wl;
   j.nwin = p->amplitudes / j.len;
   j.levels = p->qubits - wl + 1;
@@ -328,7 +335,6 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
   }
   /* Rows in runs whose gathered window and leaf partials (for the widest group) stay within
    * their bounds. */
-  uint64_t cols = req->npaulis ? req->npaulis : (uint64_t)1 << req->nqubits;
   uint64_t leaves = j.len < QDPK_MEASURE_LEAF ? 1 : j.len / QDPK_MEASURE_LEAF;
   uint64_t by_win = MEASURE_WINDOW_BYTES / (j.len * j.es);
   uint64_t by_scratch = MEASURE_SCRATCH_BYTES / ((leaves + 3) * cols * sizeof(double));

@@ -315,12 +315,13 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
  * every basis state (nqubits 0: cols = 2^n), of the outcomes of `nqubits` chosen qubits (qubit
  * qubits[j] is bit j of the outcome; cols = 2^nqubits, at most 2^QDPK_MEASURE_QUBITS_MAX), or the
  * expectation values of `npaulis` Pauli strings (cols = npaulis). The amplitudes are summed in
- * windows of 2^min(n, window_log2) (the daemon's: RUNTIME_MEASURE_WINDOW_LOG2), each window on
+ * windows of 2^min(n, window_log2) (the daemon's: RUNTIME_MEASURE_WINDOW_LOG2; smaller for many
+ * columns, so that a window's partial sums stay bounded), each window on
  * the device that holds it (gathered onto one device where shards cut it), the windows along one
  * fixed tree: the same bits on any sharding. A string with X or Y qubits also reads, for each
  * window, the window its X mask maps it to. INVALID_ARGUMENT for qubits or strings the state does
  * not have (fields "qubits", "paulis"); FAILED_PRECONDITION for shards on another rank. */
-#define RUNTIME_MEASURE_WINDOW_LOG2 26u
+#define RUNTIME_MEASURE_WINDOW_LOG2 28u
 struct runtime_pauli {
   uint64_t xmask, zmask; /* X and Y qubits; Z and Y qubits */
   uint32_t ny;           /* Y qubits */
