@@ -24,7 +24,7 @@ _MESSAGES = (
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
     "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
     "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput", "KernelRequest",
-    "KernelReply",
+    "KernelReply", "MeasureRequest", "MeasureReply",
 )
 
 
@@ -60,6 +60,7 @@ _UNARY = {
     "Gather": ("GatherRequest", "EncodeReply"),
     "FetchInto": ("FetchIntoRequest", "FetchIntoReply"),
     "Kernel": ("KernelRequest", "KernelReply"),
+    "Measure": ("MeasureRequest", "MeasureReply"),
 }
 
 

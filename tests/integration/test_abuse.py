@@ -443,6 +443,9 @@ rpc("describe root's without its token",
     lambda: c.call("Describe", c.pb.StateRef(handle={mine.handle!r})))
 rpc("a kernel of root's without its token",
     lambda: c.call("Kernel", c.pb.KernelRequest(a=c.pb.StateRef(handle={mine.handle!r}))))
+rpc("a measurement of root's without its token",
+    lambda: c.call("Measure", c.pb.MeasureRequest(measurement=1,
+                                                  state=c.pb.StateRef(handle={mine.handle!r}))))
 """)
         self.assertEqual(out["encode as 'root'"][0], "OK")
         self.assertEqual(out["owner"], f"uid:{eve}")
@@ -455,6 +458,7 @@ rpc("a kernel of root's without its token",
         self.assertEqual(out["release root's by handle"][0], "NOT_FOUND")
         self.assertEqual(out["describe root's without its token"][0], "NOT_FOUND")
         self.assertEqual(out["a kernel of root's without its token"][0], "NOT_FOUND")
+        self.assertEqual(out["a measurement of root's without its token"][0], "NOT_FOUND")
         # Eve's 50 names did not fill the store: another user and root still encode.
         mal = self.as_user(MAL, """
 rpc("encode", lambda: c.encode("angle", 2, np.array([0.3, 0.4])))
@@ -657,6 +661,9 @@ st = c.encode("angle", 2, np.array([0.3, 0.4]))
 root = c.pb.RegionInfo(handle={mine.handle!r}, token={mine.token!r})
 rpc("into root's region with its token", lambda: c.fetch_into(st, root))
 rpc("a kernel into root's region", lambda: c.kernel(st, region=root))
+req = c.pb.MeasureRequest(measurement=1, region=c.pb.RegionRef(handle=root.handle, token=root.token))
+req.state.CopyFrom(c.ref(st))
+rpc("a measurement into root's region", lambda: c.call("Measure", req))
 fd = os.open({secret!r}, os.O_RDONLY)
 rpc("hand a read-only fd for writing", lambda: c.hand(fd, qdpc.WRITE))
 req = c.pb.RegisterRegionRequest(name="ro", writable=True, fd_ticket=c.hand(fd, qdpc.READ))
@@ -668,6 +675,7 @@ c.release(st)
             self.root.unregister_region(mine)
         self.assertEqual(out["into root's region with its token"][0], "PERMISSION_DENIED", out)
         self.assertEqual(out["a kernel into root's region"][0], "PERMISSION_DENIED", out)
+        self.assertEqual(out["a measurement into root's region"][0], "PERMISSION_DENIED", out)
         self.assertEqual(os.pread(fd, 4096, 0), b"\0" * 4096)
         os.close(fd)
         self.assertEqual(out["hand a read-only fd for writing"][0], "HANDOFF:PERMISSION_DENIED", out)
