@@ -23,27 +23,14 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
-from typing import Any, Callable, List
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from python_bench import Daemon, say  # noqa: E402
+from python_bench import Daemon, median_ms, say  # noqa: E402
 
 import qdp  # noqa: E402
-
-
-def median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> float:
-    fn()
-    sync()
-    xs: List[float] = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        xs.append((time.perf_counter() - t0) * 1e3)
-    return sorted(xs)[len(xs) // 2]
 
 
 def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> float:

@@ -30,12 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from python_bench import Daemon, say  # noqa: E402
+from python_bench import Daemon, median_ms, say  # noqa: E402
 
 import qdp  # noqa: E402
 
@@ -55,16 +55,6 @@ t = time.perf_counter(); K = kern.evaluate(X); t = time.perf_counter() - t
 np.save(sys.argv[2], K)
 print(json.dumps({"s": t}))
 """
-
-
-def median_s(fn: Callable[[], Any], runs: int = 3) -> float:
-    fn()
-    xs: List[float] = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        xs.append(time.perf_counter() - t0)
-    return sorted(xs)[len(xs) // 2]
 
 
 def pennylane(X: np.ndarray, K: np.ndarray, N: int) -> List[Tuple[str, float]]:
@@ -114,10 +104,10 @@ def main() -> int:
     try:
         os.environ["QDP_TARGET"] = d.target
         K = qdp.kernel(X, "angle", a.qubits)
-        one = median_s(lambda: qdp.kernel(X, "angle", a.qubits))
+        one = median_ms(lambda: qdp.kernel(X, "angle", a.qubits), 3) / 1e3
         c = qdp.default_client()
         with c.encode(X, "angle", a.qubits) as s:
-            resident = median_s(lambda: c.kernel(s))
+            resident = median_ms(lambda: c.kernel(s), 3) / 1e3
         say("kernel-cpu", impl="qdp", samples=a.samples, qubits=a.qubits, s=one,
             resident_s=resident)
     finally:

@@ -21,25 +21,11 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
-from typing import Any, Callable, List
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from python_bench import Daemon, say  # noqa: E402
+from python_bench import Daemon, median_ms, say  # noqa: E402
 
 import qdp  # noqa: E402
-
-
-def median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> float:
-    fn()
-    sync()
-    xs: List[float] = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        xs.append((time.perf_counter() - t0) * 1e3)
-    return sorted(xs)[len(xs) // 2]
 
 
 def main() -> int:
@@ -81,7 +67,6 @@ def main() -> int:
                         GBps=nbytes / ms / 1e6, over_read=read / ms,
                         target=0.8 if name in ("z", "p1") else "-")
                 say("measure-check", z=float(got), p1=str(s.probabilities([0]).tolist()))
-                del t
     finally:
         d.stop()
     return 0

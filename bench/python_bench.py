@@ -84,6 +84,19 @@ def median(xs: List[float]) -> float:
     return statistics.median(xs)
 
 
+def median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Milliseconds of fn then sync, the median of `runs` after one untimed call."""
+    fn()
+    sync()
+    xs: List[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        xs.append((time.perf_counter() - t0) * 1e3)
+    return median(xs)
+
+
 def repeat(fn: Callable[[], Any], n: int, warm: int = 1,
            between: Optional[Callable[[Any], None]] = None) -> List[float]:
     """Seconds of each of n calls of fn after warm untimed ones; between(result) runs untimed."""

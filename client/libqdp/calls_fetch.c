@@ -313,6 +313,17 @@ static int open_temp(const char *path, char *tmp, size_t size) {
   return -1;
 }
 
+/* The partial file beside path (its name in tmp), open for writing in *ret_fd. */
+static qdp_status create_temp(const char *path, char *tmp, size_t size, int *ret_fd) {
+  *ret_fd = open_temp(path, tmp, size);
+  if (*ret_fd < 0) {
+    int err = errno;
+    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
+                          "Cannot create a file beside '%s': %s.", path, strerror(err));
+  }
+  return QDP_OK;
+}
+
 /* Flushes and closes the partial file fd (named tmp) and, when rc is OK, names it path: the file
  * appears complete or not at all. Returns rc, or the first failure here. */
 static qdp_status finish_temp(int fd, const char *tmp, const char *path, int overwrite,
@@ -401,11 +412,9 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
     return rc;
   }
   char tmp[4096];
-  int fd = open_temp(path, tmp, sizeof tmp);
-  if (fd < 0) {
-    int err = errno;
-    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
-                          "Cannot create a file beside '%s': %s.", path, strerror(err));
+  int fd = -1;
+  if ((rc = create_temp(path, tmp, sizeof tmp, &fd)) != QDP_OK) {
+    return rc;
   }
   struct sink s;
   memset(&s, 0, sizeof s);
@@ -428,13 +437,11 @@ qdp_status qdp_fetch_npy(qdp_client *c, const char *handle, const char *token,
 qdp_status qdp__write_npy_file(const char *path, int overwrite, const void *hdr, size_t hlen,
                                const void *data, size_t len) {
   char tmp[4096];
-  int fd = open_temp(path, tmp, sizeof tmp);
-  if (fd < 0) {
-    int err = errno;
-    return qdp__err_local(qdp__errno_status(err, QDP_ERR_SYSTEM), err, "path",
-                          "Cannot create a file beside '%s': %s.", path, strerror(err));
+  int fd = -1;
+  qdp_status rc = create_temp(path, tmp, sizeof tmp, &fd);
+  if (rc != QDP_OK) {
+    return rc;
   }
-  qdp_status rc = QDP_OK;
   const struct {
     const void *p;
     size_t n;

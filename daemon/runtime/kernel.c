@@ -89,26 +89,7 @@ static void shape_tiles(struct kernel_job *k, uint64_t rows, uint32_t n,
 /* Rows [r0, r0 + nr) and amplitudes [k0, k0 + block) of s into dst ([nr][block] on k->d). */
 static qdp_status gather(const struct kernel_job *k, const struct runtime_state *s, uint64_t r0,
                          uint64_t nr, uint64_t k0, char *dst, struct qdp_error *err) {
-  const struct plan *p = &s->plan;
-  for (size_t i = 0; i < p->nshards; i++) {
-    const struct plan_shard *sh = &p->shards[i];
-    uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
-    uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
-    uint64_t alo = k0 > sh->first ? k0 : sh->first;
-    uint64_t ahi = k0 + k->block < sh->first + sh->count ? k0 + k->block : sh->first + sh->count;
-    if (lo >= hi || alo >= ahi) {
-      continue;
-    }
-    const char *src = (const char *)s->bufs[i] + ((lo - sh->row_first) * sh->count +
-                                                  (alo - sh->first)) * k->es;
-    char *at = dst + ((lo - r0) * k->block + (alo - k0)) * k->es;
-    qdp_status rc = k->d->ops->copy_rows(k->d, at, k->block * k->es, k->m->devs[sh->device], src,
-                                         sh->count * k->es, (ahi - alo) * k->es, hi - lo, err);
-    if (rc != QDP_OK) {
-      return rc;
-    }
-  }
-  return QDP_OK;
+  return runtime_state_gather_block(s, k->d, r0, nr, k0, k->block, dst, err);
 }
 
 /* gather's, for real states: the real parts of the same rows into dst ([nr][block] reals): from
@@ -117,35 +98,25 @@ static qdp_status gather(const struct kernel_job *k, const struct runtime_state 
 static qdp_status gather_real(const struct kernel_job *k, const struct runtime_state *s,
                               uint64_t r0, uint64_t nr, uint64_t k0, char *dst,
                               struct qdp_error *err) {
-  const struct plan *p = &s->plan;
   struct runtime_device *d = k->d;
-  for (size_t i = 0; i < p->nshards; i++) {
-    const struct plan_shard *sh = &p->shards[i];
-    uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
-    uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
-    uint64_t alo = k0 > sh->first ? k0 : sh->first;
-    uint64_t ahi = k0 + k->block < sh->first + sh->count ? k0 + k->block : sh->first + sh->count;
-    if (lo >= hi || alo >= ahi) {
+  uint64_t pitch = k->block * k->op_es; /* of dst */
+  struct runtime_piece pc;
+  for (size_t i = 0; i < s->plan.nshards; i++) {
+    if (!runtime_state_piece(s, i, r0, nr, k0, k->block, &pc)) {
       continue;
     }
-    uint64_t width = ahi - alo;
-    const char *src = (const char *)s->bufs[i] + ((lo - sh->row_first) * sh->count +
-                                                  (alo - sh->first)) * k->es;
-    char *at = dst + ((lo - r0) * k->block + (alo - k0)) * k->op_es;
-    struct runtime_device *from = k->m->devs[sh->device];
+    char *at = dst + ((pc.row - r0) * k->block + (pc.amp - k0)) * k->op_es;
+    struct runtime_device *from = k->m->devs[s->plan.shards[i].device];
     qdp_status rc = QDP_OK;
     if (from == d) {
-      rc = d->ops->real_rows(d, at, k->block * k->op_es, src, sh->count * k->es, width, hi - lo,
-                             k->dt, err);
+      rc = d->ops->real_rows(d, at, pitch, pc.src, pc.pitch, pc.width, pc.rows, k->dt, err);
     }
-    uint64_t run = k->bounce_bytes / (width * k->es); /* rows a bounce holds: >= 1 */
-    for (uint64_t r = 0; from != d && r < hi - lo && rc == QDP_OK; r += run) {
-      uint64_t n = hi - lo - r < run ? hi - lo - r : run;
-      rc = d->ops->copy_rows(d, k->bounce, width * k->es, from, src + r * sh->count * k->es,
-                             sh->count * k->es, width * k->es, n, err);
+    uint64_t row = pc.width * k->es, run = k->bounce_bytes / row; /* rows a bounce holds: >= 1 */
+    for (uint64_t r = 0; from != d && r < pc.rows && rc == QDP_OK; r += run) {
+      uint64_t n = pc.rows - r < run ? pc.rows - r : run;
+      rc = d->ops->copy_rows(d, k->bounce, row, from, pc.src + r * pc.pitch, pc.pitch, row, n, err);
       if (rc == QDP_OK) {
-        rc = d->ops->real_rows(d, at + r * k->block * k->op_es, k->block * k->op_es, k->bounce,
-                               width * k->es, width, n, k->dt, err);
+        rc = d->ops->real_rows(d, at + r * pitch, pitch, k->bounce, row, pc.width, n, k->dt, err);
       }
     }
     if (rc != QDP_OK) {

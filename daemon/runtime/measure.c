@@ -107,20 +107,8 @@ static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64
   void **buf = partner ? &w->partner : &w->win;
   uint64_t *have = partner ? &w->partner_bytes : &w->win_bytes;
   qdp_status rc = ws_take(d, buf, have, j->run * j->len * j->es, err);
-  for (size_t i = 0; i < p->nshards && rc == QDP_OK; i++) {
-    const struct plan_shard *sh = &p->shards[i];
-    uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
-    uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
-    uint64_t alo = a > sh->first ? a : sh->first;
-    uint64_t ahi = a + j->len < sh->first + sh->count ? a + j->len : sh->first + sh->count;
-    if (lo >= hi || alo >= ahi) {
-      continue;
-    }
-    const char *src = (const char *)j->s->bufs[i] +
-                      ((lo - sh->row_first) * sh->count + (alo - sh->first)) * j->es;
-    char *at = (char *)*buf + ((lo - r0) * j->len + (alo - a)) * j->es;
-    rc = d->ops->copy_rows(d, at, j->len * j->es, j->m->devs[sh->device], src, sh->count * j->es,
-                           (ahi - alo) * j->es, hi - lo, err);
+  if (rc == QDP_OK) {
+    rc = runtime_state_gather_block(j->s, d, r0, nr, a, j->len, *buf, err);
   }
   *ret_ptr = *buf;
   *ret_ld = j->len;

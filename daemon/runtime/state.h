@@ -18,4 +18,35 @@ struct runtime_state {
   uint64_t world_job; /* the coordinator's name for the state on the other ranks; 0: none */
 };
 
+/* The part of shard i of s inside rows [r0, r0 + nr) and amplitudes [a, a + len): false when
+ * they do not meet. */
+struct runtime_piece {
+  uint64_t row, rows;  /* rows [row, row + rows) */
+  uint64_t amp, width; /* amplitudes [amp, amp + width) of each */
+  const char *src;     /* its first amplitude in the shard's buffer */
+  uint64_t pitch;      /* bytes from one of its rows to the next there */
+};
+static inline bool runtime_state_piece(const struct runtime_state *s, size_t i, uint64_t r0,
+                                       uint64_t nr, uint64_t a, uint64_t len,
+                                       struct runtime_piece *ret) {
+  const struct plan_shard *sh = &s->plan.shards[i];
+  uint64_t lo = r0 > sh->row_first ? r0 : sh->row_first;
+  uint64_t hi = r0 + nr < sh->row_first + sh->rows ? r0 + nr : sh->row_first + sh->rows;
+  uint64_t alo = a > sh->first ? a : sh->first;
+  uint64_t ahi = a + len < sh->first + sh->count ? a + len : sh->first + sh->count;
+  if (lo >= hi || alo >= ahi) {
+    return false;
+  }
+  unsigned es = qdp_dtype_size(s->plan.out_dtype);
+  *ret = (struct runtime_piece){lo, hi - lo, alo, ahi - alo, NULL, sh->count * es};
+  ret->src = (const char *)s->bufs[i] + ((lo - sh->row_first) * sh->count + (alo - sh->first)) * es;
+  return true;
+}
+
+/* Rows [r0, r0 + nr) and amplitudes [a, a + len) of s, from whichever shards hold them, into dst
+ * on device d ([nr][len] of the state's dtype), device to device (views.c). */
+qdp_status runtime_state_gather_block(const struct runtime_state *s, struct runtime_device *d,
+                                      uint64_t r0, uint64_t nr, uint64_t a, uint64_t len,
+                                      void *dst, struct qdp_error *reterr);
+
 #endif /* QDP_RUNTIME_STATE_H */

@@ -238,3 +238,22 @@ void runtime_mesh_close_ipc(struct runtime_mesh *m, struct runtime_ipc_input *in
     in->base = NULL;
   }
 }
+
+qdp_status runtime_state_gather_block(const struct runtime_state *s, struct runtime_device *d,
+                                      uint64_t r0, uint64_t nr, uint64_t a, uint64_t len,
+                                      void *dst, struct qdp_error *reterr) {
+  unsigned es = qdp_dtype_size(s->plan.out_dtype);
+  struct runtime_piece pc;
+  for (size_t i = 0; i < s->plan.nshards; i++) {
+    if (!runtime_state_piece(s, i, r0, nr, a, len, &pc)) {
+      continue;
+    }
+    char *at = (char *)dst + ((pc.row - r0) * len + (pc.amp - a)) * es;
+    qdp_status rc = d->ops->copy_rows(d, at, len * es, s->mesh->devs[s->plan.shards[i].device],
+                                      pc.src, pc.pitch, pc.width * es, pc.rows, reterr);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  }
+  return QDP_OK;
+}
