@@ -598,6 +598,37 @@ QDP_EXPORT qdp_status qdp_kernel_npy(qdp_client *c, const char *a, const char *a
                                      const char *path, int overwrite,
                                      struct qdp_kernel_info *ret_info);
 
+/* ---- Measurements (since 0.7) --------------------------------------------------------------- */
+
+/* What a measurement computed: rows (the state's samples) x cols float64 values. */
+struct qdp_measure_info {
+  size_t struct_size;
+  uint64_t rows, cols, bytes;
+  char device[32];
+  double compute_ms;
+};
+
+/* clang-format off */
+#define QDP_MEASURE_INFO_INIT {sizeof(struct qdp_measure_info), 0, 0, 0, {0}, 0}
+/* clang-format on */
+
+/* Per sample of a resident state, computed by the daemon where its shards are, row-major into dst
+ * (dst_bytes; OUT_OF_RANGE with need_bytes when smaller): the probabilities of the outcomes of
+ * `nqubits` qubits (outcome m has bit j = qubit qubits[j]; cols 2^nqubits, at most 10 qubits), or
+ * with nqubits 0 of every basis state (cols 2^n). Summed in double along one fixed tree: the same
+ * bits however the state is sharded. INVALID_ARGUMENT (field "qubits") for a qubit the state does
+ * not have or one named twice. ret_info (may be NULL) must be QDP_MEASURE_INFO_INIT. */
+QDP_EXPORT qdp_status qdp_probabilities(qdp_client *c, const char *handle, const char *token,
+                                        const uint32_t *qubits, size_t nqubits, double *dst,
+                                        size_t dst_bytes, struct qdp_measure_info *ret_info);
+
+/* The same for the expectation values <psi|P|psi> of npaulis Pauli strings (cols npaulis): one
+ * letter per qubit, I, X, Y or Z, letter k on qubit k. INVALID_ARGUMENT (field "paulis") for a
+ * string of the wrong length or letter, or none. */
+QDP_EXPORT qdp_status qdp_expectations(qdp_client *c, const char *handle, const char *token,
+                                       const char *const *paulis, size_t npaulis, double *dst,
+                                       size_t dst_bytes, struct qdp_measure_info *ret_info);
+
 /* One unary call with its request already serialized (the protobuf encoding of the method's
  * request message in proto/qdp.proto), for bindings that build their own messages and want this
  * transport: method is the RPC's name ("Encode"), unary methods only. timeout_ms < 0: the

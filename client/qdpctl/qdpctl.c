@@ -60,6 +60,7 @@ static const char main_help[] =
     "  rm REF [REF...]        release states\n"
     "  gather REF --device D  copy a state onto one device as a new state\n"
     "  kernel REF [REF] -o K.npy  the kernel matrix |<a_i|b_j>|^2 of resident states\n"
+    "  measure REF --qubits L  probabilities (or --pauli P: expectation values) per sample\n"
     "  view-close REF LEASE   close a zero-copy view lease\n"
     "  region add|rm          register a shared-memory region once for many encodes\n"
     "  top                    a live view from qdpd's metrics: jobs/s, latency, memory\n"
@@ -90,7 +91,7 @@ static const struct {
     {"plan", cmd_plan, 0},     {"describe", cmd_describe, 0}, {"ls", cmd_ls, 0},
     {"fetch", cmd_fetch, 1},   {"export", cmd_export, 1},     {"rm", cmd_rm, 1},
     {"region", cmd_region, 1}, {"gather", cmd_gather, 0},     {"view-close", cmd_view_close, 0},
-    {"top", cmd_top, 1},       {"kernel", cmd_kernel, 0},
+    {"top", cmd_top, 1},       {"kernel", cmd_kernel, 0},     {"measure", cmd_measure, 0},
 };
 
 int main(int argc, char **argv) {
@@ -129,7 +130,7 @@ int main(int argc, char **argv) {
   if (optind >= argc) {
     return usage_error(NULL,
                        "a command is required (status, health, encode, plan, describe, ls, "
-                       "fetch, export, rm, gather, kernel, view-close, region, top)");
+                       "fetch, export, rm, gather, kernel, measure, view-close, region, top)");
   }
   const char *cmd = argv[optind];
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

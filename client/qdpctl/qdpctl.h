@@ -137,6 +137,7 @@ enum {
   OPT_INTERVAL,
   OPT_ONCE,
   OPT_OVERLAPS,
+  OPT_PAULI,
 };
 
 /* clang-format off */
@@ -277,5 +278,6 @@ int cmd_gather(struct global *g, int argc, char **argv);     /* qdpctl_fetch.c *
 int cmd_region(struct global *g, int argc, char **argv);     /* qdpctl_region.c */
 int cmd_top(struct global *g, int argc, char **argv);        /* qdpctl_top.c */
 int cmd_kernel(struct global *g, int argc, char **argv);     /* qdpctl_kernel.c */
+int cmd_measure(struct global *g, int argc, char **argv);    /* qdpctl_kernel.c */
 
 #endif /* QDPCTL_H */

@@ -368,6 +368,46 @@ START_TEST(test_kernel_in_the_reply_and_through_a_region) {
 }
 END_TEST
 
+/* Measurements of a Bell state, (|00> + |11>)/sqrt(2), by hand: each qubit 1/2 and 1/2, <ZZ> =
+ * <XX> = 1, <YY> = -1, <ZI> = 0; a batch's rows; and the refusals. */
+START_TEST(test_probabilities_and_expectations) {
+  double bell[4] = {1, 0, 0, 1};
+  struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 2, bell, 4, 0);
+  double p[4], e[4];
+  const uint32_t q1 = 1;
+  struct qdp_measure_info mi = QDP_MEASURE_INFO_INIT;
+  CK_QDP(qdp_probabilities(cl, s->handle, s->token, &q1, 1, p, sizeof p, &mi));
+  ck_assert_uint_eq(mi.rows, 1);
+  ck_assert_uint_eq(mi.cols, 2);
+  ck_assert_double_eq_tol(p[0], 0.5, 1e-15);
+  ck_assert_double_eq_tol(p[1], 0.5, 1e-15);
+  CK_QDP(qdp_probabilities(cl, s->handle, s->token, NULL, 0, p, sizeof p, &mi));
+  ck_assert_uint_eq(mi.cols, 4);
+  ck_assert_double_eq_tol(p[3], 0.5, 1e-15);
+  ck_assert_double_eq(p[1], 0.0);
+  const char *strings[4] = {"ZZ", "XX", "YY", "ZI"};
+  CK_QDP(qdp_expectations(cl, s->handle, s->token, strings, 4, e, sizeof e, &mi));
+  ck_assert_double_eq_tol(e[0], 1.0, 1e-15);
+  ck_assert_double_eq_tol(e[1], 1.0, 1e-15);
+  ck_assert_double_eq_tol(e[2], -1.0, 1e-15);
+  ck_assert_double_eq_tol(e[3], 0.0, 1e-15);
+  ck_assert_int_eq(qdp_expectations(cl, s->handle, s->token, strings, 4, e, 3 * sizeof(double),
+                                    NULL),
+                   QDP_ERR_OUT_OF_RANGE);
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, sizeof e);
+  const char *bad[1] = {"ZQ"};
+  ck_assert_int_eq(qdp_expectations(cl, s->handle, s->token, bad, 1, e, sizeof e, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "paulis");
+  const uint32_t twice[2] = {0, 0};
+  ck_assert_int_eq(qdp_probabilities(cl, s->handle, s->token, twice, 2, p, sizeof p, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "qubits");
+  CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
+  qdp_state_info_free(s);
+}
+END_TEST
+
 START_TEST(test_fetch_into_a_writable_region_matches_fetch) {
   double x[6] = {1, -2, 3, 0.5, 4, -1};
   struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 3, x, 6, 0);
@@ -812,6 +852,7 @@ int main(void) {
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
   tcase_add_test(t, test_kernel_in_the_reply_and_through_a_region);
+  tcase_add_test(t, test_probabilities_and_expectations);
   tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
   tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);
   tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);

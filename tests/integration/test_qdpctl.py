@@ -683,6 +683,20 @@ class Qdpctl(unittest.TestCase):
         for ref in refs:
             self.ok("rm", ref)
 
+    def test_measure_prints_probabilities_and_expectations(self):
+        e = self.js("encode", "--encoding", "angle", "--qubits", "2", "--values", "0.3,1.1")
+        m = self.js("measure", e["ref"], "--qubits", "0")
+        self.assertEqual((m["rows"], m["cols"]), (1, 2))
+        np.testing.assert_allclose(m["values"][0], [np.cos(0.3) ** 2, np.sin(0.3) ** 2],
+                                   atol=1e-15)
+        p = self.ok("measure", e["ref"], "--pauli", "ZI", "--pauli", "IZ")
+        np.testing.assert_allclose([float(v) for v in p.stdout.split()], np.cos([0.6, 2.2]),
+                                   atol=1e-15)
+        self.refused(2, "measure", e["ref"])  # neither --qubits nor --pauli
+        err = self.refused(6, "measure", e["ref"], "--pauli", "ZZZ")
+        self.assertEqual(err["code"], "QDP_ERR_INVALID_ARGUMENT")
+        self.ok("rm", e["ref"])
+
 
 if __name__ == "__main__":
     r = unittest.main(verbosity=2, exit=False)
