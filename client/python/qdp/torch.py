@@ -9,6 +9,9 @@ loop, on every rank of a DDP job and every DataLoader worker.
         for psi in batches:                        # (64, 65536) complex128, on this rank's GPU
             ...
 
+:func:`encode` is :func:`qdp.encode` as a torch autograd function: a classical layer that feeds
+an encoding trains through it.
+
 The epoch's order is :class:`qdp.sampling.BlockOrder` of (seed, epoch) alone, dealt to ranks and
 workers by :class:`qdp.sampling.Shares`: the same global sequence of batches whatever the world
 size, every row once per epoch. Sources are those of :func:`qdp.readers.open_source`.
@@ -32,12 +35,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from ._autograd import encode
 from .client import Client
 from .errors import Error, InvalidArgument, NotSupported
 from .readers import Source, open_source
 from .sampling import BlockOrder, Shares
 
-__all__ = ["QuantumDataset", "loader"]
+__all__ = ["QuantumDataset", "loader", "encode"]
 
 _COMPLEX = {"complex64": torch.complex64, "complex128": torch.complex128}
 

@@ -27,6 +27,11 @@ def test_train_hybrid(daemon) -> None:
     assert "25 steps, loss" in said
 
 
+def test_train_through_encoding(daemon) -> None:
+    said = run("train_through_encoding.py", "--target", daemon.target, "--steps", "40")
+    assert "40 steps, loss" in said, said
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_ddp_shards(daemon, world) -> None:
     said = run("ddp_shards.py", "--target", daemon.target, "--world", str(world),

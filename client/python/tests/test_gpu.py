@@ -569,3 +569,23 @@ def test_measurements_on_the_gpu_are_the_reference(gpu) -> None:
         np.testing.assert_allclose(s.probabilities([5]), want, rtol=0, atol=1e-15)
         zz = np.array([1 - 2 * (bin(b & 0b100001).count("1") % 2) for b in range(64)])
         np.testing.assert_allclose(s.expectations("ZIIIIZ"), P @ zz, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("encoding,n,m", [("angle", 3, 3), ("amplitude", 3, 6), ("iqp", 3, 6),
+                                          ("phase", 3, 3)])
+def test_gradients_on_the_gpu_pass_gradcheck(gpu, gpu_daemon, monkeypatch, encoding, n,
+                                             m) -> None:
+    from qdp import _functions
+    import qdp.torch as qt
+
+    _, torch = gpu
+    monkeypatch.setenv("QDP_TARGET", gpu_daemon.target)
+    _functions._default.close()
+    try:
+        x = torch.rand(4, m, dtype=torch.float64, device="cuda", requires_grad=True)
+        psi = qt.encode(x, encoding, n)
+        assert psi.is_cuda and psi.requires_grad
+        assert torch.autograd.gradcheck(lambda t: qt.encode(t, encoding, n), (x,), eps=1e-6,
+                                        atol=1e-7)
+    finally:
+        _functions._default.close()

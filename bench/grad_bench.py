@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Gradients through the encodings: qdp.torch.encode beside torch autograd through Mahout's
+differentiable reference (qumat_qdp.torch_ref), on the same GPU in the same run.
+
+Usage: bench/grad_bench.py BUILD_DIR [--qubits 16] [--batch 64] [--runs 10]
+
+Starts BUILD_DIR/daemon/qdpd (python_bench's Daemon, --devices auto). For angle (n values a
+sample) and amplitude (2^n values), float64 samples on the GPU that require grad, the step timed
+is: encode, a loss of the state (sum of |psi|^2 weighted by fixed random weights), backward.
+Prints "bench op=grad ..." lines (ms) with qdp's speedup (the target: >= 5x) and the largest
+|difference| between the two gradients (they use the same conventions). Needs a GPU daemon,
+torch and qumat_qdp importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from python_bench import Daemon, median_ms, say  # noqa: E402
+
+import qdp  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build", type=pathlib.Path)
+    ap.add_argument("--qubits", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=10)
+    a = ap.parse_args()
+    import os
+
+    import torch  # type: ignore[import-not-found]
+    from qumat_qdp import torch_ref  # type: ignore[import-not-found]
+
+    import qdp.torch as qt
+
+    n, B = a.qubits, a.batch
+    d = Daemon(a.build, "auto", [])
+    try:
+        os.environ["QDP_TARGET"] = d.target
+        if qdp.status().backend != "cuda":
+            say("grad", skipped="the daemon has no GPU")
+            return 0
+        gen = torch.Generator(device="cuda").manual_seed(3)
+        w = torch.rand(1 << n, device="cuda", dtype=torch.float64, generator=gen)
+        sync = torch.cuda.synchronize
+        for encoding, m, ref in (("angle", n, torch_ref.angle_encode),
+                                 ("amplitude", 1 << n, torch_ref.amplitude_encode)):
+            x = torch.rand(B, m, device="cuda", dtype=torch.float64, generator=gen)
+
+            def step(enc):  # type: ignore[no-untyped-def]
+                xx = x.clone().requires_grad_(True)
+                ((enc(xx).abs() ** 2) * w).sum().backward()
+                return xx.grad
+
+            ours = lambda t: qt.encode(t, encoding, n)  # noqa: E731
+            theirs = lambda t: ref(t, n)  # noqa: E731
+            diff = float((step(ours) - step(theirs)).abs().max())
+            q = median_ms(lambda: step(ours), a.runs, sync)
+            r = median_ms(lambda: step(theirs), a.runs, sync)
+            say("grad", encoding=encoding, qubits=n, batch=B, qdp_ms=q, torch_ref_ms=r,
+                speedup=r / q, target=5, max_abs_diff=diff)
+    finally:
+        d.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
