@@ -7,7 +7,7 @@ For a real loss L of the state psi (complex) of real values x, torch hands back 
 
 - amplitude: psi = x / ||x|| (padded): dL/dx = (Re g - psi <psi, Re g>) / ||x|| on the values;
 - angle: psi_b = prod_k f_k(b_k), f = (cos x_k, sin x_k): dL/dx_k contracts Re g with every f_j
-  but the k-th, and with f_k' = (-sin x_k, cos x_k);
+  but the k-th, and with f_k' = (-sin x_k, cos x_k), all k at once by halving the qubits;
 - phase: dpsi_b/dx_k = i b_k psi_b: dL/dx_k = sum over b with bit k of Im(conj(psi_b) g_b);
 - iqp, iqp-z: psi = 2^-n WHT(e^{i theta}); the transform is its own inverse up to 2^n, so
   e^{i theta} = WHT(psi), and dL/dd = sum_z (d theta(z)/dd) Im(conj(e^{i theta(z)}) G_z) with
@@ -39,25 +39,36 @@ def _wht(v: torch.Tensor, n: int) -> torch.Tensor:
     return v.reshape(rows, 1 << n)
 
 
+def _kron(f: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """The product vector of qubits [lo, hi) of f ([rows][n][2]), indexed by their bits, qubit lo
+    the lowest: [rows][2^(hi-lo)]."""
+    v = f[:, lo]
+    for k in range(lo + 1, hi):
+        v = (f[:, k, :, None] * v[:, None, :]).reshape(v.shape[0], -1)
+    return v
+
+
+def _all_but_one(t: torch.Tensor, f: torch.Tensor, fd: torch.Tensor, lo: int,
+                 hi: int) -> torch.Tensor:
+    """For each qubit k of [lo, hi): t ([rows][2^(hi-lo)], qubit lo the lowest bit) contracted with
+    f of every other qubit of the range and with fd of k: [rows][hi-lo]. Halving the range each
+    time costs two passes over t in all, not one per qubit."""
+    if hi - lo == 1:
+        return (t * fd[:, lo]).sum(dim=1, keepdim=True)
+    mid = (lo + hi) // 2
+    t3 = t.reshape(t.shape[0], 1 << (hi - mid), 1 << (mid - lo))  # [rows][high][low]
+    low = torch.einsum("rhl,rh->rl", t3, _kron(f, mid, hi))
+    high = torch.einsum("rhl,rl->rh", t3, _kron(f, lo, mid))
+    return torch.cat((_all_but_one(low, f, fd, lo, mid), _all_but_one(high, f, fd, mid, hi)),
+                     dim=1)
+
+
 def _angle(x: torch.Tensor, psi: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
-    rows = x.shape[0]
     re = g.real
     c, s = torch.cos(x).to(re.dtype), torch.sin(x).to(re.dtype)
-    f = torch.stack((c, s), dim=2)  # [rows][n][2]
-    # low[k]: the product over the bits below k, indexed by them ([rows][2^k]); high[k]: over
-    # the bits above k ([rows][2^(n-1-k)], bit k+1 lowest).
-    low = [torch.ones(rows, 1, dtype=re.dtype, device=re.device)]
-    for k in range(n - 1):
-        low.append((f[:, k, :, None] * low[k][:, None, :]).reshape(rows, -1))
-    high = [torch.ones(rows, 1, dtype=re.dtype, device=re.device)] * n
-    for k in range(n - 2, -1, -1):
-        high[k] = (high[k + 1][:, :, None] * f[:, k + 1, None, :]).reshape(rows, -1)
-    out = torch.empty_like(c)
-    for k in range(n):
-        part = torch.einsum("rhml,rh,rl->rm",
-                            re.reshape(rows, 1 << (n - 1 - k), 2, 1 << k), high[k], low[k])
-        out[:, k] = part[:, 1] * c[:, k] - part[:, 0] * s[:, k]
-    return out
+    f = torch.stack((c, s), dim=2)     # [rows][n][2]: f_k(0), f_k(1)
+    fd = torch.stack((-s, c), dim=2)   # their derivatives
+    return _all_but_one(re, f, fd, 0, n)
 
 
 def _amplitude(x: torch.Tensor, psi: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
