@@ -159,12 +159,51 @@ struct measure_write {
   struct job_pipeline *jp;
   struct runtime_state *s;
   struct runtime_measure m;
+  uint64_t shots, seed; /* SAMPLES: shots > 0 */
   const char *device;
 };
 
 static qdp_status measure_write(void *arg, void *dst, struct qdp_error *err) {
   struct measure_write *w = arg;
+  if (w->shots) {
+    return runtime_state_sample(w->jp->mesh, w->s, w->shots, w->seed, w->m.window_log2, dst,
+                                &w->device, err);
+  }
   return runtime_state_measure(w->jp->mesh, w->s, &w->m, dst, &w->device, err);
+}
+
+/* What a measurement must not carry: qubits, strings or shots of another kind. */
+static qdp_status measure_fields(const struct job_measure_request *req, struct qdp_error *err) {
+  const struct {
+    int kind;
+    bool given;
+    const char *field, *what;
+  } fields[] = {{JOB_MEASURE_PROBABILITIES, req->nqubits != 0, "qubits", "qubits"},
+                {JOB_MEASURE_EXPECTATIONS, req->npaulis != 0, "paulis", "Pauli strings"},
+                {JOB_MEASURE_SAMPLES, req->shots != 0 || req->seed != 0, "shots",
+                 "shots and a seed"}};
+  static const char *const names[] = {"", "PROBABILITIES", "EXPECTATIONS", "SAMPLES"};
+  if (req->measurement < JOB_MEASURE_PROBABILITIES || req->measurement > JOB_MEASURE_SAMPLES) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "measurement",
+                         "measurement %d: ask for PROBABILITIES, EXPECTATIONS or SAMPLES",
+                         req->measurement);
+  }
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    if (fields[i].given && fields[i].kind != req->measurement) {
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, fields[i].field,
+                           "%s go with %s, not with %s", fields[i].what, names[fields[i].kind],
+                           names[req->measurement]);
+    }
+  }
+  if (req->measurement == JOB_MEASURE_EXPECTATIONS && req->npaulis == 0) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "paulis",
+                         "EXPECTATIONS needs at least one Pauli string ('ZII': Z on qubit 0)");
+  }
+  if (req->measurement == JOB_MEASURE_SAMPLES && req->shots == 0) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "shots",
+                         "SAMPLES needs shots (at least 1 a sample)");
+  }
+  return QDP_OK;
 }
 
 qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
@@ -174,24 +213,17 @@ qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
   struct runtime_pauli *ps = NULL;
   qdp_status rc = QDP_OK;
   memset(ret, 0, sizeof *ret);
-  bool probs = req->measurement == JOB_MEASURE_PROBABILITIES;
-  if (!probs && req->measurement != JOB_MEASURE_EXPECTATIONS) {
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "measurement",
-                         "measurement %d: ask for PROBABILITIES or EXPECTATIONS",
-                         req->measurement);
-  }
-  if (probs ? req->npaulis != 0 : req->nqubits != 0) {
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, probs ? "paulis" : "qubits",
-                         "%s go with %s, not with %s", probs ? "Pauli strings" : "qubits",
-                         probs ? "EXPECTATIONS" : "PROBABILITIES",
-                         probs ? "PROBABILITIES" : "EXPECTATIONS");
-  }
-  if (!probs && req->npaulis == 0) {
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "paulis",
-                         "EXPECTATIONS needs at least one Pauli string ('ZII': Z on qubit 0)");
-  }
+  QDP_TRY(rc, measure_fields(req, err));
   QDP_TRY(rc, job_pin_state(jp, req->handle, req->token, "state", &w.s, err));
   const struct plan *p = runtime_state_plan(w.s);
+  bool samples = req->measurement == JOB_MEASURE_SAMPLES;
+  if (samples && (req->shots > JOB_MEASURE_SHOTS_MAX / p->batch)) {
+    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "shots",
+                       "%" PRIu64 " shots of each of %" PRIu64 " samples: at most %" PRIu64
+                       " in all",
+                       req->shots, p->batch, JOB_MEASURE_SHOTS_MAX);
+    goto out;
+  }
   if (req->npaulis) {
     ps = calloc(req->npaulis, sizeof *ps);
     if (!ps) {
@@ -205,14 +237,20 @@ qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
   }
   w.m = (struct runtime_measure){(uint32_t)req->nqubits, req->qubits, (uint32_t)req->npaulis, ps,
                                  RUNTIME_MEASURE_WINDOW_LOG2};
+  w.shots = samples ? req->shots : 0;
+  w.seed = req->seed;
   ret->rows = p->batch;
-  ret->cols = !probs ? req->npaulis
-              : req->nqubits ? (req->nqubits < 64 ? (uint64_t)1 << req->nqubits : 0)
-                             : p->amplitudes;
+  ret->cols = samples ? req->shots
+              : req->measurement == JOB_MEASURE_EXPECTATIONS
+                  ? req->npaulis
+                  : req->nqubits ? (req->nqubits < 64 ? (uint64_t)1 << req->nqubits : 0)
+                                 : p->amplitudes;
   unsigned __int128 bytes = (unsigned __int128)ret->rows * ret->cols * sizeof(double);
   char what[96];
-  snprintf(what, sizeof what, "%" PRIu64 " x %" PRIu64 " float64 %s", ret->rows, ret->cols,
-           probs ? "probabilities" : "expectation values");
+  snprintf(what, sizeof what, "%" PRIu64 " x %" PRIu64 " %s", ret->rows, ret->cols,
+           samples ? "int64 samples"
+           : req->measurement == JOB_MEASURE_EXPECTATIONS ? "float64 expectation values"
+                                                          : "float64 probabilities");
   struct compute_out o = {"Measure", req->region, req->region_token, req->region_offset,
                           inline_max};
   QDP_TRY(rc, deliver(jp, caller, &o, bytes, what, measure_write, &w, &ret->values,

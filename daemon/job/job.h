@@ -347,7 +347,13 @@ qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
 
 /* ---- measurements (compute.c) ---- */
 
-enum { JOB_MEASURE_PROBABILITIES = 1, JOB_MEASURE_EXPECTATIONS = 2 }; /* proto Measurement */
+enum { /* proto Measurement */
+  JOB_MEASURE_PROBABILITIES = 1,
+  JOB_MEASURE_EXPECTATIONS = 2,
+  JOB_MEASURE_SAMPLES = 3,
+};
+/* The most shots of one Measure (for every sample of the state together). */
+#define JOB_MEASURE_SHOTS_MAX (UINT64_C(1) << 24)
 
 struct job_measure_request {
   const char *handle, *token;
@@ -356,21 +362,23 @@ struct job_measure_request {
   size_t nqubits;
   const char *const *paulis; /* EXPECTATIONS: strings of I, X, Y, Z, letter k on qubit k */
   size_t npaulis;
+  uint64_t shots, seed; /* SAMPLES */
   const char *region, *region_token; /* NULL or "": the values come back in the result */
   uint64_t region_offset;
 };
 
 struct job_measure_result {
-  uint64_t rows, cols, bytes; /* float64 values, [rows][cols] */
+  uint64_t rows, cols, bytes; /* float64 values (int64 indices for SAMPLES), [rows][cols] */
   void *values;               /* without a region: malloc'd, the caller frees it */
   char device[32];
   double compute_ms;
 };
 
-/* runtime_state_measure on the state, pinned meanwhile, into a region or the result as
- * job_kernel's values go. INVALID_ARGUMENT for an unknown measurement ("measurement"), qubits
- * with EXPECTATIONS or strings with PROBABILITIES, no string, a string of the wrong length or
- * letter ("paulis"), and the runtime's refusals. */
+/* runtime_state_measure (runtime_state_sample for SAMPLES) on the state, pinned meanwhile, into a
+ * region or the result as job_kernel's values go. INVALID_ARGUMENT for an unknown measurement
+ * ("measurement"), qubits or strings or shots with another measurement, no string, a string of
+ * the wrong length or letter ("paulis"), shots 0 or past JOB_MEASURE_SHOTS_MAX in all ("shots"),
+ * and the runtime's refusals. */
 qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
                        const struct job_measure_request *req, uint64_t inline_max,
                        struct job_measure_result *ret, struct qdp_error *reterr);

@@ -598,6 +598,8 @@ static void rpc_h_measure(struct rpc_job *j) {
                                     .nqubits = r->n_qubits,
                                     .paulis = (const char *const *)r->paulis,
                                     .npaulis = r->n_paulis,
+                                    .shots = r->shots,
+                                    .seed = r->seed,
                                     .region = r->region ? r->region->handle : NULL,
                                     .region_token = r->region ? r->region->token : NULL,
                                     .region_offset = r->region_offset};
@@ -610,7 +612,8 @@ static void rpc_h_measure(struct rpc_job *j) {
   Qdp__MeasureReply mr = QDP__MEASURE_REPLY__INIT;
   mr.rows = res.rows;
   mr.cols = res.cols;
-  mr.dtype = QDP__DTYPE__DTYPE_FLOAT64;
+  mr.dtype = r->measurement == QDP__MEASUREMENT__MEASUREMENT_SAMPLES ? QDP__DTYPE__DTYPE_INT64
+                                                                      : QDP__DTYPE__DTYPE_FLOAT64;
   mr.bytes = res.bytes;
   if (res.values) {
     mr.values.data = res.values;

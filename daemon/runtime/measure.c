@@ -38,7 +38,8 @@ struct measure_job {
   uint64_t len, nwin;
   unsigned levels;
   uint64_t run;        /* rows per run */
-  uint64_t cols;       /* the widest group's columns: the scratch is sized for it */
+  uint64_t cols;       /* the widest group's columns */
+  uint64_t scratch;    /* bytes of each device's scratch: for the widest group, or sampling's */
   struct measure_ws *ws; /* per mesh device */
 };
 
@@ -77,17 +78,18 @@ static void ws_free(struct runtime_mesh *m, struct measure_ws *ws) {
   free(ws);
 }
 
-/* Rows [r0, r0 + nr) and amplitudes [a, a + len): held whole by one shard (*ret_ptr, *ret_ld
- * there, *ret_dev its device), else gathered into *buf on the device of the first piece. */
+/* Rows [r0, r0 + nr) and amplitudes [a, a + len) (len at most j->len): held whole by one shard
+ * (*ret_ptr, *ret_ld there, *ret_dev its device), else gathered into *buf on the device of the
+ * first piece. */
 static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64_t a,
-                         size_t want_dev, bool partner, const void **ret_ptr, uint64_t *ret_ld,
-                         size_t *ret_dev, struct qdp_error *err) {
+                         uint64_t len, size_t want_dev, bool partner, const void **ret_ptr,
+                         uint64_t *ret_ld, size_t *ret_dev, struct qdp_error *err) {
   const struct plan *p = j->p;
   size_t first = SIZE_MAX;
   for (size_t i = 0; i < p->nshards; i++) {
     const struct plan_shard *sh = &p->shards[i];
     bool rows = sh->row_first <= r0 && r0 + nr <= sh->row_first + sh->rows;
-    bool amps = sh->first <= a && a + j->len <= sh->first + sh->count;
+    bool amps = sh->first <= a && a + len <= sh->first + sh->count;
     if (rows && amps && (want_dev == SIZE_MAX || sh->device == want_dev)) {
       *ret_ptr = (const char *)j->s->bufs[i] +
                  ((r0 - sh->row_first) * sh->count + (a - sh->first)) * j->es;
@@ -96,7 +98,7 @@ static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64
       return QDP_OK;
     }
     bool meets = sh->row_first < r0 + nr && r0 < sh->row_first + sh->rows &&
-                 sh->first < a + j->len && a < sh->first + sh->count;
+                 sh->first < a + len && a < sh->first + sh->count;
     if (meets && first == SIZE_MAX) {
       first = sh->device;
     }
@@ -108,10 +110,10 @@ static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64
   uint64_t *have = partner ? &w->partner_bytes : &w->win_bytes;
   qdp_status rc = ws_take(d, buf, have, j->run * j->len * j->es, err);
   if (rc == QDP_OK) {
-    rc = runtime_state_gather_block(j->s, d, r0, nr, a, j->len, *buf, err);
+    rc = runtime_state_gather_block(j->s, d, r0, nr, a, len, *buf, err);
   }
   *ret_ptr = *buf;
-  *ret_ld = j->len;
+  *ret_ld = len;
   *ret_dev = dev;
   return rc;
 }
@@ -130,20 +132,18 @@ static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, ui
   uint64_t xh = qm->kind == QDPK_MEASURE_PAULI ? qm->xmask & ~(j->len - 1) : 0;
   unsigned depth = 0;
   qdp_status rc = QDP_OK;
-  uint64_t leaves = j->len < QDPK_MEASURE_LEAF ? 1 : j->len / QDPK_MEASURE_LEAF;
   for (uint64_t w = 0; w < j->nwin && rc == QDP_OK; w++) {
     const void *x = NULL, *px = NULL;
     uint64_t ld = 0, pld = 0;
     size_t dev = 0, pdev = 0;
-    rc = window(j, r0, nr, w * j->len, SIZE_MAX, false, &x, &ld, &dev, err);
+    rc = window(j, r0, nr, w * j->len, j->len, SIZE_MAX, false, &x, &ld, &dev, err);
     if (rc == QDP_OK && xh) {
-      rc = window(j, r0, nr, (w * j->len) ^ xh, dev, true, &px, &pld, &pdev, err);
+      rc = window(j, r0, nr, (w * j->len) ^ xh, j->len, dev, true, &px, &pld, &pdev, err);
     }
     struct runtime_device *d = j->m->devs[dev];
     struct measure_ws *ws = &j->ws[dev];
     if (rc == QDP_OK) {
-      rc = ws_take(d, &ws->scratch, &ws->scratch_bytes,
-                   (leaves + 3) * j->run * j->cols * sizeof(double), err);
+      rc = ws_take(d, &ws->scratch, &ws->scratch_bytes, j->scratch, err);
     }
     if (rc == QDP_OK) {
       rc = d->ops->measure(d, qm, x, ld, xh ? px : NULL, pld, nr, w * j->len, j->len,
@@ -329,6 +329,7 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
   j.run = by_win < by_scratch ? by_win : by_scratch;
   j.run = j.run < p->batch ? (j.run ? j.run : 1) : p->batch;
   j.cols = cols;
+  j.scratch = (leaves + 3) * j.run * j.cols * sizeof(double);
   if (req->npaulis) {
     rc = paulis(&j, req, out, reterr);
   } else if (req->nqubits) {
@@ -338,6 +339,194 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
   } else {
     rc = all_probabilities(&j, out, reterr);
   }
+  ws_free(m, j.ws);
+  if (rc == QDP_OK && ret_device) {
+    *ret_device = d0->info.name;
+  }
+  return rc;
+}
+
+/* ---- samples ---- */
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Shot i of row r of `seed`: a uniform double in [0, 1), a function of the three alone. */
+static double uniform(uint64_t seed, uint64_t r, uint64_t i) {
+  uint64_t z = splitmix64(splitmix64(seed ^ splitmix64(r)) + i);
+  return (double)(z >> 11) * 0x1.0p-53;
+}
+
+struct shot {
+  double t;   /* its target mass, from the start of the range it is in */
+  uint64_t i; /* its place in the row's output */
+};
+
+static int by_target(const void *a, const void *b) {
+  double x = ((const struct shot *)a)->t, y = ((const struct shot *)b)->t;
+  return x < y ? -1 : x > y;
+}
+
+/* A measurement of a chunk of `chunk` amplitudes into 2^p outcomes keeps its leaves' partial sums
+ * within this many doubles. */
+#define SAMPLE_SCRATCH_DOUBLES (1ull << 22)
+
+/* The masses of the 2^k equal children of [a, a + len) of row r (len a power of two, a multiple
+ * of it), into mass[]: chunks of 2^p children each measured as one window into the outcome
+ * probabilities of the qubits that number its children, p as large as the scratch allows. The
+ * chunks depend on len and k alone: so do the masses' bits. */
+static qdp_status children(struct measure_job *j, uint64_t r, uint64_t a, uint64_t len,
+                           unsigned k, double *mass, struct qdp_error *err) {
+  unsigned lc = 0; /* log2 of a child's size */
+  while (((uint64_t)1 << (lc + k)) < len) {
+    lc++;
+  }
+  unsigned per = k;
+  for (;;) {
+    uint64_t chunk = (uint64_t)1 << (lc + per);
+    uint64_t leaves = chunk < QDPK_MEASURE_LEAF ? 1 : chunk / QDPK_MEASURE_LEAF;
+    if (per == 0 || (chunk <= j->len && (leaves + 1) << per <= SAMPLE_SCRATCH_DOUBLES)) {
+      break;
+    }
+    per--;
+  }
+  uint64_t chunk = (uint64_t)1 << (lc + per);
+  uint32_t qubits[QDPK_MEASURE_QUBITS_MAX];
+  for (unsigned q = 0; q < per; q++) {
+    qubits[q] = lc + q;
+  }
+  struct qdpk_measure qm = {.kind = QDPK_MEASURE_PROBS, .dt = j->p->out_dtype, .nq = per,
+                            .qubits = qubits, .cols = 1u << per};
+  qdp_status rc = QDP_OK;
+  for (uint64_t w = a; w < a + len && rc == QDP_OK; w += chunk) {
+    const void *x = NULL;
+    uint64_t ld = 0;
+    size_t dev = 0;
+    rc = window(j, r, 1, w, chunk, SIZE_MAX, false, &x, &ld, &dev, err);
+    struct runtime_device *d = j->m->devs[dev];
+    if (rc == QDP_OK) {
+      rc = ws_take(d, &j->ws[dev].scratch, &j->ws[dev].scratch_bytes, j->scratch, err);
+    }
+    if (rc == QDP_OK) {
+      rc = d->ops->measure(d, &qm, x, ld, NULL, 0, 1, w, chunk, j->ws[dev].scratch,
+                           mass + ((w - a) >> lc), err);
+    }
+  }
+  return rc;
+}
+
+/* Shots [0, n) of `sh` (ascending targets, relative to a) fall in [a, a + len) of row r: each
+ * child of the range takes those whose targets fall within its mass, in order, and the children
+ * with shots are searched the same way down to single amplitudes. */
+static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_t len,
+                          struct shot *sh, uint64_t n, int64_t *out, struct qdp_error *err) {
+  if (len == 1) {
+    for (uint64_t i = 0; i < n; i++) {
+      out[sh[i].i] = (int64_t)a;
+    }
+    return QDP_OK;
+  }
+  unsigned k = 0;
+  while (k < QDPK_MEASURE_QUBITS_MAX && ((uint64_t)1 << (k + 1)) <= len) {
+    k++;
+  }
+  uint64_t nc = (uint64_t)1 << k, csize = len >> k;
+  double *mass = calloc(nc, sizeof *mass);
+  if (!mass) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for sampling");
+  }
+  qdp_status rc = children(j, r, a, len, k, mass, err);
+  uint64_t last = 0; /* the last child with any mass: where rounding's leftovers go */
+  for (uint64_t c = 0; c < nc; c++) {
+    last = mass[c] > 0 ? c : last;
+  }
+  double prefix = 0;
+  uint64_t c = 0, i = 0;
+  while (rc == QDP_OK && i < n) {
+    while (c < last && sh[i].t >= prefix + mass[c]) {
+      prefix += mass[c++];
+    }
+    uint64_t i1 = i;
+    while (i1 < n && (c == last || sh[i1].t < prefix + mass[c])) {
+      double t = sh[i1].t - prefix;
+      sh[i1].t = t < mass[c] ? t : mass[c] * (1 - 0x1.0p-52); /* inside the child */
+      i1++;
+    }
+    if (i1 > i) {
+      rc = descend(j, r, a + c * csize, csize, sh + i, i1 - i, out, err);
+    }
+    i = i1;
+  }
+  free(mass);
+  return rc;
+}
+
+qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_state *s,
+                                uint64_t shots, uint64_t seed, unsigned window_log2,
+                                int64_t *out, const char **ret_device,
+                                struct qdp_error *reterr) {
+  const struct plan *p = &s->plan;
+  struct runtime_measure none = {0, NULL, 0, NULL, window_log2};
+  qdp_status rc = check(s, &none, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  unsigned wl = p->qubits < window_log2 ? p->qubits : window_log2;
+  if (p->qubits > wl + QDPK_MEASURE_QUBITS_MAX) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "state",
+                         "sampling takes states of up to %u qubits; this one has %u",
+                         wl + QDPK_MEASURE_QUBITS_MAX, p->qubits);
+  }
+  struct runtime_device *d0 = m->devs[p->shards[0].device];
+  if (!d0->ops->measure) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
+                         "the %s backend of %s makes no measurements", d0->ops->backend,
+                         d0->info.name);
+  }
+  struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
+  j.len = (uint64_t)1 << wl;
+  j.nwin = p->amplitudes / j.len;
+  j.levels = p->qubits - wl + 1;
+  j.run = 1;
+  j.cols = 1;
+  /* The scratch of the total's windows, or of the children's chunks, whichever is larger. */
+  uint64_t total_leaves = j.len < QDPK_MEASURE_LEAF ? 1 : j.len / QDPK_MEASURE_LEAF;
+  j.scratch = (SAMPLE_SCRATCH_DOUBLES + 3 * ((uint64_t)1 << QDPK_MEASURE_QUBITS_MAX)) *
+              sizeof(double);
+  if ((total_leaves + 3) * sizeof(double) > j.scratch) {
+    j.scratch = (total_leaves + 3) * sizeof(double);
+  }
+  j.ws = calloc(m->count, sizeof *j.ws);
+  struct shot *sh = calloc(shots, sizeof *sh);
+  double *totals = calloc(p->batch, sizeof *totals);
+  if (!j.ws || !sh || !totals) {
+    free(j.ws);
+    free(sh);
+    free(totals);
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for %" PRIu64 " shots", shots);
+  }
+  /* Each row's total along the windows' tree (the identity string); then, row by row, the
+   * shots' targets sorted, and the search. */
+  const struct runtime_pauli one = {0, 0, 0};
+  struct qdpk_measure total = {.kind = QDPK_MEASURE_PAULI, .dt = p->out_dtype, .cols = 1,
+                               .zmask = &one.zmask, .ny = &one.ny};
+  rc = rows(&j, &total, totals, 1, reterr);
+  for (uint64_t r = 0; r < p->batch && rc == QDP_OK; r++) {
+    for (uint64_t i = 0; i < shots; i++) {
+      sh[i] = (struct shot){uniform(seed, r, i) * totals[r], i};
+    }
+    if (rc == QDP_OK) {
+      qsort(sh, shots, sizeof *sh, by_target);
+      rc = descend(&j, r, 0, p->amplitudes, sh, shots, out + r * shots, reterr);
+    }
+  }
+  free(sh);
+  free(totals);
   ws_free(m, j.ws);
   if (rc == QDP_OK && ret_device) {
     *ret_device = d0->info.name;

@@ -337,6 +337,15 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
                                  const struct runtime_measure *req, double *out,
                                  const char **ret_device, struct qdp_error *reterr);
 
+/* `shots` basis states of each sample of s drawn by their probabilities, into out ([batch][shots]
+ * indices): shot i of row r is drawn with a uniform number that is a function of (seed, r, i)
+ * alone, and found by a search down the windows' fixed tree (each range's children's masses, 2^10
+ * at a time), so the samples are the same for a seed however s is sharded. INVALID_ARGUMENT for a
+ * state of more than window_log2 + 10 qubits; FAILED_PRECONDITION as runtime_state_measure. */
+qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_state *s,
+                                uint64_t shots, uint64_t seed, unsigned window_log2,
+                                int64_t *out, const char **ret_device, struct qdp_error *reterr);
+
 /* The mesh index of the device named `name` ("cuda:1", "cpu:0") or given by its index ("1").
  * INVALID_ARGUMENT (field `field`) naming the devices there are. */
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,

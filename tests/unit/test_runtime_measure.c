@@ -3,7 +3,7 @@
  * windows), against sums over the state read back in long double, with the same bits from every
  * sharding (one device, 2 and 4 even shards, uneven shards that cut windows, a batch split by
  * sample) and windows small enough that the tree has levels and partners lie in other shards;
- * and the refusals. */
+ * samples from a seed, the same on every sharding; and the refusals. */
 #include <check.h>
 #include <complex.h>
 #include <math.h>
@@ -162,7 +162,65 @@ START_TEST(test_measure_hand_computed_and_refusals) {
 }
 END_TEST
 
+/* Samples: the same for a seed on every layout (windows of 4: the search goes through gathered
+ * windows and shards), other for another seed, and their frequencies those of the state's
+ * probabilities (20000 shots over 32 outcomes: each within 0.02, far beyond 5 standard
+ * deviations); a state past window_log2 + 10 qubits refused. */
+START_TEST(test_samples_same_on_any_sharding) {
+  static const struct layout ls[] = {{"one device", 1, PLAN_SINGLE},
+                                     {"2 even", 2, PLAN_EVEN},
+                                     {"3 uneven", 3, PLAN_UNEVEN},
+                                     {"4 even", 4, PLAN_EVEN}};
+  enum { SHOTS = 20000 };
+  struct runtime_mesh *m = qdpt_mesh("cpu:4", GIB, 0);
+  uint64_t cols = N + N * (N - 1) / 2;
+  double *x = random_values(cols, 31);
+  int64_t *first = malloc(SHOTS * 8), *got = malloc(SHOTS * 8);
+  struct qdp_error e = QDP_ERROR_INIT;
+  for (size_t i = 0; i < 4; i++) {
+    struct runtime_state *s =
+        qdpt_encode_f64(m, ls[i].ndev, ls[i].policy, QDP_ENCODING_IQP, N, 1, cols, x,
+                        QDP_DTYPE_COMPLEX128);
+    ck_assert_msg(runtime_state_sample(m, s, SHOTS, 7, 2, i ? got : first, NULL, &e) == QDP_OK,
+                  "%s: %s", ls[i].name, e.msg);
+    if (i > 0) {
+      ck_assert_msg(memcmp(first, got, SHOTS * 8) == 0, "%s: other samples", ls[i].name);
+    } else {
+      double complex *psi = qdpt_read_all(s);
+      double freq[DIM] = {0};
+      for (int k = 0; k < SHOTS; k++) {
+        ck_assert(first[k] >= 0 && first[k] < DIM);
+        freq[first[k]] += 1.0 / SHOTS;
+      }
+      for (int b = 0; b < DIM; b++) {
+        double p = creal(psi[b]) * creal(psi[b]) + cimag(psi[b]) * cimag(psi[b]);
+        ck_assert_msg(fabs(freq[b] - p) < 0.02, "outcome %d: frequency %g, probability %g", b,
+                      freq[b], p);
+      }
+      free(psi);
+      ck_assert_int_eq(runtime_state_sample(m, s, SHOTS, 8, 2, got, NULL, &e), QDP_OK);
+      ck_assert(memcmp(first, got, SHOTS * 8) != 0);
+    }
+    runtime_state_destroy(s);
+  }
+  /* 13 qubits with windows of 4 amplitudes: past 2 + 10. */
+  double *y = random_values(1 << 13, 32);
+  struct runtime_state *big = qdpt_encode_f64(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 13, 1,
+                                              1 << 13, y, QDP_DTYPE_COMPLEX128);
+  ck_assert_int_eq(runtime_state_sample(m, big, 4, 1, 2, got, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "state");
+  runtime_state_destroy(big);
+  free(y);
+  free(x);
+  free(first);
+  free(got);
+  qdpt_assert_mesh_idle(m, "after the samples");
+  runtime_mesh_destroy(m);
+}
+END_TEST
+
 void runtime_add_measure(TCase *tc) {
+  tcase_add_test(tc, test_samples_same_on_any_sharding);
   tcase_add_test(tc, test_measure_hand_computed_and_refusals);
   tcase_add_test(tc, test_measure_same_bits_on_any_sharding);
 }

@@ -208,8 +208,48 @@ class State:
         out = self._measured(req, len(strings))
         return out[..., 0] if one else out
 
-    def _measured(self, req: Any, cols: int) -> np.ndarray:
-        out = self._owner.fetcher.computed("Measure", req, (self.batch, cols), np.dtype("<f8"))
+    def sample(self, shots: int, seed: int = 0) -> np.ndarray:
+        """Basis states drawn by their probabilities, where the state is.
+
+        Parameters
+        ----------
+        shots : int
+            Draws per sample, at least 1 (2**24 in all at most).
+        seed : int
+            Shot i of sample r is drawn with a number that is a function of (seed, r, i) alone:
+            the same seed gives the same samples however the state is sharded.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 basis-state indices (qubit k is bit k), ``(shots,)`` for one sample or
+            ``(batch, shots)`` for a batch.
+
+        Raises
+        ------
+        InvalidArgument
+            shots out of range (field "shots"), a seed that is not an unsigned 64-bit number
+            ("seed"), a state of more than 38 qubits ("state").
+
+        Notes
+        -----
+        Each draw is found by a search down the fixed tree of the state's sums, 2**10 children
+        at a time, reading at each level only the ranges some draw falls in.
+        """
+        if isinstance(shots, bool) or not isinstance(shots, (int, np.integer)) or shots < 1:
+            raise InvalidArgument(f"shots: {shots!r} is not a count of draws (1, 2, ...)",
+                                  field="shots")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
+                not 0 <= seed < 1 << 64:
+            raise InvalidArgument(f"seed: {seed!r} is not an unsigned 64-bit number",
+                                  field="seed")
+        req = self._owner.conn.wire.MeasureRequest(measurement=3, shots=int(shots),
+                                                   seed=int(seed))  # SAMPLES
+        req.state.CopyFrom(self._ref())
+        return self._measured(req, int(shots), np.dtype("<i8"))
+
+    def _measured(self, req: Any, cols: int, dtype: np.dtype = np.dtype("<f8")) -> np.ndarray:
+        out = self._owner.fetcher.computed("Measure", req, (self.batch, cols), dtype)
         return out if len(self.shape) == 2 else out.reshape(cols)
 
     def torch(self, device: Optional[str] = None) -> Any:

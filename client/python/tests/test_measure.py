@@ -72,3 +72,24 @@ def test_measurement_refusals(client: qdp.Client) -> None:
             assert e.value.field == field, e.value
     with pytest.raises(qdp.NotFound):
         s.probabilities()  # released
+
+
+def test_samples_from_a_seed(client: qdp.Client) -> None:
+    X = np.random.default_rng(6).uniform(-1, 1, size=(2, 10))
+    with client.encode(X, "iqp", 4) as s:
+        a = s.sample(20000, seed=7)
+        assert a.shape == (2, 20000) and a.dtype == np.int64
+        np.testing.assert_array_equal(a, s.sample(20000, seed=7))  # the seed decides
+        assert (a != s.sample(20000, seed=8)).any()
+        P = np.abs(batch("iqp", X, 4)) ** 2
+        for r in range(2):  # 5 standard deviations of a frequency of 20000 draws: < 0.018
+            freq = np.bincount(a[r], minlength=16) / 20000
+            assert np.abs(freq - P[r]).max() < 0.018, (freq, P[r])
+    with client.encode([0.0, 0.0, 1.0, 0.0], "amplitude", 2) as basis2:
+        np.testing.assert_array_equal(basis2.sample(7, seed=3), [2] * 7)
+        for bad, field in ((lambda: basis2.sample(0), "shots"),
+                           (lambda: basis2.sample(3, seed=-1), "seed"),
+                           (lambda: basis2.sample(1 << 25), "shots")):
+            with pytest.raises(qdp.InvalidArgument) as e:
+                bad()
+            assert e.value.field == field, e.value
