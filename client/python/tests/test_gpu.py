@@ -589,3 +589,15 @@ def test_gradients_on_the_gpu_pass_gradcheck(gpu, gpu_daemon, monkeypatch, encod
                                         atol=1e-7)
     finally:
         _functions._default.close()
+
+
+def test_samples_on_the_gpu_follow_the_probabilities(gpu) -> None:
+    c, _ = gpu
+    X = np.random.default_rng(15).uniform(-1, 1, size=(2, 15))
+    with c.encode(X, "iqp", 5) as s:
+        a = s.sample(20000, seed=11)
+        np.testing.assert_array_equal(a, s.sample(20000, seed=11))
+        P = np.abs(ref.batch("iqp", X, 5)) ** 2
+        for r in range(2):
+            freq = np.bincount(a[r], minlength=32) / 20000
+            assert np.abs(freq - P[r]).max() < 0.018
