@@ -192,9 +192,18 @@ static qdp_status all_probabilities(struct measure_job *j, double *out, struct q
   return rc;
 }
 
-static qdp_status check(const struct runtime_state *s, const struct runtime_measure *req,
+/* What every measurement needs of s and the request; *ret_dev: the device of its first shard,
+ * whose backend must make measurements. */
+static qdp_status check(struct runtime_mesh *m, const struct runtime_state *s,
+                        const struct runtime_measure *req, struct runtime_device **ret_dev,
                         struct qdp_error *err) {
   const struct plan *p = &s->plan;
+  struct runtime_device *d0 = *ret_dev = m->devs[p->shards[0].device];
+  if (!d0->ops->measure) {
+    return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, NULL,
+                         "the %s backend of %s makes no measurements", d0->ops->backend,
+                         d0->info.name);
+  }
   for (size_t i = 0; i < p->nshards; i++) {
     if (!s->bufs[i]) {
       return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "state",
@@ -294,15 +303,10 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
                                  const struct runtime_measure *req, double *out,
                                  const char **ret_device, struct qdp_error *reterr) {
   const struct plan *p = &s->plan;
-  qdp_status rc = check(s, req, reterr);
+  struct runtime_device *d0 = NULL;
+  qdp_status rc = check(m, s, req, &d0, reterr);
   if (rc != QDP_OK) {
     return rc;
-  }
-  struct runtime_device *d0 = m->devs[p->shards[0].device];
-  if (!d0->ops->measure) {
-    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
-                         "the %s backend of %s makes no measurements", d0->ops->backend,
-                         d0->info.name);
   }
   struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
   /* Windows of 2^min(n, window_log2) amplitudes, fewer for many columns so that a window's leaf
@@ -471,7 +475,8 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
                                 struct qdp_error *reterr) {
   const struct plan *p = &s->plan;
   struct runtime_measure none = {0, NULL, 0, NULL, window_log2};
-  qdp_status rc = check(s, &none, reterr);
+  struct runtime_device *d0 = NULL;
+  qdp_status rc = check(m, s, &none, &d0, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -480,12 +485,6 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "state",
                          "sampling takes states of up to %u qubits; this one has %u",
                          wl + QDPK_MEASURE_QUBITS_MAX, p->qubits);
-  }
-  struct runtime_device *d0 = m->devs[p->shards[0].device];
-  if (!d0->ops->measure) {
-    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
-                         "the %s backend of %s makes no measurements", d0->ops->backend,
-                         d0->info.name);
   }
   struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
   j.len = (uint64_t)1 << wl;
