@@ -235,12 +235,22 @@ qdp_status qdp_kernel_npy(qdp_client *c, const char *a, const char *a_token, con
   return rc;
 }
 
-/* A Measure into dst: probabilities of the qubits (nqubits; 0: every basis state), or with
- * paulis the strings' expectation values. */
+/* What a Measure asks for beyond the state. */
+struct measurement {
+  const uint32_t *qubits; /* probabilities: nqubits of them; 0: every basis state */
+  size_t nqubits;
+  const char *const *paulis; /* expectation values */
+  size_t npaulis;
+  uint64_t shots, seed; /* samples: shots > 0 */
+};
+
+/* A Measure into dst. */
 static qdp_status measure(qdp_client *c, const char *handle, const char *token,
-                          const uint32_t *qubits, size_t nqubits, const char *const *paulis,
-                          size_t npaulis, double *dst, size_t dst_bytes,
+                          const struct measurement *ms, void *dst, size_t dst_bytes,
                           struct qdp_measure_info *ret_info) {
+  const uint32_t *qubits = ms->qubits;
+  size_t nqubits = ms->nqubits, npaulis = ms->npaulis;
+  const char *const *paulis = ms->paulis;
   qdp__err_reset();
   qdp_status rc = qdp__check_ref(c, handle, token);
   if (rc == QDP_OK && ((!qubits && nqubits) || (!paulis && npaulis) || (!dst && dst_bytes))) {
@@ -255,8 +265,11 @@ static qdp_status measure(qdp_client *c, const char *handle, const char *token,
   ref.token = (char *)token;
   Qdp__MeasureRequest req = QDP__MEASURE_REQUEST__INIT;
   req.state = &ref;
-  req.measurement = paulis ? QDP__MEASUREMENT__MEASUREMENT_EXPECTATIONS
-                           : QDP__MEASUREMENT__MEASUREMENT_PROBABILITIES;
+  req.measurement = ms->shots  ? QDP__MEASUREMENT__MEASUREMENT_SAMPLES
+                    : paulis ? QDP__MEASUREMENT__MEASUREMENT_EXPECTATIONS
+                             : QDP__MEASUREMENT__MEASUREMENT_PROBABILITIES;
+  req.shots = ms->shots;
+  req.seed = ms->seed;
   req.n_qubits = nqubits;
   req.qubits = (uint32_t *)qubits;
   req.n_paulis = npaulis;
@@ -287,7 +300,20 @@ static qdp_status measure(qdp_client *c, const char *handle, const char *token,
 qdp_status qdp_probabilities(qdp_client *c, const char *handle, const char *token,
                              const uint32_t *qubits, size_t nqubits, double *dst,
                              size_t dst_bytes, struct qdp_measure_info *ret_info) {
-  return measure(c, handle, token, qubits, nqubits, NULL, 0, dst, dst_bytes, ret_info);
+  struct measurement ms = {qubits, nqubits, NULL, 0, 0, 0};
+  return measure(c, handle, token, &ms, dst, dst_bytes, ret_info);
+}
+
+qdp_status qdp_sample(qdp_client *c, const char *handle, const char *token, uint64_t shots,
+                      uint64_t seed, int64_t *dst, size_t dst_bytes,
+                      struct qdp_measure_info *ret_info) {
+  if (shots == 0) {
+    qdp__err_reset();
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "shots",
+                          "qdp_sample needs at least one shot.");
+  }
+  struct measurement ms = {NULL, 0, NULL, 0, shots, seed};
+  return measure(c, handle, token, &ms, dst, dst_bytes, ret_info);
 }
 
 qdp_status qdp_expectations(qdp_client *c, const char *handle, const char *token,
@@ -298,5 +324,6 @@ qdp_status qdp_expectations(qdp_client *c, const char *handle, const char *token
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "paulis",
                           "qdp_expectations needs at least one Pauli string.");
   }
-  return measure(c, handle, token, NULL, 0, paulis, npaulis, dst, dst_bytes, ret_info);
+  struct measurement ms = {NULL, 0, paulis, npaulis, 0, 0};
+  return measure(c, handle, token, &ms, dst, dst_bytes, ret_info);
 }

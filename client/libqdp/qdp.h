@@ -629,6 +629,15 @@ QDP_EXPORT qdp_status qdp_expectations(qdp_client *c, const char *handle, const 
                                        const char *const *paulis, size_t npaulis, double *dst,
                                        size_t dst_bytes, struct qdp_measure_info *ret_info);
 
+/* `shots` basis states of each sample drawn by their probabilities, as int64 indices into dst
+ * ([rows][shots]; OUT_OF_RANGE with need_bytes when smaller): shot i of sample r is drawn with a
+ * number of (seed, r, i) alone, so a seed gives the same samples however the state is sharded.
+ * INVALID_ARGUMENT for shots 0 or past 2^24 in all ("shots"), a state of more than 38 qubits
+ * ("state"). */
+QDP_EXPORT qdp_status qdp_sample(qdp_client *c, const char *handle, const char *token,
+                                 uint64_t shots, uint64_t seed, int64_t *dst, size_t dst_bytes,
+                                 struct qdp_measure_info *ret_info);
+
 /* One unary call with its request already serialized (the protobuf encoding of the method's
  * request message in proto/qdp.proto), for bindings that build their own messages and want this
  * transport: method is the RPC's name ("Encode"), unary methods only. timeout_ms < 0: the

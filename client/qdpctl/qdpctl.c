@@ -60,7 +60,7 @@ static const char main_help[] =
     "  rm REF [REF...]        release states\n"
     "  gather REF --device D  copy a state onto one device as a new state\n"
     "  kernel REF [REF] -o K.npy  the kernel matrix |<a_i|b_j>|^2 of resident states\n"
-    "  measure REF --qubits L  probabilities (or --pauli P: expectation values) per sample\n"
+    "  measure REF --qubits L  probabilities (--pauli P: expectations; --shots N: draws)\n"
     "  view-close REF LEASE   close a zero-copy view lease\n"
     "  region add|rm          register a shared-memory region once for many encodes\n"
     "  top                    a live view from qdpd's metrics: jobs/s, latency, memory\n"

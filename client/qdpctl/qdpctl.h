@@ -138,6 +138,8 @@ enum {
   OPT_ONCE,
   OPT_OVERLAPS,
   OPT_PAULI,
+  OPT_SHOTS,
+  OPT_SEED,
 };
 
 /* clang-format off */

@@ -1,5 +1,6 @@
 /* qdpctl_kernel.c — computations on resident states: kernel (the kernel matrix into a local .npy
- * file) and measure (probabilities and Pauli expectation values, printed). */
+ * file) and measure (probabilities, Pauli expectation values or samples, printed). */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,21 +106,25 @@ int cmd_kernel(struct global *g, int argc, char **argv) {
 }
 
 static const char measure_help[] =
-    "Usage: qdpctl measure REF (--qubits LIST | --pauli STRING...)\n"
+    "Usage: qdpctl measure REF (--qubits LIST | --pauli STRING... | --shots N [--seed S])\n"
     "\n"
     "Has qdpd measure a resident state where its shards are and prints, one line per sample, the\n"
     "probabilities of the outcomes of the qubits in LIST (outcome m has bit j equal to the j-th\n"
-    "qubit of LIST; 'all' for every basis state), or the expectation values of Pauli strings (one\n"
-    "letter per qubit, I, X, Y or Z, letter k on qubit k). With --json: rows, cols, values.\n"
-    "The values have the same bits however the state is sharded.\n"
+    "qubit of LIST; 'all' for every basis state), the expectation values of Pauli strings (one\n"
+    "letter per qubit, I, X, Y or Z, letter k on qubit k), or N basis states drawn by their\n"
+    "probabilities (indices; qubit k is bit k). With --json: rows, cols, values. The values (and\n"
+    "the draws of a seed) are the same however the state is sharded.\n"
     "\n"
     "Options:\n"
     "  --qubits LIST    comma-separated qubits (at most 10), or 'all'\n"
     "  --pauli STRING   a Pauli string; repeat for more\n"
+    "  --shots N        draws per sample\n"
+    "  --seed S         the draws' seed (default 0): the same seed, the same draws\n"
     "\n"
     "Examples:\n"
     "  qdpctl measure 4f1c2a...:9b0e... --qubits 0,3\n"
-    "  qdpctl measure 4f1c2a...:9b0e... --pauli ZII --pauli IXY\n";
+    "  qdpctl measure 4f1c2a...:9b0e... --pauli ZII --pauli IXY\n"
+    "  qdpctl measure 4f1c2a...:9b0e... --shots 1000 --seed 7\n";
 
 /* "0,3" into qubits (at most max); 'all': none. -1 on a malformed list. */
 static int qubit_list(const char *arg, uint32_t *qubits, size_t max, size_t *ret_n) {
@@ -144,6 +149,8 @@ int cmd_measure(struct global *g, int argc, char **argv) {
   static const struct option opts[] = {
       {"qubits", required_argument, NULL, OPT_QUBITS},
       {"pauli", required_argument, NULL, OPT_PAULI},
+      {"shots", required_argument, NULL, OPT_SHOTS},
+      {"seed", required_argument, NULL, OPT_SEED},
       COMMON_LONG_OPTS,
       {NULL, 0, NULL, 0},
   };
@@ -151,6 +158,8 @@ int cmd_measure(struct global *g, int argc, char **argv) {
   size_t nq = 0, np = 0;
   const char *paulis[64];
   int have_qubits = 0, opt;
+  uint64_t shots = 0, seed = 0;
+  int have_seed = 0;
   optind = 0;
   while ((opt = next_opt(g, "measure", measure_help, argc, argv, "", opts, 0)) > 0) {
     if (opt == OPT_QUBITS) {
@@ -165,6 +174,17 @@ int cmd_measure(struct global *g, int argc, char **argv) {
                            sizeof paulis / sizeof paulis[0]);
       }
       paulis[np++] = optarg;
+    } else if (opt == OPT_SHOTS || opt == OPT_SEED) {
+      char *end = NULL;
+      errno = 0;
+      unsigned long long v = strtoull(optarg, &end, 10);
+      if (!*optarg || *end || errno || optarg[0] == '-' || (opt == OPT_SHOTS && v == 0)) {
+        return usage_error("measure", "%s '%s': give %s", opt == OPT_SHOTS ? "--shots" : "--seed",
+                           optarg, opt == OPT_SHOTS ? "a count of draws (1, 2, ...)"
+                                                    : "an unsigned number");
+      }
+      *(opt == OPT_SHOTS ? &shots : &seed) = v;
+      have_seed |= opt == OPT_SEED;
     } else {
       return usage_error("measure", "unknown option '%s'", argv[optind - 1]);
     }
@@ -176,8 +196,8 @@ int cmd_measure(struct global *g, int argc, char **argv) {
     return usage_error("measure", argc - optind < 1 ? "missing REF" : "unexpected argument '%s'",
                        argv[argc - 1]);
   }
-  if (have_qubits == (np > 0)) {
-    return usage_error("measure", "give --qubits or --pauli (one of them)");
+  if (have_qubits + (np > 0) + (shots > 0) != 1 || (have_seed && !shots)) {
+    return usage_error("measure", "give one of --qubits, --pauli and --shots (--seed with --shots)");
   }
   struct ref r;
   qdp_client *c = NULL;
@@ -186,13 +206,14 @@ int cmd_measure(struct global *g, int argc, char **argv) {
     return rc;
   }
   struct qdp_measure_info info = QDP_MEASURE_INFO_INIT;
-  double *vals = NULL;
+  void *vals = NULL;
   size_t cap = 0;
   qdp_status st = QDP_OK;
   /* The values' size is the daemon's to say: a first try into a small buffer tells it. */
   for (int attempt = 0; rc == EXIT_OK && attempt < 2; attempt++) {
-    st = np ? qdp_expectations(c, r.handle, r.token, paulis, np, vals, cap, &info)
-            : qdp_probabilities(c, r.handle, r.token, qubits, nq, vals, cap, &info);
+    st = shots ? qdp_sample(c, r.handle, r.token, shots, seed, vals, cap, &info)
+         : np  ? qdp_expectations(c, r.handle, r.token, paulis, np, vals, cap, &info)
+               : qdp_probabilities(c, r.handle, r.token, qubits, nq, vals, cap, &info);
     if (st != QDP_ERR_OUT_OF_RANGE || attempt == 1) {
       break;
     }
@@ -217,7 +238,11 @@ int cmd_measure(struct global *g, int argc, char **argv) {
       for (uint64_t i = 0; i < info.rows; i++) {
         jw_open(&w, NULL, '[');
         for (uint64_t j = 0; j < info.cols; j++) {
-          jw_d(&w, NULL, vals[i * info.cols + j]);
+          if (shots) {
+            jw_i(&w, NULL, ((const int64_t *)vals)[i * info.cols + j]);
+          } else {
+            jw_d(&w, NULL, ((const double *)vals)[i * info.cols + j]);
+          }
         }
         jw_close(&w, ']');
       }
@@ -226,7 +251,11 @@ int cmd_measure(struct global *g, int argc, char **argv) {
     } else {
       for (uint64_t i = 0; i < info.rows; i++) {
         for (uint64_t j = 0; j < info.cols; j++) {
-          printf("%s%.17g", j ? " " : "", vals[i * info.cols + j]);
+          if (shots) {
+            printf("%s%" PRId64, j ? " " : "", ((const int64_t *)vals)[i * info.cols + j]);
+          } else {
+            printf("%s%.17g", j ? " " : "", ((const double *)vals)[i * info.cols + j]);
+          }
         }
         printf("\n");
       }

@@ -369,7 +369,7 @@ START_TEST(test_kernel_in_the_reply_and_through_a_region) {
 END_TEST
 
 /* Measurements of a Bell state, (|00> + |11>)/sqrt(2), by hand: each qubit 1/2 and 1/2, <ZZ> =
- * <XX> = 1, <YY> = -1, <ZI> = 0; a batch's rows; and the refusals. */
+ * <XX> = 1, <YY> = -1, <ZI> = 0; samples of 0 and 3 from a seed; and the refusals. */
 START_TEST(test_probabilities_and_expectations) {
   double bell[4] = {1, 0, 0, 1};
   struct qdp_state_info *s = encode_inline(QDP_ENCODING_AMPLITUDE, 2, bell, 4, 0);
@@ -403,6 +403,21 @@ START_TEST(test_probabilities_and_expectations) {
   ck_assert_int_eq(qdp_probabilities(cl, s->handle, s->token, twice, 2, p, sizeof p, NULL),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(qdp_last_error()->field, "qubits");
+  /* Samples of the Bell state: 0 or 3 only, the same for a seed, about half each. */
+  int64_t draws[2000], again[2000];
+  CK_QDP(qdp_sample(cl, s->handle, s->token, 2000, 9, draws, sizeof draws, &mi));
+  ck_assert_uint_eq(mi.cols, 2000);
+  CK_QDP(qdp_sample(cl, s->handle, s->token, 2000, 9, again, sizeof again, NULL));
+  ck_assert_int_eq(memcmp(draws, again, sizeof draws), 0);
+  int threes = 0;
+  for (int i = 0; i < 2000; i++) {
+    ck_assert(draws[i] == 0 || draws[i] == 3);
+    threes += draws[i] == 3;
+  }
+  ck_assert_int_gt(threes, 850); /* 1000 +- 5 standard deviations of 22 */
+  ck_assert_int_lt(threes, 1150);
+  ck_assert_int_eq(qdp_sample(cl, s->handle, s->token, 0, 9, draws, sizeof draws, NULL),
+                   QDP_ERR_INVALID_ARGUMENT);
   CK_QDP(qdp_release(cl, s->handle, s->token, NULL));
   qdp_state_info_free(s);
 }

@@ -692,7 +692,13 @@ class Qdpctl(unittest.TestCase):
         p = self.ok("measure", e["ref"], "--pauli", "ZI", "--pauli", "IZ")
         np.testing.assert_allclose([float(v) for v in p.stdout.split()], np.cos([0.6, 2.2]),
                                    atol=1e-15)
-        self.refused(2, "measure", e["ref"])  # neither --qubits nor --pauli
+        d = self.js("measure", e["ref"], "--shots", "50", "--seed", "4")
+        self.assertEqual((d["rows"], d["cols"]), (1, 50))
+        self.assertTrue(all(0 <= v < 4 for v in d["values"][0]))
+        again = self.js("measure", e["ref"], "--shots", "50", "--seed", "4")
+        self.assertEqual(d["values"], again["values"])
+        self.refused(2, "measure", e["ref"])  # none of --qubits, --pauli and --shots
+        self.refused(2, "measure", e["ref"], "--seed", "4")  # a seed without shots
         err = self.refused(6, "measure", e["ref"], "--pauli", "ZZZ")
         self.assertEqual(err["code"], "QDP_ERR_INVALID_ARGUMENT")
         self.ok("rm", e["ref"])
