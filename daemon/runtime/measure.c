@@ -63,6 +63,19 @@ static qdp_status ws_take(struct runtime_device *d, void **buf, uint64_t *have, 
   return QDP_OK;
 }
 
+/* A job over s in windows of 2^wl amplitudes, with an empty workspace table; false without host
+ * memory for the table. */
+static bool job_start(struct measure_job *j, struct runtime_mesh *m, const struct runtime_state *s,
+                      unsigned wl) {
+  *j = (struct measure_job){.m = m, .s = s, .p = &s->plan,
+                            .es = qdp_dtype_size(s->plan.out_dtype)};
+  j->len = (uint64_t)1 << wl;
+  j->nwin = s->plan.amplitudes / j->len;
+  j->levels = s->plan.qubits - wl + 1;
+  j->ws = calloc(m->count, sizeof *j->ws);
+  return j->ws != NULL;
+}
+
 static void ws_free(struct runtime_mesh *m, struct measure_ws *ws) {
   for (size_t i = 0; ws && i < m->count; i++) {
     struct runtime_device *d = m->devs[i];
@@ -308,7 +321,6 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
   if (rc != QDP_OK) {
     return rc;
   }
-  struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
   /* Windows of 2^min(n, window_log2) amplitudes, fewer for many columns so that a window's leaf
    * partials stay within MEASURE_SCRATCH_BYTES for one row: a function of the request alone. */
   uint64_t cols = req->npaulis ? req->npaulis : (uint64_t)1 << req->nqubits;
@@ -317,11 +329,8 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
                         MEASURE_SCRATCH_BYTES / 2) {
     wl--;
   }
-  j.len = (uint64_t)1 << wl;
-  j.nwin = p->amplitudes / j.len;
-  j.levels = p->qubits - wl + 1;
-  j.ws = calloc(m->count, sizeof *j.ws);
-  if (!j.ws) {
+  struct measure_job j;
+  if (!job_start(&j, m, s, wl)) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a measurement");
   }
@@ -486,10 +495,8 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
                          "sampling takes states of up to %u qubits; this one has %u",
                          wl + QDPK_MEASURE_QUBITS_MAX, p->qubits);
   }
-  struct measure_job j = {.m = m, .s = s, .p = p, .es = qdp_dtype_size(p->out_dtype)};
-  j.len = (uint64_t)1 << wl;
-  j.nwin = p->amplitudes / j.len;
-  j.levels = p->qubits - wl + 1;
+  struct measure_job j;
+  bool table = job_start(&j, m, s, wl);
   j.run = 1;
   j.cols = 1;
   /* The scratch of the total's windows, or of the children's chunks, whichever is larger. */
@@ -499,10 +506,9 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
   if ((total_leaves + 3) * sizeof(double) > j.scratch) {
     j.scratch = (total_leaves + 3) * sizeof(double);
   }
-  j.ws = calloc(m->count, sizeof *j.ws);
   struct shot *sh = calloc(shots, sizeof *sh);
   double *totals = calloc(p->batch, sizeof *totals);
-  if (!j.ws || !sh || !totals) {
+  if (!table || !sh || !totals) {
     free(j.ws);
     free(sh);
     free(totals);
