@@ -1,5 +1,6 @@
 /* compute.c — computations on resident states whose values come back (job.h: the kernel matrix,
- * measurements): into a region the caller registered writable, or host memory handed back. */
+ * also from inputs, and measurements): into a region the caller registered writable, or host
+ * memory handed back. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,16 @@
 struct kernel_write {
   struct job_pipeline *jp;
   struct runtime_state *a, *b;
+  struct job_kernel_inputs *ki; /* the form from inputs */
   bool overlaps;
   const char *device;
 };
 
 static qdp_status kernel_write(void *arg, void *dst, struct qdp_error *err) {
   struct kernel_write *w = arg;
+  if (w->ki) {
+    return job_kernel_inputs_write(w->jp, w->ki, w->overlaps, dst, &w->device, err);
+  }
   return runtime_state_kernel(w->jp->mesh, w->a, w->b, w->overlaps, RUNTIME_KERNEL_TILES, dst,
                               &w->device, err);
 }
@@ -84,18 +89,25 @@ qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_kernel_request *req, uint64_t inline_max,
                       struct job_kernel_result *ret, struct qdp_error *err) {
   struct kernel_write w = {.jp = jp, .overlaps = req->overlaps};
+  qdp_dtype states;
   qdp_status rc;
   memset(ret, 0, sizeof *ret);
-  QDP_TRY(rc, job_pin_state(jp, req->a, req->a_token, "a", &w.a, err));
-  if (req->b && req->b[0]) {
-    QDP_TRY(rc, job_pin_state(jp, req->b, req->b_token, "b", &w.b, err));
+  if (req->encode) {
+    QDP_TRY(rc, job_kernel_inputs_open(jp, caller, req, &w.ki, err));
+    job_kernel_inputs_shape(w.ki, &ret->rows, &ret->cols, &states);
+  } else {
+    QDP_TRY(rc, job_pin_state(jp, req->a, req->a_token, "a", &w.a, err));
+    if (req->b && req->b[0]) {
+      QDP_TRY(rc, job_pin_state(jp, req->b, req->b_token, "b", &w.b, err));
+    }
+    const struct plan *pa = runtime_state_plan(w.a), *pb = runtime_state_plan(w.b ? w.b : w.a);
+    ret->rows = pa->batch;
+    ret->cols = pb->batch;
+    states = pa->out_dtype;
   }
-  const struct plan *pa = runtime_state_plan(w.a), *pb = runtime_state_plan(w.b ? w.b : w.a);
-  ret->rows = pa->batch;
-  ret->cols = pb->batch;
-  ret->dtype = req->overlaps ? pa->out_dtype
-               : pa->out_dtype == QDP_DTYPE_COMPLEX64 ? QDP_DTYPE_FLOAT32
-                                                      : QDP_DTYPE_FLOAT64;
+  ret->dtype = req->overlaps                      ? states
+               : states == QDP_DTYPE_COMPLEX64 ? QDP_DTYPE_FLOAT32
+                                                 : QDP_DTYPE_FLOAT64;
   unsigned __int128 bytes = (unsigned __int128)ret->rows * ret->cols * qdp_dtype_size(ret->dtype);
   char what[96];
   snprintf(what, sizeof what, "a %" PRIu64 " x %" PRIu64 " %s matrix", ret->rows, ret->cols,
@@ -107,6 +119,7 @@ qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
   ret->bytes = (uint64_t)bytes;
   snprintf(ret->device, sizeof ret->device, "%s", w.device ? w.device : "");
 out:
+  job_kernel_inputs_close(jp, w.ki);
   if (w.b) {
     state_store_put(jp->store, w.b);
   }

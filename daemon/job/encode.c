@@ -1,6 +1,7 @@
 /* Encode and its dry run: the input resolved to host values (in memory, a mapped file or shared
  * memory, a registered region) or to a client's device allocation (CUDA IPC), planned over the
- * world, admitted, encoded, checked for data loss and committed. */
+ * world, admitted, encoded, checked for data loss and committed. And the kernel matrix from
+ * inputs, whose encodes go a tile at a time into the kernel's workspace and keep nothing. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "internal.h"
 #include "io/guard.h"
 #include "io/npy.h"
+#include "qdp_size.h"
 #include "region.h"
 
 /* A job's input while it runs (its ingest): what it maps or pins, and the guard over it. */
@@ -399,4 +401,174 @@ out:
   job_sink_close(jp, &sink);
   ingest_close(jp, &ing);
   return rc;
+}
+
+/* ---- the kernel matrix from inputs ---- */
+
+struct job_kernel_inputs {
+  struct job_ingest ing[2]; /* a's input and b's */
+  bool two;                 /* b's was given */
+  struct plan *plans[4];    /* a's tile plans (full, last), then b's */
+  qdp_dtype dtype;
+  uint32_t qubits;
+};
+
+/* The encode fields that keep or hand back a state, which this form never makes. */
+static qdp_status check_kernel_encode(const struct job_encode_request *e, struct qdp_error *err) {
+  const char *field = e->out ? "encode.out" : e->views ? "encode.views" : NULL;
+  if (field) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field,
+                         "%s has nothing to act on: a kernel matrix from inputs keeps no state",
+                         field);
+  }
+  if (e->placement.policy != 0 && e->placement.policy != PLAN_SINGLE) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "encode.placement.policy",
+                         "a kernel matrix from inputs is computed on one device: leave the "
+                         "policy out or ask for single (and name the device in devices)");
+  }
+  return QDP_OK;
+}
+
+/* The largest tile of at most `most` rows whose workspace fits max_bytes (0: no bound). */
+static qdp_status kernel_tile_rows(uint32_t qubits, qdp_dtype dt, uint64_t most, uint64_t max_bytes,
+                                   uint64_t *ret, struct qdp_error *err) {
+  struct runtime_kernel_tiles t = RUNTIME_KERNEL_TILES;
+  uint64_t lo = 1, hi = most < t.tile_rows ? most : t.tile_rows;
+  uint64_t one = runtime_inputs_kernel_bytes(qubits, dt, 1, t);
+  if (max_bytes && one > max_bytes) {
+    qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
+                  "max_bytes %" PRIu64 " holds no tile: one row of %u qubits takes %" PRIu64
+                  " bytes of workspace (%s)",
+                  max_bytes, qubits, one, QDP_SIZE_STR(one));
+    if (err) {
+      err->need_bytes = one;
+      err->free_bytes = max_bytes;
+    }
+    return QDP_ERR_INVALID_ARGUMENT;
+  }
+  while (max_bytes && lo < hi) {
+    uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (runtime_inputs_kernel_bytes(qubits, dt, mid, t) <= max_bytes) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  *ret = max_bytes ? lo : hi;
+  return QDP_OK;
+}
+
+/* Input `in`'s tile plans on device `dev` (as an encode into memory the job holds there): of
+ * `tile` rows and of the rows left over. */
+static qdp_status kernel_tile_plans(struct job_pipeline *jp, const struct job_encode_request *e,
+                                    const struct runtime_input *in, size_t dev, uint64_t tile,
+                                    struct plan **ret, struct qdp_error *err) {
+  struct job_sink on = {.device = dev};
+  uint64_t rows[2] = {tile, in->rows % tile};
+  qdp_status rc = QDP_OK;
+  for (int i = 0; i < 2 && rows[i] && rc == QDP_OK; i++) {
+    struct runtime_input t = *in;
+    t.rows = rows[i];
+    rc = plan_job(jp, e, &t, &on, &ret[i], err);
+    if (rc == QDP_OK) {
+      rc = plan_check_feasible(ret[i], err);
+    }
+  }
+  return rc;
+}
+
+qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_caller *caller,
+                                  const struct job_kernel_request *req,
+                                  struct job_kernel_inputs **ret, struct qdp_error *err) {
+  const struct job_encode_request *e = req->encode;
+  struct plan *whole = NULL;
+  qdp_status rc;
+  struct job_kernel_inputs *ki = calloc(1, sizeof *ki);
+  *ret = ki;
+  if (!ki) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for a kernel");
+  }
+  ki->ing[0] = ki->ing[1] = (struct job_ingest)JOB_INGEST_INIT;
+  ki->two = req->input_b != NULL;
+  /* Both inputs first: each descriptor is taken, whatever is refused after. */
+  rc = ingest_open(jp, &e->input, false, &ki->ing[0], err);
+  if (ki->two) {
+    struct qdp_error ignored = QDP_ERROR_INIT;
+    qdp_status rb =
+        ingest_open(jp, req->input_b, false, &ki->ing[1], rc == QDP_OK ? err : &ignored);
+    rc = rc == QDP_OK ? rb : rc;
+  }
+  if (rc != QDP_OK) {
+    goto out;
+  }
+  if ((req->a && req->a[0]) || (req->b && req->b[0])) {
+    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, req->a && req->a[0] ? "a" : "b",
+                       "a kernel matrix is of resident states (a, b) or of inputs (encode, "
+                       "input_b), not both");
+    goto out;
+  }
+  QDP_TRY(rc, job_check_caller(caller, false, err));
+  QDP_TRY(rc, check_kernel_encode(e, err));
+  /* The whole batch planned as one shard names the device (the largest budget among those
+   * allowed) and checks what every encode checks; only its tiles need to fit. */
+  struct job_encode_request one = *e;
+  one.placement.policy = PLAN_SINGLE;
+  QDP_TRY(rc, plan_job(jp, &one, &ki->ing[0].in, NULL, &whole, err));
+  if (whole->shards[0].rank != 0) {
+    rc = qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "encode.placement.devices",
+                       "a kernel matrix from inputs is computed on one of the coordinator's "
+                       "devices, and the largest budget is on rank %d (%s): name one of rank 0's "
+                       "in encode.placement.devices",
+                       whole->shards[0].rank, job_rank_host(jp, whole->shards[0].rank));
+    goto out;
+  }
+  ki->dtype = whole->out_dtype;
+  ki->qubits = whole->qubits;
+  uint64_t ra = ki->ing[0].in.rows, rb = ki->two ? ki->ing[1].in.rows : 0;
+  uint64_t tile;
+  QDP_TRY(rc,
+          kernel_tile_rows(ki->qubits, ki->dtype, ra > rb ? ra : rb, req->max_bytes, &tile, err));
+  size_t dev = whole->shards[0].device;
+  for (int i = 0; i < (ki->two ? 2 : 1); i++) {
+    QDP_TRY(rc, kernel_tile_plans(jp, &one, &ki->ing[i].in, dev, tile, &ki->plans[2 * i], err));
+  }
+out:
+  plan_destroy(whole);
+  return rc;
+}
+
+void job_kernel_inputs_shape(const struct job_kernel_inputs *ki, uint64_t *ret_rows,
+                             uint64_t *ret_cols, qdp_dtype *ret_dtype) {
+  *ret_rows = ki->ing[0].in.rows;
+  *ret_cols = ki->ing[ki->two ? 1 : 0].in.rows;
+  *ret_dtype = ki->dtype;
+}
+
+qdp_status job_kernel_inputs_write(struct job_pipeline *jp, struct job_kernel_inputs *ki,
+                                   bool overlaps, void *dst, const char **ret_device,
+                                   struct qdp_error *err) {
+  struct runtime_kernel_input a = {&ki->ing[0].in, ki->plans[0], ki->plans[1]};
+  struct runtime_kernel_input b = {&ki->ing[1].in, ki->plans[2], ki->plans[3]};
+  qdp_status rc = runtime_inputs_kernel(jp->mesh, &a, ki->two ? &b : NULL, overlaps,
+                                        RUNTIME_KERNEL_TILES, dst, ret_device, err);
+  for (int i = 0; i < (ki->two ? 2 : 1); i++) {
+    if (ingest_lost(&ki->ing[i])) {
+      rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, i ? "input_b" : "encode.input",
+                         "the input file or shared memory shrank while it was being read%s",
+                         ki->ing[i].region ? " (the region is lost: register it again)" : "");
+    }
+  }
+  return rc;
+}
+
+void job_kernel_inputs_close(struct job_pipeline *jp, struct job_kernel_inputs *ki) {
+  if (!ki) {
+    return;
+  }
+  for (int i = 0; i < 4; i++) {
+    plan_destroy(ki->plans[i]);
+  }
+  ingest_close(jp, &ki->ing[0]);
+  ingest_close(jp, &ki->ing[1]);
+  free(ki);
 }

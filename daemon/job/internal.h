@@ -63,6 +63,23 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       uint64_t ttl_seconds, const char *label, bool views, int pid,
                       struct job_state_info *ret, struct qdp_error *reterr);
 
+/* ---- the kernel matrix from inputs (encode.c) ---- */
+
+/* Its inputs resolved and its tile plans made (job_kernel's refusals from inputs), for
+ * job_kernel_inputs_write, then job_kernel_inputs_close (which takes a NULL ki). */
+struct job_kernel_inputs;
+qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_caller *caller,
+                                  const struct job_kernel_request *req,
+                                  struct job_kernel_inputs **ret, struct qdp_error *reterr);
+/* The rows (a's samples), columns (b's, or a's) and the states' dtype. */
+void job_kernel_inputs_shape(const struct job_kernel_inputs *ki, uint64_t *ret_rows,
+                             uint64_t *ret_cols, qdp_dtype *ret_dtype);
+/* The matrix into dst (host memory), DATA_LOSS when a mapped input shrank meanwhile. */
+qdp_status job_kernel_inputs_write(struct job_pipeline *jp, struct job_kernel_inputs *ki,
+                                   bool overlaps, void *dst, const char **ret_device,
+                                   struct qdp_error *reterr);
+void job_kernel_inputs_close(struct job_pipeline *jp, struct job_kernel_inputs *ki);
+
 /* ---- a caller's region written (region.c) ---- */
 
 struct job_region;

@@ -531,6 +531,35 @@ static void rpc_h_fetch_into(struct rpc_job *j) {
   rpc_finish(c, qdp_wire_pack(&fr.base), NULL);
 }
 
+/* The form from inputs: encode's fields and inputs into req. A descriptor handed over is taken
+ * in every case (closed here when the other input is refused). */
+static qdp_status kernel_inputs_of(const struct rpc_call *c, const Qdp__KernelRequest *r,
+                                   struct job_kernel_request *req, struct job_encode_request *enc,
+                                   struct job_input *in_b, struct job_output *out,
+                                   struct qdp_error *err) {
+  char what[256];
+  qdp_status rc = rpc_encode_request_of(c, r->encode, enc, out, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  QDP_TRY(rc, rpc_input_of(c, r->encode->input, &enc->input, what, sizeof what, err));
+  enc->input.field = "encode.input";
+  req->encode = enc;
+  if (r->input_b) {
+    rc = rpc_input_of(c, r->input_b, in_b, what, sizeof what, err);
+    if (rc != QDP_OK) {
+      if (enc->input.fd >= 0) {
+        close(enc->input.fd);
+      }
+      return rc;
+    }
+    in_b->field = "input_b";
+    req->input_b = in_b;
+  }
+out:
+  return rc;
+}
+
 static void rpc_h_kernel(struct rpc_job *j) {
   struct rpc_call *c = j->call;
   const Qdp__KernelRequest *r = (const Qdp__KernelRequest *)c->req;
@@ -551,14 +580,24 @@ static void rpc_h_kernel(struct rpc_job *j) {
                                    .overlaps = r->overlaps,
                                    .region = r->region ? r->region->handle : NULL,
                                    .region_token = r->region ? r->region->token : NULL,
-                                   .region_offset = r->region_offset};
+                                   .region_offset = r->region_offset,
+                                   .max_bytes = r->max_bytes};
+  struct job_encode_request enc;
+  struct job_input in_b;
+  struct job_output unused;
+  if (r->encode && kernel_inputs_of(c, r, &req, &enc, &in_b, &unused, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
   if (job_kernel(c->srv->jobs, &who, &req, RPC_REPLY_AMPLITUDES_MAX, &res, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
   log_info("rpc", "Kernel from %s: %s x %s -> %" PRIu64 " x %" PRIu64 " %s on %s in %.3f ms",
-           c->client, req.a, req.b && req.b[0] ? req.b : req.a, res.rows, res.cols,
-           r->overlaps ? "overlaps" : "fidelities", res.device, res.compute_ms);
+           c->client, req.encode ? "input" : req.a,
+           req.encode ? (req.input_b ? "input_b" : "input") : req.b && req.b[0] ? req.b : req.a,
+           res.rows, res.cols, r->overlaps ? "overlaps" : "fidelities", res.device,
+           res.compute_ms);
   Qdp__KernelReply kr = QDP__KERNEL_REPLY__INIT;
   kr.rows = res.rows;
   kr.cols = res.cols;

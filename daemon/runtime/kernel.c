@@ -9,6 +9,10 @@
  * caller's memory, with its mirror image for a state with itself. Same bits on any sharding
  * follows (docs/design.md, invariants). States whose amplitudes are all real (the encodings'
  * table says which) take products of their real parts: a quarter of the complex work.
+ *
+ * From inputs (runtime_inputs_kernel), no state is ever whole: each tile's rows are encoded into
+ * the workspace as the loop reaches them and the block products read them there, so the device
+ * holds two tiles of states, not the batches.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -29,6 +33,11 @@ struct kernel_job {
   struct runtime_mesh *m;
   struct runtime_device *d;
   const struct runtime_state *a, *b;
+  /* From inputs instead: the sources, and the buffers that hold a tile of rows of each, whole. */
+  const struct runtime_kernel_input *ia, *ib;
+  char *bufa, *bufb;
+  uint64_t amps; /* 2^n */
+  size_t full_device; /* from inputs: the mesh index of the tiles' device */
   bool same, overlaps;
   bool real; /* both states' amplitudes are real */
   qdp_dtype dt;
@@ -126,27 +135,44 @@ static qdp_status gather_real(const struct kernel_job *k, const struct runtime_s
   return QDP_OK;
 }
 
+/* Block k0 of rows [r0, r0 + nr) of a (side 0) or of b into a block product's operand: *ret and
+ * its leading dimension in values. A resident state's rows are gathered into dst; a tile encoded
+ * from inputs is read where it is. */
+static qdp_status operand(const struct kernel_job *k, int side, uint64_t r0, uint64_t nr,
+                          uint64_t k0, char *dst, const char **ret, uint64_t *ret_ld,
+                          struct qdp_error *err) {
+  if (k->ia) {
+    *ret = (side ? k->bufb : k->bufa) + k0 * k->es;
+    *ret_ld = k->amps;
+    return QDP_OK;
+  }
+  const struct runtime_state *s = side && !k->same ? k->b : k->a;
+  *ret = dst;
+  *ret_ld = k->block;
+  return k->real ? gather_real(k, s, r0, nr, k0, dst, err) : gather(k, s, r0, nr, k0, dst, err);
+}
+
 /* One tile: rows [r0, r0 + nr) of a by [c0, c0 + nc) of b, summed over every block, finished into
  * out (cols values per row); for a with itself, off the diagonal, its mirror image too. */
 static qdp_status tile(const struct kernel_job *k, uint64_t r0, uint64_t nr, uint64_t c0,
                        uint64_t nc, uint64_t cols, char *out, struct qdp_error *err) {
   const struct runtime_device_ops *ops = k->d->ops;
-  bool diag = k->same && r0 == c0; /* a with itself: the upper half, from one gathered operand */
+  bool diag = k->same && r0 == c0; /* a with itself: the upper half, from one operand */
   uint64_t part = k->tile * k->tile * k->es;
   unsigned depth = 0;
   qdp_status rc;
   for (uint64_t blk = 0; blk < k->blocks; blk++) {
-    uint64_t k0 = blk * k->block;
-    qdp_status (*take)(const struct kernel_job *, const struct runtime_state *, uint64_t,
-                       uint64_t, uint64_t, char *, struct qdp_error *) =
-        k->real ? gather_real : gather;
-    QDP_TRY(rc, take(k, k->a, r0, nr, k0, k->ta, err));
-    if (!diag) {
-      QDP_TRY(rc, take(k, k->same ? k->a : k->b, c0, nc, k0, k->tb, err));
+    uint64_t k0 = blk * k->block, lda, ldb;
+    const char *ta, *tb;
+    QDP_TRY(rc, operand(k, 0, r0, nr, k0, k->ta, &ta, &lda, err));
+    if (diag) {
+      tb = ta;
+      ldb = lda;
+    } else {
+      QDP_TRY(rc, operand(k, 1, c0, nc, k0, k->tb, &tb, &ldb, err));
     }
     char *g = k->partials + depth * part;
-    QDP_TRY(rc, ops->gram(k->d, k->ta, k->block, nr, diag ? k->ta : k->tb, k->block, nc, k->block,
-                          k->dt, diag, k->real, g, err));
+    QDP_TRY(rc, ops->gram(k->d, ta, lda, nr, tb, ldb, nc, k->block, k->dt, diag, k->real, g, err));
     depth++;
     /* The tree: a block of odd index closes a pair at each level its trailing ones count. */
     for (uint64_t t = blk; t & 1; t >>= 1) {
@@ -186,33 +212,90 @@ static qdp_status check_local(const struct runtime_state *s, const char *which,
   return QDP_OK;
 }
 
-qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_state *a,
-                                const struct runtime_state *b, bool overlaps,
-                                struct runtime_kernel_tiles tiles, void *out,
-                                const char **ret_device, struct qdp_error *reterr) {
-  const struct plan *pa = &a->plan, *pb = b ? &b->plan : pa;
-  qdp_status rc;
+/* The tiles' loop over k's workspace, reserved and allocated here (the tiles already shaped):
+ * rows_a of a by rows_b of b into out. Tiles from inputs are encoded as the loop reaches them:
+ * a's tile once per row of tiles, b's once per tile. */
+static qdp_status encode_tile(const struct kernel_job *k, const struct runtime_kernel_input *src,
+                              const char *which, uint64_t r0, uint64_t nr, char *buf,
+                              struct qdp_error *err);
+
+static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows_b, void *out,
+                            struct qdp_error *err) {
+  qdp_status rc = k->d->ops->alloc(k->d, k->ws_bytes, &k->ws, err);
+  if (rc != QDP_OK) {
+    runtime_device_unreserve(k->d, k->ws_bytes);
+    return rc;
+  }
+  char *at = k->ws;
+  if (k->ia) {
+    uint64_t buf = k->tile * k->amps * k->es;
+    k->bufa = at;
+    k->bufb = at + buf;
+    at += 2 * buf;
+  } else {
+    uint64_t operand = k->tile * k->block * k->op_es;
+    k->ta = at;
+    k->tb = at + operand;
+    k->bounce = at + 2 * operand;
+    at = k->bounce + k->bounce_bytes;
+  }
+  k->partials = at;
+  k->finished = k->partials + k->levels * k->tile * k->tile * k->es;
+  for (uint64_t r0 = 0; r0 < rows_a && rc == QDP_OK; r0 += k->tile) {
+    uint64_t nr = rows_a - r0 < k->tile ? rows_a - r0 : k->tile;
+    if (k->ia) {
+      rc = encode_tile(k, k->ia, "a", r0, nr, k->bufa, err);
+    }
+    for (uint64_t c0 = k->same ? r0 : 0; c0 < rows_b && rc == QDP_OK; c0 += k->tile) {
+      uint64_t nc = rows_b - c0 < k->tile ? rows_b - c0 : k->tile;
+      if (k->ia && !(k->same && c0 == r0)) {
+        rc = encode_tile(k, k->same ? k->ia : k->ib, k->same ? "a" : "b", c0, nc, k->bufb, err);
+      }
+      if (rc == QDP_OK) {
+        rc = tile(k, r0, nr, c0, nc, rows_b, out, err);
+      }
+    }
+  }
+  k->d->ops->free(k->d, k->ws, k->ws_bytes);
+  runtime_device_unreserve(k->d, k->ws_bytes);
+  return rc;
+}
+
+/* Fills what both forms share from the rows' plans (a's, and b's or a's). */
+static qdp_status kernel_start(struct kernel_job *k, const struct plan *pa, const struct plan *pb,
+                               struct qdp_error *err) {
   if (pb->qubits != pa->qubits || pb->out_dtype != pa->out_dtype) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "b",
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "b",
                          "b is %u qubits of %s but a is %u qubits of %s: a kernel matrix pairs "
                          "states of the same qubits and dtype",
                          pb->qubits, qdp_dtype_name(pb->out_dtype), pa->qubits,
                          qdp_dtype_name(pa->out_dtype));
   }
+  k->d = k->m->devs[pa->shards[0].device];
+  if (!k->d->ops->gram) {
+    return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, NULL,
+                         "the %s backend of %s computes no kernel matrix", k->d->ops->backend,
+                         k->d->info.name);
+  }
+  k->dt = pa->out_dtype;
+  k->es = qdp_dtype_size(k->dt);
+  k->out_es = k->overlaps ? k->es : k->es / 2;
+  k->amps = pa->amplitudes;
+  return QDP_OK;
+}
+
+qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_state *a,
+                                const struct runtime_state *b, bool overlaps,
+                                struct runtime_kernel_tiles tiles, void *out,
+                                const char **ret_device, struct qdp_error *reterr) {
+  const struct plan *pa = &a->plan, *pb = b ? &b->plan : pa;
+  struct kernel_job k = {.m = m, .a = a, .b = b, .same = b == NULL, .overlaps = overlaps};
+  qdp_status rc;
+  QDP_TRY(rc, kernel_start(&k, pa, pb, reterr));
   QDP_TRY(rc, check_local(a, "a", reterr));
   if (b) {
     QDP_TRY(rc, check_local(b, "b", reterr));
   }
-  struct kernel_job k = {.m = m, .a = a, .b = b, .same = b == NULL, .overlaps = overlaps};
-  k.d = m->devs[pa->shards[0].device];
-  if (!k.d->ops->gram) {
-    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, NULL,
-                         "the %s backend of %s computes no kernel matrix", k.d->ops->backend,
-                         k.d->info.name);
-  }
-  k.dt = pa->out_dtype;
-  k.es = qdp_dtype_size(k.dt);
-  k.out_es = overlaps ? k.es : k.es / 2;
   const struct qdp_encoding_desc *ea = qdp_encoding_desc(pa->encoding);
   const struct qdp_encoding_desc *eb = qdp_encoding_desc(pb->encoding);
   k.real = ea && ea->real && eb && eb->real;
@@ -234,27 +317,100 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
                      " amplitudes) on %s", k.tile, k.block, k.d->info.name);
     return rc;
   }
-  rc = k.d->ops->alloc(k.d, k.ws_bytes, &k.ws, reterr);
-  if (rc != QDP_OK) {
-    runtime_device_unreserve(k.d, k.ws_bytes);
-    return rc;
+  QDP_TRY(rc, run_tiles(&k, pa->batch, pb->batch, out, reterr));
+  if (ret_device) {
+    *ret_device = k.d->info.name;
   }
-  uint64_t operand = k.tile * k.block * k.op_es;
-  k.ta = k.ws;
-  k.tb = k.ta + operand;
-  k.bounce = k.tb + operand;
-  k.partials = k.bounce + k.bounce_bytes;
-  k.finished = k.partials + k.levels * k.tile * k.tile * k.es;
-  for (uint64_t r0 = 0; r0 < pa->batch && rc == QDP_OK; r0 += k.tile) {
-    uint64_t nr = pa->batch - r0 < k.tile ? pa->batch - r0 : k.tile;
-    for (uint64_t c0 = k.same ? r0 : 0; c0 < pb->batch && rc == QDP_OK; c0 += k.tile) {
-      uint64_t nc = pb->batch - c0 < k.tile ? pb->batch - c0 : k.tile;
-      rc = tile(&k, r0, nr, c0, nc, pb->batch, out, reterr);
+out:
+  return rc;
+}
+
+/* ---- from inputs ---- */
+
+/* The tiles of the form from inputs: tile_rows rows, blocks of 2^min(n, block_log2) amplitudes
+ * read in place from the tiles' buffers (no operands to bound them). */
+static void shape_input_tiles(struct kernel_job *k, uint32_t n, uint64_t tile_rows,
+                              struct runtime_kernel_tiles t) {
+  unsigned bl = n < t.block_log2 ? n : t.block_log2;
+  k->tile = tile_rows;
+  k->block = (uint64_t)1 << bl;
+  k->blocks = ((uint64_t)1 << n) / k->block;
+  k->levels = n - bl + 1;
+  k->ws_bytes = 2 * tile_rows * k->amps * k->es + (k->levels + 2) * tile_rows * tile_rows * k->es;
+}
+
+uint64_t runtime_inputs_kernel_bytes(uint32_t qubits, qdp_dtype dt, uint64_t tile_rows,
+                                     struct runtime_kernel_tiles tiles) {
+  struct kernel_job k = {.es = qdp_dtype_size(dt), .amps = (uint64_t)1 << qubits};
+  shape_input_tiles(&k, qubits, tile_rows, tiles);
+  return k.ws_bytes;
+}
+
+static qdp_status encode_tile(const struct kernel_job *k, const struct runtime_kernel_input *src,
+                              const char *which, uint64_t r0, uint64_t nr, char *buf,
+                              struct qdp_error *err) {
+  const struct plan *p = nr == src->full->batch ? src->full : src->last;
+  struct runtime_input win = *src->in;
+  win.data = (const char *)win.data + r0 * win.cols * qdp_dtype_size(win.dtype);
+  win.rows = nr;
+  win.file = NULL; /* for other ranks' windows: this one reads here */
+  struct runtime_output o = {.data = buf, .device = k->full_device, .bytes = p->total_bytes};
+  struct runtime_state *st = NULL;
+  qdp_status rc = p && p->batch == nr ? runtime_encode_into(k->m, p, &win, &o, &st, err)
+                                      : qdp_error_set(err, QDP_ERR_INTERNAL, which,
+                                                      "no tile plan of %" PRIu64 " rows", nr);
+  runtime_state_destroy(st);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(err, "%s's rows %" PRIu64 " to %" PRIu64, which, r0, r0 + nr - 1);
+  }
+  return rc;
+}
+
+/* The tile plans of src: one shard each, on the device of `dev`, of `tile` rows (full) and the
+ * rest. */
+static qdp_status check_tile_plans(const struct runtime_kernel_input *src, const char *which,
+                                   size_t dev, uint64_t tile, struct qdp_error *err) {
+  uint64_t rest = src->in->rows % tile;
+  const struct plan *ps[2] = {src->full, rest ? src->last : NULL};
+  if (src->in->windowed || !ps[0] || ps[0]->batch != tile || (rest && (!ps[1] ||
+                                                                        ps[1]->batch != rest))) {
+    return qdp_error_set(err, QDP_ERR_INTERNAL, which,
+                         "the tile plans of %s do not cover its %" PRIu64 " rows in tiles of %" PRIu64,
+                         which, src->in->rows, tile);
+  }
+  for (int i = 0; i < 2 && ps[i]; i++) {
+    if (ps[i]->nshards != 1 || ps[i]->shards[0].device != dev) {
+      return qdp_error_set(err, QDP_ERR_INTERNAL, which,
+                           "a tile of %s must be one shard on device %zu", which, dev);
     }
   }
-  k.d->ops->free(k.d, k.ws, k.ws_bytes);
-  runtime_device_unreserve(k.d, k.ws_bytes);
-  if (rc == QDP_OK && ret_device) {
+  return QDP_OK;
+}
+
+qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_kernel_input *a,
+                                 const struct runtime_kernel_input *b, bool overlaps,
+                                 struct runtime_kernel_tiles tiles, void *out,
+                                 const char **ret_device, struct qdp_error *reterr) {
+  const struct plan *pa = a->full, *pb = b ? b->full : pa;
+  struct kernel_job k = {.m = m, .ia = a, .ib = b, .same = b == NULL, .overlaps = overlaps};
+  qdp_status rc;
+  QDP_TRY(rc, kernel_start(&k, pa, pb, reterr));
+  k.full_device = pa->shards[0].device;
+  QDP_TRY(rc, check_tile_plans(a, "a", k.full_device, pa->batch, reterr));
+  if (b) {
+    QDP_TRY(rc, check_tile_plans(b, "b", k.full_device, pa->batch, reterr));
+  }
+  /* Complex products throughout: a real state's imaginary parts are zeros, the values the same. */
+  k.op_es = k.es;
+  shape_input_tiles(&k, pa->qubits, pa->batch, tiles);
+  rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
+  if (rc != QDP_OK) {
+    qdp_error_prefix(reterr, "the kernel matrix's tiles (%" PRIu64 " rows of %u qubits) on %s",
+                     k.tile, pa->qubits, k.d->info.name);
+    return rc;
+  }
+  QDP_TRY(rc, run_tiles(&k, a->in->rows, (b ? b : a)->in->rows, out, reterr));
+  if (ret_device) {
     *ret_device = k.d->info.name;
   }
 out:

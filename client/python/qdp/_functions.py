@@ -218,7 +218,8 @@ def _need_torch(what: str) -> None:
 
 def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool = False,
            dtype: Optional[str] = None, policy: str = "auto",
-           devices: Optional[Sequence[str]] = None) -> np.ndarray:
+           devices: Optional[Sequence[str]] = None,
+           max_bytes: Optional[int] = None) -> np.ndarray:
     """The kernel matrix of the states of X (and Y) in one call: encoded, paired where they are,
     and released.
 
@@ -233,6 +234,10 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
         The complex overlaps <x_i|y_j> instead of the fidelities |<x_i|y_j>|^2.
     dtype : str, optional
         The states' dtype, "complex128" (the default) or "complex64".
+    max_bytes : int, optional
+        Bound the device memory by this many bytes: the states are never whole, but encoded a
+        tile of rows at a time on one device (:meth:`qdp.Client.kernel_of`). None: both
+        batches' states are encoded whole and paired (:meth:`qdp.Client.kernel`).
 
     Returns
     -------
@@ -241,11 +246,15 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
 
     Notes
     -----
-    Both batches' states are held by the daemon while the matrix is computed, and released
-    before this returns, also after a failure. Sklearn's ``SVC(kernel="precomputed")`` takes
-    ``kernel(X_train, ...)`` to fit and ``kernel(X_test, ..., X_train)`` to predict.
+    Without ``max_bytes`` both batches' states are held by the daemon while the matrix is
+    computed, and released before this returns, also after a failure. Sklearn's
+    ``SVC(kernel="precomputed")`` takes ``kernel(X_train, ...)`` to fit and
+    ``kernel(X_test, ..., X_train)`` to predict.
     """
     c = default_client()
+    if max_bytes is not None:
+        return c.kernel_of(X, encoding, qubits, Y, overlaps=overlaps, max_bytes=max_bytes,
+                           dtype=dtype, policy=policy, devices=devices)
     kw = {"dtype": dtype, "policy": policy, "devices": devices}
     with c.encode(X, encoding, qubits, **kw) as a:
         if Y is None:

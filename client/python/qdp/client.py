@@ -800,6 +800,97 @@ class Client:
         shape = (a.batch, (a if b is None else b).batch)
         return self._owner.fetcher.computed("Kernel", req, shape, dt)
 
+    def kernel_of(self, X: Any, encoding: str, qubits: int, Y: Any = None, *,
+                  overlaps: bool = False, max_bytes: int = 0, dtype: Optional[str] = None,
+                  policy: str = "auto", devices: Optional[Sequence[str]] = None) -> np.ndarray:
+        """The kernel matrix of the states of inputs X (and Y) with no state kept: the daemon
+        encodes a tile of rows at a time on one device and pairs the tiles there.
+
+        Parameters
+        ----------
+        X, Y : array_like or str
+            Samples, one per row, as :meth:`encode` takes them (arrays, .npy paths, CUDA
+            tensors); Y omitted: X with itself.
+        encoding, qubits, dtype
+            As :meth:`encode` takes them, for both.
+        overlaps : bool
+            The complex overlaps <x_i|y_j> instead of the fidelities |<x_i|y_j>|^2.
+        max_bytes : int
+            The most device memory the computation takes (two tiles of states and the partial
+            products): it sets the tiles' rows. 0: tiles of up to 4096 rows.
+        policy, devices
+            "auto" or "single", and the devices to choose from: the matrix is computed on one.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(X), len(Y))``, as :meth:`kernel` returns it.
+
+        Raises
+        ------
+        InvalidArgument
+            max_bytes too small for a tile of one row (``need_bytes``), another policy, or a
+            bad input (the message names the rows of its tile).
+        ResourceExhausted
+            The device has no room for the tiles (``need_bytes``, ``free_bytes``).
+
+        Notes
+        -----
+        Each tile of X is encoded once per row of tiles and each of Y once per tile, so a
+        smaller ``max_bytes`` costs more encodes; the products are complex for every encoding
+        (resident states of real encodings take real products: :meth:`kernel`).
+        """
+        if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) \
+                or max_bytes < 0:
+            raise InvalidArgument(f"max_bytes={max_bytes!r}: a number of bytes, 0 for the "
+                                  "default tiles", field="max_bytes")
+        r = self._request(encoding, qubits, dtype or "complex128", policy, devices, None, "")
+        req = self.wire.KernelRequest(overlaps=bool(overlaps), max_bytes=int(max_bytes))
+        srcs = [self._input(X, encoding)] + ([] if Y is None else [self._input(Y, encoding)])
+        temps: List[Region] = []
+        try:
+            with self._lock:  # the staging region holds X until the call has read it
+                self._fill_kernel_input(r, srcs[0], temps, staging=True)
+                req.encode.CopyFrom(r)
+                rows = cols = _batch_of(r.input, srcs[0])
+                if Y is not None:
+                    b = self.wire.EncodeRequest()
+                    self._fill_kernel_input(b, srcs[1], temps, staging=False)
+                    req.input_b.CopyFrom(b.input)
+                    cols = _batch_of(b.input, srcs[1])
+                dt = NUMPY_DTYPES[dtype or "complex128"]
+                if not overlaps:
+                    dt = np.dtype(np.float32 if dtype == "complex64" else np.float64)
+                return self._owner.fetcher.computed("Kernel", req, (rows, cols), dt)
+        finally:
+            for t in temps:
+                self._drop_region(t)
+
+    def _fill_kernel_input(self, r: Any, src: EncodeInput, temps: List[Region], *,
+                           staging: bool) -> None:
+        """r.input from src as an encode fills it, but never uploaded (Kernel is one request):
+        a large array beside the staging one goes into a region of its own (added to temps),
+        and over TCP travels in the request."""
+        arr = src.array
+        large = (src.kind == "array" and arr is not None and arr.nbytes >= LARGE_BYTES
+                 and self._owned_region(arr) is None)
+        if large and (self.socket_path is None or not staging):
+            inp = r.input
+            inp.dtype = enum_number("DType", dtype_name_of(arr), "input dtype", "input.dtype")
+            inp.rows, inp.cols = src.rows, src.cols
+            if self.socket_path is None:
+                inp.data = arr.tobytes()
+                return
+            region = self._new_region(arr.nbytes)
+            temps.append(region)
+            region.write(arr, self._copier())
+            inp.shm.region, inp.shm.region_token = region.handle, region.token
+            inp.shm.offset, inp.shm.length = 0, arr.nbytes
+            return
+        upload = self._fill_input(r, src)
+        if upload is not None:  # no region to be had: in the request
+            r.input.data = bytes(upload[1])
+
     def states(self) -> List[StateInfo]:
         """The caller's own states (List): every state of this identity, from any client."""
         return [StateInfo.from_proto(s) for s in self.call("List", self.wire.ListRequest()).states]

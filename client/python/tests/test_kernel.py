@@ -95,3 +95,52 @@ def test_the_one_call_kernel_encodes_pairs_and_releases(daemon: Any,
             qdp.kernel(X, "angle", 6, rng.uniform(-1, 1, size=(2, 5)))  # 5 angles for 6 qubits
     finally:
         _functions._default.close()
+
+
+def test_kernel_of_inputs_is_the_reference_in_tiles(client: qdp.Client, tmp_path: Any) -> None:
+    """Client.kernel_of in tiles of 3 rows (max_bytes 2000: 16 amplitudes a row, the workspace
+    2 * 3 * 256 B of states and 3 * 9 * 16 B of partials), X of 9 rows by Y of 4, keeping no
+    state; X from a .npy file too."""
+    rng = np.random.default_rng(12)
+    before = client.status().states
+    for encoding, values in (("amplitude", 13), ("angle", 4), ("iqp", 10)):
+        X, Y = rng.uniform(-1, 1, size=(9, values)), rng.uniform(-1, 1, size=(4, values))
+        O = reference(encoding, X, Y, 4)
+        for mb in (2000, 0):
+            np.testing.assert_allclose(client.kernel_of(X, encoding, 4, Y, max_bytes=mb),
+                                       np.abs(O) ** 2, rtol=0, atol=1e-14)
+            ov = client.kernel_of(X, encoding, 4, Y, overlaps=True, max_bytes=mb)
+            np.testing.assert_allclose(ov, O, rtol=0, atol=1e-14)
+            S = client.kernel_of(X, encoding, 4, max_bytes=mb)
+            np.testing.assert_array_equal(S, S.T)
+            np.testing.assert_allclose(S, np.abs(reference(encoding, X, X, 4)) ** 2, atol=1e-14)
+        np.save(tmp_path / "x.npy", X)
+        np.testing.assert_allclose(client.kernel_of(str(tmp_path / "x.npy"), encoding, 4, Y),
+                                   np.abs(O) ** 2, atol=1e-14)
+    assert client.status().states == before
+
+
+def test_kernel_of_large_inputs_through_shared_memory(client: qdp.Client) -> None:
+    # Each over the 1 MiB sent inline: X through the staging region, Y a region of its own.
+    rng = np.random.default_rng(13)
+    X, Y = rng.uniform(-1, 1, size=(10, 1 << 14)), rng.uniform(-1, 1, size=(9, 1 << 14))
+    K = client.kernel_of(X, "amplitude", 14, Y, max_bytes=8 << 20)
+    np.testing.assert_allclose(K, np.abs(reference("amplitude", X, Y, 14)) ** 2, atol=1e-14)
+
+
+def test_kernel_of_refusals(client: qdp.Client) -> None:
+    X = np.random.default_rng(14).uniform(-1, 1, size=(5, 16))
+    with pytest.raises(qdp.InvalidArgument) as e:
+        client.kernel_of(X, "amplitude", 4, max_bytes=100)
+    assert e.value.field == "max_bytes" and e.value.need_bytes == 2 * 256 + 3 * 16
+    with pytest.raises(qdp.InvalidArgument) as e:
+        client.kernel_of(X, "amplitude", 4, policy="even")
+    assert e.value.field == "encode.placement.policy"
+    with pytest.raises(qdp.InvalidArgument) as e:
+        client.kernel_of(X, "amplitude", 4, max_bytes=-1)
+    assert e.value.field == "max_bytes"
+    Z = X.copy()
+    Z[3] = 0  # a zero norm in the second tile of 2 rows
+    with pytest.raises(qdp.InvalidArgument) as e:
+        client.kernel_of(Z, "amplitude", 4, max_bytes=2 * 2 * 256 + 3 * 4 * 16)
+    assert "rows 2 to 3" in str(e.value), str(e.value)
