@@ -8,7 +8,8 @@ Starts BUILD_DIR/daemon/qdpd (python_bench's Daemon, --devices auto). For angle 
 sample) and amplitude (2^n values), float64 samples on the GPU that require grad, the step timed
 is: encode, a loss of the state (sum of |psi|^2 weighted by fixed random weights), backward.
 Prints "bench op=grad ..." lines (ms) with qdp's speedup (the target: >= 5x) and the largest
-|difference| between the two gradients (they use the same conventions). Needs a GPU daemon,
+|difference| between the two gradients (they use the same conventions), then "bench op=grad-split"
+lines: each forward alone and the rest of its step. Needs a GPU daemon,
 torch and qumat_qdp importable.
 """
 
@@ -64,6 +65,13 @@ def main() -> int:
             r = median_ms(lambda: step(theirs), a.runs, sync)
             say("grad", encoding=encoding, qubits=n, batch=B, qdp_ms=q, torch_ref_ms=r,
                 speedup=r / q, target=5, max_abs_diff=diff)
+            # Where the step goes: the forward alone (no graph), the rest is the loss and the
+            # backward.
+            with torch.no_grad():
+                qf = median_ms(lambda: ours(x), a.runs, sync)
+                rf = median_ms(lambda: theirs(x), a.runs, sync)
+            say("grad-split", encoding=encoding, qubits=n, batch=B, qdp_forward_ms=qf,
+                qdp_rest_ms=q - qf, torch_ref_forward_ms=rf, torch_ref_rest_ms=r - rf)
     finally:
         d.stop()
     return 0

@@ -13,8 +13,10 @@ a few runs after one warm-up:
               qdp's rate >= 0.7 of ZGEMM's)
   torch       abs(psi @ psi.conj().T) ** 2 on the same view, to the host (the target: >= 1.8x)
 
-and checks qdp's matrix against torch's (max |difference|); then amplitude's (real states: real
-products) time against phase's (the target: >= 3x). Prints "bench op=kernel ..." lines
+and checks qdp's matrix against torch's (max |difference|); for phase, Client.kernel_of from the
+inputs under a cap of 1/8 of the states' bytes (encode included) against the resident time (the
+target: within 1.2x); then amplitude's (real states: real products) time against phase's (the
+target: >= 3x). Prints "bench op=kernel ..." lines
 (ms, tflops, ratios). Without a GPU (a CPU daemon) it times qdp alone on small sizes (--quick).
 """
 
@@ -59,6 +61,20 @@ def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> 
             qdp_over_torch=te / q, target_torch=1.8, max_abs_diff=diff)
         del t
     s.release()
+    if encoding == "phase":
+        # From the inputs under a cap of 1/8 of the states' bytes: tiles encoded as they are
+        # paired, no state whole (the target: within 1.2x of the resident time above).
+        # Larger caps (1/4, and room for one tile of every row) show what the tiles cost.
+        states = N * (1 << n) * 16
+        for part, cap in ((8, states // 8), (4, states // 4), (1, 0)):
+            Ki = c.kernel_of(X, encoding, n, max_bytes=cap)
+            qi = median_ms(lambda: c.kernel_of(X, encoding, n, max_bytes=cap), runs, sync)
+            say("kernel", impl="qdp-from-inputs", encoding=encoding, samples=N, qubits=n,
+                ms=qi, max_bytes=cap or "-", states_over=part)
+            say("kernel-ratio", encoding=encoding, samples=N, qubits=n, states_over=part,
+                from_inputs_over_resident=qi / q,
+                target_from_inputs=1.2 if part == 8 else "-",
+                max_abs_diff=float(np.abs(Ki - K).max()))
     return q
 
 

@@ -548,6 +548,26 @@ def test_the_kernel_matrix_on_the_gpu_is_the_reference(gpu, encoding, n, values,
         np.testing.assert_array_equal(c.kernel(a), S)  # the same bits again
 
 
+@pytest.mark.parametrize("encoding,n,values", [("iqp", 6, 21), ("amplitude", 10, 1000),
+                                               ("angle", 7, 7)])
+def test_the_kernel_matrix_from_inputs_on_the_gpu_is_the_reference(gpu, encoding, n,
+                                                                  values) -> None:
+    # Tiles of 5 rows (max_bytes: two tiles of states and their partials, 3 levels at most),
+    # X of 37 rows (a short last tile) by Y of 21, from NumPy and from CUDA tensors.
+    c, torch = gpu
+    rng = np.random.default_rng(14)
+    X, Y = rng.uniform(-1, 1, size=(37, values)), rng.uniform(-1, 1, size=(21, values))
+    P, Q = ref.batch(encoding, X, n), ref.batch(encoding, Y, n)
+    cap = 2 * 5 * (16 << n) + 3 * 25 * 16
+    before = c.status().states
+    np.testing.assert_allclose(c.kernel_of(X, encoding, n, Y, overlaps=True, max_bytes=cap),
+                               P.conj() @ Q.T, rtol=0, atol=1e-13)
+    S = c.kernel_of(torch.from_numpy(X).cuda(), encoding, n, max_bytes=cap)
+    np.testing.assert_allclose(S, np.abs(P.conj() @ P.T) ** 2, rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(S, S.T)
+    assert c.status().states == before
+
+
 def test_a_large_kernel_matrix_on_the_gpu_comes_through_shared_memory(gpu) -> None:
     c, _ = gpu
     X = np.random.default_rng(13).uniform(-1, 1, size=(1500, 64))
