@@ -183,8 +183,9 @@ class State:
         Returns
         -------
         numpy.ndarray
-            float64, ``(len(paulis),)`` for one sample (a scalar array for one string) or
-            ``(batch, len(paulis))`` for a batch.
+            float64, ``(len(paulis),)`` for one sample or ``(batch, len(paulis))`` for a batch.
+            One string (not in a list) drops the strings' axis: a 0-d array for one sample
+            (``float(s.expectations("ZI"))``), ``(batch,)`` for a batch.
 
         Raises
         ------
