@@ -249,9 +249,18 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
     Without ``max_bytes`` both batches' states are held by the daemon while the matrix is
     computed, and released before this returns, also after a failure. Sklearn's
     ``SVC(kernel="precomputed")`` takes ``kernel(X_train, ...)`` to fit and
-    ``kernel(X_test, ..., X_train)`` to predict.
+    ``kernel(X_test, ..., X_train)`` to predict; :class:`qdp.sklearn.QuantumKernel` is a kernel
+    object that sklearn calls itself.
     """
-    c = default_client()
+    return kernel_on(default_client(), X, encoding, qubits, Y, overlaps=overlaps, dtype=dtype,
+                     policy=policy, devices=devices, max_bytes=max_bytes)
+
+
+def kernel_on(c: Client, X: Any, encoding: str, qubits: int, Y: Any = None, *,
+              overlaps: bool = False, dtype: Optional[str] = None, policy: str = "auto",
+              devices: Optional[Sequence[str]] = None,
+              max_bytes: Optional[int] = None) -> np.ndarray:
+    """:func:`kernel` through the client ``c``."""
     if max_bytes is not None:
         return c.kernel_of(X, encoding, qubits, Y, overlaps=overlaps, max_bytes=max_bytes,
                            dtype=dtype, policy=policy, devices=devices)

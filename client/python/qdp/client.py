@@ -790,15 +790,7 @@ class Client:
         if not isinstance(a, State) or not (b is None or isinstance(b, State)):
             raise InvalidArgument("kernel takes the qdp.State of an encode (a, and b when "
                                   "given); encode arrays first", field="a")
-        req = self.wire.KernelRequest(overlaps=bool(overlaps))
-        req.a.CopyFrom(a._ref())
-        if b is not None:
-            req.b.CopyFrom(b._ref())
-        dt = NUMPY_DTYPES[a.dtype]
-        if not overlaps:
-            dt = np.dtype(np.float32 if a.dtype == "complex64" else np.float64)
-        shape = (a.batch, (a if b is None else b).batch)
-        return self._owner.fetcher.computed("Kernel", req, shape, dt)
+        return self._owner.kernel(a, b, overlaps)
 
     def kernel_of(self, X: Any, encoding: str, qubits: int, Y: Any = None, *,
                   overlaps: bool = False, max_bytes: int = 0, dtype: Optional[str] = None,

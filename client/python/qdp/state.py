@@ -183,8 +183,9 @@ class State:
         Returns
         -------
         numpy.ndarray
-            float64, ``(len(paulis),)`` for one sample (a scalar array for one string) or
-            ``(batch, len(paulis))`` for a batch.
+            float64, ``(len(paulis),)`` for one sample or ``(batch, len(paulis))`` for a batch.
+            One string (not in a list) drops the strings' axis: a 0-d array for one sample
+            (``float(s.expectations("ZI"))``), ``(batch,)`` for a batch.
 
         Raises
         ------
@@ -251,6 +252,101 @@ class State:
     def _measured(self, req: Any, cols: int, dtype: np.dtype = np.dtype("<f8")) -> np.ndarray:
         out = self._owner.fetcher.computed("Measure", req, (self.batch, cols), dtype)
         return out if len(self.shape) == 2 else out.reshape(cols)
+
+    def kernel(self, other: Optional["State"] = None, *, overlaps: bool = False) -> np.ndarray:
+        """The kernel matrix of this state's samples with themselves or with ``other``'s,
+        computed where their shards are: :meth:`Client.kernel` of ``(self, other)``.
+
+        Parameters
+        ----------
+        other : State, optional
+            The columns' states, of the same qubits and dtype; by default this state itself
+            (the symmetric case, each pair computed once).
+        overlaps : bool
+            Return the complex overlaps <a_i|b_j> instead of the fidelities |<a_i|b_j>|^2.
+
+        Returns
+        -------
+        numpy.ndarray
+            Of shape ``(self.batch, other.batch)``: float64 fidelities (float32 for complex64
+            states), or complex overlaps of the states' dtype.
+
+        Raises
+        ------
+        InvalidArgument
+            ``other`` not a State, or of other qubits or dtype (field "other").
+        NotFound
+            A state released or unknown.
+        """
+        if other is not None:
+            self._check_pair(other)
+        return self._owner.kernel(self, other, overlaps)
+
+    def fidelity(self, other: "State") -> float:
+        """|<self|other>|^2 of two single states, computed where they are.
+
+        Parameters
+        ----------
+        other : State
+            One sample of the same qubits and dtype.
+
+        Returns
+        -------
+        float
+            In [0, 1] within rounding (of float32 for complex64 states).
+
+        Raises
+        ------
+        InvalidArgument
+            This state or ``other`` a batch of several samples (field "state" or "other": use
+            :meth:`kernel` for a batch), or ``other`` not a State of the same qubits and dtype
+            ("other").
+        """
+        self._check_single(other, "fidelity")
+        return float(self._owner.kernel(self, other, False)[0, 0])
+
+    def inner(self, other: "State") -> complex:
+        """The inner product <self|other> of two single states, computed where they are.
+
+        Parameters
+        ----------
+        other : State
+            One sample of the same qubits and dtype.
+
+        Returns
+        -------
+        complex
+            Conjugate-linear in this state: ``self.inner(other)`` is the conjugate of
+            ``other.inner(self)``.
+
+        Raises
+        ------
+        InvalidArgument
+            As :meth:`fidelity`.
+        """
+        self._check_single(other, "inner")
+        return complex(self._owner.kernel(self, other, True)[0, 0])
+
+    def _check_pair(self, other: Any) -> None:
+        """Refuses an ``other`` that cannot pair with this state in a kernel (field "other")."""
+        if not isinstance(other, State):
+            raise InvalidArgument(f"other is a {type(other).__name__}, not a qdp.State: encode "
+                                  "it first (Client.encode)", field="other")
+        if (other.qubits, other.dtype) != (self.qubits, self.dtype):
+            raise InvalidArgument(f"other is {other.qubits} qubits of {other.dtype} but this "
+                                  f"state is {self.qubits} qubits of {self.dtype}: a kernel "
+                                  "pairs states of the same qubits and dtype; encode both alike",
+                                  field="other")
+
+    def _check_single(self, other: Any, what: str) -> None:
+        """Refuses a pair for ``what`` that is not two single states."""
+        self._check_pair(other)
+        for st, field in ((self, "state"), (other, "other")):
+            if st.batch != 1:
+                raise InvalidArgument(f"{field} {st.handle} is a batch of {st.batch} samples, "
+                                      f"but State.{what} pairs two single states: use "
+                                      "State.kernel(other) for every pair of two batches",
+                                      field=field)
 
     def torch(self, device: Optional[str] = None) -> Any:
         """The amplitudes as a torch tensor (torch is imported only here).
@@ -478,6 +574,20 @@ class Owner:
         self.conn = conn
         self.fetcher = fetcher
         self.states: "weakref.WeakSet[State]" = weakref.WeakSet()
+
+    def kernel(self, a: State, b: Optional[State], overlaps: bool) -> np.ndarray:
+        """The Kernel call of :meth:`Client.kernel` and :meth:`State.kernel`: the matrix of
+        ``a``'s samples against ``b``'s (``a``'s own when None), as :meth:`Client.kernel`
+        returns it."""
+        req = self.conn.wire.KernelRequest(overlaps=bool(overlaps))
+        req.a.CopyFrom(a._ref())
+        if b is not None:
+            req.b.CopyFrom(b._ref())
+        dt = NUMPY_DTYPES[a.dtype]
+        if not overlaps:
+            dt = np.dtype(np.float32 if a.dtype == "complex64" else np.float64)
+        shape = (a.batch, (a if b is None else b).batch)
+        return self.fetcher.computed("Kernel", req, shape, dt)
 
     def adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
         """The State of a reply's new state, released with the client; warns (from the caller's

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from qdpref import batch
+from qdpref import batch, state
 
 import qdp
 
@@ -66,6 +66,50 @@ def test_kernel_refusals(client: qdp.Client) -> None:
             client.kernel(np.ones((2, 4)))  # type: ignore[arg-type]
     with pytest.raises(qdp.NotFound):
         client.kernel(a)  # released with the with block
+
+
+def test_state_kernel_pairs_it_with_itself_or_another(client: qdp.Client) -> None:
+    rng = np.random.default_rng(12)
+    X, Y = rng.uniform(-1, 1, size=(5, 4)), rng.uniform(-1, 1, size=(3, 4))
+    with client.encode(X, "angle", 4) as a, client.encode(Y, "angle", 4) as b:
+        O = reference("angle", X, Y, 4)
+        np.testing.assert_allclose(a.kernel(), np.abs(reference("angle", X, X, 4)) ** 2,
+                                   rtol=0, atol=1e-14)
+        np.testing.assert_allclose(a.kernel(b), np.abs(O) ** 2, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(a.kernel(b, overlaps=True), O, rtol=0, atol=1e-14)
+        assert b.kernel(a).shape == (3, 5)
+
+
+def test_fidelity_and_inner_of_two_single_states(client: qdp.Client) -> None:
+    x, y = [0.3, -1.2, 2.0], [0.8, -0.7, 2.5]
+    want = np.vdot(state("phase", x, 3), state("phase", y, 3))  # <x|y>, x conjugated
+    assert abs(want.imag) > 0.1  # the order of the pair shows in the result
+    with client.encode(x, "phase", 3) as a, client.encode([y], "phase", 3) as b:
+        assert b.batch == 1 and b.shape == (1, 8)  # a batch of one is a single state too
+        ip = a.inner(b)
+        assert isinstance(ip, complex)
+        assert abs(ip - want) < 1e-14
+        assert abs(b.inner(a) - want.conjugate()) < 1e-14
+        f = a.fidelity(b)
+        assert isinstance(f, float)
+        assert abs(f - abs(want) ** 2) < 1e-14
+        assert abs(a.fidelity(a) - 1.0) < 1e-14
+
+
+def test_fidelity_and_inner_refuse_what_is_not_one_state_each(client: qdp.Client) -> None:
+    with client.encode(np.ones((2, 4)), "amplitude", 2) as two, \
+            client.encode([1.0, 2.0], "amplitude", 2) as one, \
+            client.encode([1.0, 2.0], "amplitude", 3) as wider, \
+            client.encode([1.0, 2.0], "amplitude", 2, dtype="complex64") as narrow:
+        for bad, field, words in ((lambda: two.fidelity(one), "state", "batch of 2"),
+                                  (lambda: one.inner(two), "other", "batch of 2"),
+                                  (lambda: one.fidelity(np.ones(4)), "other", "ndarray"),
+                                  (lambda: one.inner(wider), "other", "3 qubits"),
+                                  (lambda: one.fidelity(narrow), "other", "complex64"),
+                                  (lambda: one.kernel(wider), "other", "3 qubits")):
+            with pytest.raises(qdp.InvalidArgument) as e:
+                bad()
+            assert e.value.field == field and words in str(e.value), e.value
 
 
 def test_kernel_of_another_clients_state_by_its_token(client: qdp.Client, daemon: Any) -> None:

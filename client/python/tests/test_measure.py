@@ -42,6 +42,9 @@ def test_expectations_of_pauli_strings(client: qdp.Client) -> None:
         want = np.stack([np.real(np.einsum("rb,bc,rc->r", psi.conj(), dense(p), psi))
                          for p in strings], axis=1)
         np.testing.assert_allclose(s.expectations(strings), want, rtol=0, atol=1e-15)
+        one_string = s.expectations("XYZ")  # one string: one value per sample
+        assert one_string.shape == (3,)
+        np.testing.assert_allclose(one_string, want[:, 2], rtol=0, atol=1e-15)
     with client.encode([0.3, 1.1], "angle", 2) as one:  # one sample: cos(2x) for Z on a qubit
         assert one.expectations("ZI").shape == ()
         np.testing.assert_allclose(one.expectations(["ZI", "IZ"]), np.cos([0.6, 2.2]),
