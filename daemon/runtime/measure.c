@@ -40,6 +40,7 @@ struct measure_job {
   uint64_t run;        /* rows per run */
   uint64_t cols;       /* the widest group's columns */
   uint64_t scratch;    /* bytes of each device's scratch: for the widest group, or sampling's */
+  int host_log2;       /* sampling: ranges up to 2^host_log2 amplitudes may go to the host; -1 none */
   struct measure_ws *ws; /* per mesh device */
 };
 
@@ -432,16 +433,55 @@ static qdp_status children(struct measure_job *j, uint64_t r, uint64_t a, uint64
   return rc;
 }
 
+/* The pairwise sum of p[0, len) (len a power of two). */
+static double pairwise(const double *p, uint64_t len) {
+  return len == 1 ? p[0] : pairwise(p, len / 2) + pairwise(p + len / 2, len / 2);
+}
+
+/* A range this small (a 256th of a window: 2^20 amplitudes, 8 MiB of probabilities, for the
+ * daemon's windows) that this many shots reach is searched on the host, from its probabilities
+ * read once, rather than with a device call for each of its child ranges that shots reach. */
+#define SAMPLE_HOST_SHOTS 16
+static bool on_host(const struct measure_job *j, uint64_t len, uint64_t n) {
+  return n >= SAMPLE_HOST_SHOTS && j->host_log2 >= 0 && len <= ((uint64_t)1 << j->host_log2);
+}
+
 /* Shots [0, n) of `sh` (ascending targets, relative to a) fall in [a, a + len) of row r: each
  * child of the range takes those whose targets fall within its mass, in order, and the children
- * with shots are searched the same way down to single amplitudes. */
+ * with shots are searched the same way down to single amplitudes. hp: NULL, or the host's
+ * probabilities of the range that holds this one, from index ha: the masses are then their
+ * pairwise sums. The path a range takes depends on its size and shots alone, never on where its
+ * amplitudes are: the samples stay the same on any sharding. */
 static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_t len,
-                          struct shot *sh, uint64_t n, int64_t *out, struct qdp_error *err) {
+                          struct shot *sh, uint64_t n, int64_t *out, const double *hp,
+                          uint64_t ha, struct qdp_error *err) {
   if (len == 1) {
     for (uint64_t i = 0; i < n; i++) {
       out[sh[i].i] = (int64_t)a;
     }
     return QDP_OK;
+  }
+  if (!hp && on_host(j, len, n)) {
+    const void *x = NULL;
+    uint64_t ld = 0;
+    size_t dev = 0;
+    double *probs = malloc(len * sizeof *probs);
+    if (!probs) {
+      return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for sampling");
+    }
+    qdp_status rc = window(j, r, 1, a, len, SIZE_MAX, false, &x, &ld, &dev, err);
+    struct runtime_device *d = j->m->devs[dev];
+    if (rc == QDP_OK) {
+      rc = ws_take(d, &j->ws[dev].scratch, &j->ws[dev].scratch_bytes, j->scratch, err);
+    }
+    if (rc == QDP_OK) {
+      rc = d->ops->abs2(d, x, ld, 1, len, j->p->out_dtype, j->ws[dev].scratch, probs, len, err);
+    }
+    if (rc == QDP_OK) {
+      rc = descend(j, r, a, len, sh, n, out, probs, a, err);
+    }
+    free(probs);
+    return rc;
   }
   unsigned k = 0;
   while (k < QDPK_MEASURE_QUBITS_MAX && ((uint64_t)1 << (k + 1)) <= len) {
@@ -452,7 +492,14 @@ static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_
   if (!mass) {
     return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for sampling");
   }
-  qdp_status rc = children(j, r, a, len, k, mass, err);
+  qdp_status rc = QDP_OK;
+  if (hp) {
+    for (uint64_t c = 0; c < nc; c++) {
+      mass[c] = pairwise(hp + (a - ha) + c * csize, csize);
+    }
+  } else {
+    rc = children(j, r, a, len, k, mass, err);
+  }
   uint64_t last = 0; /* the last child with any mass: where rounding's leftovers go */
   for (uint64_t c = 0; c < nc; c++) {
     last = mass[c] > 0 ? c : last;
@@ -470,7 +517,7 @@ static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_
       i1++;
     }
     if (i1 > i) {
-      rc = descend(j, r, a + c * csize, csize, sh + i, i1 - i, out, err);
+      rc = descend(j, r, a + c * csize, csize, sh + i, i1 - i, out, hp, ha, err);
     }
     i = i1;
   }
@@ -499,12 +546,16 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
   bool table = job_start(&j, m, s, wl);
   j.run = 1;
   j.cols = 1;
+  j.host_log2 = (int)window_log2 - 8;
   /* The scratch of the total's windows, or of the children's chunks, whichever is larger. */
   uint64_t total_leaves = j.len < QDPK_MEASURE_LEAF ? 1 : j.len / QDPK_MEASURE_LEAF;
   j.scratch = (SAMPLE_SCRATCH_DOUBLES + 3 * ((uint64_t)1 << QDPK_MEASURE_QUBITS_MAX)) *
               sizeof(double);
   if ((total_leaves + 3) * sizeof(double) > j.scratch) {
     j.scratch = (total_leaves + 3) * sizeof(double);
+  }
+  if (j.host_log2 >= 0 && ((uint64_t)sizeof(double) << j.host_log2) > j.scratch) {
+    j.scratch = (uint64_t)sizeof(double) << j.host_log2; /* abs2's of a range for the host */
   }
   struct shot *sh = calloc(shots, sizeof *sh);
   double *totals = calloc(p->batch, sizeof *totals);
@@ -527,7 +578,7 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
     }
     if (rc == QDP_OK) {
       qsort(sh, shots, sizeof *sh, by_target);
-      rc = descend(&j, r, 0, p->amplitudes, sh, shots, out + r * shots, reterr);
+      rc = descend(&j, r, 0, p->amplitudes, sh, shots, out + r * shots, NULL, 0, reterr);
     }
   }
   free(sh);

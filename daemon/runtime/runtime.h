@@ -362,7 +362,9 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
 /* `shots` basis states of each sample of s drawn by their probabilities, into out ([batch][shots]
  * indices): shot i of row r is drawn with a uniform number that is a function of (seed, r, i)
  * alone, and found by a search down the windows' fixed tree (each range's children's masses, 2^10
- * at a time), so the samples are the same for a seed however s is sharded. INVALID_ARGUMENT for a
+ * at a time; a range of at most 2^(window_log2 - 8) amplitudes that 16 or more shots reach is
+ * read to the host once and searched there), so the samples are the same for a seed however s
+ * is sharded. INVALID_ARGUMENT for a
  * state of more than window_log2 + 10 qubits; FAILED_PRECONDITION as runtime_state_measure. */
 qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_state *s,
                                 uint64_t shots, uint64_t seed, unsigned window_log2,

@@ -162,11 +162,12 @@ START_TEST(test_measure_hand_computed_and_refusals) {
 }
 END_TEST
 
-/* Samples: the same for a seed on every layout (windows of 4: the search goes through gathered
- * windows and shards), other for another seed, and their frequencies those of the state's
- * probabilities (20000 shots over 32 outcomes: each within 0.02, far beyond 5 standard
- * deviations); a state past window_log2 + 10 qubits refused. */
-START_TEST(test_samples_same_on_any_sharding) {
+/* Samples: the same for a seed on every layout, other for another seed, and their frequencies
+ * those of the state's probabilities (20000 shots over 32 outcomes: each within 0.02, far beyond
+ * 5 standard deviations); with windows of 4 the search goes through gathered windows and shards
+ * on the devices, with windows of 2^13 the state's 32 amplitudes (2^(13 - 8)) are searched on the
+ * host. A state past window_log2 + 10 qubits refused. */
+static void samples_same_on_any_sharding(unsigned window_log2) {
   static const struct layout ls[] = {{"one device", 1, PLAN_SINGLE},
                                      {"2 even", 2, PLAN_EVEN},
                                      {"3 uneven", 3, PLAN_UNEVEN},
@@ -181,7 +182,7 @@ START_TEST(test_samples_same_on_any_sharding) {
     struct runtime_state *s =
         qdpt_encode_f64(m, ls[i].ndev, ls[i].policy, QDP_ENCODING_IQP, N, 1, cols, x,
                         QDP_DTYPE_COMPLEX128);
-    ck_assert_msg(runtime_state_sample(m, s, SHOTS, 7, 2, i ? got : first, NULL, &e) == QDP_OK,
+    ck_assert_msg(runtime_state_sample(m, s, SHOTS, 7, window_log2, i ? got : first, NULL, &e) == QDP_OK,
                   "%s: %s", ls[i].name, e.msg);
     if (i > 0) {
       ck_assert_msg(memcmp(first, got, SHOTS * 8) == 0, "%s: other samples", ls[i].name);
@@ -198,23 +199,32 @@ START_TEST(test_samples_same_on_any_sharding) {
                       freq[b], p);
       }
       free(psi);
-      ck_assert_int_eq(runtime_state_sample(m, s, SHOTS, 8, 2, got, NULL, &e), QDP_OK);
+      ck_assert_int_eq(runtime_state_sample(m, s, SHOTS, 8, window_log2, got, NULL, &e), QDP_OK);
       ck_assert(memcmp(first, got, SHOTS * 8) != 0);
     }
     runtime_state_destroy(s);
   }
+  free(x);
+  free(first);
+  free(got);
+  qdpt_assert_mesh_idle(m, "after the samples");
+  runtime_mesh_destroy(m);
+}
+
+START_TEST(test_samples_same_on_any_sharding) {
+  samples_same_on_any_sharding(2);
+  samples_same_on_any_sharding(13);
   /* 13 qubits with windows of 4 amplitudes: past 2 + 10. */
+  struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   double *y = random_values(1 << 13, 32);
+  int64_t got[4];
+  struct qdp_error e = QDP_ERROR_INIT;
   struct runtime_state *big = qdpt_encode_f64(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 13, 1,
                                               1 << 13, y, QDP_DTYPE_COMPLEX128);
   ck_assert_int_eq(runtime_state_sample(m, big, 4, 1, 2, got, NULL, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "state");
   runtime_state_destroy(big);
   free(y);
-  free(x);
-  free(first);
-  free(got);
-  qdpt_assert_mesh_idle(m, "after the samples");
   runtime_mesh_destroy(m);
 }
 END_TEST
