@@ -63,6 +63,10 @@ class QuantumKernel(Kernel):
     client : qdp.Client, optional
         The client that computes the matrices; by default :func:`qdp.default_client` at each
         call. A clone (``sklearn.base.clone``) shares this client rather than copying it.
+    max_bytes : int, optional
+        Bound the daemon's device memory by this many bytes: the states are never whole but
+        encoded a tile of rows at a time (:meth:`qdp.Client.kernel_of`), and :meth:`diag`
+        encodes as many rows at a time as fit. None: each call's batches are encoded whole.
 
     Notes
     -----
@@ -78,13 +82,14 @@ class QuantumKernel(Kernel):
 
     def __init__(self, encoding: str, qubits: int, *, dtype: Optional[str] = None,
                  policy: str = "auto", devices: Optional[Sequence[str]] = None,
-                 client: Optional[Client] = None) -> None:
+                 client: Optional[Client] = None, max_bytes: Optional[int] = None) -> None:
         self.encoding = encoding
         self.qubits = qubits
         self.dtype = dtype
         self.policy = policy
         self.devices = devices
         self.client = client
+        self.max_bytes = max_bytes
 
     def __call__(self, X: Any, Y: Any = None,
                  eval_gradient: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
@@ -121,7 +126,8 @@ class QuantumKernel(Kernel):
                                   field="eval_gradient")
         rows = _rows(X, "X")
         K = kernel_on(self._client(), rows, self.encoding, self.qubits,
-                      None if same else _rows(Y, "Y"), **self._placement())
+                      None if same else _rows(Y, "Y"), max_bytes=self.max_bytes,
+                      **self._placement())
         if eval_gradient:
             return K, np.empty((K.shape[0], K.shape[0], 0), dtype=K.dtype)
         return K
@@ -146,10 +152,18 @@ class QuantumKernel(Kernel):
             As :meth:`__call__` raises it for X.
         """
         c = self._client()
-        with c.encode(_rows(X, "X"), self.encoding, self.qubits, **self._placement()) as s:
-            norm2 = s.expectations("I" * self.qubits)  # <psi|psi> of each sample
-            dt = np.float32 if s.dtype == "complex64" else np.float64
-        return (norm2 ** 2).astype(dt)
+        rows = _rows(X, "X")
+        dt = np.float32 if self.dtype == "complex64" else np.float64
+        # With max_bytes, as many states at a time as fit in it (at least one).
+        size = (8 if self.dtype == "complex64" else 16) << int(self.qubits)
+        step = len(rows) if self.max_bytes is None else max(1, int(self.max_bytes) // size)
+        parts = []
+        for i in range(0, len(rows), max(step, 1)):
+            with c.encode(rows[i:i + step], self.encoding, self.qubits,
+                          **self._placement()) as s:
+                norm2 = s.expectations("I" * self.qubits)  # <psi|psi> of each sample
+            parts.append(np.reshape(norm2, -1))
+        return (np.concatenate(parts) ** 2).astype(dt) if parts else np.empty(0, dt)
 
     def is_stationary(self) -> bool:
         """False: k(x, y) is not a function of x - y alone."""

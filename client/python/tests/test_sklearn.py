@@ -58,6 +58,25 @@ def test_the_matrix_is_the_reference_fidelity(sk: ModuleType, client: qdp.Client
     np.testing.assert_allclose(K64, fidelities(encoding, X, Y, n), rtol=0, atol=1e-6)
 
 
+def test_max_bytes_keeps_no_batch_whole(sk: ModuleType, client: qdp.Client,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With max_bytes the matrices come from Client.kernel_of in tiles (no state encoded for
+    them) and diag encodes as many samples as fit at a time: 2 of 32 amplitudes for 1100 B."""
+    rng = np.random.default_rng(24)
+    X, Y = rng.uniform(-1, 1, size=(7, 20)), rng.uniform(-1, 1, size=(3, 20))
+    encoded = []
+    encode = client.encode
+    monkeypatch.setattr(client, "encode", lambda data, *a, **kw: encoded.append(len(data)) or
+                        encode(data, *a, **kw))
+    k = sk.QuantumKernel("amplitude", 5, client=client, max_bytes=1100)
+    np.testing.assert_allclose(k(X, Y), fidelities("amplitude", X, Y, 5), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(k(X), fidelities("amplitude", X, X, 5), rtol=0, atol=1e-14)
+    assert encoded == []
+    np.testing.assert_allclose(k.diag(X), 1.0, rtol=0, atol=1e-14)
+    assert encoded == [2, 2, 2, 1]
+    assert "max_bytes=1100" in repr(k)
+
+
 def test_a_y_that_is_x_is_encoded_once(sk: ModuleType, client: qdp.Client,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     X = np.random.default_rng(23).uniform(-1, 1, size=(5, 4))
@@ -157,7 +176,7 @@ def test_clone_params_and_repr(sk: ModuleType, client: qdp.Client) -> None:
                          client=client)
     params = k.get_params()
     assert params == {"encoding": "angle", "qubits": 4, "dtype": "complex64", "policy": "batch",
-                      "devices": devices, "client": client}
+                      "devices": devices, "client": client, "max_bytes": None}
     c = clone(k)
     assert c is not k and c == k and c.get_params() == params
     assert c.client is client  # the connection is shared, not copied
