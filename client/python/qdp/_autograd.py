@@ -6,8 +6,9 @@ For a real loss L of the state psi (complex) of real values x, torch hands back 
 (its convention for complex tensors), and dL/dx_k = Re sum_b conj(dpsi_b/dx_k) g_b. Per encoding:
 
 - amplitude: psi = x / ||x|| (padded): dL/dx = (Re g - psi <psi, Re g>) / ||x|| on the values;
-- angle: psi_b = prod_k f_k(b_k), f = (cos x_k, sin x_k): dL/dx_k contracts Re g with every f_j
-  but the k-th, and with f_k' = (-sin x_k, cos x_k), all k at once by halving the qubits;
+- angle: psi_b = prod_k f_k(b_k), f = (cos x_k, sin x_k), and f_k' = (-sin x_k, cos x_k) is f_k
+  with its two entries swapped and the first negated: dpsi_b/dx_k = +-psi_{b xor 2^k} (minus
+  where bit k of b is 0), so dL/dx_k = sum_b Re g_b (+-) psi_{b xor 2^k}, one pass a qubit;
 - phase: dpsi_b/dx_k = i b_k psi_b: dL/dx_k = sum over b with bit k of Im(conj(psi_b) g_b);
 - iqp, iqp-z: psi = 2^-n WHT(e^{i theta}); the transform is its own inverse up to 2^n, so
   e^{i theta} = WHT(psi), and dL/dd = sum_z (d theta(z)/dd) Im(conj(e^{i theta(z)}) G_z) with
@@ -39,36 +40,17 @@ def _wht(v: torch.Tensor, n: int) -> torch.Tensor:
     return v.reshape(rows, 1 << n)
 
 
-def _kron(f: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """The product vector of qubits [lo, hi) of f ([rows][n][2]), indexed by their bits, qubit lo
-    the lowest: [rows][2^(hi-lo)]."""
-    v = f[:, lo]
-    for k in range(lo + 1, hi):
-        v = (f[:, k, :, None] * v[:, None, :]).reshape(v.shape[0], -1)
-    return v
-
-
-def _all_but_one(t: torch.Tensor, f: torch.Tensor, fd: torch.Tensor, lo: int,
-                 hi: int) -> torch.Tensor:
-    """For each qubit k of [lo, hi): t ([rows][2^(hi-lo)], qubit lo the lowest bit) contracted with
-    f of every other qubit of the range and with fd of k: [rows][hi-lo]. Halving the range each
-    time costs two passes over t in all, not one per qubit."""
-    if hi - lo == 1:
-        return (t * fd[:, lo]).sum(dim=1, keepdim=True)
-    mid = (lo + hi) // 2
-    t3 = t.reshape(t.shape[0], 1 << (hi - mid), 1 << (mid - lo))  # [rows][high][low]
-    low = torch.einsum("rhl,rh->rl", t3, _kron(f, mid, hi))
-    high = torch.einsum("rhl,rl->rh", t3, _kron(f, lo, mid))
-    return torch.cat((_all_but_one(low, f, fd, lo, mid), _all_but_one(high, f, fd, mid, hi)),
-                     dim=1)
-
-
 def _angle(x: torch.Tensor, psi: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
-    re = g.real
-    c, s = torch.cos(x).to(re.dtype), torch.sin(x).to(re.dtype)
-    f = torch.stack((c, s), dim=2)     # [rows][n][2]: f_k(0), f_k(1)
-    fd = torch.stack((-s, c), dim=2)   # their derivatives
-    return _all_but_one(re, f, fd, 0, n)
+    # d psi_b / d x_k is psi with qubit k's factor (cos, sin) turned into (-sin, cos): psi at
+    # b with bit k flipped, negated where bit k is 0. So each x_k takes one pass over Re g and
+    # psi (real for angle), pairing the halves of every stride-2^k block.
+    r, p = g.real.contiguous(), psi.real.contiguous()
+    rows = r.shape[0]
+    out = torch.empty(rows, n, dtype=r.dtype, device=r.device)
+    for k in range(n):
+        r3, p3 = r.view(rows, -1, 2, 1 << k), p.view(rows, -1, 2, 1 << k)
+        out[:, k] = (r3[:, :, 1] * p3[:, :, 0] - r3[:, :, 0] * p3[:, :, 1]).sum(dim=(1, 2))
+    return out
 
 
 def _amplitude(x: torch.Tensor, psi: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
