@@ -11,8 +11,9 @@ n qubits (complex128; 16 GiB at 30), and times, each the median of --runs after 
   z4           four Z strings at once
   zx           a string with X on the top qubit (its partner window is another half of the state)
   p1, p4       s.probabilities of 1 and 4 qubits
-  shots1e4     s.sample(10_000, seed=5): ten thousand basis states drawn (a search costs a
-               device call for each block of 2^10 amplitudes that shots reach)
+  shots1e4/1e6 s.sample(10_000 and 1_000_000, seed=5): basis states drawn (a search costs a
+               device call for each range that shots reach, a range of 2^20 that 16 shots reach
+               is read to the host once)
 
 Prints "bench op=measure ..." lines (ms, GB/s of the state's bytes) and each one's rate over the
 read's (the target for z and p1: >= 0.8). Needs a GPU daemon and torch.
@@ -61,6 +62,7 @@ def main() -> int:
                     "p1": lambda: s.probabilities([0]),
                     "p4": lambda: s.probabilities([0, 1, 2, n - 1]),
                     "shots1e4": lambda: s.sample(10_000, seed=5),
+                    "shots1e6": lambda: s.sample(1_000_000, seed=5),
                 }
                 # Phase states: <Z_0> = 0 and each qubit's probabilities 1/2, exactly in theory.
                 got = s.expectations(z1)
@@ -70,7 +72,7 @@ def main() -> int:
                         GBps=nbytes / ms / 1e6, over_read=read / ms,
                         target=0.8 if name in ("z", "p1") else "-")
                 # A phase state's samples are uniform: each bit of a shot is 1 half the time.
-                shots = s.sample(10_000, seed=5).reshape(-1)
+                shots = s.sample(1_000_000, seed=5).reshape(-1)
                 bits = [float(((shots >> k) & 1).mean()) for k in (0, n // 2, n - 1)]
                 say("measure-check", z=float(got), p1=str(s.probabilities([0]).tolist()),
                     shot_bit_means=str(bits))

@@ -433,9 +433,16 @@ static qdp_status children(struct measure_job *j, uint64_t r, uint64_t a, uint64
   return rc;
 }
 
-/* The pairwise sum of p[0, len) (len a power of two). */
+/* The pairwise sum of p[0, len) (len a power of two), runs of 16 summed in order at the leaves. */
 static double pairwise(const double *p, uint64_t len) {
-  return len == 1 ? p[0] : pairwise(p, len / 2) + pairwise(p + len / 2, len / 2);
+  if (len <= 16) {
+    double t = 0;
+    for (uint64_t i = 0; i < len; i++) {
+      t += p[i];
+    }
+    return t;
+  }
+  return pairwise(p, len / 2) + pairwise(p + len / 2, len / 2);
 }
 
 /* A range this small (a 256th of a window: 2^20 amplitudes, 8 MiB of probabilities, for the
