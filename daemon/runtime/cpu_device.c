@@ -52,6 +52,11 @@ static qdp_status cpu_read(struct runtime_device *d, const void *src, uint64_t b
   return QDP_OK;
 }
 
+static qdp_status cpu_write(struct runtime_device *d, void *dst, const void *src, uint64_t bytes,
+                            struct qdp_error *reterr) {
+  return cpu_read(d, src, bytes, dst, reterr); /* both are host memory */
+}
+
 static qdp_status cpu_norm_load(struct runtime_device *d, struct runtime_shard_work *w,
                                 struct qdp_error *reterr) {
   /* The input already is in host memory, and stays valid for the whole job. */
@@ -242,6 +247,7 @@ static const struct runtime_device_ops cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .read = cpu_read,
+    .write = cpu_write,
     .norm_load = cpu_norm_load,
     .norm_sumsq = cpu_norm_sumsq,
     .norm_scale = cpu_norm_scale,

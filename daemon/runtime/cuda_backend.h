@@ -259,6 +259,8 @@ qdp_status cuda_stage_end_waited(struct cuda_device *c, cudaEvent_t *done, qdp_s
                                  struct qdp_error *reterr);
 qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);
+qdp_status cuda_write(struct runtime_device *d, void *dst, const void *src, uint64_t bytes,
+                      struct qdp_error *reterr);
 
 /* CUDA IPC: shards exported for views, clients' allocations opened and kept (cuda_ipc.c) */
 qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,

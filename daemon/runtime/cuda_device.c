@@ -238,6 +238,7 @@ const struct runtime_device_ops runtime_cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .read = cuda_read,
+    .write = cuda_write,
     .norm_load = cuda_norm_load,
     .norm_sumsq = cuda_norm_sumsq,
     .norm_scale = cuda_norm_scale,

@@ -116,6 +116,22 @@ static bool host_registered(const void *dst) {
   return a.type == cudaMemoryTypeHost;
 }
 
+qdp_status cuda_write(struct runtime_device *d, void *dst, const void *src, uint64_t bytes,
+                      struct qdp_error *reterr) {
+  struct cuda_device *c = cuda_of(d);
+  qdp_status rc = QDP_OK;
+  if (bytes == 0) {
+    return QDP_OK;
+  }
+  /* On the device's stream, behind what it has enqueued, whose reads it may overwrite. */
+  QDP_TRY(rc, cuda_use_device(d, reterr));
+  CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
+         cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, c->stream));
+  QDP_TRY(rc, cuda_finish(c, reterr));
+out:
+  return rc;
+}
+
 qdp_status cuda_read(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr) {
   struct cuda_device *c = cuda_of(d);

@@ -63,6 +63,10 @@ struct runtime_device_ops {
   /* Device memory -> host memory. */
   qdp_status (*read)(struct runtime_device *d, const void *src, uint64_t bytes, void *dst,
                      struct qdp_error *reterr);
+  /* Host memory -> device memory (another rank's amplitudes, received, into a workspace);
+   * returns when done. */
+  qdp_status (*write)(struct runtime_device *d, void *dst, const void *src, uint64_t bytes,
+                      struct qdp_error *reterr);
   /* The NORM reduction (the encodings whose row needs it, common/qdp_encodings.h: amplitude), in
    * the order the executor runs it: load, the partial sums (norm_sumsq on the host, or
    * norm_partials and norm_totals over a device collective), then norm_scale.

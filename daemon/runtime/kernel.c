@@ -1,4 +1,5 @@
-/* kernel.c — the kernel matrix of two states of this rank (runtime.h, "the kernel matrix").
+/* kernel.c — the kernel matrix of two states (runtime.h, "the kernel matrix"), on a device of
+ * this rank: other ranks' shards come through the world's reads.
  *
  * The matrix is cut into tiles of rows of a by rows of b, and the amplitudes into blocks of
  * 2^min(n, the tiling's block_log2). For each tile, each block's rows are gathered from
@@ -102,8 +103,8 @@ static qdp_status gather(const struct kernel_job *k, const struct runtime_state 
 }
 
 /* gather's, for real states: the real parts of the same rows into dst ([nr][block] reals): from
- * a shard on the computing device straight, from one elsewhere copied over in runs of rows
- * through the bounce buffer first. */
+ * a shard on the computing device straight, from one elsewhere (another device or rank) brought
+ * over in runs of rows through the bounce buffer first. */
 static qdp_status gather_real(const struct kernel_job *k, const struct runtime_state *s,
                               uint64_t r0, uint64_t nr, uint64_t k0, char *dst,
                               struct qdp_error *err) {
@@ -115,15 +116,15 @@ static qdp_status gather_real(const struct kernel_job *k, const struct runtime_s
       continue;
     }
     char *at = dst + ((pc.row - r0) * k->block + (pc.amp - k0)) * k->op_es;
-    struct runtime_device *from = k->m->devs[s->plan.shards[i].device];
+    bool here = s->bufs[i] && k->m->devs[s->plan.shards[i].device] == d;
     qdp_status rc = QDP_OK;
-    if (from == d) {
+    if (here) {
       rc = d->ops->real_rows(d, at, pitch, pc.src, pc.pitch, pc.width, pc.rows, k->dt, err);
     }
     uint64_t row = pc.width * k->es, run = k->bounce_bytes / row; /* rows a bounce holds: >= 1 */
-    for (uint64_t r = 0; from != d && r < pc.rows && rc == QDP_OK; r += run) {
+    for (uint64_t r = 0; !here && r < pc.rows && rc == QDP_OK; r += run) {
       uint64_t n = pc.rows - r < run ? pc.rows - r : run;
-      rc = d->ops->copy_rows(d, k->bounce, row, from, pc.src + r * pc.pitch, pc.pitch, row, n, err);
+      rc = runtime_state_piece_rows(s, i, &pc, r, n, d, k->bounce, row, err);
       if (rc == QDP_OK) {
         rc = d->ops->real_rows(d, at + r * pitch, pitch, k->bounce, row, pc.width, n, k->dt, err);
       }
@@ -188,28 +189,15 @@ out:
   return rc;
 }
 
-/* Whether a shard of s is on a device other than d. */
+/* Whether a shard of s is on a device other than d (or another rank). */
 static bool elsewhere(const struct runtime_state *s, const struct runtime_device *d,
                       const struct runtime_mesh *m) {
   for (size_t i = 0; i < s->plan.nshards; i++) {
-    if (m->devs[s->plan.shards[i].device] != d) {
+    if (!s->bufs[i] || m->devs[s->plan.shards[i].device] != d) {
       return true;
     }
   }
   return false;
-}
-
-static qdp_status check_local(const struct runtime_state *s, const char *which,
-                              struct qdp_error *err) {
-  for (size_t i = 0; i < s->plan.nshards; i++) {
-    if (!s->bufs[i]) {
-      return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, which,
-                           "shard %zu of state %s is on rank %d: a kernel matrix is computed from "
-                           "states of one rank",
-                           i, which, s->plan.shards[i].rank);
-    }
-  }
-  return QDP_OK;
 }
 
 /* The tiles' loop over k's workspace, reserved and allocated here (the tiles already shaped):
@@ -261,9 +249,9 @@ static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows
   return rc;
 }
 
-/* Fills what both forms share from the rows' plans (a's, and b's or a's). */
+/* Fills what both forms share from the rows' plans (a's, and b's or a's), computed on d. */
 static qdp_status kernel_start(struct kernel_job *k, const struct plan *pa, const struct plan *pb,
-                               struct qdp_error *err) {
+                               struct runtime_device *d, struct qdp_error *err) {
   if (pb->qubits != pa->qubits || pb->out_dtype != pa->out_dtype) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "b",
                          "b is %u qubits of %s but a is %u qubits of %s: a kernel matrix pairs "
@@ -271,7 +259,7 @@ static qdp_status kernel_start(struct kernel_job *k, const struct plan *pa, cons
                          pb->qubits, qdp_dtype_name(pb->out_dtype), pa->qubits,
                          qdp_dtype_name(pa->out_dtype));
   }
-  k->d = k->m->devs[pa->shards[0].device];
+  k->d = d;
   if (!k->d->ops->gram) {
     return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, NULL,
                          "the %s backend of %s computes no kernel matrix", k->d->ops->backend,
@@ -291,10 +279,10 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   const struct plan *pa = &a->plan, *pb = b ? &b->plan : pa;
   struct kernel_job k = {.m = m, .a = a, .b = b, .same = b == NULL, .overlaps = overlaps};
   qdp_status rc;
-  QDP_TRY(rc, kernel_start(&k, pa, pb, reterr));
-  QDP_TRY(rc, check_local(a, "a", reterr));
+  QDP_TRY(rc, kernel_start(&k, pa, pb, runtime_state_home(a), reterr));
+  QDP_TRY(rc, runtime_state_check_reachable(a, "a", reterr));
   if (b) {
-    QDP_TRY(rc, check_local(b, "b", reterr));
+    QDP_TRY(rc, runtime_state_check_reachable(b, "b", reterr));
   }
   const struct qdp_encoding_desc *ea = qdp_encoding_desc(pa->encoding);
   const struct qdp_encoding_desc *eb = qdp_encoding_desc(pb->encoding);
@@ -394,7 +382,7 @@ qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_ke
   const struct plan *pa = a->full, *pb = b ? b->full : pa;
   struct kernel_job k = {.m = m, .ia = a, .ib = b, .same = b == NULL, .overlaps = overlaps};
   qdp_status rc;
-  QDP_TRY(rc, kernel_start(&k, pa, pb, reterr));
+  QDP_TRY(rc, kernel_start(&k, pa, pb, m->devs[pa->shards[0].device], reterr));
   k.full_device = pa->shards[0].device;
   QDP_TRY(rc, check_tile_plans(a, "a", k.full_device, pa->batch, reterr));
   if (b) {

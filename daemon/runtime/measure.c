@@ -1,4 +1,5 @@
-/* measure.c — measurements of a state of this rank (runtime.h, "measurements").
+/* measure.c — measurements of a state (runtime.h, "measurements"), on devices of this rank:
+ * windows of other ranks' shards come through the world's reads.
  *
  * The amplitudes of each row group (the rows one shard, or a run of amplitude shards, holds) go in
  * windows of 2^min(n, window_log2). A window that one shard holds whole is measured in place on
@@ -41,6 +42,8 @@ struct measure_job {
   uint64_t cols;       /* the widest group's columns */
   uint64_t scratch;    /* bytes of each device's scratch: for the widest group, or sampling's */
   int host_log2;       /* sampling: ranges up to 2^host_log2 amplitudes may go to the host; -1 none */
+  size_t home;         /* mesh index of runtime_state_home's device */
+  bool home_set;
   struct measure_ws *ws; /* per mesh device */
 };
 
@@ -74,6 +77,13 @@ static bool job_start(struct measure_job *j, struct runtime_mesh *m, const struc
   j->nwin = s->plan.amplitudes / j->len;
   j->levels = s->plan.qubits - wl + 1;
   j->ws = calloc(m->count, sizeof *j->ws);
+  /* Windows of other ranks' shards are brought to the first device here holding a shard. */
+  for (size_t i = 0; i < s->plan.nshards && !j->home_set; i++) {
+    if (s->bufs[i]) {
+      j->home = s->plan.shards[i].device;
+      j->home_set = true;
+    }
+  }
   return j->ws != NULL;
 }
 
@@ -104,7 +114,8 @@ static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64
     const struct plan_shard *sh = &p->shards[i];
     bool rows = sh->row_first <= r0 && r0 + nr <= sh->row_first + sh->rows;
     bool amps = sh->first <= a && a + len <= sh->first + sh->count;
-    if (rows && amps && (want_dev == SIZE_MAX || sh->device == want_dev)) {
+    size_t at = j->s->bufs[i] ? sh->device : j->home; /* where its rows would be brought */
+    if (j->s->bufs[i] && rows && amps && (want_dev == SIZE_MAX || sh->device == want_dev)) {
       *ret_ptr = (const char *)j->s->bufs[i] +
                  ((r0 - sh->row_first) * sh->count + (a - sh->first)) * j->es;
       *ret_ld = sh->count;
@@ -114,7 +125,7 @@ static qdp_status window(struct measure_job *j, uint64_t r0, uint64_t nr, uint64
     bool meets = sh->row_first < r0 + nr && r0 < sh->row_first + sh->rows &&
                  sh->first < a + len && a < sh->first + sh->count;
     if (meets && first == SIZE_MAX) {
-      first = sh->device;
+      first = at;
     }
   }
   size_t dev = want_dev != SIZE_MAX ? want_dev : first;
@@ -180,51 +191,60 @@ static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, ui
   return rc;
 }
 
-/* Every basis state's probability, shard by shard straight into out. */
+/* Every basis state's probability, shard by shard straight into out; another rank's shard a
+ * piece at a time through the home device's window buffer. */
 static qdp_status all_probabilities(struct measure_job *j, double *out, struct qdp_error *err) {
   const struct plan *p = j->p;
   qdp_status rc = QDP_OK;
   for (size_t i = 0; i < p->nshards && rc == QDP_OK; i++) {
     const struct plan_shard *sh = &p->shards[i];
-    struct runtime_device *d = j->m->devs[sh->device];
-    struct measure_ws *ws = &j->ws[sh->device];
+    bool here = j->s->bufs[i] != NULL;
+    size_t dev = here ? sh->device : j->home;
+    struct runtime_device *d = j->m->devs[dev];
+    struct measure_ws *ws = &j->ws[dev];
     uint64_t per = MEASURE_ABS2_BYTES / sizeof(double);
     uint64_t span = sh->count < per ? sh->count : per; /* amplitudes of a row per call */
     uint64_t rows = per / span < sh->rows ? per / span : sh->rows;
     rc = ws_take(d, &ws->scratch, &ws->scratch_bytes, rows * span * sizeof(double), err);
+    if (rc == QDP_OK && !here) {
+      rc = ws_take(d, &ws->win, &ws->win_bytes, rows * span * j->es, err);
+    }
     for (uint64_t r = 0; r < sh->rows && rc == QDP_OK; r += rows) {
       uint64_t nr = sh->rows - r < rows ? sh->rows - r : rows;
       for (uint64_t c = 0; c < sh->count && rc == QDP_OK; c += span) {
         uint64_t nc = sh->count - c < span ? sh->count - c : span;
-        const char *x = (const char *)j->s->bufs[i] + (r * sh->count + c) * j->es;
-        rc = d->ops->abs2(d, x, sh->count, nr, nc, p->out_dtype, ws->scratch,
-                          out + (sh->row_first + r) * p->amplitudes + sh->first + c,
-                          p->amplitudes, err);
+        const char *x = here ? (const char *)j->s->bufs[i] + (r * sh->count + c) * j->es : ws->win;
+        uint64_t ld = here ? sh->count : nc;
+        struct runtime_piece pc;
+        if (!here && runtime_state_piece(j->s, i, sh->row_first + r, nr, sh->first + c, nc, &pc)) {
+          rc = runtime_state_piece_rows(j->s, i, &pc, 0, nr, d, ws->win, nc * j->es, err);
+        }
+        if (rc == QDP_OK) {
+          rc = d->ops->abs2(d, x, ld, nr, nc, p->out_dtype, ws->scratch,
+                            out + (sh->row_first + r) * p->amplitudes + sh->first + c,
+                            p->amplitudes, err);
+        }
       }
     }
   }
   return rc;
 }
 
-/* What every measurement needs of s and the request; *ret_dev: the device of its first shard,
+/* What every measurement needs of s and the request; *ret_dev: runtime_state_home's device,
  * whose backend must make measurements. */
-static qdp_status check(struct runtime_mesh *m, const struct runtime_state *s,
+static qdp_status check(const struct runtime_state *s,
                         const struct runtime_measure *req, struct runtime_device **ret_dev,
                         struct qdp_error *err) {
   const struct plan *p = &s->plan;
-  struct runtime_device *d0 = *ret_dev = m->devs[p->shards[0].device];
+  struct runtime_device *d0 = *ret_dev = runtime_state_home(s);
   if (!d0->ops->measure) {
     return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, NULL,
                          "the %s backend of %s makes no measurements", d0->ops->backend,
                          d0->info.name);
   }
-  for (size_t i = 0; i < p->nshards; i++) {
-    if (!s->bufs[i]) {
-      return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "state",
-                           "shard %zu of the state is on rank %d: measurements are made on "
-                           "states of one rank",
-                           i, p->shards[i].rank);
-    }
+  qdp_status rc = runtime_state_check_reachable(s, "state", err);
+  if (rc != QDP_OK) {
+    return rc;
   }
   if (req->nqubits > QDPK_MEASURE_QUBITS_MAX) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "qubits",
@@ -318,7 +338,7 @@ qdp_status runtime_state_measure(struct runtime_mesh *m, const struct runtime_st
                                  const char **ret_device, struct qdp_error *reterr) {
   const struct plan *p = &s->plan;
   struct runtime_device *d0 = NULL;
-  qdp_status rc = check(m, s, req, &d0, reterr);
+  qdp_status rc = check(s, req, &d0, reterr);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -539,7 +559,7 @@ qdp_status runtime_state_sample(struct runtime_mesh *m, const struct runtime_sta
   const struct plan *p = &s->plan;
   struct runtime_measure none = {0, NULL, 0, NULL, window_log2};
   struct runtime_device *d0 = NULL;
-  qdp_status rc = check(m, s, &none, &d0, reterr);
+  qdp_status rc = check(s, &none, &d0, reterr);
   if (rc != QDP_OK) {
     return rc;
   }

@@ -288,14 +288,15 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
  *
  * K[i][j] = |<a_i|b_j>|^2 (the real type of the states' precision), or with `overlaps` the
  * complex <a_i|b_j>, for the rows of a and b (b NULL: a with itself; only the upper half is
- * computed and mirrored, conjugated for overlaps). Computed on the device of a's first shard: the
+ * computed and mirrored, conjugated for overlaps). Computed on the first device of this rank that
+ * holds a shard of a (runtime_state_home), other ranks' shards read through the world: the
  * amplitudes go in blocks, each block's product over tiles of rows gathered into the device's
  * workspace, and the blocks' products summed along one fixed pairwise tree: the same bits on any
  * sharding of a and b (they depend on the tiling, a function of the shapes and `tiles`). States
  * whose amplitudes are all real take products of their real parts. The workspace is reserved
  * against the device's budget first: RESOURCE_EXHAUSTED naming the device with the bytes needed
  * and free. INVALID_ARGUMENT (field "b") when a and b differ in qubits or dtype;
- * FAILED_PRECONDITION when a shard is on another rank or the backend has no kernel. `out` is host
+ * FAILED_PRECONDITION when the backend has no kernel. `out` is host
  * memory of rows * cols values, row-major; *ret_device names the device that computed it. */
 struct runtime_kernel_tiles {
   unsigned block_log2; /* blocks of 2^min(n, block_log2) amplitudes, fewer where the operands of
@@ -342,7 +343,8 @@ uint64_t runtime_inputs_kernel_bytes(uint32_t qubits, qdp_dtype dt, uint64_t til
  * the device that holds it (gathered onto one device where shards cut it), the windows along one
  * fixed tree: the same bits on any sharding. A string with X or Y qubits also reads, for each
  * window, the window its X mask maps it to. INVALID_ARGUMENT for qubits or strings the state does
- * not have (fields "qubits", "paulis"); FAILED_PRECONDITION for shards on another rank. */
+ * not have (fields "qubits", "paulis"). Windows of other ranks' shards are read through the
+ * world onto the first device of this rank that holds a shard. */
 #define RUNTIME_MEASURE_WINDOW_LOG2 28u
 struct runtime_pauli {
   uint64_t xmask, zmask; /* X and Y qubits; Z and Y qubits */

@@ -39,12 +39,29 @@ static inline bool runtime_state_piece(const struct runtime_state *s, size_t i, 
   }
   unsigned es = qdp_dtype_size(s->plan.out_dtype);
   *ret = (struct runtime_piece){lo, hi - lo, alo, ahi - alo, NULL, sh->count * es};
-  ret->src = (const char *)s->bufs[i] + ((lo - sh->row_first) * sh->count + (alo - sh->first)) * es;
+  /* NULL for another rank's shard: its rows are read through the world (piece_rows). */
+  ret->src = s->bufs[i] ? (const char *)s->bufs[i] +
+                              ((lo - sh->row_first) * sh->count + (alo - sh->first)) * es
+                        : NULL;
   return true;
 }
 
-/* Rows [r0, r0 + nr) and amplitudes [a, a + len) of s, from whichever shards hold them, into dst
- * on device d ([nr][len] of the state's dtype), device to device (views.c). */
+/* Rows [k0, k0 + n) of piece pc of shard i of s into dst on device d (rows dst_pitch apart):
+ * device to device from a shard of this rank, from another rank's through the world's reads
+ * and host memory (views.c). */
+qdp_status runtime_state_piece_rows(const struct runtime_state *s, size_t i,
+                                    const struct runtime_piece *pc, uint64_t k0, uint64_t n,
+                                    struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                                    struct qdp_error *reterr);
+/* INTERNAL (field `which`) unless every shard of s is this rank's or readable from its rank
+ * (the coordinator's state of a world job). */
+qdp_status runtime_state_check_reachable(const struct runtime_state *s, const char *which,
+                                         struct qdp_error *reterr);
+/* The device of s's first shard on this rank; the mesh's first device when it has none here. */
+struct runtime_device *runtime_state_home(const struct runtime_state *s);
+
+/* Rows [r0, r0 + nr) and amplitudes [a, a + len) of s, from whichever shards hold them (another
+ * rank's too), into dst on device d ([nr][len] of the state's dtype) (views.c). */
 qdp_status runtime_state_gather_block(const struct runtime_state *s, struct runtime_device *d,
                                       uint64_t r0, uint64_t nr, uint64_t a, uint64_t len,
                                       void *dst, struct qdp_error *reterr);

@@ -239,6 +239,78 @@ void runtime_mesh_close_ipc(struct runtime_mesh *m, struct runtime_ipc_input *in
   }
 }
 
+/* Received rows of a remote piece pass through host memory in runs of at most this much. */
+#define REMOTE_RUN_BYTES (64ull << 20)
+
+/* Rows [k0, k0 + n) of piece pc of remote shard i, read from its rank through the world and
+ * written to dst on d (rows dst_pitch apart). */
+static qdp_status remote_rows(const struct runtime_state *s, size_t i,
+                              const struct runtime_piece *pc, uint64_t k0, uint64_t n,
+                              struct runtime_device *d, char *dst, uint64_t dst_pitch,
+                              struct qdp_error *err) {
+  const struct runtime_mesh *m = s->mesh;
+  const struct plan *p = &s->plan;
+  unsigned es = qdp_dtype_size(p->out_dtype);
+  uint64_t row = pc->width * es;
+  /* Whole states are one flat range: many rows a read; otherwise a row a read. */
+  bool whole = pc->width == p->amplitudes && dst_pitch == row;
+  uint64_t run = whole ? (REMOTE_RUN_BYTES / row ? REMOTE_RUN_BYTES / row : 1) : 1;
+  char *buf = malloc((size_t)(run * row));
+  if (!buf) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory to receive rank %d's amplitudes (%s)", p->shards[i].rank,
+                         QDP_SIZE_STR(run * row));
+  }
+  qdp_status rc = QDP_OK;
+  for (uint64_t k = k0; k < k0 + n && rc == QDP_OK; k += run) {
+    uint64_t nk = k0 + n - k < run ? k0 + n - k : run;
+    uint64_t flat = (pc->row + k) * p->amplitudes + pc->amp;
+    rc = m->world_ops->read(m->world_ctx, p->shards[i].rank, s->world_job, flat,
+                            nk * pc->width, buf, (size_t)(nk * row), err);
+    if (rc == QDP_OK) {
+      rc = d->ops->write(d, dst + (k - k0) * dst_pitch, buf, nk * row, err);
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+qdp_status runtime_state_piece_rows(const struct runtime_state *s, size_t i,
+                                    const struct runtime_piece *pc, uint64_t k0, uint64_t n,
+                                    struct runtime_device *d, void *dst, uint64_t dst_pitch,
+                                    struct qdp_error *err) {
+  if (!s->bufs[i]) {
+    return remote_rows(s, i, pc, k0, n, d, dst, dst_pitch, err);
+  }
+  unsigned es = qdp_dtype_size(s->plan.out_dtype);
+  return d->ops->copy_rows(d, dst, dst_pitch, s->mesh->devs[s->plan.shards[i].device],
+                           pc->src + k0 * pc->pitch, pc->pitch, pc->width * es, n, err);
+}
+
+qdp_status runtime_state_check_reachable(const struct runtime_state *s, const char *which,
+                                         struct qdp_error *err) {
+  const struct runtime_mesh *m = s->mesh;
+  for (size_t i = 0; i < s->plan.nshards; i++) {
+    if (!s->bufs[i] && !(s->world_job && m->world_ops && m->world_ops->read &&
+                         s->plan.shards[i].rank != m->rank)) {
+      return qdp_error_set(err, QDP_ERR_INTERNAL, which,
+                           "shard %zu of %s is on rank %d, which this rank cannot read", i, which,
+                           s->plan.shards[i].rank);
+    }
+  }
+  return QDP_OK;
+}
+
+struct runtime_device *runtime_state_home(const struct runtime_state *s) {
+  const struct runtime_mesh *m = s->mesh;
+  for (size_t i = 0; i < s->plan.nshards; i++) {
+    if (s->bufs[i]) {
+      return m->devs[s->plan.shards[i].device];
+    }
+  }
+  return m->devs[0];
+}
+
 qdp_status runtime_state_gather_block(const struct runtime_state *s, struct runtime_device *d,
                                       uint64_t r0, uint64_t nr, uint64_t a, uint64_t len,
                                       void *dst, struct qdp_error *reterr) {
@@ -249,8 +321,7 @@ qdp_status runtime_state_gather_block(const struct runtime_state *s, struct runt
       continue;
     }
     char *at = (char *)dst + ((pc.row - r0) * len + (pc.amp - a)) * es;
-    qdp_status rc = d->ops->copy_rows(d, at, len * es, s->mesh->devs[s->plan.shards[i].device],
-                                      pc.src, pc.pitch, pc.width * es, pc.rows, reterr);
+    qdp_status rc = runtime_state_piece_rows(s, i, &pc, 0, pc.rows, d, at, len * es, reterr);
     if (rc != QDP_OK) {
       return rc;
     }

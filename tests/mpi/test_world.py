@@ -351,6 +351,46 @@ class World(unittest.TestCase):
         self.assertEqual(np.load(path).tobytes(), whole.tobytes())
         self.c.release(st)
 
+    def measure(self, client, st, kind, qubits=(), paulis=(), shots=0, seed=0):
+        req = client.pb.MeasureRequest(measurement=kind, qubits=list(qubits), paulis=list(paulis),
+                                       shots=shots, seed=seed)
+        req.state.CopyFrom(client.ref(st))
+        return client.call("Measure", req)
+
+    def test_kernels_measurements_and_samples_across_ranks_have_the_single_rank_bits(self):
+        """Shards on other ranks come to rank 0 through the world's reads, into the layout one
+        rank would use: the kernel matrix (complex and real states; amplitudes split, and a
+        batch split by sample), probabilities, Pauli expectations and samples have the bits of
+        the same states on a single-rank qdpd."""
+        probabilities, expectations, samples = 1, 2, 3  # proto Measurement
+        cases = (("iqp", 7, values("iqp", 7, rows=1), "even", self.spread),
+                 ("amplitude", 6, values("amplitude", 6, rows=1), "uneven", self.all),
+                 ("angle", 5, values("angle", 5, rows=2 * len(self.all) + 1), "batch", self.all),
+                 ("phase", 4, values("phase", 4, rows=2 * len(self.all) + 1), "batch", self.all))
+        for encoding, n, x, policy, devices in cases:
+            st = self.c.encode(encoding, n, x, policy=policy, devices=devices)
+            self.addCleanup(self.c.release, st)
+            self.assertEqual(self.ranks_of(st), list(range(self.ranks)), encoding)
+            one = self.ref.encode(encoding, n, x)
+            self.addCleanup(self.ref.release, one)
+            pairs = ((self.c, st), (self.ref, one))
+            for overlaps in (False, True):
+                got, want = (c.kernel(s, overlaps=overlaps).values for c, s in pairs)
+                self.assertEqual(got, want, f"{encoding} kernel overlaps={overlaps}")
+                got, want = (c.kernel(s, one_b, overlaps=overlaps).values
+                             for (c, s), one_b in zip(pairs, (st, one)))
+                self.assertEqual(got, want, f"{encoding} kernel with b, overlaps={overlaps}")
+            z = "Z" + "I" * (n - 2) + "X"
+            for kw in ({"kind": probabilities}, {"kind": probabilities, "qubits": (n - 1, 0)},
+                       {"kind": expectations, "paulis": ("Z" * n, z)},
+                       {"kind": samples, "shots": 300, "seed": 9}):
+                got, want = (self.measure(c, s, **kw).values for c, s in pairs)
+                self.assertEqual(got, want, f"{encoding} {kw}")
+            rows = np.asarray(x).reshape(-1, np.asarray(x).shape[-1])
+            P = np.stack([qdpref.state(encoding, r, n) for r in rows])
+            K = np.frombuffer(self.c.kernel(st).values, np.float64).reshape(len(rows), len(rows))
+            np.testing.assert_allclose(K, np.abs(P.conj() @ P.T) ** 2, rtol=0, atol=1e-12)
+
     def test_describe_names_each_shards_rank_and_host(self):
         st = self.c.encode("angle", 6, values("angle", 6)[0], policy="even", devices=self.spread)
         hosts = {r.rank: r.host for r in self.c.status().rank_info}

@@ -777,8 +777,6 @@ class Client:
         ResourceExhausted
             The workspace does not fit the device (``need_bytes``, ``free_bytes``), or over TCP a
             matrix larger than a reply carries (64 MiB).
-        FailedPrecondition
-            A state with shards on another rank of a multi-node daemon.
 
         Notes
         -----
