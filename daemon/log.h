@@ -53,10 +53,11 @@ bool log_journal(void);
 
 void log_set_level(int level);
 int log_get_level(void);
-/* The subsystems lines are filed under: each module that logs (main.c, rpc/, world/, transport/)
- * under its own name, and gRPC's own lines under "grpc". The log_subsys option names some of
- * them (tests/unit/check_log_subsys.py holds the sources and deploy/qdpd.conf to this list). */
-#define LOG_SUBSYSTEMS "main,rpc,grpc,world,transport"
+/* The subsystems lines are filed under: each module that logs (main.c, rpc/, world/, transport/,
+ * runtime/) under its own name, and gRPC's own lines under "grpc". The log_subsys option names
+ * some of them (tests/unit/check_log_subsys.py holds the sources and deploy/qdpd.conf to this
+ * list). */
+#define LOG_SUBSYSTEMS "main,rpc,grpc,world,transport,runtime"
 /* Whether the len bytes at name are one of LOG_SUBSYSTEMS. */
 bool log_subsys_known(const char *name, size_t len);
 /* Comma-separated subsystem names; NULL or "" = all. */

@@ -12,8 +12,10 @@
 # a build configured before it was installed stays without it), dpkg-dev (meson's default
 # libdir is Debian's multiarch folder only where dpkg-architecture is found), and Python 3 with
 # NumPy (the build embeds the wire contract with a Python script; the quick start prints the state
-# with NumPy). CUDA and NCCL are not Debian packages: when /usr/local/cuda (or $QDP_TOOLKIT_DIR)
-# has nvcc the build adds the CUDA backend, otherwise it builds the CPU backend alone.
+# with NumPy); and OpenBLAS, which qdpd loads at the first kernel matrix on the CPU backend (without
+# it, qdp's own loops compute those products, slower). CUDA and NCCL are not Debian packages: when
+# /usr/local/cuda (or $QDP_TOOLKIT_DIR) has nvcc the build adds the CUDA backend, otherwise it
+# builds the CPU backend alone.
 #
 # Python: python3-venv (a virtual environment, with pip, that sees Debian's packages through
 # --system-site-packages) and Debian's gRPC, protobuf and torch, which pip would otherwise fetch
@@ -24,15 +26,16 @@
 # tests/integration/test_prometheus.py and checks deploy/prometheus/alerts.yml; iproute2 for the
 # simulated hosts of the mpi suite; procps and libsystemd-dev; patchelf, with which
 # deploy/repair-wheel.py sets the run paths in a wheel (the wheel suite repairs the one it
-# builds). The integration suite's independent client uses Debian's Python gRPC and protobuf, and
-# the Python package's tests (tests/python.sh) its virtual environment, with more packages from
-# PyPI.
+# builds); libblas3, Debian's reference CBLAS, on which tests/unit/test_runtime_blas.c runs the
+# CPU backend's products besides OpenBLAS. The integration suite's independent client uses
+# Debian's Python gRPC and protobuf, and the Python package's tests (tests/python.sh) its virtual
+# environment, with more packages from PyPI.
 set -eu
 build_pkgs="meson ninja-build pkg-config gcc libc6-dev dpkg-dev libgrpc-dev protobuf-c-compiler
   libprotobuf-c-dev libuv1-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin check libsubunit-dev
-  python3 python3-numpy"
+  python3 python3-numpy libopenblas0-pthread"
 python_pkgs="python3-venv python3-grpcio python3-protobuf python3-torch"
-test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus patchelf"
+test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus patchelf libblas3"
 python=no
 tests=no
 list=no

@@ -2,9 +2,10 @@
 # What deploy/install-deps.sh installs, and what the README says the tests fetch.
 #   test_deploy.sh SOURCE_DIR BUILD_DIR
 # - The plain set (the quick start's) holds the Debian package of every library this build found
-#   through pkg-config and of protoc-c and mpirun (looked up with dpkg -S), and none of the test
-#   tools (clang, Prometheus, torch); deploy/quickstart.sh installs that set, tests/run-all.sh the
-#   one with --tests, which holds the plain and the --python sets and the test tools.
+#   through pkg-config, of protoc-c and mpirun and of the libraries qdpd loads at run time (looked
+#   up with dpkg -S), and none of the test tools (clang, Prometheus, torch); deploy/quickstart.sh
+#   installs that set, tests/run-all.sh the one with --tests, which holds the plain and the
+#   --python sets and the test tools.
 # - The README's Quick start, where the test command is, says that the Python tests fetch from
 #   PyPI every package tests/python.sh installs with pip.
 # Exits 77 without dpkg (not a Debian system).
@@ -48,6 +49,16 @@ for prog in protoc-c mpirun; do
   has "$plain" "$pkg" && ok "$prog ($pkg) is in the plain set" ||
     fail "$prog comes from '$pkg', which install-deps.sh's plain set lacks"
 done
+# What qdpd loads at run time rather than links: the CPU backend's BLAS (daemon/runtime/cpu_gram.c).
+so=libopenblas.so.0
+lib=$(/sbin/ldconfig -p | sed -n "s/^[[:space:]]*$so (.*) => //p" | head -1)
+if [ -z "$lib" ]; then
+  fail "the loader finds no $so, which qdpd loads: run deploy/install-deps.sh"
+else
+  pkg=$(owner "$(realpath "$lib")")
+  has "$plain" "$pkg" && ok "$so ($pkg), which qdpd loads, is in the plain set" ||
+    fail "$so, which qdpd loads, comes from '$pkg', which install-deps.sh's plain set lacks"
+fi
 for pkg in clang-14 prometheus python3-torch; do
   has "$plain" "$pkg" && fail "the plain set installs $pkg, which only the tests need" ||
     ok "the plain set leaves out $pkg"

@@ -1,5 +1,6 @@
 /* The CPU backend: host-memory devices ("cpu:N") running the reference kernels of kernels/qdpk.h,
- * each encoding's from the CPU table (qdpk_cpu_encoder).
+ * each encoding's from the CPU table (qdpk_cpu_encoder); the kernel matrix's block products
+ * through a CBLAS where one is found (cpu_gram.c).
  * It is both the oracle the GPU is tested against and a real backend for machines with no GPU.
  * Memory is plain host memory, so norm_load needs no copy and a butterfly between two cpu devices
  * works on both buffers in place. */
@@ -11,7 +12,7 @@
 
 #include "qdp_size.h"
 #include "qdpk.h"
-#include "runtime/device.h"
+#include "runtime/cpu_backend.h"
 
 /* 64-byte alignment: a cache line, and what vector loads of complex128 pairs want. */
 #define CPU_ALIGN 64
@@ -180,15 +181,6 @@ static qdp_status cpu_copy_rows(struct runtime_device *d, void *dst, uint64_t ds
   for (uint64_t r = 0; r < rows; r++) {
     memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
   }
-  return QDP_OK;
-}
-
-static qdp_status cpu_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,
-                           const void *b, uint64_t ldb, uint64_t cols, uint64_t len, qdp_dtype dt,
-                           bool upper, bool real, void *g, struct qdp_error *reterr) {
-  (void)d;
-  (void)reterr;
-  qdpk_cpu_gram(a, lda, rows, b, ldb, cols, len, dt, upper, real, g);
   return QDP_OK;
 }
 
