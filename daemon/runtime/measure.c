@@ -155,24 +155,41 @@ static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, ui
                          QDP_SIZE_STR((j->levels + 1) * part * sizeof *stack));
   }
   uint64_t xh = qm->kind == QDPK_MEASURE_PAULI ? qm->xmask & ~(j->len - 1) : 0;
+  /* With X or Y qubits above the window, windows pair up (w and w ^ xw), and the value of the
+   * later one equals the earlier's: substituting b ^ xmask for b turns one sum into the other's
+   * conjugate, the signs matching because a Y is both an X and a Z (its i^ny conjugated, (-1)^ny
+   * from the Z mask). So only the earlier of each pair is measured, reading both windows: the
+   * state is read once. */
+  uint64_t xw = xh / j->len;
+  double *earlier = xw ? calloc((size_t)j->nwin * part, sizeof *earlier) : NULL;
   unsigned depth = 0;
-  qdp_status rc = QDP_OK;
+  qdp_status rc = xw && !earlier ? qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                                                 "no host memory for a measurement's windows")
+                                 : QDP_OK;
   for (uint64_t w = 0; w < j->nwin && rc == QDP_OK; w++) {
-    const void *x = NULL, *px = NULL;
-    uint64_t ld = 0, pld = 0;
-    size_t dev = 0, pdev = 0;
-    rc = window(j, r0, nr, w * j->len, j->len, SIZE_MAX, false, &x, &ld, &dev, err);
-    if (rc == QDP_OK && xh) {
-      rc = window(j, r0, nr, (w * j->len) ^ xh, j->len, dev, true, &px, &pld, &pdev, err);
-    }
-    struct runtime_device *d = j->m->devs[dev];
-    struct measure_ws *ws = &j->ws[dev];
-    if (rc == QDP_OK) {
-      rc = ws_take(d, &ws->scratch, &ws->scratch_bytes, j->scratch, err);
-    }
-    if (rc == QDP_OK) {
-      rc = d->ops->measure(d, qm, x, ld, xh ? px : NULL, pld, nr, w * j->len, j->len,
-                           ws->scratch, stack + depth * part, err);
+    double *slot = stack + depth * part;
+    if (xw && (w ^ xw) < w) {
+      memcpy(slot, earlier + (w ^ xw) * part, part * sizeof *slot);
+    } else {
+      const void *x = NULL, *px = NULL;
+      uint64_t ld = 0, pld = 0;
+      size_t dev = 0, pdev = 0;
+      rc = window(j, r0, nr, w * j->len, j->len, SIZE_MAX, false, &x, &ld, &dev, err);
+      if (rc == QDP_OK && xh) {
+        rc = window(j, r0, nr, (w * j->len) ^ xh, j->len, dev, true, &px, &pld, &pdev, err);
+      }
+      struct runtime_device *d = j->m->devs[dev];
+      struct measure_ws *ws = &j->ws[dev];
+      if (rc == QDP_OK) {
+        rc = ws_take(d, &ws->scratch, &ws->scratch_bytes, j->scratch, err);
+      }
+      if (rc == QDP_OK) {
+        rc = d->ops->measure(d, qm, x, ld, xh ? px : NULL, pld, nr, w * j->len, j->len,
+                             ws->scratch, slot, err);
+      }
+      if (rc == QDP_OK && xw) {
+        memcpy(earlier + w * part, slot, part * sizeof *slot);
+      }
     }
     depth++;
     /* The tree: a window of odd index closes a pair at each level its trailing ones count. */
@@ -187,6 +204,7 @@ static qdp_status group(struct measure_job *j, const struct qdpk_measure *qm, ui
   for (uint64_t r = 0; rc == QDP_OK && r < nr; r++) {
     memcpy(out + (r0 + r) * cols, stack + r * qm->cols, qm->cols * sizeof *stack);
   }
+  free(earlier);
   free(stack);
   return rc;
 }

@@ -341,8 +341,9 @@ uint64_t runtime_inputs_kernel_bytes(uint32_t qubits, qdp_dtype dt, uint64_t til
  * windows of 2^min(n, window_log2) (the daemon's: RUNTIME_MEASURE_WINDOW_LOG2; smaller for many
  * columns, so that a window's partial sums stay bounded), each window on
  * the device that holds it (gathered onto one device where shards cut it), the windows along one
- * fixed tree: the same bits on any sharding. A string with X or Y qubits also reads, for each
- * window, the window its X mask maps it to. INVALID_ARGUMENT for qubits or strings the state does
+ * fixed tree: the same bits on any sharding. A string with X or Y qubits above the window measures
+ * each pair of windows its X mask maps onto each other once, reading both: one read of the
+ * state. INVALID_ARGUMENT for qubits or strings the state does
  * not have (fields "qubits", "paulis"). Windows of other ranks' shards are read through the
  * world onto the first device of this rank that holds a shard. */
 #define RUNTIME_MEASURE_WINDOW_LOG2 28u
