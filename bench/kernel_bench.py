@@ -12,6 +12,7 @@ a few runs after one warm-up:
               it; its rate counts every entry, qdp's only the half it computes (the target:
               qdp's rate >= 0.7 of ZGEMM's)
   torch       abs(psi @ psi.conj().T) ** 2 on the same view, to the host (the target: >= 1.8x)
+  qdp-out     Client.kernel(s, out=t): the matrix into a CUDA tensor t instead of this process
 
 and checks qdp's matrix against torch's (max |difference|); for phase, Client.kernel_of from the
 inputs under a cap of 1/8 of the states' bytes (encode included) against the resident time (the
@@ -56,6 +57,12 @@ def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> 
         say("kernel", impl="zgemm", encoding=encoding, samples=N, qubits=n, ms=g,
             tflops=full / g / 1e9)
         say("kernel", impl="torch", encoding=encoding, samples=N, qubits=n, ms=te)
+        # The matrix into a CUDA tensor: no copy through this process.
+        out = torch.empty(N, N, dtype=torch.float64, device="cuda")
+        qo = median_ms(lambda: c.kernel(s, out=out), runs, sync)
+        say("kernel", impl="qdp-out", encoding=encoding, samples=N, qubits=n, ms=qo,
+            over_numpy=q / qo, max_abs_diff=float(np.abs(out.cpu().numpy() - K).max()))
+        del out
         say("kernel-ratio", encoding=encoding, samples=N, qubits=n,
             qdp_rate_over_zgemm=(half / q) / (full / g), target_zgemm=0.7,
             qdp_over_torch=te / q, target_torch=1.8, max_abs_diff=diff)

@@ -28,15 +28,66 @@ static qdp_status kernel_write(void *arg, void *dst, struct qdp_error *err) {
                               &w->device, err);
 }
 
-/* Where a computation's `bytes` of values go (`what` says what they are, for messages): the region
- * of o, else host memory that *ret_values takes (up to inline_max); write(arg, dst) makes them.
- * *ret_ms: how long write took. */
+/* Where a computation's `bytes` of values go (`what` says what they are, for messages): the
+ * caller's CUDA allocation `out`, the region of o, else host memory that *ret_values takes (up to
+ * inline_max); write(arg, dst) makes them. *ret_ms: how long write took. */
 struct compute_out {
   const char *method; /* "Kernel" */
   const char *region, *region_token;
   uint64_t region_offset;
   uint64_t inline_max;
+  const struct job_output *out;
+  unsigned value_bytes; /* of one value: out.offset must be a multiple */
 };
+
+/* write(arg, dst) with dst the caller's allocation o->out: checked (the refusals job_kernel
+ * lists: the request's own faults before the backend's), opened for the call on its GPU, and
+ * closed. */
+static qdp_status deliver_out(struct job_pipeline *jp, const struct compute_out *o,
+                              uint64_t bytes, const char *what,
+                              qdp_status (*write)(void *arg, void *dst, struct qdp_error *err),
+                              void *arg, struct qdp_error *err) {
+  const struct job_output *out = o->out;
+  struct job_sink sink = {0};
+  qdp_status rc = QDP_OK;
+  if (o->region && o->region[0]) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "region",
+                         "region and out both name where the values go: give one");
+  }
+  if (out->ipc_handle_len != RUNTIME_IPC_HANDLE_BYTES) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "out.ipc_handle",
+                         "out.ipc_handle has %zu bytes; a cudaIpcMemHandle_t has %d",
+                         out->ipc_handle_len, RUNTIME_IPC_HANDLE_BYTES);
+  }
+  if (out->offset % o->value_bytes != 0) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "out.offset",
+                         "out.offset %" PRIu64 " is not a multiple of %u B, the size of a value",
+                         out->offset, o->value_bytes);
+  }
+  if (out->bytes < bytes) {
+    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "out.bytes",
+                       "%s needs %" PRIu64 " B but out offers %" PRIu64 " B", what, bytes,
+                       out->bytes);
+    if (err) {
+      err->need_bytes = bytes;
+      err->free_bytes = out->bytes;
+    }
+    return rc;
+  }
+  if (strcmp(runtime_mesh_backend(jp->mesh), "cpu") == 0) {
+    return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "out",
+                         "out names a CUDA allocation, but this daemon's mesh is cpu:%zu (host "
+                         "memory); leave out unset and take the values back",
+                         runtime_mesh_count(jp->mesh));
+  }
+  QDP_TRY(rc, runtime_mesh_find_uuid(jp->mesh, out->device_uuid, "out.device_uuid", &sink.device,
+                                     err));
+  QDP_TRY(rc, job_sink_open_range(jp, out, &sink, err));
+  rc = write(arg, sink.out.data, err);
+out:
+  job_sink_close(jp, &sink);
+  return rc;
+}
 
 static qdp_status deliver(struct job_pipeline *jp, const struct job_caller *caller,
                           const struct compute_out *o, unsigned __int128 bytes, const char *what,
@@ -46,7 +97,7 @@ static qdp_status deliver(struct job_pipeline *jp, const struct job_caller *call
   qdp_status rc;
   bool to_region = o->region && o->region[0];
   *ret_values = NULL;
-  if (bytes > (to_region ? UINT64_MAX : o->inline_max)) {
+  if (bytes > (to_region || o->out ? UINT64_MAX : o->inline_max)) {
     rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
                        "%s is %s, more than a reply carries (%s): pass a region registered "
                        "writable to write it into",
@@ -59,7 +110,9 @@ static qdp_status deliver(struct job_pipeline *jp, const struct job_caller *call
     return rc;
   }
   uint64_t t0 = clock_mono_ns();
-  if (to_region) {
+  if (o->out) {
+    QDP_TRY(rc, deliver_out(jp, o, (uint64_t)bytes, what, write, arg, err));
+  } else if (to_region) {
     QDP_TRY(rc, job_output_region(jp, caller, o->region, o->region_token, o->method, &g, err));
     QDP_TRY(rc, job_region_fits(g, o->region, o->region_offset, (uint64_t)bytes, what, "region",
                                 err));
@@ -112,8 +165,13 @@ qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
   char what[96];
   snprintf(what, sizeof what, "a %" PRIu64 " x %" PRIu64 " %s matrix", ret->rows, ret->cols,
            qdp_dtype_name(ret->dtype));
-  struct compute_out o = {"Kernel", req->region, req->region_token, req->region_offset,
-                          inline_max};
+  struct compute_out o = {.method = "Kernel",
+                          .region = req->region,
+                          .region_token = req->region_token,
+                          .region_offset = req->region_offset,
+                          .inline_max = inline_max,
+                          .out = req->out,
+                          .value_bytes = qdp_dtype_size(ret->dtype)};
   QDP_TRY(rc, deliver(jp, caller, &o, bytes, what, kernel_write, &w, &ret->values,
                       &ret->compute_ms, err));
   ret->bytes = (uint64_t)bytes;
@@ -264,8 +322,11 @@ qdp_status job_measure(struct job_pipeline *jp, const struct job_caller *caller,
            samples ? "int64 samples"
            : req->measurement == JOB_MEASURE_EXPECTATIONS ? "float64 expectation values"
                                                           : "float64 probabilities");
-  struct compute_out o = {"Measure", req->region, req->region_token, req->region_offset,
-                          inline_max};
+  struct compute_out o = {.method = "Measure",
+                          .region = req->region,
+                          .region_token = req->region_token,
+                          .region_offset = req->region_offset,
+                          .inline_max = inline_max};
   QDP_TRY(rc, deliver(jp, caller, &o, bytes, what, measure_write, &w, &ret->values,
                       &ret->compute_ms, err));
   ret->bytes = (uint64_t)bytes;

@@ -127,6 +127,10 @@ qdp_status job_sink_place(const struct job_pipeline *jp, const struct job_sink *
 qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
                          const struct runtime_input *in, const struct plan *p,
                          struct job_sink *sink, struct qdp_error *reterr);
+/* job_sink_open's first half, for any writer: opens o's allocation on sink->device and checks
+ * [offset, offset + bytes) against it (OUT_OF_RANGE), filling sink->out. */
+qdp_status job_sink_open_range(struct job_pipeline *jp, const struct job_output *o,
+                               struct job_sink *sink, struct qdp_error *reterr);
 /* Closes what job_sink_open opened (the memory stays the caller's). Safe on a zeroed sink. */
 void job_sink_close(struct job_pipeline *jp, struct job_sink *sink);
 

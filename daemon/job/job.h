@@ -334,6 +334,8 @@ struct job_kernel_request {
   const struct job_encode_request *encode;
   const struct job_input *input_b;
   uint64_t max_bytes;
+  /* The caller's CUDA allocation to write the matrix into (NULL: a region or the result). */
+  const struct job_output *out;
 };
 
 struct job_kernel_result {
@@ -352,7 +354,10 @@ struct job_kernel_result {
  * placement's devices, with the largest tiles whose workspace fits max_bytes (INVALID_ARGUMENT,
  * field "max_bytes", need_bytes for one row, when none does); an encode's refusals as Encode's;
  * INVALID_ARGUMENT for a policy other than auto or single (field "encode.placement.policy") or
- * an encode field this form has no use for. DATA_LOSS when a mapped input shrank meanwhile. */
+ * an encode field this form has no use for. DATA_LOSS when a mapped input shrank meanwhile.
+ * Into out: FAILED_PRECONDITION on the CPU backend, INVALID_ARGUMENT for a handle of the wrong
+ * length, an offset not aligned to a value, too few bytes (need_bytes, free_bytes) or a region
+ * besides; OUT_OF_RANGE past the allocation; NOT_FOUND for a GPU the mesh does not own. */
 qdp_status job_kernel(struct job_pipeline *jp, const struct job_caller *caller,
                       const struct job_kernel_request *req, uint64_t inline_max,
                       struct job_kernel_result *ret, struct qdp_error *reterr);

@@ -120,9 +120,8 @@ static bool overlap(uintptr_t a, uint64_t na, uintptr_t b, uint64_t nb) {
  * the driver reports, so that a refusal names out's fields (the backend's own check names the
  * input's). Both handles of one allocation open at one address, so an input that shares bytes
  * with the output is seen and refused: the encode would read what it overwrites. */
-qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
-                         const struct runtime_input *in, const struct plan *p,
-                         struct job_sink *sink, struct qdp_error *err) {
+qdp_status job_sink_open_range(struct job_pipeline *jp, const struct job_output *o,
+                               struct job_sink *sink, struct qdp_error *err) {
   qdp_status rc =
       runtime_mesh_open_ipc(jp->mesh, sink->device, o->ipc_handle, 0, 0, &sink->ipc, err);
   if (rc != QDP_OK) {
@@ -140,7 +139,19 @@ qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
     }
     return rc;
   }
-  char *data = (char *)sink->ipc.base + o->offset;
+  sink->out = (struct runtime_output){
+      .data = (char *)sink->ipc.base + o->offset, .device = sink->device, .bytes = o->bytes};
+  return QDP_OK;
+}
+
+qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
+                         const struct runtime_input *in, const struct plan *p,
+                         struct job_sink *sink, struct qdp_error *err) {
+  qdp_status rc = job_sink_open_range(jp, o, sink, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  char *data = sink->out.data;
   uint64_t in_bytes = in->rows * in->cols * qdp_dtype_size(in->dtype);
   if (in->on_device && overlap((uintptr_t)in->data, in_bytes, (uintptr_t)data, p->total_bytes)) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "out",
@@ -149,7 +160,6 @@ qdp_status job_sink_open(struct job_pipeline *jp, const struct job_output *o,
                          "would read what it overwrites; use another range",
                          p->total_bytes, o->offset, in_bytes);
   }
-  sink->out = (struct runtime_output){.data = data, .device = sink->device, .bytes = o->bytes};
   return QDP_OK;
 }
 

@@ -153,11 +153,9 @@ qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct j
   }
 }
 
-/* Where a request asks its state written instead of kept, into *ret (req->out then points to it):
- * a CUDA allocation of a caller on this node, like input.cuda_ipc. */
-static qdp_status output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *o,
-                            struct job_output *ret, struct job_encode_request *req,
-                            struct qdp_error *err) {
+qdp_status rpc_output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *o,
+                         struct job_output *ret, const struct job_output **ret_ptr,
+                         struct qdp_error *err) {
   if (!o) {
     return QDP_OK;
   }
@@ -165,14 +163,14 @@ static qdp_status output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *
     /* An IPC handle opens only on the node it came from, for a process of that node. */
     return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "out",
                          "out is for callers on the daemon's node (its Unix socket); TCP callers "
-                         "fetch the state instead");
+                         "take the values back instead");
   }
   *ret = (struct job_output){.ipc_handle = o->ipc_handle.data,
                              .ipc_handle_len = o->ipc_handle.len,
                              .offset = o->offset,
                              .bytes = o->bytes,
                              .device_uuid = o->device_uuid};
-  req->out = ret;
+  *ret_ptr = ret;
   return QDP_OK;
 }
 
@@ -197,5 +195,5 @@ qdp_status rpc_encode_request_of(const struct rpc_call *c, const Qdp__EncodeRequ
                          "nothing to act on: ask for one or the other",
                          r->out ? "out" : "views");
   }
-  return output_of(c, r->out, out, ret, err);
+  return rpc_output_of(c, r->out, out, &ret->out, err);
 }

@@ -34,6 +34,12 @@ void rpc_shm_what(const char *name, int pid, int fd, char *buf, size_t len);
 /* A request's input as job/ takes it, a descriptor taken for a file or shared memory; `what`
  * (what_len bytes) holds how messages name shared memory. An input with no source is a declared
  * shape (QDP_SOURCE_NONE). */
+/* Where a request asks its values written instead of sent or kept, into *ret (*ret_ptr then
+ * points to it; left as it is when o is absent): a CUDA allocation of a caller on this node, like
+ * input.cuda_ipc. PERMISSION_DENIED (field "out") over TCP. */
+qdp_status rpc_output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *o,
+                         struct job_output *ret, const struct job_output **ret_ptr,
+                         struct qdp_error *reterr);
 qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct job_input *ret,
                         char *what, size_t what_len, struct qdp_error *reterr);
 /* The request's fields as job/ takes them but its input; an `out` into *out (ret->out then

@@ -584,8 +584,9 @@ static void rpc_h_kernel(struct rpc_job *j) {
                                    .max_bytes = r->max_bytes};
   struct job_encode_request enc;
   struct job_input in_b;
-  struct job_output unused;
-  if (r->encode && kernel_inputs_of(c, r, &req, &enc, &in_b, &unused, &err) != QDP_OK) {
+  struct job_output unused, out;
+  if (rpc_output_of(c, r->out, &out, &req.out, &err) != QDP_OK ||
+      (r->encode && kernel_inputs_of(c, r, &req, &enc, &in_b, &unused, &err) != QDP_OK)) {
     rpc_finish(c, NULL, &err);
     return;
   }

@@ -238,11 +238,11 @@ qdp_status cuda_gram_finish(struct runtime_device *d, const void *g, uint64_t ro
                          c->stream));
   CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
          cudaMemcpy2DAsync(out, pitch_bytes, tile, cols * es, cols * es, rows,
-                           cudaMemcpyDeviceToHost, c->stream));
+                           cudaMemcpyDefault, c->stream));
   if (mirror) {
     CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
            cudaMemcpy2DAsync(mirror, pitch_bytes, back, rows * es, rows * es, cols,
-                             cudaMemcpyDeviceToHost, c->stream));
+                             cudaMemcpyDefault, c->stream));
   }
   QDP_TRY(rc, cuda_finish(c, reterr));
 out:

@@ -296,8 +296,9 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
  * whose amplitudes are all real take products of their real parts. The workspace is reserved
  * against the device's budget first: RESOURCE_EXHAUSTED naming the device with the bytes needed
  * and free. INVALID_ARGUMENT (field "b") when a and b differ in qubits or dtype;
- * FAILED_PRECONDITION when the backend has no kernel. `out` is host
- * memory of rows * cols values, row-major; *ret_device names the device that computed it. */
+ * FAILED_PRECONDITION when the backend has no kernel. `out` is host memory of rows * cols
+ * values, row-major (on the CUDA backend device memory of a mesh GPU too: a caller's allocation);
+ * *ret_device names the device that computed it. */
 struct runtime_kernel_tiles {
   unsigned block_log2; /* blocks of 2^min(n, block_log2) amplitudes, fewer where the operands of
                           a tile would pass their bound */

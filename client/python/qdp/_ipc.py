@@ -3,15 +3,16 @@ allocation is exported with ``cudaIpcGetMemHandle`` (qdp._cuda) and named with i
 the device's UUID.
 
 - **CUDA tensor input** (``Input.cuda_ipc``): the daemon reads the tensor in place.
-- **CUDA tensor output** (``EncodeRequest.out``, ``encode(..., out=t)``): the daemon writes the
-  state into the caller's tensor and keeps nothing.
+- **CUDA tensor output** (``EncodeRequest.out``, ``encode(..., out=t)``; ``KernelRequest.out``,
+  ``kernel(a, out=t)``): the daemon writes the state, or the matrix, into the caller's tensor
+  and keeps nothing.
 
 Both run only on a GPU node; what ``out`` is checked for before anything is sent needs no GPU.
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 from . import _cuda
 from ._values import is_tensor
@@ -42,7 +43,9 @@ def fill_cuda_input(inp: Any, tensor: Any) -> Any:
     return t
 
 
-_OUT_DTYPES = {"<c8": "complex64", "<c16": "complex128"}
+# What each kind of output may be: dtype name -> (typestr, itemsize).
+STATE_DTYPES = {"complex64": ("<c8", 8), "complex128": ("<c16", 16)}
+MATRIX_DTYPES = {"float32": ("<f4", 4), "float64": ("<f8", 8), **STATE_DTYPES}
 
 
 def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
@@ -54,23 +57,26 @@ def _c_strides(shape: Tuple[int, ...], itemsize: int) -> Tuple[int, ...]:
 
 
 class CudaOutput:
-    """Where ``encode(..., out=...)`` writes: a C-contiguous complex64 or complex128 CUDA
-    tensor, or any object with ``__cuda_array_interface__``, described without a CUDA call.
+    """Where ``encode(..., out=...)`` (or ``kernel(..., out=...)``) writes: a C-contiguous CUDA
+    tensor of one of ``dtypes``, or any object with ``__cuda_array_interface__``, described
+    without a CUDA call.
 
     Attributes
     ----------
     obj : object
-        What the caller passed, kept alive by this object until the Encode has answered.
+        What the caller passed, kept alive by this object until the call has answered.
     dtype : str
-        "complex64" or "complex128".
+        One of ``dtypes``' names (by default "complex64" or "complex128": a state).
     numel : int
         Its elements.
     ptr : int
         The device address of its first element.
     """
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, dtypes: Dict[str, Tuple[str, int]] = STATE_DTYPES,
+                 what: str = "a state") -> None:
         self.obj = out
+        self._dtypes, self._what = dtypes, what
         self._torch = is_tensor(out)
         if self._torch:
             self._of_tensor(out)
@@ -83,13 +89,13 @@ class CudaOutput:
         if not t.is_cuda:
             raise NotSupported(f"out= takes a CUDA tensor, not one on {t.device}: encode, then "
                                "State.numpy() or .torch(device='cpu')", field="out")
-        names = {torch.complex64: "complex64", torch.complex128: "complex128"}
+        names = {getattr(torch, k): k for k in self._dtypes}
         if t.dtype not in names:
-            raise InvalidArgument(f"out is a {t.dtype} tensor: a state is complex64 or "
-                                  "complex128", field="out")
+            raise InvalidArgument(f"out is a {t.dtype} tensor: {self._what} is "
+                                  f"{' or '.join(self._dtypes)}", field="out")
         if not t.is_contiguous():
-            raise InvalidArgument("out is not contiguous: the state is written row-major in "
-                                  "place; pass a contiguous tensor (or slice)", field="out")
+            raise InvalidArgument(f"out is not contiguous: {self._what} is written row-major "
+                                  "in place; pass a contiguous tensor (or slice)", field="out")
         if t.requires_grad:
             raise InvalidArgument("out requires grad: autograd cannot follow a write by the "
                                   "daemon; pass a tensor that does not", field="out")
@@ -102,15 +108,16 @@ class CudaOutput:
                                f"__cuda_array_interface__), not {type(out).__name__}: encode, "
                                "then State.numpy()", field="out")
         shape = tuple(int(n) for n in cai["shape"])
-        self.dtype = _OUT_DTYPES.get(cai["typestr"], "")
+        self.dtype = next((k for k, (ts, _) in self._dtypes.items() if ts == cai["typestr"]), "")
         if not self.dtype:
-            raise InvalidArgument(f"out has typestr {cai['typestr']!r}: a state is complex64 "
-                                  "('<c8') or complex128 ('<c16')", field="out")
-        itemsize = 8 if self.dtype == "complex64" else 16
+            kinds = " or ".join(f"{k} ({ts!r})" for k, (ts, _) in self._dtypes.items())
+            raise InvalidArgument(f"out has typestr {cai['typestr']!r}: {self._what} is "
+                                  f"{kinds}", field="out")
+        itemsize = self._dtypes[self.dtype][1]
         strides = cai.get("strides")
         if strides is not None and tuple(strides) != _c_strides(shape, itemsize):
-            raise InvalidArgument(f"out has strides {tuple(strides)}, not C-contiguous ones: the "
-                                  "state is written row-major in place", field="out")
+            raise InvalidArgument(f"out has strides {tuple(strides)}, not C-contiguous ones: "
+                                  f"{self._what} is written row-major in place", field="out")
         if cai["data"][1]:
             raise InvalidArgument("out is read-only", field="out")
         self.numel, self.ptr = 1, int(cai["data"][0])
@@ -127,6 +134,21 @@ class CudaOutput:
             raise InvalidArgument(f"out has {self.numel} elements; the state has {batch} x "
                                   f"2^{qubits} = {want} amplitudes: pass a tensor of shape "
                                   f"({batch}, {1 << qubits})", field="out")
+        self.name(req)
+
+    def fill_matrix(self, req: Any, dtype: str, rows: int, cols: int) -> None:
+        """Names the memory in ``req.out`` for a ``rows`` x ``cols`` matrix of ``dtype``."""
+        if self.dtype != dtype:
+            raise InvalidArgument(f"out is {self.dtype}; the matrix is {dtype}: pass a {dtype} "
+                                  "tensor", field="out")
+        if self.numel != rows * cols:
+            raise InvalidArgument(f"out has {self.numel} elements; the matrix has {rows} x "
+                                  f"{cols}: pass a tensor of shape ({rows}, {cols})", field="out")
+        self.name(req)
+
+    def name(self, req: Any) -> None:
+        """Fills ``req.out`` with this memory's handle, offset, bytes and GPU, once the work
+        queued on it is done (the daemon writes on its own streams)."""
         cuda = _cuda.runtime()
         if self._torch:
             import torch
@@ -140,5 +162,5 @@ class CudaOutput:
         handle, offset = cuda.export(ordinal, self.ptr)
         req.out.ipc_handle = handle
         req.out.offset = offset
-        req.out.bytes = self.numel * (8 if self.dtype == "complex64" else 16)
+        req.out.bytes = self.numel * self._dtypes[self.dtype][1]
         req.out.device_uuid = cuda.uuid(ordinal)

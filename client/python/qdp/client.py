@@ -748,8 +748,8 @@ class Client:
         info.token = token
         return State(self._owner, info, batched=info.batch > 1, owned=False)
 
-    def kernel(self, a: State, b: Optional[State] = None, *,
-               overlaps: bool = False) -> np.ndarray:
+    def kernel(self, a: State, b: Optional[State] = None, *, overlaps: bool = False,
+               out: Any = None) -> Any:
         """The kernel matrix of two resident batches, computed where their shards are.
 
         Parameters
@@ -761,17 +761,27 @@ class Client:
             symmetric case, each pair computed once).
         overlaps : bool
             Return the complex overlaps <a_i|b_j> instead of the fidelities |<a_i|b_j>|^2.
+        out : torch.Tensor or object with ``__cuda_array_interface__``, optional
+            A C-contiguous CUDA tensor of the matrix's shape and dtype on a GPU of the daemon's
+            node, which the daemon writes the matrix into (device to device: it never passes
+            through this process); a GPU daemon and its Unix socket only.
 
         Returns
         -------
-        numpy.ndarray
+        numpy.ndarray or out
             Of shape ``(a.batch, b.batch)``: float64 fidelities (float32 for complex64 states),
-            or complex overlaps of the states' dtype. The states stay resident.
+            or complex overlaps of the states' dtype. The states stay resident. With ``out``,
+            ``out``.
 
         Raises
         ------
         InvalidArgument
-            ``b`` of other qubits or dtype than ``a`` (field "b").
+            ``b`` of other qubits or dtype than ``a`` (field "b"); ``out`` of another dtype,
+            size or layout (field "out").
+        NotSupported
+            ``out`` not a CUDA tensor (field "out").
+        FailedPrecondition
+            ``out`` given to a daemon on the CPU backend (field "out").
         NotFound
             A state released or unknown (field "a" or "b").
         ResourceExhausted
@@ -788,11 +798,12 @@ class Client:
         if not isinstance(a, State) or not (b is None or isinstance(b, State)):
             raise InvalidArgument("kernel takes the qdp.State of an encode (a, and b when "
                                   "given); encode arrays first", field="a")
-        return self._owner.kernel(a, b, overlaps)
+        return self._owner.kernel(a, b, overlaps, out)
 
     def kernel_of(self, X: Any, encoding: str, qubits: int, Y: Any = None, *,
                   overlaps: bool = False, max_bytes: int = 0, dtype: Optional[str] = None,
-                  policy: str = "auto", devices: Optional[Sequence[str]] = None) -> np.ndarray:
+                  policy: str = "auto", devices: Optional[Sequence[str]] = None,
+                  out: Any = None) -> Any:
         """The kernel matrix of the states of inputs X (and Y) with no state kept: the daemon
         encodes a tile of rows at a time on one device and pairs the tiles there.
 
@@ -810,10 +821,12 @@ class Client:
             products): it sets the tiles' rows. 0: tiles of up to 4096 rows.
         policy, devices
             "auto" or "single", and the devices to choose from: the matrix is computed on one.
+        out : torch.Tensor, optional
+            A CUDA tensor the daemon writes the matrix into, as :meth:`kernel` takes it.
 
         Returns
         -------
-        numpy.ndarray
+        numpy.ndarray or out
             ``(len(X), len(Y))``, as :meth:`kernel` returns it.
 
         Raises
@@ -848,10 +861,8 @@ class Client:
                     self._fill_kernel_input(b, srcs[1], temps, staging=False)
                     req.input_b.CopyFrom(b.input)
                     cols = _batch_of(b.input, srcs[1])
-                dt = NUMPY_DTYPES[dtype or "complex128"]
-                if not overlaps:
-                    dt = np.dtype(np.float32 if dtype == "complex64" else np.float64)
-                return self._owner.fetcher.computed("Kernel", req, (rows, cols), dt)
+                return self._owner.matrix(req, dtype or "complex128", bool(overlaps),
+                                          (rows, cols), out)
         finally:
             for t in temps:
                 self._drop_region(t)

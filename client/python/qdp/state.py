@@ -10,11 +10,12 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _cuda, _views
+from . import _cuda, _ipc, _views
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._values import ttl_seconds
-from .errors import InvalidArgument, NotFound, NotSupported, TtlCappedWarning, error_for
+from .errors import (FailedPrecondition, InvalidArgument, NotFound, NotSupported,
+                     TtlCappedWarning, error_for)
 from .records import NUMPY_DTYPES, StateInfo, dtype_name, encoding_name
 
 _DL_CPU, _DL_CUDA = 1, 2  # DLDeviceType: kDLCPU, kDLCUDA
@@ -253,7 +254,8 @@ class State:
         out = self._owner.fetcher.computed("Measure", req, (self.batch, cols), dtype)
         return out if len(self.shape) == 2 else out.reshape(cols)
 
-    def kernel(self, other: Optional["State"] = None, *, overlaps: bool = False) -> np.ndarray:
+    def kernel(self, other: Optional["State"] = None, *, overlaps: bool = False,
+               out: Any = None) -> Any:
         """The kernel matrix of this state's samples with themselves or with ``other``'s,
         computed where their shards are: :meth:`Client.kernel` of ``(self, other)``.
 
@@ -264,12 +266,14 @@ class State:
             (the symmetric case, each pair computed once).
         overlaps : bool
             Return the complex overlaps <a_i|b_j> instead of the fidelities |<a_i|b_j>|^2.
+        out : torch.Tensor, optional
+            A CUDA tensor the daemon writes the matrix into, as :meth:`Client.kernel` takes it.
 
         Returns
         -------
-        numpy.ndarray
+        numpy.ndarray or out
             Of shape ``(self.batch, other.batch)``: float64 fidelities (float32 for complex64
-            states), or complex overlaps of the states' dtype.
+            states), or complex overlaps of the states' dtype; with ``out``, ``out``.
 
         Raises
         ------
@@ -280,7 +284,7 @@ class State:
         """
         if other is not None:
             self._check_pair(other)
-        return self._owner.kernel(self, other, overlaps)
+        return self._owner.kernel(self, other, overlaps, out)
 
     def fidelity(self, other: "State") -> float:
         """|<self|other>|^2 of two single states, computed where they are.
@@ -575,19 +579,32 @@ class Owner:
         self.fetcher = fetcher
         self.states: "weakref.WeakSet[State]" = weakref.WeakSet()
 
-    def kernel(self, a: State, b: Optional[State], overlaps: bool) -> np.ndarray:
+    def kernel(self, a: State, b: Optional[State], overlaps: bool, out: Any = None) -> Any:
         """The Kernel call of :meth:`Client.kernel` and :meth:`State.kernel`: the matrix of
         ``a``'s samples against ``b``'s (``a``'s own when None), as :meth:`Client.kernel`
-        returns it."""
+        returns it (into ``out``, a CUDA tensor, when given)."""
         req = self.conn.wire.KernelRequest(overlaps=bool(overlaps))
         req.a.CopyFrom(a._ref())
         if b is not None:
             req.b.CopyFrom(b._ref())
-        dt = NUMPY_DTYPES[a.dtype]
-        if not overlaps:
-            dt = np.dtype(np.float32 if a.dtype == "complex64" else np.float64)
-        shape = (a.batch, (a if b is None else b).batch)
-        return self.fetcher.computed("Kernel", req, shape, dt)
+        return self.matrix(req, a.dtype, overlaps, (a.batch, (a if b is None else b).batch), out)
+
+    def matrix(self, req: Any, states: str, overlaps: bool, shape: Tuple[int, int],
+               out: Any) -> Any:
+        """A Kernel request's matrix of ``shape`` for states of dtype ``states``: into ``out`` (a
+        CUDA tensor) when given, else as :meth:`Fetcher.computed` returns it."""
+        name = states if overlaps else "float32" if states == "complex64" else "float64"
+        if out is not None:
+            dst = _ipc.CudaOutput(out, _ipc.MATRIX_DTYPES, "the kernel matrix")
+            dst.fill_matrix(req, name, shape[0], shape[1])
+            try:
+                self.conn.call("Kernel", req)
+            except FailedPrecondition as e:
+                if e.field in ("out", "out.device_uuid"):
+                    raise NotSupported(f"out=: {e.message}", field=e.field) from None
+                raise
+            return out
+        return self.fetcher.computed("Kernel", req, shape, NUMPY_DTYPES[name])
 
     def adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
         """The State of a reply's new state, released with the client; warns (from the caller's

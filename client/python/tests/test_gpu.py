@@ -568,6 +568,31 @@ def test_the_kernel_matrix_from_inputs_on_the_gpu_is_the_reference(gpu, encoding
     assert c.status().states == before
 
 
+def test_the_kernel_matrix_into_a_cuda_tensor_has_the_bits_of_the_array(gpu) -> None:
+    c, torch = gpu
+    rng = np.random.default_rng(15)
+    X, Y = rng.uniform(-1, 1, size=(37, 21)), rng.uniform(-1, 1, size=(21, 21))
+    with c.encode(X, "iqp", 6) as a, c.encode(Y, "iqp", 6) as b:
+        t = torch.full((37, 21), float("nan"), dtype=torch.float64, device="cuda")
+        assert c.kernel(a, b, out=t) is t
+        np.testing.assert_array_equal(t.cpu().numpy(), c.kernel(a, b))
+        o = torch.empty(37, 21, dtype=torch.complex128, device="cuda")
+        a.kernel(b, overlaps=True, out=o)
+        np.testing.assert_array_equal(o.cpu().numpy(), c.kernel(a, b, overlaps=True))
+        # Rows 1..37 of a larger tensor: the bytes around them stay as they were.
+        big = torch.full((40, 37), -7.0, dtype=torch.float64, device="cuda")
+        a.kernel(out=big[1:38])
+        got = big.cpu().numpy()
+        np.testing.assert_array_equal(got[1:38], c.kernel(a))
+        assert (got[0] == -7).all() and (got[38:] == -7).all()
+        with pytest.raises(qdp.InvalidArgument, match="shape") as e:
+            c.kernel(a, b, out=torch.empty(21, 37, dtype=torch.float64, device="cuda")[:20])
+        assert e.value.field == "out"
+    K = torch.empty(37, 21, dtype=torch.float64, device="cuda")
+    c.kernel_of(X, "iqp", 6, Y, out=K, max_bytes=1 << 20)
+    np.testing.assert_array_equal(K.cpu().numpy(), c.kernel_of(X, "iqp", 6, Y, max_bytes=1 << 20))
+
+
 def test_a_large_kernel_matrix_on_the_gpu_comes_through_shared_memory(gpu) -> None:
     c, _ = gpu
     X = np.random.default_rng(13).uniform(-1, 1, size=(1500, 64))

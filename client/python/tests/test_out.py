@@ -1,8 +1,8 @@
-"""encode(..., out=...) where no GPU is needed: what the client checks of the tensor before it
-sends anything (dtype, size, layout, where it lives), the request it sends for a CUDA array
-(stand-ins for the CUDA calls), the CPU daemon's refusal as NotSupported with its field, the
-daemon's own checks of EncodeRequest.out reached through Client.call. The GPU cases are in
-test_gpu.py."""
+"""encode(..., out=...) and kernel(..., out=...) where no GPU is needed: what the client checks
+of the tensor before it sends anything (dtype, size, layout, where it lives), the request it sends
+for a CUDA array (stand-ins for the CUDA calls), the CPU daemon's refusal as NotSupported with its
+field, the daemon's own checks of EncodeRequest.out and KernelRequest.out reached through
+Client.call. The GPU cases are in test_gpu.py."""
 
 from __future__ import annotations
 
@@ -145,3 +145,57 @@ def test_the_daemon_checks_out_with_its_fields(client: qdp.Client) -> None:
         client.call("Encode", request())
     assert e.value.field == "out"
 
+
+
+def test_kernel_out_is_checked_and_refused_by_the_cpu_daemon(client: qdp.Client, cuda: FakeCuda,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    with client.encode(np.full((3, 2), 0.3), "angle", 2) as a, \
+            client.encode(np.full((2, 2), 0.1), "angle", 2) as b:
+        requests: List[Any] = []  # what the states' calls send
+        conn, call = client._owner.conn, client._owner.conn.call
+        monkeypatch.setattr(conn, "call", lambda method, request, *rest:
+                            requests.append(request) or call(method, request, *rest))
+        cases = [
+            (CudaArray((3, 2), "<c16"), {}, "out is complex128; the matrix is float64"),
+            (CudaArray((3, 3)), dict(overlaps=True), "out has 9 elements; the matrix has 3 x 2"),
+            (CudaArray((3, 2), "<f8", strides=(8, 24)), {}, "not C-contiguous"),
+            (CudaArray((3, 2), "<i8"), {}, "float32 ('<f4') or float64 ('<f8')"),
+        ]
+        for out, kw, words in cases:
+            with pytest.raises(qdp.InvalidArgument, match=re.escape(words)) as e:
+                client.kernel(a, b, out=out, **kw)
+            assert e.value.field == "out"
+        with pytest.raises(qdp.NotSupported, match="__cuda_array_interface__") as e:
+            a.kernel(b, out=np.zeros((3, 2)))
+        assert requests == [] and cuda.exported == []
+        with pytest.raises(qdp.NotSupported, match="host memory") as e:
+            client.kernel(a, b, out=CudaArray((3, 2), "<f8", stream=5))
+        assert e.value.field == "out"
+        r = requests[0]
+        assert (r.out.ipc_handle, r.out.offset, r.out.bytes) == (bytes(range(64)), 4096, 3 * 2 * 8)
+        assert r.out.device_uuid == UUID and cuda.synced == [5]
+
+
+def test_the_daemon_checks_kernel_out_with_its_fields(client: qdp.Client) -> None:
+    with client.encode(np.full((3, 2), 0.3), "angle", 2) as a:
+        def request(handle: bytes = bytes(64), nbytes: int = 9 * 8, offset: int = 0) -> Any:
+            r = client.wire.KernelRequest()
+            r.a.CopyFrom(a._ref())
+            r.out.ipc_handle, r.out.bytes, r.out.offset = handle, nbytes, offset
+            r.out.device_uuid = UUID
+            return r
+        with pytest.raises(qdp.InvalidArgument, match="8 bytes") as e:
+            client.call("Kernel", request(handle=bytes(8)))
+        assert e.value.field == "out.ipc_handle"
+        with pytest.raises(qdp.InvalidArgument, match="needs 72 B but out offers 64 B") as e:
+            client.call("Kernel", request(nbytes=64))
+        assert (e.value.field, e.value.need_bytes, e.value.free_bytes) == ("out.bytes", 72, 64)
+        r = request()
+        r.region.handle = "r-1"
+        with pytest.raises(qdp.InvalidArgument, match="give one") as e:
+            client.call("Kernel", r)
+        assert e.value.field == "region"
+        with pytest.raises(qdp.FailedPrecondition, match="cpu:2") as e:
+            client.call("Kernel", request())
+        assert e.value.field == "out"
