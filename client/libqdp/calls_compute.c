@@ -3,12 +3,10 @@
  * reply carries come in it; larger ones (the daemon refuses them with field "region") are written
  * by the daemon into a shared-memory region made here for the call. Any thread. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "libqdp_int.h"
@@ -52,25 +50,14 @@ struct values {
   struct answer ans;
   const void *data;
   size_t len;
-  void *map;
-  size_t map_len;
-  int fd;
-  struct qdp_region_info region;
+  struct qdp__scratch region;
 };
 
 static void values_end(qdp_client *c, struct values *v) {
   if (v->rep) {
     protobuf_c_message_free_unpacked(v->rep, NULL);
   }
-  if (v->region.handle[0]) {
-    (void)qdp_region_unregister(c, v->region.handle, v->region.token);
-  }
-  if (v->map) {
-    munmap(v->map, v->map_len);
-  }
-  if (v->fd >= 0) {
-    close(v->fd);
-  }
+  qdp__scratch_end(c, &v->region);
 }
 
 static qdp_status call(qdp_client *c, const struct computation *k, struct values *v) {
@@ -81,32 +68,16 @@ static qdp_status call(qdp_client *c, const struct computation *k, struct values
   return rc;
 }
 
-/* Into a region of `bytes` made for this call: memfd, mapped here, registered writable. */
+/* Into a region of `bytes` made for this call. */
 static qdp_status through_region(qdp_client *c, const struct computation *k, uint64_t bytes,
                                  struct values *v) {
-  v->fd = memfd_create("qdp-values", MFD_CLOEXEC);
-  if (v->fd < 0 || ftruncate(v->fd, (off_t)bytes) != 0) {
-    int err = errno;
-    return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, err, NULL,
-                          "Cannot make %" PRIu64 " bytes of shared memory for the values: %s.",
-                          bytes, strerror(err));
-  }
-  v->map_len = (size_t)bytes;
-  v->map = mmap(NULL, v->map_len, PROT_READ, MAP_SHARED, v->fd, 0);
-  if (v->map == MAP_FAILED) {
-    int err = errno;
-    v->map = NULL;
-    return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, err, NULL,
-                          "Cannot map the values' %" PRIu64 " bytes: %s.", bytes, strerror(err));
-  }
-  qdp_status rc = qdp_region_register_writable(c, NULL, getpid(), v->fd, &v->region);
+  qdp_status rc = qdp__scratch_make(c, bytes, true, &v->region);
   if (rc != QDP_OK) {
-    v->region.handle[0] = '\0';
     return rc;
   }
   Qdp__RegionRef rr = QDP__REGION_REF__INIT;
-  rr.handle = v->region.handle;
-  rr.token = v->region.token;
+  rr.handle = v->region.region.handle;
+  rr.token = v->region.region.token;
   *k->region = &rr;
   rc = call(c, k, v);
   *k->region = NULL;
@@ -115,16 +86,15 @@ static qdp_status through_region(qdp_client *c, const struct computation *k, uin
                           "qdpd wrote %" PRIu64 " bytes of values where it asked for %" PRIu64 ".",
                           v->ans.bytes, bytes);
   }
-  v->data = v->map;
-  v->len = v->map_len;
+  v->data = v->region.map;
+  v->len = v->region.len;
   return rc;
 }
 
 /* The values of computation k, in the reply or through a region. */
 static qdp_status computed(qdp_client *c, const struct computation *k, struct values *v) {
   memset(v, 0, sizeof *v);
-  v->fd = -1;
-  v->region = (struct qdp_region_info)QDP_REGION_INFO_INIT;
+  v->region = (struct qdp__scratch)QDP__SCRATCH_INIT;
   qdp_status rc = call(c, k, v);
   if (rc == QDP_OK) {
     v->data = v->ans.values.data;
@@ -147,7 +117,7 @@ static qdp_status kernel_values(qdp_client *c, const char *a, const char *a_toke
                                 const char *b_token, unsigned flags, struct values *v,
                                 struct qdp_kernel_info *ret_info) {
   memset(v, 0, sizeof *v);
-  v->fd = -1;
+  v->region = (struct qdp__scratch)QDP__SCRATCH_INIT;
   qdp_status rc = qdp__check_ref(c, a, a_token);
   if (rc == QDP_OK && b) {
     rc = qdp__check_ref(c, b, b_token);

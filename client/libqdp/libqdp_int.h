@@ -117,6 +117,30 @@ QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const cha
  * Returns the descriptor, or -1 with *rc set and recorded. */
 QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, bool writable, qdp_status *rc);
 
+/* ---- calls_state.c: regions made for one call ---- */
+
+/* A shared-memory region made for one call, for what one message does not carry: a memfd, mapped
+ * here and registered with the daemon (a kernel matrix the daemon writes, an input it reads). */
+struct qdp__scratch {
+  int fd;
+  void *map; /* len bytes; NULL until mapped */
+  size_t len;
+  struct qdp_region_info region; /* handle "" until registered */
+};
+
+/* clang-format off */
+#define QDP__SCRATCH_INIT {-1, NULL, 0, QDP_REGION_INFO_INIT}
+/* clang-format on */
+
+/* Makes s (QDP__SCRATCH_INIT) of `bytes` > 0 on a Unix target: registered writable and mapped
+ * read-only here when the daemon writes it, the other way round when the caller fills it for the
+ * daemon to read. What it took before a failure stays in s for qdp__scratch_end. */
+QDP__HIDDEN qdp_status qdp__scratch_make(qdp_client *c, uint64_t bytes, bool daemon_writes,
+                                         struct qdp__scratch *s);
+/* Unregisters, unmaps and closes what s holds, keeping the thread's error record: the call's own
+ * outcome is what it reports. */
+QDP__HIDDEN void qdp__scratch_end(qdp_client *c, struct qdp__scratch *s);
+
 /* ---- calls_state.c and views.c: views and their leases ---- */
 
 /* Describe, with views when `views` (this process's pid as the lease's owner). */
