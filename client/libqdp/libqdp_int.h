@@ -9,6 +9,7 @@
 #ifndef QDP_LIBQDP_INT_H
 #define QDP_LIBQDP_INT_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -188,6 +189,38 @@ QDP__HIDDEN Qdp__StateRef qdp__state_ref(const char *handle, const char *token);
 /* Sends the initial metadata and the first message of a streaming call; with close, also closes
  * the sending side and receives the initial metadata. 0 when the call failed. */
 QDP__HIDDEN int qdp__send_first(struct qdp__call *k, const ProtobufCMessage *m, int close);
+
+/* How an encode request carries an upload or a local file above its inline_max. */
+enum qdp__carry {
+  QDP__CARRY_STREAM, /* streamed after the request (EncodeUpload): Encode */
+  QDP__CARRY_SHAPE,  /* described by its shape alone: Plan */
+};
+
+/* An EncodeRequest for opts and an input, pointing into the caller's storage and its own, and
+ * what its input took: a descriptor handed over, a file open, values read. */
+struct qdp__encode_request {
+  Qdp__EncodeRequest req;
+  Qdp__Input input;
+  Qdp__Placement placement;
+  Qdp__SharedMemory shm;
+  char path[PATH_MAX];
+  char ticket[64];
+  /* An upload's or a local file's data when the request does not carry it: streamed from buf or
+   * from fd at data_off. */
+  int fd;
+  unsigned char *filebuf; /* owned: a small file's bytes or a CSV file's values */
+  const unsigned char *buf;
+  uint64_t total, data_off;
+  int stream;
+};
+
+/* Builds r for opts and in: a file or shared memory of this node handed over as a descriptor, a
+ * small upload or local file inline, a larger one as `carry` says. Whatever it returns, r is then
+ * ended with qdp__encode_request_end. */
+QDP__HIDDEN qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts *opts,
+                                                 const struct qdp_input *in, enum qdp__carry carry,
+                                                 struct qdp__encode_request *r);
+QDP__HIDDEN void qdp__encode_request_end(struct qdp__encode_request *r);
 
 /* A copy of one protobuf-c reply into a libqdp-owned struct; NULL when out of memory. */
 typedef void *(*qdp__from_pb_fn)(const void *pb);
