@@ -451,6 +451,37 @@ static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct q
   return QDP_OK;
 }
 
+/* A request of one message: the staged data goes into a region made for the call, which the
+ * daemon reads in place. TCP has no shared memory. */
+static qdp_status carry_whole(qdp_client *c, const struct qdp_input *in,
+                              struct qdp__encode_request *r) {
+  char sock[PATH_MAX];
+  if (!qdp__unix_path(c, sock, sizeof sock)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.inline_max",
+                          "The input's %" PRIu64
+                          " bytes are above inline_max (%zu), and this call carries its inputs "
+                          "in one message: over TCP there is no shared memory to pass them in; "
+                          "raise inline_max (up to the daemon's max_message_bytes), or name a "
+                          ".npy file beneath the daemon's input_dir (SERVER_FILE).",
+                          r->total, in->inline_max);
+  }
+  qdp_status rc = qdp__scratch_make(c, r->total, false, &r->region);
+  if (rc == QDP_OK && r->buf) {
+    memcpy(r->region.map, r->buf, (size_t)r->total);
+  } else if (rc == QDP_OK) {
+    rc = qdp__read_at(r->fd, in->path, r->region.map, (size_t)r->total, r->data_off);
+  }
+  if (rc == QDP_OK) {
+    r->shm.region = r->region.region.handle;
+    r->shm.region_token = r->region.region.token;
+    r->shm.offset = 0;
+    r->shm.length = r->total;
+    r->input.source_case = QDP__INPUT__SOURCE_SHM;
+    r->input.shm = &r->shm;
+  }
+  return rc;
+}
+
 qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts *opts,
                                      const struct qdp_input *in, enum qdp__carry carry,
                                      struct qdp__encode_request *r) {
@@ -459,6 +490,7 @@ qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts
   r->buf = NULL;
   r->total = r->data_off = 0;
   r->stream = 0;
+  r->region = (struct qdp__scratch)QDP__SCRATCH_INIT;
   qdp_status rc = build_request(opts, in, r);
   if (rc == QDP_OK) {
     rc = hand_over_input(c, in, r);
@@ -466,10 +498,20 @@ qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts
   if (rc == QDP_OK) {
     rc = stage_input(opts, in, carry, r);
   }
+  if (rc == QDP_OK && carry == QDP__CARRY_WHOLE && r->stream &&
+      r->input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    rc = carry_whole(c, in, r);
+  }
   return rc;
 }
 
-void qdp__encode_request_end(struct qdp__encode_request *r) {
+qdp_status qdp__encode_request_renew(qdp_client *c, const struct qdp_input *in,
+                                     struct qdp__encode_request *r) {
+  return hand_over_input(c, in, r);
+}
+
+void qdp__encode_request_end(qdp_client *c, struct qdp__encode_request *r) {
+  qdp__scratch_end(c, &r->region);
   free(r->filebuf);
   r->filebuf = NULL;
   if (r->fd >= 0) {
@@ -507,7 +549,7 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
       (void)in->progress(in->progress_arg, r.total, r.total);
     }
   }
-  qdp__encode_request_end(&r);
+  qdp__encode_request_end(c, &r);
   return rc;
 }
 

@@ -194,10 +194,11 @@ QDP__HIDDEN int qdp__send_first(struct qdp__call *k, const ProtobufCMessage *m, 
 enum qdp__carry {
   QDP__CARRY_STREAM, /* streamed after the request (EncodeUpload): Encode */
   QDP__CARRY_SHAPE,  /* described by its shape alone: Plan */
+  QDP__CARRY_WHOLE,  /* in a region made for the call, the request being one message: Kernel */
 };
 
 /* An EncodeRequest for opts and an input, pointing into the caller's storage and its own, and
- * what its input took: a descriptor handed over, a file open, values read. */
+ * what its input took: a descriptor handed over, a file open, values read, a region. */
 struct qdp__encode_request {
   Qdp__EncodeRequest req;
   Qdp__Input input;
@@ -206,12 +207,13 @@ struct qdp__encode_request {
   char path[PATH_MAX];
   char ticket[64];
   /* An upload's or a local file's data when the request does not carry it: streamed from buf or
-   * from fd at data_off. */
+   * from fd at data_off, or put in region. */
   int fd;
   unsigned char *filebuf; /* owned: a small file's bytes or a CSV file's values */
   const unsigned char *buf;
   uint64_t total, data_off;
   int stream;
+  struct qdp__scratch region;
 };
 
 /* Builds r for opts and in: a file or shared memory of this node handed over as a descriptor, a
@@ -220,7 +222,11 @@ struct qdp__encode_request {
 QDP__HIDDEN qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts *opts,
                                                  const struct qdp_input *in, enum qdp__carry carry,
                                                  struct qdp__encode_request *r);
-QDP__HIDDEN void qdp__encode_request_end(struct qdp__encode_request *r);
+/* Hands the input's descriptor over again, for the request sent once more: the daemon takes a
+ * ticket once, refused or not. */
+QDP__HIDDEN qdp_status qdp__encode_request_renew(qdp_client *c, const struct qdp_input *in,
+                                                 struct qdp__encode_request *r);
+QDP__HIDDEN void qdp__encode_request_end(qdp_client *c, struct qdp__encode_request *r);
 
 /* A copy of one protobuf-c reply into a libqdp-owned struct; NULL when out of memory. */
 typedef void *(*qdp__from_pb_fn)(const void *pb);
