@@ -140,6 +140,8 @@ enum {
   OPT_PAULI,
   OPT_SHOTS,
   OPT_SEED,
+  OPT_INPUT_B,
+  OPT_MAX_BYTES,
 };
 
 /* clang-format off */
