@@ -406,12 +406,48 @@ static void counts(uint32_t *ret_states, uint32_t *ret_regions) {
   qdp_server_status_free(st);
 }
 
+/* One batch of rows x cols float64 values as an input of `kind`: inline, an upload, a .npy file
+ * at path (on the node, or local), or shared memory (a memfd *fd, by pid and fd, or registered
+ * as the region *ri when region). */
+static void batch_input(qdp_input_kind kind, int region, const double *x, size_t rows, size_t cols,
+                        const char *path, struct qdp_input *in, int *fd,
+                        struct qdp_region_info *ri) {
+  const size_t bytes = sizeof(double) * rows * cols;
+  *in = (struct qdp_input)QDP_INPUT_INIT;
+  in->kind = kind;
+  in->dtype = QDP_DTYPE_FLOAT64;
+  in->rows = rows;
+  if (kind == QDP_INPUT_INLINE || kind == QDP_INPUT_UPLOAD) {
+    in->data = x;
+    in->data_bytes = bytes;
+  } else if (kind == QDP_INPUT_SHM) {
+    *fd = memfd_create("qdp-e2e-in", MFD_CLOEXEC);
+    ck_assert_int_ge(*fd, 0);
+    ck_assert_int_eq(pwrite(*fd, x, bytes, 0), (ssize_t)bytes);
+    in->length = bytes;
+    if (region) {
+      CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), *fd, ri));
+      in->region = ri->handle;
+      in->region_token = ri->token;
+    } else {
+      in->shm_pid = (int)getpid();
+      in->shm_fd = *fd;
+    }
+  } else {
+    write_npy(path, x, rows, cols);
+    in->dtype = QDP_DTYPE_UNSPECIFIED;
+    in->rows = 0;
+    in->path = path;
+  }
+}
+
 /* qdp_kernel_of against the direct sum over reference states. max_bytes 2000 makes tiles of 3
  * rows of 4 qubits (2 * 3 * 256 B of states + 3 * 9 * 16 B of partials = 1968 B; 4 rows would
  * take 2816), so X's 9 rows are 3 tiles; 0 makes one. X by Y and X with itself, fidelities and
- * overlaps, from inline data and a local .npy (angle), a file on the node and an upload
- * (amplitude); the local file and the upload past inline_max, so through regions made for the
- * call. Then the .npy form. No state is kept and no region is left. */
+ * overlaps, from each kind of input: inline data and a local .npy (angle), a file on the node and
+ * an upload (amplitude), shared memory by descriptor and a registered region (angle); the local
+ * file and the upload past inline_max, so through regions made for the call. Then the .npy form.
+ * No state is kept and no region is left. */
 START_TEST(test_kernel_of_inputs_is_the_direct_sum_in_tiles) {
   enum { N = 4, D = 1 << N, XR = 9, YR = 4, VMAX = 13 };
   uint32_t states0, regions0, states, regions;
@@ -422,7 +458,8 @@ START_TEST(test_kernel_of_inputs_is_the_direct_sum_in_tiles) {
     size_t values;
     qdp_input_kind a, b;
   } cases[] = {{QDP_ENCODING_ANGLE, N, QDP_INPUT_INLINE, QDP_INPUT_LOCAL_FILE},
-               {QDP_ENCODING_AMPLITUDE, VMAX, QDP_INPUT_SERVER_FILE, QDP_INPUT_UPLOAD}};
+               {QDP_ENCODING_AMPLITUDE, VMAX, QDP_INPUT_SERVER_FILE, QDP_INPUT_UPLOAD},
+               {QDP_ENCODING_ANGLE, N, QDP_INPUT_SHM, QDP_INPUT_SHM}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const size_t L = cases[c].values;
     double x[XR * VMAX], y[YR * VMAX];
@@ -441,27 +478,11 @@ START_TEST(test_kernel_of_inputs_is_the_direct_sum_in_tiles) {
     char xpath[600], ypath[600];
     snprintf(xpath, sizeof xpath, "%s/kx.npy", dir);
     snprintf(ypath, sizeof ypath, "%s/ky.npy", dir);
-    struct qdp_input a = QDP_INPUT_INIT, b = QDP_INPUT_INIT;
-    a.kind = cases[c].a;
-    b.kind = cases[c].b;
-    if (a.kind == QDP_INPUT_INLINE) {
-      a.dtype = QDP_DTYPE_FLOAT64;
-      a.rows = XR;
-      a.data = x;
-      a.data_bytes = sizeof(double) * XR * L;
-    } else {
-      write_npy(xpath, x, XR, L);
-      a.path = xpath;
-    }
-    if (b.kind == QDP_INPUT_UPLOAD) {
-      b.dtype = QDP_DTYPE_FLOAT64;
-      b.rows = YR;
-      b.data = y;
-      b.data_bytes = sizeof(double) * YR * L;
-    } else {
-      write_npy(ypath, y, YR, L);
-      b.path = ypath;
-    }
+    struct qdp_input a, b;
+    int afd = -1, bfd = -1;
+    struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+    batch_input(cases[c].a, 0, x, XR, L, xpath, &a, &afd, NULL);
+    batch_input(cases[c].b, 1, y, YR, L, ypath, &b, &bfd, &ri);
     b.inline_max = 0;
     double k[XR * YR], s[XR * XR];
     double complex o[XR * YR];
@@ -505,6 +526,15 @@ START_TEST(test_kernel_of_inputs_is_the_direct_sum_in_tiles) {
     unlink(out);
     unlink(xpath);
     unlink(ypath);
+    if (ri.handle[0]) {
+      CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+    }
+    if (afd >= 0) {
+      close(afd);
+    }
+    if (bfd >= 0) {
+      close(bfd);
+    }
   }
   counts(&states, &regions);
   ck_assert_uint_eq(states, states0);
