@@ -67,20 +67,9 @@ Qdp__StateRef qdp__state_ref(const char *handle, const char *token) {
   return ref;
 }
 
-/* The protobuf request for opts + in, pointing into the caller's storage (nothing allocated).
- * Inputs that travel by upload are described by shape only. */
-struct request {
-  Qdp__EncodeRequest req;
-  Qdp__Input input;
-  Qdp__Placement placement;
-  Qdp__SharedMemory shm;
-  char path[PATH_MAX];
-  char ticket[64];
-};
-
 /* Where the input comes from, as the request says it: inline data, a path, shared memory, or
  * nothing (an upload, a local file: staged later). */
-static qdp_status input_source(const struct qdp_input *in, struct request *r) {
+static qdp_status input_source(const struct qdp_input *in, struct qdp__encode_request *r) {
   switch (in->kind) {
   case QDP_INPUT_NONE:
   case QDP_INPUT_UPLOAD:
@@ -137,7 +126,7 @@ static qdp_status input_source(const struct qdp_input *in, struct request *r) {
 }
 
 static qdp_status build_request(const struct qdp_encode_opts *opts, const struct qdp_input *in,
-                                struct request *r) {
+                                struct qdp__encode_request *r) {
   if (!opts || opts->struct_size < offsetof(struct qdp_encode_opts, ipc)) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "opts",
                           "The encode options are %s; initialise them with QDP_ENCODE_OPTS_INIT.",
@@ -199,7 +188,8 @@ qdp_status qdp__absolute(const char *path, char *buf, const char *field) {
 /* A file or shared memory of this node travels as a descriptor this process opened (the daemon
  * opens nothing for its callers); over TCP a file is named by path, beneath the daemon's
  * input_dir. */
-static qdp_status hand_over_input(qdp_client *c, const struct qdp_input *in, struct request *r) {
+static qdp_status hand_over_input(qdp_client *c, const struct qdp_input *in,
+                                  struct qdp__encode_request *r) {
   char sock[PATH_MAX];
   qdp_status rc = QDP_OK;
   int fd = -1;
@@ -396,21 +386,10 @@ static qdp_status read_small(int fd, const char *path, uint64_t off, uint64_t to
   return QDP_OK;
 }
 
-/* An encode's data once its input is open: streamed (from memory, buf, or from fd at data_off) or
- * carried in the request itself (a small file read into filebuf, a CSV file's values, or inline
- * data). */
-struct staged {
-  int fd;
-  unsigned char *filebuf; /* owned */
-  const unsigned char *buf;
-  uint64_t total, data_off;
-  int stream;
-};
-
 /* Stages a local file: its values parsed (CSV) or its bytes located (.npy, raw); a small one goes
- * into the request, a large one is streamed. */
+ * into the request. */
 static qdp_status stage_file(const struct qdp_encode_opts *opts, const struct qdp_input *in,
-                             struct request *r, struct staged *st) {
+                             struct qdp__encode_request *r) {
   if (!in->path || !*in->path) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.path",
                           "A local-file input needs a path.");
@@ -420,39 +399,39 @@ static qdp_status stage_file(const struct qdp_encode_opts *opts, const struct qd
   if (rc != QDP_OK) {
     return rc;
   }
-  st->fd = f.fd;
-  st->filebuf = f.values;
+  r->fd = f.fd;
+  r->filebuf = f.values;
   if (!f.csv) {
     basis_reshape(opts, in, &f.d); /* a CSV file has one sample per row already */
   }
   r->input.dtype = (Qdp__DType)f.d.dtype;
   r->input.rows = f.d.shape[0];
   r->input.cols = f.d.shape[1];
-  st->total = f.d.count * qdp_dtype_size(f.d.dtype);
-  st->data_off = f.d.data_offset;
-  st->buf = st->filebuf;
-  if (st->total > in->inline_max) {
-    st->stream = 1;
+  r->total = f.d.count * qdp_dtype_size(f.d.dtype);
+  r->data_off = f.d.data_offset;
+  r->buf = r->filebuf;
+  if (r->total > in->inline_max) {
+    r->stream = 1;
     return QDP_OK;
   }
   /* Small: one message is cheaper than a stream. */
   if (!f.csv) {
-    rc = read_small(st->fd, in->path, st->data_off, st->total, &st->filebuf);
+    rc = read_small(r->fd, in->path, r->data_off, r->total, &r->filebuf);
   }
   if (rc == QDP_OK) {
     r->input.source_case = QDP__INPUT__SOURCE_DATA;
-    r->input.data.data = st->filebuf;
-    r->input.data.len = st->total;
+    r->input.data.data = r->filebuf;
+    r->input.data.len = r->total;
   }
   return rc;
 }
 
-/* Stages an upload or a local file: a small one goes into the request, a large one is streamed;
- * a dry run (plan) carries small uploaded data inline too. */
+/* Stages an upload or a local file: a small one goes into the request, a large one is left to
+ * `carry`; a request that never streams carries small uploaded data inline too. */
 static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct qdp_input *in,
-                              int plan, struct request *r, struct staged *st) {
+                              enum qdp__carry carry, struct qdp__encode_request *r) {
   if (in->kind == QDP_INPUT_LOCAL_FILE) {
-    return stage_file(opts, in, r, st);
+    return stage_file(opts, in, r);
   }
   if (in->kind != QDP_INPUT_UPLOAD) {
     return QDP_OK;
@@ -461,10 +440,10 @@ static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct q
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.data",
                           "data_bytes is %zu but data is NULL.", in->data_bytes);
   }
-  st->buf = in->data;
-  st->total = in->data_bytes;
-  st->stream = 1;
-  if (plan && st->total <= in->inline_max) {
+  r->buf = in->data;
+  r->total = in->data_bytes;
+  r->stream = 1;
+  if (carry != QDP__CARRY_STREAM && r->total <= in->inline_max) {
     r->input.source_case = QDP__INPUT__SOURCE_DATA;
     r->input.data.data = (uint8_t *)in->data;
     r->input.data.len = in->data_bytes;
@@ -472,27 +451,89 @@ static qdp_status stage_input(const struct qdp_encode_opts *opts, const struct q
   return QDP_OK;
 }
 
+/* A request of one message: the staged data goes into a region made for the call, which the
+ * daemon reads in place. TCP has no shared memory. */
+static qdp_status carry_whole(qdp_client *c, const struct qdp_input *in,
+                              struct qdp__encode_request *r) {
+  char sock[PATH_MAX];
+  if (!qdp__unix_path(c, sock, sizeof sock)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "input.inline_max",
+                          "The input's %" PRIu64
+                          " bytes are above inline_max (%zu), and this call carries its inputs "
+                          "in one message: over TCP there is no shared memory to pass them in; "
+                          "raise inline_max (up to the daemon's max_message_bytes), or name a "
+                          ".npy file beneath the daemon's input_dir (SERVER_FILE).",
+                          r->total, in->inline_max);
+  }
+  qdp_status rc = qdp__scratch_make(c, r->total, false, &r->region);
+  if (rc == QDP_OK && r->buf) {
+    memcpy(r->region.map, r->buf, (size_t)r->total);
+  } else if (rc == QDP_OK) {
+    rc = qdp__read_at(r->fd, in->path, r->region.map, (size_t)r->total, r->data_off);
+  }
+  if (rc == QDP_OK) {
+    r->shm.region = r->region.region.handle;
+    r->shm.region_token = r->region.region.token;
+    r->shm.offset = 0;
+    r->shm.length = r->total;
+    r->input.source_case = QDP__INPUT__SOURCE_SHM;
+    r->input.shm = &r->shm;
+  }
+  return rc;
+}
+
+qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts *opts,
+                                     const struct qdp_input *in, enum qdp__carry carry,
+                                     struct qdp__encode_request *r) {
+  r->fd = -1;
+  r->filebuf = NULL;
+  r->buf = NULL;
+  r->total = r->data_off = 0;
+  r->stream = 0;
+  r->region = (struct qdp__scratch)QDP__SCRATCH_INIT;
+  qdp_status rc = build_request(opts, in, r);
+  if (rc == QDP_OK) {
+    rc = hand_over_input(c, in, r);
+  }
+  if (rc == QDP_OK) {
+    rc = stage_input(opts, in, carry, r);
+  }
+  if (rc == QDP_OK && carry == QDP__CARRY_WHOLE && r->stream &&
+      r->input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    rc = carry_whole(c, in, r);
+  }
+  return rc;
+}
+
+qdp_status qdp__encode_request_renew(qdp_client *c, const struct qdp_input *in,
+                                     struct qdp__encode_request *r) {
+  return hand_over_input(c, in, r);
+}
+
+void qdp__encode_request_end(qdp_client *c, struct qdp__encode_request *r) {
+  qdp__scratch_end(c, &r->region);
+  free(r->filebuf);
+  r->filebuf = NULL;
+  if (r->fd >= 0) {
+    close(r->fd);
+    r->fd = -1;
+  }
+}
+
 /* Encode or Plan (plan != 0) for every input kind. */
 static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *opts,
                                  const struct qdp_input *in, int plan,
                                  struct qdp_state_info **ret_state,
                                  struct qdp_plan_info **ret_plan) {
-  struct request r;
-  qdp_status rc = build_request(opts, in, &r);
-  if (rc == QDP_OK) {
-    rc = hand_over_input(c, in, &r);
-  }
-  if (rc != QDP_OK) {
-    return rc;
-  }
-  struct staged st = {.fd = -1};
-  rc = stage_input(opts, in, plan, &r, &st);
+  struct qdp__encode_request r;
+  qdp_status rc =
+      qdp__encode_request_begin(c, opts, in, plan ? QDP__CARRY_SHAPE : QDP__CARRY_STREAM, &r);
   if (rc == QDP_OK && plan) {
     /* A dry run never uploads: a streamed input is described by its shape. */
     *ret_plan = qdp__unary_copy(c, M_PLAN, &r.req.base, &qdp__plan_reply__descriptor,
                                 qdp__plan_from_pb, "copying the plan reply", &rc);
-  } else if (rc == QDP_OK && st.stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
-    rc = upload(c, &r.req, st.buf, st.fd, st.data_off, st.total, in->path ? in->path : "", in,
+  } else if (rc == QDP_OK && r.stream && r.input.source_case == QDP__INPUT__SOURCE__NOT_SET) {
+    rc = upload(c, &r.req, r.buf, r.fd, r.data_off, r.total, in->path ? in->path : "", in,
                 ret_state);
   } else if (rc == QDP_OK) {
     Qdp__EncodeReply *rep = NULL;
@@ -505,13 +546,10 @@ static qdp_status encode_or_plan(qdp_client *c, const struct qdp_encode_opts *op
       qdp__encode_reply__free_unpacked(rep, NULL);
     }
     if (rc == QDP_OK && in->progress && (in->kind == QDP_INPUT_LOCAL_FILE)) {
-      (void)in->progress(in->progress_arg, st.total, st.total);
+      (void)in->progress(in->progress_arg, r.total, r.total);
     }
   }
-  free(st.filebuf);
-  if (st.fd >= 0) {
-    close(st.fd);
-  }
+  qdp__encode_request_end(c, &r);
   return rc;
 }
 

@@ -1,6 +1,11 @@
 /* calls_state.c — the calls on states and on the daemon: Describe, CloseView, Gather, List,
- * Release, Status, Health, RegisterRegion and UnregisterRegion. Any thread. */
+ * Release, Status, Health, RegisterRegion and UnregisterRegion, and the regions made for one
+ * call. Any thread. */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <grpc/byte_buffer.h>
@@ -270,4 +275,49 @@ qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *
     qdp__unregister_region_reply__free_unpacked(rep, NULL);
   }
   return rc;
+}
+
+qdp_status qdp__scratch_make(qdp_client *c, uint64_t bytes, bool daemon_writes,
+                             struct qdp__scratch *s) {
+  s->fd = memfd_create("qdp-call", MFD_CLOEXEC);
+  if (s->fd < 0 || ftruncate(s->fd, (off_t)bytes) != 0) {
+    int err = errno;
+    return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, err, NULL,
+                          "Cannot make %" PRIu64 " bytes of shared memory for the call: %s.", bytes,
+                          strerror(err));
+  }
+  /* Each side writes only what the other reads. */
+  void *map = mmap(NULL, (size_t)bytes, daemon_writes ? PROT_READ : PROT_READ | PROT_WRITE,
+                   MAP_SHARED, s->fd, 0);
+  if (map == MAP_FAILED) {
+    int err = errno;
+    return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, err, NULL,
+                          "Cannot map the call's %" PRIu64 " bytes of shared memory: %s.", bytes,
+                          strerror(err));
+  }
+  s->map = map;
+  s->len = (size_t)bytes;
+  qdp_status rc = qdp_region_register_flags(c, NULL, getpid(), s->fd,
+                                            daemon_writes ? QDP_REGION_WRITABLE : 0, &s->region);
+  if (rc != QDP_OK) {
+    s->region.handle[0] = '\0';
+  }
+  return rc;
+}
+
+void qdp__scratch_end(qdp_client *c, struct qdp__scratch *s) {
+  struct qdp_errinfo kept = *qdp__err();
+  if (s->region.handle[0]) {
+    (void)qdp_region_unregister(c, s->region.handle, s->region.token);
+    s->region.handle[0] = '\0';
+  }
+  *qdp__err() = kept;
+  if (s->map) {
+    munmap(s->map, s->len);
+    s->map = NULL;
+  }
+  if (s->fd >= 0) {
+    close(s->fd);
+    s->fd = -1;
+  }
 }

@@ -9,6 +9,7 @@
 #ifndef QDP_LIBQDP_INT_H
 #define QDP_LIBQDP_INT_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -117,6 +118,30 @@ QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const cha
  * Returns the descriptor, or -1 with *rc set and recorded. */
 QDP__HIDDEN int qdp__open_shm(const char *name, int pid, int fd, bool writable, qdp_status *rc);
 
+/* ---- calls_state.c: regions made for one call ---- */
+
+/* A shared-memory region made for one call, for what one message does not carry: a memfd, mapped
+ * here and registered with the daemon (a kernel matrix the daemon writes, an input it reads). */
+struct qdp__scratch {
+  int fd;
+  void *map; /* len bytes; NULL until mapped */
+  size_t len;
+  struct qdp_region_info region; /* handle "" until registered */
+};
+
+/* clang-format off */
+#define QDP__SCRATCH_INIT {-1, NULL, 0, QDP_REGION_INFO_INIT}
+/* clang-format on */
+
+/* Makes s (QDP__SCRATCH_INIT) of `bytes` > 0 on a Unix target: registered writable and mapped
+ * read-only here when the daemon writes it, the other way round when the caller fills it for the
+ * daemon to read. What it took before a failure stays in s for qdp__scratch_end. */
+QDP__HIDDEN qdp_status qdp__scratch_make(qdp_client *c, uint64_t bytes, bool daemon_writes,
+                                         struct qdp__scratch *s);
+/* Unregisters, unmaps and closes what s holds, keeping the thread's error record: the call's own
+ * outcome is what it reports. */
+QDP__HIDDEN void qdp__scratch_end(qdp_client *c, struct qdp__scratch *s);
+
 /* ---- calls_state.c and views.c: views and their leases ---- */
 
 /* Describe, with views when `views` (this process's pid as the lease's owner). */
@@ -164,6 +189,44 @@ QDP__HIDDEN Qdp__StateRef qdp__state_ref(const char *handle, const char *token);
 /* Sends the initial metadata and the first message of a streaming call; with close, also closes
  * the sending side and receives the initial metadata. 0 when the call failed. */
 QDP__HIDDEN int qdp__send_first(struct qdp__call *k, const ProtobufCMessage *m, int close);
+
+/* How an encode request carries an upload or a local file above its inline_max. */
+enum qdp__carry {
+  QDP__CARRY_STREAM, /* streamed after the request (EncodeUpload): Encode */
+  QDP__CARRY_SHAPE,  /* described by its shape alone: Plan */
+  QDP__CARRY_WHOLE,  /* in a region made for the call, the request being one message: Kernel */
+};
+
+/* An EncodeRequest for opts and an input, pointing into the caller's storage and its own, and
+ * what its input took: a descriptor handed over, a file open, values read, a region. */
+struct qdp__encode_request {
+  Qdp__EncodeRequest req;
+  Qdp__Input input;
+  Qdp__Placement placement;
+  Qdp__SharedMemory shm;
+  char path[PATH_MAX];
+  char ticket[64];
+  /* An upload's or a local file's data when the request does not carry it: streamed from buf or
+   * from fd at data_off, or put in region. */
+  int fd;
+  unsigned char *filebuf; /* owned: a small file's bytes or a CSV file's values */
+  const unsigned char *buf;
+  uint64_t total, data_off;
+  int stream;
+  struct qdp__scratch region;
+};
+
+/* Builds r for opts and in: a file or shared memory of this node handed over as a descriptor, a
+ * small upload or local file inline, a larger one as `carry` says. Whatever it returns, r is then
+ * ended with qdp__encode_request_end. */
+QDP__HIDDEN qdp_status qdp__encode_request_begin(qdp_client *c, const struct qdp_encode_opts *opts,
+                                                 const struct qdp_input *in, enum qdp__carry carry,
+                                                 struct qdp__encode_request *r);
+/* Hands the input's descriptor over again, for the request sent once more: the daemon takes a
+ * ticket once, refused or not. */
+QDP__HIDDEN qdp_status qdp__encode_request_renew(qdp_client *c, const struct qdp_input *in,
+                                                 struct qdp__encode_request *r);
+QDP__HIDDEN void qdp__encode_request_end(qdp_client *c, struct qdp__encode_request *r);
 
 /* A copy of one protobuf-c reply into a libqdp-owned struct; NULL when out of memory. */
 typedef void *(*qdp__from_pb_fn)(const void *pb);

@@ -598,6 +598,41 @@ QDP_EXPORT qdp_status qdp_kernel_npy(qdp_client *c, const char *a, const char *a
                                      const char *path, int overwrite,
                                      struct qdp_kernel_info *ret_info);
 
+/* The kernel matrix of the states of inputs, with no state kept: the daemon encodes a's samples
+ * (and b's; b NULL: a with itself) with opts's encoding, qubits and dtype a tile of rows at a
+ * time on one device, pairs the tiles there, and frees them; K[i][j] as qdp_kernel gives it
+ * (past a reply's 64 MiB through a region, as there), into dst (dst_bytes; OUT_OF_RANGE with
+ * need_bytes when the matrix is larger). The tiles' rows are the most whose workspace (two tiles
+ * of states and the partial products) fits max_bytes of device memory (0: tiles of up to 4096
+ * rows): for tiles of T rows of n <= 20 qubits in complex128, 2*T*2^n*16 + 3*T*T*16 bytes.
+ * Smaller tiles cost more encodes, not other values.
+ *  - Inputs: a and b are qdp_inputs as qdp_encode takes them, but the call is one request, so
+ *    nothing is streamed: INLINE, SERVER_FILE and SHM (a region too) go as for qdp_encode; an
+ *    UPLOAD's data and a LOCAL_FILE's values (read as qdp_input.raw says) travel in the request
+ *    up to inline_max bytes and beyond it, over a Unix target, in a shared-memory region libqdp
+ *    makes for the call and unregisters before it returns (over TCP, INVALID_ARGUMENT field
+ *    "input.inline_max": raise it or name a SERVER_FILE). chunk_bytes and progress are unused.
+ *  - opts: encoding, qubits, dtype, and the placement: policy AUTO or SINGLE (any other is
+ *    INVALID_ARGUMENT, field "encode.placement.policy"), devices the ones to choose from (the
+ *    matrix is computed on one). ttl_seconds and label are unused (nothing is kept); ipc is
+ *    refused (INVALID_ARGUMENT, field "ipc").
+ *  - Refusals: max_bytes too small for a tile of one row, INVALID_ARGUMENT field "max_bytes" with
+ *    need_bytes the least that works; a device without room for the tiles, RESOURCE_EXHAUSTED
+ *    (need_bytes, free_bytes); a bad value of an input, as qdp_encode's, its message naming the
+ *    rows of its tile ("rows 2 to 3"). libqdp's own refusals of b's input name its fields
+ *    "input_b..." (of a's, "input..." as qdp_encode's).
+ * Since 0.7. ret_info (may be NULL) must be QDP_KERNEL_INFO_INIT. */
+QDP_EXPORT qdp_status qdp_kernel_of(qdp_client *c, const struct qdp_encode_opts *opts,
+                                    const struct qdp_input *a, const struct qdp_input *b,
+                                    uint64_t max_bytes, unsigned flags, void *dst, size_t dst_bytes,
+                                    struct qdp_kernel_info *ret_info);
+
+/* The same into a local .npy file of shape (rows, cols), as qdp_kernel_npy writes it. */
+QDP_EXPORT qdp_status qdp_kernel_of_npy(qdp_client *c, const struct qdp_encode_opts *opts,
+                                        const struct qdp_input *a, const struct qdp_input *b,
+                                        uint64_t max_bytes, unsigned flags, const char *path,
+                                        int overwrite, struct qdp_kernel_info *ret_info);
+
 /* ---- Measurements (since 0.7) --------------------------------------------------------------- */
 
 /* What a measurement computed: rows (the state's samples) x cols float64 values. */

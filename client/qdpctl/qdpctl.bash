@@ -1,7 +1,7 @@
 # bash completion for qdpctl. Commands, each command's options (encode's --raw among them) and the
 # encodings are read from qdpctl's own --help, so they never fall behind it; values are offered for
 # --encoding, --dtype, --input-dtype and --policy, file names for the options that take files
-# (--input: .npy, CSV or raw).
+# (--input and kernel's --input-b: .npy, CSV or raw).
 _qdpctl() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} exe=${COMP_WORDS[0]}
   local cmd="" i
@@ -20,7 +20,8 @@ _qdpctl() {
     --dtype) COMPREPLY=($(compgen -W "complex64 complex128" -- "$cur")); return ;;
     --input-dtype) COMPREPLY=($(compgen -W "float32 float64 int64" -- "$cur")); return ;;
     --policy) COMPREPLY=($(compgen -W "auto single even uneven capacity batch" -- "$cur")); return ;;
-    --input | -o | --output | --server-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --input | --input-b | -o | --output | --server-file)
+      COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   if [[ -z $cmd && $cur != -* ]]; then

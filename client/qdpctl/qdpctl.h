@@ -140,6 +140,8 @@ enum {
   OPT_PAULI,
   OPT_SHOTS,
   OPT_SEED,
+  OPT_INPUT_B,
+  OPT_MAX_BYTES,
 };
 
 /* clang-format off */
@@ -176,6 +178,62 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
 /* The options of ls and rm: --mine, --all, and up to max_pos positional arguments. */
 int parse_owned(struct global *g, const char *cmd, const char *help, int argc, char **argv,
                 int max_pos, const char **pos, int *npos, int *mine, int *all);
+
+/* ---- the request and the input of an encode (qdpctl_encode.c): encode, plan, kernel ---- */
+
+/* What the options say; encode_args_init before the first, encode_args_free after. */
+struct encode_args {
+  struct qdp_encode_opts eo;
+  struct qdp_input in;
+  const char **devices;
+  size_t ndevices;
+  char *devbuf;
+  void *values;
+  int have_input;
+  int force_upload;
+  qdp_dtype input_dtype;
+  const char *values_arg;
+  int have_offset, have_length;
+  char regbuf[256]; /* --region REF, split into in.region and in.region_token */
+};
+
+/* clang-format off */
+/* What to encode: encoding, qubits, dtype, placement. */
+#define ENCODE_REQUEST_LONG_OPTS \
+  {"encoding", required_argument, NULL, OPT_ENCODING}, \
+  {"qubits", required_argument, NULL, OPT_QUBITS}, \
+  {"dtype", required_argument, NULL, OPT_DTYPE}, \
+  {"policy", required_argument, NULL, OPT_POLICY}, \
+  {"devices", required_argument, NULL, OPT_DEVICES}
+/* Where the input is, and its shape and type. */
+#define ENCODE_INPUT_LONG_OPTS \
+  {"values", required_argument, NULL, OPT_VALUES}, \
+  {"input", required_argument, NULL, OPT_INPUT}, \
+  {"server-file", required_argument, NULL, OPT_SERVER_FILE}, \
+  {"shm", required_argument, NULL, OPT_SHM}, \
+  {"shm-fd", required_argument, NULL, OPT_SHM_FD}, \
+  {"shm-pid", required_argument, NULL, OPT_SHM_PID}, \
+  {"region", required_argument, NULL, OPT_REGION}, \
+  {"offset", required_argument, NULL, OPT_OFFSET}, \
+  {"length", required_argument, NULL, OPT_LENGTH}, \
+  {"rows", required_argument, NULL, OPT_ROWS}, \
+  {"cols", required_argument, NULL, OPT_COLS}, \
+  {"input-dtype", required_argument, NULL, OPT_INPUT_DTYPE}, \
+  {"raw", no_argument, NULL, OPT_RAW}
+/* clang-format on */
+
+void encode_args_init(struct encode_args *a);
+/* An option handler's answer when the option is not one of its own. */
+#define NOT_MINE (-2)
+/* Takes one of encode's options (getopt value opt): EXIT_OK, a usage error's code, or NOT_MINE. */
+int encode_opt(struct encode_args *a, const char *cmd, int opt, const char *arg);
+/* The options together, once all are taken: what goes with what (an input when need_input), and
+ * the defaults that depend on the input. */
+int encode_args_finish(const char *cmd, struct encode_args *a, int need_input);
+void encode_args_free(struct encode_args *a);
+/* Reports a failure of a call with this input (fail); a text file refused as CSV gets the way
+ * out. */
+int encode_fail(const struct global *g, const char *cmd, const struct encode_args *a);
 
 /* ---- output (qdpctl_output.c) ---- */
 

@@ -1,4 +1,5 @@
-/* qdpctl_encode.c — encode and plan: the request and input options they share, then the call. */
+/* qdpctl_encode.c — the request and input options of an encode, which encode, plan and kernel's
+ * form from inputs share; then encode and plan. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -10,24 +11,6 @@
 #include <unistd.h>
 
 #include "qdpctl.h"
-
-struct encode_args {
-  struct qdp_encode_opts eo;
-  struct qdp_input in;
-  const char **devices;
-  size_t ndevices;
-  char *devbuf;
-  void *values;
-  int have_input;
-  int force_upload;
-  qdp_dtype input_dtype;
-  const char *values_arg;
-  int have_offset, have_length;
-  char regbuf[256]; /* --region REF, split into in.region and in.region_token */
-};
-
-/* An option handler's answer when the option is not one of its own. */
-#define NOT_MINE (-2)
 
 /* encode's help, before and after its table of encodings (encode_help). */
 static const char help_head[] =
@@ -187,27 +170,11 @@ static int set_input(struct encode_args *a, const char *cmd, qdp_input_kind kind
 }
 
 static const struct option encode_opts[] = {
-    {"encoding", required_argument, NULL, OPT_ENCODING},
-    {"qubits", required_argument, NULL, OPT_QUBITS},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"policy", required_argument, NULL, OPT_POLICY},
-    {"devices", required_argument, NULL, OPT_DEVICES},
+    ENCODE_REQUEST_LONG_OPTS,
     {"ttl", required_argument, NULL, OPT_TTL},
     {"label", required_argument, NULL, OPT_LABEL},
     {"ipc", no_argument, NULL, OPT_IPC},
-    {"values", required_argument, NULL, OPT_VALUES},
-    {"input", required_argument, NULL, OPT_INPUT},
-    {"server-file", required_argument, NULL, OPT_SERVER_FILE},
-    {"shm", required_argument, NULL, OPT_SHM},
-    {"shm-fd", required_argument, NULL, OPT_SHM_FD},
-    {"shm-pid", required_argument, NULL, OPT_SHM_PID},
-    {"region", required_argument, NULL, OPT_REGION},
-    {"offset", required_argument, NULL, OPT_OFFSET},
-    {"length", required_argument, NULL, OPT_LENGTH},
-    {"rows", required_argument, NULL, OPT_ROWS},
-    {"cols", required_argument, NULL, OPT_COLS},
-    {"input-dtype", required_argument, NULL, OPT_INPUT_DTYPE},
-    {"raw", no_argument, NULL, OPT_RAW},
+    ENCODE_INPUT_LONG_OPTS,
     {"upload", no_argument, NULL, OPT_UPLOAD},
     {"chunk-bytes", required_argument, NULL, OPT_CHUNK_BYTES},
     COMMON_LONG_OPTS,
@@ -389,12 +356,22 @@ static int input_opt(struct encode_args *a, const char *cmd, int opt, const char
   }
 }
 
+int encode_opt(struct encode_args *a, const char *cmd, int opt, const char *arg) {
+  int (*const handlers[])(struct encode_args *, const char *, int, const char *) = {
+      number_opt, request_opt, source_opt, input_opt};
+  int rc = NOT_MINE;
+  for (size_t i = 0; rc == NOT_MINE && i < sizeof handlers / sizeof handlers[0]; i++) {
+    rc = handlers[i](a, cmd, opt, arg);
+  }
+  return rc;
+}
+
 /* The options together: what goes with what, and the defaults that depend on the input. */
-static int check_encode(const char *cmd, struct encode_args *a) {
+static int check_encode(const char *cmd, struct encode_args *a, int need_input) {
   if (a->eo.encoding == QDP_ENCODING_UNSPECIFIED) {
     return usage_error(cmd, "--encoding is required");
   }
-  if (!a->have_input && strcmp(cmd, "encode") == 0) {
+  if (!a->have_input && need_input) {
     return usage_error(cmd, "an input is required: --values, --input, --server-file or --shm");
   }
   if (a->in.kind == QDP_INPUT_SHM && (!a->have_offset || !a->have_length)) {
@@ -449,21 +426,26 @@ static int finish_encode(const char *cmd, struct encode_args *a) {
   return EXIT_OK;
 }
 
-static int parse_encode(struct global *g, const char *cmd, int argc, char **argv,
-                        struct encode_args *a) {
+int encode_args_finish(const char *cmd, struct encode_args *a, int need_input) {
+  int rc = check_encode(cmd, a, need_input);
+  return rc != EXIT_OK ? rc : finish_encode(cmd, a);
+}
+
+void encode_args_init(struct encode_args *a) {
+  memset(a, 0, sizeof *a);
   a->eo = (struct qdp_encode_opts)QDP_ENCODE_OPTS_INIT;
   a->in = (struct qdp_input)QDP_INPUT_INIT;
+}
+
+static int parse_encode(struct global *g, const char *cmd, int argc, char **argv,
+                        struct encode_args *a) {
+  encode_args_init(a);
   optind = 0;
   int opt;
   char help[8192];
   encode_help(help, sizeof help);
   while ((opt = next_opt(g, cmd, help, argc, argv, "", encode_opts, 1)) > 0) {
-    int (*const handlers[])(struct encode_args *, const char *, int, const char *) = {
-        number_opt, request_opt, source_opt, input_opt};
-    int rc = NOT_MINE;
-    for (size_t i = 0; rc == NOT_MINE && i < sizeof handlers / sizeof handlers[0]; i++) {
-      rc = handlers[i](a, cmd, opt, optarg);
-    }
+    int rc = encode_opt(a, cmd, opt, optarg);
     if (rc == NOT_MINE) {
       return usage_error(cmd, "unknown option");
     }
@@ -477,12 +459,10 @@ static int parse_encode(struct global *g, const char *cmd, int argc, char **argv
   if (optind < argc) {
     return usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   }
-  int rc = check_encode(cmd, a);
-  return rc != EXIT_OK ? rc : finish_encode(cmd, a);
+  return encode_args_finish(cmd, a, strcmp(cmd, "plan") != 0);
 }
 
-/* Reports an encode's or a plan's failure; a text file refused as CSV gets the way out. */
-static int encode_fail(const struct global *g, const char *cmd, const struct encode_args *a) {
+int encode_fail(const struct global *g, const char *cmd, const struct encode_args *a) {
   int rc = fail(g, cmd);
   if (strcmp(qdp_last_error()->field, "input.raw") == 0) {
     fprintf(stderr,
@@ -493,7 +473,7 @@ static int encode_fail(const struct global *g, const char *cmd, const struct enc
   return rc;
 }
 
-static void encode_args_free(struct encode_args *a) {
+void encode_args_free(struct encode_args *a) {
   free(a->values);
   free(a->devices);
   free(a->devbuf);
@@ -501,7 +481,6 @@ static void encode_args_free(struct encode_args *a) {
 
 int cmd_encode(struct global *g, int argc, char **argv) {
   struct encode_args a;
-  memset(&a, 0, sizeof a);
   int rc = parse_encode(g, "encode", argc, argv, &a);
   if (rc != EXIT_OK) {
     encode_args_free(&a);
@@ -597,7 +576,6 @@ static void plan_text(const struct global *g, const struct qdp_plan_info *p) {
 
 int cmd_plan(struct global *g, int argc, char **argv) {
   struct encode_args a;
-  memset(&a, 0, sizeof a);
   int rc = parse_encode(g, "plan", argc, argv, &a);
   if (rc != EXIT_OK) {
     encode_args_free(&a);

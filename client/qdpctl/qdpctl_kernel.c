@@ -1,5 +1,6 @@
-/* qdpctl_kernel.c — computations on resident states: kernel (the kernel matrix into a local .npy
- * file) and measure (probabilities, Pauli expectation values or samples, printed). */
+/* qdpctl_kernel.c — computations: kernel (the kernel matrix of resident states or of inputs'
+ * states, into a local .npy file) and measure (a resident state's probabilities, Pauli
+ * expectation values or samples, printed). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -11,98 +12,183 @@
 
 static const char kernel_help[] =
     "Usage: qdpctl kernel REF [REF_B] -o OUT.npy [--overlaps] [--force]\n"
+    "       qdpctl kernel --encoding E --qubits N INPUT [--input-b FILE] [--max-bytes N]\n"
+    "                     -o OUT.npy [--overlaps] [--force] [options]\n"
     "\n"
-    "Has qdpd compute the kernel matrix of resident states where their shards are, and writes it\n"
-    "as a local .npy file of shape (rows, cols): K[i][j] = |<a_i|b_j>|^2 for every sample i of\n"
-    "REF and j of REF_B (REF with itself when REF_B is left out), float64 (float32 for complex64\n"
-    "states). The states stay resident. The matrix has the same bits however the states are\n"
-    "sharded.\n"
+    "Has qdpd compute a kernel matrix and writes it as a local .npy file of shape (rows, cols):\n"
+    "K[i][j] = |<a_i|b_j>|^2 for every sample i of a and j of b, float64 (float32 for complex64\n"
+    "states). The first form takes resident states, a = REF and b = REF_B (REF with itself when\n"
+    "REF_B is left out), computed where their shards are; they stay resident, and the matrix has\n"
+    "the same bits however they are sharded. The second takes inputs: qdpd encodes INPUT's\n"
+    "samples (and --input-b's; INPUT with itself when it is left out) a tile of rows at a time on\n"
+    "one device, pairs the tiles there and keeps no state.\n"
     "\n"
     "Options:\n"
     "  -o, --output FILE  the .npy file to write (required)\n"
     "  --overlaps         the complex overlaps <a_i|b_j> instead, in the states' dtype\n"
     "  --force            replace FILE if it exists\n"
     "\n"
-    "Example:\n"
+    "The form from inputs:\n"
+    "  --encoding E, --qubits N, --dtype T\n"
+    "                     the states of both inputs, as encode takes them\n"
+    "  --policy P         auto or single (default auto)\n"
+    "  --devices LIST     the devices to choose from: the matrix is computed on one\n"
+    "  INPUT              one of encode's inputs: --values, --input, --server-file, --shm,\n"
+    "                     --shm-fd (--shm-pid) or --region, with --offset, --length, --rows,\n"
+    "                     --cols, --input-dtype and --raw as encode takes them\n"
+    "                     ('qdpctl encode --help'); an --input file of more than 1 MiB goes\n"
+    "                     through shared memory made for the call\n"
+    "  --input-b FILE     the second batch: a local file read as --input reads one\n"
+    "                     (--input-dtype, --cols and --raw apply to it too)\n"
+    "  --max-bytes N      the most device memory the computation takes (two tiles of states and\n"
+    "                     the partial products), which sets the tiles' rows; 0 (default): tiles\n"
+    "                     of up to 4096 rows. Tiles of T rows of n qubits in complex128 take\n"
+    "                     2*T*2^n*16 + 3*T*T*16 bytes (n <= 20); smaller tiles cost more encodes\n"
+    "\n"
+    "Examples:\n"
     "  qdpctl kernel 4f1c2a...:9b0e... -o K.npy\n"
-    "  python3 -c 'import numpy; print(numpy.load(\"K.npy\")[:2, :2])'\n";
+    "  python3 -c 'import numpy; print(numpy.load(\"K.npy\")[:2, :2])'\n"
+    "  qdpctl kernel --encoding angle --qubits 8 --input X.npy --input-b Y.npy -o K.npy\n"
+    "  qdpctl kernel --encoding amplitude --qubits 10 --input X.npy --max-bytes 67108864 \\\n"
+    "                --dtype complex64 -o K.npy\n";
+
+/* What kernel's options say: the output, and for the form from inputs its request and inputs. */
+struct kernel_args {
+  const char *out;
+  int force;
+  unsigned flags;
+  int inputs; /* an option of the form from inputs was given */
+  struct encode_args e;
+  struct qdp_input b;
+  int have_b;
+  uint64_t max_bytes;
+};
+
+/* One of kernel's own options, or one of encode's (the form from inputs). */
+static int kernel_opt(struct kernel_args *k, int opt, const char *arg, const char *name) {
+  int rc = EXIT_OK;
+  switch (opt) {
+  case 'o':
+  case OPT_OUTPUT:
+    k->out = arg;
+    return EXIT_OK;
+  case OPT_FORCE:
+    k->force = 1;
+    return EXIT_OK;
+  case OPT_OVERLAPS:
+    k->flags |= QDP_KERNEL_OVERLAPS;
+    return EXIT_OK;
+  case OPT_INPUT_B:
+    k->b.kind = QDP_INPUT_LOCAL_FILE;
+    k->b.path = arg;
+    k->have_b = 1;
+    break;
+  case OPT_MAX_BYTES:
+    if (!parse_u64(arg, 0, UINT64_MAX, &k->max_bytes)) {
+      return usage_error("kernel", "--max-bytes: '%s' is not a byte count", arg);
+    }
+    break;
+  default:
+    rc = encode_opt(&k->e, "kernel", opt, arg);
+    if (rc == NOT_MINE) {
+      return usage_error("kernel", "unknown option '%s'", name);
+    }
+  }
+  k->inputs = 1;
+  return rc;
+}
+
+/* The form from inputs, once every option is taken: encode's checks (an input is required), and
+ * b read as an --input file would be. */
+static int kernel_inputs(struct kernel_args *k) {
+  k->b.dtype = k->e.input_dtype;
+  k->b.cols = k->e.in.cols;
+  k->b.raw = k->e.in.raw;
+  return encode_args_finish("kernel", &k->e, 1);
+}
 
 int cmd_kernel(struct global *g, int argc, char **argv) {
   static const struct option opts[] = {
       {"output", required_argument, NULL, OPT_OUTPUT},
       {"force", no_argument, NULL, OPT_FORCE},
       {"overlaps", no_argument, NULL, OPT_OVERLAPS},
+      {"input-b", required_argument, NULL, OPT_INPUT_B},
+      {"max-bytes", required_argument, NULL, OPT_MAX_BYTES},
+      ENCODE_REQUEST_LONG_OPTS,
+      ENCODE_INPUT_LONG_OPTS,
       COMMON_LONG_OPTS,
       {NULL, 0, NULL, 0},
   };
-  const char *out = NULL;
-  int force = 0;
-  unsigned flags = 0;
-  int opt;
+  struct kernel_args k = {.b = QDP_INPUT_INIT};
+  encode_args_init(&k.e);
+  int opt, rc = EXIT_OK;
   optind = 0;
-  while ((opt = next_opt(g, "kernel", kernel_help, argc, argv, "o:", opts, 0)) > 0) {
-    if (opt == 'o' || opt == OPT_OUTPUT) {
-      out = optarg;
-    } else if (opt == OPT_FORCE) {
-      force = 1;
-    } else if (opt == OPT_OVERLAPS) {
-      flags |= QDP_KERNEL_OVERLAPS;
-    } else {
-      return usage_error("kernel", "unknown option '%s'", argv[optind - 1]);
-    }
-  }
-  if (opt != OPT_END) {
-    return opt == OPT_HELPED ? EXIT_OK : EXIT_USAGE;
+  while (rc == EXIT_OK &&
+         (opt = next_opt(g, "kernel", kernel_help, argc, argv, "o:", opts, 1)) > 0) {
+    rc = kernel_opt(&k, opt, optarg, argv[optind - 1]);
   }
   int npos = argc - optind;
-  if (npos < 1 || npos > 2) {
-    return usage_error("kernel", npos < 1 ? "missing REF" : "unexpected argument '%s'",
-                       argv[argc - 1]);
-  }
-  if (!out) {
-    return usage_error("kernel", "-o OUT.npy is required");
+  if (rc != EXIT_OK) {
+    /* reported */
+  } else if (opt != OPT_END) {
+    rc = opt == OPT_HELPED ? -1 : EXIT_USAGE;
+  } else if (k.inputs && npos) {
+    rc = usage_error("kernel",
+                     "'%s': give REFs of resident states or an input with --encoding "
+                     "and --qubits, not both",
+                     argv[optind]);
+  } else if (!k.inputs && (npos < 1 || npos > 2)) {
+    rc = usage_error("kernel",
+                     npos < 1 ? "missing REF (or an input with --encoding and --qubits)"
+                              : "unexpected argument '%s'",
+                     argv[argc - 1]);
+  } else if (!k.out) {
+    rc = usage_error("kernel", "-o OUT.npy is required");
+  } else if (k.inputs) {
+    rc = kernel_inputs(&k);
   }
   struct ref a, b;
   const char *bh = NULL, *bt = NULL;
-  if (npos == 2) {
-    if (split_ref("kernel", argv[optind + 1], b.buf, sizeof b.buf, &b.handle, &b.token) !=
-        EXIT_OK) {
-      return EXIT_USAGE;
-    }
+  if (rc == EXIT_OK && !k.inputs && npos == 2) {
+    rc = split_ref("kernel", argv[optind + 1], b.buf, sizeof b.buf, &b.handle, &b.token);
     bh = b.handle;
     bt = b.token;
   }
   qdp_client *c = NULL;
-  int rc = ref_client(g, "kernel", argv[optind], &a, &c);
-  if (rc == EXIT_USAGE) {
-    return rc;
+  if (rc == EXIT_OK) {
+    rc = k.inputs ? connect_client(g, "kernel", &c) : ref_client(g, "kernel", argv[optind], &a, &c);
   }
   struct qdp_kernel_info info = QDP_KERNEL_INFO_INIT;
-  if (rc == EXIT_OK &&
-      qdp_kernel_npy(c, a.handle, a.token, bh, bt, flags, out, force, &info) != QDP_OK) {
-    rc = fail(g, "kernel");
-    if (qdp_last_error()->code == QDP_ERR_ALREADY_EXISTS && !qdp_last_error()->remote) {
-      fprintf(stderr, "qdpctl kernel: pass --force to replace '%s'\n", out);
-    }
+  qdp_status st = QDP_OK;
+  if (rc == EXIT_OK && k.inputs) {
+    st = qdp_kernel_of_npy(c, &k.e.eo, &k.e.in, k.have_b ? &k.b : NULL, k.max_bytes, k.flags, k.out,
+                           k.force, &info);
   } else if (rc == EXIT_OK) {
-    if (g->json) {
-      struct jw w = {stdout, 0, {0}};
-      jw_open(&w, NULL, '{');
-      jw_s(&w, "path", out);
-      jw_u(&w, "rows", info.rows);
-      jw_u(&w, "cols", info.cols);
-      jw_s(&w, "dtype", qdp_dtype_name(info.dtype));
-      jw_u(&w, "bytes", info.bytes);
-      jw_s(&w, "device", info.device);
-      jw_d(&w, "compute_ms", info.compute_ms);
-      jw_close(&w, '}');
-    } else {
-      printf("wrote %s (%" PRIu64 " x %" PRIu64 " %s, computed on %s in %.3f ms)\n", out,
-             info.rows, info.cols, qdp_dtype_name(info.dtype), info.device, info.compute_ms);
+    st = qdp_kernel_npy(c, a.handle, a.token, bh, bt, k.flags, k.out, k.force, &info);
+  }
+  if (rc == EXIT_OK && st != QDP_OK) {
+    rc = encode_fail(g, "kernel", &k.e);
+    if (qdp_last_error()->code == QDP_ERR_ALREADY_EXISTS && !qdp_last_error()->remote) {
+      fprintf(stderr, "qdpctl kernel: pass --force to replace '%s'\n", k.out);
     }
+  } else if (rc == EXIT_OK && g->json) {
+    struct jw w = {stdout, 0, {0}};
+    jw_open(&w, NULL, '{');
+    jw_s(&w, "path", k.out);
+    jw_u(&w, "rows", info.rows);
+    jw_u(&w, "cols", info.cols);
+    jw_s(&w, "dtype", qdp_dtype_name(info.dtype));
+    jw_u(&w, "bytes", info.bytes);
+    jw_s(&w, "device", info.device);
+    jw_d(&w, "compute_ms", info.compute_ms);
+    jw_close(&w, '}');
+  } else if (rc == EXIT_OK) {
+    printf("wrote %s (%" PRIu64 " x %" PRIu64 " %s, computed on %s in %.3f ms)\n", k.out, info.rows,
+           info.cols, qdp_dtype_name(info.dtype), info.device, info.compute_ms);
   }
   qdp_client_destroy(c);
-  return rc;
+  encode_args_free(&k.e);
+  return rc < 0 ? EXIT_OK : rc;
 }
 
 static const char measure_help[] =

@@ -82,12 +82,18 @@ static struct qdp_state_info *encode_inline(qdp_encoding e, unsigned n, const do
   return s;
 }
 
-/* Writes x as a 1-D float64 .npy file (header per the format: magic, version 1.0, dict padded to
- * a multiple of 64 bytes with spaces and a newline). */
-static void write_npy(const char *path, const double *x, size_t n) {
-  char dict[160];
+/* Writes x as a float64 .npy file of shape (rows, cols), or (cols,) for rows 0 (header per the
+ * format: magic, version 1.0, dict padded to a multiple of 64 bytes with spaces and a newline). */
+static void write_npy(const char *path, const double *x, size_t rows, size_t cols) {
+  char dict[160], shape[48];
+  if (rows) {
+    snprintf(shape, sizeof shape, "(%zu, %zu)", rows, cols);
+  } else {
+    snprintf(shape, sizeof shape, "(%zu,)", cols);
+  }
   int dl =
-      snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
+      snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': %s, }", shape);
+  size_t n = (rows ? rows : 1) * cols;
   size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64;
   char hdr[256];
   memcpy(hdr, "\x93NUMPY\x01\x00", 8);
@@ -368,6 +374,289 @@ START_TEST(test_kernel_in_the_reply_and_through_a_region) {
 }
 END_TEST
 
+/* ---- the kernel matrix of inputs ---- */
+
+/* The reference states of `rows` samples of `values` values each: angle (n angles) or amplitude
+ * (values <= 2^n). */
+static void ref_batch(qdp_encoding e, unsigned n, const double *x, size_t rows, size_t values,
+                      double complex *out) {
+  for (size_t i = 0; i < rows; i++) {
+    if (e == QDP_ENCODING_ANGLE) {
+      ref_angle(x + i * values, n, out + (i << n));
+    } else {
+      ref_amplitude(x + i * values, values, n, out + (i << n));
+    }
+  }
+}
+
+/* <p|q>, the direct sum over the 2^n amplitudes. */
+static double complex overlap(const double complex *p, const double complex *q, unsigned n) {
+  double complex s = 0;
+  for (size_t b = 0; b < ((size_t)1 << n); b++) {
+    s += conj(p[b]) * q[b];
+  }
+  return s;
+}
+
+static void counts(uint32_t *ret_states, uint32_t *ret_regions) {
+  struct qdp_server_status *st = NULL;
+  CK_QDP(qdp_get_status(cl, &st));
+  *ret_states = st->states;
+  *ret_regions = st->regions;
+  qdp_server_status_free(st);
+}
+
+/* One batch of rows x cols float64 values as an input of `kind`: inline, an upload, a .npy file
+ * at path (on the node, or local), or shared memory (a memfd *fd, by pid and fd, or registered
+ * as the region *ri when region). */
+static void batch_input(qdp_input_kind kind, int region, const double *x, size_t rows, size_t cols,
+                        const char *path, struct qdp_input *in, int *fd,
+                        struct qdp_region_info *ri) {
+  const size_t bytes = sizeof(double) * rows * cols;
+  *in = (struct qdp_input)QDP_INPUT_INIT;
+  in->kind = kind;
+  in->dtype = QDP_DTYPE_FLOAT64;
+  in->rows = rows;
+  if (kind == QDP_INPUT_INLINE || kind == QDP_INPUT_UPLOAD) {
+    in->data = x;
+    in->data_bytes = bytes;
+  } else if (kind == QDP_INPUT_SHM) {
+    *fd = memfd_create("qdp-e2e-in", MFD_CLOEXEC);
+    ck_assert_int_ge(*fd, 0);
+    ck_assert_int_eq(pwrite(*fd, x, bytes, 0), (ssize_t)bytes);
+    in->length = bytes;
+    if (region) {
+      CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), *fd, ri));
+      in->region = ri->handle;
+      in->region_token = ri->token;
+    } else {
+      in->shm_pid = (int)getpid();
+      in->shm_fd = *fd;
+    }
+  } else {
+    write_npy(path, x, rows, cols);
+    in->dtype = QDP_DTYPE_UNSPECIFIED;
+    in->rows = 0;
+    in->path = path;
+  }
+}
+
+/* qdp_kernel_of against the direct sum over reference states. max_bytes 2000 makes tiles of 3
+ * rows of 4 qubits (2 * 3 * 256 B of states + 3 * 9 * 16 B of partials = 1968 B; 4 rows would
+ * take 2816), so X's 9 rows are 3 tiles; 0 makes one. X by Y and X with itself, fidelities and
+ * overlaps, from each kind of input: inline data and a local .npy (angle), a file on the node and
+ * an upload (amplitude), shared memory by descriptor and a registered region (angle); the local
+ * file and the upload past inline_max, so through regions made for the call. Then the .npy form.
+ * No state is kept and no region is left. */
+START_TEST(test_kernel_of_inputs_is_the_direct_sum_in_tiles) {
+  enum { N = 4, D = 1 << N, XR = 9, YR = 4, VMAX = 13 };
+  uint32_t states0, regions0, states, regions;
+  counts(&states0, &regions0);
+  qdpt_rng_seed(21);
+  const struct {
+    qdp_encoding e;
+    size_t values;
+    qdp_input_kind a, b;
+  } cases[] = {{QDP_ENCODING_ANGLE, N, QDP_INPUT_INLINE, QDP_INPUT_LOCAL_FILE},
+               {QDP_ENCODING_AMPLITUDE, VMAX, QDP_INPUT_SERVER_FILE, QDP_INPUT_UPLOAD},
+               {QDP_ENCODING_ANGLE, N, QDP_INPUT_SHM, QDP_INPUT_SHM}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const size_t L = cases[c].values;
+    double x[XR * VMAX], y[YR * VMAX];
+    for (size_t i = 0; i < XR * L; i++) {
+      x[i] = qdpt_rng_uniform(-1, 1);
+    }
+    for (size_t i = 0; i < YR * L; i++) {
+      y[i] = qdpt_rng_uniform(-1, 1);
+    }
+    double complex P[XR * D], Q[YR * D];
+    ref_batch(cases[c].e, N, x, XR, L, P);
+    ref_batch(cases[c].e, N, y, YR, L, Q);
+    struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+    eo.encoding = cases[c].e;
+    eo.qubits = N;
+    char xpath[600], ypath[600];
+    snprintf(xpath, sizeof xpath, "%s/kx.npy", dir);
+    snprintf(ypath, sizeof ypath, "%s/ky.npy", dir);
+    struct qdp_input a, b;
+    int afd = -1, bfd = -1;
+    struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+    batch_input(cases[c].a, 0, x, XR, L, xpath, &a, &afd, NULL);
+    batch_input(cases[c].b, 1, y, YR, L, ypath, &b, &bfd, &ri);
+    b.inline_max = 0;
+    double k[XR * YR], s[XR * XR];
+    double complex o[XR * YR];
+    struct qdp_kernel_info ki = QDP_KERNEL_INFO_INIT;
+    for (uint64_t mb = 0; mb <= 2000; mb += 2000) {
+      CK_QDP(qdp_kernel_of(cl, &eo, &a, &b, mb, 0, k, sizeof k, &ki));
+      ck_assert_uint_eq(ki.rows, XR);
+      ck_assert_uint_eq(ki.cols, YR);
+      ck_assert_int_eq(ki.dtype, QDP_DTYPE_FLOAT64);
+      ck_assert_uint_eq(ki.bytes, sizeof k);
+      CK_QDP(qdp_kernel_of(cl, &eo, &a, &b, mb, QDP_KERNEL_OVERLAPS, o, sizeof o, &ki));
+      ck_assert_int_eq(ki.dtype, QDP_DTYPE_COMPLEX128);
+      CK_QDP(qdp_kernel_of(cl, &eo, &a, NULL, mb, 0, s, sizeof s, &ki));
+      ck_assert_uint_eq(ki.cols, XR);
+      for (size_t i = 0; i < XR; i++) {
+        for (size_t j = 0; j < YR; j++) {
+          double complex want = overlap(P + i * D, Q + j * D, N);
+          ck_assert_double_eq_tol(k[i * YR + j], creal(want * conj(want)), 1e-14);
+          ck_assert_double_le(cabs(o[i * YR + j] - want), 1e-14);
+        }
+        for (size_t j = 0; j < XR; j++) {
+          double complex want = overlap(P + i * D, P + j * D, N);
+          ck_assert_double_eq_tol(s[i * XR + j], creal(want * conj(want)), 1e-14);
+          ck_assert_double_eq(s[i * XR + j], s[j * XR + i]);
+        }
+      }
+    }
+    /* The .npy form: a 128-byte header of shape (9, 4), then the same matrix. */
+    char out[600];
+    snprintf(out, sizeof out, "%s/kof.npy", dir);
+    CK_QDP(qdp_kernel_of_npy(cl, &eo, &a, &b, 2000, 0, out, 0, &ki));
+    ck_assert_uint_eq(ki.rows, XR);
+    CK_QDP_STATUS(qdp_kernel_of_npy(cl, &eo, &a, &b, 2000, 0, out, 0, NULL),
+                  QDP_ERR_ALREADY_EXISTS);
+    size_t fsize = 0;
+    char *file = read_all(out, &fsize);
+    ck_assert_uint_eq(fsize, 128 + sizeof k);
+    ck_assert_ptr_nonnull(memmem(file, 128, "'shape': (9, 4)", 15));
+    ck_assert_int_eq(memcmp(file + 128, k, sizeof k), 0);
+    free(file);
+    unlink(out);
+    unlink(xpath);
+    unlink(ypath);
+    if (ri.handle[0]) {
+      CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+    }
+    if (afd >= 0) {
+      close(afd);
+    }
+    if (bfd >= 0) {
+      close(bfd);
+    }
+  }
+  counts(&states, &regions);
+  ck_assert_uint_eq(states, states0);
+  ck_assert_uint_eq(regions, regions0);
+}
+END_TEST
+
+/* A matrix past a reply's 64 MiB from a file on the node: the call is made again into a region,
+ * with the file handed over again (the daemon takes a descriptor once). 3000 angles on 1 qubit,
+ * (cos x, sin x): K[i][j] = cos^2(x_i - x_j). */
+START_TEST(test_kernel_of_a_large_matrix_from_a_file_on_the_node) {
+  enum { R = 3000 };
+  double *x = qdpt_xmalloc(sizeof(double) * R);
+  qdpt_rng_seed(22);
+  for (size_t i = 0; i < R; i++) {
+    x[i] = qdpt_rng_uniform(0, M_PI);
+  }
+  char path[600];
+  snprintf(path, sizeof path, "%s/kbig.npy", dir);
+  write_npy(path, x, R, 1);
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_ANGLE;
+  eo.qubits = 1;
+  struct qdp_input a = QDP_INPUT_INIT;
+  a.kind = QDP_INPUT_SERVER_FILE;
+  a.path = path;
+  double *k = qdpt_xmalloc(sizeof(double) * R * R);
+  struct qdp_kernel_info ki = QDP_KERNEL_INFO_INIT;
+  CK_QDP(qdp_kernel_of(cl, &eo, &a, NULL, 0, 0, k, sizeof(double) * R * R, &ki));
+  ck_assert_uint_eq(ki.bytes, sizeof(double) * R * R);
+  for (size_t i = 0; i < R; i += 7) {
+    for (size_t j = 0; j < R; j += 5) {
+      double c = cos(x[i] - x[j]);
+      ck_assert_double_eq_tol(k[i * R + j], c * c, 1e-14);
+    }
+  }
+  uint32_t states, regions;
+  counts(&states, &regions);
+  ck_assert_uint_eq(regions, 0);
+  unlink(path);
+  free(k);
+  free(x);
+}
+END_TEST
+
+/* The refusals, each naming its field: max_bytes below one row's tiles (with need_bytes, the
+ * least that works: 2 * 256 + 3 * 16 for rows of 4 qubits), after the input went through a
+ * region that is gone again; another policy; views; b's input; a bad sample, by the rows of its
+ * tile; a buffer too small; and over TCP, an input past inline_max, found before anything is
+ * sent. */
+START_TEST(test_kernel_of_refusals) {
+  enum { R = 5, D = 16 };
+  double x[R * D];
+  for (size_t i = 0; i < R * D; i++) {
+    x[i] = sin(0.7 * (double)i) + 0.1;
+  }
+  char path[600];
+  snprintf(path, sizeof path, "%s/kref.npy", dir);
+  write_npy(path, x, R, D);
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_AMPLITUDE;
+  eo.qubits = 4;
+  struct qdp_input a = QDP_INPUT_INIT;
+  a.kind = QDP_INPUT_LOCAL_FILE;
+  a.path = path;
+  a.inline_max = 0;
+  double k[R * R];
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 100, 0, k, sizeof k, NULL),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "max_bytes");
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, 2 * 256 + 3 * 16);
+  uint32_t states, regions;
+  counts(&states, &regions);
+  ck_assert_uint_eq(regions, 0);
+  CK_QDP(qdp_kernel_of(cl, &eo, &a, NULL, 2 * 256 + 3 * 16, 0, k, sizeof k, NULL));
+
+  eo.policy = QDP_POLICY_EVEN;
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 0, 0, k, sizeof k, NULL),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "encode.placement.policy");
+  eo.policy = QDP_POLICY_AUTO;
+  eo.ipc = 1;
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 0, 0, k, sizeof k, NULL),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "ipc");
+  eo.ipc = 0;
+  struct qdp_input b = QDP_INPUT_INIT;
+  b.kind = QDP_INPUT_LOCAL_FILE;
+  b.path = "/nonexistent/y.npy";
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, &b, 0, 0, k, sizeof k, NULL), QDP_ERR_NOT_FOUND);
+  ck_assert_str_eq(qdp_last_error()->field, "input_b.path");
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 0, 0, k, sizeof k - 1, NULL),
+                QDP_ERR_OUT_OF_RANGE);
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, sizeof k);
+
+  /* Row 3 all zeros, in the second tile of 2 rows. */
+  memset(x + 3 * D, 0, sizeof(double) * D);
+  struct qdp_input z = QDP_INPUT_INIT;
+  z.kind = QDP_INPUT_INLINE;
+  z.dtype = QDP_DTYPE_FLOAT64;
+  z.rows = R;
+  z.data = x;
+  z.data_bytes = sizeof x;
+  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &z, NULL, 2 * 2 * 256 + 3 * 4 * 16, 0, k, sizeof k, NULL),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(qdp_last_error()->msg, "rows 2 to 3"), "%s", qdp_last_error()->msg);
+
+  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+  o.target = "127.0.0.1:9";
+  qdp_client *tcp = NULL;
+  CK_QDP(qdp_client_create(&o, &tcp));
+  CK_QDP_STATUS(qdp_kernel_of(tcp, &eo, &a, NULL, 0, 0, k, sizeof k, NULL),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "input.inline_max");
+  ck_assert_int_eq(qdp_last_error()->remote, 0);
+  qdp_client_destroy(tcp);
+  counts(&states, &regions);
+  ck_assert_uint_eq(regions, 0);
+  unlink(path);
+}
+END_TEST
+
 /* Measurements of a Bell state, (|00> + |11>)/sqrt(2), by hand: each qubit 1/2 and 1/2, <ZZ> =
  * <XX> = 1, <YY> = -1, <ZI> = 0; samples of 0 and 3 from a seed; and the refusals. */
 START_TEST(test_probabilities_and_expectations) {
@@ -469,7 +758,7 @@ START_TEST(test_server_file_and_shared_memory_inputs) {
   /* A .npy on the daemon's node (the same machine here). */
   char path[600];
   snprintf(path, sizeof path, "%s/e2e-input.npy", dir);
-  write_npy(path, x, L);
+  write_npy(path, x, 0, L);
   struct qdp_input in = QDP_INPUT_INIT;
   in.kind = QDP_INPUT_SERVER_FILE;
   in.path = path;
@@ -559,7 +848,7 @@ START_TEST(test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks) {
   /* The same values from a local .npy file: libqdp reads and streams it. */
   char path[600];
   snprintf(path, sizeof path, "%s/e2e-upload.npy", dir);
-  write_npy(path, x, L);
+  write_npy(path, x, 0, L);
   in = (struct qdp_input)QDP_INPUT_INIT;
   in.kind = QDP_INPUT_LOCAL_FILE;
   in.path = path;
@@ -867,6 +1156,9 @@ int main(void) {
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
   tcase_add_test(t, test_kernel_in_the_reply_and_through_a_region);
+  tcase_add_test(t, test_kernel_of_inputs_is_the_direct_sum_in_tiles);
+  tcase_add_test(t, test_kernel_of_a_large_matrix_from_a_file_on_the_node);
+  tcase_add_test(t, test_kernel_of_refusals);
   tcase_add_test(t, test_probabilities_and_expectations);
   tcase_add_test(t, test_uploads_from_a_buffer_and_a_local_file_stream_in_chunks);
   tcase_add_test(t, test_fetch_npy_and_export_write_the_same_array);

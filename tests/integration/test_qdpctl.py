@@ -683,6 +683,88 @@ class Qdpctl(unittest.TestCase):
         for ref in refs:
             self.ok("rm", ref)
 
+    def test_kernel_of_inputs_writes_the_matrix_in_tiles(self):
+        """The form from inputs against the direct sum over reference states: angle X (9 x 4,
+        .npy) by Y (4 x 4, .npy) in tiles of 3 rows (--max-bytes 2000: 2 * 3 * 256 B of states
+        and 3 * 9 * 16 B of partials) and in one; amplitude values with themselves as complex64
+        overlaps; an --input past 1 MiB (through shared memory) with itself. No state is kept."""
+        before = self.js("status")["states"]
+        X = self.rng.uniform(-1, 1, size=(9, 4))
+        Y = self.rng.uniform(-1, 1, size=(4, 4))
+        xp, yp = (os.path.join(self.dir, f"kin{i}.npy") for i in range(2))
+        np.save(xp, X)
+        np.save(yp, Y)
+        P, Q = qdpref.batch("angle", X, 4), qdpref.batch("angle", Y, 4)
+        out = os.path.join(self.dir, "Kin.npy")
+        for mb in ("2000", "0"):
+            k = self.js("kernel", "--encoding", "angle", "--qubits", "4", "--input", xp,
+                        "--input-b", yp, "--max-bytes", mb, "-o", out, "--force")
+            self.assertEqual((k["rows"], k["cols"], k["dtype"]), (9, 4, "float64"))
+            np.testing.assert_allclose(np.load(out), np.abs(P.conj() @ Q.T) ** 2, rtol=0,
+                                       atol=1e-14)
+        A = self.rng.uniform(-1, 1, size=(5, 13))
+        self.ok("kernel", "--encoding", "amplitude", "--qubits", "4", "--rows", "5", "--values",
+                ",".join(repr(v) for v in A.ravel()), "--dtype", "complex64", "--overlaps",
+                "-o", out, "--force")
+        O = np.load(out)
+        R = qdpref.batch("amplitude", A, 4)
+        self.assertEqual(O.dtype, np.complex64)
+        np.testing.assert_allclose(O, R.conj() @ R.T, rtol=0, atol=1e-6)
+        B = self.rng.uniform(-1, 1, size=(1100, 128))  # 1.07 MiB of float64
+        np.save(xp, B)
+        self.ok("kernel", "--encoding", "amplitude", "--qubits", "7", "--input", xp, "-o", out,
+                "--force")
+        S = qdpref.batch("amplitude", B, 7)
+        np.testing.assert_allclose(np.load(out), np.abs(S.conj() @ S.T) ** 2, rtol=0, atol=1e-14)
+        self.assertEqual(self.js("status")["states"], before)
+
+    def test_kernel_of_inputs_refusals(self):
+        """Usage errors before connecting (REFs with an input, no encoding, no input, a bad
+        --max-bytes, an option of encode's that kernel has no use for), and qdpd's refusals with
+        their fields: max_bytes too small (need_bytes: 2 * 256 + 3 * 16 for rows of 4 qubits),
+        another policy."""
+        xp = os.path.join(self.dir, "kref.npy")
+        np.save(xp, self.rng.uniform(-1, 1, size=(5, 16)))
+        out = os.path.join(self.dir, "Kref.npy")
+        req = ("--encoding", "amplitude", "--qubits", "4")
+        env = {"QDP_SOCKET": os.path.join(self.dir, "nobody.sock"), "QDP_TARGET": ""}
+        for args in ((*req, "--input", xp, "a:b", "-o", out),
+                     ("--qubits", "4", "--input", xp, "-o", out),
+                     (*req, "-o", out),
+                     (*req, "--input", xp, "--max-bytes", "1x", "-o", out),
+                     (*req, "--input", xp, "--ttl", "5", "-o", out),
+                     (*req, "--input", xp)):
+            p = self.run_ctl("kernel", *args, env=env)
+            self.assertEqual(p.returncode, 2, f"qdpctl kernel {' '.join(args)}: {p.stderr}")
+        p = self.run_ctl("kernel", *req, "--input", xp, "a:b", "-o", out, env=env)
+        self.assertIn("not both", p.stderr)
+        err = self.refused(6, "kernel", *req, "--input", xp, "--max-bytes", "100", "-o", out)
+        self.assertEqual((err["field"], err["need_bytes"]), ("max_bytes", 2 * 256 + 3 * 16))
+        err = self.refused(6, "kernel", *req, "--input", xp, "--policy", "even", "-o", out)
+        self.assertEqual(err["field"], "encode.placement.policy")
+        self.assertFalse(os.path.exists(out))
+
+    def test_kernel_help_completion_and_manual_name_the_form_from_inputs(self):
+        h = self.ok("kernel", "--help").stdout
+        for opt in ("--input-b", "--max-bytes", "--encoding", "--qubits", "--values", "--region",
+                    "qdpctl kernel --encoding angle"):
+            self.assertIn(opt, h)
+        here = os.path.dirname(os.path.abspath(__file__))
+        comp = os.path.join(here, "..", "..", "client", "qdpctl", "qdpctl.bash")
+        prefix = os.path.join(self.dir, "kcomp")
+        open(prefix + ".npy", "wb").close()
+        for words, want in ((["kernel", "--max-b"], "--max-bytes"),
+                            (["kernel", "--input-b", prefix], prefix + ".npy")):
+            got = subprocess.run(
+                ["bash", "-c", '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); '
+                 '_qdpctl; echo "${COMPREPLY[*]}"', "_", comp, self.exe, *words],
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(got.stdout.strip(), want, got.stderr)
+        with open(os.path.join(here, "..", "..", "docs", "man", "qdpctl.1")) as f:
+            man = f.read()
+        for opt in (r"\-\-input\-b", r"\-\-max\-bytes"):
+            self.assertIn(opt, man)
+
     def test_measure_prints_probabilities_and_expectations(self):
         e = self.js("encode", "--encoding", "angle", "--qubits", "2", "--values", "0.3,1.1")
         m = self.js("measure", e["ref"], "--qubits", "0")
