@@ -437,9 +437,9 @@ static qdp_status kernel_tile_rows(uint32_t qubits, qdp_dtype dt, uint64_t most,
   uint64_t one = runtime_inputs_kernel_bytes(qubits, dt, 1, t);
   if (max_bytes && one > max_bytes) {
     qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
-                  "max_bytes %" PRIu64 " holds no tile: one row of %u qubits takes %" PRIu64
-                  " bytes of workspace (%s)",
-                  max_bytes, qubits, one, QDP_SIZE_STR(one));
+                  "max_bytes %" PRIu64 " holds no tile: one row of %u qubits takes %s of "
+                  "workspace",
+                  max_bytes, qubits, QDP_SIZE_STR(one));
     if (err) {
       err->need_bytes = one;
       err->free_bytes = max_bytes;

@@ -69,25 +69,36 @@ void rpc_shm_what(const char *name, int pid, int fd, char *buf, size_t len) {
   }
 }
 
+#define FIELD_MAX sizeof(((struct qdp_error *)0)->field)
+
+/* "<field>.<leaf>" in buf (the field names of an input that is not the request's `input`). */
+static const char *subfield(char buf[FIELD_MAX], const char *field, const char *leaf) {
+  snprintf(buf, FIELD_MAX, "%s.%s", field, leaf);
+  return buf;
+}
+
 /* The .npy file a request names: for a Unix caller the descriptor it handed over (which must also
  * be the file beneath input_dir, when set); for a TCP caller the file opened beneath input_dir. */
-static qdp_status input_file_fd(const struct rpc_call *c, const Qdp__Input *in, int *ret_fd,
-                                struct qdp_error *err) {
+static qdp_status input_file_fd(const struct rpc_call *c, const Qdp__Input *in, const char *field,
+                                int *ret_fd, struct qdp_error *err) {
   struct rpc_server *s = c->srv;
   int fd = -1;
   qdp_status rc;
-  QDP_TRY(rc, io_check_path(in->path, "input.path", err));
+  char path[FIELD_MAX], ticket[FIELD_MAX];
+  subfield(path, field, "path");
+  QDP_TRY(rc, io_check_path(in->path, path, err));
   if (c->tcp) {
-    QDP_TRY(rc, rpc_check_tcp_path(c, &s->input_folder, "input_dir", "input.path", err));
-    QDP_TRY(rc, io_folder_open_file(&s->input_folder, in->path, O_RDONLY | O_NONBLOCK, "input.path",
-                                    &fd, err));
-    rc = io_check_not_own(fd, s->own, s->nown, "input.path", err);
+    QDP_TRY(rc, rpc_check_tcp_path(c, &s->input_folder, "input_dir", path, err));
+    QDP_TRY(rc, io_folder_open_file(&s->input_folder, in->path, O_RDONLY | O_NONBLOCK, path, &fd,
+                                    err));
+    rc = io_check_not_own(fd, s->own, s->nown, path, err);
   } else {
     char what[CONFIG_STR_MAX + 16];
-    snprintf(what, sizeof what, "input.path '%.200s'", in->path);
-    QDP_TRY(rc, rpc_take_fd(c, in->fd_ticket, FD_ACCESS_READ, what, "input.fd_ticket", &fd, err));
+    snprintf(what, sizeof what, "%s '%.200s'", path, in->path);
+    QDP_TRY(rc, rpc_take_fd(c, in->fd_ticket, FD_ACCESS_READ, what,
+                            subfield(ticket, field, "fd_ticket"), &fd, err));
     if (s->input_folder.fd >= 0) {
-      rc = io_folder_check_fd(&s->input_folder, in->path, fd, "input.path", err);
+      rc = io_folder_check_fd(&s->input_folder, in->path, fd, path, err);
     }
   }
   if (rc != QDP_OK) {
@@ -99,13 +110,15 @@ out:
   return rc;
 }
 
-qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct job_input *ret,
-                        char *what, size_t what_len, struct qdp_error *err) {
+qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, const char *field,
+                        struct job_input *ret, char *what, size_t what_len,
+                        struct qdp_error *err) {
+  char sub[FIELD_MAX];
   if (!in) {
-    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input", "input is missing");
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, field, "%s is missing", field);
   }
   *ret = (struct job_input){
-      .field = "input", .dtype = in->dtype, .rows = in->rows, .cols = in->cols, .fd = -1};
+      .field = field, .dtype = in->dtype, .rows = in->rows, .cols = in->cols, .fd = -1};
   const Qdp__SharedMemory *sh = in->shm;
   switch (in->source_case) {
   case QDP__INPUT__SOURCE_DATA:
@@ -116,10 +129,11 @@ qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct j
   case QDP__INPUT__SOURCE_PATH:
     ret->source = QDP_SOURCE_FILE;
     ret->path = in->path;
-    return input_file_fd(c, in, &ret->fd, err);
+    return input_file_fd(c, in, field, &ret->fd, err);
   case QDP__INPUT__SOURCE_SHM:
     if (!sh) {
-      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "input.shm", "input.shm is empty");
+      return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, subfield(sub, field, "shm"),
+                           "%s is empty", sub);
     }
     ret->offset = sh->offset;
     ret->length = sh->length;
@@ -132,14 +146,15 @@ qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct j
     ret->source = QDP_SOURCE_SHM;
     rpc_shm_what(sh->name, sh->pid, sh->fd, what, what_len);
     ret->what = what;
-    return rpc_take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what, "input.shm.fd_ticket", &ret->fd,
-                       err);
+    return rpc_take_fd(c, sh->fd_ticket, FD_ACCESS_READ, what,
+                       subfield(sub, field, "shm.fd_ticket"), &ret->fd, err);
   case QDP__INPUT__SOURCE_CUDA_IPC:
     if (c->tcp) {
       /* An IPC handle opens only on the node it came from, for a process of that node. */
-      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, "input.cuda_ipc",
-                           "input.cuda_ipc is for callers on the daemon's node (its Unix socket); "
-                           "TCP callers send their data inline or upload it");
+      return qdp_error_set(err, QDP_ERR_PERMISSION_DENIED, subfield(sub, field, "cuda_ipc"),
+                           "%s is for callers on the daemon's node (its Unix socket); TCP "
+                           "callers send their data inline or upload it",
+                           sub);
     }
     ret->source = QDP_SOURCE_CUDA_IPC;
     ret->offset = in->cuda_ipc ? in->cuda_ipc->offset : 0;

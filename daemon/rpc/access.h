@@ -31,17 +31,19 @@ qdp_status rpc_check_tcp_path(const struct rpc_call *c, const struct io_folder *
 /* How messages name a client's shared memory: by what the caller says it opened. */
 void rpc_shm_what(const char *name, int pid, int fd, char *buf, size_t len);
 
-/* A request's input as job/ takes it, a descriptor taken for a file or shared memory; `what`
- * (what_len bytes) holds how messages name shared memory. An input with no source is a declared
- * shape (QDP_SOURCE_NONE). */
+/* A request's input as job/ takes it, a descriptor taken for a file or shared memory; `field`
+ * names it in refusals ("input", "input_b": a string that outlives the job), `what` (what_len
+ * bytes) holds how messages name shared memory. An input with no source is a declared shape
+ * (QDP_SOURCE_NONE). */
+qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, const char *field,
+                        struct job_input *ret, char *what, size_t what_len,
+                        struct qdp_error *reterr);
 /* Where a request asks its values written instead of sent or kept, into *ret (*ret_ptr then
  * points to it; left as it is when o is absent): a CUDA allocation of a caller on this node, like
  * input.cuda_ipc. PERMISSION_DENIED (field "out") over TCP. */
 qdp_status rpc_output_of(const struct rpc_call *c, const Qdp__CudaIpcOutput *o,
                          struct job_output *ret, const struct job_output **ret_ptr,
                          struct qdp_error *reterr);
-qdp_status rpc_input_of(const struct rpc_call *c, const Qdp__Input *in, struct job_input *ret,
-                        char *what, size_t what_len, struct qdp_error *reterr);
 /* The request's fields as job/ takes them but its input; an `out` into *out (ret->out then
  * points to it). */
 qdp_status rpc_encode_request_of(const struct rpc_call *c, const Qdp__EncodeRequest *r,

@@ -147,7 +147,7 @@ static void rpc_h_encode(struct rpc_job *j) {
   char what[256];
   count_job(c);
   if (rpc_encode_request_of(c, r, &req, &out, &err) != QDP_OK ||
-      rpc_input_of(c, r->input, &req.input, what, sizeof what, &err) != QDP_OK) {
+      rpc_input_of(c, r->input, "input", &req.input, what, sizeof what, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }
@@ -192,7 +192,7 @@ static void rpc_h_plan(struct rpc_job *j) {
   struct job_output out;
   qdp_status rc = rpc_encode_request_of(c, r, &req, &out, &err);
   if (rc == QDP_OK) {
-    rc = rpc_input_of(c, r->input, &req.input, what, sizeof what, &err);
+    rc = rpc_input_of(c, r->input, "input", &req.input, what, sizeof what, &err);
   }
   if (rc == QDP_OK) {
     rc = job_plan(c->srv->jobs, &who, &req, &p, &why, &err);
@@ -542,18 +542,17 @@ static qdp_status kernel_inputs_of(const struct rpc_call *c, const Qdp__KernelRe
   if (rc != QDP_OK) {
     return rc;
   }
-  QDP_TRY(rc, rpc_input_of(c, r->encode->input, &enc->input, what, sizeof what, err));
-  enc->input.field = "encode.input";
+  QDP_TRY(rc, rpc_input_of(c, r->encode->input, "encode.input", &enc->input, what, sizeof what,
+                           err));
   req->encode = enc;
   if (r->input_b) {
-    rc = rpc_input_of(c, r->input_b, in_b, what, sizeof what, err);
+    rc = rpc_input_of(c, r->input_b, "input_b", in_b, what, sizeof what, err);
     if (rc != QDP_OK) {
       if (enc->input.fd >= 0) {
         close(enc->input.fd);
       }
       return rc;
     }
-    in_b->field = "input_b";
     req->input_b = in_b;
   }
 out:

@@ -188,3 +188,20 @@ def test_kernel_of_refusals(client: qdp.Client) -> None:
     with pytest.raises(qdp.InvalidArgument) as e:
         client.kernel_of(Z, "amplitude", 4, max_bytes=2 * 2 * 256 + 3 * 4 * 16)
     assert "rows 2 to 3" in str(e.value), str(e.value)
+
+
+def test_kernel_of_names_input_b_in_its_refusals(client: qdp.Client) -> None:
+    req = client.wire.KernelRequest()
+    req.encode.encoding, req.encode.qubits = 2, 2  # angle
+    req.encode.input.dtype, req.encode.input.rows, req.encode.input.cols = 2, 1, 2
+    req.encode.input.data = np.array([0.1, 0.2]).tobytes()
+    req.input_b.dtype, req.input_b.rows, req.input_b.cols = 2, 1, 2
+    req.input_b.shm.length = 16  # shared memory with no descriptor handed over
+    with pytest.raises(qdp.Error) as e:
+        client.call("Kernel", req)
+    assert e.value.field == "input_b.shm.fd_ticket", (e.value.field, str(e.value))
+    req.input_b.ClearField("shm")
+    req.input_b.path = "/nonexistent/y.npy"
+    with pytest.raises(qdp.Error) as e:
+        client.call("Kernel", req)
+    assert e.value.field.startswith("input_b."), (e.value.field, str(e.value))
