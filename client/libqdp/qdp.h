@@ -599,13 +599,15 @@ QDP_EXPORT qdp_status qdp_kernel_npy(qdp_client *c, const char *a, const char *a
                                      struct qdp_kernel_info *ret_info);
 
 /* The kernel matrix of the states of inputs, with no state kept: the daemon encodes a's samples
- * (and b's; b NULL: a with itself) with opts's encoding, qubits and dtype a tile of rows at a
- * time on one device, pairs the tiles there, and frees them; K[i][j] as qdp_kernel gives it
- * (past a reply's 64 MiB through a region, as there), into dst (dst_bytes; OUT_OF_RANGE with
- * need_bytes when the matrix is larger). The tiles' rows are the most whose workspace (two tiles
- * of states and the partial products) fits max_bytes of device memory (0: tiles of up to 4096
- * rows): for tiles of T rows of n <= 20 qubits in complex128, 2*T*2^n*16 + 3*T*T*16 bytes.
- * Smaller tiles cost more encodes, not other values.
+ * (and b's; b NULL: a with itself) with opts's encoding, qubits and dtype a piece at a time on
+ * one device, pairs the pieces there, and frees them; K[i][j] as qdp_kernel gives it (past a
+ * reply's 64 MiB through a region, as there), into dst (dst_bytes; OUT_OF_RANGE with need_bytes
+ * when the matrix is larger). max_bytes bounds the device memory that holds amplitudes (0: the
+ * tiles of qdp_kernel): angle, basis and phase go a block of amplitudes of every row at a time
+ * (with max_bytes 0, in qdp_kernel's tiles and with its bits), the other encodings a tile of
+ * whole rows at a time, the most rows whose two tiles fit (for tiles of T rows of n qubits in
+ * complex128, 2*T*2^n*16 bytes); the partial sums of the products come on top. Smaller pieces
+ * cost more encodes, not other values.
  *  - Inputs: a and b are qdp_inputs as qdp_encode takes them, but the call is one request, so
  *    nothing is streamed: INLINE, SERVER_FILE and SHM (a region too) go as for qdp_encode; an
  *    UPLOAD's data and a LOCAL_FILE's values (read as qdp_input.raw says) travel in the request

@@ -408,9 +408,9 @@ out:
 struct job_kernel_inputs {
   struct job_ingest ing[2]; /* a's input and b's */
   bool two;                 /* b's was given */
-  struct plan *plans[4];    /* a's tile plans (full, last), then b's */
+  struct plan *plans[2];    /* each batch whole on the computing device, output external */
   qdp_dtype dtype;
-  uint32_t qubits;
+  uint64_t max_bytes;
 };
 
 /* The encode fields that keep or hand back a state, which this form never makes. */
@@ -427,54 +427,6 @@ static qdp_status check_kernel_encode(const struct job_encode_request *e, struct
                          "policy out or ask for single (and name the device in devices)");
   }
   return QDP_OK;
-}
-
-/* The largest tile of at most `most` rows whose workspace fits max_bytes (0: no bound). */
-static qdp_status kernel_tile_rows(uint32_t qubits, qdp_dtype dt, uint64_t most, uint64_t max_bytes,
-                                   uint64_t *ret, struct qdp_error *err) {
-  struct runtime_kernel_tiles t = RUNTIME_KERNEL_TILES;
-  uint64_t lo = 1, hi = most < t.tile_rows ? most : t.tile_rows;
-  uint64_t one = runtime_inputs_kernel_bytes(qubits, dt, 1, t);
-  if (max_bytes && one > max_bytes) {
-    qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
-                  "max_bytes %" PRIu64 " holds no tile: one row of %u qubits takes %s of "
-                  "workspace",
-                  max_bytes, qubits, QDP_SIZE_STR(one));
-    if (err) {
-      err->need_bytes = one;
-      err->free_bytes = max_bytes;
-    }
-    return QDP_ERR_INVALID_ARGUMENT;
-  }
-  while (max_bytes && lo < hi) {
-    uint64_t mid = lo + (hi - lo + 1) / 2;
-    if (runtime_inputs_kernel_bytes(qubits, dt, mid, t) <= max_bytes) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  *ret = max_bytes ? lo : hi;
-  return QDP_OK;
-}
-
-/* Input `in`'s tile plans on device `dev` (as an encode into memory the job holds there): of
- * `tile` rows and of the rows left over. */
-static qdp_status kernel_tile_plans(struct job_pipeline *jp, const struct job_encode_request *e,
-                                    const struct runtime_input *in, size_t dev, uint64_t tile,
-                                    struct plan **ret, struct qdp_error *err) {
-  struct job_sink on = {.device = dev};
-  uint64_t rows[2] = {tile, in->rows % tile};
-  qdp_status rc = QDP_OK;
-  for (int i = 0; i < 2 && rows[i] && rc == QDP_OK; i++) {
-    struct runtime_input t = *in;
-    t.rows = rows[i];
-    rc = plan_job(jp, e, &t, &on, &ret[i], err);
-    if (rc == QDP_OK) {
-      rc = plan_check_feasible(ret[i], err);
-    }
-  }
-  return rc;
 }
 
 qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_caller *caller,
@@ -510,7 +462,8 @@ qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_call
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, check_kernel_encode(e, err));
   /* The whole batch planned as one shard names the device (the largest budget among those
-   * allowed) and checks what every encode checks; only its tiles need to fit. */
+   * allowed) and checks what every encode checks; then each input's batch is planned whole on it
+   * as an encode into memory the job holds (its tiles are the kernel's workspace). */
   struct job_encode_request one = *e;
   one.placement.policy = PLAN_SINGLE;
   QDP_TRY(rc, plan_job(jp, &one, &ki->ing[0].in, NULL, &whole, err));
@@ -523,14 +476,10 @@ qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_call
     goto out;
   }
   ki->dtype = whole->out_dtype;
-  ki->qubits = whole->qubits;
-  uint64_t ra = ki->ing[0].in.rows, rb = ki->two ? ki->ing[1].in.rows : 0;
-  uint64_t tile;
-  QDP_TRY(rc,
-          kernel_tile_rows(ki->qubits, ki->dtype, ra > rb ? ra : rb, req->max_bytes, &tile, err));
-  size_t dev = whole->shards[0].device;
+  ki->max_bytes = req->max_bytes;
+  struct job_sink on = {.device = whole->shards[0].device};
   for (int i = 0; i < (ki->two ? 2 : 1); i++) {
-    QDP_TRY(rc, kernel_tile_plans(jp, &one, &ki->ing[i].in, dev, tile, &ki->plans[2 * i], err));
+    QDP_TRY(rc, plan_job(jp, &one, &ki->ing[i].in, &on, &ki->plans[i], err));
   }
 out:
   plan_destroy(whole);
@@ -547,10 +496,10 @@ void job_kernel_inputs_shape(const struct job_kernel_inputs *ki, uint64_t *ret_r
 qdp_status job_kernel_inputs_write(struct job_pipeline *jp, struct job_kernel_inputs *ki,
                                    bool overlaps, void *dst, const char **ret_device,
                                    struct qdp_error *err) {
-  struct runtime_kernel_input a = {&ki->ing[0].in, ki->plans[0], ki->plans[1]};
-  struct runtime_kernel_input b = {&ki->ing[1].in, ki->plans[2], ki->plans[3]};
+  struct runtime_kernel_input a = {&ki->ing[0].in, ki->plans[0]};
+  struct runtime_kernel_input b = {&ki->ing[1].in, ki->plans[1]};
   qdp_status rc = runtime_inputs_kernel(jp->mesh, &a, ki->two ? &b : NULL, overlaps,
-                                        RUNTIME_KERNEL_TILES, dst, ret_device, err);
+                                        RUNTIME_KERNEL_TILES, ki->max_bytes, dst, ret_device, err);
   for (int i = 0; i < (ki->two ? 2 : 1); i++) {
     if (ingest_lost(&ki->ing[i])) {
       rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, i ? "input_b" : "encode.input",
@@ -565,9 +514,8 @@ void job_kernel_inputs_close(struct job_pipeline *jp, struct job_kernel_inputs *
   if (!ki) {
     return;
   }
-  for (int i = 0; i < 4; i++) {
-    plan_destroy(ki->plans[i]);
-  }
+  plan_destroy(ki->plans[0]);
+  plan_destroy(ki->plans[1]);
   ingest_close(jp, &ki->ing[0]);
   ingest_close(jp, &ki->ing[1]);
   free(ki);

@@ -7,6 +7,7 @@
  * computed by division (never by multiplying an index by a shard size that could overflow), so
  * plans stay exact up to PLAN_MAX_QUBITS. See plan.h for the contract.
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -496,6 +497,54 @@ out:
   plan_destroy(p);
   free(set.idx);
   return rc;
+}
+
+bool plan_windows_amplitudes(qdp_encoding e) {
+  const struct qdp_encoding_desc *d = qdp_encoding_desc(e);
+  return d && d->layout == QDP_LAYOUT_PARAMETERS && d->reduction == QDP_REDUCTION_NONE &&
+         d->exchange == QDP_EXCHANGE_NONE;
+}
+
+qdp_status plan_window(const struct plan *p, uint64_t rows, uint64_t first, uint64_t count,
+                       struct plan **ret, struct qdp_error *err) {
+  *ret = NULL;
+  bool whole = first == 0 && count == p->amplitudes;
+  if (p->nshards != 1 || p->shards[0].first != 0 || p->shards[0].count != p->amplitudes ||
+      rows == 0 || rows > p->batch || count == 0 || first > p->amplitudes ||
+      count > p->amplitudes - first || (!whole && !plan_windows_amplitudes(p->encoding))) {
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, NULL,
+                         "no window of %" PRIu64 " rows and amplitudes [%" PRIu64 ", %" PRIu64
+                         ") of a %zu-shard plan of %" PRIu64 " x 2^%u %s amplitudes",
+                         rows, first, first + count, p->nshards, p->batch, p->qubits,
+                         qdp_encoding_name(p->encoding));
+  }
+  struct plan *w = calloc(1, sizeof *w);
+  if (!w || !(w->shards = calloc(1, sizeof *w->shards)) ||
+      !(w->needs = calloc(1, sizeof *w->needs))) {
+    plan_destroy(w);
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for a plan");
+  }
+  struct plan_shard *sh = w->shards;
+  struct plan_need *need = w->needs;
+  *w = *p; /* p's encoding, dtypes, qubits, policy and world, with the window's one shard */
+  w->shards = sh;
+  w->needs = need;
+  w->nshards = w->nneeds = 1;
+  *sh = p->shards[0];
+  sh->first = first;
+  sh->count = count;
+  sh->row_first = 0;
+  sh->rows = rows;
+  sh->bytes = rows * count * qdp_dtype_size(p->out_dtype);
+  *need = p->nneeds ? p->needs[0] : (struct plan_need){.device = sh->device};
+  need->shard_bytes = 0;
+  w->batch = rows;
+  w->global_bits = 0;
+  w->total_bytes = sh->bytes;
+  w->output_external = 1;
+  w->feasible = 1;
+  *ret = w;
+  return QDP_OK;
 }
 
 void plan_destroy(struct plan *p) {

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "error.h"
 #include "qdp_defs.h"
 
@@ -197,6 +199,18 @@ qdp_status plan_compute(const struct plan_request *req, const struct plan_world 
 qdp_status plan_check_feasible(const struct plan *p, struct qdp_error *reterr);
 
 void plan_destroy(struct plan *p); /* NULL-safe */
+
+/* Part of the state of p (one shard, of one rank) for an encode that writes it into memory its
+ * caller holds (output external): `rows` samples (the first `rows` of an input that starts where
+ * they do) and amplitudes [first, first + count) of each, on p's device. A whole state (first 0,
+ * count 2^qubits) is a window of any encoding; a range of one only of an encoding whose
+ * amplitudes are each a function of its sample's parameters alone (no norm over the sample, no
+ * transform across it: whether is plan_windows_amplitudes). INVALID_ARGUMENT for anything else;
+ * RESOURCE_EXHAUSTED without host memory. */
+qdp_status plan_window(const struct plan *p, uint64_t rows, uint64_t first, uint64_t count,
+                       struct plan **ret, struct qdp_error *reterr);
+/* Whether plan_window takes a range of amplitudes of encoding e. */
+bool plan_windows_amplitudes(qdp_encoding e);
 
 /* The shards a rank owns (each rank materializes only its own): writes up to `cap` indices into
  * p->shards, in shard order, to ret_idx (which may be NULL when cap is 0) and returns how many the

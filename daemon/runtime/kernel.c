@@ -34,11 +34,13 @@ struct kernel_job {
   struct runtime_mesh *m;
   struct runtime_device *d;
   const struct runtime_state *a, *b;
-  /* From inputs instead: the sources, and the buffers that hold a tile of rows of each, whole. */
+  /* From inputs instead: the sources; by blocks (each operand encoded) or by rows (the buffers
+   * that hold a tile of rows of each, whole). */
   const struct runtime_kernel_input *ia, *ib;
+  bool by_blocks;
   char *bufa, *bufb;
-  uint64_t amps; /* 2^n */
-  size_t full_device; /* from inputs: the mesh index of the tiles' device */
+  uint64_t amps;   /* 2^n */
+  size_t dev;      /* from inputs: the mesh index of the computing device */
   bool same, overlaps;
   bool real; /* both states' amplitudes are real */
   qdp_dtype dt;
@@ -71,25 +73,25 @@ static uint64_t workspace_bytes(struct kernel_job *k, uint64_t tile) {
          (k->levels + 2) * tile * tile * k->es;
 }
 
-/* The tiles and blocks: a function of the shapes and t alone, never of the memory free (a GPU's
- * block product may round by its shape). Tiles of all the rows up to t.tile_rows; blocks of
- * 2^min(n, t.block_log2) amplitudes, halved until the operands fit their bound; tiles halved
- * until the partials fit theirs. */
+/* The tiles and blocks: a function of the shapes, t and the bound alone, never of the memory free
+ * (a GPU's block product may round by its shape). Tiles of all the rows up to t.tile_rows; blocks
+ * of 2^min(n, t.block_log2) amplitudes, halved until the operands (`per` bytes for each row and
+ * amplitude of a tile's block) fit `bound`; tiles halved until the partials fit theirs, or the
+ * operands of blocks of one amplitude fit. */
 static void shape_tiles(struct kernel_job *k, uint64_t rows, uint32_t n,
-                        struct runtime_kernel_tiles t) {
-  uint64_t ops = 2 * (uint64_t)k->op_es;
+                        struct runtime_kernel_tiles t, uint64_t per, uint64_t bound) {
   uint64_t most = t.tile_rows ? t.tile_rows : 1;
   k->tile = rows < most ? rows : most;
   for (;;) {
     unsigned bl = n < t.block_log2 ? n : t.block_log2;
-    while (bl > 0 && ops * k->tile * ((uint64_t)1 << bl) > KERNEL_OPERANDS_BYTES) {
+    while (bl > 0 && per * k->tile * ((uint64_t)1 << bl) > bound) {
       bl--;
     }
     k->block = (uint64_t)1 << bl;
     k->blocks = ((uint64_t)1 << n) / k->block;
     k->levels = n - bl + 1;
-    if (k->tile == 1 ||
-        (k->levels + 2) * k->tile * k->tile * (uint64_t)k->es <= KERNEL_PARTIALS_BYTES) {
+    bool partials = (k->levels + 2) * k->tile * k->tile * (uint64_t)k->es > KERNEL_PARTIALS_BYTES;
+    if (k->tile == 1 || (!partials && per * k->tile * k->block <= bound)) {
       return;
     }
     k->tile = (k->tile + 1) / 2;
@@ -139,13 +141,27 @@ static qdp_status gather_real(const struct kernel_job *k, const struct runtime_s
 /* Block k0 of rows [r0, r0 + nr) of a (side 0) or of b into a block product's operand: *ret and
  * its leading dimension in values. A resident state's rows are gathered into dst; a tile encoded
  * from inputs is read where it is. */
+static qdp_status encode_piece(const struct kernel_job *k, int side, uint64_t r0, uint64_t nr,
+                               uint64_t first, uint64_t count, char *dst, struct qdp_error *err);
+
 static qdp_status operand(const struct kernel_job *k, int side, uint64_t r0, uint64_t nr,
                           uint64_t k0, char *dst, const char **ret, uint64_t *ret_ld,
                           struct qdp_error *err) {
-  if (k->ia) {
+  if (k->ia && !k->by_blocks) {
     *ret = (side ? k->bufb : k->bufa) + k0 * k->es;
     *ret_ld = k->amps;
     return QDP_OK;
+  }
+  if (k->ia) {
+    /* Encoded in place, or (real states) through the bounce buffer to take the real parts. */
+    *ret = dst;
+    *ret_ld = k->block;
+    qdp_status rc = encode_piece(k, side, r0, nr, k0, k->block, k->real ? k->bounce : dst, err);
+    if (rc == QDP_OK && k->real) {
+      rc = k->d->ops->real_rows(k->d, dst, k->block * k->op_es, k->bounce, k->block * k->es,
+                                k->block, nr, k->dt, err);
+    }
+    return rc;
   }
   const struct runtime_state *s = side && !k->same ? k->b : k->a;
   *ret = dst;
@@ -203,10 +219,6 @@ static bool elsewhere(const struct runtime_state *s, const struct runtime_device
 /* The tiles' loop over k's workspace, reserved and allocated here (the tiles already shaped):
  * rows_a of a by rows_b of b into out. Tiles from inputs are encoded as the loop reaches them:
  * a's tile once per row of tiles, b's once per tile. */
-static qdp_status encode_tile(const struct kernel_job *k, const struct runtime_kernel_input *src,
-                              const char *which, uint64_t r0, uint64_t nr, char *buf,
-                              struct qdp_error *err);
-
 static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows_b, void *out,
                             struct qdp_error *err) {
   qdp_status rc = k->d->ops->alloc(k->d, k->ws_bytes, &k->ws, err);
@@ -215,7 +227,7 @@ static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows
     return rc;
   }
   char *at = k->ws;
-  if (k->ia) {
+  if (k->ia && !k->by_blocks) {
     uint64_t buf = k->tile * k->amps * k->es;
     k->bufa = at;
     k->bufb = at + buf;
@@ -231,13 +243,13 @@ static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows
   k->finished = k->partials + k->levels * k->tile * k->tile * k->es;
   for (uint64_t r0 = 0; r0 < rows_a && rc == QDP_OK; r0 += k->tile) {
     uint64_t nr = rows_a - r0 < k->tile ? rows_a - r0 : k->tile;
-    if (k->ia) {
-      rc = encode_tile(k, k->ia, "a", r0, nr, k->bufa, err);
+    if (k->ia && !k->by_blocks) {
+      rc = encode_piece(k, 0, r0, nr, 0, k->amps, k->bufa, err);
     }
     for (uint64_t c0 = k->same ? r0 : 0; c0 < rows_b && rc == QDP_OK; c0 += k->tile) {
       uint64_t nc = rows_b - c0 < k->tile ? rows_b - c0 : k->tile;
-      if (k->ia && !(k->same && c0 == r0)) {
-        rc = encode_tile(k, k->same ? k->ia : k->ib, k->same ? "a" : "b", c0, nc, k->bufb, err);
+      if (k->ia && !k->by_blocks && !(k->same && c0 == r0)) {
+        rc = encode_piece(k, 1, c0, nc, 0, k->amps, k->bufb, err);
       }
       if (rc == QDP_OK) {
         rc = tile(k, r0, nr, c0, nc, rows_b, out, err);
@@ -289,7 +301,8 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   k.real = ea && ea->real && eb && eb->real;
   k.op_es = k.real ? k.es / 2 : k.es;
   k.remote = k.real && (elsewhere(a, k.d, m) || (b && elsewhere(b, k.d, m)));
-  shape_tiles(&k, pa->batch > pb->batch ? pa->batch : pb->batch, pa->qubits, tiles);
+  shape_tiles(&k, pa->batch > pb->batch ? pa->batch : pb->batch, pa->qubits, tiles,
+              2 * (uint64_t)k.op_es, KERNEL_OPERANDS_BYTES);
   /* A device too full for the tiles' workspace takes smaller tiles (on GPUs their bits may then
    * differ in the last place from a run that had the room); none at all is refused. */
   for (;;) {
@@ -315,82 +328,106 @@ out:
 
 /* ---- from inputs ---- */
 
-/* The tiles of the form from inputs: tile_rows rows, blocks of 2^min(n, block_log2) amplitudes
- * read in place from the tiles' buffers (no operands to bound them). */
-static void shape_input_tiles(struct kernel_job *k, uint32_t n, uint64_t tile_rows,
-                              struct runtime_kernel_tiles t) {
-  unsigned bl = n < t.block_log2 ? n : t.block_log2;
-  k->tile = tile_rows;
-  k->block = (uint64_t)1 << bl;
-  k->blocks = ((uint64_t)1 << n) / k->block;
-  k->levels = n - bl + 1;
-  k->ws_bytes = 2 * tile_rows * k->amps * k->es + (k->levels + 2) * tile_rows * tile_rows * k->es;
-}
-
-uint64_t runtime_inputs_kernel_bytes(uint32_t qubits, qdp_dtype dt, uint64_t tile_rows,
-                                     struct runtime_kernel_tiles tiles) {
-  struct kernel_job k = {.es = qdp_dtype_size(dt), .amps = (uint64_t)1 << qubits};
-  shape_input_tiles(&k, qubits, tile_rows, tiles);
-  return k.ws_bytes;
-}
-
-static qdp_status encode_tile(const struct kernel_job *k, const struct runtime_kernel_input *src,
-                              const char *which, uint64_t r0, uint64_t nr, char *buf,
-                              struct qdp_error *err) {
-  const struct plan *p = nr == src->full->batch ? src->full : src->last;
+/* Rows [r0, r0 + nr) and amplitudes [first, first + count) of a's (side 0) or b's states, encoded
+ * into dst on the computing device ([nr][count]): a window of its plan, on the rows of its input
+ * from r0. */
+static qdp_status encode_piece(const struct kernel_job *k, int side, uint64_t r0, uint64_t nr,
+                               uint64_t first, uint64_t count, char *dst, struct qdp_error *err) {
+  const struct runtime_kernel_input *src = side && !k->same ? k->ib : k->ia;
+  const char *which = side && !k->same ? "b" : "a";
   struct runtime_input win = *src->in;
   win.data = (const char *)win.data + r0 * win.cols * qdp_dtype_size(win.dtype);
   win.rows = nr;
   win.file = NULL; /* for other ranks' windows: this one reads here */
-  struct runtime_output o = {.data = buf, .device = k->full_device, .bytes = p->total_bytes};
+  struct plan *w = NULL;
   struct runtime_state *st = NULL;
-  qdp_status rc = p && p->batch == nr ? runtime_encode_into(k->m, p, &win, &o, &st, err)
-                                      : qdp_error_set(err, QDP_ERR_INTERNAL, which,
-                                                      "no tile plan of %" PRIu64 " rows", nr);
+  qdp_status rc = plan_window(src->plan, nr, first, count, &w, err);
+  if (rc == QDP_OK) {
+    struct runtime_output o = {.data = dst, .device = k->dev, .bytes = w->total_bytes};
+    rc = runtime_encode_into(k->m, w, &win, &o, &st, err);
+  }
   runtime_state_destroy(st);
+  plan_destroy(w);
   if (rc != QDP_OK) {
     qdp_error_prefix(err, "%s's rows %" PRIu64 " to %" PRIu64, which, r0, r0 + nr - 1);
   }
   return rc;
 }
 
-/* The tile plans of src: one shard each, on the device of `dev`, of `tile` rows (full) and the
- * rest. */
-static qdp_status check_tile_plans(const struct runtime_kernel_input *src, const char *which,
-                                   size_t dev, uint64_t tile, struct qdp_error *err) {
-  uint64_t rest = src->in->rows % tile;
-  const struct plan *ps[2] = {src->full, rest ? src->last : NULL};
-  if (src->in->windowed || !ps[0] || ps[0]->batch != tile || (rest && (!ps[1] ||
-                                                                        ps[1]->batch != rest))) {
-    return qdp_error_set(err, QDP_ERR_INTERNAL, which,
-                         "the tile plans of %s do not cover its %" PRIu64 " rows in tiles of %" PRIu64,
-                         which, src->in->rows, tile);
+/* The tiles by rows: the most rows (up to the tiling's) whose two tiles of whole states fit
+ * max_bytes; the blocks read in place, 2^min(n, block_log2); tiles halved until the partials fit
+ * theirs. False when not one row fits. */
+static bool shape_rows(struct kernel_job *k, uint64_t rows, uint32_t n,
+                       struct runtime_kernel_tiles t, uint64_t max_bytes) {
+  uint64_t row = 2 * k->amps * k->es; /* a row of each tile */
+  uint64_t most = t.tile_rows ? t.tile_rows : 1;
+  k->tile = rows < most ? rows : most;
+  if (max_bytes && max_bytes / row < k->tile) {
+    k->tile = max_bytes / row;
   }
-  for (int i = 0; i < 2 && ps[i]; i++) {
-    if (ps[i]->nshards != 1 || ps[i]->shards[0].device != dev) {
-      return qdp_error_set(err, QDP_ERR_INTERNAL, which,
-                           "a tile of %s must be one shard on device %zu", which, dev);
-    }
+  unsigned bl = n < t.block_log2 ? n : t.block_log2;
+  k->block = (uint64_t)1 << bl;
+  k->blocks = k->amps / k->block;
+  k->levels = n - bl + 1;
+  while (k->tile > 1 &&
+         (k->levels + 2) * k->tile * k->tile * (uint64_t)k->es > KERNEL_PARTIALS_BYTES) {
+    k->tile = (k->tile + 1) / 2;
   }
-  return QDP_OK;
+  k->ws_bytes = k->tile * row + (k->levels + 2) * k->tile * k->tile * k->es;
+  return k->tile > 0;
 }
 
 qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_kernel_input *a,
                                  const struct runtime_kernel_input *b, bool overlaps,
-                                 struct runtime_kernel_tiles tiles, void *out,
+                                 struct runtime_kernel_tiles tiles, uint64_t max_bytes, void *out,
                                  const char **ret_device, struct qdp_error *reterr) {
-  const struct plan *pa = a->full, *pb = b ? b->full : pa;
+  const struct plan *pa = a->plan, *pb = b ? b->plan : pa;
   struct kernel_job k = {.m = m, .ia = a, .ib = b, .same = b == NULL, .overlaps = overlaps};
   qdp_status rc;
-  QDP_TRY(rc, kernel_start(&k, pa, pb, m->devs[pa->shards[0].device], reterr));
-  k.full_device = pa->shards[0].device;
-  QDP_TRY(rc, check_tile_plans(a, "a", k.full_device, pa->batch, reterr));
-  if (b) {
-    QDP_TRY(rc, check_tile_plans(b, "b", k.full_device, pa->batch, reterr));
+  if (pa->nshards != 1 || pb->nshards != 1 || pb->shards[0].device != pa->shards[0].device ||
+      pa->shards[0].rank != m->rank || pa->encoding != pb->encoding || a->in->windowed ||
+      (b && b->in->windowed)) {
+    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                         "a kernel from inputs takes plans of one shard each, on one device of "
+                         "this rank, of one encoding");
   }
-  /* Complex products throughout: a real state's imaginary parts are zeros, the values the same. */
-  k.op_es = k.es;
-  shape_input_tiles(&k, pa->qubits, pa->batch, tiles);
+  k.dev = pa->shards[0].device;
+  QDP_TRY(rc, kernel_start(&k, pa, pb, m->devs[k.dev], reterr));
+  uint64_t rows = a->in->rows > (b ? b : a)->in->rows ? a->in->rows : (b ? b : a)->in->rows;
+  uint64_t need; /* the least max_bytes that holds a tile */
+  k.by_blocks = plan_windows_amplitudes(pa->encoding);
+  if (k.by_blocks) {
+    /* Each block of each tile encoded into its operand (real states: into the bounce buffer,
+     * then their real parts into the operand), as the resident form gathers it: with no bound,
+     * its very tiles. A bound counts the bounce buffer too. */
+    const struct qdp_encoding_desc *e = qdp_encoding_desc(pa->encoding);
+    k.real = e && e->real;
+    k.op_es = k.real ? k.es / 2 : k.es;
+    uint64_t per = 2 * (uint64_t)k.op_es + (max_bytes && k.real ? k.es : 0);
+    shape_tiles(&k, rows, pa->qubits, tiles, per, max_bytes ? max_bytes : KERNEL_OPERANDS_BYTES);
+    need = per;
+    uint64_t operand = k.tile * k.block * k.op_es;
+    k.bounce_bytes = k.real ? k.tile * k.block * k.es : 0;
+    k.ws_bytes = 2 * operand + k.bounce_bytes + (k.levels + 2) * k.tile * k.tile * k.es;
+    if (per * k.tile * k.block > (max_bytes ? max_bytes : UINT64_MAX)) {
+      k.tile = 0;
+    }
+  } else {
+    /* Complex products throughout: a real state's imaginary parts are zeros, the same values. */
+    k.op_es = k.es;
+    need = 2 * k.amps * k.es;
+    shape_rows(&k, rows, pa->qubits, tiles, max_bytes);
+  }
+  if (k.tile == 0) {
+    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
+                       "max_bytes %" PRIu64 " holds no tile of %u-qubit states: the least is %s",
+                       max_bytes, pa->qubits, QDP_SIZE_STR(need));
+    if (reterr) {
+      reterr->need_bytes = need;
+      reterr->free_bytes = max_bytes;
+    }
+    return rc;
+  }
   rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
   if (rc != QDP_OK) {
     qdp_error_prefix(reterr, "the kernel matrix's tiles (%" PRIu64 " rows of %u qubits) on %s",

@@ -311,27 +311,29 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
                                 struct runtime_kernel_tiles tiles, void *out,
                                 const char **ret_device, struct qdp_error *reterr);
 
-/* The same matrix from input values, with no state ever whole: the rows are encoded a tile at a
- * time into the computing device's workspace and each tile pair's product read from there, a's
- * tile once per row of tiles and b's once per tile. `full` is the plan of a tile of full->batch
- * rows, `last` that of the in->rows % full->batch rows left (NULL when none): one shard each, all
- * of a's and b's on one device of this rank, where it is computed, planned with an external
- * output (the tiles are the workspace's). The products are complex whatever the encoding. The
- * workspace, runtime_inputs_kernel_bytes of the tiles, is reserved first (RESOURCE_EXHAUSTED
- * naming the device); an encode's refusal comes back prefixed with the rows of its tile. The bits
- * depend on the tiles, never on where the rows came from. */
+/* The same matrix from input values, with no state ever whole. Each input's `plan` is its whole
+ * batch as one shard on one device of this rank (the same for both: where it is computed),
+ * planned with an external output; the runtime encodes windows of it (plan_window) into its
+ * workspace as its tile loop reaches them:
+ *  - by blocks, for encodings whose amplitudes are each a function of their sample's parameters
+ *    (plan_windows_amplitudes: angle, basis, phase): each block of each tile is encoded into the
+ *    operand the resident form would gather, in the resident form's tiles when max_bytes is 0,
+ *    so with its bits; max_bytes bounds the operands (and a real state's bounce buffer);
+ *  - by rows, for the others: each tile of rows is encoded whole (a's once per row of tiles, b's
+ *    once per tile) and the block products read it in place, complex; max_bytes bounds the two
+ *    tiles.
+ * The partial sums of the products come on top (up to 2 GiB, as the resident form's). 0: the
+ * resident form's tiles. INVALID_ARGUMENT (field "max_bytes", need_bytes) when not one tile of
+ * one row fits max_bytes; the workspace is reserved first (RESOURCE_EXHAUSTED naming the device);
+ * an encode's refusal comes back prefixed with the rows of its tile. */
 struct runtime_kernel_input {
   const struct runtime_input *in; /* on this rank, not windowed */
-  const struct plan *full, *last;
+  const struct plan *plan;
 };
 qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_kernel_input *a,
                                  const struct runtime_kernel_input *b, bool overlaps,
-                                 struct runtime_kernel_tiles tiles, void *out,
+                                 struct runtime_kernel_tiles tiles, uint64_t max_bytes, void *out,
                                  const char **ret_device, struct qdp_error *reterr);
-/* The device memory runtime_inputs_kernel takes for tiles of tile_rows rows: two tiles of states
- * and the block products' partials. */
-uint64_t runtime_inputs_kernel_bytes(uint32_t qubits, qdp_dtype dt, uint64_t tile_rows,
-                                     struct runtime_kernel_tiles tiles);
 
 /* ---- Measurements (measure.c) -----------------------------------------------------------------
  *

@@ -685,8 +685,8 @@ class Qdpctl(unittest.TestCase):
 
     def test_kernel_of_inputs_writes_the_matrix_in_tiles(self):
         """The form from inputs against the direct sum over reference states: angle X (9 x 4,
-        .npy) by Y (4 x 4, .npy) in tiles of 3 rows (--max-bytes 2000: 2 * 3 * 256 B of states
-        and 3 * 9 * 16 B of partials) and in one; amplitude values with themselves as complex64
+        .npy) by Y (4 x 4, .npy) in blocks of 4 amplitudes (--max-bytes 2000: the operands of
+        the 9 rows' blocks and their encode, 9 * 4 * 32 B) and in one; amplitude values with themselves as complex64
         overlaps; an --input past 1 MiB (through shared memory) with itself. No state is kept."""
         before = self.js("status")["states"]
         X = self.rng.uniform(-1, 1, size=(9, 4))
@@ -721,7 +721,7 @@ class Qdpctl(unittest.TestCase):
     def test_kernel_of_inputs_refusals(self):
         """Usage errors before connecting (REFs with an input, no encoding, no input, a bad
         --max-bytes, an option of encode's that kernel has no use for), and qdpd's refusals with
-        their fields: max_bytes too small (need_bytes: 2 * 256 + 3 * 16 for rows of 4 qubits),
+        their fields: max_bytes too small (need_bytes: 2 * 256 for rows of 4 qubits),
         another policy."""
         xp = os.path.join(self.dir, "kref.npy")
         np.save(xp, self.rng.uniform(-1, 1, size=(5, 16)))
@@ -739,7 +739,7 @@ class Qdpctl(unittest.TestCase):
         p = self.run_ctl("kernel", *req, "--input", xp, "a:b", "-o", out, env=env)
         self.assertIn("not both", p.stderr)
         err = self.refused(6, "kernel", *req, "--input", xp, "--max-bytes", "100", "-o", out)
-        self.assertEqual((err["field"], err["need_bytes"]), ("max_bytes", 2 * 256 + 3 * 16))
+        self.assertEqual((err["field"], err["need_bytes"]), ("max_bytes", 2 * 256))
         err = self.refused(6, "kernel", *req, "--input", xp, "--policy", "even", "-o", out)
         self.assertEqual(err["field"], "encode.placement.policy")
         self.assertFalse(os.path.exists(out))

@@ -569,9 +569,61 @@ void plan_add_policies(TCase *tc) {
   tcase_add_test(tc, test_policy_names_round_trip);
 }
 
+/* plan_window: rows and an amplitude range of a one-shard plan, on its device, for an encode
+ * into memory its caller holds; ranges only of encodings whose amplitudes are each a function of
+ * their sample's parameters, whole states of any. */
+START_TEST(test_windows_of_a_single_device_plan) {
+  struct world_buf wb;
+  world_same(&wb, 2, 1ull << 30);
+  struct plan_request r = req_for(QDP_ENCODING_ANGLE, 5, PLAN_SINGLE);
+  r.batch = 9;
+  struct plan *p = compute_ok(&r, &wb.w), *w = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  ck_assert_int_eq(plan_window(p, 4, 8, 16, &w, &e), QDP_OK);
+  ck_assert_uint_eq(w->nshards, 1);
+  ck_assert_uint_eq(w->shards[0].device, p->shards[0].device);
+  ck_assert_uint_eq(w->shards[0].first, 8);
+  ck_assert_uint_eq(w->shards[0].count, 16);
+  ck_assert_uint_eq(w->shards[0].row_first, 0);
+  ck_assert_uint_eq(w->shards[0].rows, 4);
+  ck_assert_uint_eq(w->shards[0].bytes, 4 * 16 * 16);
+  ck_assert_uint_eq(w->total_bytes, 4 * 16 * 16);
+  ck_assert_uint_eq(w->batch, 4);
+  ck_assert_uint_eq(w->amplitudes, 32);
+  ck_assert(w->output_external && w->feasible);
+  ck_assert_uint_eq(w->needs[0].shard_bytes, 0);
+  plan_destroy(w);
+  ck_assert(plan_windows_amplitudes(QDP_ENCODING_PHASE) && plan_windows_amplitudes(QDP_ENCODING_BASIS));
+  ck_assert(!plan_windows_amplitudes(QDP_ENCODING_AMPLITUDE) && !plan_windows_amplitudes(QDP_ENCODING_IQP));
+  /* Past the end, more rows than the plan's, nothing. */
+  const uint64_t bad[][3] = {{4, 24, 16}, {10, 0, 32}, {0, 0, 32}, {4, 0, 0}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(plan_window(p, bad[i][0], bad[i][1], bad[i][2], &w, &e),
+                     QDP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(w);
+  }
+  plan_destroy(p);
+  /* Amplitude: whole states only (its norm runs over the whole sample). */
+  r = req_for(QDP_ENCODING_AMPLITUDE, 5, PLAN_SINGLE);
+  r.batch = 3;
+  p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(plan_window(p, 2, 0, 32, &w, &e), QDP_OK);
+  plan_destroy(w);
+  ck_assert_int_eq(plan_window(p, 2, 0, 16, &w, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(e.msg, "amplitude"));
+  plan_destroy(p);
+  /* Only of a plan of one shard. */
+  r = req_for(QDP_ENCODING_ANGLE, 5, PLAN_EVEN);
+  p = compute_ok(&r, &wb.w);
+  ck_assert_int_eq(plan_window(p, 1, 0, 32, &w, &e), QDP_ERR_INVALID_ARGUMENT);
+  plan_destroy(p);
+}
+END_TEST
+
 void plan_add_batch(TCase *tc) {
   tcase_add_test(tc, test_batch_of_3_over_8_devices_uses_the_3_largest_in_order);
   tcase_add_test(tc, test_odd_batch_splits_near_equal_rows);
   tcase_add_test(tc, test_batch_of_one_is_a_single_device_plan);
   tcase_add_test(tc, test_sharding_one_state_refuses_a_batch);
+  tcase_add_test(tc, test_windows_of_a_single_device_plan);
 }

@@ -202,74 +202,72 @@ END_TEST
 
 /* ---- from inputs ---- */
 
-/* The tile plans of `rows` samples in tiles of T rows on device 0 (full, and the rest or NULL). */
-static void tile_plans(struct runtime_mesh *m, qdp_encoding enc, uint64_t rows, uint64_t cols,
-                       uint64_t tile, struct plan **full, struct plan **last) {
-  *full = qdpt_plan_on(m, 1, PLAN_SINGLE, enc, QUBITS, tile, cols, QDP_DTYPE_FLOAT64,
-                       QDP_DTYPE_COMPLEX128);
-  *last = rows % tile ? qdpt_plan_on(m, 1, PLAN_SINGLE, enc, QUBITS, rows % tile, cols,
-                                     QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128)
-                      : NULL;
-}
-
-/* The matrices from inputs in tiles of 3 rows (a of 7 rows: a short last tile; b of 6: none)
- * against the direct sums over the resident states' amplitudes, and for complex states (iqp)
+/* The matrices from inputs against the direct sums over the resident states' amplitudes, a of 7
+ * rows by b of 6 and a with itself: by rows (amplitude, iqp) in tiles of 3 (max_bytes: two tiles
+ * of 3 rows; a's last tile short), by blocks (angle, phase) of 4 amplitudes of every row with no
+ * bound and of 2 under one; and with no bound, by blocks, or by rows for complex states (iqp),
  * the bits of the resident form with the same tiles. */
 static void from_inputs(qdp_encoding enc, uint64_t cols) {
-  enum { ROWS = 7, BROWS = 6, TILE = 3 };
+  enum { ROWS = 7, BROWS = 6 };
   struct runtime_mesh *m = qdpt_mesh("cpu:2", GIB, 0);
   double *x = random_values(ROWS * cols, 21), *y = random_values(BROWS * cols, 22);
   struct runtime_input ia = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = ROWS, .cols = cols};
   struct runtime_input ib = {.data = y, .dtype = QDP_DTYPE_FLOAT64, .rows = BROWS, .cols = cols};
-  struct plan *pa[2], *pb[2];
-  tile_plans(m, enc, ROWS, cols, TILE, &pa[0], &pa[1]);
-  tile_plans(m, enc, BROWS, cols, TILE, &pb[0], &pb[1]);
-  ck_assert_ptr_null(pb[1]);
-  struct runtime_kernel_input a = {&ia, pa[0], pa[1]}, b = {&ib, pb[0], NULL};
-  double complex self[ROWS * ROWS], cross[ROWS * BROWS], want[ROWS * BROWS];
-  double kk[ROWS * BROWS];
-  struct qdp_error e = QDP_ERROR_INIT;
-  const char *dev = NULL;
-  CK_OK_AT(runtime_inputs_kernel(m, &a, NULL, true, SMALL_TILES, self, &dev, &e), e, "self");
-  ck_assert_str_eq(dev, "cpu:0");
-  CK_OK_AT(runtime_inputs_kernel(m, &a, &b, true, SMALL_TILES, cross, NULL, &e), e, "cross");
-  CK_OK_AT(runtime_inputs_kernel(m, &a, &b, false, SMALL_TILES, kk, NULL, &e), e, "fidelities");
-  qdpt_assert_mesh_idle(m, "after the kernels from inputs");
+  struct plan *pa = qdpt_plan_on(m, 1, PLAN_SINGLE, enc, QUBITS, ROWS, cols, QDP_DTYPE_FLOAT64,
+                                 QDP_DTYPE_COMPLEX128);
+  struct plan *pb = qdpt_plan_on(m, 1, PLAN_SINGLE, enc, QUBITS, BROWS, cols, QDP_DTYPE_FLOAT64,
+                                 QDP_DTYPE_COMPLEX128);
+  struct runtime_kernel_input a = {&ia, pa}, b = {&ib, pb};
+  bool by_blocks = plan_windows_amplitudes(enc);
+  /* Rows: two tiles of 3 rows of 2^5 complex amplitudes. Blocks: 2 amplitudes of each of the 7
+   * rows, operands and (angle's real states) the encode's buffer. */
+  uint64_t bound = by_blocks ? 7 * 2 * 32 : 2 * 3 * DIM * 16;
   struct runtime_state *sa = qdpt_encode_f64(m, 1, PLAN_SINGLE, enc, QUBITS, ROWS, cols, x,
                                              QDP_DTYPE_COMPLEX128);
   struct runtime_state *sb = qdpt_encode_f64(m, 1, PLAN_SINGLE, enc, QUBITS, BROWS, cols, y,
                                              QDP_DTYPE_COMPLEX128);
   double complex *va = qdpt_read_all(sa), *vb = qdpt_read_all(sb);
-  for (int r = 0; r < ROWS; r++) {
-    for (int c = 0; c < ROWS + BROWS; c++) {
-      const double complex *v = c < ROWS ? va + c * DIM : vb + (c - ROWS) * DIM;
-      long double re = 0, im = 0;
-      for (int j = 0; j < DIM; j++) {
-        long double ar = creal(va[r * DIM + j]), ai = cimag(va[r * DIM + j]);
-        re += ar * creal(v[j]) + ai * cimag(v[j]);
-        im += ar * cimag(v[j]) - ai * creal(v[j]);
-      }
-      double complex got = c < ROWS ? self[r * ROWS + c] : cross[r * BROWS + c - ROWS];
-      ck_assert_msg(fabsl(creal(got) - re) < 1e-14 && fabsl(cimag(got) - im) < 1e-14,
-                    "row %d column %d: %.17g%+.17gi, the direct sum %.17Lg%+.17Lgi", r, c,
-                    creal(got), cimag(got), re, im);
-      if (c >= ROWS) {
-        ck_assert_double_eq_tol(kk[r * BROWS + c - ROWS], (double)(re * re + im * im), 1e-14);
+  double complex self[ROWS * ROWS], cross[ROWS * BROWS], want[ROWS * BROWS];
+  double kk[ROWS * BROWS];
+  struct qdp_error e = QDP_ERROR_INIT;
+  for (int bounded = 0; bounded < 2; bounded++) {
+    uint64_t mb = bounded ? bound : 0;
+    const char *dev = NULL;
+    CK_OK_AT(runtime_inputs_kernel(m, &a, NULL, true, SMALL_TILES, mb, self, &dev, &e), e,
+             "self, max_bytes %d", (int)mb);
+    ck_assert_str_eq(dev, "cpu:0");
+    CK_OK_AT(runtime_inputs_kernel(m, &a, &b, true, SMALL_TILES, mb, cross, NULL, &e), e, "cross");
+    CK_OK_AT(runtime_inputs_kernel(m, &a, &b, false, SMALL_TILES, mb, kk, NULL, &e), e, "K");
+    for (int r = 0; r < ROWS; r++) {
+      for (int c = 0; c < ROWS + BROWS; c++) {
+        const double complex *v = c < ROWS ? va + c * DIM : vb + (c - ROWS) * DIM;
+        long double re = 0, im = 0;
+        for (int j = 0; j < DIM; j++) {
+          long double ar = creal(va[r * DIM + j]), ai = cimag(va[r * DIM + j]);
+          re += ar * creal(v[j]) + ai * cimag(v[j]);
+          im += ar * cimag(v[j]) - ai * creal(v[j]);
+        }
+        double complex got = c < ROWS ? self[r * ROWS + c] : cross[r * BROWS + c - ROWS];
+        ck_assert_msg(fabsl(creal(got) - re) < 1e-14 && fabsl(cimag(got) - im) < 1e-14,
+                      "max_bytes %d row %d column %d: %.17g%+.17gi, the direct sum "
+                      "%.17Lg%+.17Lgi",
+                      (int)mb, r, c, creal(got), cimag(got), re, im);
+        if (c >= ROWS) {
+          ck_assert_double_eq_tol(kk[r * BROWS + c - ROWS], (double)(re * re + im * im), 1e-14);
+        }
       }
     }
-  }
-  if (enc == QDP_ENCODING_IQP) {
-    CK_OK_AT(runtime_state_kernel(m, sa, sb, true, SMALL_TILES, want, NULL, &e), e, "resident");
-    ck_assert_msg(memcmp(want, cross, sizeof cross) == 0, "other bits than the resident states'");
+    if (!bounded && (by_blocks || enc == QDP_ENCODING_IQP)) {
+      CK_OK_AT(runtime_state_kernel(m, sa, sb, true, SMALL_TILES, want, NULL, &e), e, "resident");
+      ck_assert_msg(memcmp(want, cross, sizeof cross) == 0, "other bits than the resident form's");
+    }
   }
   runtime_state_destroy(sa);
   runtime_state_destroy(sb);
   free(va);
   free(vb);
-  for (int i = 0; i < 2; i++) {
-    plan_destroy(pa[i]);
-    plan_destroy(pb[i]);
-  }
+  plan_destroy(pa);
+  plan_destroy(pb);
   free(x);
   free(y);
   qdpt_assert_mesh_idle(m, "at the end");
@@ -277,17 +275,16 @@ static void from_inputs(qdp_encoding enc, uint64_t cols) {
 }
 
 START_TEST(test_kernel_from_inputs) {
-  /* The workspace of tiles of 3 rows of 2^5 amplitudes, blocks of 4 (4 levels of partials): two
-   * tiles of states and (levels + 2) tile-sized partials. */
-  ck_assert_uint_eq(runtime_inputs_kernel_bytes(QUBITS, QDP_DTYPE_COMPLEX128, 3, SMALL_TILES),
-                    2 * 3 * DIM * 16 + (4 + 2) * 3 * 3 * 16);
   from_inputs(QDP_ENCODING_AMPLITUDE, DIM - 3);
   from_inputs(QDP_ENCODING_IQP, QUBITS + QUBITS * (QUBITS - 1) / 2);
+  from_inputs(QDP_ENCODING_ANGLE, QUBITS);
+  from_inputs(QDP_ENCODING_PHASE, QUBITS);
 }
 END_TEST
 
-/* An encode's refusal names its tile's rows; a device without room for the tiles is refused
- * with the numbers; nothing is kept either way. */
+/* An encode's refusal names its tile's rows; max_bytes below one row's tiles is refused with the
+ * least that works; a device without room for the tiles is refused with the numbers; nothing is
+ * kept either way. */
 START_TEST(test_kernel_from_inputs_refusals) {
   enum { ROWS = 7, COLS = 4 };
   double x[ROWS * COLS];
@@ -297,30 +294,34 @@ START_TEST(test_kernel_from_inputs_refusals) {
   memset(x + 4 * COLS, 0, COLS * sizeof x[0]); /* row 4: zero norm */
   struct runtime_mesh *m = qdpt_mesh("cpu:1", GIB, 0);
   struct runtime_input in = {.data = x, .dtype = QDP_DTYPE_FLOAT64, .rows = ROWS, .cols = COLS};
-  struct plan *full, *last;
-  full = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, 3, COLS, QDP_DTYPE_FLOAT64,
-                      QDP_DTYPE_COMPLEX128);
-  last = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, 1, COLS, QDP_DTYPE_FLOAT64,
-                      QDP_DTYPE_COMPLEX128);
-  struct runtime_kernel_input a = {&in, full, last};
+  struct plan *p = qdpt_plan_on(m, 1, PLAN_SINGLE, QDP_ENCODING_AMPLITUDE, 2, ROWS, COLS,
+                                QDP_DTYPE_FLOAT64, QDP_DTYPE_COMPLEX128);
+  struct runtime_kernel_input a = {&in, p};
   double k[ROWS * ROWS];
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, k, NULL, &e),
-                   QDP_ERR_INVALID_ARGUMENT);
+  uint64_t row = 2 * 4 * 16; /* a row of each of two tiles of 2-qubit states */
+  ck_assert_int_eq(
+      runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, 3 * row, k, NULL, &e),
+      QDP_ERR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(e.msg, "a's rows 3 to 5"), "%s", e.msg);
-  qdpt_assert_mesh_idle(m, "after a refused encode");
+  ck_assert_int_eq(
+      runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, row - 1, k, NULL, &e),
+      QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "max_bytes");
+  ck_assert_uint_eq(e.need_bytes, row);
+  qdpt_assert_mesh_idle(m, "after the refusals");
   runtime_mesh_destroy(m);
-  uint64_t need = runtime_inputs_kernel_bytes(2, QDP_DTYPE_COMPLEX128, 3, RUNTIME_KERNEL_TILES);
-  m = qdpt_mesh("cpu:1", need - 1, 0);
+  /* Tiles of 7 rows: 2 * 7 rows of states and 3 tiles of partials, past a budget one byte short. */
   x[4 * COLS] = 1;
-  ck_assert_int_eq(runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, k, NULL, &e),
+  uint64_t need = 7 * row + 3 * 7 * 7 * 16;
+  m = qdpt_mesh("cpu:1", need - 1, 0);
+  ck_assert_int_eq(runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, 0, k, NULL, &e),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg, "cpu:0"));
   ck_assert_uint_eq(e.need_bytes, need);
   qdpt_assert_mesh_idle(m, "after a refused workspace");
   runtime_mesh_destroy(m);
-  plan_destroy(full);
-  plan_destroy(last);
+  plan_destroy(p);
 }
 END_TEST
 

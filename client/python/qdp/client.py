@@ -817,8 +817,10 @@ class Client:
         overlaps : bool
             The complex overlaps <x_i|y_j> instead of the fidelities |<x_i|y_j>|^2.
         max_bytes : int
-            The most device memory the computation takes (two tiles of states and the partial
-            products): it sets the tiles' rows. 0: tiles of up to 4096 rows.
+            The most device memory that holds amplitudes (two tiles of states, or the blocks of
+            amplitudes of every row for angle, basis and phase): it sets the tiles. The partial
+            sums of the products come on top (up to the matrix's size, as :meth:`kernel`'s).
+            0: the tiles :meth:`kernel` takes.
         policy, devices
             "auto" or "single", and the devices to choose from: the matrix is computed on one.
         out : torch.Tensor, optional
@@ -839,9 +841,11 @@ class Client:
 
         Notes
         -----
-        Each tile of X is encoded once per row of tiles and each of Y once per tile, so a
-        smaller ``max_bytes`` costs more encodes; the products are complex for every encoding
-        (resident states of real encodings take real products: :meth:`kernel`).
+        Angle, basis and phase states are encoded a block of amplitudes at a time into the
+        products' operands, with no bound in :meth:`kernel`'s tiles (so with its bits). The
+        other encodings need whole samples: each tile of X's rows is encoded once per row of
+        tiles and each of Y's once per tile, so a smaller ``max_bytes`` costs more encodes, and
+        their products are complex.
         """
         if not isinstance(max_bytes, (int, np.integer)) or isinstance(max_bytes, bool) \
                 or max_bytes < 0:

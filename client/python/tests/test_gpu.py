@@ -552,8 +552,9 @@ def test_the_kernel_matrix_on_the_gpu_is_the_reference(gpu, encoding, n, values,
                                                ("angle", 7, 7)])
 def test_the_kernel_matrix_from_inputs_on_the_gpu_is_the_reference(gpu, encoding, n,
                                                                   values) -> None:
-    # Tiles of 5 rows (max_bytes: two tiles of states and their partials, 3 levels at most),
-    # X of 37 rows (a short last tile) by Y of 21, from NumPy and from CUDA tensors.
+    # max_bytes: two tiles of 5 rows of states for iqp and amplitude (by rows; X of 37 rows: a
+    # short last tile), blocks of 16 amplitudes of every row for angle (by blocks); X by Y of 21
+    # rows, from NumPy and from CUDA tensors.
     c, torch = gpu
     rng = np.random.default_rng(14)
     X, Y = rng.uniform(-1, 1, size=(37, values)), rng.uniform(-1, 1, size=(21, values))

@@ -142,9 +142,10 @@ def test_the_one_call_kernel_encodes_pairs_and_releases(daemon: Any,
 
 
 def test_kernel_of_inputs_is_the_reference_in_tiles(client: qdp.Client, tmp_path: Any) -> None:
-    """Client.kernel_of in tiles of 3 rows (max_bytes 2000: 16 amplitudes a row, the workspace
-    2 * 3 * 256 B of states and 3 * 9 * 16 B of partials), X of 9 rows by Y of 4, keeping no
-    state; X from a .npy file too."""
+    """Client.kernel_of under max_bytes 2000, X of 9 rows by Y of 4, keeping no state; X from a
+    .npy file too. Amplitude and iqp go by rows: tiles of 3 (two tiles of 3 rows of 16
+    amplitudes, 2 * 3 * 256 B); angle by blocks: of 4 amplitudes of every row (real parts and
+    the encode, 9 * 4 * 32 B)."""
     rng = np.random.default_rng(12)
     before = client.status().states
     for encoding, values in (("amplitude", 13), ("angle", 4), ("iqp", 10)):
@@ -176,7 +177,7 @@ def test_kernel_of_refusals(client: qdp.Client) -> None:
     X = np.random.default_rng(14).uniform(-1, 1, size=(5, 16))
     with pytest.raises(qdp.InvalidArgument) as e:
         client.kernel_of(X, "amplitude", 4, max_bytes=100)
-    assert e.value.field == "max_bytes" and e.value.need_bytes == 2 * 256 + 3 * 16
+    assert e.value.field == "max_bytes" and e.value.need_bytes == 2 * 256
     with pytest.raises(qdp.InvalidArgument) as e:
         client.kernel_of(X, "amplitude", 4, policy="even")
     assert e.value.field == "encode.placement.policy"
@@ -186,7 +187,7 @@ def test_kernel_of_refusals(client: qdp.Client) -> None:
     Z = X.copy()
     Z[3] = 0  # a zero norm in the second tile of 2 rows
     with pytest.raises(qdp.InvalidArgument) as e:
-        client.kernel_of(Z, "amplitude", 4, max_bytes=2 * 2 * 256 + 3 * 4 * 16)
+        client.kernel_of(Z, "amplitude", 4, max_bytes=2 * 2 * 256)
     assert "rows 2 to 3" in str(e.value), str(e.value)
 
 
