@@ -14,9 +14,9 @@ a few runs after one warm-up:
   torch       abs(psi @ psi.conj().T) ** 2 on the same view, to the host (the target: >= 1.8x)
   qdp-out     Client.kernel(s, out=t): the matrix into a CUDA tensor t instead of this process
 
-and checks qdp's matrix against torch's (max |difference|); for phase, Client.kernel_of from the
-inputs under a cap of 1/8 of the states' bytes (encode included) against the resident time (the
-target: within 1.2x); then amplitude's (real states: real products) time against phase's (the
+and checks qdp's matrix against torch's (max |difference|); for phase (by blocks) and iqp (by
+rows), Client.kernel_of from the inputs under caps of 1/8 and 1/4 of the states' bytes and none
+(encode included) against the resident time (the target: within 1.2x at 1/8); then amplitude's (real states: real products) time against phase's (the
 target: >= 3x). Prints "bench op=kernel ..." lines
 (ms, tflops, ratios). Without a GPU (a CPU daemon) it times qdp alone on small sizes (--quick).
 """
@@ -38,7 +38,7 @@ import qdp  # noqa: E402
 
 def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> float:
     rng = np.random.default_rng(1)
-    values = n if encoding == "phase" else 1 << n
+    values = {"phase": n, "iqp": n + n * (n - 1) // 2}.get(encoding, 1 << n)
     X = rng.uniform(-1, 1, size=(N, values))
     s = c.encode(X, encoding, n, policy="single")
     sync = torch.cuda.synchronize if torch is not None else (lambda: None)
@@ -68,8 +68,8 @@ def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> 
             qdp_over_torch=te / q, target_torch=1.8, max_abs_diff=diff)
         del t
     s.release()
-    if encoding == "phase":
-        # From the inputs under a cap of 1/8 of the states' bytes: tiles encoded as they are
+    if encoding in ("phase", "iqp"):
+        # From the inputs (phase by blocks, iqp by rows) under a cap of 1/8 of the states' bytes: tiles encoded as they are
         # paired, no state whole (the target: within 1.2x of the resident time above).
         # Larger caps (1/4, and room for one tile of every row) show what the tiles cost.
         states = N * (1 << n) * 16
@@ -105,7 +105,7 @@ def main() -> int:
             gpu = c.status().backend == "cuda"
             N, n = (256, 8) if a.quick or not gpu else (a.samples, a.qubits)
             ms = {e: one(c, e, N, n, a.runs, torch if gpu else None)
-                  for e in ("phase", "amplitude")}
+                  for e in ("phase", "amplitude", "iqp")}
             say("kernel-ratio", samples=N, qubits=n,
                 real_over_complex=ms["phase"] / ms["amplitude"], target_real=3)
     finally:
