@@ -38,6 +38,8 @@ struct kernel_job {
    * that hold a tile of rows of each, whole). */
   const struct runtime_kernel_input *ia, *ib;
   bool by_blocks;
+  bool gathered; /* by rows: each block taken from the tiles into operands (as the resident form
+                    gathers it), not read in place */
   char *bufa, *bufb;
   uint64_t amps;   /* 2^n */
   size_t dev;      /* from inputs: the mesh index of the computing device */
@@ -148,9 +150,19 @@ static qdp_status operand(const struct kernel_job *k, int side, uint64_t r0, uin
                           uint64_t k0, char *dst, const char **ret, uint64_t *ret_ld,
                           struct qdp_error *err) {
   if (k->ia && !k->by_blocks) {
-    *ret = (side ? k->bufb : k->bufa) + k0 * k->es;
-    *ret_ld = k->amps;
-    return QDP_OK;
+    /* From the tile of whole states: in place, or into the operand (a real state's real parts,
+     * or the complex values as the resident form gathers them). */
+    const char *at = (side ? k->bufb : k->bufa) + k0 * k->es;
+    uint64_t pitch = k->amps * k->es;
+    *ret = k->gathered ? dst : at;
+    *ret_ld = k->gathered ? k->block : k->amps;
+    if (!k->gathered) {
+      return QDP_OK;
+    }
+    return k->real ? k->d->ops->real_rows(k->d, dst, k->block * k->op_es, at, pitch, k->block, nr,
+                                          k->dt, err)
+                   : k->d->ops->copy_rows(k->d, dst, k->block * k->es, k->d, at, pitch,
+                                          k->block * k->es, nr, err);
   }
   if (k->ia) {
     /* Encoded in place, or (real states) through the bounce buffer to take the real parts. */
@@ -232,7 +244,8 @@ static qdp_status run_tiles(struct kernel_job *k, uint64_t rows_a, uint64_t rows
     k->bufa = at;
     k->bufb = at + buf;
     at += 2 * buf;
-  } else {
+  }
+  if (!k->ia || k->by_blocks || k->gathered) {
     uint64_t operand = k->tile * k->block * k->op_es;
     k->ta = at;
     k->tb = at + operand;
@@ -354,27 +367,53 @@ static qdp_status encode_piece(const struct kernel_job *k, int side, uint64_t r0
   return rc;
 }
 
-/* The tiles by rows: the most rows (up to the tiling's) whose two tiles of whole states fit
- * max_bytes; the blocks read in place, 2^min(n, block_log2); tiles halved until the partials fit
- * theirs. False when not one row fits. */
+/* The tiles by rows: the most rows (up to the tiling's) whose two tiles of whole states, and the
+ * operands when gathered, fit max_bytes; the blocks, and the tiles' shrink for the partials, as
+ * the resident form's (shape_tiles), so one tile of every row has its bits. Sets k->ws_bytes;
+ * false when not one row fits. */
 static bool shape_rows(struct kernel_job *k, uint64_t rows, uint32_t n,
                        struct runtime_kernel_tiles t, uint64_t max_bytes) {
-  uint64_t row = 2 * k->amps * k->es; /* a row of each tile */
   uint64_t most = t.tile_rows ? t.tile_rows : 1;
-  k->tile = rows < most ? rows : most;
-  if (max_bytes && max_bytes / row < k->tile) {
-    k->tile = max_bytes / row;
+  for (uint64_t want = rows < most ? rows : most; want > 0;) {
+    shape_tiles(k, want, n, (struct runtime_kernel_tiles){t.block_log2, want},
+                2 * (uint64_t)k->op_es, KERNEL_OPERANDS_BYTES);
+    uint64_t held = 2 * k->tile * k->amps * k->es +
+                    (k->gathered ? 2 * k->tile * k->block * k->op_es : 0);
+    if (!max_bytes || held <= max_bytes) {
+      k->ws_bytes = held + (k->levels + 2) * k->tile * k->tile * k->es;
+      return true;
+    }
+    /* The rows in proportion to what fits (at least one fewer). */
+    uint64_t fit = (uint64_t)((unsigned __int128)k->tile * max_bytes / held);
+    want = fit < k->tile ? fit : k->tile - 1;
+  }
+  k->tile = 0;
+  return false;
+}
+
+/* The form from inputs' tiles (k's encoding, dtype and sources set) for `rows` rows of n qubits
+ * under max_bytes: by blocks or by rows (runtime.h), k->ws_bytes the workspace; k->tile 0 when not
+ * one row fits, *ret_need then the least max_bytes that does. */
+static void shape_inputs(struct kernel_job *k, uint64_t rows, uint32_t n,
+                         struct runtime_kernel_tiles t, uint64_t max_bytes, uint64_t *ret_need) {
+  if (k->by_blocks) {
+    /* Each block of each tile encoded into its operand (real states: into the bounce buffer,
+     * then their real parts into the operand), as the resident form gathers it: with no bound,
+     * its very tiles. A bound counts the bounce buffer too. */
+    uint64_t per = 2 * (uint64_t)k->op_es + (max_bytes && k->real ? k->es : 0);
+    shape_tiles(k, rows, n, t, per, max_bytes ? max_bytes : KERNEL_OPERANDS_BYTES);
+    *ret_need = per;
+    uint64_t operand = k->tile * k->block * k->op_es;
+    k->bounce_bytes = k->real ? k->tile * k->block * k->es : 0;
+    k->ws_bytes = 2 * operand + k->bounce_bytes + (k->levels + 2) * k->tile * k->tile * k->es;
+    if (max_bytes && per * k->tile * k->block > max_bytes) {
+      k->tile = 0;
+    }
+    return;
   }
   unsigned bl = n < t.block_log2 ? n : t.block_log2;
-  k->block = (uint64_t)1 << bl;
-  k->blocks = k->amps / k->block;
-  k->levels = n - bl + 1;
-  while (k->tile > 1 &&
-         (k->levels + 2) * k->tile * k->tile * (uint64_t)k->es > KERNEL_PARTIALS_BYTES) {
-    k->tile = (k->tile + 1) / 2;
-  }
-  k->ws_bytes = k->tile * row + (k->levels + 2) * k->tile * k->tile * k->es;
-  return k->tile > 0;
+  *ret_need = 2 * k->amps * k->es + (k->gathered ? 2 * ((uint64_t)1 << bl) * k->op_es : 0);
+  shape_rows(k, rows, n, t, max_bytes);
 }
 
 qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_kernel_input *a,
@@ -394,41 +433,34 @@ qdp_status runtime_inputs_kernel(struct runtime_mesh *m, const struct runtime_ke
   k.dev = pa->shards[0].device;
   QDP_TRY(rc, kernel_start(&k, pa, pb, m->devs[k.dev], reterr));
   uint64_t rows = a->in->rows > (b ? b : a)->in->rows ? a->in->rows : (b ? b : a)->in->rows;
-  uint64_t need; /* the least max_bytes that holds a tile */
+  const struct qdp_encoding_desc *e = qdp_encoding_desc(pa->encoding);
   k.by_blocks = plan_windows_amplitudes(pa->encoding);
-  if (k.by_blocks) {
-    /* Each block of each tile encoded into its operand (real states: into the bounce buffer,
-     * then their real parts into the operand), as the resident form gathers it: with no bound,
-     * its very tiles. A bound counts the bounce buffer too. */
-    const struct qdp_encoding_desc *e = qdp_encoding_desc(pa->encoding);
-    k.real = e && e->real;
-    k.op_es = k.real ? k.es / 2 : k.es;
-    uint64_t per = 2 * (uint64_t)k.op_es + (max_bytes && k.real ? k.es : 0);
-    shape_tiles(&k, rows, pa->qubits, tiles, per, max_bytes ? max_bytes : KERNEL_OPERANDS_BYTES);
-    need = per;
-    uint64_t operand = k.tile * k.block * k.op_es;
-    k.bounce_bytes = k.real ? k.tile * k.block * k.es : 0;
-    k.ws_bytes = 2 * operand + k.bounce_bytes + (k.levels + 2) * k.tile * k.tile * k.es;
-    if (per * k.tile * k.block > (max_bytes ? max_bytes : UINT64_MAX)) {
-      k.tile = 0;
+  k.real = e && e->real;
+  k.op_es = k.real ? k.es / 2 : k.es;
+  /* By rows, real states always take operands of their real parts; complex ones, with no bound,
+   * the resident form's gathered operands too (its very products), under one the tiles in
+   * place. */
+  k.gathered = !k.by_blocks && (k.real || !max_bytes);
+  /* A device too full for the workspace takes smaller tiles, as the resident form does. */
+  uint64_t need = 0; /* the least max_bytes that holds a tile */
+  for (;;) {
+    shape_inputs(&k, rows, pa->qubits, tiles, max_bytes, &need);
+    if (k.tile == 0) {
+      rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
+                         "max_bytes %" PRIu64 " holds no tile of %u-qubit states: the least is %s",
+                         max_bytes, pa->qubits, QDP_SIZE_STR(need));
+      if (reterr) {
+        reterr->need_bytes = need;
+        reterr->free_bytes = max_bytes;
+      }
+      return rc;
     }
-  } else {
-    /* Complex products throughout: a real state's imaginary parts are zeros, the same values. */
-    k.op_es = k.es;
-    need = 2 * k.amps * k.es;
-    shape_rows(&k, rows, pa->qubits, tiles, max_bytes);
-  }
-  if (k.tile == 0) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "max_bytes",
-                       "max_bytes %" PRIu64 " holds no tile of %u-qubit states: the least is %s",
-                       max_bytes, pa->qubits, QDP_SIZE_STR(need));
-    if (reterr) {
-      reterr->need_bytes = need;
-      reterr->free_bytes = max_bytes;
+    rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
+    if (rc == QDP_OK || k.tile == 1 || rc != QDP_ERR_RESOURCE_EXHAUSTED) {
+      break;
     }
-    return rc;
+    tiles.tile_rows = (k.tile + 1) / 2;
   }
-  rc = runtime_device_reserve(k.d, k.ws_bytes, reterr);
   if (rc != QDP_OK) {
     qdp_error_prefix(reterr, "the kernel matrix's tiles (%" PRIu64 " rows of %u qubits) on %s",
                      k.tile, pa->qubits, k.d->info.name);

@@ -320,8 +320,11 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
  *    operand the resident form would gather, in the resident form's tiles when max_bytes is 0,
  *    so with its bits; max_bytes bounds the operands (and a real state's bounce buffer);
  *  - by rows, for the others: each tile of rows is encoded whole (a's once per row of tiles, b's
- *    once per tile) and the block products read it in place, complex; max_bytes bounds the two
- *    tiles.
+ *    once per tile) and each block taken into the operands as the resident form gathers it (a
+ *    real state's real parts), in its blocks: with max_bytes 0, one tile of every row (at most
+ *    4096) has the resident matrix's bits. max_bytes bounds the two tiles and the operands,
+ *    which a complex state then does without (the block products read the tiles in place).
+ * A device too full for the workspace takes smaller tiles, as runtime_state_kernel does.
  * The partial sums of the products come on top (up to 2 GiB, as the resident form's). 0: the
  * resident form's tiles. INVALID_ARGUMENT (field "max_bytes", need_bytes) when not one tile of
  * one row fits max_bytes; the workspace is reserved first (RESOURCE_EXHAUSTED naming the device);

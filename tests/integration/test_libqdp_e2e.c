@@ -441,10 +441,11 @@ static void batch_input(qdp_input_kind kind, int region, const double *x, size_t
   }
 }
 
-/* qdp_kernel_of against the direct sum over reference states. max_bytes 2000 makes tiles of 3
- * rows of 4 qubits for amplitude (2 * 3 * 256 B of states; 4 rows would take 2048), so X's 9
- * rows are 3 tiles, and blocks of 4 amplitudes of the 9 rows' angle states (2 * 9 * 4 * 8 B of
- * real parts + 9 * 4 * 16 B encoded); 0 makes one tile. X by Y and X with itself, fidelities and
+/* qdp_kernel_of against the direct sum over reference states. max_bytes 2000 makes tiles of 2
+ * rows of 4 qubits for amplitude (2 * 2 * 256 B of states and 2 * 2 * 16 * 8 B of their real
+ * parts; 3 rows would take 2304), so X's 9 rows are 5 tiles, and blocks of 4 amplitudes of the
+ * 9 rows' angle states (2 * 9 * 4 * 8 B of real parts + 9 * 4 * 16 B encoded); 0 makes one
+ * tile. X by Y and X with itself, fidelities and
  * overlaps, from each kind of input: inline data and a local .npy (angle), a file on the node and
  * an upload (amplitude), shared memory by descriptor and a registered region (angle); the local
  * file and the upload past inline_max, so through regions made for the call. Then the .npy form.
@@ -582,7 +583,7 @@ START_TEST(test_kernel_of_a_large_matrix_from_a_file_on_the_node) {
 END_TEST
 
 /* The refusals, each naming its field: max_bytes below one row's tiles (with need_bytes, the
- * least that works: 2 * 256 for rows of 4 qubits), after the input went through a
+ * least that works: 2 * 256 + 2 * 16 * 8 for rows of 4 qubits and their real parts), after the input went through a
  * region that is gone again; another policy; views; b's input; a bad sample, by the rows of its
  * tile; a buffer too small; and over TCP, an input past inline_max, found before anything is
  * sent. */
@@ -606,11 +607,11 @@ START_TEST(test_kernel_of_refusals) {
   CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 100, 0, k, sizeof k, NULL),
                 QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(qdp_last_error()->field, "max_bytes");
-  ck_assert_uint_eq(qdp_last_error()->need_bytes, 2 * 256);
+  ck_assert_uint_eq(qdp_last_error()->need_bytes, 2 * 256 + 2 * 16 * 8);
   uint32_t states, regions;
   counts(&states, &regions);
   ck_assert_uint_eq(regions, 0);
-  CK_QDP(qdp_kernel_of(cl, &eo, &a, NULL, 2 * 256, 0, k, sizeof k, NULL));
+  CK_QDP(qdp_kernel_of(cl, &eo, &a, NULL, 2 * 256 + 2 * 16 * 8, 0, k, sizeof k, NULL));
 
   eo.policy = QDP_POLICY_EVEN;
   CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &a, NULL, 0, 0, k, sizeof k, NULL),
@@ -639,8 +640,9 @@ START_TEST(test_kernel_of_refusals) {
   z.rows = R;
   z.data = x;
   z.data_bytes = sizeof x;
-  CK_QDP_STATUS(qdp_kernel_of(cl, &eo, &z, NULL, 2 * 2 * 256 + 3 * 4 * 16, 0, k, sizeof k, NULL),
-                QDP_ERR_INVALID_ARGUMENT);
+  CK_QDP_STATUS(
+      qdp_kernel_of(cl, &eo, &z, NULL, 2 * (2 * 256 + 2 * 16 * 8), 0, k, sizeof k, NULL),
+      QDP_ERR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(qdp_last_error()->msg, "rows 2 to 3"), "%s", qdp_last_error()->msg);
 
   struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;

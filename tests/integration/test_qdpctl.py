@@ -721,8 +721,8 @@ class Qdpctl(unittest.TestCase):
     def test_kernel_of_inputs_refusals(self):
         """Usage errors before connecting (REFs with an input, no encoding, no input, a bad
         --max-bytes, an option of encode's that kernel has no use for), and qdpd's refusals with
-        their fields: max_bytes too small (need_bytes: 2 * 256 for rows of 4 qubits),
-        another policy."""
+        their fields: max_bytes too small (need_bytes: 2 * 256 + 2 * 16 * 8 for rows of 4 qubits
+        and their real parts), another policy."""
         xp = os.path.join(self.dir, "kref.npy")
         np.save(xp, self.rng.uniform(-1, 1, size=(5, 16)))
         out = os.path.join(self.dir, "Kref.npy")
@@ -739,7 +739,7 @@ class Qdpctl(unittest.TestCase):
         p = self.run_ctl("kernel", *req, "--input", xp, "a:b", "-o", out, env=env)
         self.assertIn("not both", p.stderr)
         err = self.refused(6, "kernel", *req, "--input", xp, "--max-bytes", "100", "-o", out)
-        self.assertEqual((err["field"], err["need_bytes"]), ("max_bytes", 2 * 256))
+        self.assertEqual((err["field"], err["need_bytes"]), ("max_bytes", 2 * 256 + 2 * 16 * 8))
         err = self.refused(6, "kernel", *req, "--input", xp, "--policy", "even", "-o", out)
         self.assertEqual(err["field"], "encode.placement.policy")
         self.assertFalse(os.path.exists(out))

@@ -203,10 +203,10 @@ END_TEST
 /* ---- from inputs ---- */
 
 /* The matrices from inputs against the direct sums over the resident states' amplitudes, a of 7
- * rows by b of 6 and a with itself: by rows (amplitude, iqp) in tiles of 3 (max_bytes: two tiles
- * of 3 rows; a's last tile short), by blocks (angle, phase) of 4 amplitudes of every row with no
- * bound and of 2 under one; and with no bound, by blocks, or by rows for complex states (iqp),
- * the bits of the resident form with the same tiles. */
+ * rows by b of 6 and a with itself: by rows (amplitude, iqp) in the tiling's tiles of 3 with no
+ * bound and under one that holds fewer (two tiles of 3 rows of states: iqp's 3, amplitude's 2
+ * with its real parts' operands); by blocks (angle, phase) of 4 amplitudes of every row with no
+ * bound and of 2 under one; and with no bound, the bits of the resident form's same tiles. */
 static void from_inputs(qdp_encoding enc, uint64_t cols) {
   enum { ROWS = 7, BROWS = 6 };
   struct runtime_mesh *m = qdpt_mesh("cpu:2", GIB, 0);
@@ -257,7 +257,7 @@ static void from_inputs(qdp_encoding enc, uint64_t cols) {
         }
       }
     }
-    if (!bounded && (by_blocks || enc == QDP_ENCODING_IQP)) {
+    if (!bounded) {
       CK_OK_AT(runtime_state_kernel(m, sa, sb, true, SMALL_TILES, want, NULL, &e), e, "resident");
       ck_assert_msg(memcmp(want, cross, sizeof cross) == 0, "other bits than the resident form's");
     }
@@ -283,8 +283,8 @@ START_TEST(test_kernel_from_inputs) {
 END_TEST
 
 /* An encode's refusal names its tile's rows; max_bytes below one row's tiles is refused with the
- * least that works; a device without room for the tiles is refused with the numbers; nothing is
- * kept either way. */
+ * least that works; a device too full for the tiles takes smaller ones, and one without room for
+ * a row's is refused with the numbers; nothing is kept either way. */
 START_TEST(test_kernel_from_inputs_refusals) {
   enum { ROWS = 7, COLS = 4 };
   double x[ROWS * COLS];
@@ -299,7 +299,8 @@ START_TEST(test_kernel_from_inputs_refusals) {
   struct runtime_kernel_input a = {&in, p};
   double k[ROWS * ROWS];
   struct qdp_error e = QDP_ERROR_INIT;
-  uint64_t row = 2 * 4 * 16; /* a row of each of two tiles of 2-qubit states */
+  /* A row of each of two tiles of 2-qubit states and of each operand of their real parts. */
+  uint64_t row = 2 * 4 * 16 + 2 * 4 * 8;
   ck_assert_int_eq(
       runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, 3 * row, k, NULL, &e),
       QDP_ERR_INVALID_ARGUMENT);
@@ -311,14 +312,21 @@ START_TEST(test_kernel_from_inputs_refusals) {
   ck_assert_uint_eq(e.need_bytes, row);
   qdpt_assert_mesh_idle(m, "after the refusals");
   runtime_mesh_destroy(m);
-  /* Tiles of 7 rows: 2 * 7 rows of states and 3 tiles of partials, past a budget one byte short. */
+  /* A device one byte short of tiles of 7 rows (2 * 7 rows of states and of real parts, 3 tiles
+   * of partials) takes smaller ones; one short of tiles of one row is refused with the numbers. */
   x[4 * COLS] = 1;
-  uint64_t need = 7 * row + 3 * 7 * 7 * 16;
-  m = qdpt_mesh("cpu:1", need - 1, 0);
+  uint64_t need7 = 7 * row + 3 * 7 * 7 * 16, need1 = row + 3 * 16;
+  m = qdpt_mesh("cpu:1", need7 - 1, 0);
+  CK_OK_AT(runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, 0, k, NULL, &e), e,
+           "smaller tiles");
+  ck_assert_double_eq_tol(k[0], 1.0, 1e-14);
+  qdpt_assert_mesh_idle(m, "after smaller tiles");
+  runtime_mesh_destroy(m);
+  m = qdpt_mesh("cpu:1", need1 - 1, 0);
   ck_assert_int_eq(runtime_inputs_kernel(m, &a, NULL, false, RUNTIME_KERNEL_TILES, 0, k, NULL, &e),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg, "cpu:0"));
-  ck_assert_uint_eq(e.need_bytes, need);
+  ck_assert_uint_eq(e.need_bytes, need1);
   qdpt_assert_mesh_idle(m, "after a refused workspace");
   runtime_mesh_destroy(m);
   plan_destroy(p);

@@ -220,8 +220,7 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
            dtype: Optional[str] = None, policy: str = "auto",
            devices: Optional[Sequence[str]] = None,
            max_bytes: Optional[int] = None) -> np.ndarray:
-    """The kernel matrix of the states of X (and Y) in one call: encoded, paired where they are,
-    and released.
+    """The kernel matrix of the states of X (and Y) in one call, with no state kept.
 
     Parameters
     ----------
@@ -235,9 +234,9 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
     dtype : str, optional
         The states' dtype, "complex128" (the default) or "complex64".
     max_bytes : int, optional
-        Bound the device memory by this many bytes: the states are never whole, but encoded a
-        tile of rows at a time on one device (:meth:`qdp.Client.kernel_of`). None: both
-        batches' states are encoded whole and paired (:meth:`qdp.Client.kernel`).
+        The most device memory that holds amplitudes (:meth:`qdp.Client.kernel_of`); None: the
+        tiles of :meth:`qdp.Client.kernel`, whose matrix this then equals bit for bit for up to
+        4096 samples.
 
     Returns
     -------
@@ -246,8 +245,10 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
 
     Notes
     -----
-    Without ``max_bytes`` both batches' states are held by the daemon while the matrix is
-    computed, and released before this returns, also after a failure. Sklearn's
+    With policy "auto" or "single" this is one Kernel call from the inputs: the daemon encodes
+    them a piece at a time on one device as it pairs them (:meth:`qdp.Client.kernel_of`). A
+    policy that shards states ("even", "uneven", "capacity", "batch") encodes both batches
+    whole as it says, pairs them where they are and releases them, also after a failure. Sklearn's
     ``SVC(kernel="precomputed")`` takes ``kernel(X_train, ...)`` to fit and
     ``kernel(X_test, ..., X_train)`` to predict; :class:`qdp.sklearn.QuantumKernel` is a kernel
     object that sklearn calls itself.
@@ -261,8 +262,8 @@ def kernel_on(c: Client, X: Any, encoding: str, qubits: int, Y: Any = None, *,
               devices: Optional[Sequence[str]] = None,
               max_bytes: Optional[int] = None) -> np.ndarray:
     """:func:`kernel` through the client ``c``."""
-    if max_bytes is not None:
-        return c.kernel_of(X, encoding, qubits, Y, overlaps=overlaps, max_bytes=max_bytes,
+    if max_bytes is not None or policy in ("auto", "single"):
+        return c.kernel_of(X, encoding, qubits, Y, overlaps=overlaps, max_bytes=max_bytes or 0,
                            dtype=dtype, policy=policy, devices=devices)
     kw = {"dtype": dtype, "policy": policy, "devices": devices}
     with c.encode(X, encoding, qubits, **kw) as a:

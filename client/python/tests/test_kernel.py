@@ -143,9 +143,9 @@ def test_the_one_call_kernel_encodes_pairs_and_releases(daemon: Any,
 
 def test_kernel_of_inputs_is_the_reference_in_tiles(client: qdp.Client, tmp_path: Any) -> None:
     """Client.kernel_of under max_bytes 2000, X of 9 rows by Y of 4, keeping no state; X from a
-    .npy file too. Amplitude and iqp go by rows: tiles of 3 (two tiles of 3 rows of 16
-    amplitudes, 2 * 3 * 256 B); angle by blocks: of 4 amplitudes of every row (real parts and
-    the encode, 9 * 4 * 32 B)."""
+    .npy file too. Amplitude and iqp go by rows: iqp in tiles of 3 (two tiles of 3 rows of 16
+    amplitudes, 2 * 3 * 256 B), amplitude of 2 (with its real parts' operands, 2 * 2 * 384 B);
+    angle by blocks: of 4 amplitudes of every row (real parts and the encode, 9 * 4 * 32 B)."""
     rng = np.random.default_rng(12)
     before = client.status().states
     for encoding, values in (("amplitude", 13), ("angle", 4), ("iqp", 10)):
@@ -177,7 +177,8 @@ def test_kernel_of_refusals(client: qdp.Client) -> None:
     X = np.random.default_rng(14).uniform(-1, 1, size=(5, 16))
     with pytest.raises(qdp.InvalidArgument) as e:
         client.kernel_of(X, "amplitude", 4, max_bytes=100)
-    assert e.value.field == "max_bytes" and e.value.need_bytes == 2 * 256
+    # One row of each of two tiles of 16 amplitudes, and of each operand of their real parts.
+    assert e.value.field == "max_bytes" and e.value.need_bytes == 2 * 256 + 2 * 16 * 8
     with pytest.raises(qdp.InvalidArgument) as e:
         client.kernel_of(X, "amplitude", 4, policy="even")
     assert e.value.field == "encode.placement.policy"
@@ -187,7 +188,7 @@ def test_kernel_of_refusals(client: qdp.Client) -> None:
     Z = X.copy()
     Z[3] = 0  # a zero norm in the second tile of 2 rows
     with pytest.raises(qdp.InvalidArgument) as e:
-        client.kernel_of(Z, "amplitude", 4, max_bytes=2 * 2 * 256)
+        client.kernel_of(Z, "amplitude", 4, max_bytes=2 * (2 * 256 + 2 * 16 * 8))
     assert "rows 2 to 3" in str(e.value), str(e.value)
 
 
@@ -206,3 +207,33 @@ def test_kernel_of_names_input_b_in_its_refusals(client: qdp.Client) -> None:
     with pytest.raises(qdp.Error) as e:
         client.call("Kernel", req)
     assert e.value.field.startswith("input_b."), (e.value.field, str(e.value))
+
+
+@pytest.mark.parametrize("encoding,n,values", [("amplitude", 6, 50), ("angle", 5, 5),
+                                               ("iqp", 4, 10), ("phase", 3, 3)])
+def test_qdp_kernel_is_one_call_with_the_resident_matrix_bits(daemon: Any, client: qdp.Client,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              encoding: str, n: int,
+                                                              values: int) -> None:
+    """qdp.kernel sends the inputs in one Kernel call (no Encode), and its matrix has the bits of
+    Client.kernel of the resident states: by blocks (angle, phase) or by rows (amplitude, iqp)
+    with no bound, the daemon takes the resident form's tiles and operands."""
+    from qdp import _functions
+
+    monkeypatch.setenv("QDP_TARGET", daemon.target)
+    _functions._default.close()
+    try:
+        rng = np.random.default_rng(16)
+        X, Y = rng.uniform(-1, 1, size=(11, values)), rng.uniform(-1, 1, size=(6, values))
+        c = qdp.default_client()
+        calls = []
+        call = c._owner.conn.call
+        monkeypatch.setattr(c._owner.conn, "call", lambda method, *a, **kw: calls.append(method)
+                            or call(method, *a, **kw))
+        K, O = qdp.kernel(X, encoding, n), qdp.kernel(X, encoding, n, Y, overlaps=True)
+        assert calls == ["Kernel", "Kernel"]  # no Encode, no Release
+        with client.encode(X, encoding, n) as a, client.encode(Y, encoding, n) as b:
+            np.testing.assert_array_equal(K, client.kernel(a))
+            np.testing.assert_array_equal(O, client.kernel(a, b, overlaps=True))
+    finally:
+        _functions._default.close()

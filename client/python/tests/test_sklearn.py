@@ -61,35 +61,37 @@ def test_the_matrix_is_the_reference_fidelity(sk: ModuleType, client: qdp.Client
 def test_max_bytes_keeps_no_batch_whole(sk: ModuleType, client: qdp.Client,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """With max_bytes the matrices come from Client.kernel_of in tiles (no state encoded for
-    them) and diag encodes as many samples as fit at a time: 2 of 32 amplitudes for 1100 B."""
+    them) and diag encodes as many samples as fit at a time: 3 of 32 amplitudes for 1600 B
+    (which the matrices take in tiles of one row: its states and their real parts, 1536 B)."""
     rng = np.random.default_rng(24)
     X, Y = rng.uniform(-1, 1, size=(7, 20)), rng.uniform(-1, 1, size=(3, 20))
     encoded = []
     encode = client.encode
     monkeypatch.setattr(client, "encode", lambda data, *a, **kw: encoded.append(len(data)) or
                         encode(data, *a, **kw))
-    k = sk.QuantumKernel("amplitude", 5, client=client, max_bytes=1100)
+    k = sk.QuantumKernel("amplitude", 5, client=client, max_bytes=1600)
     np.testing.assert_allclose(k(X, Y), fidelities("amplitude", X, Y, 5), rtol=0, atol=1e-14)
     np.testing.assert_allclose(k(X), fidelities("amplitude", X, X, 5), rtol=0, atol=1e-14)
     assert encoded == []
     np.testing.assert_allclose(k.diag(X), 1.0, rtol=0, atol=1e-14)
-    assert encoded == [2, 2, 2, 1]
-    assert "max_bytes=1100" in repr(k)
+    assert encoded == [3, 3, 1]
+    assert "max_bytes=1600" in repr(k)
 
 
-def test_a_y_that_is_x_is_encoded_once(sk: ModuleType, client: qdp.Client,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_y_that_is_x_is_sent_once(sk: ModuleType, client: qdp.Client,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """k(X, X), as SVC.fit calls it, is the symmetric matrix of X's inputs alone (each pair once);
+    another array of the same values goes as Y."""
     X = np.random.default_rng(23).uniform(-1, 1, size=(5, 4))
-    encoded = []
-    encode = client.encode
-    monkeypatch.setattr(client, "encode", lambda data, *a, **kw: encoded.append(data) or
-                        encode(data, *a, **kw))
+    sent = []
+    kernel_of = client.kernel_of
+    monkeypatch.setattr(client, "kernel_of", lambda X, *a, **kw: sent.append(a[2] is None) or
+                        kernel_of(X, *a, **kw))
     k = sk.QuantumKernel("angle", 4, client=client)
     want = fidelities("angle", X, X, 4)
-    np.testing.assert_allclose(k(X, X), want, rtol=0, atol=1e-14)  # as SVC.fit calls it
-    assert len(encoded) == 1
+    np.testing.assert_allclose(k(X, X), want, rtol=0, atol=1e-14)
     np.testing.assert_allclose(k(X, X.copy()), want, rtol=0, atol=1e-14)
-    assert len(encoded) == 3
+    assert sent == [True, False]
 
 
 def test_the_gradient_is_empty_and_only_of_x_with_itself(sk: ModuleType,
