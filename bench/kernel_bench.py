@@ -16,9 +16,10 @@ a few runs after one warm-up:
 
 and checks qdp's matrix against torch's (max |difference|); for phase (by blocks) and iqp (by
 rows), Client.kernel_of from the inputs under caps of 1/8 and 1/4 of the states' bytes and none
-(encode included) against the resident time (the target: within 1.2x at 1/8); then amplitude's (real states: real products) time against phase's (the
-target: >= 3x). Prints "bench op=kernel ..." lines
-(ms, tflops, ratios). Without a GPU (a CPU daemon) it times qdp alone on small sizes (--quick).
+(encode included) against the resident time (the target: within 1.2x at 1/8); then amplitude's
+(real states: real products) time against phase's (the target: >= 3x). Prints "bench op=kernel
+..." lines (ms, tflops, ratios). Without a GPU (a CPU daemon) it times qdp alone on small sizes
+(--quick).
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def one(c: qdp.Client, encoding: str, N: int, n: int, runs: int, torch: Any) -> 
         del t
     s.release()
     if encoding in ("phase", "iqp"):
-        # From the inputs (phase by blocks, iqp by rows) under a cap of 1/8 of the states' bytes: tiles encoded as they are
-        # paired, no state whole (the target: within 1.2x of the resident time above).
+        # From the inputs (phase by blocks, iqp by rows) under a cap of 1/8 of the states'
+        # bytes: pieces encoded as they are paired, no state whole (the target: within 1.2x of
+        # the resident time above).
         # Larger caps (1/4, and room for one tile of every row) show what the tiles cost.
         states = N * (1 << n) * 16
         for part, cap in ((8, states // 8), (4, states // 4), (1, 0)):

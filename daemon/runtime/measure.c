@@ -41,7 +41,7 @@ struct measure_job {
   uint64_t run;        /* rows per run */
   uint64_t cols;       /* the widest group's columns */
   uint64_t scratch;    /* bytes of each device's scratch: for the widest group, or sampling's */
-  int host_log2;       /* sampling: ranges up to 2^host_log2 amplitudes may go to the host; -1 none */
+  int host_log2;       /* sampling: ranges of up to 2^host_log2 amplitudes may go to the host */
   size_t home;         /* mesh index of runtime_state_home's device */
   bool home_set;
   struct measure_ws *ws; /* per mesh device */

@@ -583,10 +583,10 @@ START_TEST(test_kernel_of_a_large_matrix_from_a_file_on_the_node) {
 END_TEST
 
 /* The refusals, each naming its field: max_bytes below one row's tiles (with need_bytes, the
- * least that works: 2 * 256 + 2 * 16 * 8 for rows of 4 qubits and their real parts), after the input went through a
- * region that is gone again; another policy; views; b's input; a bad sample, by the rows of its
- * tile; a buffer too small; and over TCP, an input past inline_max, found before anything is
- * sent. */
+ * least that works: 2 * 256 + 2 * 16 * 8 for rows of 4 qubits and their real parts), after the
+ * input went through a region that is gone again; another policy; views; b's input; a bad
+ * sample, by the rows of its tile; a buffer too small; and over TCP, an input past inline_max,
+ * found before anything is sent. */
 START_TEST(test_kernel_of_refusals) {
   enum { R = 5, D = 16 };
   double x[R * D];

@@ -686,8 +686,9 @@ class Qdpctl(unittest.TestCase):
     def test_kernel_of_inputs_writes_the_matrix_in_tiles(self):
         """The form from inputs against the direct sum over reference states: angle X (9 x 4,
         .npy) by Y (4 x 4, .npy) in blocks of 4 amplitudes (--max-bytes 2000: the operands of
-        the 9 rows' blocks and their encode, 9 * 4 * 32 B) and in one; amplitude values with themselves as complex64
-        overlaps; an --input past 1 MiB (through shared memory) with itself. No state is kept."""
+        the 9 rows' blocks and their encode, 9 * 4 * 32 B) and in one; amplitude values with
+        themselves as complex64 overlaps; an --input past 1 MiB (through shared memory) with
+        itself. No state is kept."""
         before = self.js("status")["states"]
         X = self.rng.uniform(-1, 1, size=(9, 4))
         Y = self.rng.uniform(-1, 1, size=(4, 4))

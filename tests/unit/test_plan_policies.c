@@ -593,8 +593,10 @@ START_TEST(test_windows_of_a_single_device_plan) {
   ck_assert(w->output_external && w->feasible);
   ck_assert_uint_eq(w->needs[0].shard_bytes, 0);
   plan_destroy(w);
-  ck_assert(plan_windows_amplitudes(QDP_ENCODING_PHASE) && plan_windows_amplitudes(QDP_ENCODING_BASIS));
-  ck_assert(!plan_windows_amplitudes(QDP_ENCODING_AMPLITUDE) && !plan_windows_amplitudes(QDP_ENCODING_IQP));
+  ck_assert(plan_windows_amplitudes(QDP_ENCODING_PHASE));
+  ck_assert(plan_windows_amplitudes(QDP_ENCODING_BASIS));
+  ck_assert(!plan_windows_amplitudes(QDP_ENCODING_AMPLITUDE));
+  ck_assert(!plan_windows_amplitudes(QDP_ENCODING_IQP));
   /* Past the end, more rows than the plan's, nothing. */
   const uint64_t bad[][3] = {{4, 24, 16}, {10, 0, 32}, {0, 0, 32}, {4, 0, 0}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
