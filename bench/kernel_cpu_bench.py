@@ -7,7 +7,7 @@ Usage: bench/kernel_cpu_bench.py BUILD_DIR [--samples 500] [--qubits 8] [--pl-sa
 Angle-encoded samples (RY(2 x_k) on qubit k: qdp's angle encoding), the symmetric kernel
 |<x_i|x_j>|^2 of N samples, each the median of 3 runs after a warm-up:
 
-  qdp        qdp.kernel(X, "angle", n) on BUILD_DIR's qdpd (--devices cpu:1): encode, kernel,
+  qdp        qdp.kernel(X, encoding="angle", qubits=n) on BUILD_DIR's qdpd (--devices cpu:1): encode, kernel,
              release, the matrix into this process; and Client.kernel of resident states alone
   pennylane  qml.kernels.square_kernel_matrix with default.qubit and lightning.qubit (a QNode of
              AngleEmbedding(rotation="Y") and its adjoint, the probability of |0...0>), timed on
@@ -103,8 +103,8 @@ def main() -> int:
     d = Daemon(a.build, "cpu:1", [])
     try:
         os.environ["QDP_TARGET"] = d.target
-        K = qdp.kernel(X, "angle", a.qubits)
-        one = median_ms(lambda: qdp.kernel(X, "angle", a.qubits), 3) / 1e3
+        K = qdp.kernel(X, encoding="angle", qubits=a.qubits)
+        one = median_ms(lambda: qdp.kernel(X, encoding="angle", qubits=a.qubits), 3) / 1e3
         c = qdp.default_client()
         with c.encode(X, "angle", a.qubits) as s:
             resident = median_ms(lambda: c.kernel(s), 3) / 1e3

@@ -216,18 +216,22 @@ def _need_torch(what: str) -> None:
                            "device='numpy'", field="device") from None
 
 
-def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool = False,
+def kernel(X: Any, Y: Any = None, *, encoding: Optional[str] = None,
+           qubits: Optional[int] = None, overlaps: bool = False,
            dtype: Optional[str] = None, policy: str = "auto",
            devices: Optional[Sequence[str]] = None,
            max_bytes: Optional[int] = None) -> np.ndarray:
-    """The kernel matrix of the states of X (and Y) in one call, with no state kept.
+    """The kernel matrix of the states of X (and Y) in one call, with no state kept:
+    ``qdp.kernel(X, encoding="angle", qubits=8)``, ``qdp.kernel(X_test, X_train, ...)``.
 
     Parameters
     ----------
     X, Y : array_like
         Samples, one per row, as :meth:`qdp.Client.encode` takes them; Y omitted: X with itself
         (the symmetric case, each pair computed once).
-    encoding, qubits, policy, devices
+    encoding, qubits : str, int
+        By name, as :meth:`qdp.Client.encode` takes them.
+    policy, devices
         As :meth:`qdp.Client.encode` takes them.
     overlaps : bool
         The complex overlaps <x_i|y_j> instead of the fidelities |<x_i|y_j>|^2.
@@ -250,9 +254,17 @@ def kernel(X: Any, encoding: str, qubits: int, Y: Any = None, *, overlaps: bool 
     policy that shards states ("even", "uneven", "capacity", "batch") encodes both batches
     whole as it says, pairs them where they are and releases them, also after a failure. Sklearn's
     ``SVC(kernel="precomputed")`` takes ``kernel(X_train, ...)`` to fit and
-    ``kernel(X_test, ..., X_train)`` to predict; :class:`qdp.sklearn.QuantumKernel` is a kernel
+    ``kernel(X_test, X_train, ...)`` to predict; :class:`qdp.sklearn.QuantumKernel` is a kernel
     object that sklearn calls itself.
     """
+    if isinstance(Y, str):
+        raise InvalidArgument(f"qdp.kernel's second argument is Y, the columns' samples, not "
+                              f"{Y!r}: give the encoding and qubits by name, qdp.kernel(X, "
+                              f"encoding={Y!r}, qubits=...)", field="Y")
+    if encoding is None or qubits is None:
+        raise InvalidArgument("qdp.kernel needs the encoding and qubits by name: qdp.kernel(X, "
+                              "encoding='angle', qubits=8)",
+                              field="encoding" if encoding is None else "qubits")
     return kernel_on(default_client(), X, encoding, qubits, Y, overlaps=overlaps, dtype=dtype,
                      policy=policy, devices=devices, max_bytes=max_bytes)
 

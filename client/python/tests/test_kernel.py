@@ -130,13 +130,16 @@ def test_the_one_call_kernel_encodes_pairs_and_releases(daemon: Any,
         X, Y = rng.uniform(-1, 1, size=(7, 6)), rng.uniform(-1, 1, size=(4, 6))
         with qdp.Client(daemon.target) as other:
             before = other.status().states
-            K = qdp.kernel(X, "angle", 6)
-            KXY = qdp.kernel(X, "angle", 6, Y, overlaps=True)
+            K = qdp.kernel(X, encoding="angle", qubits=6)
+            KXY = qdp.kernel(X, Y, encoding="angle", qubits=6, overlaps=True)
             assert other.status().states == before  # both batches released
         np.testing.assert_allclose(K, np.abs(reference("angle", X, X, 6)) ** 2, atol=1e-14)
         np.testing.assert_allclose(KXY, reference("angle", X, Y, 6), atol=1e-14)
         with pytest.raises(qdp.InvalidArgument):
-            qdp.kernel(X, "angle", 6, rng.uniform(-1, 1, size=(2, 5)))  # 5 angles for 6 qubits
+            qdp.kernel(X, rng.uniform(-1, 1, size=(2, 5)), encoding="angle", qubits=6)  # 5 angles
+        with pytest.raises(qdp.InvalidArgument, match="encoding='angle'") as e:
+            qdp.kernel(X, "angle", qubits=6)  # the encoding where Y goes
+        assert e.value.field == "Y"
     finally:
         _functions._default.close()
 
@@ -230,7 +233,8 @@ def test_qdp_kernel_is_one_call_with_the_resident_matrix_bits(daemon: Any, clien
         call = c._owner.conn.call
         monkeypatch.setattr(c._owner.conn, "call", lambda method, *a, **kw: calls.append(method)
                             or call(method, *a, **kw))
-        K, O = qdp.kernel(X, encoding, n), qdp.kernel(X, encoding, n, Y, overlaps=True)
+        K = qdp.kernel(X, encoding=encoding, qubits=n)
+        O = qdp.kernel(X, Y, encoding=encoding, qubits=n, overlaps=True)
         assert calls == ["Kernel", "Kernel"]  # no Encode, no Release
         with client.encode(X, encoding, n) as a, client.encode(Y, encoding, n) as b:
             np.testing.assert_array_equal(K, client.kernel(a))
