@@ -533,17 +533,20 @@ static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_
     k++;
   }
   uint64_t nc = (uint64_t)1 << k, csize = len >> k;
-  double *mass = calloc(nc, sizeof *mass);
+  /* On the host, children of one amplitude are their probabilities: read where they are. */
+  bool direct = hp && csize == 1;
+  double *own = direct ? NULL : calloc(nc, sizeof *own);
+  const double *mass = direct ? hp + (a - ha) : own;
   if (!mass) {
     return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no host memory for sampling");
   }
   qdp_status rc = QDP_OK;
-  if (hp) {
+  if (hp && !direct) {
     for (uint64_t c = 0; c < nc; c++) {
-      mass[c] = pairwise(hp + (a - ha) + c * csize, csize);
+      own[c] = pairwise(hp + (a - ha) + c * csize, csize);
     }
-  } else {
-    rc = children(j, r, a, len, k, mass, err);
+  } else if (!hp) {
+    rc = children(j, r, a, len, k, own, err);
   }
   uint64_t last = 0; /* the last child with any mass: where rounding's leftovers go */
   for (uint64_t c = 0; c < nc; c++) {
@@ -566,7 +569,7 @@ static qdp_status descend(struct measure_job *j, uint64_t r, uint64_t a, uint64_
     }
     i = i1;
   }
-  free(mass);
+  free(own);
   return rc;
 }
 
