@@ -11,9 +11,10 @@
  * follows (docs/design.md, invariants). States whose amplitudes are all real (the encodings'
  * table says which) take products of their real parts: a quarter of the complex work.
  *
- * From inputs (runtime_inputs_kernel), no state is ever whole: each tile's rows are encoded into
- * the workspace as the loop reaches them and the block products read them there, so the device
- * holds two tiles of states, not the batches.
+ * From inputs (runtime_inputs_kernel), no state is ever whole: windows of the inputs' plans are
+ * encoded into the workspace as the loop reaches them, by blocks (each block of each tile straight
+ * into its operand, where the resident form would gather it) or by rows (each tile of rows whole,
+ * the operands taken from it), so the device holds operands or two tiles, not the batches.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -52,8 +53,9 @@ struct kernel_job {
   uint64_t blocks;   /* 2^n / block, a power of two */
   unsigned levels;   /* log2(blocks) + 1 partials */
   uint64_t tile;     /* rows of a (and of b) per tile */
-  /* The workspace: the operands ta and tb (complex; the real parts of real states), the bounce
-   * buffer of real parts from other devices, the partials, the finished tile and its mirror. */
+  /* The workspace: the tiles of whole states (by rows), the operands ta and tb (complex; the real
+   * parts of real states), the bounce buffer (real parts from other devices or ranks; by blocks,
+   * a real state's encoded block), the partials, the finished tile and its mirror. */
   void *ws;
   uint64_t ws_bytes;
   unsigned op_es; /* bytes per value of an operand */
