@@ -328,9 +328,10 @@ struct job_kernel_request {
   const char *region, *region_token; /* NULL or "": the values come back in the result */
   uint64_t region_offset;
   /* The form from inputs (a and b unset): encode->input's states (and input_b's, NULL: a with
-   * itself, with encode's encoding, qubits, dtype and placement) encoded a tile of rows at a time
-   * on one device and kept nowhere, its tiles within max_bytes of device memory (0: tiles of up
-   * to RUNTIME_KERNEL_TILES rows). encode's out, views and ttl are not for this form. */
+   * itself, with encode's encoding, qubits, dtype and placement) encoded a piece at a time on one
+   * device and kept nowhere (runtime_inputs_kernel: by blocks or by rows), the amplitudes held
+   * within max_bytes of device memory (0: the resident form's tiles). encode's out, views and ttl
+   * are not for this form. */
   const struct job_encode_request *encode;
   const struct job_input *input_b;
   uint64_t max_bytes;
@@ -351,8 +352,8 @@ struct job_kernel_result {
  * the result hands over: RESOURCE_EXHAUSTED (field "region", need_bytes, free_bytes) past
  * inline_max bytes. NOT_FOUND for an unknown state or wrong token (field "a" or "b").
  * From inputs: runtime_inputs_kernel on the device the planner's SINGLE policy picks among
- * placement's devices, with the largest tiles whose workspace fits max_bytes (INVALID_ARGUMENT,
- * field "max_bytes", need_bytes for one row, when none does); an encode's refusals as Encode's;
+ * placement's devices, with the pieces that fit max_bytes (INVALID_ARGUMENT, field "max_bytes",
+ * need_bytes for one row, when none does); an encode's refusals as Encode's;
  * INVALID_ARGUMENT for a policy other than auto or single (field "encode.placement.policy") or
  * an encode field this form has no use for. DATA_LOSS when a mapped input shrank meanwhile.
  * Into out: FAILED_PRECONDITION on the CPU backend, INVALID_ARGUMENT for a handle of the wrong

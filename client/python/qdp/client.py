@@ -805,7 +805,7 @@ class Client:
                   policy: str = "auto", devices: Optional[Sequence[str]] = None,
                   out: Any = None) -> Any:
         """The kernel matrix of the states of inputs X (and Y) with no state kept: the daemon
-        encodes a tile of rows at a time on one device and pairs the tiles there.
+        encodes a piece at a time on one device and pairs the pieces there.
 
         Parameters
         ----------

@@ -42,8 +42,8 @@ class QuantumKernel(Kernel):
     """The fidelity kernel k(x, y) = |<psi(x)|psi(y)>|^2 of a qdp encoding, as a scikit-learn
     kernel.
 
-    Each call encodes its samples on the daemon, computes the matrix where the states are
-    (:func:`qdp.kernel`) and releases them. The kernel has no hyperparameters, so Gaussian
+    Each call is one Kernel call from its samples (:func:`qdp.kernel`): the daemon encodes them a
+    piece at a time as it pairs them and keeps nothing. The kernel has no hyperparameters, so Gaussian
     processes leave it as it is (and optimize those of sklearn kernels it is combined with).
 
     Parameters
@@ -65,8 +65,9 @@ class QuantumKernel(Kernel):
         call. A clone (``sklearn.base.clone``) shares this client rather than copying it.
     max_bytes : int, optional
         Bound the daemon's device memory by this many bytes: the states are never whole but
-        encoded a tile of rows at a time (:meth:`qdp.Client.kernel_of`), and :meth:`diag`
-        encodes as many rows at a time as fit. None: each call's batches are encoded whole.
+        encoded a piece at a time within it (:meth:`qdp.Client.kernel_of`), and :meth:`diag`
+        encodes as many rows at a time as fit. None: the resident form's tiles, and :meth:`diag`
+        encodes every row at once.
 
     Notes
     -----
