@@ -875,17 +875,14 @@ class Client:
                            staging: bool) -> None:
         """r.input from src as an encode fills it, but never uploaded (Kernel is one request):
         a large array beside the staging one goes into a region of its own (added to temps),
-        and over TCP travels in the request."""
+        and what an encode would upload (over TCP) travels in the request."""
         arr = src.array
         large = (src.kind == "array" and arr is not None and arr.nbytes >= LARGE_BYTES
                  and self._owned_region(arr) is None)
-        if large and (self.socket_path is None or not staging):
+        if large and self.socket_path is not None and not staging:
             inp = r.input
             inp.dtype = enum_number("DType", dtype_name_of(arr), "input dtype", "input.dtype")
             inp.rows, inp.cols = src.rows, src.cols
-            if self.socket_path is None:
-                inp.data = arr.tobytes()
-                return
             region = self._new_region(arr.nbytes)
             temps.append(region)
             region.write(arr, self._copier())
