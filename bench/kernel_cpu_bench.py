@@ -7,8 +7,9 @@ Usage: bench/kernel_cpu_bench.py BUILD_DIR [--samples 500] [--qubits 8] [--pl-sa
 Angle-encoded samples (RY(2 x_k) on qubit k: qdp's angle encoding), the symmetric kernel
 |<x_i|x_j>|^2 of N samples, each the median of 3 runs after a warm-up:
 
-  qdp        qdp.kernel(X, encoding="angle", qubits=n) on BUILD_DIR's qdpd (--devices cpu:1): encode, kernel,
-             release, the matrix into this process; and Client.kernel of resident states alone
+  qdp        qdp.kernel(X, encoding="angle", qubits=n) on BUILD_DIR's qdpd (--devices cpu:1):
+             one Kernel call from the inputs, the matrix into this process; and Client.kernel of
+             resident states alone
   pennylane  qml.kernels.square_kernel_matrix with default.qubit and lightning.qubit (a QNode of
              AngleEmbedding(rotation="Y") and its adjoint, the probability of |0...0>), timed on
              --pl-samples samples and scaled to N by the pairs (each pair is one circuit)
