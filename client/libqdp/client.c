@@ -149,25 +149,6 @@ static qdp_status set_metadata(qdp_client *c, const char *ident, const char *tok
   return QDP_OK;
 }
 
-/* The path of every method of the service ("/qdp.Qdp/Encode"), which qdp_call names by its
- * method: gRPC keeps a call's path for the call's life, so each is made once per client. */
-static qdp_status make_paths(qdp_client *c) {
-  const ProtobufCServiceDescriptor *sd = &qdp__qdp__descriptor;
-  c->paths = calloc(sd->n_methods, sizeof *c->paths);
-  if (!c->paths) {
-    return qdp__err_nomem("creating a client");
-  }
-  for (size_t i = 0; i < sd->n_methods; i++) {
-    size_t n = strlen(sd->name) + strlen(sd->methods[i].name) + 3;
-    c->paths[i] = malloc(n);
-    if (!c->paths[i]) {
-      return qdp__err_nomem("creating a client");
-    }
-    snprintf(c->paths[i], n, "/%s/%s", sd->name, sd->methods[i].name);
-  }
-  return QDP_OK;
-}
-
 /* The channel to c->target. */
 static qdp_status open_channel(qdp_client *c) {
   /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
@@ -252,10 +233,7 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
   c->views_mu_ready = 1;
 
   grpc_init();
-  rc = make_paths(c);
-  if (rc == QDP_OK) {
-    rc = set_metadata(c, ident, token);
-  }
+  rc = set_metadata(c, ident, token);
   if (rc == QDP_OK) {
     rc = open_channel(c);
   }
@@ -281,10 +259,6 @@ void qdp_client_destroy(qdp_client *c) {
   for (size_t i = 0; i < c->nmd; i++) {
     grpc_slice_unref(c->md[i].value);
   }
-  for (size_t i = 0; c->paths && i < qdp__qdp__descriptor.n_methods; i++) {
-    free(c->paths[i]);
-  }
-  free(c->paths);
   free(c->target);
   free(c);
   grpc_shutdown();
@@ -336,8 +310,14 @@ qdp_status qdp__call_begin_ms(qdp_client *c, const char *method, int64_t timeout
     return qdp__err_nomem("creating a completion queue");
   }
   gpr_timespec deadline = deadline_after(timeout_ms);
-  k->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, k->cq,
-                                     grpc_slice_from_static_string(method), NULL, deadline, NULL);
+  /* A copy that gRPC owns: its HPACK encoder keeps the path in the index of the connection,
+   * which every channel of this process to the same target shares and which outlives a client.
+   * An index over memory of ours, freed with its client and reused for another path, would send
+   * a later call as the method first sent from there. */
+  grpc_slice path = grpc_slice_from_copied_string(method);
+  k->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, k->cq, path, NULL,
+                                     deadline, NULL);
+  grpc_slice_unref(path);
   if (!k->call) {
     return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "gRPC could not create a call of %s.",
                           method);
@@ -552,15 +532,14 @@ qdp_status qdp__unary(qdp_client *c, const char *method, const ProtobufCMessage 
   return qdp__call_end(&k, rc);
 }
 
-/* The path ("/qdp.Qdp/Encode") of the service's method `name`, from the client's table; NULL for
- * a name the service lacks. */
-static const char *method_path(const qdp_client *c, const char *name) {
+/* Whether the service has a method `name`. */
+static int has_method(const char *name) {
   for (size_t i = 0; i < qdp__qdp__descriptor.n_methods; i++) {
     if (strcmp(qdp__qdp__descriptor.methods[i].name, name) == 0) {
-      return c->paths[i];
+      return 1;
     }
   }
-  return NULL;
+  return 0;
 }
 
 qdp_status qdp_call(qdp_client *c, const char *method, const void *request, size_t request_len,
@@ -573,12 +552,13 @@ qdp_status qdp_call(qdp_client *c, const char *method, const void *request, size
   }
   *ret_reply = NULL;
   *ret_len = 0;
-  const char *path = method_path(c, method);
-  if (!path) {
+  char path[128];
+  if (!has_method(method)) {
     return qdp__err_local(QDP_ERR_UNIMPLEMENTED, -1, "method",
                           "qdp.proto's service %s has no method '%.64s'.",
                           qdp__qdp__descriptor.name, method);
   }
+  snprintf(path, sizeof path, "/%s/%s", qdp__qdp__descriptor.name, method);
   struct qdp__call k;
   qdp_status rc = qdp__call_begin_ms(c, path, timeout_ms < 0 ? c->timeout_ms : timeout_ms, &k);
   if (rc != QDP_OK) {

@@ -55,7 +55,6 @@ struct qdp_client {
   pthread_mutex_t views_mu; /* guards views */
   int views_mu_ready;
   struct qdp__view_set *views; /* open views, one set per handle (views.c) */
-  char **paths;                /* "/qdp.Qdp/<method>", in the service descriptor's order */
 };
 
 /* One call in flight, owned by the thread that made it. */

@@ -1149,6 +1149,58 @@ START_TEST(test_32_threads_share_one_client) {
 }
 END_TEST
 
+/* The unary calls of qdp_call, each checked to be answered by its own method, from clients made
+ * and destroyed one after another while the fixture's client keeps the connection open: gRPC
+ * shares that connection (and the index of method paths its header compression keeps) among
+ * every channel of the process to one target, and it outlives each client. A path whose memory
+ * went with its client used to send a later client's call as another method (a Kernel answered
+ * with a StatusReply): the type of every reply is checked here, and the sanitizer build sees
+ * any read of freed memory. */
+static int reply_is_of(const char *method, const void *rep, size_t n, char *why, size_t cap) {
+  if (strcmp(method, "Status") == 0) {
+    Qdp__StatusReply *st = qdp__status_reply__unpack(NULL, n, rep);
+    int ok = st && strcmp(st->version, qdp_version_string()) == 0 && st->n_devices == 4;
+    snprintf(why, cap, "Status answered with %zu bytes that are no StatusReply of 4 devices", n);
+    qdp__status_reply__free_unpacked(st, NULL);
+    return ok;
+  }
+  if (strcmp(method, "Health") == 0) {
+    Qdp__HealthReply *h = qdp__health_reply__unpack(NULL, n, rep);
+    int ok = h && h->status == QDP__HEALTH_REPLY__SERVING_STATUS__SERVING && n == 2;
+    snprintf(why, cap, "Health answered with %zu bytes, not a 2-byte SERVING HealthReply", n);
+    qdp__health_reply__free_unpacked(h, NULL);
+    return ok;
+  }
+  /* List of a client that holds nothing: an empty ListReply. */
+  snprintf(why, cap, "%s answered with %zu bytes, not an empty ListReply", method, n);
+  return n == 0;
+}
+
+START_TEST(test_calls_of_clients_made_after_others_ended_reach_their_method) {
+  static const char *const methods[] = {"Status", "Health", "List"};
+  enum { M = sizeof methods / sizeof methods[0], ROUNDS = 200 };
+  void *rep = NULL;
+  size_t n = 0;
+  CK_QDP(qdp_call(cl, "Health", NULL, 0, -1, &rep, &n)); /* the shared connection is up */
+  qdp_free(rep);
+  for (int round = 0; round < ROUNDS; round++) {
+    struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+    o.client_name = "libqdp-e2e-paths@test:1";
+    qdp_client *c = NULL;
+    CK_QDP(qdp_client_create(&o, &c));
+    for (int k = 0; k < M; k++) {
+      const char *m = methods[(round + k) % M];
+      CK_QDP(qdp_call(c, m, NULL, 0, -1, &rep, &n));
+      char why[160];
+      int ok = reply_is_of(m, rep, n, why, sizeof why);
+      qdp_free(rep);
+      ck_assert_msg(ok, "round %d: %s", round, why);
+    }
+    qdp_client_destroy(c);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("libqdp-e2e");
   TCase *t = tcase_create("e2e");
@@ -1156,6 +1208,7 @@ int main(void) {
   tcase_add_test(t, test_status_lists_four_cpu_devices_and_health_is_serving);
   tcase_add_test(t, test_inline_amplitude_round_trip_and_lifecycle);
   tcase_add_test(t, test_serialized_calls_carry_the_wire_and_its_errors);
+  tcase_add_test(t, test_calls_of_clients_made_after_others_ended_reach_their_method);
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
   tcase_add_test(t, test_kernel_in_the_reply_and_through_a_region);
