@@ -49,10 +49,14 @@ qdp_status job_pin_state(struct job_pipeline *jp, const char *handle, const char
 void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
                    struct runtime_state *st);
 
-/* Opens views of every shard of info's pinned state under one new lease of process pid (0: the
- * caller's own): the IPC handles first, so that a refusal leaves no lease behind. */
+/* Opens one new lease on info's pinned state for process pid (0: the caller's own), the exclusive
+ * write lease when `write`, and marks the state written then (runtime_state_mark_written). */
+qdp_status job_lease_state(struct job_pipeline *jp, const struct job_caller *caller, int pid,
+                           bool write, struct job_state_info *info, struct qdp_error *reterr);
+/* Opens views of every shard of info's pinned state under one new lease (job_lease_state): the
+ * IPC handles first, so that a refusal leaves no lease behind. */
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
-                          struct job_state_info *info, struct qdp_error *reterr);
+                          bool write, struct job_state_info *info, struct qdp_error *reterr);
 
 /* Commits a new state (Encode, Gather) under the reservation and describes it into *ret, pinned
  * from the commit on (a Release or expiry meanwhile frees it only at job_state_info_end), with

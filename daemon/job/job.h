@@ -162,6 +162,9 @@ struct job_state_info {
   double ingest_ms, plan_ms, commit_ms;
   char token[STATE_TOKEN_LEN]; /* a new state's token (Encode, Gather); else "" */
   uint64_t lease;              /* views opened under this lease; 0: none */
+  /* A write lease was ever opened on it: its amplitudes are its holders', not necessarily the
+   * encoding's. */
+  bool overwritten;
   struct runtime_ipc *ipc;     /* views: one per shard of plan */
   /* private */
   void *pinned;
@@ -219,9 +222,14 @@ void job_upload_usage(struct job_pipeline *jp, const char *owner, uint64_t *ret_
 
 /* ---- states ---- */
 
-/* The state (handle, token), with views opened for process pid (0: the caller) when asked. */
+/* What a Describe opens beside the record: nothing, views under a lease, or writable views under
+ * the exclusive write lease (state/store.h says what it excludes). */
+enum job_views { JOB_VIEWS_NONE, JOB_VIEWS_READ, JOB_VIEWS_WRITE };
+
+/* The state (handle, token), with views opened for process pid (0: the caller) when asked. The
+ * record is described while a write lease is open; views then are FAILED_PRECONDITION. */
 qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller,
-                        const char *handle, const char *token, bool views, int pid,
+                        const char *handle, const char *token, enum job_views views, int pid,
                         struct job_state_info *ret, struct qdp_error *reterr);
 
 /* Calls fn for the caller's states (every identity's with all, for operators only), under the

@@ -119,10 +119,32 @@ void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
   info->collective = runtime_state_collective(st);
   info->encode_ms = runtime_state_encode_ms(st);
   info->collective_ms = runtime_state_collective_ms(st);
+  info->overwritten = runtime_state_written(st);
+}
+
+qdp_status job_lease_state(struct job_pipeline *jp, const struct job_caller *caller, int pid,
+                           bool write, struct job_state_info *info, struct qdp_error *err) {
+  /* The views' process: the one the client names, else the caller itself, as the kernel says. */
+  int viewer = pid ? pid : caller->pid;
+  qdp_status rc = state_store_lease_open(jp->store, info->pinned, caller->owner, viewer, write,
+                                         &info->lease, err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  info->meta.leases++;
+  if (write) {
+    /* The store let no other call read it: every pin after the lease's sees the mark. */
+    runtime_state_mark_written(info->pinned);
+    info->overwritten = true;
+    info->meta.writer_lease = info->lease;
+    snprintf(info->meta.writer, sizeof info->meta.writer, "%s", caller->owner);
+    info->meta.writer_pid = viewer;
+  }
+  return QDP_OK;
 }
 
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
-                          struct job_state_info *info, struct qdp_error *err) {
+                          bool write, struct job_state_info *info, struct qdp_error *err) {
   size_t n = info->plan->nshards;
   info->ipc = calloc(n ? n : 1, sizeof *info->ipc);
   if (!info->ipc) {
@@ -135,13 +157,7 @@ qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *call
       return rc;
     }
   }
-  /* The views' process: the one the client names, else the caller itself, as the kernel says. */
-  qdp_status rc = state_store_lease_open(jp->store, info->pinned, caller->owner,
-                                         pid ? pid : caller->pid, &info->lease, err);
-  if (rc == QDP_OK) {
-    info->meta.leases++;
-  }
-  return rc;
+  return job_lease_state(jp, caller, pid, write, info, err);
 }
 
 static void destroy_state(void *payload) {
@@ -174,7 +190,7 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
     rc = qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
                        "state '%s' expired before its views could be opened", meta.handle);
   } else {
-    rc = job_open_views(jp, caller, pid, ret, err);
+    rc = job_open_views(jp, caller, pid, false, ret, err);
   }
   if (rc != QDP_OK) {
     job_state_info_end(jp, ret, false);
@@ -199,25 +215,26 @@ void job_state_info_end(struct job_pipeline *jp, struct job_state_info *info, bo
 }
 
 qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller,
-                        const char *handle, const char *token, bool views, int pid,
+                        const char *handle, const char *token, enum job_views views, int pid,
                         struct job_state_info *ret, struct qdp_error *err) {
   memset(ret, 0, sizeof *ret);
   if (!handle || !handle[0]) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
   }
-  qdp_status rc = views ? runtime_mesh_check_views(jp->mesh, err) : QDP_OK;
+  qdp_status rc = views != JOB_VIEWS_NONE ? runtime_mesh_check_views(jp->mesh, err) : QDP_OK;
   void *payload = NULL;
   struct state_meta meta;
   if (rc == QDP_OK) {
-    rc = state_store_get(jp->store, handle, token, &payload, &meta, err);
+    /* The record only: the lease below decides whether views may open beside a write lease. */
+    rc = state_store_get_record(jp->store, handle, token, &payload, &meta, err);
   }
   if (rc != QDP_OK) {
     return rc;
   }
   job_info_fill(ret, &meta, payload);
   ret->pinned = payload;
-  if (views) {
-    rc = job_open_views(jp, caller, pid, ret, err);
+  if (views != JOB_VIEWS_NONE) {
+    rc = job_open_views(jp, caller, pid, views == JOB_VIEWS_WRITE, ret, err);
     if (rc != QDP_OK) {
       job_state_info_end(jp, ret, true);
     }

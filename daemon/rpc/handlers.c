@@ -216,9 +216,20 @@ static void rpc_h_describe(struct rpc_job *j) {
   struct job_state_info st;
   struct job_caller who = rpc_caller(c);
   grpc_byte_buffer *reply = NULL;
+  if (r->writable && !r->views) {
+    rpc_finish_status(c, QDP_ERR_INVALID_ARGUMENT, "writable",
+                      "writable asks for writable views: set views too");
+    return;
+  }
+  enum job_views views =
+      r->writable ? JOB_VIEWS_WRITE : (r->views ? JOB_VIEWS_READ : JOB_VIEWS_NONE);
   qdp_status rc =
-      job_describe(c->srv->jobs, &who, r->handle, r->token, r->views, r->client_pid, &st, &err);
+      job_describe(c->srv->jobs, &who, r->handle, r->token, views, r->client_pid, &st, &err);
   if (rc == QDP_OK) {
+    if (views == JOB_VIEWS_WRITE) {
+      log_info("rpc", "Describe from %s: %s leased for writing (lease %" PRIu64 ", pid %d)",
+               c->client, r->handle, st.lease, st.meta.writer_pid);
+    }
     reply = rpc_state_reply(c->srv, &st, false, &err);
   }
   rpc_finish(c, reply, reply ? NULL : &err);

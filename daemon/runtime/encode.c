@@ -433,6 +433,14 @@ double runtime_state_collective_ms(const struct runtime_state *s) {
   return (s->norm_us + s->exchange_us) / 1e3;
 }
 
+void runtime_state_mark_written(struct runtime_state *s) {
+  s->written = true;
+}
+
+bool runtime_state_written(const struct runtime_state *s) {
+  return s->written;
+}
+
 qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,
                               struct qdp_error *reterr) {
   const struct plan *p = &s->plan;

@@ -313,7 +313,8 @@ qdp_status runtime_state_kernel(struct runtime_mesh *m, const struct runtime_sta
   }
   const struct qdp_encoding_desc *ea = qdp_encoding_desc(pa->encoding);
   const struct qdp_encoding_desc *eb = qdp_encoding_desc(pb->encoding);
-  k.real = ea && ea->real && eb && eb->real;
+  /* Real amplitudes are the encoding's promise, which a write lease's holder may have broken. */
+  k.real = ea && ea->real && eb && eb->real && !a->written && !(b && b->written);
   k.op_es = k.real ? k.es / 2 : k.es;
   k.remote = k.real && (elsewhere(a, k.d, m) || (b && elsewhere(b, k.d, m)));
   shape_tiles(&k, pa->batch > pb->batch ? pa->batch : pb->batch, pa->qubits, tiles,

@@ -225,6 +225,12 @@ double runtime_state_norm_us(const struct runtime_state *s);
  * (runtime_state_norm_us) or sharded iqp's global-bit stages; 0 for a state on one device. */
 double runtime_state_collective_ms(const struct runtime_state *s);
 
+/* A write lease was opened on the state: its amplitudes are whatever its holder wrote, no longer
+ * its encoding's (so no shortcut that the encoding allows, such as real amplitudes, is taken).
+ * Called by the store's holder with no other call reading the state; never undone. */
+void runtime_state_mark_written(struct runtime_state *s);
+bool runtime_state_written(const struct runtime_state *s);
+
 /* Copies amplitudes [offset, offset + count) of the flattened [batch][2^n] array, in the state's
  * dtype, to host memory dst (count * dtype size bytes). OUT_OF_RANGE past the end. */
 qdp_status runtime_state_read(struct runtime_state *s, uint64_t offset, uint64_t count, void *dst,

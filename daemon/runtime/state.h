@@ -16,6 +16,7 @@ struct runtime_state {
   double norm_us; /* amplitude across devices: the norm's exchange and combine (wall time) */
   double exchange_us; /* sharded iqp: the global-bit stages, their agreement across ranks too */
   uint64_t world_job; /* the coordinator's name for the state on the other ranks; 0: none */
+  bool written;       /* runtime_state_mark_written */
 };
 
 /* The part of shard i of s inside rows [r0, r0 + nr) and amplitudes [a, a + len): false when

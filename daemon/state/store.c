@@ -239,15 +239,20 @@ static struct entry *lookup(struct state_store *s, const char *handle, const cha
   return e;
 }
 
-qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
-                           void **ret_payload, struct state_meta *ret_meta,
-                           struct qdp_error *reterr) {
+/* Pins (handle, token): for its amplitudes unless `record`, refused then under a write lease. */
+static qdp_status pin(struct state_store *s, const char *handle, const char *token, bool record,
+                      void **ret_payload, struct state_meta *ret_meta, struct qdp_error *reterr) {
   int64_t now = clock_unix_ms();
   pthread_mutex_lock(&s->mu);
   struct entry *e = lookup(s, handle, token, now);
   if (!e) {
     pthread_mutex_unlock(&s->mu);
     return not_found(handle, reterr);
+  }
+  if (!record && e->meta.writer_lease) {
+    qdp_status rc = store_write_leased(e, "its amplitudes are not read", reterr);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
   }
   e->pins++;
   *ret_payload = e->payload;
@@ -256,6 +261,18 @@ qdp_status state_store_get(struct state_store *s, const char *handle, const char
   }
   pthread_mutex_unlock(&s->mu);
   return QDP_OK;
+}
+
+qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
+                           void **ret_payload, struct state_meta *ret_meta,
+                           struct qdp_error *reterr) {
+  return pin(s, handle, token, false, ret_payload, ret_meta, reterr);
+}
+
+qdp_status state_store_get_record(struct state_store *s, const char *handle, const char *token,
+                                  void **ret_payload, struct state_meta *ret_meta,
+                                  struct qdp_error *reterr) {
+  return pin(s, handle, token, true, ret_payload, ret_meta, reterr);
 }
 
 /* Unlinks a live entry; returns it when it should be destroyed now (no pin). Under the lock. */

@@ -19,6 +19,11 @@
  * with pid 0 (a client that could not say its pid) ends only when closed. At most
  * STATE_LEASES_MAX leases per state.
  *
+ * A write lease is exclusive: it opens only on a state with no other lease and no pin but the
+ * opener's, and while it is open no other lease opens and state_store_get (every read of the
+ * amplitudes) answers FAILED_PRECONDITION naming its holder; the record (state_store_get_record)
+ * stays readable. It ends like any lease, and the state is then read again as written.
+ *
  * Thread-safe: every function may be called from any thread (one internal mutex; payload destroy
  * callbacks run outside it). The store owns payloads once committed and destroys them through the
  * callback given at commit.
@@ -59,6 +64,10 @@ struct state_meta {
   uint64_t ttl_ms;         /* the lifetime given at commit (0 = never) */
   bool ttl_capped;         /* the ttl asked for was above max_ttl_ms, which it got instead */
   uint32_t leases;         /* open leases (zero-copy views held by clients) */
+  /* The open write lease (0: none), its client and pid. */
+  uint64_t writer_lease;
+  char writer[64];
+  int writer_pid;
 };
 
 struct state_store;
@@ -98,11 +107,18 @@ qdp_status state_store_commit_pinned(struct state_store *s, struct state_reserva
                                      struct state_meta *ret_meta, char *ret_token,
                                      struct qdp_error *reterr);
 
-/* Pins the state and returns its payload and metadata; NOT_FOUND for unknown handle or wrong token.
- * A state past its expiry is NOT_FOUND here even before state_store_expire unlinks it. */
+/* Pins the state to read its amplitudes and returns its payload and metadata; NOT_FOUND for
+ * unknown handle or wrong token. A state past its expiry is NOT_FOUND here even before
+ * state_store_expire unlinks it. FAILED_PRECONDITION (field "handle") while a write lease is
+ * open, naming its holder. */
 qdp_status state_store_get(struct state_store *s, const char *handle, const char *token,
                            void **ret_payload, struct state_meta *ret_meta,
                            struct qdp_error *reterr);
+/* The same pin for the state's record and layout only (Describe, and the pin views are opened
+ * under): not refused while a write lease is open. */
+qdp_status state_store_get_record(struct state_store *s, const char *handle, const char *token,
+                                  void **ret_payload, struct state_meta *ret_meta,
+                                  struct qdp_error *reterr);
 /* Unpins a payload returned by state_store_get. */
 void state_store_put(struct state_store *s, void *payload);
 
@@ -124,12 +140,15 @@ void state_store_foreach(struct state_store *s,
 /* Releases every state whose expiry is <= now_unix_ms; returns how many. */
 size_t state_store_expire(struct state_store *s, int64_t now_unix_ms);
 
-/* Opens a lease on the live state whose payload the caller pinned (state_store_get) for `client`
- * (at most 63 B; NULL = "") in process `pid` (0 = unknown). *ret_lease_id is never 0.
- * NOT_FOUND when the state was released or expired meanwhile; INVALID_ARGUMENT for a negative pid
- * or a long client name; RESOURCE_EXHAUSTED past STATE_LEASES_MAX. */
+/* Opens a lease on the live state whose payload the caller pinned (state_store_get_record) for
+ * `client` (at most 63 B; NULL = "") in process `pid` (0 = unknown), a write lease when `write`.
+ * *ret_lease_id is never 0. NOT_FOUND when the state was released or expired meanwhile;
+ * INVALID_ARGUMENT for a negative pid or a long client name; RESOURCE_EXHAUSTED past
+ * STATE_LEASES_MAX; FAILED_PRECONDITION (field "handle") while a write lease is open, and for a
+ * write lease while other leases are open or other calls hold pins (the numbers in the
+ * message). */
 qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
-                                  uint64_t *ret_lease_id, struct qdp_error *reterr);
+                                  bool write, uint64_t *ret_lease_id, struct qdp_error *reterr);
 
 /* Closes lease `lease_id` of the state (handle, token), live or released. *ret_freed_bytes
  * (may be NULL) gets the state's bytes when this close destroyed its payload (it was released and

@@ -47,6 +47,7 @@ struct lease {
   int pid; /* 0: unknown, never swept */
   int64_t opened_unix_ms;
   int64_t gone_since_ms; /* when a sweep first found pid gone; 0 while it exists */
+  bool write;
 };
 
 struct entry {
@@ -95,6 +96,8 @@ struct entry *store_unlink(struct state_store *s, struct entry *e);
 /* Destroys a list built under the lock (dead_next), its payloads with their callbacks: call it
  * without the lock. */
 void store_destroy_list(struct entry *dead);
+/* FAILED_PRECONDITION naming e's write lease and its holder, for `what` that it refuses. */
+qdp_status store_write_leased(const struct entry *e, const char *what, struct qdp_error *reterr);
 /* Whether e is an entry and token its token. A token is compared even without an entry (an
  * unknown handle or lease), so that every refusal costs the same time. */
 bool store_token_ok(const struct entry *e, const char *token);

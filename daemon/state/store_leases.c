@@ -1,5 +1,6 @@
 /* store_leases.c — what ends a state other than a Release: its expiry, and the leases of the
- * clients that view its memory, opened and closed by id, or swept once their process is gone.
+ * clients that view its memory (read, or one exclusive write lease), opened and closed by id, or
+ * swept once their process is gone.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -36,8 +37,41 @@ size_t state_store_expire(struct state_store *s, int64_t now) {
 
 /* ---- leases ---------------------------------------------------------------------------------- */
 
+qdp_status store_write_leased(const struct entry *e, const char *what, struct qdp_error *reterr) {
+  const struct state_meta *m = &e->meta;
+  int64_t held = 0;
+  for (const struct lease *l = e->leases; l; l = l->next) {
+    if (l->id == m->writer_lease) {
+      held = clock_unix_ms() - l->opened_unix_ms;
+    }
+  }
+  return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "handle",
+                       "state '%s' is leased for writing by %s (pid %d, lease %" PRIu64
+                       ", open for %.1f s): %s until that lease is closed (CloseView, or the "
+                       "holder's exit)",
+                       m->handle, m->writer[0] ? m->writer : "an unnamed client", m->writer_pid,
+                       m->writer_lease, (double)held / 1000.0, what);
+}
+
+/* Why e takes no write lease now: other leases, or pins beyond the opener's one. */
+static qdp_status check_exclusive(const struct entry *e, struct qdp_error *reterr) {
+  if (e->meta.leases) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "handle",
+                         "state '%s' has %" PRIu32 " open view lease%s: a write lease is "
+                         "exclusive; close them (CloseView) first",
+                         e->meta.handle, e->meta.leases, e->meta.leases == 1 ? "" : "s");
+  }
+  if (e->pins > 1) {
+    return qdp_error_set(reterr, QDP_ERR_FAILED_PRECONDITION, "handle",
+                         "state '%s' is being read by %" PRIu32 " call%s in flight: a write "
+                         "lease is exclusive; ask again once they end",
+                         e->meta.handle, e->pins - 1, e->pins == 2 ? "" : "s");
+  }
+  return QDP_OK;
+}
+
 qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
-                                  uint64_t *ret_lease_id, struct qdp_error *reterr) {
+                                  bool write, uint64_t *ret_lease_id, struct qdp_error *reterr) {
   size_t clen;
   qdp_status rc = capability_text_len(&client, OWNER_MAX, "client", "client name", &clen, reterr);
   if (rc != QDP_OK) {
@@ -60,6 +94,13 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
                        e ? e->meta.handle : "?");
     goto out;
   }
+  if (e->meta.writer_lease) {
+    rc = store_write_leased(e, "no other view of it opens", reterr);
+    goto out;
+  }
+  if (write && (rc = check_exclusive(e, reterr)) != QDP_OK) {
+    goto out;
+  }
   if (e->meta.leases >= STATE_LEASES_MAX) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                        "state '%s' has %" PRIu32
@@ -72,6 +113,12 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
   l->pid = pid;
   l->opened_unix_ms = clock_unix_ms();
   l->id = ++s->next_lease_id;
+  l->write = write;
+  if (write) {
+    e->meta.writer_lease = l->id;
+    memcpy(e->meta.writer, client, clen + 1);
+    e->meta.writer_pid = pid;
+  }
   l->entry = e;
   l->next = e->leases;
   e->leases = l;
@@ -107,6 +154,11 @@ static struct entry *end_lease(struct state_store *s, struct lease *l) {
     pp = &(*pp)->next;
   }
   *pp = l->next;
+  if (l->write) {
+    e->meta.writer_lease = 0;
+    e->meta.writer[0] = '\0';
+    e->meta.writer_pid = 0;
+  }
   e->meta.leases--;
   s->leases--;
   free(l);

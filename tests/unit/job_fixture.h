@@ -49,6 +49,7 @@ void assert_devices_empty(void);
 
 /* Each adds tests of the tcase its name begins with to tc. */
 void job_add_pipeline_encode(TCase *tc);   /* test_job_encode.c */
+void job_add_pipeline_leases(TCase *tc);   /* test_job_leases.c */
 void job_add_pipeline_regions(TCase *tc);  /* test_job_regions.c */
 void job_add_pipeline_requests(TCase *tc); /* test_job_requests.c */
 void job_add_budget(TCase *tc);            /* test_job_encode.c */

@@ -17,6 +17,7 @@ int main(void) {
   TCase *tc = tcase_create("pipeline");
   tcase_add_checked_fixture(tc, setup, teardown);
   job_add_pipeline_encode(tc);
+  job_add_pipeline_leases(tc);
   job_add_pipeline_regions(tc);
   job_add_pipeline_requests(tc);
   suite_add_tcase(s, tc);

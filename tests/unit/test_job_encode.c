@@ -132,9 +132,9 @@ START_TEST(test_states_belong_to_their_owner) {
   /* Another identity cannot release it by handle alone, nor describe it with a wrong token. */
   uint64_t freed = 0;
   ck_assert_int_eq(job_release(fx.jp, &bob, handle, NULL, &freed, &e), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, "0123", false, 0, &st, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, "0123", JOB_VIEWS_NONE, 0, &st, &e), QDP_ERR_NOT_FOUND);
   /* Its token is a capability: whoever holds it may describe it. */
-  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, token, false, 0, &st, &e), QDP_OK);
+  ck_assert_int_eq(job_describe(fx.jp, &bob, handle, token, JOB_VIEWS_NONE, 0, &st, &e), QDP_OK);
   ck_assert_str_eq(st.meta.owner, "uid:1000");
   ck_assert_str_eq(st.token, "");
   job_state_info_end(fx.jp, &st, false); /* not fresh: a failed Describe reply keeps the state */

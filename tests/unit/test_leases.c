@@ -2,6 +2,7 @@
  * with open leases is gone for clients but destroyed only at its last close or sweep; leases of
  * processes that exited end after the grace period, those of live processes and pid 0 never. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,16 +35,31 @@ static void add(struct state_store *s, struct payload *p, uint64_t bytes, uint64
                    QDP_OK);
 }
 
-/* Opens a lease the way the RPC layer does: pin, lease, unpin. */
-static uint64_t lease(struct state_store *s, const char *handle, const char *token, int pid) {
+/* Opens a lease the way the job layer does (pin the record, lease, unpin); its status. */
+static qdp_status try_lease(struct state_store *s, const char *handle, const char *token, int pid,
+                            bool write, uint64_t *id, struct qdp_error *e) {
   void *got = NULL;
+  *id = 0;
+  ck_assert_int_eq(state_store_get_record(s, handle, token, &got, NULL, e), QDP_OK);
+  qdp_status rc = state_store_lease_open(s, got, "alice@host:1", pid, write, id, e);
+  state_store_put(s, got);
+  return rc;
+}
+
+static uint64_t lease(struct state_store *s, const char *handle, const char *token, int pid) {
   struct qdp_error e = QDP_ERROR_INIT;
   uint64_t id = 0;
-  ck_assert_int_eq(state_store_get(s, handle, token, &got, NULL, &e), QDP_OK);
-  CK_OK(state_store_lease_open(s, got, "alice@host:1", pid, &id, &e), e);
+  CK_OK(try_lease(s, handle, token, pid, false, &id, &e), e);
   ck_assert_uint_ne(id, 0);
-  state_store_put(s, got);
   return id;
+}
+
+static uint32_t leases_of_record(struct state_store *s, const char *handle, const char *token) {
+  void *got = NULL;
+  struct state_meta meta;
+  ck_assert_int_eq(state_store_get_record(s, handle, token, &got, &meta, NULL), QDP_OK);
+  state_store_put(s, got);
+  return meta.leases;
 }
 
 static uint32_t leases_of(struct state_store *s, const char *handle, const char *token) {
@@ -196,22 +212,124 @@ START_TEST(test_lease_open_refusals) {
   uint64_t id = 0;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(state_store_get(s, h, t, &got, NULL, NULL), QDP_OK);
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", -5, &id, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", -5, false, &id, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "client_pid");
   char longname[80];
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = '\0';
-  ck_assert_int_eq(state_store_lease_open(s, got, longname, 1, &id, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(state_store_lease_open(s, got, longname, 1, false, &id, &e),
+                   QDP_ERR_INVALID_ARGUMENT);
   for (int i = 0; i < STATE_LEASES_MAX; i++) {
-    ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, &id, &e), QDP_OK);
+    ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e), QDP_OK);
   }
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, &id, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e),
+                   QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(e.msg, "256 open view leases"), "%s", e.msg);
   /* Released between the pin and the lease: refused, nothing leased. */
   ck_assert_int_eq(state_store_release(s, h, t, NULL, NULL), QDP_OK);
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, &id, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e), QDP_ERR_NOT_FOUND);
   state_store_put(s, got);
   ck_assert_int_eq(p.destroyed, 0); /* 256 leases still open */
+  state_store_destroy(s);
+  ck_assert_int_eq(p.destroyed, 1);
+}
+END_TEST
+
+/* The write lease: while it is open every read pin (state_store_get) and every other lease is
+ * refused naming its holder, the record stays readable and names it too; closed, reads resume. */
+START_TEST(test_a_write_lease_excludes_reads_and_other_leases) {
+  struct state_store *s = make_store(30000);
+  struct payload p = {0};
+  char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN];
+  add(s, &p, 4096, 0, h, t);
+  struct qdp_error e = QDP_ERROR_INIT;
+  uint64_t w = 0, other = 0;
+  CK_OK(try_lease(s, h, t, 4242, true, &w, &e), e);
+  void *got = NULL;
+  struct state_meta meta;
+  ck_assert_int_eq(state_store_get(s, h, t, &got, NULL, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_ptr_null(got);
+  ck_assert_str_eq(e.field, "handle");
+  char want[64];
+  snprintf(want, sizeof want, "lease %llu", (unsigned long long)w);
+  ck_assert_msg(strstr(e.msg, "leased for writing by alice@host:1 (pid 4242") && strstr(e.msg, want),
+                "%s", e.msg);
+  /* The record: pinned, and it names the holder. */
+  CK_OK(state_store_get_record(s, h, t, &got, &meta, &e), e);
+  ck_assert_uint_eq(meta.writer_lease, w);
+  ck_assert_str_eq(meta.writer, "alice@host:1");
+  ck_assert_int_eq(meta.writer_pid, 4242);
+  ck_assert_uint_eq(meta.leases, 1);
+  state_store_put(s, got);
+  /* No second lease of either kind. */
+  ck_assert_int_eq(try_lease(s, h, t, getpid(), false, &other, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(e.msg, "no other view of it opens"), "%s", e.msg);
+  ck_assert_int_eq(try_lease(s, h, t, getpid(), true, &other, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_uint_eq(leases_of_record(s, h, t), 1);
+  /* Closed: reads and leases come back, and the record no longer names a writer. */
+  CK_OK(state_store_lease_close(s, h, t, w, NULL, &e), e);
+  CK_OK(state_store_get(s, h, t, &got, &meta, &e), e);
+  ck_assert_uint_eq(meta.writer_lease, 0);
+  ck_assert_str_eq(meta.writer, "");
+  ck_assert_int_eq(meta.writer_pid, 0);
+  state_store_put(s, got);
+  lease(s, h, t, getpid());
+  ck_assert_int_eq(p.destroyed, 0);
+  state_store_destroy(s);
+  ck_assert_int_eq(p.destroyed, 1);
+}
+END_TEST
+
+/* A write lease opens only alone: not beside a read lease (the count in the message), not while
+ * another call holds a pin; once those end it opens. */
+START_TEST(test_a_write_lease_waits_for_no_reader) {
+  struct state_store *s = make_store(30000);
+  struct payload p = {0};
+  char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN];
+  add(s, &p, 4096, 0, h, t);
+  struct qdp_error e = QDP_ERROR_INIT;
+  uint64_t r1 = lease(s, h, t, getpid()), r2 = lease(s, h, t, getpid()), w = 0;
+  ck_assert_int_eq(try_lease(s, h, t, getpid(), true, &w, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(e.msg, "has 2 open view leases"), "%s", e.msg);
+  ck_assert_uint_eq(w, 0);
+  CK_OK(state_store_lease_close(s, h, t, r1, NULL, &e), e);
+  CK_OK(state_store_lease_close(s, h, t, r2, NULL, &e), e);
+  void *reading = NULL; /* a Fetch in flight */
+  CK_OK(state_store_get(s, h, t, &reading, NULL, &e), e);
+  ck_assert_int_eq(try_lease(s, h, t, getpid(), true, &w, &e), QDP_ERR_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(e.msg, "being read by 1 call in flight"), "%s", e.msg);
+  state_store_put(s, reading);
+  CK_OK(try_lease(s, h, t, getpid(), true, &w, &e), e);
+  ck_assert_uint_ne(w, 0);
+  state_store_destroy(s);
+}
+END_TEST
+
+/* A write lease ends like any lease: swept once its process is gone (reads resume), and a state
+ * released under it keeps its memory until the lease is closed. */
+START_TEST(test_a_write_lease_ends_with_its_process_or_after_release) {
+  struct state_store *s = make_store(100);
+  struct payload p = {0}, q = {0};
+  char h[STATE_HANDLE_LEN], t[STATE_TOKEN_LEN], h2[STATE_HANDLE_LEN], t2[STATE_TOKEN_LEN];
+  add(s, &p, 256, 0, h, t);
+  add(s, &q, 256, 0, h2, t2);
+  struct qdp_error e = QDP_ERROR_INIT;
+  uint64_t w = 0, w2 = 0;
+  CK_OK(try_lease(s, h, t, qdpt_dead_pid(), true, &w, &e), e);
+  ck_assert_uint_eq(state_store_sweep_leases(s, 5000), 0); /* the grace starts */
+  ck_assert_uint_eq(state_store_sweep_leases(s, 5100), 1);
+  void *got = NULL;
+  CK_OK(state_store_get(s, h, t, &got, NULL, &e), e);
+  state_store_put(s, got);
+  CK_OK(try_lease(s, h2, t2, getpid(), true, &w2, &e), e);
+  ck_assert_int_eq(state_store_release(s, h2, t2, NULL, &e), QDP_OK);
+  ck_assert_int_eq(q.destroyed, 0); /* its holder may still be writing */
+  ck_assert_int_eq(state_store_get_record(s, h2, t2, &got, NULL, &e), QDP_ERR_NOT_FOUND);
+  uint64_t freed = 0;
+  CK_OK(state_store_lease_close(s, h2, t2, w2, &freed, &e), e);
+  ck_assert_uint_eq(freed, 256);
+  ck_assert_int_eq(q.destroyed, 1);
   state_store_destroy(s);
   ck_assert_int_eq(p.destroyed, 1);
 }
@@ -226,6 +344,9 @@ int main(void) {
   tcase_add_test(tc, test_ttl_expiry_with_open_lease_defers_the_free);
   tcase_add_test(tc, test_lease_of_an_exited_client_ends_after_the_grace);
   tcase_add_test(tc, test_lease_open_refusals);
+  tcase_add_test(tc, test_a_write_lease_excludes_reads_and_other_leases);
+  tcase_add_test(tc, test_a_write_lease_waits_for_no_reader);
+  tcase_add_test(tc, test_a_write_lease_ends_with_its_process_or_after_release);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_ENV);
