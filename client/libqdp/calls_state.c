@@ -27,7 +27,7 @@
 #define M_UNREGISTER_REGION "/qdp.Qdp/UnregisterRegion"
 
 qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token, int views,
-                         struct qdp_state_info **ret) {
+                         int writable, struct qdp_state_info **ret) {
   qdp_status rc = qdp__check_ret(qdp__check_ref(c, handle, token), ret);
   if (rc != QDP_OK) {
     return rc;
@@ -36,6 +36,7 @@ qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token, i
   req.handle = (char *)handle;
   req.token = (char *)token;
   req.views = views != 0;
+  req.writable = views && writable;
   req.client_pid = views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
   *ret = qdp__unary_copy(c, M_DESCRIBE, &req.base, &qdp__state_info__descriptor, qdp__state_from_pb,
                          "copying the describe reply", &rc);
@@ -45,7 +46,7 @@ qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token, i
 qdp_status qdp_describe(qdp_client *c, const char *handle, const char *token,
                         struct qdp_state_info **ret) {
   qdp__err_reset();
-  return qdp__describe(c, handle, token, 0, ret);
+  return qdp__describe(c, handle, token, 0, 0, ret);
 }
 
 qdp_status qdp__close_view(qdp_client *c, const char *handle, const char *token, uint64_t lease_id,

@@ -143,9 +143,10 @@ QDP__HIDDEN void qdp__scratch_end(qdp_client *c, struct qdp__scratch *s);
 
 /* ---- calls_state.c and views.c: views and their leases ---- */
 
-/* Describe, with views when `views` (this process's pid as the lease's owner). */
+/* Describe, with views when `views` (this process's pid as the lease's owner), writable ones
+ * under the write lease when `writable` too. */
 QDP__HIDDEN qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token,
-                                     int views, struct qdp_state_info **ret);
+                                     int views, int writable, struct qdp_state_info **ret);
 /* CloseView. */
 QDP__HIDDEN qdp_status qdp__close_view(qdp_client *c, const char *handle, const char *token,
                                        uint64_t lease_id, uint64_t *ret_freed_bytes);

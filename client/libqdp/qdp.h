@@ -264,6 +264,13 @@ struct qdp_state_info {
    * the ttl asked for was above the daemon's max_ttl, which it got instead */
   uint64_t ttl_seconds;
   int ttl_capped;
+  /* since 0.7: whether a write lease was ever opened on it (its amplitudes are then its holders',
+   * not necessarily the encoding's), and the write lease open now: its id (0: none), holder and
+   * holder's pid */
+  int written;
+  uint64_t writer_lease_id;
+  char *writer;
+  int writer_pid;
 };
 
 struct qdp_device_need {
@@ -518,7 +525,14 @@ struct qdp_views {
   uint64_t lease_id;
   size_t count; /* == state->nshards */
   const struct qdp_view *views;
+  int writable; /* since 0.7: opened with QDP_VIEWS_WRITE */
 };
+
+/* What views are for (since 0.7). QDP_VIEWS_WRITE takes the state's exclusive write lease: it
+ * opens only while no other view of the state is open and no call is reading it, and until the
+ * views are closed the daemon reads none of its amplitudes (every such call answers
+ * FAILED_PRECONDITION naming the lease); the state is marked written for good. */
+enum qdp_views_mode { QDP_VIEWS_READ = 0, QDP_VIEWS_WRITE = 1 };
 
 struct DLManagedTensor;
 
@@ -533,8 +547,20 @@ struct DLManagedTensor;
 QDP_EXPORT qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
                                      const struct qdp_views **ret);
 
-/* Unmaps the state's views in this process and closes their lease on the daemon. NOT_FOUND when
- * this client has no views of the handle. */
+/* qdp_views_open for `mode` (since 0.7). Writable views: the amplitudes are complete when this
+ * returns, and what this process writes through them is what the daemon reads once
+ * qdp_views_close returns (it waits for the views' devices first; work of this process queued on
+ * them after that is not covered). FAILED_PRECONDITION from the daemon when another lease is
+ * open, a call is reading the state or another write lease holds it (the holder in the message);
+ * locally when this client holds read views of the handle (close them first). Views of a handle
+ * already opened writable are returned for QDP_VIEWS_READ too. */
+QDP_EXPORT qdp_status qdp_views_open_mode(qdp_client *c, const char *handle, const char *token,
+                                          enum qdp_views_mode mode, const struct qdp_views **ret);
+
+/* Unmaps the state's views in this process and closes their lease on the daemon; writable views
+ * after waiting for every device they are on (cudaDeviceSynchronize), so that the daemon's next
+ * read sees what was written (QDP_ERR_CUDA when that wait fails: the lease is closed anyway).
+ * NOT_FOUND when this client has no views of the handle. */
 QDP_EXPORT qdp_status qdp_views_close(qdp_client *c, const char *handle);
 
 /* Shard i of v as a DLPack tensor: kDLCUDA on the view's device_id, shape [rows, count], complex

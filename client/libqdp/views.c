@@ -4,6 +4,7 @@
  * kept per handle in the client until closed. Where libqdp is built without CUDA, opening views is
  * QDP_ERR_UNIMPLEMENTED; the DLPack wrapping needs no CUDA call and is built everywhere. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,38 @@ static struct qdp__view_set *set_take(qdp_client *c, const char *handle) {
   return NULL;
 }
 
-/* Closes the mappings, then the lease: the daemon may free the memory once the lease is gone. */
+/* Waits for every device writable views are on, so that the daemon's next read, on its own
+ * streams, sees what this process wrote through them. */
+static qdp_status finish_writes(const struct qdp__view_set *v) {
+#if QDP_HAVE_CUDA
+  for (size_t i = 0; v->pub.writable && v->bases && i < v->pub.count; i++) {
+    int d = v->views[i].device_id;
+    bool seen = false;
+    for (size_t j = 0; j < i; j++) {
+      seen = seen || v->views[j].device_id == d;
+    }
+    cudaError_t ce = seen ? cudaSuccess : cudaSetDevice(d);
+    if (!seen && ce == cudaSuccess) {
+      ce = cudaDeviceSynchronize();
+    }
+    if (ce != cudaSuccess) {
+      return qdp__err_local(QDP_ERR_CUDA, (int)ce, "views",
+                            "Waiting for the writes through the views of '%.64s' on CUDA device "
+                            "%d failed: %s; what the daemon reads of the state may be incomplete.",
+                            v->state->handle, d, cudaGetErrorString(ce));
+    }
+  }
+#else
+  (void)v;
+#endif
+  return QDP_OK;
+}
+
+/* Closes the mappings, then the lease: the daemon may free the memory once the lease is gone. A
+ * failed wait for writes is reported, the lease closed all the same. */
 static qdp_status set_close(qdp_client *c, struct qdp__view_set *v) {
+  qdp_status wrc = finish_writes(v);
+  struct qdp_errinfo why = *qdp__err();
   uint64_t lease = v->pub.lease_id;
   char *handle = v->state->handle, *token = v->token;
   v->state->handle = NULL;
@@ -71,6 +102,10 @@ static qdp_status set_close(qdp_client *c, struct qdp__view_set *v) {
   qdp_status rc = qdp__close_view(c, handle, token, lease, NULL);
   free(handle);
   free(token);
+  if (wrc != QDP_OK) {
+    *qdp__err() = why;
+    return wrc;
+  }
   return rc;
 }
 
@@ -152,6 +187,11 @@ static qdp_status map_shards(struct qdp__view_set *v) {
 
 qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
                           const struct qdp_views **ret) {
+  return qdp_views_open_mode(c, handle, token, QDP_VIEWS_READ, ret);
+}
+
+qdp_status qdp_views_open_mode(qdp_client *c, const char *handle, const char *token,
+                               enum qdp_views_mode mode, const struct qdp_views **ret) {
   qdp__err_reset();
   if (!c || !handle || !*handle || !token || !ret) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1,
@@ -159,6 +199,11 @@ qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
                           : !ret ? "ret"
                                  : "state",
                           "qdp_views_open needs a client, a handle, a token and a result pointer.");
+  }
+  if (mode != QDP_VIEWS_READ && mode != QDP_VIEWS_WRITE) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "mode",
+                          "mode %d is neither QDP_VIEWS_READ (0) nor QDP_VIEWS_WRITE (1).",
+                          (int)mode);
   }
 #if !QDP_HAVE_CUDA
   return qdp__err_local(QDP_ERR_UNIMPLEMENTED, -1, "views",
@@ -170,7 +215,14 @@ qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
   pthread_mutex_lock(&c->views_mu);
   for (struct qdp__view_set *s = c->views; s; s = s->next) {
     if (strcmp(s->state->handle, handle) == 0) {
-      *ret = &s->pub;
+      if (mode == QDP_VIEWS_WRITE && !s->pub.writable) {
+        rc = qdp__err_local(QDP_ERR_FAILED_PRECONDITION, -1, "handle",
+                            "This client holds read views of '%.64s' (lease %" PRIu64
+                            "); a write lease is exclusive: close them (qdp_views_close) first.",
+                            handle, s->pub.lease_id);
+      } else {
+        *ret = &s->pub;
+      }
       goto out;
     }
   }
@@ -179,14 +231,15 @@ qdp_status qdp_views_open(qdp_client *c, const char *handle, const char *token,
     rc = qdp__err_nomem("opening views");
     goto out;
   }
-  rc = qdp__describe(c, handle, token, 1, &v->state);
+  rc = qdp__describe(c, handle, token, 1, mode == QDP_VIEWS_WRITE, &v->state);
   if (rc != QDP_OK) {
     goto out;
   }
   v->pub = (struct qdp_views){.struct_size = sizeof v->pub,
                               .state = v->state,
                               .lease_id = v->state->nshards ? v->state->shards[0]->lease_id : 0,
-                              .count = v->state->nshards};
+                              .count = v->state->nshards,
+                              .writable = mode == QDP_VIEWS_WRITE};
   v->views = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->views);
   v->bases = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->bases);
   if (!v->views || !v->bases) {

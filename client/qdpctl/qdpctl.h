@@ -130,6 +130,7 @@ enum {
   OPT_PID,
   OPT_FD,
   OPT_VIEWS,
+  OPT_WRITABLE,
   OPT_DEVICE,
   OPT_MINE,
   OPT_ALL,

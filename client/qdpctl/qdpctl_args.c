@@ -372,12 +372,13 @@ static int range_opt(const char *cmd, int opt, const char *arg, const char *name
 
 /* Parses the options of a command without request options; fills positional args. The optional
  * outputs (NULL: the command has no such option) take --offset/--count/--chunk-bytes (fo),
- * -o/--output, --force, --views and --device. */
+ * -o/--output, --force, --views (*views bit 0) with --writable (bit 1) and --device. */
 int parse_simple(struct global *g, const char *cmd, const char *help, int argc, char **argv,
                  int min_pos, int max_pos, const char **pos, int *npos, struct qdp_fetch_opts *fo,
                  const char **output, int *force, int *views, const char **device) {
   static const struct option opts[] = {
       {"views", no_argument, NULL, OPT_VIEWS},
+      {"writable", no_argument, NULL, OPT_WRITABLE},
       {"device", required_argument, NULL, OPT_DEVICE},
       {"offset", required_argument, NULL, OPT_OFFSET},
       {"count", required_argument, NULL, OPT_COUNT},
@@ -415,7 +416,13 @@ int parse_simple(struct global *g, const char *cmd, const char *help, int argc, 
       if (!views) {
         return usage_error(cmd, "unknown option '--views'");
       }
-      *views = 1;
+      *views |= 1;
+      break;
+    case OPT_WRITABLE:
+      if (!views) {
+        return usage_error(cmd, "unknown option '--writable'");
+      }
+      *views |= 2;
       break;
     case OPT_DEVICE:
       if (!device) {

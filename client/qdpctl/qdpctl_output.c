@@ -389,6 +389,10 @@ void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_u(w, "leases", s->leases);
   jw_u(w, "ttl_seconds", s->ttl_seconds);
   jw_b(w, "ttl_capped", s->ttl_capped);
+  jw_b(w, "written", s->written);
+  jw_u(w, "writer_lease_id", s->writer_lease_id);
+  jw_s(w, "writer", s->writer);
+  jw_i(w, "writer_pid", s->writer_pid);
   jw_open(w, "shards", '[');
   for (size_t i = 0; i < s->nshards; i++) {
     shard_json(w, s->shards[i]);
@@ -444,6 +448,15 @@ void state_print(const struct global *g, const struct qdp_state_info *s, const c
   } else {
     printf("expires    %s\n", expires);
   }
+  if (s->writer_lease_id) {
+    printf("writing    lease %" PRIu64 " of %s (pid %d): no read of its amplitudes until it is "
+           "closed\n",
+           s->writer_lease_id, s->writer[0] ? s->writer : "-", s->writer_pid);
+  }
+  if (s->written) {
+    printf("written    through a write lease: the amplitudes are no longer necessarily the "
+           "encoding's\n");
+  }
   if (s->label[0]) {
     printf("label      %s\n", s->label);
   }
@@ -498,6 +511,9 @@ void views_table(const struct qdp_views *v) {
     fmt_u64(bytes, sizeof bytes, s->bytes);
     fmt_u64(off, sizeof off, s->ipc_offset);
     fmt_u64(lease, sizeof lease, v->lease_id);
+    if (v->writable) {
+      snprintf(lease, sizeof lease, "%" PRIu64 " (write)", v->lease_id);
+    }
     char *row[] = {idx, s->device, gpu, s->uuid, rows, count, bytes, off, lease};
     table_row(&t, row);
   }

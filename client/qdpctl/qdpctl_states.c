@@ -9,7 +9,7 @@
 #include "qdpctl.h"
 
 static const char describe_help[] =
-    "Usage: qdpctl describe REF [--views]\n"
+    "Usage: qdpctl describe REF [--views [--writable]]\n"
     "\n"
     "Prints the layout of a state: encoding, qubits, batch, dtype, bytes, the plan's policy and\n"
     "every shard (rank, device, amplitude and sample ranges, bytes). REF is HANDLE:TOKEN as\n"
@@ -20,10 +20,16 @@ static const char describe_help[] =
     "           daemon on this node) and print the view table: the shard's GPU as this process\n"
     "           numbers it, its UUID, its byte offset in the exported allocation and the lease.\n"
     "           The views are closed (and their lease with them) when qdpctl exits.\n"
+    "  --writable  with --views: writable views under the state's exclusive write lease. It\n"
+    "           opens only while no other view is open and no call reads the state; while it\n"
+    "           is open the daemon reads none of its amplitudes (fetch, kernel, measure... fail\n"
+    "           naming the lease), and the state is marked written for good. It ends with\n"
+    "           qdpctl, as the views do.\n"
     "\n"
     "Examples:\n"
     "  qdpctl describe 4f1c2a...:9b0e...\n"
-    "  qdpctl describe --views 4f1c2a...:9b0e...\n";
+    "  qdpctl describe --views 4f1c2a...:9b0e...\n"
+    "  qdpctl describe --views --writable 4f1c2a...:9b0e...\n";
 
 static const char ls_help[] =
     "Usage: qdpctl ls [--mine | --all]\n"
@@ -73,6 +79,9 @@ int cmd_describe(struct global *g, int argc, char **argv) {
   if (rc != EXIT_OK) {
     return rc < 0 ? EXIT_OK : rc;
   }
+  if (views == 2) {
+    return usage_error("describe", "--writable asks for writable views: give --views too");
+  }
   struct ref r;
   qdp_client *c = NULL;
   if ((rc = ref_client(g, "describe", pos[0], &r, &c)) == EXIT_USAGE) {
@@ -80,7 +89,8 @@ int cmd_describe(struct global *g, int argc, char **argv) {
   }
   struct qdp_state_info *s = NULL;
   const struct qdp_views *v = NULL;
-  if (rc == EXIT_OK && views && qdp_views_open(c, r.handle, r.token, &v) != QDP_OK) {
+  enum qdp_views_mode mode = views & 2 ? QDP_VIEWS_WRITE : QDP_VIEWS_READ;
+  if (rc == EXIT_OK && views && qdp_views_open_mode(c, r.handle, r.token, mode, &v) != QDP_OK) {
     rc = fail(g, "describe");
   } else if (rc == EXIT_OK && !views && qdp_describe(c, r.handle, r.token, &s) != QDP_OK) {
     rc = fail(g, "describe");
@@ -96,6 +106,7 @@ int cmd_describe(struct global *g, int argc, char **argv) {
         for (size_t i = 0; i < v->count; i++) {
           jw_open(&w, NULL, '{');
           jw_i(&w, "local_gpu", v->views[i].device_id);
+          jw_b(&w, "writable", v->writable);
           jw_close(&w, '}');
         }
         jw_close(&w, ']');

@@ -1055,11 +1055,22 @@ START_TEST(test_gather_and_views_on_four_cpu_devices) {
   ck_assert_msg(strstr(qdp_last_error()->msg, "zero-copy views") ||
                     strstr(qdp_last_error()->msg, "without CUDA"),
                 "%s", qdp_last_error()->msg);
+  /* Writable views likewise (the write lease is never taken), and a mode of neither kind. */
+  rc = qdp_views_open_mode(cl, s->handle, s->token, QDP_VIEWS_WRITE, &v);
+  ck_assert_msg(rc == QDP_ERR_FAILED_PRECONDITION || rc == QDP_ERR_UNIMPLEMENTED, "%s: %s",
+                qdp_status_name(rc), qdp_last_error()->msg);
+  ck_assert_ptr_null(v);
+  CK_QDP_STATUS(qdp_views_open_mode(cl, s->handle, s->token, (enum qdp_views_mode)7, &v),
+                QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "mode");
   CK_QDP_STATUS(qdp_views_close(cl, s->handle), QDP_ERR_NOT_FOUND);
   CK_QDP_STATUS(qdp_close_view(cl, s->handle, s->token, 12345, NULL), QDP_ERR_NOT_FOUND);
   struct qdp_state_info *d = NULL;
   CK_QDP(qdp_describe(cl, s->handle, s->token, &d));
   ck_assert_uint_eq(d->leases, 0);
+  ck_assert_int_eq(d->written, 0);
+  ck_assert_uint_eq(d->writer_lease_id, 0);
+  ck_assert_str_eq(d->writer, "");
   ck_assert_uint_eq(d->nshards, 4);
   ck_assert_uint_eq(d->shards[3]->first, 3 * AMPS / 4);
   qdp_state_info_free(d);

@@ -161,6 +161,7 @@ class Qdpctl(unittest.TestCase):
             ("describe",),
             ("describe", "no-colon"),
             ("describe", "a:b", "c:d"),
+            ("describe", "--writable", "a:b"),
             ("fetch", "a:b"),
             ("export", "a:b"),
             ("status", "--bogus"),
@@ -267,6 +268,16 @@ class Qdpctl(unittest.TestCase):
         d = self.js("describe", e["ref"])
         self.assertEqual(d["handle"], handle)
         self.assertEqual(d["shards"], e["shards"])
+        self.assertEqual((d["written"], d["writer_lease_id"], d["writer"], d["writer_pid"]),
+                         (False, 0, "", 0))
+        # Writable views need GPUs and a libqdp built with CUDA: refused by the daemon (4) or,
+        # without CUDA here, by libqdp (1); nothing leased, nothing marked written.
+        p = self.run_ctl("--json", "describe", "--views", "--writable", e["ref"])
+        err = json.loads(p.stdout)["error"]
+        self.assertIn((p.returncode, err["code"]), ((4, "QDP_ERR_FAILED_PRECONDITION"),
+                                                    (1, "QDP_ERR_UNIMPLEMENTED")), p.stderr)
+        d = self.js("describe", e["ref"])
+        self.assertEqual((d["written"], d["leases"]), (False, 0))
         human = self.ok("describe", e["ref"]).stdout
         self.assertIn("REF        " + e["ref"], human)
         self.assertRegex(human, r"SHARD +DEVICE +RANK")

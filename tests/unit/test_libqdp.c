@@ -612,7 +612,7 @@ START_TEST(test_dlpack_tensors_carry_each_shards_device_shape_and_dtype) {
   char mem[2][64];
   struct qdp_view views[2] = {{sizeof views[0], mem[0], 0, &sh[0]},
                               {sizeof views[1], mem[1] + 16, 1, &sh[1]}};
-  struct qdp_views v = {sizeof v, &st, 7, 2, views};
+  struct qdp_views v = {sizeof v, &st, 7, 2, views, 0};
   for (size_t i = 0; i < 2; i++) {
     struct DLManagedTensor *t = NULL;
     ck_assert_int_eq(qdp_view_dlpack(&v, i, &t), QDP_OK);
