@@ -155,6 +155,11 @@ class _Cuda:
                                                   ctypes.c_uint64(ptr)), "cuPointerGetAttribute")
         return ordinal.value
 
+    def synchronize_device(self, ordinal: int) -> None:
+        """Waits for all work of this process on device ``ordinal``."""
+        with self.on_device(ordinal):
+            self.check(self.rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
     def synchronize(self, stream: int) -> None:
         """Waits for CUDA stream ``stream`` (1: the legacy default stream, 2: per-thread)."""
         self.check(self.rt.cudaStreamSynchronize(ctypes.c_void_p(stream)),

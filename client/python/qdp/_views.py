@@ -36,6 +36,8 @@ class ShardView:
         ``(rows, count)``: samples by amplitudes.
     typestr : str
         ``"<c8"`` or ``"<c16"``.
+    writable : bool
+        Opened under the state's write lease (:meth:`qdp.State.shards`).
     """
 
     def __init__(self, shard: Shard, ordinal: int, ptr: int, dtype: str,
@@ -45,15 +47,19 @@ class ShardView:
         self.ptr = ptr
         self.shape = (shard.rows or 1, shard.count)
         self.typestr = NUMPY_DTYPES[dtype].str
+        self.writable = lease.writable
         self._lease = lease  # closes the handles and the lease when the last view goes
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
+        # Never marked read-only, even for read views: torch refuses such arrays outright.
         return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
                 "version": 3, "strides": None}
 
     def close(self) -> None:
-        """Ends the lease of every view opened with this one (idempotent)."""
+        """Ends the lease of every view opened with this one (idempotent). Writable views'
+        devices are synchronized first, so that the daemon's next read sees what was written
+        through them on any stream of this process."""
         self._lease.close()
 
     def __enter__(self) -> "ShardView":
@@ -67,10 +73,12 @@ class _Lease:
     """The handles opened for one Describe-with-views and its lease id."""
 
     def __init__(self, conn: Connection, handle: str, token: str, lease_id: int,
-                 cuda: "_cuda._Cuda") -> None:
+                 cuda: "_cuda._Cuda", writable: bool) -> None:
         self.bases: List[int] = []
+        self.ordinals: List[int] = []  # writable: the devices synchronized before the end
+        self.writable = writable
         req = conn.wire.CloseViewRequest(handle=handle, token=token, lease_id=lease_id)
-        self._end = functools.partial(_end_lease, cuda, self.bases, conn, req)
+        self._end = functools.partial(_end_lease, cuda, self.bases, self.ordinals, conn, req)
         # Collected (the last tensor over a view gone): ended on the connection's own thread.
         self._fin = weakref.finalize(self, conn.later, self._end)
 
@@ -79,7 +87,13 @@ class _Lease:
             self._end()
 
 
-def _end_lease(cuda: "_cuda._Cuda", bases: List[int], conn: Connection, req: Any) -> None:
+def _end_lease(cuda: "_cuda._Cuda", bases: List[int], ordinals: List[int], conn: Connection,
+               req: Any) -> None:
+    for d in ordinals:
+        try:
+            cuda.synchronize_device(d)
+        except BaseException:  # a failed device: its writes are lost either way; end the lease
+            pass
     for b in bases:
         try:
             cuda.close_handle(b)
@@ -91,22 +105,25 @@ def _end_lease(cuda: "_cuda._Cuda", bases: List[int], conn: Connection, req: Any
         pass
 
 
-def open_views(conn: Connection, handle: str, token: str, dtype: str) -> List[ShardView]:
-    """Opens every shard of state ``handle`` (Describe with views) under one lease; see
-    :meth:`qdp.State.shards`."""
+def open_views(conn: Connection, handle: str, token: str, dtype: str,
+               writable: bool = False) -> List[ShardView]:
+    """Opens every shard of state ``handle`` (Describe with views) under one lease, the
+    state's write lease when ``writable``; see :meth:`qdp.State.shards`."""
     if conn.socket_path is None:
         raise NotSupported("GPU views need a daemon on this node (a unix: target)")
     req = conn.wire.DescribeRequest(handle=handle, token=token, views=True,
-                                    client_pid=os.getpid())
+                                    client_pid=os.getpid(), writable=writable)
     try:
         info = conn.call("Describe", req)
     except FailedPrecondition as e:
+        if e.field == "handle":  # leases of this state in the way: the daemon's words say whose
+            raise
         raise NotSupported(f"this daemon has no views of its states ({e.message}); use "
                            "State.numpy() or State.torch()") from None
     if not info.shards or not info.shards[0].ipc_handle:
         raise NotSupported("the daemon answered without views; use State.numpy()")
     cuda = _cuda.runtime()
-    lease = _Lease(conn, handle, token, info.shards[0].lease_id, cuda)
+    lease = _Lease(conn, handle, token, info.shards[0].lease_id, cuda, writable)
     opened: Dict[Tuple[bytes, int], int] = {}
     views = []
     try:
@@ -116,6 +133,8 @@ def open_views(conn: Connection, handle: str, token: str, dtype: str) -> List[Sh
             if key not in opened:  # one open per allocation: CUDA refuses a second
                 opened[key] = cuda.open_handle(ordinal, bytes(m.ipc_handle))
                 lease.bases.append(opened[key])
+            if writable and ordinal not in lease.ordinals:
+                lease.ordinals.append(ordinal)
             views.append(ShardView(Shard.from_proto(m), ordinal, opened[key] + m.ipc_offset,
                                    dtype, lease))
     except BaseException:

@@ -158,6 +158,15 @@ class StateInfo:
     ttl_capped : bool
         Whether the ttl asked for was above the daemon's max_ttl, which it got instead
         (:class:`qdp.TtlCappedWarning` says so when it is made).
+    written : bool
+        Whether writable views were ever opened on it (:meth:`qdp.State.shards` with
+        ``writable=True``): its amplitudes are then what was written, no longer necessarily
+        its encoding's.
+    writer_lease_id : int
+        The write lease open now (0: none); while it is open the daemon reads none of its
+        amplitudes.
+    writer : str
+        Who holds that lease: the identity and the process's pid ("uid:1000 (pid 4242)"), or "".
     """
 
     handle: str
@@ -176,16 +185,20 @@ class StateInfo:
     encode_ms: float = 0.0
     ttl_seconds: int = 0
     ttl_capped: bool = False
+    written: bool = False
+    writer_lease_id: int = 0
+    writer: str = ""
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_proto(cls, m: Any) -> "StateInfo":
         """Builds it from a ``qdp.StateInfo`` message."""
+        writer = f"{m.writer} (pid {m.writer_pid})" if m.writer_lease_id else ""
         return cls(m.handle, encoding_name(m.encoding), m.qubits, m.batch or 1,
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
                    m.expires_unix_ms, m.leases, m.collective, m.encode_ms,
-                   m.ttl_seconds, m.ttl_capped, m)
+                   m.ttl_seconds, m.ttl_capped, m.written, m.writer_lease_id, writer, m)
 
 
 @dataclass(frozen=True)

@@ -352,7 +352,7 @@ class State:
                                       "State.kernel(other) for every pair of two batches",
                                       field=field)
 
-    def torch(self, device: Optional[str] = None) -> Any:
+    def torch(self, device: Optional[str] = None, writable: bool = False) -> Any:
         """The amplitudes as a torch tensor (torch is imported only here).
 
         Parameters
@@ -362,6 +362,11 @@ class State:
             tensor is ``torch.from_numpy(self.numpy())`` (moved to ``device`` when one is
             given). On a GPU daemon by default it is a view of the state's memory in place (one
             shard) or its shards copied device to device into one tensor (several).
+        writable : bool, default False
+            A tensor over the state's memory in place that may be written, under the state's
+            write lease (see :meth:`shards`): a state of one shard on a GPU only. The lease ends
+            when the tensor and every tensor sharing its memory are collected (``del t``); the
+            client's next call sees it ended, after this process's work on the device is done.
 
         Returns
         -------
@@ -371,34 +376,71 @@ class State:
         Raises
         ------
         NotSupported
-            For a state on GPUs that cannot be viewed from here (see :meth:`shards`).
+            For a state on GPUs that cannot be viewed from here (see :meth:`shards`), and with
+            ``writable`` on the CPU backend or for a state of several shards (use
+            ``shards(writable=True)``).
+        FailedPrecondition
+            With ``writable``, while another lease is open or a call reads the state.
         """
         try:
             import torch
         except ImportError:
             raise NotSupported("State.torch needs PyTorch: pip install torch") from None
         on_gpu = any(s.device.startswith("cuda") for s in self._first_info.shards)
+        if writable:
+            if not on_gpu:
+                raise NotSupported("a writable tensor is the state's memory in place, which "
+                                   "only a GPU daemon on this node can lend; this state is in "
+                                   "host memory: encode again with your changes, or use "
+                                   "State.numpy()")
+            if len(self._first_info.shards) != 1:
+                raise NotSupported(f"state {self.handle} has {len(self._first_info.shards)} "
+                                   "shards, and one tensor in place covers one: use "
+                                   "State.shards(writable=True), a view per shard")
+            views = self.shards(writable=True)
+            first = f"cuda:{views[0].ordinal}"
+            if device is not None and torch.device(device) != torch.device(first):
+                views[0].close()
+                raise InvalidArgument(f"device={device!r}: the state lies on {first} here, and "
+                                      "a writable tensor is its memory in place",
+                                      field="device")
+            return torch.as_tensor(views[0], device=first).reshape(self.shape)
         if on_gpu and (device is None or str(device).startswith("cuda")):
             return self._tensor(device)
         t = torch.from_numpy(self.numpy())
         return t if device is None or str(device) == "cpu" else t.to(device)
 
-    def shards(self) -> List[_views.ShardView]:
+    def shards(self, writable: bool = False) -> List[_views.ShardView]:
         """Zero-copy views of every shard of a state on GPUs (CUDA IPC, one lease for all).
+
+        Parameters
+        ----------
+        writable : bool, default False
+            Views that may be written, under the state's exclusive write lease: it opens only
+            while no other view of the state is open and no call reads it, and until it ends
+            the daemon reads none of the state's amplitudes (``numpy()``, kernels and
+            measurements raise FailedPrecondition naming the lease). The amplitudes are
+            complete when this returns; closing the views waits for this process's work on
+            their devices, so every later read sees what was written. The state is marked
+            :attr:`qdp.StateInfo.written` for good.
 
         Returns
         -------
         list of ShardView
             Each with ``__cuda_array_interface__`` (so ``torch.as_tensor(view, device=...)`` or
-            ``cupy.asarray(view)`` read it in place) and its :class:`~qdp.records.Shard` layout;
-            close them (or use ``with``) to end the lease.
+            ``cupy.asarray(view)`` use it in place) and its :class:`~qdp.records.Shard` layout;
+            close them (or use ``with``) to end the lease, which also ends with this process.
 
         Raises
         ------
         NotSupported
             On the CPU backend (host memory has no views), or without a CUDA runtime here.
+        FailedPrecondition
+            With ``writable``, while another lease is open or a call reads the state (the
+            message says which); without it, while a write lease is open.
         """
-        return _views.open_views(self._owner.conn, self.handle, self.token, self.dtype)
+        return _views.open_views(self._owner.conn, self.handle, self.token, self.dtype,
+                                 writable=bool(writable))
 
     def _tensor(self, device: Optional[str]) -> Any:
         """The whole state as one torch tensor on a GPU (see :func:`qdp._views.as_tensor`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import signal
 import subprocess
 import sys
@@ -238,6 +239,64 @@ def test_leases_end_when_the_tensors_die(gpu) -> None:
     assert wait_leases(s, 0) == 0
     s.release()
     assert wait_used(c, base) == base
+
+
+def test_a_writable_tensor_holds_the_write_lease_and_its_writes_are_read_after(gpu) -> None:
+    c, torch = gpu
+    x = np.full(10, np.pi / 4)  # every qubit (1, 1) / sqrt(2): real amplitudes
+    with c.encode(x, "angle", 10, policy="single") as s, \
+            c.encode(x, "angle", 10, policy="single") as b:
+        base = s.numpy()
+        t = s.torch(writable=True)
+        info = s.info
+        assert (info.written, info.leases) == (True, 1)
+        assert info.writer_lease_id and f"(pid {os.getpid()})" in info.writer
+        # While it is open: no read of s, no other view, whoever asks.
+        for read in (s.numpy, s.shards, lambda: s.kernel(b), lambda: b.kernel(s),
+                     lambda: s.probabilities()):
+            with pytest.raises(qdp.FailedPrecondition, match="leased for writing"):
+                read()
+        with qdp.Client(c.target) as other:
+            with pytest.raises(qdp.FailedPrecondition, match=f"lease {info.writer_lease_id}"):
+                other.state(s.handle, s.token).numpy()
+        assert b.numpy().shape == (1 << 10,)  # the other state reads as ever
+        # Multiply amplitude k by i^popcount(k) (exact: a swap and signs) on a stream of our
+        # own, then end the lease by dropping the tensor.
+        pop = np.array([bin(k).count("1") % 4 for k in range(1 << 10)])
+        table = np.array([1, 1j, -1, -1j])
+        phases = torch.as_tensor(table[pop], device=t.device)
+        with torch.cuda.stream(torch.cuda.Stream(t.device)):
+            t.mul_(phases)
+        del t
+        np.testing.assert_array_equal(s.numpy(), base * table[pop])
+        # s is now the product of (1, i) / sqrt(2): <s|b> = ((1 - i) / 2)^10, |.|^2 = 2^-10.
+        # The real parts alone (the angle encoding's promise, which the writes broke) would
+        # give Re(((1 + i) / 2)^10)^2 = 0.
+        assert s.kernel(b)[0, 0] == pytest.approx(0.5 ** 10, rel=1e-12)
+        assert s.info.written and s.info.writer_lease_id == 0
+
+
+def test_writable_views_are_exclusive_and_every_shard_is_written(gpu) -> None:
+    c, torch = gpu
+    x = np.random.default_rng(6).uniform(-1, 1, size=12)
+    policy = "even" if len(c.status().devices) > 1 else "single"
+    with c.encode(x, "angle", 12, policy=policy) as s:
+        views = s.shards()
+        with pytest.raises(qdp.FailedPrecondition, match="1 open view lease"):
+            s.shards(writable=True)
+        views[0].close()
+        w = s.shards(writable=True)
+        assert all(v.writable for v in w)
+        with pytest.raises(qdp.FailedPrecondition, match="leased for writing"):
+            s.shards(writable=True)
+        for v in w:
+            torch.as_tensor(v, device=f"cuda:{v.ordinal}").neg_()
+        w[0].close()
+        ref.assert_close(s.numpy(), -ref.batch("angle", x[None, :], 12)[0], "complex128")
+        assert s.info.leases == 0
+        if len(s.info.shards) > 1:
+            with pytest.raises(qdp.NotSupported, match=r"shards\(writable=True\)"):
+                s.torch(writable=True)
 
 
 CHILD = """

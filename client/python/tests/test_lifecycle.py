@@ -136,11 +136,24 @@ def test_gpu_extension_points_say_what_to_use(client: qdp.Client) -> None:
     with client.encode([1.0, 1.0], "amplitude", 1) as s:
         with pytest.raises(qdp.NotSupported, match="numpy"):
             s.shards()  # host memory has no views
+        with pytest.raises(qdp.NotSupported, match="numpy"):
+            s.shards(writable=True)  # nor writable ones: no lease taken, nothing marked
+        info = s.info
+        assert (info.leases, info.written, info.writer_lease_id, info.writer) == (0, False, 0, "")
         assert s.__dlpack_device__() == (1, 0)  # kDLCPU: a fetched copy
         got = np.from_dlpack(s)
         ref.assert_close(got, ref.amplitude(np.array([1.0, 1.0]), 1), "complex128")
         with pytest.raises(BufferError, match="copy"):
             s.__dlpack__(copy=False)
+
+
+def test_a_writable_tensor_needs_a_gpu_daemon(client: qdp.Client) -> None:
+    pytest.importorskip("torch")
+    with client.encode([0.3, 0.2], "angle", 2) as s:
+        with pytest.raises(qdp.NotSupported, match="host memory"):
+            s.torch(writable=True)
+        assert not s.info.written
+        ref.assert_close(s.numpy(), ref.angle(np.array([0.3, 0.2]), 2), "complex128")
 
 
 def test_dlpack_of_a_cpu_state_is_a_copy_torch_reads(client: qdp.Client) -> None:
