@@ -160,6 +160,7 @@ qdp_status runtime_state_gather(struct runtime_mesh *m, const struct runtime_sta
   g->mesh = m;
   g->collective = s->collective;
   g->encode_ms = s->encode_ms;
+  g->written = s->written; /* a copy of what was written keeps no promise of the encoding */
   g->bufs = calloc(1, sizeof *g->bufs);
   if (!g->bufs) {
     runtime_device_unreserve(dst, p->total_bytes);

@@ -79,8 +79,8 @@ START_TEST(test_a_written_state_is_read_only_after_its_lease_and_as_written) {
   memset(&m, 0, sizeof m);
   ck_assert_int_eq(job_measure(fx.jp, &alice, &mr, 1 << 20, &m, &e), QDP_ERR_FAILED_PRECONDITION);
   ck_assert_msg(strstr(e.msg, holder), "%s", e.msg);
-  struct job_state_info g;
-  ck_assert_int_eq(job_gather(fx.jp, &alice, ha, ta, "cpu:0", 0, NULL, &g, &e),
+  struct job_state_info g0;
+  ck_assert_int_eq(job_gather(fx.jp, &alice, ha, ta, "cpu:0", 0, NULL, &g0, &e),
                    QDP_ERR_FAILED_PRECONDITION);
   ck_assert_int_eq(job_fetch_open(fx.jp, hb, tb, 0, 0, &f, &e), QDP_OK);
   job_fetch_close(fx.jp, &f);
@@ -103,6 +103,16 @@ START_TEST(test_a_written_state_is_read_only_after_its_lease_and_as_written) {
   /* |<a|b>|^2 = |(1 - i) / 2|^2 = 1/2; the real parts alone would give 1/4. */
   ck_assert_double_eq_tol(fidelity(ha, ta, hb, tb, &rc, &e), 0.5, 1e-15);
   ck_assert_double_eq_tol(fidelity(hb, tb, ha, ta, &rc, &e), 0.5, 1e-15);
+  /* A gathered copy is as written as its source. */
+  struct job_state_info g;
+  CK_OK(job_gather(fx.jp, &alice, ha, ta, "cpu:1", 0, NULL, &g, &e), e);
+  ck_assert(g.overwritten);
+  char hg[STATE_HANDLE_LEN], tg[STATE_TOKEN_LEN];
+  memcpy(hg, g.meta.handle, sizeof hg);
+  memcpy(tg, g.token, sizeof tg);
+  job_state_info_end(fx.jp, &g, true);
+  ck_assert_double_eq_tol(fidelity(hg, tg, hb, tb, &rc, &e), 0.5, 1e-15);
+  CK_OK(job_release(fx.jp, &alice, hg, tg, NULL, &e), e);
   CK_OK(job_describe(fx.jp, &alice, ha, ta, JOB_VIEWS_NONE, 0, &d, &e), e);
   ck_assert(d.overwritten); /* for good */
   ck_assert_uint_eq(d.meta.writer_lease, 0);
