@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ struct daemon {
   uv_timer_t watchdog;
   bool watchdog_on;
   bool stopping;
+  bool signals_watched; /* sig_term, sig_int and sig_hup are open */
 };
 
 /* ---- systemd notification (sd_notify(3) without libsystemd)
@@ -222,16 +224,40 @@ static void release_lock(struct daemon *d) {
 
 static void on_server_done(void *arg) {
   struct daemon *d = arg;
-  uv_close((uv_handle_t *)&d->sig_term, NULL);
-  uv_close((uv_handle_t *)&d->sig_int, NULL);
-  uv_close((uv_handle_t *)&d->sig_hup, NULL);
-  uv_close((uv_handle_t *)&d->watchdog, NULL);
-  /* Closing the handles gave these signals back their default action, which would kill the
-   * daemon half way through releasing its states and devices (and leave its socket behind):
-   * from here they are ignored, and SIGKILL still stops it at once. */
+  /* From here the states and devices are released, which no signal may cut short (status 143,
+   * the socket left behind). SIG_IGN replaces libuv's handler at once; closing its handles would
+   * first give the signals back their default action. The handles stay open, no longer holding
+   * the loop, until close_signals; SIGKILL still stops the daemon at once. */
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  uv_unref((uv_handle_t *)&d->sig_term);
+  uv_unref((uv_handle_t *)&d->sig_int);
+  uv_unref((uv_handle_t *)&d->sig_hup);
+  uv_close((uv_handle_t *)&d->watchdog, NULL);
+}
+
+/* After the release: the signal handles closed and their signals ignored again for the moments
+ * left (closing a handle restores the default action first: blocked meanwhile). */
+static void close_signals(struct daemon *d) {
+  if (!d->signals_watched) {
+    return;
+  }
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  uv_close((uv_handle_t *)&d->sig_term, NULL);
+  uv_close((uv_handle_t *)&d->sig_int, NULL);
+  uv_close((uv_handle_t *)&d->sig_hup, NULL);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  uv_run(d->loop, UV_RUN_DEFAULT); /* their close callbacks */
+  d->signals_watched = false;
 }
 
 /* Jobs that outlived shutdown_timeout and their cancellation: the exit is bounded, so the daemon
@@ -505,6 +531,7 @@ static void watch_signals(struct daemon *d) {
   uv_signal_start(&d->sig_term, on_stop_signal, SIGTERM);
   uv_signal_start(&d->sig_int, on_stop_signal, SIGINT);
   uv_signal_start(&d->sig_hup, on_hup, SIGHUP);
+  d->signals_watched = true;
   uv_timer_init(d->loop, &d->watchdog);
   uint64_t wd = watchdog_usec();
   if (wd && d->cfg.watchdog) {
@@ -569,6 +596,7 @@ static void drain(struct daemon *d) {
   runtime_mesh_destroy(d->mesh);
   release_lock(d);
   if (d->loop) {
+    close_signals(d);
     uv_loop_close(d->loop);
   }
 }

@@ -13,6 +13,9 @@
 #     so), and the next daemon on the socket starts.
 #  6. SIGTERM over and over from the first one on, while the daemon releases two 2 GiB states:
 #     the release is not cut short (exit 0, the socket removed, "stopped" logged).
+#  7. SIGTERM as fast as a shell sends it, from the first one to the daemon's exit, on 15 daemons
+#     in turn: each exits 0 (the moment the loop's signal handles end must not hand SIGTERM its
+#     default action, however short).
 # Every daemon runs in a `mktemp -d` folder; a trap kills what is left and removes the folder.
 set -u
 qdpd=$1
@@ -302,6 +305,34 @@ else
   else
     ok "$n SIGTERMs in a row: qdpd released its states, removed its socket and exited 0"
   fi
+fi
+
+# ---- 7. a storm of SIGTERMs across the end of serving ----
+killed=0
+for i in $(seq 15); do
+  start_qdpd "$dir/storm.log" --socket "$dir/st.sock" --devices cpu:2
+  if [ $? -ne 0 ]; then
+    fail "qdpd for the storm check did not start: $(cat "$dir/storm.log")"
+    break
+  fi
+  r=$started
+  (while kill -TERM "$r" 2>/dev/null; do :; done) &
+  storm=$!
+  wait_exit "$r" 30
+  rc=$?
+  forget "$r"
+  wait "$storm" 2>/dev/null
+  if [ "$rc" -ne 0 ] || [ -e "$dir/st.sock" ]; then
+    killed=$((killed + 1))
+    echo "  daemon $i: exit $rc: $(tail -n 2 "$dir/storm.log")" >&2
+    rm -f "$dir/st.sock"
+  fi
+done
+if [ "$killed" -ne 0 ]; then
+  fail "$killed of 15 qdpd under a storm of SIGTERMs did not exit 0 (143: one landed between" \
+    "the loop's signal handles and SIG_IGN)"
+else
+  ok "15 qdpd under a storm of SIGTERMs each exited 0 and removed its socket"
 fi
 
 if [ "$fails" -ne 0 ]; then
