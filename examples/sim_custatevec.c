@@ -45,9 +45,9 @@ typedef int custatevecComputeType_t;
 typedef int custatevecMatrixLayout_t;
 typedef int custatevecPauli_t;
 
-enum { SIM_CUDA_C_32F = 4, SIM_CUDA_C_64F = 5 };                  /* cudaDataType_t */
-enum { SIM_COMPUTE_32F = 1 << 2, SIM_COMPUTE_64F = 1 << 4 };      /* custatevecComputeType_t */
-enum { SIM_LAYOUT_ROW = 1 };                                      /* custatevecMatrixLayout_t */
+enum { SIM_CUDA_C_32F = 4, SIM_CUDA_C_64F = 5 };             /* cudaDataType_t */
+enum { SIM_COMPUTE_32F = 1 << 2, SIM_COMPUTE_64F = 1 << 4 }; /* custatevecComputeType_t */
+enum { SIM_LAYOUT_ROW = 1 };                                 /* custatevecMatrixLayout_t */
 enum { SIM_PAULI_I = 0, SIM_PAULI_X = 1, SIM_PAULI_Y = 2, SIM_PAULI_Z = 3 };
 
 struct custatevec_api {
@@ -56,11 +56,13 @@ struct custatevec_api {
   custatevecStatus_t (*destroy)(custatevecHandle_t handle);
   size_t (*get_version)(void);
   const char *(*error_name)(custatevecStatus_t status);
-  custatevecStatus_t (*apply_matrix_workspace)(
-      custatevecHandle_t handle, cudaDataType_t sv_type, uint32_t n_index_bits, const void *matrix,
-      cudaDataType_t matrix_type, custatevecMatrixLayout_t layout, int32_t adjoint,
-      uint32_t n_targets, uint32_t n_controls, custatevecComputeType_t compute,
-      size_t *workspace_bytes);
+  custatevecStatus_t (*apply_matrix_workspace)(custatevecHandle_t handle, cudaDataType_t sv_type,
+                                               uint32_t n_index_bits, const void *matrix,
+                                               cudaDataType_t matrix_type,
+                                               custatevecMatrixLayout_t layout, int32_t adjoint,
+                                               uint32_t n_targets, uint32_t n_controls,
+                                               custatevecComputeType_t compute,
+                                               size_t *workspace_bytes);
   custatevecStatus_t (*apply_matrix)(custatevecHandle_t handle, void *sv, cudaDataType_t sv_type,
                                      uint32_t n_index_bits, const void *matrix,
                                      cudaDataType_t matrix_type, custatevecMatrixLayout_t layout,
@@ -92,7 +94,8 @@ static void *open_first(const char *const *names, char *why, size_t why_len) {
   why[0] = '\0';
   for (size_t i = 0; names[i]; i++) {
     void *h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
-    if (h) return h;
+    if (h)
+      return h;
     snprintf(why + strlen(why), why_len - strlen(why), "%s%s", why[0] ? "; " : "", dlerror());
   }
   return NULL;
@@ -123,10 +126,10 @@ static int load_api(struct custatevec_api *a) {
     return -1;
   }
   int ok = 1;
-#define LOAD(field, lib, name, libname)                        \
-  do {                                                         \
-    *(void **)&a->field = sym(a->lib, name, libname);          \
-    ok = ok && a->field != NULL;                               \
+#define LOAD(field, lib, name, libname) \
+  do { \
+    *(void **)&a->field = sym(a->lib, name, libname); \
+    ok = ok && a->field != NULL; \
   } while (0)
   LOAD(create, lib, "custatevecCreate", "libcustatevec");
   LOAD(destroy, lib, "custatevecDestroy", "libcustatevec");
@@ -145,20 +148,23 @@ static int load_api(struct custatevec_api *a) {
 }
 
 static int cusv_failed(const struct custatevec_api *a, custatevecStatus_t st, const char *call) {
-  if (st == 0) return 0;
+  if (st == 0)
+    return 0;
   fprintf(stderr, "sim_custatevec: %s failed with %s (%d)\n", call, a->error_name(st), st);
   return 1;
 }
 
 static int cuda_failed(const struct custatevec_api *a, int err, const char *call) {
-  if (err == 0) return 0;
+  if (err == 0)
+    return 0;
   fprintf(stderr, "sim_custatevec: %s failed with CUDA error %d (%s)\n", call, err,
           a->cuda_error(err));
   return 1;
 }
 
 static int qdp_failed(qdp_status st, const char *call) {
-  if (st == QDP_OK) return 0;
+  if (st == QDP_OK)
+    return 0;
   const struct qdp_errinfo *e = qdp_last_error();
   fprintf(stderr, "sim_custatevec: %s failed with %s%s%s%s: %s\n", call, qdp_status_name(st),
           e->field[0] ? " (field " : "", e->field, e->field[0] ? ")" : "", e->msg);
@@ -174,7 +180,8 @@ static int qdp_failed(qdp_status st, const char *call) {
 static int simulate(const struct custatevec_api *a, void *sv, uint32_t n, int layers, double t,
                     double *z) {
   custatevecHandle_t h = NULL;
-  if (cusv_failed(a, a->create(&h), "custatevecCreate")) return 1;
+  if (cusv_failed(a, a->create(&h), "custatevecCreate"))
+    return 1;
   /* RY(t), row-major complex128: [[c, -s], [s, c]] with c = cos(t/2), s = sin(t/2). */
   const double c = cos(t / 2), s = sin(t / 2);
   const double ry[8] = {c, 0, -s, 0, s, 0, c, 0};
@@ -191,16 +198,18 @@ static int simulate(const struct custatevec_api *a, void *sv, uint32_t n, int la
                       "custatevecApplyMatrixGetWorkspaceSize"))
         goto out;
       if (need > have) {
-        if (work) a->cuda_free(work);
+        if (work)
+          a->cuda_free(work);
         work = NULL;
-        if (cuda_failed(a, a->cuda_malloc(&work, need), "cudaMalloc")) goto out;
+        if (cuda_failed(a, a->cuda_malloc(&work, need), "cudaMalloc"))
+          goto out;
         have = need;
       }
-      if (cusv_failed(a,
-                      a->apply_matrix(h, sv, SIM_CUDA_C_64F, n, ry, SIM_CUDA_C_64F, SIM_LAYOUT_ROW,
-                                      0, &target, 1, NULL, NULL, 0, SIM_COMPUTE_64F,
-                                      need ? work : NULL, need),
-                      "custatevecApplyMatrix"))
+      if (cusv_failed(
+              a,
+              a->apply_matrix(h, sv, SIM_CUDA_C_64F, n, ry, SIM_CUDA_C_64F, SIM_LAYOUT_ROW, 0,
+                              &target, 1, NULL, NULL, 0, SIM_COMPUTE_64F, need ? work : NULL, need),
+              "custatevecApplyMatrix"))
         goto out;
     }
   }
@@ -223,12 +232,15 @@ static int simulate(const struct custatevec_api *a, void *sv, uint32_t n, int la
     }
     custatevecStatus_t st = a->expectations_pauli(h, sv, SIM_CUDA_C_64F, n, z, ops, n, bits, nbits);
     free(ops), free(bits), free(nbits), free(qubit);
-    if (cusv_failed(a, st, "custatevecComputeExpectationsOnPauliBasis")) goto out;
+    if (cusv_failed(a, st, "custatevecComputeExpectationsOnPauliBasis"))
+      goto out;
   }
-  if (cuda_failed(a, a->synchronize(), "cudaDeviceSynchronize")) goto out;
+  if (cuda_failed(a, a->synchronize(), "cudaDeviceSynchronize"))
+    goto out;
   rc = 0;
 out:
-  if (work) a->cuda_free(work);
+  if (work)
+    a->cuda_free(work);
   a->destroy(h);
   return rc;
 }
@@ -242,16 +254,20 @@ int main(int argc, char **argv) {
     return 1;
   }
   struct custatevec_api a;
-  if (load_api(&a)) return 1;
+  if (load_api(&a))
+    return 1;
   printf("cuStateVec %zu, libqdp %s\n", a.get_version(), qdp_version_string());
 
   double *x = malloc(n * sizeof *x);
   double *z = malloc(n * sizeof *z);
-  if (!x || !z) return 1;
-  for (uint32_t k = 0; k < n; k++) x[k] = -1.3 + 2.6 * k / (n > 1 ? n - 1 : 1);
+  if (!x || !z)
+    return 1;
+  for (uint32_t k = 0; k < n; k++)
+    x[k] = -1.3 + 2.6 * k / (n > 1 ? n - 1 : 1);
 
   qdp_client *c = NULL;
-  if (qdp_failed(qdp_client_create(NULL, &c), "qdp_client_create")) return 1;
+  if (qdp_failed(qdp_client_create(NULL, &c), "qdp_client_create"))
+    return 1;
   struct qdp_encode_opts opts = QDP_ENCODE_OPTS_INIT;
   opts.encoding = QDP_ENCODING_ANGLE;
   opts.qubits = n;
@@ -266,19 +282,22 @@ int main(int argc, char **argv) {
   in.data_bytes = n * sizeof *x;
   struct qdp_state_info *st = NULL;
   int rc = 1;
-  if (qdp_failed(qdp_encode(c, &opts, &in, &st), "qdp_encode")) goto done;
+  if (qdp_failed(qdp_encode(c, &opts, &in, &st), "qdp_encode"))
+    goto done;
   printf("encoded %s: angle, %u qubits, complex128, %zu shard(s)\n", st->handle, n, st->nshards);
 
   const struct qdp_views *v = NULL;
   if (qdp_failed(qdp_views_open_mode(c, st->handle, st->token, QDP_VIEWS_WRITE, &v),
                  "qdp_views_open_mode(QDP_VIEWS_WRITE)")) {
-    fprintf(stderr, "The write lease needs a GPU qdpd on this node and no other view of the "
-                    "state open.\n");
+    fprintf(stderr,
+            "The write lease needs a GPU qdpd on this node and no other view of the "
+            "state open.\n");
     goto release;
   }
   if (v->count != 1) {
-    fprintf(stderr, "sim_custatevec: the state has %zu shards; this example simulates one shard "
-                    "(encode with policy single). qdp.sim in Python handles sharded states.\n",
+    fprintf(stderr,
+            "sim_custatevec: the state has %zu shards; this example simulates one shard "
+            "(encode with policy single). qdp.sim in Python handles sharded states.\n",
             v->count);
     qdp_views_close(c, st->handle);
     goto release;
@@ -289,7 +308,8 @@ int main(int argc, char **argv) {
   }
   int sim_rc = simulate(&a, v->views[0].data, n, layers, t, z);
   /* Waits for the view's device and returns the lease: the daemon reads the new amplitudes. */
-  if (qdp_failed(qdp_views_close(c, st->handle), "qdp_views_close") || sim_rc) goto release;
+  if (qdp_failed(qdp_views_close(c, st->handle), "qdp_views_close") || sim_rc)
+    goto release;
 
   rc = 0;
   double worst = 0;
@@ -321,7 +341,8 @@ int main(int argc, char **argv) {
            amp[2 * b], amp[2 * b + 1], want, err);
   }
   printf("max |diff| %.2e: %s\n", worst, worst <= 1e-10 ? "OK (<= 1e-10)" : "MISMATCH");
-  if (worst > 1e-10) rc = 2;
+  if (worst > 1e-10)
+    rc = 2;
 
 release:
   qdp_release(c, st->handle, st->token, NULL);
