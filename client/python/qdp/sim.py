@@ -187,8 +187,9 @@ class ShardGroup:
 def _refuse_layout(handle: str, why: str) -> NotSupported:
     return NotSupported(f"qdp.sim cannot simulate state {handle} as it is sharded: {why}. It "
                         "needs 2^g equal shards of contiguous amplitude ranges on GPUs of this "
-                        "node: encode it with policy='single' (one GPU) or policy='even' over "
-                        "a power-of-two number of GPUs (devices=[...])", hint="")
+                        "node, or whole samples per GPU: encode it with policy='single' (one GPU), "
+                        "policy='even' over a power-of-two number of GPUs (devices=[...]) or, "
+                        "for a batch, policy='batch'", hint="")
 
 
 def plan_groups(shards: Sequence[Any], qubits: int, batch: int, handle: str = "",
