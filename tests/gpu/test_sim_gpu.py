@@ -170,8 +170,6 @@ def test_reads_wait_for_the_write_lease(client) -> None:
         with sim.Simulator(st) as s:
             with pytest.raises(qdp.FailedPrecondition):
                 st.numpy()
-            with pytest.raises(qdp.FailedPrecondition):
-                sim.Simulator(st)
             s.apply([("x", 0)])
         assert st.info.leases == 0
         psi = st.numpy()

@@ -576,7 +576,7 @@ class _CuStateVec:
         self.sv_type = _CUDA_C_64F if dtype == "complex128" else _CUDA_C_32F
         self.compute = _COMPUTE_64F if dtype == "complex128" else _COMPUTE_32F
         self.np_dtype = np.complex128 if dtype == "complex128" else np.complex64
-        self.itemsize = np.dtype(self.np_dtype).itemsize
+        self.itemsize = int(np.dtype(self.np_dtype).itemsize)
         self.network = _NETWORK[network]
         self.views = list(views)
         self.handles: Dict[int, int] = {}  # id(view) -> handle
