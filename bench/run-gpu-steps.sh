@@ -11,8 +11,8 @@
 # and qdp.sim with cuStateVec (tests/gpu/sim_gpu.sh, then bench/sim_bench.py with SIM_ARGS, its
 # JSON summary in OUT_DIR/sim_bench.json, "sim"; Python runs with SIM_LD_LIBRARY_PATH and
 # SIM_PYTHONPATH, which must reach libcustatevec.so.1, its cuBLAS and cuStateVec's bindings).
-# STEPS picks some of them (all but "two" and "sim" by default) so that the run can be cut into calls. It
-# ends with bench/regress.py --common against the committed baseline of the GPU's kind (BASELINE,
+# STEPS picks some of them (all but "two" and "sim" by default) so that the run can be cut into
+# calls. It ends with bench/regress.py --common against the committed baseline of the GPU's kind (BASELINE,
 # default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA H200";
 # docs/performance.md says how to write or move one): the figures this run made against the same
 # ones there. Builds nothing.
