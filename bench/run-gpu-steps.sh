@@ -12,10 +12,10 @@
 # JSON summary in OUT_DIR/sim_bench.json, "sim"; Python runs with SIM_LD_LIBRARY_PATH and
 # SIM_PYTHONPATH, which must reach libcustatevec.so.1, its cuBLAS and cuStateVec's bindings).
 # STEPS picks some of them (all but "two" and "sim" by default) so that the run can be cut into
-# calls. It ends with bench/regress.py --common against the committed baseline of the GPU's kind (BASELINE,
-# default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA H200";
-# docs/performance.md says how to write or move one): the figures this run made against the same
-# ones there. Builds nothing.
+# calls. It ends with bench/regress.py --common against the committed baseline of the GPU's kind
+# (BASELINE, default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA
+# H200"; docs/performance.md says how to write or move one): the figures this run made against the
+# same ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
 set -uo pipefail
 old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
