@@ -685,6 +685,7 @@ class _CuStateVec:
             self._call("custatevecComputeExpectationsOnPauliBasis",
                        c.compute_expectations_on_pauli_basis, h, sv, self.sv_type, nbits,
                        vals.ctypes.data, ops, len(ops), bits, [len(b) for b in bits])
+            self.synchronize_device(view.ordinal)  # the host values are complete
         n, ident = float(norm.sum()), float(vals[-1])
         if n == 0.0 or ident == 0.0:
             return np.zeros(len(terms))
@@ -877,10 +878,15 @@ class Simulator:
     @property
     def permutation(self) -> Tuple[int, ...]:
         """``permutation[k]``: the index bit of the memory that holds qubit k now (the identity
-        unless a gate on a global qubit of a sharded state moved it; the first group's for a
-        batch split by sample, whose groups are all unsharded)."""
+        unless a gate on a global qubit of a sharded state moved it). For a batch whose samples
+        are on several groups of GPUs, the first group's (see :attr:`permutations`)."""
+        return self._live().plans[0].permutation
+
+    @property
+    def permutations(self) -> List[Tuple[Tuple[int, int], Tuple[int, ...]]]:
+        """Each group of shards' samples ``(row_first, rows)`` and its :attr:`permutation`."""
         eng = self._live()
-        return eng.plans[0].permutation
+        return [((g.row_first, g.rows), p.permutation) for g, p in zip(eng.groups, eng.plans)]
 
     @property
     def views(self) -> List[Any]:

@@ -509,3 +509,26 @@ def test_a_cpu_backend_state_is_refused_saying_why(client) -> None:
         assert "CPU backend" in str(e.value) and st.handle in str(e.value)
         assert "--devices" in str(e.value)
         np.testing.assert_allclose(np.abs(st.numpy()) ** 2 @ np.ones(16), 1.0)  # no lease left
+
+
+def test_samples_on_two_groups_of_shards_each_keep_their_own_order() -> None:
+    n, size = 5, 16  # rows [0, 2) on cuda:0-1, row 2 on cuda:2-3, each cut in two halves
+    psi = random_batch(3, n, 12)
+    shards, mems = [], []
+    for rows, (r0, r1) in ((2, (0, 2)), (1, (2, 3))):
+        for i in range(2):
+            shards.append(Shard(0, f"cuda:{r0 + i}", "", i * size, size, r0, rows, 0))
+            mems.append(Memory(psi[r0:r1, i * size:(i + 1) * size].copy()))
+    groups = plan_groups(shards, n, 3, "t", mems)
+    assert [(g.row_first, g.rows, g.global_bits) for g in groups] == [(0, 2, 1), (2, 1, 1)]
+    s = Simulator._over(sim._Engine(groups, NumpyExecutor(), n, 3), "complex128", "t")
+    circuit = random_circuit(n, 30, 13)
+    s.apply(circuit)
+    perms = s.permutations
+    assert [p[0] for p in perms] == [(0, 2), (2, 1)] and perms[0][1] != tuple(range(n))
+    s.close()
+    got = np.concatenate([np.concatenate([m.data for m in mems[:2]], axis=1),
+                          np.concatenate([m.data for m in mems[2:]], axis=1)])
+    gates = circuit_gates(circuit, n)
+    want = np.stack([apply(psi[r].copy(), gates, n) for r in range(3)])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
