@@ -146,17 +146,29 @@ def load_custatevec() -> Any:
         Neither imports; the message gives the pip command and the import error.
     """
     errors = []
+    mod = None
     for name in ("cuquantum.bindings.custatevec", "cuquantum.custatevec"):
         try:
-            return importlib.import_module(name)
+            mod = importlib.import_module(name)
+            break
         except Exception as e:  # a broken package init raises more than ImportError
             errors.append(e)
+    if mod is None:
+        try:
+            mod = _bindings_only(errors[0])
+        except Exception as e:
+            raise CuStateVecUnavailable(f"qdp.sim needs cuStateVec, which does not import here "
+                                        f"({type(e).__name__}: {e}): {_INSTALL}; and the CUDA "
+                                        "libraries it needs on LD_LIBRARY_PATH", hint="") from None
     try:
-        return _bindings_only(errors[0])
+        mod.get_version()  # the bindings open libcustatevec.so.1 at their first call
     except Exception as e:
-        raise CuStateVecUnavailable(f"qdp.sim needs cuStateVec, which does not import here "
-                                    f"({type(e).__name__}: {e}): {_INSTALL}; and the CUDA "
-                                    "libraries it needs on LD_LIBRARY_PATH", hint="") from None
+        raise CuStateVecUnavailable(f"cuStateVec's bindings ({mod.__name__}) import, but its "
+                                    f"library does not load ({type(e).__name__}: {e}): put the "
+                                    "folder of libcustatevec.so.1 (a wheel's cuquantum/lib) and "
+                                    "the cuBLAS it needs on LD_LIBRARY_PATH, or "
+                                    f"{_INSTALL}", hint="") from None
+    return mod
 
 
 # --- the layout of a state's shards and where each qubit is --------------------------------

@@ -203,19 +203,41 @@ def test_without_cuquantum_the_first_use_says_what_to_install(monkeypatch) -> No
     assert isinstance(e.value, ImportError) and isinstance(e.value, qdp.NotSupported)
 
 
-def test_a_broken_cuquantum_init_still_gives_the_custatevec_bindings(tmp_path, monkeypatch
-                                                                     ) -> None:
+def test_a_broken_cuquantum_init_still_gives_the_custatevec_bindings(tmp_path,
+                                                                      monkeypatch) -> None:
     pkg = tmp_path / "cuquantum"
     (pkg / "bindings").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('libcudensitymat.so.0: not found')\n")
     (pkg / "bindings" / "__init__.py").write_text("raise ImportError('nvmath missing')\n")
-    (pkg / "bindings" / "custatevec.py").write_text("WHERE = __file__\n")
+    (pkg / "bindings" / "custatevec.py").write_text("WHERE = __file__\n"
+                                                    "def get_version():\n    return 11500\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m.startswith("cuquantum")]:
         monkeypatch.delitem(sys.modules, name)
     try:
         mod = sim.load_custatevec()
         assert mod.WHERE == str(pkg / "bindings" / "custatevec.py")
+    finally:
+        for name in [m for m in sys.modules if m.startswith("cuquantum")]:
+            del sys.modules[name]
+
+
+def test_bindings_whose_library_does_not_load_say_where_it_must_be(tmp_path,
+                                                                   monkeypatch) -> None:
+    pkg = tmp_path / "cuquantum" / "bindings"
+    pkg.mkdir(parents=True)
+    (tmp_path / "cuquantum" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "custatevec.py").write_text(
+        "def get_version():\n    raise RuntimeError('libcustatevec.so.1: cannot open')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("cuquantum")]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        with pytest.raises(sim.CuStateVecUnavailable) as e:
+            sim.load_custatevec()
+        assert "libcustatevec.so.1: cannot open" in str(e.value)
+        assert "LD_LIBRARY_PATH" in str(e.value)
     finally:
         for name in [m for m in sys.modules if m.startswith("cuquantum")]:
             del sys.modules[name]
