@@ -203,8 +203,8 @@ def test_without_cuquantum_the_first_use_says_what_to_install(monkeypatch) -> No
     assert isinstance(e.value, ImportError) and isinstance(e.value, qdp.NotSupported)
 
 
-def test_a_broken_cuquantum_init_still_gives_the_custatevec_bindings(tmp_path,
-                                                                      monkeypatch) -> None:
+def test_a_broken_cuquantum_init_still_gives_the_custatevec_bindings(
+        tmp_path, monkeypatch) -> None:
     pkg = tmp_path / "cuquantum"
     (pkg / "bindings").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('libcudensitymat.so.0: not found')\n")
@@ -222,8 +222,8 @@ def test_a_broken_cuquantum_init_still_gives_the_custatevec_bindings(tmp_path,
             del sys.modules[name]
 
 
-def test_bindings_whose_library_does_not_load_say_where_it_must_be(tmp_path,
-                                                                   monkeypatch) -> None:
+def test_bindings_whose_library_does_not_load_say_where_it_must_be(
+        tmp_path, monkeypatch) -> None:
     pkg = tmp_path / "cuquantum" / "bindings"
     pkg.mkdir(parents=True)
     (tmp_path / "cuquantum" / "__init__.py").write_text("")
