@@ -7,12 +7,15 @@
 # qdp.torch's loader beside qumat-qdp's (bench/loader_bench.py with LOADER_ARGS, "loader"), and
 # the OLD and NEW builds' C figures side by side (bench/run-side-by-side.sh, ending in
 # bench/regress.py, ROUNDS rounds, "side"); and, only when STEPS names it, the Python side on
-# every GPU of the node (bench/two_gpu_bench.py with TWO_ARGS: shards, gather, DDP loading, "two").
-# STEPS picks some of them (all but "two" by default) so that the run can be cut into calls. It
-# ends with bench/regress.py --common against the committed baseline of the GPU's kind (BASELINE,
-# default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA H200";
-# docs/performance.md says how to write or move one): the figures this run made against the same
-# ones there. Builds nothing.
+# every GPU of the node (bench/two_gpu_bench.py with TWO_ARGS: shards, gather, DDP loading, "two"),
+# and qdp.sim with cuStateVec (tests/gpu/sim_gpu.sh, then bench/sim_bench.py with SIM_ARGS, its
+# JSON summary in OUT_DIR/sim_bench.json, "sim"; Python runs with SIM_LD_LIBRARY_PATH and
+# SIM_PYTHONPATH, which must reach libcustatevec.so.1, its cuBLAS and cuStateVec's bindings).
+# STEPS picks some of them (all but "two" and "sim" by default) so that the run can be cut into
+# calls. It ends with bench/regress.py --common against the committed baseline of the GPU's kind
+# (BASELINE, default bench/baselines/KIND.txt, KIND the model's second word: h200 for an "NVIDIA
+# H200"; docs/performance.md says how to write or move one): the figures this run made against the
+# same ones there. Builds nothing.
 # Usage: bench/run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR   (LD_LIBRARY_PATH at .gpu/lib)
 set -uo pipefail
 old=${1:?usage: run-gpu-steps.sh OLD_BUILD NEW_BUILD OUT_DIR}
@@ -53,6 +56,14 @@ if [[ $steps == *" two "* ]]; then
   # shellcheck disable=SC2086 # TWO_ARGS is a list of arguments
   TAIL=20 run two_gpu_bench 580 env -u LD_LIBRARY_PATH PYTHONPATH="$root/client/python" \
     "$py" "$root/bench/two_gpu_bench.py" "$new" ${TWO_ARGS:-}
+fi
+if [[ $steps == *" sim "* ]]; then
+  TAIL=30 run sim_gpu 500 env LD_LIBRARY_PATH="${SIM_LD_LIBRARY_PATH:-}" \
+    PYTHONPATH="${SIM_PYTHONPATH:-}" bash "$root/tests/gpu/sim_gpu.sh" "$new"
+  # shellcheck disable=SC2086 # SIM_ARGS is a list of arguments
+  TAIL=20 run sim_bench 580 env LD_LIBRARY_PATH="${SIM_LD_LIBRARY_PATH:-}" \
+    PYTHONPATH="$root/client/python${SIM_PYTHONPATH:+:$SIM_PYTHONPATH}" \
+    "$py" "$root/bench/sim_bench.py" "$new" --json "$out/sim_bench.json" ${SIM_ARGS:-}
 fi
 if [[ $steps == *" side "* ]]; then
   bash "$root/bench/run-side-by-side.sh" "$old" "$new" "$out/side" "${ROUNDS:-2}" || rc=1

@@ -17,8 +17,9 @@ and a :class:`Client` keeps states resident between calls::
 
 Qubit k is bit k of the amplitude index (little-endian); ``help(qdp.Client.encode)`` gives
 every encoding's values per sample and formula, and :mod:`qdp.feature_maps` builds iqp's
-parameters from features. :mod:`qdp.readers`, :mod:`qdp.sampling`, :mod:`qdp.torch` and
-:mod:`qdp.interop` are imported on their own.
+parameters from features. :mod:`qdp.readers`, :mod:`qdp.sampling`, :mod:`qdp.torch`,
+:mod:`qdp.interop` and :mod:`qdp.sim` (cuStateVec on a served state, in place) are imported on
+their own.
 
 ``import qdp`` imports no grpc and changes no environment variable. The first :class:`Client`
 of the process imports grpc, and before that sets GRPC_EXPERIMENTS=-event_engine_client, gRPC's
