@@ -21,7 +21,7 @@ Starts BUILD_DIR/daemon/qdpd (--devices auto), or uses the daemon at --target, a
 
 Prints "bench op=sim ..." lines and writes a JSON summary with --json. Needs a GPU daemon on
 this node, torch with CUDA and cuStateVec's Python bindings (pip install cuquantum-python-cu12
-or -cu13; on the GPU machine see /work/shared/device/custatevec.md). --qubits 20
+or -cu13, with libcustatevec.so.1 and its cuBLAS on LD_LIBRARY_PATH). --qubits 20
 --big-qubits 24 is a quick check.
 """
 

@@ -9,7 +9,7 @@ dst=${2:?usage: slim-build.sh BUILD_DIR SLIM_DIR}
 rm -rf "$dst"
 for f in daemon/qdpd client/qdpctl/qdpctl 'client/libqdp/libqdp.so*' bench/qdpd_bench \
   bench/qdpk_bench bench/mesh_bench bench/world_bench proto/qdp.desc 'tests/gpu/test_*' \
-  tests/gpu/views_client; do
+  tests/gpu/views_client tests/sim_custatevec; do
   for p in "$src"/$f; do
     [ -e "$p" ] || continue
     [ -d "$p" ] && continue

@@ -1,12 +1,12 @@
 """Writes tests/gpu/data/sim_reference_12q.npz, the reference of tests/gpu/test_sim_gpu.py: a
 random 12-qubit circuit on an angle state and PennyLane default.qubit's final state and
-expectation values. PennyLane is not on the GPU machine, so the values are made here, once, and
-committed (about 70 KiB). PennyLane is imported only by main(): the GPU test imports
+expectation values. PennyLane need not be installed where the GPU tests run, so the values are
+made once, on any machine that has it, and committed (about 70 KiB). PennyLane is imported only by main(): the GPU test imports
 ``as_tuples`` from here.
 
 Run from the repository root with a Python that has PennyLane (and NumPy):
 
-    /work/main/build/pyenv/bin/python tests/gpu/make_sim_reference.py
+    python3 tests/gpu/make_sim_reference.py
 
 The file holds:
 

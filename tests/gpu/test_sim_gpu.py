@@ -12,8 +12,8 @@
   the single-GPU state's bits.
 
 Run: tests/gpu/sim_gpu.sh BUILD_DIR (or pytest on this file with QDPD or QDP_TARGET set). It
-needs cuStateVec's Python bindings importable (see /work/shared/device/custatevec.md for the
-GPU machine: PYTHONPATH and LD_LIBRARY_PATH) and torch with CUDA; each missing piece is a skip
+needs cuStateVec's Python bindings importable (PYTHONPATH), libcustatevec.so.1 and its cuBLAS
+loadable (LD_LIBRARY_PATH) and torch with CUDA; each missing piece is a skip
 that says what is missing.
 """
 
