@@ -5,16 +5,25 @@ The encodings as Qiskit circuits (each giving exactly qdp's state; checked in th
 amplitude ``initialize(x / |x|)``; angle ``ry(2 * x[k], k)``; basis ``x`` on the set bits of i;
 phase ``h`` on every qubit then ``p(x[k], k)``; iqp-z ``h``, ``p(d[k], k)``, ``h``; iqp as iqp-z
 with ``cp(d[p], i, j)`` after the phase gates for the pairs (0,1), (0,2), ..., (1,2), ...
+
+**Qiskit Aer** (:func:`aer_circuit`; ``pip install qiskit-aer``, or ``qiskit-aer-gpu`` for
+``AerSimulator(device="GPU")``). Aer starts a simulation from given amplitudes only through an
+instruction of the circuit, whose data is host memory: ``set_statevector``
+(``qiskit_aer.library.SetStatevector``), which sets the simulator's state directly, unlike
+``initialize``, which the transpiler turns into gates. So the path is: the amplitudes fetched to
+the host (``State.numpy()``, one copy from the daemon's memory), then, at ``run``, Aer's own
+copy of the instruction's data and its upload to the GPU for ``device="GPU"``. The order is the
+same little-endian one: qdp qubit k is Aer qubit k.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Union
+from typing import Any, List, Optional, Union
 
 import numpy as np
 
-from ..errors import NotSupported
-from ._vector import amplitudes
+from ..errors import InvalidArgument, NotSupported
+from ._vector import amplitudes, host_vector
 
 
 def statevector(state: Any) -> Union[Any, List[Any]]:
@@ -41,3 +50,50 @@ def statevector(state: Any) -> Union[Any, List[Any]]:
     if x.ndim == 2:
         return [Statevector(row) for row in x]
     return Statevector(x)
+
+
+def aer_circuit(state: Any, circuit: Optional[Any] = None) -> Any:
+    """A circuit for Qiskit Aer that starts from ``state`` (qdp qubit k is qubit k), then runs
+    ``circuit``.
+
+    Parameters
+    ----------
+    state : qdp.State, numpy.ndarray or torch.Tensor
+        One state of n qubits (a batch of several samples is refused): a State is fetched to
+        the host (``State.numpy()``), a tensor copied there. complex64 amplitudes are widened
+        to complex128 (Qiskit's Statevector holds complex128).
+    circuit : qiskit.QuantumCircuit, optional
+        n qubits (and any classical bits) of gates, measurements and Aer save instructions,
+        appended after the state is set.
+
+    Returns
+    -------
+    qiskit.QuantumCircuit
+        A ``set_statevector`` instruction on all n qubits, then ``circuit``; run it with
+        ``AerSimulator(method="statevector")`` (``device="GPU"`` with qiskit-aer-gpu), which
+        copies the instruction's host data into its state when the run starts.
+
+    Raises
+    ------
+    NotSupported
+        Without Qiskit Aer here (the message has the pip line).
+    InvalidArgument
+        A batch, amplitudes that are not a power of two long, or a circuit of another qubit
+        count.
+    """
+    try:
+        from qiskit import QuantumCircuit
+        from qiskit_aer.library import SetStatevector
+    except ImportError:
+        raise NotSupported("qdp.interop.qiskit.aer_circuit needs Qiskit Aer: pip install "
+                           "qiskit-aer (qiskit-aer-gpu for device='GPU')") from None
+    x = host_vector(state, np.complex128)
+    n = x.shape[0].bit_length() - 1
+    if circuit is not None and circuit.num_qubits != n:
+        raise InvalidArgument(f"circuit has {circuit.num_qubits} qubits and the state {n}",
+                              field="circuit")
+    qc = QuantumCircuit(n) if circuit is None else circuit.copy_empty_like()
+    qc.append(SetStatevector(x), qc.qubits)
+    if circuit is not None:
+        qc.compose(circuit, inplace=True)
+    return qc
