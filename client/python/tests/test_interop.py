@@ -3,8 +3,9 @@ of the equivalent circuit that qdp.interop's docstrings give, on PennyLane's def
 Qiskit's Statevector; and StatePrep / Statevector of a state reproduce its amplitudes. The
 bridges' host paths (a Lightning device's own state vector, Qiskit Aer) run gates from a state
 against those references; each bridge without its library says what to install; the device
-paths' checks of GPU memory run on plain interface objects (the copies need a GPU:
-bench/bridge_bench.py)."""
+paths' checks of GPU memory run on plain interface objects, and qdp.interop.cudaq's decisions
+against a stand-in module that records its calls (CUDA-Q itself, and every copy out of GPU
+memory, need a GPU: bench/bridge_bench.py)."""
 
 from __future__ import annotations
 
@@ -400,3 +401,89 @@ def test_device_vectors_are_checked_before_any_copy() -> None:
     assert "host path" in str(e.value)
     np.testing.assert_array_equal(host_vector(np.ones((1, 4)), np.complex64),
                                   np.ones(4, np.complex64))
+
+
+class StandInCudaq:
+    """Stands in for the cudaq module (which needs its wheel and, for GPU memory, a GPU) to test
+    qdp.interop.cudaq's own decisions: the precision check, and the copy it has CUDA-Q make when
+    ``State.from_data`` kept the pointer it was given. It is not CUDA-Q: it only records."""
+
+    def __init__(self, precision: str, keeps_pointer: bool) -> None:
+        import types
+
+        self.calls: list = []
+        outer = self
+
+        class Tensor:
+            def __init__(self, ptr: int) -> None:
+                self.ptr = ptr
+
+            def data(self) -> int:
+                return self.ptr
+
+        class State:
+            def __init__(self, ptr: int, data) -> None:
+                self.ptr, self.data = ptr, data
+
+            def getTensor(self):
+                return Tensor(self.ptr)
+
+            @staticmethod
+            def from_data(x):
+                outer.calls.append("from_data")
+                copy = np.array(x)  # what a copying release holds: its own memory
+                return State(x.ctypes.data if keeps_pointer else copy.ctypes.data, copy)
+
+        class Target:
+            name = "stand-in"
+
+            def get_precision(self):
+                return f"SimulationPrecision.{precision}"
+
+        self.State = State
+        self.get_target = lambda: Target()
+        self.kernel = lambda f: f
+        self.qvector = lambda s: None
+
+        def get_state(kernel, st):
+            outer.calls.append(f"get_state({kernel.__name__})")
+            return State(-2, np.array(st.data))
+
+        self.get_state = get_state
+        self.module = types.ModuleType("cudaq")
+        for k in ("State", "get_target", "kernel", "qvector", "get_state"):
+            setattr(self.module, k, getattr(self, k))
+
+
+@pytest.mark.parametrize("keeps_pointer", [False, True])
+def test_cudaq_state_never_returns_a_state_over_memory_it_does_not_own(
+        monkeypatch, keeps_pointer) -> None:
+    from qdp.interop import cudaq as bridge
+
+    cq = StandInCudaq("fp64", keeps_pointer)
+    monkeypatch.setitem(sys.modules, "cudaq", cq.module)
+    monkeypatch.delitem(sys.modules, "qdp.interop._cudaq_kernel", raising=False)
+    psi = np.exp(1j * np.arange(8)) / np.sqrt(8)
+    st = bridge.state(psi)
+    want = ["from_data", "get_state(start_from)"] if keeps_pointer else ["from_data"]
+    assert cq.calls == want
+    np.testing.assert_array_equal(st.data, psi)
+    monkeypatch.delitem(sys.modules, "qdp.interop._cudaq_kernel", raising=False)
+
+
+def test_cudaq_state_refuses_a_dtype_that_is_not_the_targets(monkeypatch) -> None:
+    from qdp.interop import cudaq as bridge
+
+    cq = StandInCudaq("fp32", False)
+    monkeypatch.setitem(sys.modules, "cudaq", cq.module)
+    with pytest.raises(qdp.InvalidArgument) as e:
+        bridge.state(np.ones(4, np.complex128) / 2)
+    assert "option='fp64'" in str(e.value) and "complex64" in str(e.value)
+    assert cq.calls == []  # refused before anything is copied
+    bridge.state(np.ones(4, np.complex64) / 2)
+    assert cq.calls == ["from_data"]
+    with pytest.raises(qdp.InvalidArgument):
+        bridge.state(np.ones(4) / 2)  # real amplitudes: CUDA-Q takes complex ones
+    with pytest.raises(qdp.InvalidArgument) as e:
+        bridge.state(np.ones((2, 4), np.complex64) / 2)
+    assert "batch of 2" in str(e.value)

@@ -33,9 +33,6 @@ from ._vector import DeviceVector, device_vector, host_vector
 
 PIP = "pip install cuda-quantum-cu12 (or cuda-quantum-cu13 for CUDA 13)"
 
-_start_kernel: Any = None
-
-
 def _cudaq() -> Any:
     try:
         import cudaq
@@ -77,15 +74,10 @@ def _data_pointer(st: Any) -> int:
 
 def _owned_copy(cudaq: Any, st: Any) -> Any:
     """A state CUDA-Q owns with ``st``'s amplitudes: the state of a kernel that starts from it."""
-    global _start_kernel
     try:
-        if _start_kernel is None:
-            @cudaq.kernel
-            def start(s: cudaq.State):  # noqa: F821  (CUDA-Q reads the annotation)
-                q = cudaq.qvector(s)  # noqa: F841
+        from ._cudaq_kernel import start_from
 
-            _start_kernel = start
-        return cudaq.get_state(_start_kernel, st)
+        return cudaq.get_state(start_from, st)
     except Exception as e:
         raise NotSupported(f"this CUDA-Q's State.from_data kept the memory it was given, and a "
                            f"kernel starting from it failed ({e}): pass memory you keep alive "
@@ -145,10 +137,26 @@ def _from_device(cudaq: Any, dv: DeviceVector) -> Any:
     try:
         st = cudaq.State.from_data(dv)
     except (RuntimeError, TypeError) as e:
-        raise NotSupported(f"CUDA-Q did not take GPU memory ({e}): set a GPU target "
-                           "(cudaq.set_target('nvidia')) or pass the host amplitudes "
-                           "(s.numpy())", field="state") from None
+        st = _from_cupy(cudaq, dv, e)
     if _data_pointer(st) in (-1, dv.ptr):
         st = _owned_copy(cudaq, st)
     dv.synchronize()  # the copy out of the view is done before its lease ends
     return st
+
+
+def _from_cupy(cudaq: Any, dv: DeviceVector, first: BaseException) -> Any:
+    """``from_data`` of a CuPy array over the same memory, for CUDA-Q releases whose
+    ``from_data`` of device memory takes CuPy arrays only (it reads ``data.ptr``)."""
+    why = f"CUDA-Q did not take GPU memory ({first})"
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        try:
+            with cupy.cuda.Device(dv.ordinal or 0):
+                return cudaq.State.from_data(cupy.asarray(dv))
+        except (RuntimeError, TypeError) as e:
+            why += f", nor a CuPy array over it ({e})"
+    raise NotSupported(f"{why}: set a GPU target (cudaq.set_target('nvidia')), or pass the host "
+                       "amplitudes (s.numpy())", field="state")
