@@ -487,3 +487,26 @@ def test_cudaq_state_refuses_a_dtype_that_is_not_the_targets(monkeypatch) -> Non
     with pytest.raises(qdp.InvalidArgument) as e:
         bridge.state(np.ones((2, 4), np.complex64) / 2)
     assert "batch of 2" in str(e.value)
+
+
+def test_cudaq_state_of_qdps_state_is_cudaqs_own(client) -> None:
+    """With CUDA-Q here (its CPU target, qpp-cpu, where there is no GPU): the host path against
+    CUDA-Q's own kernel of qdp's angle state (ry(2 x_k) on qubit k), and a kernel that starts
+    from the bridged state acts on qdp's qubit 0 as its qubit 0."""
+    cudaq = pytest.importorskip("cudaq")
+    import cudaq_kernels as k
+
+    from qdp.interop import cudaq as bridge
+
+    if bridge._target_precision(cudaq) != "complex128":
+        pytest.skip(f"CUDA-Q's target {cudaq.get_target().name} is not fp64")
+    x = np.random.default_rng(15).uniform(0, np.pi, size=N)
+    want = np.asarray(cudaq.get_state(k.angle, x.tolist()))
+    with client.encode(x, "angle", N) as s:
+        psi = s.numpy()
+        st = bridge.state(s)
+    np.testing.assert_allclose(want, psi, atol=1e-12)  # the order: qdp qubit k is CUDA-Q's k
+    np.testing.assert_allclose(np.asarray(st), psi, atol=0)
+    assert st.amplitude([1] + [0] * (N - 1)) == pytest.approx(psi[1], abs=0)  # qubit 0 = bit 0
+    flipped = np.asarray(cudaq.get_state(k.x_on_qubit_0, st))
+    np.testing.assert_allclose(flipped, psi.reshape(-1, 2)[:, ::-1].reshape(-1), atol=1e-12)
