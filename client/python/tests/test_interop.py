@@ -222,6 +222,8 @@ def test_lightning_state_runs_gates_from_qdps_state(client, encoding) -> None:
         np.testing.assert_allclose(np.asarray(got[:N], dtype=float), z, atol=1e-12)
         np.testing.assert_allclose(np.asarray(got[N]), state, atol=1e-12)
         np.testing.assert_allclose(sv.state, state, atol=1e-12)  # left as the gates made it
+        assert lightning_state(dev, s) is sv  # the device's own buffer again, all overwritten
+        np.testing.assert_allclose(sv.state, psi, atol=0)
 
 
 def test_lightning_state_puts_qdp_qubit_k_on_wire_n_1_k(client) -> None:

@@ -200,11 +200,15 @@ def lightning_state(dev: Any, state: Any, *, path: str = "auto") -> Any:
 
 
 def _loaded_sv(dev: Any) -> Any:
-    """``dev``'s state vector, allocated now if the device has not yet done it."""
+    """``dev``'s state vector, allocated now if the device has not yet done it (not reset: every
+    amplitude is written next)."""
     from pennylane.tape import QuantumScript
 
-    dev.dynamic_wires_from_circuit(QuantumScript())  # allocates it, or resets it
-    return dev._statevector
+    sv = dev._statevector
+    if sv is None or sv.num_wires != len(dev.wires):
+        dev.dynamic_wires_from_circuit(QuantumScript())  # allocates it
+        sv = dev._statevector
+    return sv
 
 
 def lightning_run(dev: Any, tape: Any, sv: Any = None) -> Any:
