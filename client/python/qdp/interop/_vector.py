@@ -148,7 +148,11 @@ def device_vector(x: Any, field: str = "state") -> Optional[DeviceVector]:
                                "(s.gather('cuda:0')) and pass that State", field=field)
         _check_size(count, field)
         return DeviceVector(x.ptr, x.ordinal, x.typestr, count, x)
-    cai = getattr(x, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(x, "__cuda_array_interface__", None)
+    except RuntimeError as e:  # torch: a CUDA tensor that requires grad
+        raise InvalidArgument(f"{e}: pass x.detach() (the simulator's copy carries no "
+                              "gradient)", field=field) from None
     if cai is None:
         return None
     shape = tuple(int(d) for d in cai["shape"])
