@@ -39,13 +39,17 @@ importable prints ``skipped="..."`` with what to install, and the others still r
 writes every figure as {"qubits": {n: {"lib.what": ms}}, "versions": {...}, "skipped": [...]}.
 
 Needs a GPU daemon, torch (and numpy) here. --cpu runs the script's own code against a CPU
-daemon instead (lightning.qubit and Aer's CPU device, host paths only; the in-place figures and
-CUDA-Q skip), with small --qubits, to check it before a GPU run; its figures mean nothing.
- The wheels each bridge needs, carried to a machine
-without network (pip install --no-index --find-links DIR ...; sizes as PyPI lists them):
+daemon instead (lightning.qubit, Aer's CPU device and CUDA-Q's CPU target: host paths only; the
+in-place figures skip), with small --qubits, to check it before a GPU run; its figures mean
+nothing. The wheels each bridge needs, carried to a machine without network (pip install
+--no-index --find-links DIR ...; sizes as PyPI lists them):
 
-  cudaq      cuda-quantum-cu13 0.16 (87.7 MB; cuda-quantum-cu12 for a CUDA 12 driver) and the
-             dependencies it names (pip download cuda-quantum-cu13 lists them)
+  cudaq      cuda-quantum-cu13 0.16 (87.7 MB; cuda-quantum-cu12 0.16.0.post1 is 92.0 MB) with
+             what it requires: astpretty, custatevec, cutensornet and cudensitymat of its CUDA
+             major (cu13 / cu12), the nvidia-* CUDA libraries (cublas, curand, cusparse,
+             cusolver, cuda-runtime, cuda-nvrtc) unless the machine has them, cupy, scipy,
+             requests (pip download cuda-quantum-cu13 fetches them all); 0.16 runs on the CPU
+             target with the wheel alone (--no-deps plus astpretty)
   lightning  pennylane (with its dependencies: autograd, rustworkx, ...), pennylane-lightning
              0.45 (24 MB), pennylane-lightning-gpu 0.45 (0.9 MB), custatevec-cu13 (57 MB;
              cu12 for CUDA 12)
@@ -186,29 +190,33 @@ class Run:
             import cudaq
         except ImportError:
             return self.skip("cudaq", n, f"no cudaq here: {PIP['cudaq']}")
-        if self.cpu:
-            return self.skip("cudaq", n, "--cpu: the nvidia target needs a GPU")
         from qdp.interop import cudaq as bridge
 
         self.versions["cudaq"] = str(getattr(cudaq, "__version__", "?"))
-        try:
-            cudaq.set_target("nvidia", option="fp64")
-        except Exception as e:
-            return self.skip("cudaq", n, f"no nvidia target at fp64: {brief(e)}")
-        t = s.torch()
         probe = [0, 1, 1 << (n - 1), (1 << n) - 1]
-        want = [complex(t[i].item()) for i in probe]
-        ptr = t.data_ptr()
-        try:  # does this CUDA-Q's from_data copy device memory or keep the pointer?
-            st = cudaq.State.from_data(t)
-            kept = bridge._data_pointer(st) == ptr
-            del st
-        except Exception as e:
-            kept = f"from_data of a torch tensor failed: {brief(e)}"
-        t = None
-        self.free()
+        kept: Any = "-"
+        if self.cpu:  # CUDA-Q's CPU target: the host path
+            psi = s.numpy()
+            want = [complex(psi[i]) for i in probe]
+        else:
+            try:
+                cudaq.set_target("nvidia", option="fp64")
+            except Exception as e:
+                return self.skip("cudaq", n, f"no nvidia target at fp64: {brief(e)}")
+            t = s.torch()
+            want = [complex(t[i].item()) for i in probe]
+            ptr = t.data_ptr()
+            try:  # does this CUDA-Q's from_data copy device memory or keep the pointer?
+                st = cudaq.State.from_data(t)
+                kept = bridge._data_pointer(st) == ptr
+                st = None
+            except Exception as e:
+                kept = f"from_data of a torch tensor failed: {brief(e)}"
+            t = None
+            self.free()
         ms, st = timed(lambda: bridge.state(s), self.a.runs, self.sync)
-        got = [complex(st[i]) for i in probe]
+        # amplitude() takes qubit 0's bit first; st[i] would read i with its bits reversed
+        got = [complex(st.amplitude([(i >> k) & 1 for k in range(n)])) for i in probe]
         check = "ok" if np.allclose(got, want, atol=1e-12) else f"amplitudes {got} != {want}"
         self.record("cudaq", "state", n, ms, from_data_keeps_pointer=str(kept), check=check)
         try:

@@ -510,5 +510,6 @@ def test_cudaq_state_of_qdps_state_is_cudaqs_own(client) -> None:
     np.testing.assert_allclose(want, psi, atol=1e-12)  # the order: qdp qubit k is CUDA-Q's k
     np.testing.assert_allclose(np.asarray(st), psi, atol=0)
     assert st.amplitude([1] + [0] * (N - 1)) == pytest.approx(psi[1], abs=0)  # qubit 0 = bit 0
+    assert st[1] == pytest.approx(psi[1 << (N - 1)], abs=0)  # st[i]: i's bits reversed (docs)
     flipped = np.asarray(cudaq.get_state(k.x_on_qubit_0, st))
     np.testing.assert_allclose(flipped, psi.reshape(-1, 2)[:, ::-1].reshape(-1), atol=1e-12)

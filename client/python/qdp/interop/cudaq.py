@@ -1,20 +1,26 @@
 """qdp states in CUDA-Q (``pip install cuda-quantum-cu12`` or ``cuda-quantum-cu13``).
 
-**Qubit order.** CUDA-Q's qubit k is bit k of its state's amplitude index, as qdp's is (its
-``State.amplitude([b0, b1, ...])`` reads index ``b0 + 2*b1 + ...``, and a bit string such as
-``"10"`` lists qubit 0 first). So the same vector is the same state: **qdp qubit k is CUDA-Q
-qubit k** of ``cudaq.qvector(state)``, and :func:`state` passes the amplitudes unchanged.
-qdp's angle state of x is the kernel ``ry(2 * x[k], q[k])`` for k = 0 .. n-1 on ``|0...0>``.
+**Qubit order.** CUDA-Q's qubit k is bit k of the index of its state vector in memory, as
+qdp's is: ``numpy.array(st)`` and ``st.amplitude([b0, b1, ...])`` (index ``b0 + 2*b1 + ...``)
+read it so, and its bit strings (``cudaq.sample``'s, ``st.amplitude("10")``) list qubit 0
+first. So the same vector is the same state: **qdp qubit k is CUDA-Q qubit k** of
+``cudaq.qvector(st)``, and :func:`state` passes the amplitudes unchanged. qdp's angle state of x
+is the kernel ``ry(2 * x[k], q[k])`` for k = 0 .. n-1 on ``|0...0>``. One exception: ``st[i]``
+reads index i with its bits reversed (qubit 0 as the top bit), so ``st[1]`` is the amplitude of
+qubit n-1 set; use ``st.amplitude`` or ``numpy.array(st)`` to read qdp's index i. (Checked with
+CUDA-Q 0.16 on its CPU target.)
 
 **What is copied where.** On a GPU target (``nvidia``), :func:`state` hands CUDA-Q the state's
 memory in place, through a view of the daemon's state (CUDA IPC) exposed as a 1-D
 ``__cuda_array_interface__``; ``cudaq.State.from_data`` reads that pointer and the state is
-copied once, GPU memory to GPU memory, into memory CUDA-Q owns. Where a CUDA-Q release keeps the
-pointer given instead of copying (``from_data`` of device memory has aliased it in some
-releases), :func:`state` detects it and has CUDA-Q make its own copy at once, by starting a
-kernel from the state (``cudaq.qvector(s)``) and taking its state (``cudaq.get_state``): one
-device copy either way. The view's lease is held only until that copy is done, so the returned
-``cudaq.State`` never points into the daemon's memory and the qdp state may be released.
+copied once, GPU memory to GPU memory, into memory CUDA-Q owns (the cuStateVec simulator of
+CUDA-Q 0.16 copies device memory it is given into its own state, peer to peer from another
+GPU). Where a CUDA-Q release keeps the pointer given instead of copying (the simulator state of
+earlier releases wrapped device memory it was given), :func:`state` detects it and has CUDA-Q
+make its own copy at once, by starting a kernel from the state (``cudaq.qvector(s)``) and taking
+its state (``cudaq.get_state``): one device copy either way. The view's lease is held only until
+that copy is done, so the returned ``cudaq.State`` never points into the daemon's memory and the
+qdp state may be released.
 
 A state of the CPU backend (or a NumPy array) goes through host memory: its amplitudes are
 fetched (``State.numpy()``) and ``from_data`` copies them (to the GPU on a GPU target).
