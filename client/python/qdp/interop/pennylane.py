@@ -42,7 +42,7 @@ then applies a tape's gates to that state and measures (``dev.simulate``), since
 execution resets the device's state first. The same functions work on ``lightning.qubit``
 (host path: one copy into its buffer), which is how they are tested without a GPU. These use
 the Lightning state-vector object and ``simulate`` of the device (public methods of its
-classes, not of PennyLane's device API): checked with pennylane-lightning 0.45.
+classes, not of PennyLane's device API), from pennylane-lightning 0.43: checked with 0.45.
 
 The wire order is PennyLane's: qdp qubit k is device wire n-1-k, as for :func:`state_prep`.
 """
@@ -99,7 +99,7 @@ def _lightning(dev: Any) -> None:
             not hasattr(dev, "dynamic_wires_from_circuit"):
         raise InvalidArgument(f"dev is {name or type(dev).__name__}, not a Lightning device: "
                               "pass qml.device('lightning.gpu', wires=n) (or lightning.qubit) "
-                              "of pennylane-lightning 0.40 or later", field="dev")
+                              "of pennylane-lightning 0.43 or later", field="dev")
     wires = getattr(dev, "wires", None)
     if wires is None or list(wires) != list(range(len(wires))):
         raise InvalidArgument(f"dev has wires {wires!r}: make it with wires=n (the integers "
@@ -208,6 +208,11 @@ def _loaded_sv(dev: Any) -> Any:
     if sv is None or sv.num_wires != len(dev.wires):
         dev.dynamic_wires_from_circuit(QuantumScript())  # allocates it
         sv = dev._statevector
+    if not hasattr(sv.state_vector, "updateData"):
+        raise NotSupported(f"this {dev.name}'s state vector has no updateData (its bindings "
+                           "before pennylane-lightning 0.43): upgrade pennylane-lightning (and "
+                           "pennylane-lightning-gpu), or use qdp.interop.pennylane.state_prep",
+                           field="dev")
     return sv
 
 
