@@ -414,6 +414,7 @@ class StandInCudaq:
         import types
 
         self.calls: list = []
+        self.refuse_gpu = False
         outer = self
 
         class Tensor:
@@ -433,6 +434,13 @@ class StandInCudaq:
             @staticmethod
             def from_data(x):
                 outer.calls.append("from_data")
+                cai = getattr(x, "__cuda_array_interface__", None)
+                if cai is not None:  # GPU memory: only its pointer is read, never the memory
+                    if outer.refuse_gpu:
+                        raise RuntimeError("Current target 'stand-in' does not support CuPy "
+                                           "arrays.")
+                    ptr = cai["data"][0]
+                    return State(ptr if keeps_pointer else ptr + 4096, None)
                 copy = np.array(x)  # what a copying release holds: its own memory
                 return State(x.ctypes.data if keeps_pointer else copy.ctypes.data, copy)
 
@@ -449,7 +457,7 @@ class StandInCudaq:
 
         def get_state(kernel, st):
             outer.calls.append(f"get_state({kernel.__name__})")
-            return State(-2, np.array(st.data))
+            return State(-2, None if st.data is None else np.array(st.data))
 
         self.get_state = get_state
         self.module = types.ModuleType("cudaq")
@@ -513,3 +521,28 @@ def test_cudaq_state_of_qdps_state_is_cudaqs_own(client) -> None:
     assert st[1] == pytest.approx(psi[1 << (N - 1)], abs=0)  # st[i]: i's bits reversed (docs)
     flipped = np.asarray(cudaq.get_state(k.x_on_qubit_0, st))
     np.testing.assert_allclose(flipped, psi.reshape(-1, 2)[:, ::-1].reshape(-1), atol=1e-12)
+
+
+@pytest.mark.parametrize("keeps_pointer", [False, True])
+def test_cudaq_device_path_reads_the_pointer_and_copies_once(monkeypatch, keeps_pointer) -> None:
+    """GPU memory (here a bare interface: the stand-in reads only the pointer) goes to from_data
+    as a 1-D interface of the same pointer; kept by from_data, it is copied by a kernel."""
+    from qdp.interop import cudaq as bridge
+
+    cq = StandInCudaq("fp64", keeps_pointer)
+    monkeypatch.setitem(sys.modules, "cudaq", cq.module)
+    monkeypatch.delitem(sys.modules, "qdp.interop._cudaq_kernel", raising=False)
+    st = bridge.state(CudaArray((1, 16)))
+    assert st.ptr == -2 if keeps_pointer else st.ptr == 0x7F0000000000 + 4096
+    assert cq.calls == (["from_data", "get_state(start_from)"] if keeps_pointer
+                        else ["from_data"])
+    cq.calls.clear()
+    with pytest.raises(qdp.InvalidArgument) as e:
+        bridge.state(CudaArray((16,), "<c8"))  # complex64 on an fp64 target
+    assert "encode with dtype='complex128'" in str(e.value) and cq.calls == []
+    cq.refuse_gpu = True
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(qdp.NotSupported) as e:
+        bridge.state(CudaArray((16,)))
+    assert "does not support CuPy" in str(e.value) and "s.numpy()" in str(e.value)
+    monkeypatch.delitem(sys.modules, "qdp.interop._cudaq_kernel", raising=False)
