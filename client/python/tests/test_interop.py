@@ -521,6 +521,10 @@ def test_cudaq_state_of_qdps_state_is_cudaqs_own(client) -> None:
     assert st[1] == pytest.approx(psi[1 << (N - 1)], abs=0)  # st[i]: i's bits reversed (docs)
     flipped = np.asarray(cudaq.get_state(k.x_on_qubit_0, st))
     np.testing.assert_allclose(flipped, psi.reshape(-1, 2)[:, ::-1].reshape(-1), atol=1e-12)
+    if not cudaq.get_target().name.startswith("nvidia"):  # GPU memory on a CPU target
+        with pytest.raises(qdp.NotSupported) as e:
+            bridge.state(CudaArray((1 << N,)))  # refused by CUDA-Q before it reads the pointer
+        assert "cudaq.set_target('nvidia')" in str(e.value)
 
 
 @pytest.mark.parametrize("keeps_pointer", [False, True])
