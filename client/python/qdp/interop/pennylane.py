@@ -34,9 +34,11 @@ different pair term), not qdp's iqp.
 ``qml.StatePrep`` on ``lightning.gpu`` always goes through host memory: the amplitudes become a
 NumPy array and are copied host to device (``syncH2D``) into the buffer the device allocates for
 itself. :func:`lightning_state` loads a qdp state into that buffer directly, through the state
-vector's ``updateData`` binding: from pennylane-lightning 0.43 (nanobind bindings) it takes a
-CUDA array by DLPack and copies with ``cudaMemcpyDefault``, i.e. **one copy GPU memory to GPU
-memory** (path "device"); otherwise the state is fetched to the host (``State.numpy()``) and
+vector's ``updateData`` binding: from pennylane-lightning 0.43 (nanobind bindings) it takes an
+array by DLPack with no constraint on its device and copies with ``cudaMemcpyDefault``, so a
+CUDA tensor over the state is **one copy GPU memory to GPU memory** (path "device"; a binding
+that refuses GPU memory raises NotSupported saying to take the host path; this path runs only
+on a GPU, in ``bench/bridge_bench.py``); otherwise the state is fetched to the host (``State.numpy()``) and
 copied host to device (path "host", the same copies StatePrep makes). :func:`lightning_run`
 then applies a tape's gates to that state and measures (``dev.simulate``), since a QNode's
 execution resets the device's state first. The same functions work on ``lightning.qubit``
