@@ -42,10 +42,10 @@ on a GPU, in ``bench/bridge_bench.py``); otherwise the state is fetched to the h
 (``State.numpy()``) and copied host to device (path "host", the same copies StatePrep makes).
 :func:`lightning_run` then applies a tape's gates to that state and measures
 (``dev.simulate``), since a QNode's execution resets the device's state first. The same
-functions work on ``lightning.qubit``
-(host path: one copy into its buffer), which is how they are tested without a GPU. These use
-the Lightning state-vector object and ``simulate`` of the device (public methods of its
-classes, not of PennyLane's device API), from pennylane-lightning 0.43: checked with 0.45.
+functions work on ``lightning.qubit`` (host path: one copy into its buffer), which is how they
+are tested without a GPU. These use the Lightning state-vector object and ``simulate`` of the
+device (public methods of its classes, not of PennyLane's device API), from
+pennylane-lightning 0.43: checked with 0.45.
 
 The wire order is PennyLane's: qdp qubit k is device wire n-1-k, as for :func:`state_prep`.
 """
