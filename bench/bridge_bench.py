@@ -3,7 +3,8 @@
 figures of the same state on the same GPU.
 
 Usage: bench/bridge_bench.py BUILD_DIR [--qubits 24,30] [--runs 5] [--host-runs 3]
-                             [--only inplace,cudaq,lightning,aer] [--json PATH] [--cpu]
+                             [--aer-runs 2] [--only inplace,cudaq,lightning,aer] [--json PATH]
+                             [--cpu]
 
 Starts BUILD_DIR/daemon/qdpd (python_bench's Daemon, --devices auto) and for each qubit count n
 encodes one angle state of n qubits (complex128, policy "single": one piece on one GPU; 256 MiB
@@ -28,7 +29,11 @@ for the paths through host memory, which move 16 GiB twice at 30 qubits):
   aer        qdp.interop.qiskit.aer_circuit on AerSimulator(method="statevector", device="GPU"):
              the host fetch (State.numpy()), then a run of set_statevector + one saved <Z> less
              a run of the same circuit without set_statevector = what Aer's copy of the host
-             data into its GPU state costs ("set"); "total" = fetch + set.
+             data into its GPU state costs ("set"); "total" = fetch + set. The loaded run is
+             timed --aer-runs times without a warm-up: Aer took the instruction's data in at
+             0.15-0.27 GB/s on a 2-vCPU VM's CPU device (1.0-1.8 s at 24 qubits), which would
+             be one to two minutes a run at 30 qubits; give 24 and 30 qubits separate
+             invocations where a command has a time limit.
 
 Every figure is one line ``bench op=bridge lib=... what=... qubits=n ms=...`` with its unit and
 its ratios: ``over_copy`` (the figure over one device copy of the state by torch) and
@@ -87,13 +92,15 @@ PIP = {
 
 
 def timed(fn: Callable[[], Any], runs: int, sync: Callable[[], None],
-          after: Callable[[Any], None] = lambda r: None) -> Tuple[float, Any]:
-    """Median ms of fn() then sync() over ``runs`` after one untimed call; the result of each call
-    is kept until the clock has stopped (so that freeing it is not timed), then given to
-    ``after`` and dropped. Returns (ms, the last result)."""
-    r = fn()
-    sync()
-    after(r)
+          after: Callable[[Any], None] = lambda r: None, warm: bool = True) -> Tuple[float, Any]:
+    """Median ms of fn() then sync() over ``runs`` after one untimed call (none without
+    ``warm``); the result of each call is kept until the clock has stopped (so that freeing it
+    is not timed), then given to ``after`` and dropped. Returns (ms, the last result)."""
+    r = None
+    if warm:
+        r = fn()
+        sync()
+        after(r)
     xs: List[float] = []
     for _ in range(runs):
         r = None
@@ -305,9 +312,9 @@ class Run:
                 result["r"] = sim.run(qc).result()
             return go
 
-        try:
+        try:  # the empty run's warm-up starts Aer's device; the loaded one needs none
             ms_empty, _ = timed(run(empty), self.a.host_runs, lambda: None)
-            ms_run, _ = timed(run(loaded), self.a.host_runs, lambda: None)
+            ms_run, _ = timed(run(loaded), self.a.aer_runs, lambda: None, warm=False)
         except Exception as e:
             return self.skip("aer", n, f"run failed: {brief(e)}")
         z = float(np.real(result["r"].data(0)["z0"]))
@@ -341,6 +348,7 @@ def main() -> int:
     ap.add_argument("--qubits", default="24,30")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--host-runs", type=int, default=3)
+    ap.add_argument("--aer-runs", type=int, default=2)
     ap.add_argument("--only", default="inplace,cudaq,lightning,aer")
     ap.add_argument("--json", type=pathlib.Path)
     ap.add_argument("--cpu", action="store_true")
