@@ -29,7 +29,10 @@ for the paths through host memory, which move 16 GiB twice at 30 qubits):
   aer        qdp.interop.qiskit.aer_circuit on AerSimulator(method="statevector", device="GPU"):
              the host fetch (State.numpy()), then a run of set_statevector + one saved <Z> less
              a run of the same circuit without set_statevector = what Aer's copy of the host
-             data into its GPU state costs ("set"); "total" = fetch + set. The loaded run is
+             data into its GPU state costs ("set"); "total" = fetch + set. And Aer's own state,
+             qdp.interop.qiskit.aer_state(psi, device="GPU"): AerState.initialize's one copy
+             of the fetched array ("state"; "state_total" = fetch + state), checked by
+             P(qubit 0 = 0) = cos^2 x_0. The loaded run is
              timed --aer-runs times without a warm-up: Aer took the instruction's data in at
              0.15-0.27 GB/s on a 2-vCPU VM's CPU device (1.0-1.8 s at 24 qubits), which would
              be one to two minutes a run at 30 qubits; give 24 and 30 qubits separate
@@ -286,7 +289,7 @@ class Run:
             import qiskit_aer
         except ImportError:
             return self.skip("aer", n, f"no qiskit-aer here: {PIP['aer']}")
-        from qdp.interop.qiskit import aer_circuit
+        from qdp.interop.qiskit import aer_circuit, aer_state
 
         self.versions["qiskit_aer"] = qiskit_aer.__version__
         where = "CPU" if self.cpu else "GPU"
@@ -295,6 +298,23 @@ class Run:
             return self.skip("aer", n, f"this qiskit-aer has no GPU device: {PIP['aer']}")
         ms_fetch, psi = timed(lambda: s.numpy(), self.a.host_runs, lambda: None)
         self.record("aer", "host_fetch", n, ms_fetch)
+        def release(st: Any) -> None:  # Aer 0.18 closes an allocated state once moved out
+            st.move_to_ndarray()
+            st.close()
+
+        try:  # Aer's own state: one copy of the fetched array (moving it back is not timed)
+            ms_state, _ = timed(lambda: aer_state(psi, device=where), self.a.host_runs,
+                                lambda: None, after=release)
+            st = aer_state(psi, device=where)
+            probs = st.probabilities([0])
+            release(st)
+            st = None
+            check = "ok" if abs(probs[0] - np.cos(x[0]) ** 2) < 1e-9 else \
+                f"P(qubit 0 = 0) {probs[0]} != {np.cos(x[0]) ** 2}"
+            self.record("aer", "state", n, ms_state, check=check)
+            self.record("aer", "state_total", n, ms_fetch + ms_state)
+        except Exception as e:
+            self.skip("aer.state", n, f"failed: {brief(e)}")
         z0 = SparsePauliOp("I" * (n - 1) + "Z")  # Qiskit's qubit 0 is the rightmost letter
 
         def with_z(qc: Any) -> Any:
@@ -303,7 +323,7 @@ class Run:
 
         empty = with_z(QuantumCircuit(n))
         loaded = with_z(aer_circuit(psi))
-        del psi
+        psi = None
         self.free()
         result: Dict[str, Any] = {}
 

@@ -354,6 +354,7 @@ def test_aer_circuit_refusals() -> None:
 @pytest.mark.parametrize("module,fn,lib,pip", [
     ("cudaq", "state", "cudaq", "pip install cuda-quantum"),
     ("qiskit", "aer_circuit", "qiskit_aer", "pip install qiskit-aer"),
+    ("qiskit", "aer_state", "qiskit_aer", "pip install qiskit-aer"),
     ("qiskit", "statevector", "qiskit", "pip install qiskit"),
     ("pennylane", "state_prep", "pennylane", "pip install pennylane"),
     ("pennylane", "lightning_state", "pennylane", "pip install pennylane"),
@@ -550,3 +551,38 @@ def test_cudaq_device_path_reads_the_pointer_and_copies_once(monkeypatch, keeps_
         bridge.state(CudaArray((16,)))
     assert "does not support CuPy" in str(e.value) and "s.numpy()" in str(e.value)
     monkeypatch.delitem(sys.modules, "qdp.interop._cudaq_kernel", raising=False)
+
+
+def test_aer_state_holds_qdps_state_in_aers_own_state(client) -> None:
+    """aer_state: Aer's state initialized with the amplitudes, then gates applied by Aer, against
+    Qiskit's Statevector of the encoding's circuit evolved by the same gates; apply_x(0) flips
+    qdp's qubit 0 (bit 0)."""
+    pytest.importorskip("qiskit_aer")
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import Statevector
+
+    from qdp.interop.qiskit import aer_state
+
+    x = params("iqp", np.random.default_rng(16))
+    with client.encode(x, "iqp", N) as s:
+        psi = s.numpy()
+        st = aer_state(s)
+    st.apply_h(1)
+    st.apply_cx(0, 2)
+    st.apply_x(0)
+    got = st.move_to_ndarray()
+    st.close()
+    gates = QuantumCircuit(N)
+    gates.h(1)
+    gates.cx(0, 2)
+    gates.x(0)
+    want = Statevector(qiskit_state("iqp", x)).evolve(gates)
+    np.testing.assert_allclose(got, np.asarray(want.data), atol=1e-12)
+    st = aer_state(psi.astype(np.complex64))
+    st.apply_x(0)
+    np.testing.assert_allclose(st.move_to_ndarray(), psi.reshape(-1, 2)[:, ::-1].reshape(-1),
+                               atol=1e-6)
+    st.close()
+    with pytest.raises(qdp.InvalidArgument) as e:
+        aer_state(psi, method="density_matrix")
+    assert e.value.field == "method"
