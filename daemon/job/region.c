@@ -28,7 +28,7 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   int fd = req->fd;
   bool writable = req->writable;
   /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
-  QDP_TRY(rc, region_registry_reserve(jp->regions, err));
+  QDP_TRY(rc, region_registry_reserve(jp->regions, caller->owner, err));
   reserved = true;
   g = calloc(1, sizeof *g);
   if (!g) {
@@ -63,7 +63,7 @@ out:
     close(fd);
   }
   if (reserved) {
-    region_registry_cancel(jp->regions);
+    region_registry_cancel(jp->regions, caller->owner);
   }
   if (g) {
     job_region_end(g);
@@ -71,13 +71,15 @@ out:
   return rc;
 }
 
-qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
-                                 uint64_t *ret_bytes, struct qdp_error *err) {
+qdp_status job_unregister_region(struct job_pipeline *jp, const struct job_caller *caller,
+                                 const char *handle, const char *token, uint64_t *ret_bytes,
+                                 struct qdp_error *err) {
   if (!handle || !handle[0]) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "handle", "region.handle is missing");
   }
   /* Unmapping (and unpinning, on GPUs) may take a while: a worker's call. */
-  return region_registry_remove(jp->regions, handle, token, ret_bytes, err);
+  return region_registry_remove(jp->regions, handle, token, caller ? caller->owner : NULL,
+                                ret_bytes, err);
 }
 
 qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *caller,

@@ -67,7 +67,7 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_str_eq(e.field, "input.shm.region");
   assert_store_empty();
   uint64_t bytes = 0;
-  ck_assert_int_eq(job_unregister_region(fx.jp, ri.meta.handle, ri.token, &bytes, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, ri.meta.handle, ri.token, &bytes, &e), QDP_OK);
   ck_assert_uint_eq(bytes, 4096);
   close(fd);
 }
@@ -123,13 +123,13 @@ START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
   ck_assert_uint_eq(regions_registered(&bytes), 3);
   ck_assert_uint_eq(bytes, 3 * 8192);
   /* Gone as if unregistered: its handle is unknown. */
-  ck_assert_int_eq(job_unregister_region(fx.jp, gone.meta.handle, gone.token, NULL, &e),
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, gone.meta.handle, gone.token, NULL, &e),
                    QDP_ERR_NOT_FOUND);
   job_expire(fx.jp, clock_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
   ck_assert_uint_eq(ex.regions, 0);
-  CK_OK(job_unregister_region(fx.jp, alive.meta.handle, alive.token, NULL, &e), e);
-  CK_OK(job_unregister_region(fx.jp, tcp.meta.handle, tcp.token, NULL, &e), e);
-  CK_OK(job_unregister_region(fx.jp, kept.meta.handle, kept.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, NULL, alive.meta.handle, alive.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, NULL, tcp.meta.handle, tcp.token, NULL, &e), e);
+  CK_OK(job_unregister_region(fx.jp, NULL, kept.meta.handle, kept.token, NULL, &e), e);
   ck_assert_uint_eq(regions_registered(&bytes), 0);
   ck_assert_uint_eq(bytes, 0);
   close(fd);
@@ -187,8 +187,8 @@ START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
   ck_assert_ptr_nonnull(strstr(e.msg, "register it again"));
   ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
-  ck_assert_int_eq(job_unregister_region(fx.jp, out.meta.handle, out.token, NULL, &e), QDP_OK);
-  ck_assert_int_eq(job_unregister_region(fx.jp, ro.meta.handle, ro.token, NULL, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, out.meta.handle, out.token, NULL, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, ro.meta.handle, ro.token, NULL, &e), QDP_OK);
   ck_assert_int_eq(job_release(fx.jp, &alice, handle, token, NULL, &e), QDP_OK);
   close(fd);
 }
