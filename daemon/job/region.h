@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "io/map.h"
 #include "runtime/runtime.h"
@@ -15,7 +16,11 @@ struct job_region {
   struct runtime_mesh *mesh;
   bool pinned;
   bool writable; /* mapped read-write: an output of FetchInto too */
-  atomic_bool lost; /* it shrank under a job: its pages are zeros now, never to be read again */
+  atomic_bool lost; /* it shrank or changed under a job: its pages may be zeros or stale now */
+  /* Writable and not sealed: its change time when the daemon last made all its pages writable in
+   * its mapping (io_mapping_populate_write), so that its own writes move the time no more; a
+   * write that finds another time populates again first. */
+  _Atomic int64_t gen;
 };
 
 /* The registry's payload_end: unpins and unmaps. */
