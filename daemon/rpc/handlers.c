@@ -473,7 +473,8 @@ static void rpc_h_register_region(struct rpc_job *j) {
     return;
   }
   log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s%s)", c->client, ri.meta.handle,
-           ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "",
+           ri.meta.bytes, ri.frozen ? ", frozen" : ri.sealed ? ", sealed" : "",
+           ri.pinned ? ", pinned" : "",
            ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
   Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
   m.handle = ri.meta.handle;
@@ -481,6 +482,7 @@ static void rpc_h_register_region(struct rpc_job *j) {
   m.bytes = ri.meta.bytes;
   m.owner = ri.meta.owner;
   m.sealed = ri.sealed;
+  m.frozen = ri.frozen;
   m.pinned = ri.pinned;
   m.created_unix_ms = ri.meta.created_unix_ms;
   grpc_byte_buffer *reply = qdp_wire_pack(&m.base);
