@@ -212,6 +212,39 @@ bool io_mapping_shrunk(const struct io_mapping *m) {
   return fstat(m->fd, &st) != 0 || (uint64_t)st.st_size < m->file_end;
 }
 
+int io_mapping_resident(const struct io_mapping *m) {
+  if (!m || !m->base) {
+    return -1;
+  }
+  long ps = sysconf(_SC_PAGESIZE);
+  uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return -1;
+  }
+  uint64_t first = (uint64_t)(uintptr_t)m->base / page;
+  uint64_t pages = (m->map_len + page - 1) / page;
+  uint64_t buf[4096];
+  int all = 1;
+  for (uint64_t at = 0; at < pages && all == 1;) {
+    uint64_t n = pages - at < 4096 ? pages - at : 4096;
+    ssize_t got = pread(fd, buf, n * sizeof *buf, (off_t)((first + at) * sizeof *buf));
+    if (got <= 0 || got % (ssize_t)sizeof *buf) {
+      all = -1;
+      break;
+    }
+    for (uint64_t i = 0; i < (uint64_t)got / sizeof *buf; i++) {
+      if (!(buf[i] >> 63)) { /* bit 63: present */
+        all = 0;
+        break;
+      }
+    }
+    at += (uint64_t)got / sizeof *buf;
+  }
+  close(fd);
+  return all;
+}
+
 void io_unmap(struct io_mapping *m) {
   if (!m) {
     return;

@@ -114,6 +114,14 @@ bool io_mapping_changed(const struct io_mapping *m, int64_t since_ns);
  * guards the range (a cut object faults). SYSTEM on another failure. */
 qdp_status io_mapping_populate_write(struct io_mapping *m, struct qdp_error *reterr);
 
+/* Whether every page of the mapping is present in this process's page tables now
+ * (/proc/self/pagemap, whose present bit needs no privilege): 1 all present, 0 some page is not,
+ * -1 when it cannot tell (no pagemap). A cut of the object takes its pages out of every mapping,
+ * page-locked ones included (the locks keep the old pages alive for the devices), so a page-locked
+ * mapping missing a page was cut since it was locked, unless this process touched that page since
+ * the cut. */
+int io_mapping_resident(const struct io_mapping *m);
+
 /* Unmaps, closes its descriptor and resets *m. NULL-safe. */
 void io_unmap(struct io_mapping *m);
 

@@ -105,6 +105,10 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
                          "again",
                          in->region);
   }
+  rc = job_region_check_pinned(g, in->region, "input.shm.region", err);
+  if (rc != QDP_OK) {
+    return rc;
+  }
   rc = job_input_shape(in->dtype, in->rows, in->cols, in->length, "input.shm", &rows, &cols, err);
   if (rc != QDP_OK) {
     return rc;

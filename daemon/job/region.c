@@ -68,9 +68,11 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   }
   QDP_TRY(rc, runtime_mesh_register_host(jp->mesh, g->map.base, g->map.map_len, writable,
                                          &g->pinned, err));
-  if (writable && !g->map.sealed) {
+  if (!g->map.sealed) {
     int64_t now = 0;
-    atomic_store(&g->gen, io_mapping_generation(&g->map, &now) ? now : INT64_MIN);
+    now = io_mapping_generation(&g->map, &now) ? now : INT64_MIN;
+    atomic_store(&g->gen, now);
+    atomic_store(&g->pin_gen, now);
   }
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
@@ -95,6 +97,32 @@ out:
     job_region_end(g);
   }
   return rc;
+}
+
+qdp_status job_region_check_pinned(struct job_region *g, const char *name, const char *field,
+                                   struct qdp_error *err) {
+  int64_t now = INT64_MIN;
+  if (!g->pinned || g->map.sealed ||
+      (io_mapping_generation(&g->map, &now) && now == atomic_load(&g->pin_gen))) {
+    return QDP_OK;
+  }
+  /* Something changed it since (a write(2) leaves the pinned pages the object's; a cut takes them
+   * out of every mapping, this one included, while the pins keep them for the devices). Nothing
+   * here touches the region's pages between its jobs, so a page missing now went with a cut. */
+  int resident = io_mapping_resident(&g->map);
+  if (resident == 1) {
+    atomic_store(&g->pin_gen, now);
+    return QDP_OK;
+  }
+  atomic_store(&g->lost, true);
+  return qdp_error_set(err, QDP_ERR_DATA_LOSS, field,
+                       "region '%.64s' was %s since it was page-locked for the devices, which "
+                       "would use its old pages; it is lost: register it again, best as a memfd "
+                       "sealed with F_SEAL_SHRINK | F_SEAL_GROW, which cannot be cut",
+                       name,
+                       resident == 0 ? "cut (and grown back)"
+                                     : "changed (and this process cannot read its page tables to "
+                                       "tell a write from a cut)");
 }
 
 qdp_status job_unregister_region(struct job_pipeline *jp, const struct job_caller *caller,
@@ -132,6 +160,8 @@ qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *c
     rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
                        "region '%.64s' shrank or changed while a job used it; register it again",
                        region);
+  } else {
+    rc = job_region_check_pinned(g, region, "region", err);
   }
 out:
   return rc;
@@ -170,7 +200,12 @@ qdp_status job_region_write(struct job_region *g, const char *name, uint64_t at,
   qdp_status rc = QDP_OK;
   bool check = !g->map.sealed;
   int64_t before = INT64_MIN;
-  if (check && io_mapping_generation(&g->map, &before) && before != atomic_load(&g->gen)) {
+  if (check && g->pinned) {
+    /* The time job_region_check_pinned (in job_output_region) verified its pages at: a cut
+     * since is caught below. Its pages stay writable here: pinning made them so. */
+    before = atomic_load(&g->pin_gen);
+  } else if (check && io_mapping_generation(&g->map, &before) &&
+             before != atomic_load(&g->gen)) {
     /* Changed since its pages were last made writable here (a write(2), or a cut grown back
      * between jobs, which took them away): again, before the time is taken. */
     rc = io_mapping_populate_write(&g->map, err);

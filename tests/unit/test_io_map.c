@@ -223,6 +223,7 @@ START_TEST(test_mapping_changed_sees_a_cut_grown_back) {
   int64_t gen = 0;
   ck_assert(io_mapping_generation(&m, &gen));
   ck_assert_int_eq(((volatile const unsigned char *)m.data)[4096], 7);
+  ck_assert_int_eq(io_mapping_resident(&m), 1); /* populated: every page in place */
   memset(client, 8, 3 * 4096);
   memset(m.base, 9, 3 * 4096);
   ck_assert(!io_mapping_changed(&m, gen));
@@ -230,6 +231,7 @@ START_TEST(test_mapping_changed_sees_a_cut_grown_back) {
   ck_assert_int_eq(ftruncate(fd, 3 * 4096), 0);
   ck_assert(!io_mapping_shrunk(&m));
   ck_assert(io_mapping_changed(&m, gen));
+  ck_assert_int_eq(io_mapping_resident(&m), 0); /* the cut took the pages out of this mapping */
   ck_assert_int_eq(((volatile const unsigned char *)m.data)[4096], 0); /* what it reads now */
   io_unmap(&m);
   ck_assert(!io_mapping_changed(&m, gen)); /* unmapped: nothing to say */

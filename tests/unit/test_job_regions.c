@@ -367,6 +367,38 @@ START_TEST(test_a_region_cut_and_grown_back_under_a_write_is_data_loss) {
 }
 END_TEST
 
+/* A page-locked region (on GPUs; marked so here, its pages faulted in as pinning does) cut and
+ * grown back between two jobs keeps its old pages for the devices: the next job finds its mapping
+ * missing pages and fails DATA_LOSS, the region lost. A write(2) between jobs moves the same
+ * change time but leaves every page in place: the next job runs. */
+START_TEST(test_a_pinned_region_cut_between_jobs_is_lost) {
+  const double v[4] = {0.5, 1.0, 1.5, 2.0};
+  double k[4];
+  struct qdp_error e = QDP_ERROR_INIT;
+  struct job_region_info ri;
+  int fd = region_of(v, 4, false, &ri);
+  void *payload = NULL;
+  CK_OK(region_registry_get(fx.jp->regions, ri.meta.handle, ri.token, &payload, NULL, &e), e);
+  struct job_region *g = payload;
+  g->pinned = true; /* the CPU mesh has no unregister_host: ending it stays a plain unmap */
+  ck_assert_int_eq(madvise(g->map.base, g->map.map_len, MADV_POPULATE_READ), 0);
+  region_registry_put(fx.jp->regions, g);
+  CK_OK(kernel_from_region(&ri, nothing, fd, k, &e), e);
+  rewrite(fd);
+  ck_assert_int_eq(pwrite(fd, v, sizeof v, 0), (ssize_t)sizeof v);
+  CK_OK(kernel_from_region(&ri, nothing, fd, k, &e), e);
+  shrink_and_grow(fd);
+  ck_assert_int_eq(pwrite(fd, v, sizeof v, 0), (ssize_t)sizeof v); /* the same bytes again */
+  ck_assert_int_eq(kernel_from_region(&ri, nothing, fd, k, &e), QDP_ERR_DATA_LOSS);
+  ck_assert_str_eq(e.field, "input.shm.region");
+  ck_assert_ptr_nonnull(strstr(e.msg, ri.meta.handle));
+  ck_assert_ptr_nonnull(strstr(e.msg, "cut (and grown back) since it was page-locked"));
+  ck_assert_int_eq(kernel_from_region(&ri, nothing, fd, k, &e), QDP_ERR_DATA_LOSS);
+  CK_OK(job_unregister_region(fx.jp, &alice, ri.meta.handle, ri.token, NULL, &e), e);
+  close(fd);
+}
+END_TEST
+
 /* A memfd sealed against writing as well is reported frozen; registering it writable is refused
  * with the reason rather than an errno. */
 START_TEST(test_a_write_sealed_region_is_frozen_and_never_writable) {
@@ -424,6 +456,7 @@ void job_add_pipeline_regions(TCase *tc) {
   tcase_add_test(tc, test_a_region_cut_and_grown_back_under_a_job_is_data_loss);
   tcase_add_test(tc, test_a_region_written_by_write_under_a_job_is_data_loss);
   tcase_add_test(tc, test_a_region_cut_and_grown_back_under_a_write_is_data_loss);
+  tcase_add_test(tc, test_a_pinned_region_cut_between_jobs_is_lost);
   tcase_add_test(tc, test_a_write_sealed_region_is_frozen_and_never_writable);
   tcase_add_test(tc, test_unregister_is_the_owners);
 }
