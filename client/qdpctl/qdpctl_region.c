@@ -126,7 +126,10 @@ static int region_add(struct global *g, qdp_client *c, const struct region_args 
     char sz[32];
     fmt_size(g, sz, sizeof sz, ri.bytes);
     printf("region     %s%s%s%s\n", sz, g->raw_bytes ? " bytes" : "",
-           ri.frozen ? ", sealed, frozen" : ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "");
+           ri.frozen   ? ", sealed, frozen"
+           : ri.sealed ? ", sealed"
+                       : "",
+           ri.pinned ? ", pinned" : "");
   }
   return EXIT_OK;
 }

@@ -42,7 +42,7 @@ struct io_mapping {
   size_t map_len;
   int fd;
   uint64_t file_end; /* the object's size needed for every mapped byte to exist */
-  int frozen;        /* 1: sealed and its bytes can no longer change (F_SEAL_WRITE, _FUTURE_WRITE) */
+  int frozen; /* 1: sealed and its bytes can no longer change (F_SEAL_WRITE, _FUTURE_WRITE) */
 };
 
 #define IO_MAPPING_INIT \

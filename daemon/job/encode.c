@@ -279,7 +279,8 @@ static qdp_status ingest_loss_error(const struct job_ingest *ing, enum ingest_lo
   return qdp_error_set(
       err, QDP_ERR_DATA_LOSS, field,
       "%s changed while it was being read: it was truncated (and grown back) or written by "
-      "write(2) or fallocate, so the pages read may be zeros or stale; nothing was kept%s", what,
+      "write(2) or fallocate, so the pages read may be zeros or stale; nothing was kept%s",
+      what,
       ing->region ? " (the region is lost: register it again, best as a memfd sealed with "
                     "F_SEAL_SHRINK | F_SEAL_GROW, which cannot change size)"
                   : " (hand over a memfd sealed with F_SEAL_SHRINK, or leave the input alone "

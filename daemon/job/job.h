@@ -282,8 +282,8 @@ qdp_status job_export(struct job_pipeline *jp, const struct job_export_request *
 struct job_region_info {
   struct region_meta meta;
   char token[REGION_TOKEN_LEN];
-  bool sealed;   /* it cannot shrink (F_SEAL_SHRINK): no job checks it for a cut */
-  bool frozen;   /* sealed against writing too (F_SEAL_WRITE, F_SEAL_FUTURE_WRITE): read-only */
+  bool sealed; /* it cannot shrink (F_SEAL_SHRINK): no job checks it for a cut */
+  bool frozen; /* sealed against writing too (F_SEAL_WRITE, F_SEAL_FUTURE_WRITE): read-only */
   bool pinned, writable;
 };
 struct job_region_request {

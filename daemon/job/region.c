@@ -204,8 +204,7 @@ qdp_status job_region_write(struct job_region *g, const char *name, uint64_t at,
     /* The time job_region_check_pinned (in job_output_region) verified its pages at: a cut
      * since is caught below. Its pages stay writable here: pinning made them so. */
     before = atomic_load(&g->pin_gen);
-  } else if (check && io_mapping_generation(&g->map, &before) &&
-             before != atomic_load(&g->gen)) {
+  } else if (check && io_mapping_generation(&g->map, &before) && before != atomic_load(&g->gen)) {
     /* Changed since its pages were last made writable here (a write(2), or a cut grown back
      * between jobs, which took them away): again, before the time is taken. */
     rc = io_mapping_populate_write(&g->map, err);

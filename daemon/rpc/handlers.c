@@ -473,9 +473,11 @@ static void rpc_h_register_region(struct rpc_job *j) {
     return;
   }
   log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s%s)", c->client, ri.meta.handle,
-           ri.meta.bytes, ri.frozen ? ", frozen" : ri.sealed ? ", sealed" : "",
-           ri.pinned ? ", pinned" : "",
-           ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
+           ri.meta.bytes,
+           ri.frozen   ? ", frozen"
+           : ri.sealed ? ", sealed"
+                       : "",
+           ri.pinned ? ", pinned" : "", ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
   Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
   m.handle = ri.meta.handle;
   m.token = ri.token;
@@ -500,8 +502,7 @@ static void rpc_h_unregister_region(struct rpc_job *j) {
   struct qdp_error err = QDP_ERROR_INIT;
   uint64_t bytes = 0;
   struct job_caller who = rpc_caller(c);
-  if (job_unregister_region(c->srv->jobs, &who, ref->handle, ref->token, &bytes, &err) !=
-      QDP_OK) {
+  if (job_unregister_region(c->srv->jobs, &who, ref->handle, ref->token, &bytes, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }

@@ -59,11 +59,11 @@ qdp_status region_registry_reserve(struct region_registry *r, const char *owner,
 /* Gives back a slot that reserve took for owner and that was not committed. */
 void region_registry_cancel(struct region_registry *r, const char *owner);
 
-/* Turns owner's reserved slot (reserve's owner) into a region of process pid (0: never swept) holding payload (ended
- * through payload_end when the region goes). Consumes the slot in every case; on failure the
- * payload is not taken. owner (NULL = "") at most 63 B, pid not negative (INVALID_ARGUMENT);
- * INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle / ret_token:
- * REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
+/* Turns owner's reserved slot (reserve's owner) into a region of process pid (0: never swept)
+ * holding payload (ended through payload_end when the region goes). Consumes the slot in every
+ * case; on failure the payload is not taken. owner (NULL = "") at most 63 B, pid not negative
+ * (INVALID_ARGUMENT); INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle /
+ * ret_token: REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
 qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
                                   uint64_t bytes, void *payload, void (*payload_end)(void *),
                                   char *ret_handle, char *ret_token, struct region_meta *ret_meta,

@@ -71,7 +71,8 @@ START_TEST(test_short_and_shrunk_inputs_keep_nothing) {
   ck_assert_str_eq(e.field, "input.shm.region");
   assert_store_empty();
   uint64_t bytes = 0;
-  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, ri.meta.handle, ri.token, &bytes, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, ri.meta.handle, ri.token, &bytes, &e),
+                   QDP_OK);
   ck_assert_uint_eq(bytes, 4096);
   close(fd);
 }
@@ -191,7 +192,8 @@ START_TEST(test_fetch_into_writes_the_callers_writable_region) {
   ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
   ck_assert_ptr_nonnull(strstr(e.msg, "register it again"));
   ck_assert_int_eq(job_fetch_into(fx.jp, &alice, &fr, &res, &e), QDP_ERR_DATA_LOSS);
-  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, out.meta.handle, out.token, NULL, &e), QDP_OK);
+  ck_assert_int_eq(job_unregister_region(fx.jp, NULL, out.meta.handle, out.token, NULL, &e),
+                   QDP_OK);
   ck_assert_int_eq(job_unregister_region(fx.jp, NULL, ro.meta.handle, ro.token, NULL, &e), QDP_OK);
   ck_assert_int_eq(job_release(fx.jp, &alice, handle, token, NULL, &e), QDP_OK);
   close(fd);

@@ -343,7 +343,7 @@ static qdp_status add_owned(struct region_registry *r, const char *owner, struct
 }
 
 /* max_client_regions counts one identity's regions and reservations; others still register
- * until max_regions, and a removal, a cancel or a failed commit gives the identity its slot back. */
+ * until max_regions; a removal, a cancel or a failed commit gives the identity its slot back. */
 START_TEST(test_max_client_regions_limits_each_identity_alone) {
   struct region_registry *r = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
@@ -365,9 +365,9 @@ START_TEST(test_max_client_regions_limits_each_identity_alone) {
   region_registry_cancel(r, "uid:1000");
   CK_OK(region_registry_reserve(r, "uid:1000", &e), e);
   /* ... and so does a commit that fails (a NULL payload), without taking anything. */
-  ck_assert_int_eq(region_registry_commit(r, "uid:1000", 0, 1, NULL, payload_end, h[3], t[3],
-                                          NULL, &e),
-                   QDP_ERR_INTERNAL);
+  ck_assert_int_eq(
+      region_registry_commit(r, "uid:1000", 0, 1, NULL, payload_end, h[3], t[3], NULL, &e),
+      QDP_ERR_INTERNAL);
   CK_OK(add_owned(r, "uid:1000", &p[3], h[3], t[3], &e), e);
   ck_assert_int_eq(region_registry_reserve(r, "uid:1000", &e), QDP_ERR_RESOURCE_EXHAUSTED);
   /* The global cap still holds: 4 linked, one more for a third identity, then none. */
@@ -394,16 +394,15 @@ START_TEST(test_only_the_owner_unregisters_a_region) {
   char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN], h2[REGION_HANDLE_LEN], t2[REGION_TOKEN_LEN];
   struct qdp_error e = QDP_ERROR_INIT;
   add(r, &p, 4096, h, t); /* alice's */
-  ck_assert_int_eq(region_registry_remove(r, h, t, "mallory", NULL, &e),
-                   QDP_ERR_PERMISSION_DENIED);
+  ck_assert_int_eq(region_registry_remove(r, h, t, "mallory", NULL, &e), QDP_ERR_PERMISSION_DENIED);
   ck_assert_str_eq(e.field, "region");
   ck_assert_ptr_nonnull(strstr(e.msg, "registered by alice, not by mallory"));
   ck_assert_int_eq(region_registry_remove(r, h, "", "mallory", NULL, &e), QDP_ERR_NOT_FOUND);
   ck_assert_int_eq(region_registry_remove(r, h, NULL, "mallory", NULL, &e), QDP_ERR_NOT_FOUND);
   /* A wrong token is NOT_FOUND for the owner too. */
-  ck_assert_int_eq(region_registry_remove(r, h, "0123456789abcdef0123456789abcdef", "alice", NULL,
-                                          &e),
-                   QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(
+      region_registry_remove(r, h, "0123456789abcdef0123456789abcdef", "alice", NULL, &e),
+      QDP_ERR_NOT_FOUND);
   uint32_t n = 0;
   region_registry_usage(r, &n, NULL);
   ck_assert_uint_eq(n, 1);
