@@ -56,8 +56,9 @@ def run_all(pool: Executor, calls: List[Callable[[], object]]) -> None:
             raise e
 
 #: At most this many fetch regions of one client stay registered (lent or idle): the daemon's
-#: max_regions (64 by default) is shared by every client on the node, and a caller that holds many
-#: small arrays must not spend it on its cache.
+#: max_regions (64 by default) is shared by every client on the node, each identity may hold
+#: max_client_regions of them (16 by default), and a caller that holds many small arrays must not
+#: spend them on its cache.
 POOL_REGIONS = 4
 
 
