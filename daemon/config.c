@@ -82,6 +82,9 @@ static const struct config_option options[] = {
         "states one client may hold at once"),
     OPT(max_regions, CONFIG_U64, "64", 1, UINT32_MAX, "count", false, NULL,
         "shared-memory input regions registered at once, all clients together"),
+    OPT(max_client_regions, CONFIG_U64, "16", 0, UINT32_MAX, "count", false, NULL,
+        "regions one client may have registered at once (within max_regions); 0: no "
+        "per-client limit"),
     OPT(default_ttl, CONFIG_SECONDS, "3600", 0, UINT32_MAX, "seconds", false, NULL,
         "lifetime of a state whose request asks for none; 0: no expiry"),
     OPT(max_ttl, CONFIG_SECONDS, "86400", 0, UINT32_MAX, "seconds", false, NULL,

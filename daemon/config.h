@@ -79,6 +79,7 @@ struct config {
   uint64_t max_states;
   uint64_t max_client_states;
   uint64_t max_regions;
+  uint64_t max_client_regions;
   uint64_t default_ttl;
   uint64_t max_ttl;
   uint64_t expire_interval;

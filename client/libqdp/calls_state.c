@@ -2,7 +2,9 @@
  * Release, Status, Health, RegisterRegion and UnregisterRegion, and the regions made for one
  * call. Any thread. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -198,7 +200,8 @@ qdp_status qdp_region_register_flags(qdp_client *c, const char *name, int pid, i
                           flags, (unsigned)QDP_REGION_WRITABLE, (unsigned)QDP_REGION_KEEP);
   }
   bool writable = (flags & QDP_REGION_WRITABLE) != 0;
-  if (ret_info->struct_size < sizeof *ret_info) {
+  /* A caller built before `frozen` passes the size up to it. */
+  if (ret_info->struct_size < offsetof(struct qdp_region_info, frozen)) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "ret_info",
                           "The region info is too short; initialise it with QDP_REGION_INFO_INIT.");
   }
@@ -239,6 +242,9 @@ qdp_status qdp_region_register_flags(qdp_client *c, const char *name, int pid, i
     ret_info->sealed = rep->sealed;
     ret_info->pinned = rep->pinned;
     ret_info->created_unix_ms = rep->created_unix_ms;
+    if (ret_info->struct_size >= sizeof *ret_info) {
+      ret_info->frozen = rep->frozen;
+    }
   }
   if (rep) {
     qdp__region_info__free_unpacked(rep, NULL);
@@ -280,13 +286,16 @@ qdp_status qdp_region_unregister(qdp_client *c, const char *handle, const char *
 
 qdp_status qdp__scratch_make(qdp_client *c, uint64_t bytes, bool daemon_writes,
                              struct qdp__scratch *s) {
-  s->fd = memfd_create("qdp-call", MFD_CLOEXEC);
+  s->fd = memfd_create("qdp-call", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (s->fd < 0 || ftruncate(s->fd, (off_t)bytes) != 0) {
     int err = errno;
     return qdp__err_local(QDP_ERR_RESOURCE_EXHAUSTED, err, NULL,
                           "Cannot make %" PRIu64 " bytes of shared memory for the call: %s.", bytes,
                           strerror(err));
   }
+  /* Its size is final: sealed, the daemon need not watch it for a cut (a region that cannot
+   * seal is still a region: the daemon checks an unsealed one's reads). */
+  (void)fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
   /* Each side writes only what the other reads. */
   void *map = mmap(NULL, (size_t)bytes, daemon_writes ? PROT_READ : PROT_READ | PROT_WRITE,
                    MAP_SHARED, s->fd, 0);

@@ -453,14 +453,17 @@ struct qdp_region_info {
   char token[64];
   char owner[72];
   uint64_t bytes; /* the region's size */
-  int sealed;     /* it cannot shrink (a memfd with F_SEAL_SHRINK) */
+  int sealed;     /* it cannot shrink (a memfd with F_SEAL_SHRINK): no job checks it for a cut */
   int pinned;     /* page-locked for the daemon's GPUs */
   int64_t created_unix_ms;
+  /* Since 0.7: sealed against writing too (F_SEAL_WRITE): its bytes can no longer change. A
+   * caller built before it passes a struct_size without it and is not told. */
+  int frozen;
 };
 
 /* clang-format off */
 #define QDP_REGION_INFO_INIT \
-  {sizeof(struct qdp_region_info), "", "", "", 0, 0, 0, 0}
+  {sizeof(struct qdp_region_info), "", "", "", 0, 0, 0, 0, 0}
 /* clang-format on */
 
 /* Registers a shared-memory region of this node with the daemon: by name ("/my-input"), or name

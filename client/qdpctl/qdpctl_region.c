@@ -117,6 +117,7 @@ static int region_add(struct global *g, qdp_client *c, const struct region_args 
     jw_u(&w, "bytes", ri.bytes);
     jw_s(&w, "owner", ri.owner);
     jw_b(&w, "sealed", ri.sealed);
+    jw_b(&w, "frozen", ri.frozen);
     jw_b(&w, "pinned", ri.pinned);
     jw_i(&w, "created_unix_ms", ri.created_unix_ms);
     jw_close(&w, '}');
@@ -124,7 +125,10 @@ static int region_add(struct global *g, qdp_client *c, const struct region_args 
     printf("%s:%s\n", ri.handle, ri.token);
     char sz[32];
     fmt_size(g, sz, sizeof sz, ri.bytes);
-    printf("region     %s%s%s%s\n", sz, g->raw_bytes ? " bytes" : "", ri.sealed ? ", sealed" : "",
+    printf("region     %s%s%s%s\n", sz, g->raw_bytes ? " bytes" : "",
+           ri.frozen   ? ", sealed, frozen"
+           : ri.sealed ? ", sealed"
+                       : "",
            ri.pinned ? ", pinned" : "");
   }
   return EXIT_OK;

@@ -18,6 +18,17 @@
 #include "io/internal.h"
 #include "io/map.h"
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define QDP_F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#else
+#define QDP_F_SEAL_FUTURE_WRITE F_SEAL_FUTURE_WRITE
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define QDP_MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#else
+#define QDP_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#endif
+
 void io_quote(char *dst, size_t cap, const char *src) {
   if (cap == 0) {
     return;
@@ -114,15 +125,20 @@ qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, bool writable,
   void *base = mmap(NULL, map_len, prot, MAP_SHARED, fd, (off_t)aligned);
   if (base == MAP_FAILED) {
     int err = errno;
+    /* A memfd sealed against writing cannot be mapped for writing (EPERM). */
+    bool write_sealed = err == EPERM && writable;
     qdp_status code = err == ENOMEM   ? QDP_ERR_RESOURCE_EXHAUSTED
                       : err == EACCES ? QDP_ERR_PERMISSION_DENIED
+                      : write_sealed  ? QDP_ERR_FAILED_PRECONDITION
                                       : QDP_ERR_SYSTEM;
     qdp_error_set(reterr, code, NULL, "%s: mmap of %zu B at offset %" PRIu64 " failed: %s%s", what,
                   map_len, aligned, strerror(err),
-                  err == EACCES ? (writable ? " (the descriptor is not open for reading and "
-                                              "writing, O_RDWR)"
-                                            : " (the descriptor is not open for reading)")
-                                : "");
+                  err == EACCES  ? (writable ? " (the descriptor is not open for reading and "
+                                               "writing, O_RDWR)"
+                                             : " (the descriptor is not open for reading)")
+                  : write_sealed ? " (it is sealed against writing, F_SEAL_WRITE or "
+                                   "F_SEAL_FUTURE_WRITE: register it read-only)"
+                                 : "");
     if (reterr) {
       reterr->cause = err;
       reterr->need_bytes = map_len;
@@ -138,10 +154,53 @@ qdp_status io_map_range(int fd, uint64_t offset, uint64_t length, bool writable,
 #ifdef F_GET_SEALS
   int seals = fcntl(fd, F_GET_SEALS);
   ret->sealed = seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+  ret->frozen = ret->sealed && (seals & (F_SEAL_WRITE | QDP_F_SEAL_FUTURE_WRITE)) != 0;
 #else
   ret->sealed = 0;
+  ret->frozen = 0;
 #endif
   return QDP_OK;
+}
+
+bool io_mapping_generation(const struct io_mapping *m, int64_t *ret_ns) {
+  struct stat st;
+  if (!m || !m->base || fstat(m->fd, &st) != 0) {
+    return false;
+  }
+  *ret_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+  return true;
+}
+
+bool io_mapping_changed(const struct io_mapping *m, int64_t since_ns) {
+  int64_t now = 0;
+  if (!m || !m->base) {
+    return false;
+  }
+  return !io_mapping_generation(m, &now) || now != since_ns || io_mapping_shrunk(m);
+}
+
+qdp_status io_mapping_populate_write(struct io_mapping *m, struct qdp_error *reterr) {
+  if (madvise(m->base, m->map_len, QDP_MADV_POPULATE_WRITE) == 0) {
+    return QDP_OK;
+  }
+  int err = errno;
+  if (err == EINVAL) {
+    /* No MADV_POPULATE_WRITE (Linux < 5.14): a write fault on each page, changing no byte. */
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    for (size_t at = 0; at < m->map_len; at += page) {
+      __atomic_fetch_add((unsigned char *)m->base + at, 0, __ATOMIC_RELAXED);
+    }
+    return QDP_OK;
+  }
+  qdp_status code = err == ENOMEM ? QDP_ERR_RESOURCE_EXHAUSTED : QDP_ERR_SYSTEM;
+  qdp_error_set(reterr, code, NULL, "making the %zu B of a writable region present failed: %s",
+                m->map_len, strerror(err));
+  if (reterr) {
+    reterr->cause = err;
+    reterr->need_bytes = m->map_len;
+  }
+  return code;
 }
 
 bool io_mapping_shrunk(const struct io_mapping *m) {
@@ -151,6 +210,39 @@ bool io_mapping_shrunk(const struct io_mapping *m) {
   }
   /* A descriptor fstat cannot read says nothing good about the object either. */
   return fstat(m->fd, &st) != 0 || (uint64_t)st.st_size < m->file_end;
+}
+
+int io_mapping_resident(const struct io_mapping *m) {
+  if (!m || !m->base) {
+    return -1;
+  }
+  long ps = sysconf(_SC_PAGESIZE);
+  uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return -1;
+  }
+  uint64_t first = (uint64_t)(uintptr_t)m->base / page;
+  uint64_t pages = (m->map_len + page - 1) / page;
+  uint64_t buf[4096];
+  int all = 1;
+  for (uint64_t at = 0; at < pages && all == 1;) {
+    uint64_t n = pages - at < 4096 ? pages - at : 4096;
+    ssize_t got = pread(fd, buf, n * sizeof *buf, (off_t)((first + at) * sizeof *buf));
+    if (got <= 0 || got % (ssize_t)sizeof *buf) {
+      all = -1;
+      break;
+    }
+    for (uint64_t i = 0; i < (uint64_t)got / sizeof *buf; i++) {
+      if (!(buf[i] >> 63)) { /* bit 63: present */
+        all = 0;
+        break;
+      }
+    }
+    at += (uint64_t)got / sizeof *buf;
+  }
+  close(fd);
+  return all;
 }
 
 void io_unmap(struct io_mapping *m) {

@@ -18,7 +18,11 @@
  *    user input in single quotes and carry the sizes; they never quote the object's bytes.
  *  - A mapping reads the object in place. If it shrinks afterwards, reading the lost pages raises
  *    SIGBUS (io/guard.h turns that into DATA_LOSS) and io_mapping_shrunk
- *    says so; `sealed` says it cannot shrink (a memfd with F_SEAL_SHRINK).
+ *    says so; `sealed` says it cannot shrink (a memfd with F_SEAL_SHRINK), `frozen` that its bytes
+ *    cannot change at all (F_SEAL_WRITE or F_SEAL_FUTURE_WRITE as well).
+ *  - An object that shrinks and grows back between two reads has its old size and new pages
+ *    (zeros; page-locked memory keeps the old ones): its size says nothing. Its change time does
+ *    (io_mapping_generation, io_mapping_changed), see there for what it does and does not catch.
  */
 #ifndef QDP_IO_MAP_H
 #define QDP_IO_MAP_H
@@ -38,10 +42,11 @@ struct io_mapping {
   size_t map_len;
   int fd;
   uint64_t file_end; /* the object's size needed for every mapped byte to exist */
+  int frozen; /* 1: sealed and its bytes can no longer change (F_SEAL_WRITE, _FUTURE_WRITE) */
 };
 
 #define IO_MAPPING_INIT \
-  { NULL, 0, 0, NULL, 0, -1, 0 }
+  { NULL, 0, 0, NULL, 0, -1, 0, 0 }
 
 /* A file's identity: a descriptor names the same file as another when both match. */
 struct io_file_id {
@@ -81,6 +86,41 @@ qdp_status io_map_fd(int fd, const char *what, uint64_t offset, uint64_t length,
 /* Whether the mapped object is now shorter than the mapping needs (it was truncated: some pages
  * read, or would read, as zeros). False for an unmapped mapping. */
 bool io_mapping_shrunk(const struct io_mapping *m);
+
+/* The object's change time (ns since the epoch, from fstat) into *ret_ns; false when the mapping
+ * is unmapped or fstat fails.
+ *
+ * What changes it (Linux 6.18 on tmpfs, memfds and POSIX shm, and on ext4; a probe confirmed
+ * each): ftruncate to any size (so a shrink that is grown back), fallocate and hole punching,
+ * write(2), chmod, and the first write through a shared mapping to a page that mapping had not
+ * written yet (the kernel's write-notify fault). What does not: reads (a read fault of a hole
+ * included), later writes through a mapping whose page is already writable (a client rewriting
+ * its region through its own mapping, and the daemon's writes after io_mapping_populate_write),
+ * adding seals. So a comparison catches a shrink-then-grow between two reads, and any write(2),
+ * but not a rewrite through a mapping: a client changing its bytes that way is changing its input,
+ * which no size or time says. The time is the file system's clock: on a kernel with only coarse
+ * (per tick) timestamps two changes within one tick of the snapshot read the same time; a
+ * memfd sealed against shrinking (F_SEAL_SHRINK) needs no check at all. */
+bool io_mapping_generation(const struct io_mapping *m, int64_t *ret_ns);
+
+/* Whether the object changed since io_mapping_generation gave since_ns: its change time moved,
+ * it shrank, or fstat fails (which says nothing good either). False for an unmapped mapping. */
+bool io_mapping_changed(const struct io_mapping *m, int64_t since_ns);
+
+/* Makes every page of a writable mapping present and writable in this process now
+ * (MADV_POPULATE_WRITE; on kernels before 5.14, an atomic add of 0 to a byte of each page, which
+ * changes nothing a writer meanwhile writes), so that the daemon's own writes later take no
+ * write-notify fault and leave the change time alone. Allocates the object's holes. The caller
+ * guards the range (a cut object faults). SYSTEM on another failure. */
+qdp_status io_mapping_populate_write(struct io_mapping *m, struct qdp_error *reterr);
+
+/* Whether every page of the mapping is present in this process's page tables now
+ * (/proc/self/pagemap, whose present bit needs no privilege): 1 all present, 0 some page is not,
+ * -1 when it cannot tell (no pagemap). A cut of the object takes its pages out of every mapping,
+ * page-locked ones included (the locks keep the old pages alive for the devices), so a page-locked
+ * mapping missing a page was cut since it was locked, unless this process touched that page since
+ * the cut. */
+int io_mapping_resident(const struct io_mapping *m);
 
 /* Unmaps, closes its descriptor and resets *m. NULL-safe. */
 void io_unmap(struct io_mapping *m);

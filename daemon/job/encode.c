@@ -23,10 +23,23 @@ struct job_ingest {
   struct job_region *region;    /* a registered region read, pinned */
   struct runtime_ipc_input ipc; /* a client's allocation opened for this job */
   int guard;
+  const char *name; /* the region's handle, for messages; NULL for other inputs */
+  /* The mapped object's change time when the job began reading it (io_mapping_generation),
+   * compared when it ends: a shrink grown back meanwhile leaves the size but not this. Not
+   * taken for an object sealed against shrinking, which cannot lose its pages. */
+  bool gen_taken;
+  int64_t gen;
 };
 
 #define JOB_INGEST_INIT \
   { .map = IO_MAPPING_INIT, .guard = -1 }
+
+/* What became of a mapped input under the job. */
+enum ingest_loss {
+  INGEST_WHOLE,   /* nothing seen */
+  INGEST_SHRANK,  /* a read faulted, the object is shorter now, or the region was lost before */
+  INGEST_CHANGED, /* its change time moved: truncated and grown back, or written by write(2) */
+};
 
 static qdp_status map_file(const struct job_input *in, struct job_ingest *ing,
                            struct qdp_error *err) {
@@ -85,10 +98,16 @@ static qdp_status read_region(struct job_pipeline *jp, const struct job_input *i
   }
   struct job_region *g = payload;
   ing->region = g; /* pinned: put back with the source */
+  ing->name = in->region;
   if (atomic_load(&g->lost)) {
     return qdp_error_set(err, QDP_ERR_DATA_LOSS, "input.shm.region",
-                         "region '%.64s' shrank while a job read it; register it again",
+                         "region '%.64s' shrank or changed while a job used it; register it "
+                         "again",
                          in->region);
+  }
+  rc = job_region_check_pinned(g, in->region, "input.shm.region", err);
+  if (rc != QDP_OK) {
+    return rc;
   }
   rc = job_input_shape(in->dtype, in->rows, in->cols, in->length, "input.shm", &rows, &cols, err);
   if (rc != QDP_OK) {
@@ -212,20 +231,60 @@ static qdp_status ingest_open(struct job_pipeline *jp, const struct job_input *i
     return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "input",
                          "too many mapped inputs are being read at once; retry");
   }
+  const struct io_mapping *m = ing->region ? &ing->region->map : &ing->map;
+  if (!m->sealed) {
+    ing->gen_taken = true;
+    if (!io_mapping_generation(m, &ing->gen)) {
+      ing->gen = INT64_MIN; /* no fstat now: io_mapping_changed says changed at the end */
+    }
+  }
   return QDP_OK;
 }
 
-/* Ends the guard; whether the input shrank under the job (a region that did is lost for every
- * later job too). */
-static bool ingest_lost(struct job_ingest *ing) {
+/* Ends the guard; what became of the input under the job (a region that shrank or changed is lost
+ * for every later job too: its pages may be zeros, or, page-locked, no longer the object's). */
+static enum ingest_loss ingest_lost(struct job_ingest *ing) {
   const struct io_mapping *m = ing->region ? &ing->region->map : ing->map.base ? &ing->map : NULL;
-  bool lost = ing->guard >= 0 && io_guard_remove(ing->guard);
+  bool faulted = ing->guard >= 0 && io_guard_remove(ing->guard);
   ing->guard = -1;
-  lost = lost || (m && io_mapping_shrunk(m));
-  if (lost && ing->region) {
+  enum ingest_loss why = INGEST_WHOLE;
+  if (faulted || (m && io_mapping_shrunk(m))) {
+    why = INGEST_SHRANK;
+  } else if (m && ing->gen_taken && io_mapping_changed(m, ing->gen)) {
+    why = INGEST_CHANGED;
+  }
+  if (why != INGEST_WHOLE && ing->region) {
     atomic_store(&ing->region->lost, true);
   }
-  return lost || (ing->region && atomic_load(&ing->region->lost));
+  if (why == INGEST_WHOLE && ing->region && atomic_load(&ing->region->lost)) {
+    why = INGEST_SHRANK; /* another job saw it go meanwhile */
+  }
+  return why;
+}
+
+/* DATA_LOSS for an input that shrank or changed under the job, naming field and the region. */
+static qdp_status ingest_loss_error(const struct job_ingest *ing, enum ingest_loss why,
+                                    const char *field, struct qdp_error *err) {
+  char what[96];
+  if (ing->name) {
+    snprintf(what, sizeof what, "region '%.64s'", ing->name);
+  } else {
+    snprintf(what, sizeof what, "the input file or shared memory");
+  }
+  if (why == INGEST_SHRANK) {
+    return qdp_error_set(err, QDP_ERR_DATA_LOSS, field,
+                         "%s shrank while it was being read; nothing was kept%s", what,
+                         ing->region ? " (the region is lost: register it again)" : "");
+  }
+  return qdp_error_set(
+      err, QDP_ERR_DATA_LOSS, field,
+      "%s changed while it was being read: it was truncated (and grown back) or written by "
+      "write(2) or fallocate, so the pages read may be zeros or stale; nothing was kept%s",
+      what,
+      ing->region ? " (the region is lost: register it again, best as a memfd sealed with "
+                    "F_SEAL_SHRINK | F_SEAL_GROW, which cannot change size)"
+                  : " (hand over a memfd sealed with F_SEAL_SHRINK, or leave the input alone "
+                    "until the call returns)");
 }
 
 static void ingest_close(struct job_pipeline *jp, struct job_ingest *ing) {
@@ -367,11 +426,9 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   t3 = clock_mono_ns();
   /* A mapped input that shrank under the job read zeros (or faulted): whatever the encode made
    * of them, success or a "zero norm", the true answer is the loss. */
-  if (ingest_lost(&ing)) {
-    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "input",
-                       "the input file or shared memory shrank while it was being read; "
-                       "nothing was kept%s",
-                       ing.region ? " (the region is lost: register it again)" : "");
+  enum ingest_loss why = ingest_lost(&ing);
+  if (why != INGEST_WHOLE) {
+    rc = ingest_loss_error(&ing, why, "input", err);
   }
   if (rc != QDP_OK) {
     goto out;
@@ -501,10 +558,9 @@ qdp_status job_kernel_inputs_write(struct job_pipeline *jp, struct job_kernel_in
   qdp_status rc = runtime_inputs_kernel(jp->mesh, &a, ki->two ? &b : NULL, overlaps,
                                         RUNTIME_KERNEL_TILES, ki->max_bytes, dst, ret_device, err);
   for (int i = 0; i < (ki->two ? 2 : 1); i++) {
-    if (ingest_lost(&ki->ing[i])) {
-      rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, i ? "input_b" : "encode.input",
-                         "the input file or shared memory shrank while it was being read%s",
-                         ki->ing[i].region ? " (the region is lost: register it again)" : "");
+    enum ingest_loss why = ingest_lost(&ki->ing[i]);
+    if (why != INGEST_WHOLE) {
+      rc = ingest_loss_error(&ki->ing[i], why, i ? "input_b" : "encode.input", err);
     }
   }
   return rc;

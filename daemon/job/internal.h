@@ -78,7 +78,8 @@ qdp_status job_kernel_inputs_open(struct job_pipeline *jp, const struct job_call
 /* The rows (a's samples), columns (b's, or a's) and the states' dtype. */
 void job_kernel_inputs_shape(const struct job_kernel_inputs *ki, uint64_t *ret_rows,
                              uint64_t *ret_cols, qdp_dtype *ret_dtype);
-/* The matrix into dst (host memory), DATA_LOSS when a mapped input shrank meanwhile. */
+/* The matrix into dst (host memory), DATA_LOSS when a mapped input shrank or changed since
+ * job_kernel_inputs_open. */
 qdp_status job_kernel_inputs_write(struct job_pipeline *jp, struct job_kernel_inputs *ki,
                                    bool overlaps, void *dst, const char **ret_device,
                                    struct qdp_error *reterr);

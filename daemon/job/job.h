@@ -37,7 +37,8 @@ struct job_deps {
   struct runtime_mesh *mesh;
   struct world *world; /* the ranks jobs are planned over */
   struct state_store *store;
-  uint32_t max_regions; /* 0 = unlimited */
+  uint32_t max_regions;        /* 0 = unlimited */
+  uint32_t max_client_regions; /* of one identity; 0 = unlimited */
   /* A region whose registering process has been gone this long is unregistered by job_expire,
    * as the store ends such a process's view leases (lease_grace). */
   uint64_t lease_grace_ms;
@@ -281,7 +282,9 @@ qdp_status job_export(struct job_pipeline *jp, const struct job_export_request *
 struct job_region_info {
   struct region_meta meta;
   char token[REGION_TOKEN_LEN];
-  bool sealed, pinned, writable;
+  bool sealed; /* it cannot shrink (F_SEAL_SHRINK): no job checks it for a cut */
+  bool frozen; /* sealed against writing too (F_SEAL_WRITE, F_SEAL_FUTURE_WRITE): read-only */
+  bool pinned, writable;
 };
 struct job_region_request {
   int fd;           /* the shared memory the caller handed over: taken */
@@ -298,7 +301,7 @@ struct job_region_request {
  * it under the caller and, unless req->keep, its process (caller->pid, the kernel's word: a
  * region of a process that exited without unregistering it is swept by job_expire; pid 0, a TCP
  * caller with no process on the node, never is); refused before anything is mapped past
- * max_regions. */
+ * max_regions or the caller's max_client_regions. */
 qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller,
                                const struct job_region_request *req, struct job_region_info *ret,
                                struct qdp_error *reterr);
@@ -324,8 +327,12 @@ struct job_fetch_into_result {
 qdp_status job_fetch_into(struct job_pipeline *jp, const struct job_caller *caller,
                           const struct job_fetch_into_request *req,
                           struct job_fetch_into_result *ret, struct qdp_error *reterr);
-qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
-                                 uint64_t *ret_bytes, struct qdp_error *reterr);
+/* Unregisters a region of caller's (NULL: the daemon's own call, any region by handle and token):
+ * PERMISSION_DENIED, naming its owner, for another identity's region even with its token;
+ * an empty token unregisters the caller's own region by handle alone (regions.h). */
+qdp_status job_unregister_region(struct job_pipeline *jp, const struct job_caller *caller,
+                                 const char *handle, const char *token, uint64_t *ret_bytes,
+                                 struct qdp_error *reterr);
 
 /* ---- the kernel matrix (compute.c) ---- */
 

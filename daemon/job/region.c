@@ -19,6 +19,22 @@ void job_region_end(void *payload) {
   free(g);
 }
 
+/* io_mapping_populate_write under a guard: a region cut meanwhile is DATA_LOSS, not a crash. */
+static qdp_status populate(struct job_region *g, const char *what, struct qdp_error *err) {
+  int guard = io_guard_add(g->map.base, g->map.map_len);
+  if (guard < 0) {
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
+                         "too many mapped inputs and outputs are in use at once; retry");
+  }
+  qdp_status rc = io_mapping_populate_write(&g->map, err);
+  if (io_guard_remove(guard) || io_mapping_shrunk(&g->map)) {
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
+                       "%s shrank while its %zu B were made present for writing", what,
+                       g->map.map_len);
+  }
+  return rc;
+}
+
 qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller *caller,
                                const struct job_region_request *req, struct job_region_info *ret,
                                struct qdp_error *err) {
@@ -28,7 +44,7 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   int fd = req->fd;
   bool writable = req->writable;
   /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
-  QDP_TRY(rc, region_registry_reserve(jp->regions, err));
+  QDP_TRY(rc, region_registry_reserve(jp->regions, caller->owner, err));
   reserved = true;
   g = calloc(1, sizeof *g);
   if (!g) {
@@ -45,8 +61,19 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   if (rc != QDP_OK) {
     goto out;
   }
+  if (writable && !g->map.sealed) {
+    /* The daemon's first write to a page through its mapping would move the change time that
+     * job_region_write compares (a write-notify fault): make every page writable now. */
+    QDP_TRY(rc, populate(g, req->what, err));
+  }
   QDP_TRY(rc, runtime_mesh_register_host(jp->mesh, g->map.base, g->map.map_len, writable,
                                          &g->pinned, err));
+  if (!g->map.sealed) {
+    int64_t now = 0;
+    now = io_mapping_generation(&g->map, &now) ? now : INT64_MIN;
+    atomic_store(&g->gen, now);
+    atomic_store(&g->pin_gen, now);
+  }
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
   /* Swept by the kernel's pid of the caller, never one the request declares: that is a label,
@@ -55,6 +82,7 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, pid, g->map.bytes, g,
                                      job_region_end, handle, ret->token, &ret->meta, err));
   ret->sealed = g->map.sealed != 0;
+  ret->frozen = g->map.frozen != 0;
   ret->pinned = g->pinned;
   ret->writable = writable;
   g = NULL; /* the registry's now */
@@ -63,7 +91,7 @@ out:
     close(fd);
   }
   if (reserved) {
-    region_registry_cancel(jp->regions);
+    region_registry_cancel(jp->regions, caller->owner);
   }
   if (g) {
     job_region_end(g);
@@ -71,13 +99,41 @@ out:
   return rc;
 }
 
-qdp_status job_unregister_region(struct job_pipeline *jp, const char *handle, const char *token,
-                                 uint64_t *ret_bytes, struct qdp_error *err) {
+qdp_status job_region_check_pinned(struct job_region *g, const char *name, const char *field,
+                                   struct qdp_error *err) {
+  int64_t now = INT64_MIN;
+  if (!g->pinned || g->map.sealed ||
+      (io_mapping_generation(&g->map, &now) && now == atomic_load(&g->pin_gen))) {
+    return QDP_OK;
+  }
+  /* Something changed it since (a write(2) leaves the pinned pages the object's; a cut takes them
+   * out of every mapping, this one included, while the pins keep them for the devices). Nothing
+   * here touches the region's pages between its jobs, so a page missing now went with a cut. */
+  int resident = io_mapping_resident(&g->map);
+  if (resident == 1) {
+    atomic_store(&g->pin_gen, now);
+    return QDP_OK;
+  }
+  atomic_store(&g->lost, true);
+  return qdp_error_set(err, QDP_ERR_DATA_LOSS, field,
+                       "region '%.64s' was %s since it was page-locked for the devices, which "
+                       "would use its old pages; it is lost: register it again, best as a memfd "
+                       "sealed with F_SEAL_SHRINK | F_SEAL_GROW, which cannot be cut",
+                       name,
+                       resident == 0 ? "cut (and grown back)"
+                                     : "changed (and this process cannot read its page tables to "
+                                       "tell a write from a cut)");
+}
+
+qdp_status job_unregister_region(struct job_pipeline *jp, const struct job_caller *caller,
+                                 const char *handle, const char *token, uint64_t *ret_bytes,
+                                 struct qdp_error *err) {
   if (!handle || !handle[0]) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "handle", "region.handle is missing");
   }
   /* Unmapping (and unpinning, on GPUs) may take a while: a worker's call. */
-  return region_registry_remove(jp->regions, handle, token, ret_bytes, err);
+  return region_registry_remove(jp->regions, handle, token, caller ? caller->owner : NULL,
+                                ret_bytes, err);
 }
 
 qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *caller,
@@ -102,7 +158,10 @@ qdp_status job_output_region(struct job_pipeline *jp, const struct job_caller *c
                        region, method);
   } else if (atomic_load(&g->lost)) {
     rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
-                       "region '%.64s' shrank while a job used it; register it again", region);
+                       "region '%.64s' shrank or changed while a job used it; register it again",
+                       region);
+  } else {
+    rc = job_region_check_pinned(g, region, "region", err);
   }
 out:
   return rc;
@@ -130,19 +189,47 @@ qdp_status job_region_write(struct job_region *g, const char *name, uint64_t at,
                             qdp_status (*write)(void *arg, void *dst, struct qdp_error *err),
                             void *arg, struct qdp_error *err) {
   /* A region cut under the write faults in the copy: the guard turns that into a loss. A pinned
-   * region takes the DMA into pages the cut orphaned instead, which only its size tells. */
+   * region takes the DMA into pages the cut orphaned instead, which only its size tells; one cut
+   * and grown back before the write ends keeps its size, but not its change time (io/map.h).
+   * Not compared for a region sealed against shrinking, which cannot lose a page. */
   int guard = io_guard_add(g->map.base, g->map.map_len);
   if (guard < 0) {
     return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, "region",
                          "too many mapped inputs and outputs are in use at once; retry");
   }
-  qdp_status rc = write(arg, (char *)g->map.base + at, err);
-  bool lost = io_guard_remove(guard);
-  if (lost || io_mapping_shrunk(&g->map)) {
+  qdp_status rc = QDP_OK;
+  bool check = !g->map.sealed;
+  int64_t before = INT64_MIN;
+  if (check && g->pinned) {
+    /* The time job_region_check_pinned (in job_output_region) verified its pages at: a cut
+     * since is caught below. Its pages stay writable here: pinning made them so. */
+    before = atomic_load(&g->pin_gen);
+  } else if (check && io_mapping_generation(&g->map, &before) && before != atomic_load(&g->gen)) {
+    /* Changed since its pages were last made writable here (a write(2), or a cut grown back
+     * between jobs, which took them away): again, before the time is taken. */
+    rc = io_mapping_populate_write(&g->map, err);
+    if (!io_mapping_generation(&g->map, &before)) {
+      before = INT64_MIN;
+    }
+    atomic_store(&g->gen, before);
+  }
+  if (rc == QDP_OK) {
+    rc = write(arg, (char *)g->map.base + at, err);
+  }
+  bool faulted = io_guard_remove(guard);
+  if (faulted || io_mapping_shrunk(&g->map)) {
     atomic_store(&g->lost, true);
     rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
                        "region '%.64s' shrank while it was written: it does not hold what was "
                        "written (the region is lost: register it again)",
+                       name);
+  } else if (check && io_mapping_changed(&g->map, before)) {
+    atomic_store(&g->lost, true);
+    rc = qdp_error_set(err, QDP_ERR_DATA_LOSS, "region",
+                       "region '%.64s' changed while it was written: it was truncated (and grown "
+                       "back) or written by write(2) or fallocate, so it may not hold what was "
+                       "written (the region is lost: register it again, best as a memfd sealed "
+                       "with F_SEAL_SHRINK | F_SEAL_GROW, which cannot change size)",
                        name);
   }
   return rc;

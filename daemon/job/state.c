@@ -45,7 +45,8 @@ qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline 
     jp->devs[i] = wd.info;
   }
   QDP_TRY(rc, io_guard_install(err));
-  QDP_TRY(rc, region_registry_create(deps->max_regions, &jp->regions, err));
+  QDP_TRY(rc,
+          region_registry_create(deps->max_regions, deps->max_client_regions, &jp->regions, err));
   jp->lease_grace_ms = deps->lease_grace_ms;
   *ret = jp;
   jp = NULL;

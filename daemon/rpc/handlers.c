@@ -473,20 +473,24 @@ static void rpc_h_register_region(struct rpc_job *j) {
     return;
   }
   log_info("rpc", "RegisterRegion from %s: %s (%" PRIu64 " B%s%s%s%s)", c->client, ri.meta.handle,
-           ri.meta.bytes, ri.sealed ? ", sealed" : "", ri.pinned ? ", pinned" : "",
-           ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
+           ri.meta.bytes,
+           ri.frozen   ? ", frozen"
+           : ri.sealed ? ", sealed"
+                       : "",
+           ri.pinned ? ", pinned" : "", ri.writable ? ", writable" : "", r->keep ? ", kept" : "");
   Qdp__RegionInfo m = QDP__REGION_INFO__INIT;
   m.handle = ri.meta.handle;
   m.token = ri.token;
   m.bytes = ri.meta.bytes;
   m.owner = ri.meta.owner;
   m.sealed = ri.sealed;
+  m.frozen = ri.frozen;
   m.pinned = ri.pinned;
   m.created_unix_ms = ri.meta.created_unix_ms;
   grpc_byte_buffer *reply = qdp_wire_pack(&m.base);
   if (!reply) {
     /* Registered but unanswerable: taken back rather than leaked. */
-    job_unregister_region(s->jobs, ri.meta.handle, ri.token, NULL, NULL);
+    job_unregister_region(s->jobs, NULL, ri.meta.handle, ri.token, NULL, NULL);
     qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
   }
   rpc_finish(c, reply, reply ? NULL : &err);
@@ -497,7 +501,8 @@ static void rpc_h_unregister_region(struct rpc_job *j) {
   const Qdp__RegionRef *ref = (const Qdp__RegionRef *)c->req;
   struct qdp_error err = QDP_ERROR_INIT;
   uint64_t bytes = 0;
-  if (job_unregister_region(c->srv->jobs, ref->handle, ref->token, &bytes, &err) != QDP_OK) {
+  struct job_caller who = rpc_caller(c);
+  if (job_unregister_region(c->srv->jobs, &who, ref->handle, ref->token, &bytes, &err) != QDP_OK) {
     rpc_finish(c, NULL, &err);
     return;
   }

@@ -425,6 +425,7 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
                         .world = deps->world,
                         .store = deps->store,
                         .max_regions = (uint32_t)cfg->max_regions,
+                        .max_client_regions = (uint32_t)cfg->max_client_regions,
                         .lease_grace_ms = cfg->lease_grace * 1000,
                         .own_files = s->own,
                         .nown = s->nown};

@@ -32,17 +32,26 @@ struct region {
   struct region *swept_next; /* on a sweep's list, pinned by the sweep until it reports it */
 };
 
+/* One identity's linked regions and outstanding reservations (max_client_regions). */
+struct owner_slots {
+  char owner[OWNER_MAX];
+  uint32_t slots;
+};
+
 struct region_registry {
   pthread_mutex_t mu;
   uint32_t max_regions;
+  uint32_t max_client_regions;
   uint32_t slots;   /* linked regions + outstanding reservations */
   uint32_t regions; /* linked */
   uint64_t bytes;   /* of linked regions */
   struct region *head;
+  struct owner_slots *owners; /* those with slots > 0, in no order */
+  size_t nowners, cap_owners;
 };
 
-qdp_status region_registry_create(uint32_t max_regions, struct region_registry **ret,
-                                  struct qdp_error *reterr) {
+qdp_status region_registry_create(uint32_t max_regions, uint32_t max_client_regions,
+                                  struct region_registry **ret, struct qdp_error *reterr) {
   struct region_registry *r = calloc(1, sizeof *r);
   if (!r) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
@@ -55,6 +64,7 @@ qdp_status region_registry_create(uint32_t max_regions, struct region_registry *
                             "the region registry could not create its mutex: %s", strerror(err));
   }
   r->max_regions = max_regions;
+  r->max_client_regions = max_client_regions;
   *ret = r;
   return QDP_OK;
 }
@@ -77,31 +87,89 @@ void region_registry_destroy(struct region_registry *r) {
     e = next;
   }
   pthread_mutex_destroy(&r->mu);
+  free(r->owners);
   free(r);
 }
 
-qdp_status region_registry_reserve(struct region_registry *r, struct qdp_error *reterr) {
+/* owner's record, or NULL; under the lock. */
+static struct owner_slots *owner_find(struct region_registry *r, const char *owner) {
+  for (size_t i = 0; i < r->nowners; i++) {
+    if (strcmp(r->owners[i].owner, owner) == 0) {
+      return &r->owners[i];
+    }
+  }
+  return NULL;
+}
+
+/* Gives back one of owner's slots (and its record with the last one); under the lock. */
+static void owner_release(struct region_registry *r, const char *owner) {
+  struct owner_slots *o = owner_find(r, owner);
+  if (o && --o->slots == 0) {
+    *o = r->owners[--r->nowners];
+  }
+}
+
+qdp_status region_registry_reserve(struct region_registry *r, const char *owner,
+                                   struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
+  size_t olen;
+  QDP_TRY(rc, capability_text_len(&owner, OWNER_MAX, "owner", "owner name", &olen, reterr));
   pthread_mutex_lock(&r->mu);
+  struct owner_slots *o = owner_find(r, owner);
+  uint32_t mine = o ? o->slots : 0;
   if (r->max_regions && r->slots >= r->max_regions) {
     rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                        "region refused: %" PRIu32
                        " regions are registered or being registered, "
-                       "the limit (max_regions %" PRIu32 "); unregister one or raise it",
-                       r->slots, r->max_regions);
-  } else {
+                       "the limit (max_regions %" PRIu32 "; %" PRIu32
+                       " of them %s's); unregister one or raise it",
+                       r->slots, r->max_regions, mine, owner);
+  } else if (r->max_client_regions && mine >= r->max_client_regions) {
+    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                       "region refused: %s has %" PRIu32
+                       " regions registered or being registered, its limit (max_client_regions "
+                       "%" PRIu32 "; %" PRIu32 " of max_regions %" PRIu32
+                       " in use by everyone); unregister one of its regions or raise the limit",
+                       owner, mine, r->max_client_regions, r->slots, r->max_regions);
+  } else if (!o && r->nowners == r->cap_owners) {
+    size_t cap = r->cap_owners ? 2 * r->cap_owners : 8;
+    struct owner_slots *grown = realloc(r->owners, cap * sizeof *grown);
+    if (!grown) {
+      rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for the region records of %zu identities", cap);
+    } else {
+      r->owners = grown;
+      r->cap_owners = cap;
+    }
+  }
+  if (rc == QDP_OK) {
+    if (!o) {
+      o = &r->owners[r->nowners++];
+      memcpy(o->owner, owner, olen + 1);
+      o->slots = 0;
+    }
+    o->slots++;
     r->slots++;
   }
   pthread_mutex_unlock(&r->mu);
+out:
   return rc;
 }
 
-void region_registry_cancel(struct region_registry *r) {
+/* Gives back a reserved slot, and owner's (NULL: a commit given an owner no reserve took). */
+static void cancel_slot(struct region_registry *r, const char *owner) {
   pthread_mutex_lock(&r->mu);
   if (r->slots > r->regions) {
     r->slots--;
+    if (owner) {
+      owner_release(r, owner);
+    }
   }
   pthread_mutex_unlock(&r->mu);
+}
+
+void region_registry_cancel(struct region_registry *r, const char *owner) {
+  cancel_slot(r, owner ? owner : "");
 }
 
 static struct region *find(struct region_registry *r, const char *handle) {
@@ -119,7 +187,7 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
                                   struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct region *e = NULL;
-  size_t olen;
+  size_t olen = OWNER_MAX;
   QDP_TRY(rc, capability_text_len(&owner, OWNER_MAX, "owner", "owner name", &olen, reterr));
   if (pid < 0) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "pid",
@@ -166,13 +234,14 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
     e = NULL;
   } else {
     r->slots--;
+    owner_release(r, owner);
   }
   pthread_mutex_unlock(&r->mu);
   free(e);
   return rc;
 out:
   free(e);
-  region_registry_cancel(r);
+  cancel_slot(r, olen < OWNER_MAX ? owner : NULL);
   return rc;
 }
 
@@ -257,17 +326,38 @@ static void unlink_region(struct region_registry *r, struct region *e) {
   e->linked = false;
   r->regions--;
   r->slots--;
+  owner_release(r, e->meta.owner);
   r->bytes -= e->meta.bytes;
 }
 
 qdp_status region_registry_remove(struct region_registry *r, const char *handle, const char *token,
-                                  uint64_t *ret_bytes, struct qdp_error *reterr) {
+                                  const char *caller, uint64_t *ret_bytes,
+                                  struct qdp_error *reterr) {
   struct region *dead = NULL;
+  bool by_handle = caller && (!token || !token[0]);
   pthread_mutex_lock(&r->mu);
-  struct region *e = lookup(r, handle, token);
+  struct region *e = NULL;
+  if (by_handle) {
+    /* The owner's own region by handle alone; another's reads as unknown. */
+    e = handle ? find(r, handle) : NULL;
+    if (e && strcmp(e->meta.owner, caller) != 0) {
+      e = NULL;
+    }
+  } else {
+    e = lookup(r, handle, token);
+  }
   if (!e) {
     pthread_mutex_unlock(&r->mu);
     return not_found(handle, reterr);
+  }
+  if (caller && strcmp(e->meta.owner, caller) != 0) {
+    /* The token proves the caller may read it, not end it for its owner. */
+    qdp_status rc = qdp_error_set(reterr, QDP_ERR_PERMISSION_DENIED, "region",
+                                  "region '%.64s' was registered by %s, not by %.64s: only the "
+                                  "identity that registered a region unregisters it",
+                                  e->meta.handle, e->meta.owner, caller);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
   }
   uint64_t bytes = e->meta.bytes;
   unlink_region(r, e);

@@ -8,8 +8,14 @@
  * region at once (it no longer counts) but the payload ends only with its last pin, so a job
  * reading the region never reads an unmapped page.
  *
- * Registration is two steps so the limit is checked before anything is mapped: reserve a slot
- * (RESOURCE_EXHAUSTED past max_regions), then commit it with the payload or cancel it.
+ * Registration is two steps so the limits are checked before anything is mapped: reserve a slot
+ * (RESOURCE_EXHAUSTED past max_regions, or past max_client_regions for the registering
+ * identity), then commit it with the payload or cancel it. max_regions is shared by every
+ * identity; max_client_regions keeps one identity from taking all of it.
+ *
+ * A region is its owner's: only the identity that registered it unregisters it (the token alone
+ * is not enough; it lets others read the region), and the owner may also unregister it by handle
+ * alone, so a lost token strands no region.
  *
  * A region records the process that registered it, as the kernel named it. A client that dies
  * without unregistering would otherwise keep its regions (and, on GPUs, their page-locked memory)
@@ -40,22 +46,24 @@ struct region_meta {
 
 struct region_registry;
 
-/* max_regions 0 = unlimited. */
-qdp_status region_registry_create(uint32_t max_regions, struct region_registry **ret,
-                                  struct qdp_error *reterr);
+/* max_regions, max_client_regions: 0 = unlimited. */
+qdp_status region_registry_create(uint32_t max_regions, uint32_t max_client_regions,
+                                  struct region_registry **ret, struct qdp_error *reterr);
 /* Ends every payload, pinned or not (no job may be running). NULL-safe. */
 void region_registry_destroy(struct region_registry *r);
 
-/* Takes one of max_regions slots; RESOURCE_EXHAUSTED naming the count and the limit. */
-qdp_status region_registry_reserve(struct region_registry *r, struct qdp_error *reterr);
-/* Gives back a slot taken by reserve and not committed. */
-void region_registry_cancel(struct region_registry *r);
+/* Takes one of max_regions slots and one of owner's max_client_regions (owner NULL = "", at most
+ * 63 B: INVALID_ARGUMENT); RESOURCE_EXHAUSTED naming the count and the limit (and the owner). */
+qdp_status region_registry_reserve(struct region_registry *r, const char *owner,
+                                   struct qdp_error *reterr);
+/* Gives back a slot that reserve took for owner and that was not committed. */
+void region_registry_cancel(struct region_registry *r, const char *owner);
 
-/* Turns a reserved slot into a region of process pid (0: never swept) holding payload (ended
- * through payload_end when the region goes). Consumes the slot in every case; on failure the
- * payload is not taken. owner (NULL = "") at most 63 B, pid not negative (INVALID_ARGUMENT);
- * INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle / ret_token:
- * REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
+/* Turns owner's reserved slot (reserve's owner) into a region of process pid (0: never swept)
+ * holding payload (ended through payload_end when the region goes). Consumes the slot in every
+ * case; on failure the payload is not taken. owner (NULL = "") at most 63 B, pid not negative
+ * (INVALID_ARGUMENT); INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle /
+ * ret_token: REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
 qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
                                   uint64_t bytes, void *payload, void (*payload_end)(void *),
                                   char *ret_handle, char *ret_token, struct region_meta *ret_meta,
@@ -69,9 +77,14 @@ qdp_status region_registry_get(struct region_registry *r, const char *handle, co
  * region. */
 void region_registry_put(struct region_registry *r, void *payload);
 
-/* Unlinks the region now (its slot is free at once); the payload ends with its last pin. */
+/* Unlinks the region now (its slot is free at once); the payload ends with its last pin.
+ * caller: the identity asking; NULL for the daemon itself (any region, by handle and token).
+ * NOT_FOUND for an unknown handle or a wrong token; PERMISSION_DENIED, naming the owner, when
+ * the token is right but caller is not the region's owner. An empty (or NULL) token unregisters
+ * caller's own region by handle alone; another's is NOT_FOUND then, as an unknown one. */
 qdp_status region_registry_remove(struct region_registry *r, const char *handle, const char *token,
-                                  uint64_t *ret_bytes, struct qdp_error *reterr);
+                                  const char *caller, uint64_t *ret_bytes,
+                                  struct qdp_error *reterr);
 
 /* Unlinks every region whose process has been gone for grace_ms as of now_unix_ms
  * (capability_pid_gone: the first sweep that finds it gone starts its grace), as

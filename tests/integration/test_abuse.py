@@ -34,6 +34,7 @@ GROUP = "qdp-abuse-clients"
 EVE, MAL = "qdp-abuse-eve", "qdp-abuse-mal"
 TOKEN = "abuse-token-0123456789abcdef"
 MAX_CLIENT_STATES, MAX_STATES = 5, 12
+MAX_CLIENT_REGIONS = 3
 IDLE_S = 2
 CLIENT_UPLOAD = 64 << 20
 
@@ -104,6 +105,7 @@ class Abuse(unittest.TestCase):
         cls.daemon = subprocess.Popen(
             [QDPD, "--socket", cls.sock, "--socket-group", GROUP, "--devices", DEVICES,
              "--max-client-states", str(MAX_CLIENT_STATES), "--max-states", str(MAX_STATES),
+             "--max-client-regions", str(MAX_CLIENT_REGIONS),
              "--max-upload-bytes", "1Gi", "--upload-budget", "1Gi",
              "--client-upload-budget", str(CLIENT_UPLOAD),
              "--upload-idle-timeout", str(IDLE_S), "--tcp", "127.0.0.1:0",
@@ -684,7 +686,62 @@ c.release(st)
             self.assertEqual(f.read(), b"\0" * 4096)
         self.assert_serving_and_empty()
 
-    # ---- 9. the smaller ones ----
+    # ---- 9. a region is its owner's ----
+
+    def test_9_a_region_is_unregistered_only_by_its_owner_and_each_has_its_own_limit(self):
+        fd = os.memfd_create("qdp-abuse-root-in")
+        os.ftruncate(fd, 4096)
+        os.pwrite(fd, np.array([0.3, 0.4]).tobytes(), 0)
+        mine = self.root.register_region(f"/proc/{os.getpid()}/fd/{fd}")
+        try:
+            out = self.as_user(EVE, f"""
+ref = c.pb.RegionRef(handle={mine.handle!r}, token={mine.token!r})
+rpc("unregister root's region with its token", lambda: c.call("UnregisterRegion", ref))
+rpc("unregister root's region by handle", lambda: c.call("UnregisterRegion",
+    c.pb.RegionRef(handle={mine.handle!r})))
+m = c.pb.SharedMemory(region={mine.handle!r}, region_token={mine.token!r}, offset=0, length=16)
+st = rpc("read root's region with its token",
+         lambda: c.call("Encode", c.request("angle", 2, None, input_dtype="float64", shm=m)))
+if st is not None:
+    c.release(st.state)
+""")
+            self.assertEqual(self.root.status().regions, 1)  # still there, still root's
+            st = self.root.call("Encode", self.root.request(
+                "angle", 2, None, input_dtype="float64",
+                shm=self.pb.SharedMemory(region=mine.handle, region_token=mine.token, length=16)))
+            self.root.release(st.state)
+        finally:
+            self.root.unregister_region(mine)
+            os.close(fd)
+        self.assertEqual(out["unregister root's region with its token"][0], "PERMISSION_DENIED",
+                         out)
+        self.assertIn("registered by uid:0", out["unregister root's region with its token"][1])
+        self.assertEqual(out["unregister root's region by handle"][0], "NOT_FOUND", out)
+        self.assertEqual(out["read root's region with its token"][0], "OK", out)  # a capability
+        # One identity stops at max_client_regions; another still registers.
+        grab = f"""
+infos = []
+for i in range({MAX_CLIENT_REGIONS + 1}):
+    fd = os.memfd_create("r")
+    os.ftruncate(fd, 4096)
+    req = c.pb.RegisterRegionRequest(name="r%d" % i, fd_ticket=c.hand(fd, qdpc.READ))
+    os.close(fd)
+    infos.append(rpc("region %d" % i, lambda: c.call("RegisterRegion", req)))
+for info in infos:
+    if info is not None:
+        c.call("UnregisterRegion", c.pb.RegionRef(handle=info.handle, token=info.token))
+"""
+        mal = self.as_user(MAL, grab)
+        for i in range(MAX_CLIENT_REGIONS):
+            self.assertEqual(mal[f"region {i}"][0], "OK", mal)
+        last = mal[f"region {MAX_CLIENT_REGIONS}"]
+        self.assertEqual(last[0], "RESOURCE_EXHAUSTED", mal)
+        self.assertIn(f"uid:{self.uid[MAL]} has {MAX_CLIENT_REGIONS} regions", last[1])
+        self.assertIn(f"max_client_regions {MAX_CLIENT_REGIONS}", last[1])
+        self.assertEqual(self.as_user(EVE, grab)[f"region {MAX_CLIENT_REGIONS - 1}"][0], "OK")
+        self.assert_serving_and_empty()
+
+    # ---- 10. the smaller ones ----
 
     def test_9_tokens_are_compared_whole_and_refusals_are_not_failed_jobs(self):
         x = self.root.encode("angle", 2, np.array([0.1, 0.2]))

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -746,6 +747,41 @@ START_TEST(test_fetch_into_a_writable_region_matches_fetch) {
 }
 END_TEST
 
+/* A region's seals as the daemon read them: none, sealed against shrinking and growing, and
+ * against writing too (frozen); a caller built before `frozen` (its struct_size short of it) is
+ * still served and its memory past its struct left alone. */
+START_TEST(test_region_info_reports_seals) {
+  int fd = memfd_create("qdp-e2e-seal", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  struct qdp_region_info ri = QDP_REGION_INFO_INIT;
+  CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &ri));
+  ck_assert_int_eq(ri.sealed, 0);
+  ck_assert_int_eq(ri.frozen, 0);
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+  ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  ri = (struct qdp_region_info)QDP_REGION_INFO_INIT;
+  CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &ri));
+  ck_assert_int_eq(ri.sealed, 1);
+  ck_assert_int_eq(ri.frozen, 0);
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+  ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+  ri = (struct qdp_region_info)QDP_REGION_INFO_INIT;
+  CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &ri));
+  ck_assert_int_eq(ri.sealed, 1);
+  ck_assert_int_eq(ri.frozen, 1);
+  /* The owner unregisters by handle alone. */
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ""));
+  ri = (struct qdp_region_info)QDP_REGION_INFO_INIT;
+  ri.struct_size = offsetof(struct qdp_region_info, frozen);
+  ri.frozen = 7;
+  CK_QDP(qdp_region_register(cl, NULL, (int)getpid(), fd, &ri));
+  ck_assert_int_eq(ri.sealed, 1);
+  ck_assert_int_eq(ri.frozen, 7);
+  CK_QDP(qdp_region_unregister(cl, ri.handle, ri.token));
+  close(fd);
+}
+END_TEST
+
 START_TEST(test_server_file_and_shared_memory_inputs) {
   enum { N = 5, L = 32 };
   double x[L];
@@ -1222,6 +1258,7 @@ int main(void) {
   tcase_add_test(t, test_calls_of_clients_made_after_others_ended_reach_their_method);
   tcase_add_test(t, test_server_file_and_shared_memory_inputs);
   tcase_add_test(t, test_fetch_into_a_writable_region_matches_fetch);
+  tcase_add_test(t, test_region_info_reports_seals);
   tcase_add_test(t, test_kernel_in_the_reply_and_through_a_region);
   tcase_add_test(t, test_kernel_of_inputs_is_the_direct_sum_in_tiles);
   tcase_add_test(t, test_kernel_of_a_large_matrix_from_a_file_on_the_node);

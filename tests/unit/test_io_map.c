@@ -179,7 +179,13 @@ START_TEST(test_map_fd_of_memfd_reports_seals_and_refuses_what_is_not_a_file) {
   ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   ck_assert_int_eq(io_map_fd(dup(fd), what, 0, size, false, &m, &err), QDP_OK);
   ck_assert_int_eq(m.sealed, 1);
+  ck_assert_int_eq(m.frozen, 0);
   ck_assert_int_eq(memcmp(m.data, src, size), 0);
+  io_unmap(&m);
+  /* Sealed against writing too: frozen, and never mapped for writing. */
+  ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+  ck_assert_int_eq(io_map_fd(dup(fd), what, 0, size, false, &m, &err), QDP_OK);
+  ck_assert_int_eq(m.frozen, 1);
   io_unmap(&m);
 
   /* A pipe is refused (and its descriptor closed: the mapping takes it either way). */
@@ -199,6 +205,41 @@ START_TEST(test_map_fd_of_memfd_reports_seals_and_refuses_what_is_not_a_file) {
 }
 END_TEST
 
+/* A memfd cut and grown back keeps its size, so io_mapping_shrunk sees nothing; its change time
+ * moves, so io_mapping_changed does. Rewrites through a mapping of pages it already wrote leave
+ * the time alone, as do the daemon's own writes once its pages are made writable. */
+START_TEST(test_mapping_changed_sees_a_cut_grown_back) {
+  int fd = memfd_create("qdp-test-gen", MFD_CLOEXEC);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, 3 * 4096), 0);
+  unsigned char *client = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ck_assert_ptr_ne(client, MAP_FAILED);
+  memset(client, 7, 3 * 4096);
+  struct io_mapping m;
+  struct qdp_error err = QDP_ERROR_INIT;
+  ck_assert_int_eq(io_map_fd(dup(fd), "gen", 0, 0, IO_MAP_WHOLE | IO_MAP_WRITABLE, &m, &err),
+                   QDP_OK);
+  ck_assert_int_eq(io_mapping_populate_write(&m, &err), QDP_OK);
+  int64_t gen = 0;
+  ck_assert(io_mapping_generation(&m, &gen));
+  ck_assert_int_eq(((volatile const unsigned char *)m.data)[4096], 7);
+  ck_assert_int_eq(io_mapping_resident(&m), 1); /* populated: every page in place */
+  memset(client, 8, 3 * 4096);
+  memset(m.base, 9, 3 * 4096);
+  ck_assert(!io_mapping_changed(&m, gen));
+  ck_assert_int_eq(ftruncate(fd, 0), 0);
+  ck_assert_int_eq(ftruncate(fd, 3 * 4096), 0);
+  ck_assert(!io_mapping_shrunk(&m));
+  ck_assert(io_mapping_changed(&m, gen));
+  ck_assert_int_eq(io_mapping_resident(&m), 0); /* the cut took the pages out of this mapping */
+  ck_assert_int_eq(((volatile const unsigned char *)m.data)[4096], 0); /* what it reads now */
+  io_unmap(&m);
+  ck_assert(!io_mapping_changed(&m, gen)); /* unmapped: nothing to say */
+  munmap(client, 3 * 4096);
+  close(fd);
+}
+END_TEST
+
 void io_add_map_npy(TCase *tc) {
   tcase_add_test(tc, test_map_npy_reads_values_written_by_hand);
   tcase_add_test(tc, test_map_npy_refusals_name_the_path);
@@ -207,4 +248,5 @@ void io_add_map_npy(TCase *tc) {
 void io_add_map_fd(TCase *tc) {
   tcase_add_test(tc, test_map_fd_maps_the_asked_range_of_shared_memory);
   tcase_add_test(tc, test_map_fd_of_memfd_reports_seals_and_refuses_what_is_not_a_file);
+  tcase_add_test(tc, test_mapping_changed_sees_a_cut_grown_back);
 }

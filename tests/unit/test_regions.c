@@ -22,7 +22,7 @@ static void payload_end(void *p) {
 static struct region_registry *make(uint32_t max) {
   struct region_registry *r = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(region_registry_create(max, &r, &e), e);
+  CK_OK(region_registry_create(max, 0, &r, &e), e);
   return r;
 }
 
@@ -30,7 +30,7 @@ static struct region_registry *make(uint32_t max) {
 static void add_of(struct region_registry *r, int pid, struct payload *p, uint64_t bytes,
                    char *handle, char *token) {
   struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(region_registry_reserve(r, &e), e);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
   CK_OK(region_registry_commit(r, "alice", pid, bytes, p, payload_end, handle, token, NULL, &e), e);
 }
 
@@ -45,7 +45,7 @@ START_TEST(test_commit_gives_a_handle_and_token_and_get_returns_the_payload) {
   char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN];
   struct region_meta m;
   struct qdp_error e = QDP_ERROR_INIT;
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
   ck_assert_int_eq(region_registry_commit(r, "alice", 0, 4096, &p, payload_end, h, t, &m, &e),
                    QDP_OK);
   ck_assert_int_eq(h[0], 'r');
@@ -91,14 +91,14 @@ START_TEST(test_wrong_token_and_unknown_handle_are_both_not_found) {
   ck_assert_int_eq(region_registry_get(r, h, t_long, &got, NULL, &e), QDP_ERR_NOT_FOUND);
   ck_assert_int_eq(region_registry_get(r, "r0000000000000000", t, &got, NULL, &e),
                    QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(region_registry_remove(r, h, bad, NULL, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(region_registry_remove(r, h, bad, NULL, NULL, &e), QDP_ERR_NOT_FOUND);
   ck_assert_int_eq(atomic_load(&p.ended), 0);
   uint64_t bytes = 0;
-  ck_assert_int_eq(region_registry_remove(r, h, t, &bytes, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_remove(r, h, t, NULL, &bytes, &e), QDP_OK);
   ck_assert_uint_eq(bytes, 100);
   ck_assert_int_eq(atomic_load(&p.ended), 1);
   ck_assert_int_eq(region_registry_get(r, h, t, &got, NULL, &e), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(region_registry_remove(r, h, t, NULL, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(region_registry_remove(r, h, t, NULL, NULL, &e), QDP_ERR_NOT_FOUND);
   region_registry_destroy(r);
   ck_assert_int_eq(atomic_load(&p.ended), 1);
 }
@@ -110,20 +110,20 @@ START_TEST(test_max_regions_counts_reservations_and_frees_on_remove_and_cancel) 
   char h1[REGION_HANDLE_LEN], t1[REGION_TOKEN_LEN], h2[REGION_HANDLE_LEN], t2[REGION_TOKEN_LEN];
   struct qdp_error e = QDP_ERROR_INIT;
   add(r, &p1, 10, h1, t1);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK); /* the second slot, reserved */
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK); /* the second slot, reserved */
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(e.msg, "max_regions 2"));
-  region_registry_cancel(r);
+  region_registry_cancel(r, "alice");
   add(r, &p2, 20, h2, t2);
   ck_assert_str_ne(h1, h2);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_ERR_RESOURCE_EXHAUSTED);
   uint32_t n = 0;
   uint64_t b = 0;
   region_registry_usage(r, &n, &b);
   ck_assert_uint_eq(n, 2);
   ck_assert_uint_eq(b, 30);
-  ck_assert_int_eq(region_registry_remove(r, h1, t1, NULL, &e), QDP_OK);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_remove(r, h1, t1, NULL, NULL, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
   /* A failed commit (owner too long) gives its slot back and does not take the payload. */
   struct payload p3 = {0};
   char longname[80];
@@ -133,8 +133,8 @@ START_TEST(test_max_regions_counts_reservations_and_frees_on_remove_and_cancel) 
   ck_assert_int_eq(region_registry_commit(r, longname, 0, 5, &p3, payload_end, h3, t3, NULL, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(atomic_load(&p3.ended), 0);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
-  region_registry_cancel(r);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
+  region_registry_cancel(r, "alice");
   region_registry_usage(r, &n, &b);
   ck_assert_uint_eq(n, 1);
   ck_assert_uint_eq(b, 20);
@@ -153,15 +153,15 @@ START_TEST(test_remove_while_pinned_defers_the_end_to_the_last_put) {
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(region_registry_get(r, h, t, &a, NULL, &e), QDP_OK);
   ck_assert_int_eq(region_registry_get(r, h, t, &b, NULL, &e), QDP_OK);
-  ck_assert_int_eq(region_registry_remove(r, h, t, NULL, &e), QDP_OK);
+  ck_assert_int_eq(region_registry_remove(r, h, t, NULL, NULL, &e), QDP_OK);
   /* Unlinked at once: not found, not counted, and its slot is free for another region. */
   void *c = NULL;
   ck_assert_int_eq(region_registry_get(r, h, t, &c, NULL, &e), QDP_ERR_NOT_FOUND);
   uint32_t n = 9;
   region_registry_usage(r, &n, NULL);
   ck_assert_uint_eq(n, 0);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_OK);
-  region_registry_cancel(r);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
+  region_registry_cancel(r, "alice");
   ck_assert_int_eq(atomic_load(&p.ended), 0);
   region_registry_put(r, a);
   ck_assert_int_eq(atomic_load(&p.ended), 0);
@@ -206,7 +206,7 @@ START_TEST(test_concurrent_readers_and_remove_end_the_payload_once) {
   for (int i = 0; i < 4; i++) {
     ck_assert_int_eq(pthread_create(&th[i], NULL, reader, &x), 0);
   }
-  ck_assert_int_eq(region_registry_remove(x.r, x.h, x.t, NULL, NULL), QDP_OK);
+  ck_assert_int_eq(region_registry_remove(x.r, x.h, x.t, NULL, NULL, NULL), QDP_OK);
   for (int i = 0; i < 4; i++) {
     pthread_join(th[i], NULL);
   }
@@ -267,7 +267,7 @@ START_TEST(test_sweep_unregisters_a_dead_process_s_region_after_the_grace) {
   void *got = NULL;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(region_registry_get(r, hd, td, &got, NULL, &e), QDP_ERR_NOT_FOUND);
-  ck_assert_int_eq(region_registry_remove(r, hd, td, NULL, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(region_registry_remove(r, hd, td, NULL, NULL, &e), QDP_ERR_NOT_FOUND);
   /* A live process's region and one of no process stay, however long. */
   ck_assert_uint_eq(region_registry_sweep(r, INT64_MAX / 2, 0, on_swept, &sw), 0);
   ck_assert_int_eq(sw.n, 1);
@@ -276,11 +276,11 @@ START_TEST(test_sweep_unregisters_a_dead_process_s_region_after_the_grace) {
   ck_assert_int_eq(region_registry_get(r, hn, tn, &got, NULL, &e), QDP_OK);
   region_registry_put(r, got);
   /* The swept region's slot is free: max 4, two linked, two more fit. */
-  CK_OK(region_registry_reserve(r, &e), e);
-  CK_OK(region_registry_reserve(r, &e), e);
-  ck_assert_int_eq(region_registry_reserve(r, &e), QDP_ERR_RESOURCE_EXHAUSTED);
-  region_registry_cancel(r);
-  region_registry_cancel(r);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
+  ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  region_registry_cancel(r, "alice");
+  region_registry_cancel(r, "alice");
   region_registry_destroy(r);
   ck_assert_int_eq(atomic_load(&dead.ended), 1);
   ck_assert_int_eq(atomic_load(&live.ended), 1);
@@ -304,8 +304,8 @@ START_TEST(test_sweep_of_a_pinned_region_defers_the_end_to_the_last_put) {
   ck_assert_int_eq(atomic_load(&p.ended), 0);
   void *again = NULL;
   ck_assert_int_eq(region_registry_get(r, h, t, &again, NULL, &e), QDP_ERR_NOT_FOUND);
-  CK_OK(region_registry_reserve(r, &e), e);
-  region_registry_cancel(r);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
+  region_registry_cancel(r, "alice");
   ck_assert_uint_eq(region_registry_sweep(r, 2000, 0, on_swept, &sw), 0); /* swept once */
   region_registry_put(r, job);
   ck_assert_int_eq(atomic_load(&p.ended), 1);
@@ -319,16 +319,109 @@ START_TEST(test_a_negative_pid_is_refused_and_gives_the_slot_back) {
   struct payload p = {0};
   char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN];
   struct qdp_error e = QDP_ERROR_INIT;
-  CK_OK(region_registry_reserve(r, &e), e);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
   CK_STATUS(region_registry_commit(r, "alice", -5, 8, &p, payload_end, h, t, NULL, &e),
             QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "pid");
   ck_assert_ptr_nonnull(strstr(e.msg, "-5"));
   ck_assert_int_eq(atomic_load(&p.ended), 0);
-  CK_OK(region_registry_reserve(r, &e), e);
-  region_registry_cancel(r);
+  CK_OK(region_registry_reserve(r, "alice", &e), e);
+  region_registry_cancel(r, "alice");
   region_registry_destroy(r);
   ck_assert_int_eq(atomic_load(&p.ended), 0);
+}
+END_TEST
+
+/* A region of `owner` in a registry made with a per-identity limit. */
+static qdp_status add_owned(struct region_registry *r, const char *owner, struct payload *p,
+                            char *handle, char *token, struct qdp_error *e) {
+  qdp_status rc = region_registry_reserve(r, owner, e);
+  if (rc == QDP_OK) {
+    rc = region_registry_commit(r, owner, 0, 4096, p, payload_end, handle, token, NULL, e);
+  }
+  return rc;
+}
+
+/* max_client_regions counts one identity's regions and reservations; others still register
+ * until max_regions; a removal, a cancel or a failed commit gives the identity its slot back. */
+START_TEST(test_max_client_regions_limits_each_identity_alone) {
+  struct region_registry *r = NULL;
+  struct qdp_error e = QDP_ERROR_INIT;
+  CK_OK(region_registry_create(5, 2, &r, &e), e);
+  struct payload p[5] = {0};
+  char h[5][REGION_HANDLE_LEN], t[5][REGION_TOKEN_LEN];
+  CK_OK(add_owned(r, "uid:1000", &p[0], h[0], t[0], &e), e);
+  CK_OK(region_registry_reserve(r, "uid:1000", &e), e);
+  ck_assert_int_eq(region_registry_reserve(r, "uid:1000", &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(e.msg, "uid:1000 has 2 regions"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "max_client_regions 2"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "2 of max_regions 5"));
+  /* Another identity is not held up by it. */
+  CK_OK(add_owned(r, "uid:1001", &p[1], h[1], t[1], &e), e);
+  CK_OK(add_owned(r, "uid:1001", &p[2], h[2], t[2], &e), e);
+  ck_assert_int_eq(add_owned(r, "uid:1001", &p[3], h[3], t[3], &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(e.msg, "uid:1001 has 2 regions"));
+  /* A cancelled reservation gives the slot back... */
+  region_registry_cancel(r, "uid:1000");
+  CK_OK(region_registry_reserve(r, "uid:1000", &e), e);
+  /* ... and so does a commit that fails (a NULL payload), without taking anything. */
+  ck_assert_int_eq(
+      region_registry_commit(r, "uid:1000", 0, 1, NULL, payload_end, h[3], t[3], NULL, &e),
+      QDP_ERR_INTERNAL);
+  CK_OK(add_owned(r, "uid:1000", &p[3], h[3], t[3], &e), e);
+  ck_assert_int_eq(region_registry_reserve(r, "uid:1000", &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  /* The global cap still holds: 4 linked, one more for a third identity, then none. */
+  CK_OK(add_owned(r, "uid:1002", &p[4], h[4], t[4], &e), e);
+  ck_assert_int_eq(region_registry_reserve(r, "uid:1003", &e), QDP_ERR_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(e.msg, "max_regions 5"));
+  /* Removing one of uid:1000's lets uid:1000 register again. */
+  CK_OK(region_registry_remove(r, h[0], t[0], "uid:1000", NULL, &e), e);
+  CK_OK(region_registry_reserve(r, "uid:1000", &e), e);
+  region_registry_cancel(r, "uid:1000");
+  region_registry_destroy(r);
+  for (int i = 0; i < 5; i++) {
+    ck_assert_int_eq(atomic_load(&p[i].ended), 1);
+  }
+}
+END_TEST
+
+/* Only the identity that registered a region unregisters it: another one holding the token is
+ * PERMISSION_DENIED (naming the owner) and the region stays; the owner may name it by handle
+ * alone, which for anyone else reads as an unknown handle. */
+START_TEST(test_only_the_owner_unregisters_a_region) {
+  struct region_registry *r = make(4);
+  struct payload p = {0}, q = {0};
+  char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN], h2[REGION_HANDLE_LEN], t2[REGION_TOKEN_LEN];
+  struct qdp_error e = QDP_ERROR_INIT;
+  add(r, &p, 4096, h, t); /* alice's */
+  ck_assert_int_eq(region_registry_remove(r, h, t, "mallory", NULL, &e), QDP_ERR_PERMISSION_DENIED);
+  ck_assert_str_eq(e.field, "region");
+  ck_assert_ptr_nonnull(strstr(e.msg, "registered by alice, not by mallory"));
+  ck_assert_int_eq(region_registry_remove(r, h, "", "mallory", NULL, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(region_registry_remove(r, h, NULL, "mallory", NULL, &e), QDP_ERR_NOT_FOUND);
+  /* A wrong token is NOT_FOUND for the owner too. */
+  ck_assert_int_eq(
+      region_registry_remove(r, h, "0123456789abcdef0123456789abcdef", "alice", NULL, &e),
+      QDP_ERR_NOT_FOUND);
+  uint32_t n = 0;
+  region_registry_usage(r, &n, NULL);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(atomic_load(&p.ended), 0);
+  void *got = NULL;
+  CK_OK(region_registry_get(r, h, t, &got, NULL, &e), e); /* still readable with its token */
+  region_registry_put(r, got);
+  uint64_t bytes = 0;
+  CK_OK(region_registry_remove(r, h, t, "alice", &bytes, &e), e);
+  ck_assert_uint_eq(bytes, 4096);
+  ck_assert_int_eq(atomic_load(&p.ended), 1);
+  /* By handle alone, the owner's own. */
+  add(r, &q, 10, h2, t2);
+  CK_OK(region_registry_remove(r, h2, "", "alice", &bytes, &e), e);
+  ck_assert_uint_eq(bytes, 10);
+  ck_assert_int_eq(atomic_load(&q.ended), 1);
+  region_registry_usage(r, &n, NULL);
+  ck_assert_uint_eq(n, 0);
+  region_registry_destroy(r);
 }
 END_TEST
 
@@ -343,6 +436,8 @@ static Suite *regions_suite(void) {
   tcase_add_test(tc, test_sweep_unregisters_a_dead_process_s_region_after_the_grace);
   tcase_add_test(tc, test_sweep_of_a_pinned_region_defers_the_end_to_the_last_put);
   tcase_add_test(tc, test_a_negative_pid_is_refused_and_gives_the_slot_back);
+  tcase_add_test(tc, test_max_client_regions_limits_each_identity_alone);
+  tcase_add_test(tc, test_only_the_owner_unregisters_a_region);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import ResourceExhausted
+from .errors import NotSupported, ResourceExhausted
 from .records import format_bytes
 
 _PAGE = mmap.PAGESIZE
@@ -56,8 +56,9 @@ def run_all(pool: Executor, calls: List[Callable[[], object]]) -> None:
             raise e
 
 #: At most this many fetch regions of one client stay registered (lent or idle): the daemon's
-#: max_regions (64 by default) is shared by every client on the node, and a caller that holds many
-#: small arrays must not spend it on its cache.
+#: max_regions (64 by default) is shared by every client on the node, each identity may hold
+#: max_client_regions of them (16 by default), and a caller that holds many small arrays must not
+#: spend them on its cache.
 POOL_REGIONS = 4
 
 
@@ -70,7 +71,23 @@ def _no_room(size: int, what: str, e: BaseException) -> ResourceExhausted:
                                   "memory on this node.")
 
 
-def _create_memfd(size: int) -> int:
+#: The seals every region gets once sized: its size is final, so the daemon never has to watch it
+#: for a cut (a cut grown back would leave it the same size and new pages: zeros, or, page-locked
+#: on a GPU, the old ones).
+SIZE_SEALS = getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    """Writes all of ``data`` at the start of ``fd`` (write(2) may write less than asked)."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:done + (1 << 30)], done)
+
+
+def _create_memfd(size: int, contents: Optional[memoryview] = None) -> int:
+    """A memfd of ``size`` bytes sealed against shrinking and growing (where the kernel can); with
+    ``contents``, those bytes written at its start and then sealed against writing as well, for
+    good (F_SEAL_WRITE: no process can change them again, this one included)."""
     flags = os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
     try:
         fd = os.memfd_create("qdp-region", flags)
@@ -79,14 +96,23 @@ def _create_memfd(size: int) -> int:
     try:
         try:
             os.ftruncate(fd, size)
+            if contents is not None:
+                _write_all(fd, contents)
         except (OSError, OverflowError) as e:
             raise _no_room(size, "size", e) from None
-        seals = getattr(fcntl, "F_SEAL_SHRINK", 0) | getattr(fcntl, "F_SEAL_GROW", 0)
+        seals = SIZE_SEALS
+        if contents is not None:
+            seals |= getattr(fcntl, "F_SEAL_WRITE", 0)
         if seals and hasattr(fcntl, "F_ADD_SEALS"):
             try:
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-            except OSError:
-                pass  # a region that may shrink is still a region; the daemon checks reads
+            except OSError as e:
+                if contents is not None:  # the promise is the point: never made silently
+                    raise NotSupported(f"cannot seal a shared-memory region against writing "
+                                       f"here: {e.strerror or e}") from None
+                # a region that may shrink is still a region: the daemon checks its reads
+        elif contents is not None:
+            raise NotSupported("this Python has no memfd seals (fcntl.F_ADD_SEALS)")
     except BaseException:
         os.close(fd)
         raise
@@ -106,6 +132,9 @@ class Region:
         ``unregister(handle, token)``: forgets it on the daemon's side.
     writable : bool
         Register it for the daemon to write (FetchInto); needs the daemon's support.
+    contents : memoryview, optional
+        Bytes to hold for good: written first, then sealed against writing (F_SEAL_WRITE) and
+        mapped read-only here; the region is *frozen*: nothing can change its bytes any more.
 
     Notes
     -----
@@ -114,17 +143,19 @@ class Region:
     """
 
     def __init__(self, size: int, register: Callable[[int, bool], "tuple[str, str]"],
-                 unregister: Callable[[str, str], None], writable: bool = False) -> None:
+                 unregister: Callable[[str, str], None], writable: bool = False,
+                 contents: Optional[memoryview] = None) -> None:
         self.size = max(_PAGE, -(-size // _PAGE) * _PAGE)
         self.writable = writable
+        self.frozen = contents is not None
         self._unregister = unregister
         self.handle = ""
         self.token = ""
-        fd = _create_memfd(self.size)
+        fd = _create_memfd(self.size, contents)
         try:
             try:
-                self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED,
-                                     mmap.PROT_READ | mmap.PROT_WRITE)
+                prot = mmap.PROT_READ if self.frozen else mmap.PROT_READ | mmap.PROT_WRITE
+                self.map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
             except (OSError, OverflowError) as e:
                 raise _no_room(self.size, "map", e) from None
             self.handle, self.token = register(fd, writable)

@@ -293,8 +293,9 @@ class Client:
         program that then looks at the daemon through another client or process."""
         self._conn.flush()
 
-    def _new_region(self, nbytes: int) -> Region:
-        r = Region(nbytes, self._conn.register_region, self._conn.unregister_quietly)
+    def _new_region(self, nbytes: int, contents: Optional[memoryview] = None) -> Region:
+        r = Region(nbytes, self._conn.register_region, self._conn.unregister_quietly,
+                   contents=contents)
         self._regions[id(r)] = r
         return r
 
@@ -738,6 +739,49 @@ class Client:
         # The mapping lives as long as the array and its views; then the region is forgotten.
         weakref.finalize(region.detach(), self._drop_region_later, self._conn, id(region))
         return arr
+
+    def frozen(self, data: Any) -> np.ndarray:
+        """A read-only copy of ``data`` in shared memory registered with the daemon, which no
+        process can change any more: encode it (or any C-contiguous slice of it) as often as
+        needed without a copy.
+
+        :meth:`empty` gives memory to fill and refill; this gives an input handed over for good.
+        Its memfd is sealed against shrinking, growing and writing (``F_SEAL_WRITE``), so the
+        daemon knows its bytes cannot change under any read, and reports it frozen. What the
+        caller gives up: the seals cannot be removed, so the bytes stay as they are until the
+        region goes (when the array and its views are gone, or the client closes); for other
+        values, make another.
+
+        Parameters
+        ----------
+        data : array_like
+            float32, float64 or int64 values (1-D sample or 2-D batch).
+
+        Returns
+        -------
+        numpy.ndarray
+            Read-only, over the region's mapping.
+
+        Raises
+        ------
+        NotSupported
+            Over TCP, or where the kernel cannot seal a memfd against writing.
+        """
+        if self.socket_path is None:
+            raise NotSupported("client.frozen needs a daemon on this node (a unix: target); "
+                               "over TCP pass ordinary arrays")
+        arr = np.ascontiguousarray(data)
+        dt = arr.dtype
+        if dt.newbyteorder("<") not in (NUMPY_DTYPES["float32"], NUMPY_DTYPES["float64"],
+                                        NUMPY_DTYPES["int64"]):
+            raise InvalidArgument(f"frozen(dtype={dt}): use float32, float64 or int64",
+                                  field="input.dtype")
+        arr = arr.astype(dt.newbyteorder("<"), copy=False)
+        region = self._new_region(arr.nbytes, memoryview(arr).cast("B"))
+        out = region.array(arr.shape, arr.dtype)
+        self._user_regions[id(region)] = region
+        weakref.finalize(region.detach(), self._drop_region_later, self._conn, id(region))
+        return out
 
     def state(self, handle: str, token: str) -> State:
         """A :class:`State` for a handle and token made elsewhere (qdpctl, another process).

@@ -112,3 +112,55 @@ def test_a_large_staged_input_is_copied_in_parts(client, monkeypatch) -> None:
     with client.encode(X, "amplitude", 20) as s:
         ref.assert_close(s.numpy(), ref.batch("amplitude", X, 20), "complex128")
     assert calls == [True]
+
+
+def test_regions_are_sealed_and_frozen_ones_can_never_change(unpooled, monkeypatch) -> None:
+    import fcntl
+
+    from qdp import _region
+
+    seals, infos, fetched = [], [], []
+    real_memfd, real_call = _region._create_memfd, unpooled._conn.call
+
+    def memfd(size, contents=None):
+        fd = real_memfd(size, contents)
+        seals.append(fcntl.fcntl(fd, fcntl.F_GET_SEALS))
+        return fd
+
+    def call(method, request, timeout=None):
+        reply = real_call(method, request, timeout)
+        if method == "RegisterRegion" and not request.writable:
+            infos.append(reply)
+        elif method == "RegisterRegion":
+            fetched.append(reply)
+        return reply
+
+    monkeypatch.setattr(_region, "_create_memfd", memfd)
+    monkeypatch.setattr(unpooled._conn, "call", call)
+    size = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+    buf = unpooled.empty((4, 64))
+    # The package's memfds cannot change size, and the daemon says so.
+    assert seals[0] & size == size and not seals[0] & fcntl.F_SEAL_WRITE
+    assert infos[0].sealed and not infos[0].frozen
+    x = np.random.default_rng(6).uniform(-1, 1, (4, 64))
+    fz = unpooled.frozen(x)
+    # Frozen: sealed against writing too, read-only here, and reported frozen.
+    assert seals[1] & (size | fcntl.F_SEAL_WRITE) == size | fcntl.F_SEAL_WRITE
+    assert infos[1].sealed and infos[1].frozen
+    assert not fz.flags.writeable and np.array_equal(fz, x)
+    with pytest.raises(ValueError):
+        fz[0, 0] = 1.0
+    # Read in place, as empty()'s memory is: no other region is made for it.
+    for _ in range(2):
+        with unpooled.encode(fz, "amplitude", 6) as s:
+            ref.assert_close(s.numpy(), ref.batch("amplitude", x, 6), "complex128")
+        with unpooled.encode(fz[1:3], "amplitude", 6) as s:
+            ref.assert_close(s.numpy(), ref.batch("amplitude", x[1:3], 6), "complex128")
+    assert unpooled.status().regions == 2 and len(infos) == 2
+    # The regions fetches write into (FetchInto) are the package's memfds too.
+    assert fetched and all(f.sealed and not f.frozen for f in fetched)
+    with pytest.raises(qdp.InvalidArgument, match="float32, float64 or int64"):
+        unpooled.frozen(np.zeros(4, np.complex128))
+    del buf, fz
+    gc.collect()
+    assert unpooled.status().regions == 0
