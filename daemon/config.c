@@ -305,30 +305,34 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
                          c->tcp);
   }
   if (!c->tcp_tls_cert[0] != !c->tcp_tls_key[0]) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, c->tcp_tls_cert[0] ? "tcp_tls_key" : "tcp_tls_cert",
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT,
+                         c->tcp_tls_cert[0] ? "tcp_tls_key" : "tcp_tls_cert",
                          "tcp_tls_cert and tcp_tls_key go together: %s is set, %s is not",
                          c->tcp_tls_cert[0] ? "tcp_tls_cert" : "tcp_tls_key",
                          c->tcp_tls_cert[0] ? "tcp_tls_key" : "tcp_tls_cert");
   }
   if (c->tcp_tls_client_ca[0] && !c->tcp_tls_cert[0]) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_client_ca",
-                         "tcp_tls_client_ca (mutual TLS) needs the server's own tcp_tls_cert and tcp_tls_key");
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_client_ca",
+        "tcp_tls_client_ca (mutual TLS) needs the server's own tcp_tls_cert and tcp_tls_key");
   }
   if (c->tcp_tls_cert[0] && !c->tcp[0]) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_cert",
-                         "tcp_tls_cert is set but tcp is not: TLS is for the TCP listener (the Unix "
-                         "socket needs none)");
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_cert",
+        "tcp_tls_cert is set but tcp is not: TLS is for the TCP listener (the Unix "
+        "socket needs none)");
   }
   if (c->tcp_tls_cert[0] && c->tcp_plaintext) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_plaintext",
                          "tcp_plaintext = yes contradicts tcp_tls_cert: choose TLS or clear text");
   }
   if (c->tcp[0] && !c->tcp_tls_cert[0] && !c->tcp_plaintext) {
-    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
-                         "tcp = '%s' without TLS would carry bearer tokens and data in clear "
-                         "text: set tcp_tls_cert and tcp_tls_key (TLS), or tcp_plaintext = yes to accept "
-                         "clear text on a trusted network",
-                         c->tcp);
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
+        "tcp = '%s' without TLS would carry bearer tokens and data in clear "
+        "text: set tcp_tls_cert and tcp_tls_key (TLS), or tcp_plaintext = yes to accept "
+        "clear text on a trusted network",
+        c->tcp);
   }
   if (c->client_upload_budget > c->upload_budget) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_upload_budget",

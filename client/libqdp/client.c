@@ -186,9 +186,9 @@ static qdp_status take_tls(const struct qdp_client_opts *o, const char *target,
   if (unix_target(target)) {
     /* The kernel vouches for both ends of a Unix socket: TLS there is a mistake when asked for
      * here, and the environment's (set for TCP daemons) does not apply. */
-    const char *given = (t->ca && !env_ca)       ? "tls_ca"
-                        : (t->cert && !env_cert) ? "tls_cert"
-                        : (t->key && !env_key)   ? "tls_key"
+    const char *given = (t->ca && !env_ca)              ? "tls_ca"
+                        : (t->cert && !env_cert)        ? "tls_cert"
+                        : (t->key && !env_key)          ? "tls_key"
                         : (t->server_name && !env_name) ? "tls_server_name"
                                                         : NULL;
     if (given) {
@@ -234,8 +234,7 @@ static qdp_status read_pem(const char *opt, const char *path, char **ret) {
     }
     if (cap >= (4u << 20)) {
       rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, opt,
-                          "%s '%s' is larger than 4 MiB: not a PEM certificate or key.", opt,
-                          path);
+                          "%s '%s' is larger than 4 MiB: not a PEM certificate or key.", opt, path);
       break;
     }
     char *more = realloc(buf, cap * 2);
@@ -254,8 +253,8 @@ static qdp_status read_pem(const char *opt, const char *path, char **ret) {
   }
   buf[n] = '\0';
   if (rc == QDP_OK && read_err) {
-    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, read_err, opt, "%s '%s' cannot be read: %s.",
-                        opt, path, strerror(read_err));
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, read_err, opt, "%s '%s' cannot be read: %s.", opt,
+                        path, strerror(read_err));
   }
   if (rc == QDP_OK && !strstr(buf, "-----BEGIN ")) {
     rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, opt,

@@ -231,7 +231,9 @@ static qdp_status x509_principal(struct rpc_call *c, struct qdp_error *err) {
   }
   snprintf(c->owner, sizeof c->owner, "x509:%.*s", (int)p->value_length, p->value);
 out:
-  grpc_auth_context_release(ac);
+  if (ac) {
+    grpc_auth_context_release(ac);
+  }
   return rc;
 }
 

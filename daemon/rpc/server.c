@@ -287,8 +287,9 @@ void rpc_server_reload_tls(struct rpc_server *s, const struct config *cfg) {
     log_err("rpc", "SIGHUP: TLS certificates not reloaded, the ones in use stay: %s", err.msg);
     return;
   }
-  log_notice("rpc", "SIGHUP: TLS certificates re-read from %s%s%s; new connections get them", cfg->tcp_tls_cert,
-             s->tokens.x509 ? " and client CAs from " : "", s->tokens.x509 ? cfg->tcp_tls_client_ca : "");
+  log_notice("rpc", "SIGHUP: TLS certificates re-read from %s%s%s; new connections get them",
+             cfg->tcp_tls_cert, s->tokens.x509 ? " and client CAs from " : "",
+             s->tokens.x509 ? cfg->tcp_tls_client_ca : "");
 }
 
 /* The gRPC server and its completion queue, every method registered. */
@@ -466,9 +467,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
       QDP_TRY(rc, rpc_tls_create(cfg, &s->tls, reterr));
       s->tokens.x509 = rpc_tls_mutual(s->tls);
       creds = rpc_tls_credentials(s->tls);
-      log_info("rpc", "TCP on %s speaks TLS (certificate %s)%s", cfg->tcp, cfg->tcp_tls_cert,
-               s->tokens.x509 ? "; clients present certificates that chain to tcp_tls_client_ca"
-                              : "");
+      log_info(
+          "rpc", "TCP on %s speaks TLS (certificate %s)%s", cfg->tcp, cfg->tcp_tls_cert,
+          s->tokens.x509 ? "; clients present certificates that chain to tcp_tls_client_ca" : "");
     } else {
       /* config_check let it through only with tcp_plaintext = yes. */
       log_warning("rpc",

@@ -129,9 +129,10 @@ static qdp_status load(const struct config *cfg, struct tls_files *f, struct qdp
   }
   cert = first_cert(f->cert);
   if (!cert) {
-    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_cert",
-                       "tcp_tls_cert = '%s' holds no PEM certificate ('-----BEGIN CERTIFICATE-----')",
-                       cfg->tcp_tls_cert);
+    rc = qdp_error_set(
+        err, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_cert",
+        "tcp_tls_cert = '%s' holds no PEM certificate ('-----BEGIN CERTIFICATE-----')",
+        cfg->tcp_tls_cert);
     goto out;
   }
   b = BIO_new_mem_buf(f->key, -1);
@@ -144,10 +145,11 @@ static qdp_status load(const struct config *cfg, struct tls_files *f, struct qdp
     goto out;
   }
   if (X509_check_private_key(cert, key) != 1) {
-    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_key",
-                       "tcp_tls_key = '%s' is not the private key of the certificate in tcp_tls_cert = "
-                       "'%s'",
-                       cfg->tcp_tls_key, cfg->tcp_tls_cert);
+    rc = qdp_error_set(
+        err, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_key",
+        "tcp_tls_key = '%s' is not the private key of the certificate in tcp_tls_cert = "
+        "'%s'",
+        cfg->tcp_tls_key, cfg->tcp_tls_cert);
     goto out;
   }
   if (f->ca && !(ca = first_cert(f->ca))) {
@@ -160,10 +162,12 @@ static qdp_status load(const struct config *cfg, struct tls_files *f, struct qdp
   /* An expired certificate still loads (renewing it is the operator's next step, and a SIGHUP
    * takes the new one), but clients will refuse it: say so now rather than at each handshake. */
   if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
-    log_warning("rpc", "the certificate in tcp_tls_cert = '%s' has expired: TLS clients will refuse it",
+    log_warning("rpc",
+                "the certificate in tcp_tls_cert = '%s' has expired: TLS clients will refuse it",
                 cfg->tcp_tls_cert);
   } else if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
-    log_warning("rpc", "the certificate in tcp_tls_cert = '%s' is not valid yet: TLS clients will "
+    log_warning("rpc",
+                "the certificate in tcp_tls_cert = '%s' is not valid yet: TLS clients will "
                 "refuse it until then",
                 cfg->tcp_tls_cert);
   }
@@ -237,9 +241,10 @@ bool rpc_tls_mutual(const struct rpc_tls *t) {
 
 qdp_status rpc_tls_reload(struct rpc_tls *t, const struct config *cfg, struct qdp_error *err) {
   if (!cfg->tcp_tls_cert[0] || !!cfg->tcp_tls_client_ca[0] != t->mutual) {
-    return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "tcp_tls_client_ca",
-                         "turning %s on or off takes a restart; the certificates in use stay",
-                         cfg->tcp_tls_cert[0] ? "mutual TLS (tcp_tls_client_ca)" : "TLS (tcp_tls_cert)");
+    return qdp_error_set(
+        err, QDP_ERR_FAILED_PRECONDITION, "tcp_tls_client_ca",
+        "turning %s on or off takes a restart; the certificates in use stay",
+        cfg->tcp_tls_cert[0] ? "mutual TLS (tcp_tls_client_ca)" : "TLS (tcp_tls_cert)");
   }
   struct tls_files f = {0};
   qdp_status rc = load(cfg, &f, err);

@@ -1,6 +1,6 @@
 /* tls.h — TLS on the TCP listener: the server's certificate chain and key, and under mutual TLS
- * the CAs that clients' certificates must chain to, read from the files tcp_tls_cert, tcp_tls_key and
- * tcp_tls_client_ca name.
+ * the CAs that clients' certificates must chain to, read from the files tcp_tls_cert, tcp_tls_key
+ * and tcp_tls_client_ca name.
  *
  * The credentials take their certificates through gRPC core's certificate-config fetcher, which
  * gRPC asks before each new handshake: it answers "unchanged" until rpc_tls_reload has read and
@@ -25,10 +25,10 @@
 
 struct rpc_tls;
 
-/* Reads and checks cfg's tcp_tls_cert, tcp_tls_key and tcp_tls_client_ca (the first two must be set).
- * NOT_FOUND or PERMISSION_DENIED for a file that cannot be read, INVALID_ARGUMENT for one that
- * holds no PEM of its kind or a key that is not the certificate's; each message names the option,
- * the path and the reason. */
+/* Reads and checks cfg's tcp_tls_cert, tcp_tls_key and tcp_tls_client_ca (the first two must be
+ * set). NOT_FOUND or PERMISSION_DENIED for a file that cannot be read, INVALID_ARGUMENT for one
+ * that holds no PEM of its kind or a key that is not the certificate's; each message names the
+ * option, the path and the reason. */
 qdp_status rpc_tls_create(const struct config *cfg, struct rpc_tls **ret, struct qdp_error *reterr);
 
 /* Server credentials that take their certificates from t (t must outlive the server they are
