@@ -7,6 +7,7 @@ own checks, and the daemon's refusals at start."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pathlib
 import shutil
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import numpy as np
 import pytest
@@ -23,11 +24,8 @@ import qdp
 from qdp import _native
 
 import qdpref as ref
+import qdptls  # makes the certificates with the openssl command (deploy/install-deps.sh --tests)
 from conftest import TCP_TOKEN, Daemon, qdpd_path
-
-qdptls = pytest.importorskip("qdptls")
-if not shutil.which("openssl"):
-    pytest.skip("no openssl command (Debian's openssl package)", allow_module_level=True)
 
 CLIENT_SUBJECT = "x509:O=qdp-test,CN=alice"  # RFC 2253 order, as gRPC reports it
 
@@ -76,7 +74,7 @@ def mtls_daemon(certs) -> Iterator[Daemon]:
     yield from _serve(certs, "--tcp-tls-client-ca", certs.ca)
 
 
-def ctl(*args: str, env: dict = None) -> subprocess.CompletedProcess:
+def ctl(*args: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     exe = qdpctl_path()
     if not os.access(exe, os.X_OK):
         pytest.skip(f"no qdpctl at {exe}")
@@ -150,7 +148,7 @@ def test_qdpctl_speaks_tls_through_libqdp(tls_daemon, certs, tmp_path) -> None:
     p = ctl(*t, "--tls-ca", certs.ca, "--json", "encode", "--encoding", "angle", "--qubits", "2",
             "--values", "0.3,1.1")
     assert p.returncode == 0, p.stderr
-    ref_ = __import__("json").loads(p.stdout)["ref"]
+    ref_ = json.loads(p.stdout)["ref"]
     p = ctl(*t, "fetch", ref_, "-o", str(tmp_path / "psi.npy"), env={"QDP_TLS_CA": certs.ca})
     assert p.returncode == 0, p.stderr
     ref.assert_close(np.load(tmp_path / "psi.npy"), ref.angle([0.3, 1.1], 2), "complex128")
@@ -190,7 +188,7 @@ def test_mtls_a_client_certificate_is_its_principal(mtls_daemon, certs) -> None:
     p = ctl("--target", mtls_daemon.tcp, "--tls-ca", certs.ca, "--tls-cert", pem, "--tls-key", key,
             "--json", "encode", "--encoding", "angle", "--qubits", "1", "--values", "0.5")
     assert p.returncode == 0, p.stderr
-    r = __import__("json").loads(p.stdout)["ref"]
+    r = json.loads(p.stdout)["ref"]
     p = ctl("--target", mtls_daemon.tcp, "--json", "ls",
             env={"QDP_TLS_CA": certs.ca, "QDP_TLS_CERT": pem, "QDP_TLS_KEY": key})
     assert p.returncode == 0 and CLIENT_SUBJECT in p.stdout, (p.stdout, p.stderr)
