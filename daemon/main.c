@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sched.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,8 +225,8 @@ static void on_server_done(void *arg) {
   struct daemon *d = arg;
   /* From here the states and devices are released, which no signal may cut short (status 143,
    * the socket left behind). SIG_IGN replaces libuv's handler at once; closing its handles would
-   * first give the signals back their default action. The handles stay open, no longer holding
-   * the loop, until close_signals; SIGKILL still stops the daemon at once. */
+   * first give the signals back their default action. The handles stay open to the end, no
+   * longer holding the loop (drain says why); SIGKILL still stops the daemon at once. */
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
@@ -235,29 +234,6 @@ static void on_server_done(void *arg) {
   uv_unref((uv_handle_t *)&d->sig_int);
   uv_unref((uv_handle_t *)&d->sig_hup);
   uv_close((uv_handle_t *)&d->watchdog, NULL);
-}
-
-/* After the release: the signal handles closed and their signals ignored again for the moments
- * left (closing a handle restores the default action first: blocked meanwhile). */
-static void close_signals(struct daemon *d) {
-  if (!d->signals_watched) {
-    return;
-  }
-  sigset_t set, old;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, &old);
-  uv_close((uv_handle_t *)&d->sig_term, NULL);
-  uv_close((uv_handle_t *)&d->sig_int, NULL);
-  uv_close((uv_handle_t *)&d->sig_hup, NULL);
-  signal(SIGTERM, SIG_IGN);
-  signal(SIGINT, SIG_IGN);
-  signal(SIGHUP, SIG_IGN);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  uv_run(d->loop, UV_RUN_DEFAULT); /* their close callbacks */
-  d->signals_watched = false;
 }
 
 /* Jobs that outlived shutdown_timeout and their cancellation: the exit is bounded, so the daemon
@@ -596,8 +572,10 @@ static void drain(struct daemon *d) {
   world_destroy(d->world); /* after the store: releasing states talks to the ranks */
   runtime_mesh_destroy(d->mesh);
   release_lock(d);
-  if (d->loop) {
-    close_signals(d);
+  /* Once the signal handles exist the loop stays open: closing them would give SIGTERM its
+   * default action again while threads gRPC has not ended yet may still take one (status 143
+   * after a clean stop). It is the default loop, reachable to the end; the process ends here. */
+  if (d->loop && !d->signals_watched) {
     uv_loop_close(d->loop);
   }
 }

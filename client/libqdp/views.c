@@ -240,6 +240,16 @@ qdp_status qdp_views_open_mode(qdp_client *c, const char *handle, const char *to
                               .lease_id = v->state->nshards ? v->state->shards[0]->lease_id : 0,
                               .count = v->state->nshards,
                               .writable = mode == QDP_VIEWS_WRITE};
+  if (mode == QDP_VIEWS_WRITE &&
+      (!v->state->nshards || v->state->writer_lease_id != v->state->shards[0]->lease_id)) {
+    /* A qdpd from before write leases reads no `writable` and lends read views under a lease
+     * that excludes nothing: writing through them would race its reads. */
+    rc = qdp__err_local(QDP_ERR_FAILED_PRECONDITION, -1, "views",
+                        "qdpd lent views of '%.64s' that are not under its write lease (a "
+                        "daemon from before write leases): upgrade qdpd.",
+                        handle);
+    goto out;
+  }
   v->views = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->views);
   v->bases = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->bases);
   if (!v->views || !v->bases) {

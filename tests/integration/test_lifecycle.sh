@@ -325,7 +325,8 @@ fi
 
 # ---- 7. a storm of SIGTERMs across the end of serving ----
 killed=0
-for i in $(seq 15); do
+for k in $(seq 15); do
+  rm -f "$dir/storm.log" # the last daemon's "listening" must not pass for this one's
   start_qdpd "$dir/storm.log" --socket "$dir/st.sock" --devices cpu:2
   if [ $? -ne 0 ]; then
     fail "qdpd for the storm check did not start: $(cat "$dir/storm.log")"
@@ -340,7 +341,7 @@ for i in $(seq 15); do
   wait "$storm" 2>/dev/null
   if [ "$rc" -ne 0 ] || [ -e "$dir/st.sock" ]; then
     killed=$((killed + 1))
-    echo "  daemon $i: exit $rc: $(tail -n 2 "$dir/storm.log")" >&2
+    echo "  daemon $k: exit $rc: $(tail -n 2 "$dir/storm.log")" >&2
     rm -f "$dir/st.sock"
   fi
 done

@@ -124,6 +124,12 @@ def open_views(conn: Connection, handle: str, token: str, dtype: str,
         raise NotSupported("the daemon answered without views; use State.numpy()")
     cuda = _cuda.runtime()
     lease = _Lease(conn, handle, token, info.shards[0].lease_id, cuda, writable)
+    if writable and info.writer_lease_id != info.shards[0].lease_id:
+        # A qdpd from before write leases reads no `writable` and lends read views under a
+        # lease that excludes nothing: writing through them would race its reads.
+        lease.close()
+        raise NotSupported(f"qdpd at {conn.target} lent views of {handle} that are not under "
+                           "its write lease (a daemon from before write leases): upgrade qdpd")
     opened: Dict[Tuple[bytes, int], int] = {}
     views = []
     try:

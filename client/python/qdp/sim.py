@@ -48,7 +48,6 @@ import contextlib
 import ctypes
 import importlib
 import importlib.util
-import inspect
 import math
 import os
 import sys
@@ -848,9 +847,6 @@ class Simulator:
         info = state.info
         plan_groups(info.shards, self.qubits, self.batch, state.handle)  # refuse early
         cusv = load_custatevec()  # before the lease: nothing to give back when it is missing
-        if "writable" not in inspect.signature(state.shards).parameters:
-            raise NotSupported("this qdp's State.shards has no writable views (the write "
-                               "lease): upgrade qdp and qdpd", hint="")
         self._views = list(state.shards(writable=True))
         try:
             if not self._views or not all(getattr(v, "writable", False) for v in self._views):

@@ -303,9 +303,10 @@ def test_a_qdpd_that_fails_to_start_names_its_log(user: User, program: str,
     assert out["message"].splitlines()[-1].startswith("    ")
     assert last_line in out["message"].splitlines()[-1]
     assert "QDP_AUTOSTART=0" in out["message"]  # why a daemon was started at all
-    # The log stays for the user to read; nothing else does, and nothing runs.
+    # The log stays for the user to read; nothing else does, and nothing runs (the reaper may
+    # still be on its way out when the error comes back).
     assert last_line in log.read_text() and user.files() == [str(user.folder), str(log)]
-    assert not user.processes()
+    assert wait_for(lambda: not user.processes()), user.processes()
 
 
 def test_a_daemon_that_dies_is_named_with_its_log(user: User) -> None:
