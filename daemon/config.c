@@ -42,6 +42,17 @@ static const struct config_option options[] = {
         "a bearer token for TCP clients ('authorization: Bearer <token>'), principal 'tcp'"),
     OPT(tcp_tokens_file, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", false, NULL,
         "file of TCP bearer tokens, one 'PRINCIPAL TOKEN' per line; each principal is an identity"),
+    OPT(tcp_plaintext, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
+        "let tcp listen without TLS: bearer tokens and data then cross the network in clear "
+        "text (a warning is logged); only on a network every host of which is trusted"),
+    OPT(tcp_tls_cert, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", true, NULL,
+        "TLS on tcp: the server's certificate chain (PEM), leaf first; re-read on SIGHUP"),
+    OPT(tcp_tls_key, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", true, NULL,
+        "TLS on tcp: the private key (PEM) of tcp_tls_cert; re-read on SIGHUP"),
+    OPT(tcp_tls_client_ca, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "path", true, NULL,
+        "mutual TLS: CA certificates (PEM) that TCP clients' certificates must chain to; a "
+        "client is then principal 'x509:<subject>' unless it presents a token; empty: no "
+        "client certificates; re-read on SIGHUP"),
     OPT(tcp_node_paths, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "let TCP clients read .npy files beneath input_dir and Export beneath export_dir"),
     OPT(metrics_listen, CONFIG_STRING, "", 0, CONFIG_STR_MAX - 1, "host:port", false, NULL,
@@ -289,11 +300,42 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
                          "max_upload_bytes = %" PRIu64 " B is above upload_budget = %" PRIu64 " B",
                          c->max_upload_bytes, c->upload_budget);
   }
-  if (c->tcp[0] && !c->tcp_token[0] && !c->tcp_tokens_file[0]) {
+  if (c->tcp[0] && !c->tcp_token[0] && !c->tcp_tokens_file[0] && !c->tcp_tls_client_ca[0]) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
-                         "tcp = '%s' needs tcp_token or tcp_tokens_file: a TCP caller's identity "
-                         "is the principal of the token it presents",
+                         "tcp = '%s' needs tcp_token, tcp_tokens_file or tcp_tls_client_ca: a TCP "
+                         "caller's identity is the principal of the token or the client "
+                         "certificate it presents",
                          c->tcp);
+  }
+  if (!c->tcp_tls_cert[0] != !c->tcp_tls_key[0]) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT,
+                         c->tcp_tls_cert[0] ? "tcp_tls_key" : "tcp_tls_cert",
+                         "tcp_tls_cert and tcp_tls_key go together: %s is set, %s is not",
+                         c->tcp_tls_cert[0] ? "tcp_tls_cert" : "tcp_tls_key",
+                         c->tcp_tls_cert[0] ? "tcp_tls_key" : "tcp_tls_cert");
+  }
+  if (c->tcp_tls_client_ca[0] && !c->tcp_tls_cert[0]) {
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_client_ca",
+        "tcp_tls_client_ca (mutual TLS) needs the server's own tcp_tls_cert and tcp_tls_key");
+  }
+  if (c->tcp_tls_cert[0] && !c->tcp[0]) {
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_tls_cert",
+        "tcp_tls_cert is set but tcp is not: TLS is for the TCP listener (the Unix "
+        "socket needs none)");
+  }
+  if (c->tcp_tls_cert[0] && c->tcp_plaintext) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "tcp_plaintext",
+                         "tcp_plaintext = yes contradicts tcp_tls_cert: choose TLS or clear text");
+  }
+  if (c->tcp[0] && !c->tcp_tls_cert[0] && !c->tcp_plaintext) {
+    return qdp_error_set(
+        reterr, QDP_ERR_INVALID_ARGUMENT, "tcp",
+        "tcp = '%s' without TLS would carry bearer tokens and data in clear "
+        "text: set tcp_tls_cert and tcp_tls_key (TLS), or tcp_plaintext = yes to accept "
+        "clear text on a trusted network",
+        c->tcp);
   }
   if (c->client_upload_budget > c->upload_budget) {
     return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "client_upload_budget",
@@ -330,7 +372,10 @@ qdp_status config_check(const struct config *c, struct qdp_error *reterr) {
   } paths[] = {{"input_dir", c->input_dir},
                {"export_dir", c->export_dir},
                {"socket", c->socket},
-               {"tcp_tokens_file", c->tcp_tokens_file}};
+               {"tcp_tokens_file", c->tcp_tokens_file},
+               {"tcp_tls_cert", c->tcp_tls_cert},
+               {"tcp_tls_key", c->tcp_tls_key},
+               {"tcp_tls_client_ca", c->tcp_tls_client_ca}};
   for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
     if (paths[i].value[0] && paths[i].value[0] != '/') {
       return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, paths[i].name,

@@ -63,6 +63,10 @@ struct config {
   char tcp[CONFIG_STR_MAX];
   char tcp_token[CONFIG_STR_MAX];
   char tcp_tokens_file[CONFIG_STR_MAX];
+  bool tcp_plaintext;
+  char tcp_tls_cert[CONFIG_STR_MAX];
+  char tcp_tls_key[CONFIG_STR_MAX];
+  char tcp_tls_client_ca[CONFIG_STR_MAX];
   bool tcp_node_paths;
   char metrics_listen[CONFIG_STR_MAX];
   char input_dir[CONFIG_STR_MAX];

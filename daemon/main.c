@@ -305,6 +305,7 @@ static void on_hup(uv_signal_t *h, int sig) {
     log_set_format((enum log_format)d->cfg.log_format);
     log_set_subsys(d->cfg.log_subsys);
     rpc_server_apply_config(d->server, &d->cfg);
+    rpc_server_reload_tls(d->server, &d->cfg);
   }
   notify("READY=1");
   free(c);

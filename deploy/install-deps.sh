@@ -7,7 +7,8 @@
 #   install-deps.sh ... --list prints the packages, one a line, and installs nothing
 #
 # Building and running: the compiler, meson and ninja, the libraries qdpd and libqdp link (gRPC,
-# protobuf-c, libuv, libmicrohttpd), check (the unit tests are part of every build), Open MPI
+# protobuf-c, libuv, libmicrohttpd, and OpenSSL's libcrypto, with which qdpd checks its TLS
+# certificate and key before gRPC takes them), check (the unit tests are part of every build), Open MPI
 # (without it qdpd builds, but cannot run as a world of ranks, and the mpi suite is not defined:
 # a build configured before it was installed stays without it), dpkg-dev (meson's default
 # libdir is Debian's multiarch folder only where dpkg-architecture is found), and Python 3 with
@@ -27,15 +28,17 @@
 # simulated hosts of the mpi suite; procps and libsystemd-dev; patchelf, with which
 # deploy/repair-wheel.py sets the run paths in a wheel (the wheel suite repairs the one it
 # builds); libblas3, Debian's reference CBLAS, on which tests/unit/test_runtime_blas.c runs the
-# CPU backend's products besides OpenBLAS. The integration suite's independent client uses
+# CPU backend's products besides OpenBLAS; openssl, the command with which the TLS tests make
+# their CAs and certificates. The integration suite's independent client uses
 # Debian's Python gRPC and protobuf, and the Python package's tests (tests/python.sh) its virtual
 # environment, with more packages from PyPI.
 set -eu
 build_pkgs="meson ninja-build pkg-config gcc libc6-dev dpkg-dev libgrpc-dev protobuf-c-compiler
-  libprotobuf-c-dev libuv1-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin check libsubunit-dev
+  libprotobuf-c-dev libuv1-dev libmicrohttpd-dev libssl-dev libopenmpi-dev openmpi-bin check libsubunit-dev
   python3 python3-numpy libopenblas0-pthread"
 python_pkgs="python3-venv python3-grpcio python3-protobuf python3-torch"
-test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus patchelf libblas3"
+test_pkgs="iproute2 procps libsystemd-dev clang-14 libclang-rt-14-dev prometheus patchelf libblas3
+  openssl"
 python=no
 tests=no
 list=no

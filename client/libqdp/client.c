@@ -149,12 +149,158 @@ static qdp_status set_metadata(qdp_client *c, const char *ident, const char *tok
   return QDP_OK;
 }
 
+/* ---- TLS ---- */
+
+/* The TLS options in effect: the caller's, else the environment's; "" is none. From_env says
+ * which came from the environment (a unix: target ignores those). */
+struct tls_opts {
+  const char *ca, *cert, *key, *server_name;
+  int from_env;
+};
+
+static const char *opt_or_env(const char *v, const char *env, int *from_env) {
+  if (v) {
+    return *v ? v : NULL;
+  }
+  v = getenv(env);
+  if (v && *v) {
+    *from_env = 1;
+    return v;
+  }
+  return NULL;
+}
+
+static int unix_target(const char *t) {
+  return strncmp(t, "unix:", 5) == 0 || strncmp(t, "unix-abstract:", 14) == 0;
+}
+
+/* The TLS options for target, checked; all NULL when the channel is plain. */
+static qdp_status take_tls(const struct qdp_client_opts *o, const char *target,
+                           struct tls_opts *t) {
+  int env_ca = 0, env_cert = 0, env_key = 0, env_name = 0;
+  t->ca = opt_or_env(o->tls_ca, "QDP_TLS_CA", &env_ca);
+  t->cert = opt_or_env(o->tls_cert, "QDP_TLS_CERT", &env_cert);
+  t->key = opt_or_env(o->tls_key, "QDP_TLS_KEY", &env_key);
+  t->server_name = opt_or_env(o->tls_server_name, "QDP_TLS_SERVER_NAME", &env_name);
+  t->from_env = env_ca || env_cert || env_key || env_name;
+  if (unix_target(target)) {
+    /* The kernel vouches for both ends of a Unix socket: TLS there is a mistake when asked for
+     * here, and the environment's (set for TCP daemons) does not apply. */
+    const char *given = (t->ca && !env_ca)              ? "tls_ca"
+                        : (t->cert && !env_cert)        ? "tls_cert"
+                        : (t->key && !env_key)          ? "tls_key"
+                        : (t->server_name && !env_name) ? "tls_server_name"
+                                                        : NULL;
+    if (given) {
+      return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, given,
+                            "%s is set but the target '%s' is a Unix socket: TLS is for TCP "
+                            "targets (HOST:PORT).",
+                            given, target);
+    }
+    *t = (struct tls_opts){0};
+    return QDP_OK;
+  }
+  if (!t->cert != !t->key) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, t->cert ? "tls_key" : "tls_cert",
+                          "tls_cert and tls_key (QDP_TLS_CERT, QDP_TLS_KEY) go together: %s is "
+                          "set, %s is not.",
+                          t->cert ? "tls_cert" : "tls_key", t->cert ? "tls_key" : "tls_cert");
+  }
+  if (!t->ca && (t->cert || t->server_name)) {
+    return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "tls_ca",
+                          "%s is set but tls_ca (QDP_TLS_CA) is not: TLS needs the CA "
+                          "certificates the daemon's certificate chains to.",
+                          t->cert ? "tls_cert" : "tls_server_name");
+  }
+  return QDP_OK;
+}
+
+/* A PEM file's text, NUL-terminated, into *ret (free it); errors name the option and the path. */
+static qdp_status read_pem(const char *opt, const char *path, char **ret) {
+  *ret = NULL;
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    int e = errno;
+    return qdp__err_local(qdp__errno_status(e, QDP_ERR_INVALID_ARGUMENT), e, opt,
+                          "%s '%s' cannot be read: %s.", opt, path, strerror(e));
+  }
+  size_t cap = 8192, n = 0;
+  char *buf = malloc(cap);
+  qdp_status rc = QDP_OK;
+  while (buf) {
+    n += fread(buf + n, 1, cap - 1 - n, f);
+    if (n < cap - 1) {
+      break;
+    }
+    if (cap >= (4u << 20)) {
+      rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, opt,
+                          "%s '%s' is larger than 4 MiB: not a PEM certificate or key.", opt, path);
+      break;
+    }
+    char *more = realloc(buf, cap * 2);
+    if (!more) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = more;
+    cap *= 2;
+  }
+  int read_err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (!buf) {
+    return qdp__err_nomem("reading a TLS file");
+  }
+  buf[n] = '\0';
+  if (rc == QDP_OK && read_err) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, read_err, opt, "%s '%s' cannot be read: %s.", opt,
+                        path, strerror(read_err));
+  }
+  if (rc == QDP_OK && !strstr(buf, "-----BEGIN ")) {
+    rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, opt,
+                        "%s '%s' holds no PEM ('-----BEGIN ...-----').", opt, path);
+  }
+  if (rc != QDP_OK) {
+    free(buf);
+    return rc;
+  }
+  *ret = buf;
+  return QDP_OK;
+}
+
+/* TLS credentials from t's files (t->ca set). */
+static qdp_status tls_credentials(const struct tls_opts *t, grpc_channel_credentials **ret) {
+  char *ca = NULL, *cert = NULL, *key = NULL;
+  qdp_status rc = read_pem("tls_ca", t->ca, &ca);
+  if (rc == QDP_OK && t->cert) {
+    rc = read_pem("tls_cert", t->cert, &cert);
+  }
+  if (rc == QDP_OK && t->key) {
+    rc = read_pem("tls_key", t->key, &key);
+  }
+  if (rc == QDP_OK) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    *ret = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL); /* copies them */
+    if (!*ret) {
+      rc = qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, "tls_ca",
+                          "gRPC could not make TLS credentials of tls_ca '%s'.", t->ca);
+    }
+  }
+  free(ca);
+  free(cert);
+  if (key) {
+    memset(key, 0, strlen(key)); /* no copy of the key left in freed memory */
+    free(key);
+  }
+  return rc;
+}
+
 /* The channel to c->target. */
-static qdp_status open_channel(qdp_client *c) {
+static qdp_status open_channel(qdp_client *c, const struct tls_opts *tls) {
   /* States reach gigabytes: replies (Describe of a wide plan, big Fetch chunks) must not hit the
    * 4 MiB default, and sends are bounded by the daemon's own limit, not ours. Retries stay off:
    * a retried upload would make gRPC buffer the chunks it already sent. */
-  grpc_arg args[4];
+  grpc_arg args[5];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = -1;
@@ -168,7 +314,21 @@ static qdp_status open_channel(qdp_client *c) {
   args[3].key = (char *)GRPC_ARG_PRIMARY_USER_AGENT_STRING;
   args[3].value.string = (char *)"libqdp/" QDP_VERSION_STRING;
   grpc_channel_args ca = {4, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  if (tls->server_name) {
+    args[4].type = GRPC_ARG_STRING;
+    args[4].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[4].value.string = (char *)tls->server_name;
+    ca.num_args = 5;
+  }
+  grpc_channel_credentials *creds = NULL;
+  if (tls->ca) {
+    qdp_status rc = tls_credentials(tls, &creds);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  } else {
+    creds = grpc_insecure_credentials_create();
+  }
   c->channel = grpc_channel_create(c->target, creds, &ca);
   grpc_channel_credentials_release(creds);
   if (!c->channel) {
@@ -210,6 +370,11 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
     default_identity(ident, sizeof ident);
   }
   const char *token = o.token ? o.token : getenv("QDP_TOKEN");
+  struct tls_opts tls;
+  rc = take_tls(&o, target, &tls);
+  if (rc != QDP_OK) {
+    return rc;
+  }
 
   qdp_client *c = calloc(1, sizeof *c);
   if (!c) {
@@ -235,7 +400,7 @@ qdp_status qdp_client_create(const struct qdp_client_opts *opts, qdp_client **re
   grpc_init();
   rc = set_metadata(c, ident, token);
   if (rc == QDP_OK) {
-    rc = open_channel(c);
+    rc = open_channel(c, &tls);
   }
   if (rc != QDP_OK) {
     qdp_client_destroy(c);

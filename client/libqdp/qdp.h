@@ -107,11 +107,24 @@ struct qdp_client_opts {
   int wait_for_ready;
   qdp_log_fn log;
   void *log_arg;
+  /* Since 0.7 (an older caller's shorter struct reads as NULL): TLS to a TCP target. Paths of PEM
+   * files; NULL: $QDP_TLS_CA, $QDP_TLS_CERT, $QDP_TLS_KEY, $QDP_TLS_SERVER_NAME; "": none.
+   * tls_ca (the CAs the daemon's certificate must chain to) turns TLS on; tls_cert and tls_key,
+   * together, are this client's certificate chain and key for a daemon that asks for one (mutual
+   * TLS). tls_server_name: the name the daemon's certificate must carry when it is not the
+   * target's host. A unix: target refuses TLS options given here and ignores the environment's.
+   * A file that cannot be read fails qdp_client_create (NOT_FOUND, PERMISSION_DENIED, or
+   * INVALID_ARGUMENT for one that holds no PEM), naming the option and the path. */
+  const char *tls_ca;
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_server_name;
 };
 
 /* clang-format off */
 #define QDP_CLIENT_OPTS_INIT \
-  {sizeof(struct qdp_client_opts), NULL, NULL, NULL, 60000, 0, 0, NULL, NULL}
+  {sizeof(struct qdp_client_opts), NULL, NULL, NULL, 60000, 0, 0, NULL, NULL, NULL, NULL, NULL, \
+   NULL}
 /* clang-format on */
 
 /* Creates a client (opts may be NULL: all defaults). No connection is made yet: gRPC connects on

@@ -7,7 +7,8 @@ _qdpctl() {
   local cmd="" i
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
-      --target | --socket | --token | --client-name | --timeout) ((i++)) ;;
+      --target | --socket | --token | --client-name | --timeout | --tls-ca | --tls-cert | \
+        --tls-key | --tls-server-name) ((i++)) ;;
       -*) ;;
       *) cmd=${COMP_WORDS[i]}; break ;;
     esac
@@ -22,7 +23,7 @@ _qdpctl() {
     --policy) COMPREPLY=($(compgen -W "auto single even uneven capacity batch" -- "$cur")); return ;;
     --input | --input-b | -o | --output | --server-file)
       COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --socket | --tls-ca | --tls-cert | --tls-key) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   if [[ -z $cmd && $cur != -* ]]; then
     local cmds

@@ -38,6 +38,7 @@ enum {
 struct global {
   const char *target;
   const char *token;
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name; /* NULL: libqdp's QDP_TLS_* */
   const char *client_name;
   int64_t timeout_ms;
   int json;
@@ -93,6 +94,10 @@ enum {
   OPT_TARGET = 1000,
   OPT_SOCKET,
   OPT_TOKEN,
+  OPT_TLS_CA,
+  OPT_TLS_CERT,
+  OPT_TLS_KEY,
+  OPT_TLS_SERVER_NAME,
   OPT_NAME,
   OPT_TIMEOUT,
   OPT_JSON,
@@ -150,6 +155,10 @@ enum {
   {"target", required_argument, NULL, OPT_TARGET}, \
   {"socket", required_argument, NULL, OPT_SOCKET}, \
   {"token", required_argument, NULL, OPT_TOKEN}, \
+  {"tls-ca", required_argument, NULL, OPT_TLS_CA}, \
+  {"tls-cert", required_argument, NULL, OPT_TLS_CERT}, \
+  {"tls-key", required_argument, NULL, OPT_TLS_KEY}, \
+  {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME}, \
   {"client-name", required_argument, NULL, OPT_NAME}, \
   {"timeout", required_argument, NULL, OPT_TIMEOUT}, \
   {"json", no_argument, NULL, OPT_JSON}, \

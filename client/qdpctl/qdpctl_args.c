@@ -181,6 +181,10 @@ int connect_client(const struct global *g, const char *cmd, qdp_client **ret) {
   struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
   o.target = g->target;
   o.token = g->token;
+  o.tls_ca = g->tls_ca;
+  o.tls_cert = g->tls_cert;
+  o.tls_key = g->tls_key;
+  o.tls_server_name = g->tls_server_name;
   o.client_name = g->client_name;
   if (g->timeout_ms >= 0) {
     o.timeout_ms = g->timeout_ms;
@@ -221,6 +225,18 @@ int common_opt(struct global *g, int opt, const char *arg) {
   case OPT_TOKEN:
     g->token = arg;
     return 1;
+  case OPT_TLS_CA:
+    g->tls_ca = arg;
+    return 1;
+  case OPT_TLS_CERT:
+    g->tls_cert = arg;
+    return 1;
+  case OPT_TLS_KEY:
+    g->tls_key = arg;
+    return 1;
+  case OPT_TLS_SERVER_NAME:
+    g->tls_server_name = arg;
+    return 1;
   case OPT_NAME:
     g->client_name = arg;
     return 1;
@@ -254,6 +270,14 @@ static const char common_help[] =
     "                    root, unix:$XDG_RUNTIME_DIR/qdp/qdpd.sock otherwise)\n"
     "  --socket PATH     same as --target unix:PATH\n"
     "  --token TOKEN     bearer token for a TCP daemon (default: $QDP_TOKEN)\n"
+    "  --tls-ca FILE     TLS to a TCP daemon: the CA certificates (PEM) its certificate must\n"
+    "                    chain to (default: $QDP_TLS_CA; without it TCP is clear text)\n"
+    "  --tls-cert FILE, --tls-key FILE\n"
+    "                    this client's certificate chain and key (PEM) for a daemon that asks\n"
+    "                    for one (mutual TLS; default: $QDP_TLS_CERT, $QDP_TLS_KEY)\n"
+    "  --tls-server-name NAME\n"
+    "                    the name the daemon's certificate carries when it is not the target's\n"
+    "                    host (default: $QDP_TLS_SERVER_NAME)\n"
     "  --client-name N   identity per-client budgets count against (default user@host:pid)\n"
     "  --timeout MS      deadline of each request in milliseconds, 0 = none (default 60000;\n"
     "                    uploads and fetches have none)\n"

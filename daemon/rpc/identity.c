@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
@@ -195,17 +196,69 @@ void rpc_identify(struct rpc_call *c, struct rpc_listener *l, uid_t euid) {
   label_call(c);
 }
 
+/* Under mutual TLS, the subject of the caller's certificate (gRPC verified it against
+ * tcp_tls_client_ca in the handshake, or there would be no call) as owner "x509:<subject>".
+ * UNAUTHENTICATED when there is none, or one that cannot be an identity. */
+static qdp_status x509_principal(struct rpc_call *c, struct qdp_error *err) {
+  grpc_auth_context *ac = grpc_call_auth_context(c->call);
+  const grpc_auth_property *p = NULL;
+  if (ac) {
+    grpc_auth_property_iterator it =
+        grpc_auth_context_find_properties_by_name(ac, GRPC_X509_SUBJECT_PROPERTY_NAME);
+    p = grpc_auth_property_iterator_next(&it);
+  }
+  qdp_status rc = QDP_OK;
+  size_t room = sizeof c->owner - sizeof "x509:";
+  if (!p || p->value_length == 0) {
+    rc = qdp_error_set(err, QDP_ERR_UNAUTHENTICATED, "authorization",
+                       "%s over TCP needs a client certificate with a subject, or the metadata "
+                       "'authorization: Bearer <token>' with a token this daemon knows",
+                       rpc_method_name(c));
+    goto out;
+  }
+  bool printable = true;
+  for (size_t i = 0; i < p->value_length; i++) {
+    unsigned char ch = (unsigned char)p->value[i];
+    printable &= ch >= 0x20 && ch < 0x7f && ch != '\'';
+  }
+  if (p->value_length > room || !printable) {
+    rc = qdp_error_set(err, QDP_ERR_UNAUTHENTICATED, "authorization",
+                       "the client certificate's subject (%zu characters) cannot be an identity: "
+                       "one has at most %zu printable ASCII characters other than a quote; "
+                       "present a token instead, or a certificate with a shorter subject",
+                       p->value_length, room);
+    goto out;
+  }
+  snprintf(c->owner, sizeof c->owner, "x509:%.*s", (int)p->value_length, p->value);
+out:
+  if (ac) {
+    grpc_auth_context_release(ac);
+  }
+  return rc;
+}
+
 qdp_status rpc_authorize(struct rpc_call *c, const struct rpc_tokens *t, struct qdp_error *err) {
   if (!c->tcp) {
     return QDP_OK;
   }
+  /* A token, when presented, decides (under mutual TLS too: the certificate let the connection
+   * in, the token names whom the call acts for); a wrong one is refused, never passed over for
+   * the certificate. Without a token, mutual TLS names the caller by its certificate. */
   const grpc_slice *auth = md_find(&c->md, "authorization");
+  if (!auth && t->x509) {
+    qdp_status rc = x509_principal(c, err);
+    if (rc == QDP_OK) {
+      label_call(c);
+    }
+    return rc;
+  }
   const char *principal = auth ? token_principal(t, auth) : NULL;
   if (!principal) {
     return qdp_error_set(err, QDP_ERR_UNAUTHENTICATED, "authorization",
                          "%s over TCP needs the metadata 'authorization: Bearer <token>' with a "
-                         "token this daemon knows (tcp_token, tcp_tokens_file)",
-                         rpc_method_name(c));
+                         "token this daemon knows (tcp_token, tcp_tokens_file)%s",
+                         rpc_method_name(c),
+                         t->x509 ? ", or no token and a client certificate" : "");
   }
   snprintf(c->owner, sizeof c->owner, "tcp:%s", principal);
   label_call(c);

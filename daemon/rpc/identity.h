@@ -29,6 +29,8 @@ struct rpc_token {
 struct rpc_tokens {
   struct rpc_token *v;
   size_t n;
+  /* Mutual TLS: a caller without a token is the subject of its verified client certificate. */
+  bool x509;
 };
 
 /* tcp_token (principal "tcp") and every "PRINCIPAL TOKEN" line of tcp_tokens_file ('#' comments

@@ -29,6 +29,7 @@
 #include "server.h"
 #include "server_state.h"
 #include "state/tickets.h"
+#include "tls.h"
 #include "upload.h"
 
 /* Requests armed per method: a new one is armed as each arrives, so this only covers bursts that
@@ -277,6 +278,20 @@ void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg) {
   atomic_store(&s->upload_idle_ms, cfg->upload_idle_timeout * 1000);
 }
 
+void rpc_server_reload_tls(struct rpc_server *s, const struct config *cfg) {
+  if (!s->tls) {
+    return;
+  }
+  struct qdp_error err = QDP_ERROR_INIT;
+  if (rpc_tls_reload(s->tls, cfg, &err) != QDP_OK) {
+    log_err("rpc", "SIGHUP: TLS certificates not reloaded, the ones in use stay: %s", err.msg);
+    return;
+  }
+  log_notice("rpc", "SIGHUP: TLS certificates re-read from %s%s%s; new connections get them",
+             cfg->tcp_tls_cert, s->tokens.x509 ? " and client CAs from " : "",
+             s->tokens.x509 ? cfg->tcp_tls_client_ca : "");
+}
+
 /* The gRPC server and its completion queue, every method registered. */
 static void create_grpc_server(struct rpc_server *s, const struct config *cfg) {
   grpc_arg args[3];
@@ -448,7 +463,22 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   }
   int tcp_port = 0;
   if (cfg->tcp[0]) {
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds;
+    if (cfg->tcp_tls_cert[0]) {
+      QDP_TRY(rc, rpc_tls_create(cfg, &s->tls, reterr));
+      s->tokens.x509 = rpc_tls_mutual(s->tls);
+      creds = rpc_tls_credentials(s->tls);
+      log_info(
+          "rpc", "TCP on %s speaks TLS (certificate %s)%s", cfg->tcp, cfg->tcp_tls_cert,
+          s->tokens.x509 ? "; clients present certificates that chain to tcp_tls_client_ca" : "");
+    } else {
+      /* config_check let it through only with tcp_plaintext = yes. */
+      log_warning("rpc",
+                  "TCP on %s is clear text (tcp_plaintext = yes): bearer tokens and data cross "
+                  "the network unencrypted; set tcp_tls_cert and tcp_tls_key to encrypt them",
+                  cfg->tcp);
+      creds = grpc_insecure_server_credentials_create();
+    }
     tcp_port = grpc_server_add_http2_port(s->calls.server, cfg->tcp, creds);
     grpc_server_credentials_release(creds);
     if (tcp_port == 0) {
@@ -666,6 +696,7 @@ void rpc_server_destroy(struct rpc_server *s) {
   if (s->calls.cq) {
     grpc_completion_queue_destroy(s->calls.cq);
   }
+  rpc_tls_destroy(s->tls); /* its fetcher went with the server */
   /* Every job is over (the workers have stopped). */
   job_pipeline_destroy(s->jobs);
   metrics_destroy(s->calls.metrics);

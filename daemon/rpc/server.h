@@ -90,6 +90,9 @@ void rpc_server_destroy(struct rpc_server *s);
 /* Applies the runtime-changeable limits of cfg (max_qubits, max_batch, max_upload_bytes,
  * upload_budget, fetch_chunk). Loop thread. */
 void rpc_server_apply_config(struct rpc_server *s, const struct config *cfg);
+/* SIGHUP: re-reads the TLS files cfg names, for new handshakes (tls.h); connections made before
+ * keep theirs. Logs what it did, or why the certificates in use stay. Loop thread. */
+void rpc_server_reload_tls(struct rpc_server *s, const struct config *cfg);
 
 /* Routes gRPC's own log lines into daemon/log (subsystem "grpc"); call before the first gRPC
  * call. */

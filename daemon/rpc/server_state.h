@@ -57,6 +57,7 @@ struct rpc_server {
   struct rpc_listener *listener; /* the Unix socket; NULL without one */
   struct fd_tickets *tickets;    /* descriptors Unix callers handed over */
   struct rpc_tokens tokens;      /* TCP bearer tokens and their principals (identity.h) */
+  struct rpc_tls *tls;           /* TLS on TCP (tls.h); NULL: no TCP, or clear text */
   struct io_folder input_folder, export_folder;
   struct io_file_id own[QDP_OWN_FILES_MAX]; /* the daemon's own files: never read or written */
   size_t nown;

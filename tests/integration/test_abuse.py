@@ -28,6 +28,7 @@ import numpy as np
 
 import qdpc
 import qdpref
+import qdptls
 
 SC = grpc.StatusCode
 GROUP = "qdp-abuse-clients"
@@ -99,6 +100,22 @@ class Abuse(unittest.TestCase):
         with open(cls.tokens, "w") as f:
             f.write(f"# principal token\ntcpuser {TOKEN}\n")
         os.chmod(cls.tokens, 0o600)
+        # TCP speaks mutual TLS: each user's client certificate and key, the key readable by
+        # that user alone; a wrong CA's, an expired one; the token user's own certificate.
+        cls.certs = qdptls.make(os.path.join(d, "tls"))
+        os.chmod(cls.certs.dir, 0o755)
+        cls.cert = {u: cls.certs.client(u) for u in (EVE, MAL)}
+        cls.cert["tcpuser"] = cls.certs.client("tcpuser-machine")
+        cls.cert["wrong-ca"] = cls.certs.client(MAL, ca="wrong-ca")
+        cls.cert["expired"] = cls.certs.client(MAL, expired=True)
+        for name, (pem, key) in cls.cert.items():
+            os.chmod(pem, 0o644)
+            if name in (EVE, MAL):
+                os.chown(key, cls.uid[name], -1)
+            elif name != "tcpuser":
+                os.chown(key, cls.uid[MAL], -1)  # mal's own bad certificates
+        for f in (cls.certs.ca, cls.certs.wrong_ca, cls.certs.server):
+            os.chmod(f, 0o644)
         cls.sock = os.path.join(d, "qdpd.sock")
         cls.log = os.path.join(d, "qdpd.log")
         cls.logf = open(cls.log, "w")
@@ -110,6 +127,8 @@ class Abuse(unittest.TestCase):
              "--client-upload-budget", str(CLIENT_UPLOAD),
              "--upload-idle-timeout", str(IDLE_S), "--tcp", "127.0.0.1:0",
              "--tcp-tokens-file", cls.tokens, "--tcp-node-paths",
+             "--tcp-tls-cert", cls.certs.server, "--tcp-tls-key", cls.certs.server_key,
+             "--tcp-tls-client-ca", cls.certs.ca,
              "--input-dir", os.path.join(d, "in"), "--export-dir", os.path.join(d, "out")],
             stderr=cls.logf, env={k: v for k, v in os.environ.items()
                                              if not k.startswith("QDP_")})
@@ -346,7 +365,10 @@ rpc("new file in a root-only folder", lambda: c.export(st, "/root/qdp-abuse.npy"
             i += 1
 
     def tcp(self):
-        ch = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        pem, key = self.cert["tcpuser"]
+        creds = grpc.ssl_channel_credentials(read(self.certs.ca, "rb"), read(key, "rb"),
+                                             read(pem, "rb"))
+        ch = grpc.secure_channel(f"127.0.0.1:{self.port}", creds)
         md = (("authorization", "Bearer " + TOKEN),)
         enc = ch.unary_unary("/qdp.Qdp/Encode", self.pb.EncodeRequest.SerializeToString,
                              self.pb.EncodeReply.FromString)
@@ -758,6 +780,80 @@ for info in infos:
         after = self.root.status()
         self.assertEqual(after.jobs_failed, before.jobs_failed)
         self.root.release(x)
+
+    def test_9_tls_principals_are_apart_and_certificates_are_checked(self):
+        """Mutual TLS on TCP: a client certificate is an identity of its own (x509:<subject>),
+        apart from every other certificate's and token's; a user cannot present another's
+        certificate (its key is not theirs to read); a certificate of another CA, an expired one,
+        none, or clear text do not connect."""
+        head = f"""
+port, ca, certs = {self.port}, {self.certs.ca!r}, {json.dumps(self.cert)!r}
+certs = json.loads(certs)
+def rd(p):
+    with open(p, 'rb') as f:
+        return f.read()
+def tcp(cert=None, key=None, plain=False):
+    if plain:
+        ch = grpc.insecure_channel(f"127.0.0.1:{{port}}")
+    else:
+        ch = grpc.secure_channel(f"127.0.0.1:{{port}}", grpc.ssl_channel_credentials(
+            rd(ca), rd(key) if key else None, rd(cert) if cert else None))
+    def m(name, req, rep):
+        return ch.unary_unary("/qdp.Qdp/" + name, getattr(c.pb, req).SerializeToString,
+                              getattr(c.pb, rep).FromString)
+    return m
+"""
+        out = self.as_user(EVE, head + f"""
+m = tcp(*certs[{EVE!r}])
+r = c.request("angle", 2, np.array([0.1, 0.2]))
+st = rpc("encode", lambda: m("Encode", "EncodeRequest", "EncodeReply")(r, timeout=30).state)
+out["owner"], out["handle"], out["token"] = st.owner, st.handle, st.token
+ls = rpc("list", lambda: m("List", "ListRequest", "ListReply")(c.pb.ListRequest(), timeout=30))
+out["listed"] = [s.handle for s in ls.states]
+""")
+        self.assertEqual(out["encode"], ["OK", ""], out)
+        self.assertEqual(out["owner"], f"x509:O=qdp-test,CN={EVE}")  # RFC 2253: last RDN first
+        self.assertEqual(out["listed"], [out["handle"]])
+        h, tok = out["handle"], out["token"]
+        out = self.as_user(MAL, head + f"""
+h = {h!r}
+m = tcp(*certs[{MAL!r}])
+ls = rpc("list", lambda: m("List", "ListRequest", "ListReply")(c.pb.ListRequest(), timeout=30))
+out["listed"] = [s.handle for s in ls.states]
+rpc("list all", lambda: m("List", "ListRequest", "ListReply")(c.pb.ListRequest(all=True),
+                                                                timeout=30))
+rpc("release by handle", lambda: m("Release", "StateRef", "ReleaseReply")(
+    c.pb.StateRef(handle=h), timeout=30))
+rpc("describe by handle", lambda: m("Describe", "DescribeRequest", "StateInfo")(
+    c.pb.DescribeRequest(handle=h), timeout=30))
+rpc("read eve's key", lambda: rd(certs[{EVE!r}][1]))
+rpc("eve's certificate, own key", lambda: tcp(certs[{EVE!r}][0], certs[{MAL!r}][1])(
+    "Status", "StatusRequest", "StatusReply")(c.pb.StatusRequest(), timeout=30))
+for what, args in (("wrong CA", certs["wrong-ca"]), ("expired", certs["expired"]),
+                   ("no certificate", (None, None))):
+    rpc(what, lambda: tcp(*args)("Status", "StatusRequest", "StatusReply")(
+        c.pb.StatusRequest(), timeout=30, metadata=(("authorization", "Bearer {TOKEN}"),)))
+rpc("clear text", lambda: tcp(plain=True)("Status", "StatusRequest", "StatusReply")(
+    c.pb.StatusRequest(), timeout=30, metadata=(("authorization", "Bearer {TOKEN}"),)))
+""")
+        self.assertEqual(out["list"], ["OK", ""], out)
+        self.assertEqual(out["listed"], [])
+        self.assertEqual(out["list all"][0], "PERMISSION_DENIED", out)
+        self.assertIn(out["release by handle"][0], ("NOT_FOUND", "PERMISSION_DENIED"), out)
+        self.assertIn(out["describe by handle"][0], ("NOT_FOUND", "PERMISSION_DENIED"), out)
+        self.assertEqual(out["read eve's key"][0], "LOCAL:PermissionError", out)
+        for what in ("eve's certificate, own key", "wrong CA", "expired", "no certificate",
+                     "clear text"):
+            self.assertEqual(out[what][0], "UNAVAILABLE", (what, out[what]))
+        # Eve's state is whole, and hers: she releases it by handle alone, as an owner may.
+        self.assertEqual(self.root.fetch(self.pb.StateRef(handle=h, token=tok)).size, 4)
+        out = self.as_user(EVE, head + f"""
+m = tcp(*certs[{EVE!r}])
+rpc("release", lambda: m("Release", "StateRef", "ReleaseReply")(
+    c.pb.StateRef(handle={h!r}), timeout=30))
+""")
+        self.assertEqual(out["release"], ["OK", ""], out)
+        self.assert_serving_and_empty()
 
     def test_z_nothing_leaked(self):
         # Last (tests run in name order): no descriptor handed over is still held.

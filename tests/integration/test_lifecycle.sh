@@ -171,13 +171,29 @@ else
 fi
 
 # ---- 2. TCP with a token ----
+# Without TLS and without the operator's word for clear text, TCP does not start, and the
+# message names both ways out.
+QDP_TOKEN=sesame timeout 30 "$qdpd" --socket "$dir/t0.sock" --devices cpu:1 --tcp 127.0.0.1:0 \
+  >/dev/null 2>"$dir/t0.log"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "tcp_tls_cert and tcp_tls_key" "$dir/t0.log" &&
+  grep -q "tcp_plaintext = yes" "$dir/t0.log"; then
+  ok "TCP without TLS or tcp_plaintext is refused at start (exit $rc), naming both ways out"
+else
+  fail "TCP without TLS or tcp_plaintext: exit $rc, $(cat "$dir/t0.log")"
+fi
 QDP_TOKEN=sesame "$qdpd" --socket "$dir/t.sock" --devices cpu:1 --tcp 127.0.0.1:0 \
-  2>"$dir/t.log" &
+  --tcp-plaintext 2>"$dir/t.log" &
 t=$!
 pids="$pids $t"
 if ! wait_for_line "$dir/t.log" "listening on 127.0.0.1:" "$t"; then
   fail "qdpd with --tcp did not start: $(cat "$dir/t.log")"
 else
+  if grep -q "warning .*clear text (tcp_plaintext = yes)" "$dir/t.log"; then
+    ok "TCP in clear text starts with a warning in the log"
+  else
+    fail "TCP in clear text logged no warning: $(cat "$dir/t.log")"
+  fi
   port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$dir/t.log" | head -n 1)
   env -u QDP_TOKEN "$qdpctl" --target "127.0.0.1:$port" --token sesame health >/dev/null 2>&1
   rc=$?

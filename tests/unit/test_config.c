@@ -364,7 +364,40 @@ START_TEST(test_check_refuses_contradictions) {
   ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "tcp");
   snprintf(c.tcp_token, sizeof c.tcp_token, "0123456789abcdef");
+  /* With a token, still neither TLS nor the operator's word for clear text: refused, and the
+   * message names both ways out. */
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp");
+  ck_assert_ptr_nonnull(strstr(e.msg, "tcp_tls_cert"));
+  ck_assert_ptr_nonnull(strstr(e.msg, "tcp_plaintext = yes"));
+  c.tcp_plaintext = true;
   ck_assert_int_eq(config_check(&c, &e), QDP_OK);
+  /* TLS: certificate and key together, never with tcp_plaintext. */
+  snprintf(c.tcp_tls_cert, sizeof c.tcp_tls_cert, "/etc/qdp/server.pem");
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp_tls_key");
+  snprintf(c.tcp_tls_key, sizeof c.tcp_tls_key, "/etc/qdp/server.key");
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp_plaintext");
+  c.tcp_plaintext = false;
+  CK_OK(config_check(&c, &e), e);
+  /* mTLS alone identifies callers: no token needed. */
+  c.tcp_token[0] = '\0';
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp");
+  snprintf(c.tcp_tls_client_ca, sizeof c.tcp_tls_client_ca, "ca.pem");
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT); /* not absolute */
+  ck_assert_str_eq(e.field, "tcp_tls_client_ca");
+  snprintf(c.tcp_tls_client_ca, sizeof c.tcp_tls_client_ca, "/etc/qdp/ca.pem");
+  CK_OK(config_check(&c, &e), e);
+  c.tcp_tls_cert[0] = c.tcp_tls_key[0] = '\0';
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.field, "tcp_tls_client_ca");
+  config_defaults(&c);
+  snprintf(c.tcp_tls_cert, sizeof c.tcp_tls_cert, "/etc/qdp/server.pem");
+  snprintf(c.tcp_tls_key, sizeof c.tcp_tls_key, "/etc/qdp/server.key");
+  ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT); /* TLS without tcp */
+  ck_assert_str_eq(e.field, "tcp_tls_cert");
   config_defaults(&c);
   c.client_upload_budget = c.upload_budget + 1;
   ck_assert_int_eq(config_check(&c, &e), QDP_ERR_INVALID_ARGUMENT);

@@ -476,6 +476,65 @@ START_TEST(test_client_create_refuses_an_uninitialised_opts_struct) {
 }
 END_TEST
 
+/* TLS options: refused for a Unix socket when given, the environment's ignored there; checked
+ * together; a file that cannot be read named with the reason. No daemon needed. */
+static qdp_status create_with(const char *target, const char *ca, const char *cert,
+                              const char *key, size_t struct_size) {
+  struct qdp_client_opts o = QDP_CLIENT_OPTS_INIT;
+  o.target = target;
+  o.tls_ca = ca;
+  o.tls_cert = cert;
+  o.tls_key = key;
+  o.struct_size = struct_size ? struct_size : sizeof o;
+  qdp_client *c = NULL;
+  qdp_status rc = qdp_client_create(&o, &c);
+  ck_assert(rc == QDP_OK ? c != NULL : c == NULL);
+  qdp_client_destroy(c);
+  return rc;
+}
+
+START_TEST(test_client_tls_options_are_checked_before_any_connection) {
+  unsetenv("QDP_TLS_CA");
+  unsetenv("QDP_TLS_CERT");
+  unsetenv("QDP_TLS_KEY");
+  unsetenv("QDP_TLS_SERVER_NAME");
+  ck_assert_int_eq(create_with("unix:/nonexistent/q.sock", "/etc/ca.pem", NULL, NULL, 0),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "tls_ca");
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "Unix socket"));
+  ck_assert_int_eq(create_with("unix:/nonexistent/q.sock", NULL, "/c.pem", "/c.key", 0),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "tls_cert");
+  ck_assert_int_eq(create_with("127.0.0.1:9", "/nonexistent/ca.pem", NULL, NULL, 0),
+                   QDP_ERR_NOT_FOUND);
+  ck_assert_str_eq(qdp_last_error()->field, "tls_ca");
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "/nonexistent/ca.pem"));
+  ck_assert_int_eq(qdp_last_error()->cause, ENOENT);
+  ck_assert_int_eq(create_with("127.0.0.1:9", "/dev/null", NULL, NULL, 0),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "no PEM"));
+  ck_assert_int_eq(create_with("127.0.0.1:9", "/etc/ca.pem", "/c.pem", NULL, 0),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "tls_key");
+  ck_assert_int_eq(create_with("127.0.0.1:9", NULL, "/c.pem", "/c.key", 0),
+                   QDP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(qdp_last_error()->field, "tls_ca");
+  ck_assert_int_eq(create_with("127.0.0.1:9", "", NULL, NULL, 0), QDP_OK); /* "": none */
+  /* The environment's: for TCP targets only. */
+  setenv("QDP_TLS_CA", "/nonexistent/env-ca.pem", 1);
+  ck_assert_int_eq(create_with("unix:/nonexistent/q.sock", NULL, NULL, NULL, 0), QDP_OK);
+  ck_assert_int_eq(create_with("127.0.0.1:9", NULL, NULL, NULL, 0), QDP_ERR_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(qdp_last_error()->msg, "env-ca.pem"));
+  ck_assert_int_eq(create_with("127.0.0.1:9", "", NULL, NULL, 0), QDP_OK);
+  /* An older caller's struct, which ends before the TLS fields, reads them as NULL: the
+   * environment's. */
+  ck_assert_int_eq(create_with("127.0.0.1:9", "", NULL, NULL,
+                               offsetof(struct qdp_client_opts, tls_ca)),
+                   QDP_ERR_NOT_FOUND);
+  unsetenv("QDP_TLS_CA");
+}
+END_TEST
+
 START_TEST(test_call_without_daemon_is_unavailable_and_names_the_target) {
   make_tmpdir();
   char target[300];
@@ -662,6 +721,7 @@ static Suite *suite(void) {
   t = tcase_create("client");
   tcase_add_test(t, test_default_target_follows_the_environment);
   tcase_add_test(t, test_client_create_refuses_an_uninitialised_opts_struct);
+  tcase_add_test(t, test_client_tls_options_are_checked_before_any_connection);
   tcase_add_test(t, test_call_without_daemon_is_unavailable_and_names_the_target);
   tcase_add_test(t, test_calls_check_their_arguments_before_any_rpc);
   tcase_add_test(t, test_last_error_is_kept_per_thread);

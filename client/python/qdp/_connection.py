@@ -20,6 +20,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Optional, Tup
 from . import _native
 from ._grpc_env import import_grpc
 from ._handoff import READ, WRITE, hand_over
+from ._tls import Tls
 from ._wire import Wire
 from .errors import Error, FailedPrecondition, NotSupported, Unavailable, from_rpc_error
 
@@ -37,6 +38,8 @@ class Connection:
         Seconds each call may take unless it says otherwise.
     wire : Wire
         The contract to speak.
+    tls : qdp._tls.Tls, optional
+        TLS to a TCP target (certificates read already); None: a plain channel.
 
     Attributes
     ----------
@@ -50,8 +53,9 @@ class Connection:
     """
 
     def __init__(self, target: str, metadata: Tuple[Tuple[str, str], ...], timeout: float,
-                 wire: Wire) -> None:
+                 wire: Wire, tls: Optional[Tls] = None) -> None:
         self.target = target
+        self.tls = tls
         self.socket_path: Optional[str] = target[5:] if target.startswith("unix:") else None
         self.timeout = timeout
         self.wire = wire
@@ -83,10 +87,18 @@ class Connection:
             # As libqdp: no message size cap of our own (states reach gigabytes; the daemon
             # bounds what it takes), and no retries, whose bookkeeping costs every call and
             # which would make gRPC buffer a whole upload to replay it.
-            channel = grpc.insecure_channel(
-                self.target, options=[("grpc.max_receive_message_length", -1),
-                                      ("grpc.max_send_message_length", -1),
-                                      ("grpc.enable_retries", 0)])
+            options = [("grpc.max_receive_message_length", -1),
+                       ("grpc.max_send_message_length", -1), ("grpc.enable_retries", 0)]
+            tls = self.tls
+            if tls is None:
+                channel = grpc.insecure_channel(self.target, options=options)
+            else:
+                if tls.server_name:
+                    options.append(("grpc.ssl_target_name_override", tls.server_name))
+                creds = grpc.ssl_channel_credentials(root_certificates=tls.ca,
+                                                     private_key=tls.key,
+                                                     certificate_chain=tls.cert)
+                channel = grpc.secure_channel(self.target, creds, options=options)
             self._ends["channel"] = channel
             wire = self.wire
             calls = {}

@@ -38,7 +38,10 @@ class _Opts(ctypes.Structure):
                 ("token", ctypes.c_char_p), ("client_name", ctypes.c_char_p),
                 ("timeout_ms", ctypes.c_int64), ("stream_timeout_ms", ctypes.c_int64),
                 ("wait_for_ready", ctypes.c_int), ("log", ctypes.c_void_p),
-                ("log_arg", ctypes.c_void_p)]
+                ("log_arg", ctypes.c_void_p),
+                # since 0.7: TLS (qdp_client_opts.tls_*); "" is none, NULL the environment's
+                ("tls_ca", ctypes.c_char_p), ("tls_cert", ctypes.c_char_p),
+                ("tls_key", ctypes.c_char_p), ("tls_server_name", ctypes.c_char_p)]
 
 
 class _ErrInfo(ctypes.Structure):
@@ -128,8 +131,11 @@ class Transport:
         token = md.get("authorization", "")
         token = token[len("Bearer "):] if token.startswith("Bearer ") else token
         # timeout_ms is given with every call; wait_for_ready 0: fail at once when unreachable.
+        # The transport serves Unix targets only, which take no TLS: none, whatever the
+        # environment says (qdp._tls decided that already).
         opts = _Opts(ctypes.sizeof(_Opts), target.encode(), token.encode(),
-                     md.get("qdp-client", "python").encode(), 0, 0, 0, None, None)
+                     md.get("qdp-client", "python").encode(), 0, 0, 0, None, None,
+                     b"", b"", b"", b"")
         handle = ctypes.c_void_p()
         with _lock:
             lib.pid = lib.pid or os.getpid()

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-from . import _ipc, _local, _region
+from . import _ipc, _local, _region, _tls
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._region import Region
@@ -186,6 +186,17 @@ class Client:
         before then reuses a region rather than registering one, the slow part of a large fetch.
         At most four regions are kept; 0 keeps none (each is unregistered once its fetch is
         done: its array needs only the mapping).
+    tls_ca, tls_cert, tls_key : str, optional
+        TLS to a TCP target: the CA certificates (PEM file) the daemon's certificate must chain
+        to, which turns TLS on, and this client's certificate chain and key (PEM files), for a
+        daemon with mutual TLS (which then knows a client without a token as
+        ``x509:<subject>``). Default ``$QDP_TLS_CA``, ``$QDP_TLS_CERT``, ``$QDP_TLS_KEY``;
+        ``""`` is none. A ``unix:`` target refuses them as arguments and ignores the
+        environment's. A wrong CA, an expired certificate, or a daemon that asks for a
+        certificate this client lacks make calls fail with :class:`Unavailable`.
+    tls_server_name : str, optional
+        The name the daemon's certificate carries when it is not the target's host; default
+        ``$QDP_TLS_SERVER_NAME``.
 
     Attributes
     ----------
@@ -199,10 +210,12 @@ class Client:
     Raises
     ------
     InvalidArgument
-        A negative ``region_cache_bytes``; a ``QDP_AUTOSTART`` other than 0 or 1.
+        A negative ``region_cache_bytes``; a ``QDP_AUTOSTART`` other than 0 or 1; TLS options
+        for a ``unix:`` target, a certificate without its key, or a file that holds no PEM.
     Unavailable, DeadlineExceeded, NotFound, PermissionDenied
         Only when the private daemon is started: see :meth:`LocalDaemon.start` and
-        :class:`LocalDaemon`.
+        :class:`LocalDaemon`; NotFound and PermissionDenied also for a TLS file that is not there
+        or that this process may not read.
 
     Notes
     -----
@@ -217,7 +230,9 @@ class Client:
     def __init__(self, target: Optional[str] = None, *, token: Optional[str] = None,
                  name: str = "python", timeout: float = 120.0,
                  wire: Optional[Wire] = None,
-                 region_cache_bytes: int = REGION_CACHE_BYTES) -> None:
+                 region_cache_bytes: int = REGION_CACHE_BYTES,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, tls_server_name: Optional[str] = None) -> None:
         if (not isinstance(region_cache_bytes, (int, np.integer))
                 or isinstance(region_cache_bytes, bool) or region_cache_bytes < 0):
             raise InvalidArgument(f"region_cache_bytes must be a number of bytes >= 0 (0 keeps "
@@ -229,11 +244,13 @@ class Client:
         else:
             self.target, daemon = _resolve_target()
         self.daemon = daemon
+        tls = _tls.resolve(self.target, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+                           tls_server_name=tls_server_name)
         md: List[Tuple[str, str]] = [("qdp-client", name)]
         token = os.environ.get("QDP_TOKEN") if token is None else token
         if token:
             md.append(("authorization", "Bearer " + token))
-        self._conn = Connection(self.target, tuple(md), timeout, wire or Wire())
+        self._conn = Connection(self.target, tuple(md), timeout, wire or Wire(), tls)
         self.wire = self._conn.wire
         self._fetcher = Fetcher(self._conn, int(region_cache_bytes))
         self._owner = Owner(self._conn, self._fetcher)

@@ -113,10 +113,10 @@ TCP_TOKEN = "pytest-token-0123456789abcdef"
 
 @pytest.fixture(scope="session")
 def tcp_daemon() -> Iterator[Daemon]:
-    """qdpd on cpu:2 that also listens on TCP (127.0.0.1, a free port, token TCP_TOKEN); its
-    ``tcp`` attribute is the TCP target."""
+    """qdpd on cpu:2 that also listens on TCP in clear text (127.0.0.1, a free port, token
+    TCP_TOKEN); its ``tcp`` attribute is the TCP target."""
     port = free_port()
-    for d in _start("--tcp", f"127.0.0.1:{port}", "--tcp-token", TCP_TOKEN):
+    for d in _start("--tcp", f"127.0.0.1:{port}", "--tcp-token", TCP_TOKEN, "--tcp-plaintext"):
         d.tcp = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
         yield d
 

@@ -459,7 +459,8 @@ def test_a_token_reaches_qdpd_off_its_command_line(here: User) -> None:
     """Every user of the node may read a command line (ps): a TCP token goes to qdpd through its
     environment."""
     token = "local-token-0123456789abcdef"
-    with qdp.LocalDaemon(devices="cpu:1", tcp="127.0.0.1:0", tcp_token=token) as d:
+    with qdp.LocalDaemon(devices="cpu:1", tcp="127.0.0.1:0", tcp_token=token,
+                         tcp_plaintext="yes") as d:
         reaper = json.loads((here.folder / "local.json").read_text())["reaper_pid"]
         # Each command line is read (it names its program's socket or script) and lacks it.
         for pid, names in ((d.pid, "local.sock"), (reaper, "_reaper.py")):
