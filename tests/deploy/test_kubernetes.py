@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import tempfile
+import time
 from typing import Any, Dict, List
 
 import pytest
@@ -97,6 +99,35 @@ def test_qdpd_accepts_the_configmaps_configuration() -> None:
         assert key in p.stdout, f"qdpd --print-config does not show {key}"
 
 
+def test_qdpd_starts_and_stops_with_the_configmaps_configuration(tmp_path: pathlib.Path) -> None:
+    """The checks between options that --print-config leaves out (TCP needs TLS or
+    tcp_plaintext, the tokens file's mode) run at start: qdpd starts with the ConfigMap's
+    configuration and the Secret's tokens, the socket, ports and devices moved to this test's
+    (the node's paths and GPUs are not here), and exits 0 on SIGTERM."""
+    conf = tmp_path / "qdpd.conf"
+    conf.write_text(find("ConfigMap", "qdpd-config")["data"]["qdpd.conf"])
+    tokens = tmp_path / "tokens"
+    tokens.write_text(find("Secret", "qdpd-tokens")["stringData"]["tokens"])
+    tokens.chmod(0o400)  # as the DaemonSet mounts it
+    log = tmp_path / "qdpd.log"
+    with open(log, "w") as err:
+        p = subprocess.Popen([qdpd(), "--config", str(conf), "--socket", str(tmp_path / "s.sock"),
+                              "--tcp", "127.0.0.1:0", "--metrics_listen", "127.0.0.1:0",
+                              "--tcp_tokens_file", str(tokens), "--devices", "cpu:1"],
+                             stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 30
+        while "listening on unix:" not in log.read_text() and p.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.poll() is None, f"qdpd exited {p.returncode}: {log.read_text()}"
+        assert "listening on unix:" in log.read_text(), log.read_text()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(30)
+    assert rc == 0, log.read_text()
+
+
 def test_the_daemonset_agrees_with_the_configuration() -> None:
     ds = find("DaemonSet", "qdpd")
     spec = pod_spec(ds)
@@ -119,6 +150,7 @@ def test_the_daemonset_agrees_with_the_configuration() -> None:
     secret = find("Secret", volumes["tokens"]["secret"]["secretName"])
     assert os.path.basename(c["tcp_tokens_file"]) in secret["stringData"]
     assert volumes["config"]["configMap"]["name"] == "qdpd-config"
+    assert c.get("tcp_plaintext") == "yes", "the kubelet's gRPC probes speak plain TCP"
     assert "nvidia.com/gpu" in qdpd_c["resources"]["limits"]
     # Unprivileged: the daemon itself runs as a non-root user with no capability.
     sc = qdpd_c["securityContext"]
