@@ -212,7 +212,12 @@ static qdp_status cuda_copy_rows(struct runtime_device *d, void *dst, uint64_t d
   struct cuda_device *c = cuda_of(d);
   qdp_status rc = QDP_OK;
   QDP_TRY(rc, cuda_use_device(d, reterr));
-  if (src_dev == d) { /* one 2-D copy on this device, not one call a row */
+  if (src_dev == d && rows == 1) { /* one run: its pitches mean nothing (a 2-D copy would
+                                     * refuse a run longer than them) */
+    CU_TRY(rc, reterr, d, "cudaMemcpyAsync",
+           cudaMemcpyAsync(dst, src, row_bytes, cudaMemcpyDeviceToDevice, c->stream));
+    rows = 0;
+  } else if (src_dev == d) { /* one 2-D copy on this device, not one call a row */
     CU_TRY(rc, reterr, d, "cudaMemcpy2DAsync",
            cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
                              cudaMemcpyDeviceToDevice, c->stream));

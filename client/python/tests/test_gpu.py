@@ -95,8 +95,8 @@ def test_torch_is_a_view_inside_the_mapped_allocation(gpu, monkeypatch) -> None:
 
     opened = []
 
-    def recording(*args):
-        views = real(*args)
+    def recording(*args, **kwargs):
+        views = real(*args, **kwargs)
         opened.extend(views)
         return views
 
