@@ -134,6 +134,12 @@ qdp_status config_parse_text(struct config *c, const char *text, size_t len, con
                              struct qdp_error *reterr);
 
 /* Reads and parses a file. With must_exist false a missing file is not an error. */
+/* The regular file at path read whole into *ret (malloc'd, NUL-terminated, *ret_len bytes; the
+ * caller frees it), for the files the configuration names. 0, or the errno of what failed:
+ * open's or read's, EINVAL for a file that is not regular, EFBIG for one above max bytes and
+ * ENOMEM (*ret_len then its size), EIO for one that shrank while it was read. */
+int config_read_file(const char *path, size_t max, char **ret, size_t *ret_len);
+
 qdp_status config_load_file(struct config *c, const char *path, bool must_exist,
                             struct qdp_error *reterr);
 

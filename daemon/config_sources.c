@@ -90,32 +90,28 @@ qdp_status config_parse_text(struct config *c, const char *text, size_t len, con
   return QDP_OK;
 }
 
-qdp_status config_load_file(struct config *c, const char *path, bool must_exist,
-                            struct qdp_error *reterr) {
-  qdp_status rc = QDP_OK;
-  char *buf = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+int config_read_file(const char *path, size_t max, char **ret, size_t *ret_len) {
+  *ret = NULL;
+  *ret_len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    if (errno == ENOENT && !must_exist) {
-      return QDP_OK;
-    }
-    int e = errno;
-    rc = qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_SYSTEM, -1, e,
-                          "cannot open config file '%s': %s", path, strerror(e));
+    return errno;
+  }
+  int e = 0;
+  char *buf = NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    e = EINVAL;
     goto out;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CONFIG_FILE_MAX) {
-    rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "config",
-                       "config file '%s' is not a regular file of at most %u bytes", path,
-                       CONFIG_FILE_MAX);
+  *ret_len = (size_t)st.st_size;
+  if ((uint64_t)st.st_size > max) {
+    e = EFBIG;
     goto out;
   }
   buf = malloc((size_t)st.st_size + 1);
   if (!buf) {
-    rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, "config",
-                       "no memory for the %lld bytes of config file '%s'", (long long)st.st_size,
-                       path);
+    e = ENOMEM;
     goto out;
   }
   size_t got = 0;
@@ -125,19 +121,43 @@ qdp_status config_load_file(struct config *c, const char *path, bool must_exist,
       continue;
     }
     if (r <= 0) {
-      int e = r < 0 ? errno : EIO;
-      rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, -1, e, "cannot read config file '%s': %s", path,
-                            strerror(e));
+      e = r < 0 ? errno : EIO;
       goto out;
     }
     got += (size_t)r;
   }
-  rc = config_parse_text(c, buf, got, path, reterr);
+  buf[got] = '\0';
+  *ret = buf;
+  buf = NULL;
 out:
   free(buf);
-  if (fd >= 0) {
-    close(fd);
+  close(fd);
+  return e;
+}
+
+qdp_status config_load_file(struct config *c, const char *path, bool must_exist,
+                            struct qdp_error *reterr) {
+  char *buf = NULL;
+  size_t len = 0;
+  int e = config_read_file(path, CONFIG_FILE_MAX, &buf, &len);
+  if (e == ENOENT && !must_exist) {
+    return QDP_OK;
   }
+  if (e == EINVAL || e == EFBIG) {
+    return qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "config",
+                         "config file '%s' is not a regular file of at most %u bytes", path,
+                         CONFIG_FILE_MAX);
+  }
+  if (e == ENOMEM) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, "config",
+                         "no memory for the %zu bytes of config file '%s'", len, path);
+  }
+  if (e != 0) {
+    return qdp_error_set_at(reterr, e == ENOENT ? QDP_ERR_NOT_FOUND : QDP_ERR_SYSTEM, -1, e,
+                            "cannot read config file '%s': %s", path, strerror(e));
+  }
+  qdp_status rc = config_parse_text(c, buf, len, path, reterr);
+  free(buf);
   return rc;
 }
 

@@ -1,11 +1,8 @@
 /* TLS on the TCP listener (tls.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -44,59 +41,28 @@ static void files_free(struct tls_files *f) {
 }
 
 static qdp_status read_file(const char *opt, const char *path, char **ret, struct qdp_error *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    int e = errno;
+  size_t len = 0;
+  int e = config_read_file(path, TLS_FILE_MAX, ret, &len);
+  switch (e) {
+  case 0:
+    return QDP_OK;
+  case EINVAL:
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, opt, "%s = '%s' is not a regular file", opt,
+                         path);
+  case EFBIG:
+    return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, opt,
+                         "%s = '%s' has %zu bytes; a PEM file here has at most %u", opt, path, len,
+                         TLS_FILE_MAX);
+  case ENOMEM:
+    return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, opt, "no memory to read %s = '%s'", opt,
+                         path);
+  default:
     return qdp_error_set_at(err,
                             e == ENOENT   ? QDP_ERR_NOT_FOUND
                             : e == EACCES ? QDP_ERR_PERMISSION_DENIED
                                           : QDP_ERR_INVALID_ARGUMENT,
                             -1, e, "%s = '%s' cannot be read: %s", opt, path, strerror(e));
   }
-  qdp_status rc = QDP_OK;
-  char *buf = NULL;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, opt, "%s = '%s' is not a regular file", opt,
-                       path);
-    goto out;
-  }
-  if ((uint64_t)st.st_size > TLS_FILE_MAX) {
-    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, opt,
-                       "%s = '%s' has %lld bytes; a PEM file here has at most %u", opt, path,
-                       (long long)st.st_size, TLS_FILE_MAX);
-    goto out;
-  }
-  buf = malloc((size_t)st.st_size + 1);
-  if (!buf) {
-    rc = qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, opt, "no memory to read %s = '%s'", opt,
-                       path);
-    goto out;
-  }
-  size_t n = 0;
-  while (n < (size_t)st.st_size) {
-    ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
-    if (k < 0 && errno == EINTR) {
-      continue;
-    }
-    if (k < 0) {
-      int e = errno;
-      rc = qdp_error_set_at(err, QDP_ERR_INVALID_ARGUMENT, -1, e, "%s = '%s' cannot be read: %s",
-                            opt, path, strerror(e));
-      goto out;
-    }
-    if (k == 0) {
-      break; /* it shrank meanwhile: what was there is what we check */
-    }
-    n += (size_t)k;
-  }
-  buf[n] = '\0';
-  *ret = buf;
-  buf = NULL;
-out:
-  free(buf);
-  close(fd);
-  return rc;
 }
 
 /* An encrypted key would make OpenSSL ask the terminal for its passphrase: there is none. */
