@@ -25,7 +25,7 @@
 #include "error.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/qdp/qdpd.conf"
-#define CONFIG_MAX_OPTIONS 48
+#define CONFIG_MAX_OPTIONS 64
 #define CONFIG_STR_MAX 256
 
 enum config_type {
@@ -88,6 +88,9 @@ struct config {
   uint64_t max_ttl;
   uint64_t expire_interval;
   uint64_t lease_grace;
+  uint64_t max_sessions;
+  uint64_t max_client_sessions;
+  uint64_t session_max_heartbeat;
   uint64_t max_qubits;
   uint64_t max_batch;
   uint64_t max_message_bytes;

@@ -404,6 +404,7 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   uint64_t t0 = clock_mono_ns(), t1 = 0, t2 = 0, t3 = 0;
   QDP_TRY(rc, job_check_caller(caller, false, err));
   QDP_TRY(rc, ingest_open(jp, &req->input, false, &ing, err));
+  QDP_TRY(rc, job_check_session(jp, caller, err)); /* before the work its state would end with */
   t1 = clock_mono_ns();
   if (req->out) {
     QDP_TRY(rc, job_sink_find(jp, req, &ing.in, &sink, err));

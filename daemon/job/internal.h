@@ -13,6 +13,7 @@ struct job_pipeline {
   struct world *world;
   struct state_store *store;
   struct region_registry *regions;
+  struct session_table *sessions;
   uint64_t lease_grace_ms; /* how long a region outlives its exited process */
   /* The devices' fixed facts (names, UUIDs) for naming shards: every rank's, planner order. */
   struct runtime_device_info *devs;
@@ -39,6 +40,15 @@ qdp_status job_check_handle(const char *handle, const char *field, struct qdp_er
  * (only a passed deadline refuses) or before a commit (a caller that left as well). */
 qdp_status job_check_caller(const struct job_caller *caller, bool committing,
                             struct qdp_error *reterr);
+
+/* NOT_FOUND (field "session") unless the caller names no session or an open one of its own,
+ * which the call then counts as a heartbeat (session.c). */
+qdp_status job_check_session(struct job_pipeline *jp, const struct job_caller *caller,
+                             struct qdp_error *reterr);
+
+/* Ends the sessions session_sweep finds ended, releasing what they hold; returns how many. */
+size_t job_sweep_sessions(struct job_pipeline *jp, int64_t now_unix_ms,
+                          const struct job_expire_report *report);
 
 /* Pins state (handle, token) into *ret (put back with state_store_put): NOT_FOUND and the other
  * refusals name `field`. */

@@ -28,6 +28,7 @@
 #include "qdp_source.h"
 #include "runtime/runtime.h"
 #include "state/regions.h"
+#include "state/sessions.h"
 #include "state/store.h"
 #include "world/world.h"
 
@@ -42,11 +43,12 @@ struct job_deps {
   /* A region whose registering process has been gone this long is unregistered by job_expire,
    * as the store ends such a process's view leases (lease_grace). */
   uint64_t lease_grace_ms;
+  struct session_limits sessions;
   const struct io_file_id *own_files; /* the daemon's own files: never written for a caller */
   size_t nown;
 };
 
-/* Creates the pipeline and its region registry; the mesh, world and store stay the caller's and
+/* Creates the pipeline, its region registry and its session table; the mesh, world and store stay the caller's and
  * must outlive it. */
 qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline **ret,
                                struct qdp_error *reterr);
@@ -67,6 +69,9 @@ enum { JOB_CALLER_LEFT = 1u, JOB_CALLER_LATE = 2u };
 struct job_caller {
   const char *owner; /* identity key: "uid:<n>" or "tcp:<principal>" */
   int pid;           /* its process as the kernel says; 0 unknown (TCP) */
+  int pidfd; /* that process's pidfd, taken at accept (borrowed for the call); 0 or -1: none */
+  /* The session (sessions.h) the call's new states and regions end with; NULL or "": none. */
+  const char *session;
   bool operator;     /* the daemon's own user or root: may list every identity's states */
   /* JOB_CALLER_* flags, 0 while it waits; NULL: it always does. */
   unsigned (*gone)(const void *arg);
@@ -438,19 +443,51 @@ void job_status_free(struct job_status *st); /* NULL-safe */
 /* Ranks of the world marked lost (0 in a world of one): cheap, for health checks. */
 int job_ranks_lost(struct job_pipeline *jp);
 
+/* ---- sessions (session.c): states and regions that end with their client ---- */
+
+/* What ending a session released. */
+struct job_session_end {
+  size_t states, regions;
+  uint64_t bytes; /* the states' */
+};
+
+/* Opens a session of the caller, ending with its process (caller->pid, by its pidfd where there
+ * is one) and, with heartbeat_ms, when no call names it for that long; refusals as session_open. */
+qdp_status job_open_session(struct job_pipeline *jp, const struct job_caller *caller,
+                            uint64_t heartbeat_ms, const char *label, struct session_info *ret,
+                            struct qdp_error *reterr);
+/* A heartbeat of the caller's session `id`; NOT_FOUND (field "session") once it has ended. */
+qdp_status job_heartbeat(struct job_pipeline *jp, const struct job_caller *caller, const char *id,
+                         struct session_info *ret, struct qdp_error *reterr);
+/* Ends the caller's session `id` now and releases its states and regions (their view leases end
+ * as they close); NOT_FOUND as job_heartbeat. Blocks while memory is freed: a worker's call. */
+qdp_status job_close_session(struct job_pipeline *jp, const struct job_caller *caller,
+                             const char *id, struct job_session_end *ret, struct qdp_error *reterr);
+
 /* What one sweep of job_expire ended. */
 struct job_expiry {
-  size_t states;  /* released past their lifetime */
-  size_t leases;  /* view leases of exited processes */
-  size_t regions; /* regions of exited processes, unregistered */
+  size_t states;   /* released past their lifetime */
+  size_t leases;   /* view leases of exited processes */
+  size_t regions;  /* regions of exited processes, unregistered */
+  size_t sessions; /* of exited processes or lapsed heartbeats: their states and regions released */
+};
+
+/* What job_expire reports as it goes, each call outside the locks (any may be NULL): every
+ * region swept, before its payload ends, and every session ended, with why and what it
+ * released. */
+struct job_expire_report {
+  void (*region)(const struct region_meta *meta, void *arg);
+  void (*session)(const struct session_info *s, const char *why, const struct job_session_end *e,
+                  void *arg);
+  void *arg;
 };
 
 /* Releases the states past their lifetime, ends the leases and unregisters the regions of
- * processes gone for lease_grace, as of now_unix_ms, and gives back device memory kept for reuse
- * that has gone unused (runtime_mesh_trim). region (may be NULL) gets the record of each region
- * swept, for the log. Blocks while memory is freed and regions unpinned: a worker's call. */
+ * processes gone for lease_grace, ends the sessions whose process exited or whose heartbeat
+ * lapsed (releasing what they hold), as of now_unix_ms, and gives back device memory kept for
+ * reuse that has gone unused (runtime_mesh_trim). report may be NULL. Blocks while memory is
+ * freed and regions unpinned: a worker's call. */
 void job_expire(struct job_pipeline *jp, int64_t now_unix_ms,
-                void (*region)(const struct region_meta *meta, void *arg), void *arg,
-                struct job_expiry *ret);
+                const struct job_expire_report *report, struct job_expiry *ret);
 
 #endif /* QDP_JOB_H */

@@ -43,6 +43,12 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   bool reserved = false;
   int fd = req->fd;
   bool writable = req->writable;
+  if (req->keep && caller->session && caller->session[0]) {
+    rc = qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "session",
+                       "a region registered with keep outlives every session: name no session");
+    goto out;
+  }
+  QDP_TRY(rc, job_check_session(jp, caller, err));
   /* The limit first: nothing is mapped or pinned for a registration that would be refused. */
   QDP_TRY(rc, region_registry_reserve(jp->regions, caller->owner, err));
   reserved = true;
@@ -76,16 +82,23 @@ qdp_status job_register_region(struct job_pipeline *jp, const struct job_caller 
   }
   reserved = false; /* commit consumes the slot either way */
   char handle[REGION_HANDLE_LEN];
-  /* Swept by the kernel's pid of the caller, never one the request declares: that is a label,
-   * and in another pid namespace not even this daemon's number for the process. */
+  /* Swept by the kernel's pid of the caller (its pidfd where the listener took one), never one
+   * the request declares: that is a label, and in another pid namespace not even this daemon's
+   * number for the process. */
   int pid = req->keep ? 0 : caller->pid;
-  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, pid, g->map.bytes, g,
-                                     job_region_end, handle, ret->token, &ret->meta, err));
+  int pidfd = req->keep ? -1 : caller->pidfd;
+  QDP_TRY(rc, region_registry_commit(jp->regions, caller->owner, pid, pidfd, caller->session,
+                                     g->map.bytes, g, job_region_end, handle, ret->token,
+                                     &ret->meta, err));
   ret->sealed = g->map.sealed != 0;
   ret->frozen = g->map.frozen != 0;
   ret->pinned = g->pinned;
   ret->writable = writable;
   g = NULL; /* the registry's now */
+  if ((rc = job_check_session(jp, caller, err)) != QDP_OK) {
+    /* The session ended meanwhile, before this region was linked for its end to find. */
+    region_registry_remove(jp->regions, handle, ret->token, NULL, NULL, NULL);
+  }
 out:
   if (fd >= 0) {
     close(fd);

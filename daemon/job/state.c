@@ -47,6 +47,7 @@ qdp_status job_pipeline_create(const struct job_deps *deps, struct job_pipeline 
   QDP_TRY(rc, io_guard_install(err));
   QDP_TRY(rc,
           region_registry_create(deps->max_regions, deps->max_client_regions, &jp->regions, err));
+  QDP_TRY(rc, session_table_create(&deps->sessions, &jp->sessions, err));
   jp->lease_grace_ms = deps->lease_grace_ms;
   *ret = jp;
   jp = NULL;
@@ -61,6 +62,7 @@ void job_pipeline_destroy(struct job_pipeline *jp) {
   }
   /* Every job is over: the regions are unmapped, and unpinned while the mesh is still there. */
   region_registry_destroy(jp->regions);
+  session_table_destroy(jp->sessions);
   job_uploads_end(jp);
   free(jp->devs);
   free(jp);
@@ -125,10 +127,12 @@ void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
 
 qdp_status job_lease_state(struct job_pipeline *jp, const struct job_caller *caller, int pid,
                            bool write, struct job_state_info *info, struct qdp_error *err) {
-  /* The views' process: the one the client names, else the caller itself, as the kernel says. */
+  /* The views' process: the one the client names, else the caller itself, as the kernel says
+   * and, where the listener took one, by its pidfd (a pid the client names is tested by pid). */
   int viewer = pid ? pid : caller->pid;
-  qdp_status rc = state_store_lease_open(jp->store, info->pinned, caller->owner, viewer, write,
-                                         &info->lease, err);
+  int pidfd = viewer == caller->pid ? caller->pidfd : -1;
+  qdp_status rc = state_store_lease_open(jp->store, info->pinned, caller->owner, viewer, pidfd,
+                                         write, &info->lease, err);
   if (rc != QDP_OK) {
     return rc;
   }
@@ -171,11 +175,17 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       struct qdp_error *err) {
   struct state_meta meta;
   memset(ret, 0, sizeof *ret);
+  qdp_status rc = state_reservation_join(res, caller->session, err);
+  if (rc != QDP_OK) {
+    state_reservation_cancel(res);
+    runtime_state_destroy(st);
+    return rc;
+  }
   /* Pinned as it is linked: a Release with the new token, or an expiry, may land before the
    * reply is built, and then this pin keeps st (its plan, its shards) alive until the reply's
    * job_state_info_end. */
-  qdp_status rc = state_store_commit_pinned(jp->store, res, st, destroy_state,
-                                            job_ttl_ms(ttl_seconds), label, &meta, ret->token, err);
+  rc = state_store_commit_pinned(jp->store, res, st, destroy_state, job_ttl_ms(ttl_seconds), label,
+                                 &meta, ret->token, err);
   if (rc != QDP_OK) {
     runtime_state_destroy(st);
     return rc;
@@ -183,6 +193,12 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
   job_info_fill(ret, &meta, st);
   ret->pinned = st;
   ret->fresh = true;
+  /* A session that ended during the job released what it had before this state was linked:
+   * this one is released here instead (a sweep after the link finds it itself). */
+  if ((rc = job_check_session(jp, caller, err)) != QDP_OK) {
+    job_state_info_end(jp, ret, false);
+    return rc;
+  }
   if (!views) {
     return QDP_OK;
   }
@@ -312,6 +328,7 @@ qdp_status job_gather(struct job_pipeline *jp, const struct job_caller *caller, 
   memset(ret, 0, sizeof *ret);
   QDP_TRY(rc, job_check_handle(handle, "state", err));
   QDP_TRY(rc, job_check_caller(caller, false, err));
+  QDP_TRY(rc, job_check_session(jp, caller, err));
   QDP_TRY(rc, runtime_mesh_find_device(jp->mesh, device, "device", &dev, err));
   QDP_TRY(rc, state_store_get(jp->store, handle, token, &payload, NULL, err));
   QDP_TRY(rc, state_store_admit(jp->store, caller->owner, runtime_state_bytes(payload), &res, err));
@@ -469,14 +486,17 @@ void job_status_free(struct job_status *st) {
 }
 
 void job_expire(struct job_pipeline *jp, int64_t now_unix_ms,
-                void (*region)(const struct region_meta *meta, void *arg), void *arg,
-                struct job_expiry *ret) {
+                const struct job_expire_report *report, struct job_expiry *ret) {
+  static const struct job_expire_report quiet;
+  report = report ? report : &quiet;
   /* Releasing states frees device memory: a worker's call, never the loop's. */
   ret->states = state_store_expire(jp->store, now_unix_ms);
   ret->leases = state_store_sweep_leases(jp->store, now_unix_ms);
   /* A region's pages stay mapped (and pinned, on GPUs) for as long as it is registered; a client
    * killed before it unregistered has nobody left to do it. */
-  ret->regions = region_registry_sweep(jp->regions, now_unix_ms, jp->lease_grace_ms, region, arg);
+  ret->regions = region_registry_sweep(jp->regions, now_unix_ms, jp->lease_grace_ms,
+                                       report->region, report->arg);
+  ret->sessions = job_sweep_sessions(jp, now_unix_ms, report);
   runtime_mesh_trim(jp->mesh);
 }
 

@@ -59,6 +59,9 @@ enum rpc_method_id {
   RPC_M_FETCH_INTO,
   RPC_M_KERNEL,
   RPC_M_MEASURE,
+  RPC_M_OPEN_SESSION,
+  RPC_M_HEARTBEAT,
+  RPC_M_CLOSE_SESSION,
   RPC_M_GRPC_HEALTH_CHECK, /* grpc.health.v1.Health/Check, the standard probe */
   RPC_M_GRPC_HEALTH_WATCH, /* grpc.health.v1.Health/Watch: the status, then each change */
   RPC_M_REFLECTION,        /* grpc.reflection.v1.ServerReflection/ServerReflectionInfo */

@@ -487,6 +487,7 @@ static void rpc_h_register_region(struct rpc_job *j) {
   m.frozen = ri.frozen;
   m.pinned = ri.pinned;
   m.created_unix_ms = ri.meta.created_unix_ms;
+  m.session = ri.meta.session;
   grpc_byte_buffer *reply = qdp_wire_pack(&m.base);
   if (!reply) {
     /* Registered but unanswerable: taken back rather than leaked. */
@@ -684,6 +685,75 @@ static void rpc_h_measure(struct rpc_job *j) {
   rpc_finish(c, reply, reply ? NULL : &err);
 }
 
+/* ---- sessions ---- */
+
+static grpc_byte_buffer *session_reply(const struct session_info *si) {
+  Qdp__SessionInfo r = QDP__SESSION_INFO__INIT;
+  r.session = (char *)si->id;
+  r.owner = (char *)si->owner;
+  r.pid = si->pid;
+  r.heartbeat_ms = si->heartbeat_ms;
+  r.opened_unix_ms = si->opened_unix_ms;
+  r.label = (char *)si->label;
+  return qdp_wire_pack(&r.base);
+}
+
+static void finish_session(struct rpc_call *c, const struct session_info *si) {
+  struct qdp_error err = QDP_ERROR_INIT;
+  grpc_byte_buffer *reply = session_reply(si);
+  if (!reply) {
+    qdp_error_set(&err, QDP_ERR_RESOURCE_EXHAUSTED, NULL, "no memory for the reply");
+  }
+  rpc_finish(c, reply, reply ? NULL : &err);
+}
+
+static void rpc_h_open_session(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__OpenSessionRequest *r = (const Qdp__OpenSessionRequest *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = rpc_caller(c);
+  struct session_info si;
+  if (job_open_session(c->srv->jobs, &who, r->heartbeat_ms, r->label, &si, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "OpenSession from %s: %s (heartbeat %" PRIu64 " ms)", c->client, si.id,
+           si.heartbeat_ms);
+  finish_session(c, &si);
+}
+
+static void rpc_h_heartbeat(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__SessionRef *r = (const Qdp__SessionRef *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = rpc_caller(c);
+  struct session_info si;
+  if (job_heartbeat(c->srv->jobs, &who, r->session, &si, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  finish_session(c, &si);
+}
+
+static void rpc_h_close_session(struct rpc_job *j) {
+  struct rpc_call *c = j->call;
+  const Qdp__SessionRef *r = (const Qdp__SessionRef *)c->req;
+  struct qdp_error err = QDP_ERROR_INIT;
+  struct job_caller who = rpc_caller(c);
+  struct job_session_end e;
+  if (job_close_session(c->srv->jobs, &who, r->session, &e, &err) != QDP_OK) {
+    rpc_finish(c, NULL, &err);
+    return;
+  }
+  log_info("rpc", "CloseSession from %s: %s; released %zu states (%" PRIu64 " B), %zu regions",
+           c->client, r->session, e.states, e.bytes, e.regions);
+  Qdp__CloseSessionReply cr = QDP__CLOSE_SESSION_REPLY__INIT;
+  cr.states = (uint32_t)e.states;
+  cr.regions = (uint32_t)e.regions;
+  cr.freed_bytes = e.bytes;
+  rpc_finish(c, qdp_wire_pack(&cr.base), NULL);
+}
+
 void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_ENCODE] = rpc_h_encode,
     [RPC_M_PLAN] = rpc_h_plan,
@@ -701,4 +771,7 @@ void (*const rpc_handlers[RPC_M_COUNT])(struct rpc_job *j) = {
     [RPC_M_FETCH_INTO] = rpc_h_fetch_into,
     [RPC_M_KERNEL] = rpc_h_kernel,
     [RPC_M_MEASURE] = rpc_h_measure,
+    [RPC_M_OPEN_SESSION] = rpc_h_open_session,
+    [RPC_M_HEARTBEAT] = rpc_h_heartbeat,
+    [RPC_M_CLOSE_SESSION] = rpc_h_close_session,
 };

@@ -274,9 +274,27 @@ static unsigned call_gone(const void *arg) {
   return gone;
 }
 
+/* The session a request names for what it makes (proto: OpenSession). */
+static const char *call_session(const struct rpc_call *c) {
+  switch (c->method) {
+  case RPC_M_ENCODE:
+    return ((const Qdp__EncodeRequest *)c->req)->session;
+  case RPC_M_UPLOAD:
+    return c->up.req ? c->up.req->session : NULL;
+  case RPC_M_GATHER:
+    return ((const Qdp__GatherRequest *)c->req)->session;
+  case RPC_M_REGISTER_REGION:
+    return ((const Qdp__RegisterRegionRequest *)c->req)->session;
+  default:
+    return NULL;
+  }
+}
+
 struct job_caller rpc_caller(const struct rpc_call *c) {
   return (struct job_caller){.owner = c->owner,
+                             .session = call_session(c),
                              .pid = c->tcp ? 0 : (int)c->ucred.pid,
+                             .pidfd = c->tcp ? -1 : c->ucred.pidfd,
                              .operator= c->operator,
                              .gone = call_gone,
                              .arg = c};

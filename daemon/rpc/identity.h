@@ -49,8 +49,9 @@ void rpc_identify(struct rpc_call *c, struct rpc_listener *l, uid_t euid);
  * naming the method when it has no token t knows. QDP_OK at once for a Unix caller. */
 qdp_status rpc_authorize(struct rpc_call *c, const struct rpc_tokens *t, struct qdp_error *reterr);
 
-/* The caller as job/ takes it: its identity, and whether it still waits (it left, or its
- * deadline passed). */
+/* The caller as job/ takes it: its identity, its process, the session its request names for what
+ * it makes (Encode, EncodeUpload, Gather, RegisterRegion), and whether it still waits (it left,
+ * or its deadline passed). */
 struct job_caller rpc_caller(const struct rpc_call *c);
 
 #endif /* QDP_RPC_IDENTITY_H */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ struct pending {
 struct peer_slot {
   bool known;
   struct rpc_peer peer;
+  ino_t ino; /* the connection's socket: a slot whose fd no longer is it lost its connection */
 };
 
 struct rpc_listener {
@@ -67,6 +69,41 @@ struct rpc_listener {
   struct peer_slot *peers;
   size_t npeers;
 };
+
+/* Linux 6.5's SO_PEERPIDFD, which older C headers lack; older kernels answer ENOPROTOOPT. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* A pidfd of the peer of connection fd whose credentials say pid, or -1. SO_PEERPIDFD names the
+ * process that connected even if it has exited since; pidfd_open of its pid (kernels 5.3 to 6.4)
+ * could name a process that took the pid in between, which the pidfd's own test then answers
+ * for instead: a lease or session of the wrong process lives on (until closed or expired), never
+ * one that ends early. */
+static int peer_pidfd(int fd, pid_t pid) {
+  int pidfd = -1;
+  socklen_t len = sizeof pidfd;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
+    return pidfd;
+  }
+#ifdef SYS_pidfd_open
+  if (pid > 0) {
+    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd >= 0) {
+      (void)fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+      return pidfd;
+    }
+  }
+#endif
+  return -1;
+}
+
+static void peer_end(struct rpc_peer *p) {
+  if (p->pidfd >= 0) {
+    close(p->pidfd);
+    p->pidfd = -1;
+  }
+}
 
 void rpc_peer_key(const struct rpc_peer *p, char *buf, size_t len) {
   snprintf(buf, len, "uid:%u", (unsigned)p->uid);
@@ -217,7 +254,8 @@ static void on_pending_closed(uv_handle_t *h) {
   }
 }
 
-/* Unlinks p and closes its handle; closes its descriptor unless it went to gRPC. The handle's
+/* Unlinks p and closes its handle; closes its descriptor and pidfd unless they went to gRPC and
+ * the peers' records. The handle's
  * close takes the descriptor out of the loop's poll set at once. */
 static void pending_end(struct pending *p, bool close_fd) {
   struct rpc_listener *l = p->l;
@@ -231,6 +269,7 @@ static void pending_end(struct pending *p, bool close_fd) {
   uv_close((uv_handle_t *)&p->poll, on_pending_closed);
   if (close_fd) {
     close(p->fd);
+    peer_end(&p->peer); /* else the peer's record has it (remember) */
   }
 }
 
@@ -264,6 +303,11 @@ void rpc_listener_destroy(struct rpc_listener *l) {
   if (l->creds) {
     grpc_server_credentials_release(l->creds);
   }
+  for (size_t i = 0; i < l->npeers; i++) {
+    if (l->peers[i].known) {
+      peer_end(&l->peers[i].peer);
+    }
+  }
   free(l->peers);
   pthread_mutex_destroy(&l->mu);
   free(l);
@@ -289,8 +333,14 @@ static bool remember(struct rpc_listener *l, int fd, const struct rpc_peer *peer
       ok = false;
     }
   }
-  if (ok) {
-    l->peers[fd] = (struct peer_slot){.known = true, .peer = *peer};
+  struct stat st;
+  if (ok && fstat(fd, &st) == 0) {
+    if (l->peers[fd].known) {
+      peer_end(&l->peers[fd].peer); /* gRPC closed that connection: fd is a new one's */
+    }
+    l->peers[fd] = (struct peer_slot){.known = true, .peer = *peer, .ino = st.st_ino};
+  } else {
+    ok = false;
   }
   pthread_mutex_unlock(&l->mu);
   return ok;
@@ -479,7 +529,8 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     }
     p->l = l;
     p->fd = fd;
-    p->peer = (struct rpc_peer){.uid = cred.uid, .gid = cred.gid, .pid = cred.pid};
+    p->peer = (struct rpc_peer){
+        .uid = cred.uid, .gid = cred.gid, .pid = cred.pid, .pidfd = peer_pidfd(fd, cred.pid)};
     p->since_ns = clock_mono_ns();
     p->poll.data = p;
     p->next = l->pending;
@@ -490,9 +541,26 @@ static void on_accept(uv_poll_t *h, int status, int events) {
   }
 }
 
+/* Closes the pidfds of connections gRPC has closed since (their descriptor is gone, or now another
+ * file's): a connection's record lasts until its descriptor is reused, its pidfd no longer. No
+ * call of a closed connection is left to borrow it (listener.h). */
+static void forget_closed(struct rpc_listener *l) {
+  pthread_mutex_lock(&l->mu);
+  for (size_t fd = 0; fd < l->npeers; fd++) {
+    struct peer_slot *p = &l->peers[fd];
+    struct stat st;
+    if (p->known && p->peer.pidfd >= 0 && (fstat((int)fd, &st) != 0 || st.st_ino != p->ino)) {
+      peer_end(&p->peer);
+      p->known = false;
+    }
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
 static void on_sweep(uv_timer_t *t) {
   struct rpc_listener *l = t->data;
   uint64_t now = clock_mono_ns();
+  forget_closed(l);
   for (struct pending *p = l->pending, *next; p; p = next) {
     next = p->next;
     if (now - p->since_ns >= PENDING_TIMEOUT_MS * CLOCK_NS_PER_MS) {

@@ -36,11 +36,15 @@
 struct fd_tickets;
 struct rpc_listener;
 
-/* The kernel's word on a Unix caller. */
+/* The kernel's word on a Unix caller: its credentials and a pidfd of its process (SO_PEERPIDFD,
+ * else pidfd_open(2) of SO_PEERCRED's pid right after accept; -1 where the kernel has neither).
+ * The pidfd is the listener's, open while the connection is: a call borrows it and duplicates
+ * what it keeps (capability.h). */
 struct rpc_peer {
   uid_t uid;
   gid_t gid;
   pid_t pid;
+  int pidfd;
 };
 
 /* The identity key a Unix peer's states, regions, tickets and quotas are filed under. */

@@ -113,6 +113,7 @@ Qdp__StateInfo *rpc_state_info(struct rpc_server *s, struct rpc_arena *a,
   info->writer_lease_id = st->meta.writer_lease;
   info->writer = rpc_arena_str(a, st->meta.writer);
   info->writer_pid = st->meta.writer_pid;
+  info->session = rpc_arena_str(a, st->meta.session);
   for (size_t i = 0; st->ipc && i < info->n_shards; i++) {
     uint8_t *h = rpc_arena_alloc(a, sizeof st->ipc[i].handle);
     if (h) {

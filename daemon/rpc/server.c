@@ -92,6 +92,8 @@ static bool runs_inline(const struct rpc_call *c) {
   case RPC_M_PLAN:
   case RPC_M_LIST:
   case RPC_M_STATUS:
+  case RPC_M_OPEN_SESSION:
+  case RPC_M_HEARTBEAT:
     return true;
   case RPC_M_DESCRIBE: /* views call into the driver: a worker's job */
     return !((const Qdp__DescribeRequest *)c->req)->views;
@@ -218,11 +220,24 @@ static void log_swept_region(const struct region_meta *m, void *arg) {
            m->handle, m->owner, m->bytes, m->pid);
 }
 
+/* One line per session ended: whose, why, and what went with it. */
+static void log_ended_session(const struct session_info *s, const char *why,
+                              const struct job_session_end *e, void *arg) {
+  (void)arg;
+  log_info("rpc",
+           "session %s of %s (pid %d%s%s) ended: %s; released %zu state%s (%" PRIu64
+           " B) and %zu region%s",
+           s->id, s->owner, s->pid, s->label[0] ? ", " : "", s->label, why, e->states,
+           e->states == 1 ? "" : "s", e->bytes, e->regions, e->regions == 1 ? "" : "s");
+}
+
 static void expire_run(struct rpc_job *j) {
   struct rpc_server *s = j->srv;
   /* Releasing states frees device memory: a worker's job, never the loop's. */
   struct job_expiry ex;
-  job_expire(s->jobs, clock_unix_ms(), log_swept_region, NULL, &ex);
+  static const struct job_expire_report report = {.region = log_swept_region,
+                                                  .session = log_ended_session};
+  job_expire(s->jobs, clock_unix_ms(), &report, &ex);
   size_t n = ex.states;
   if (n > 0) {
     log_info("rpc", "released %zu state%s past %s lifetime", n, n == 1 ? "" : "s",
@@ -442,6 +457,9 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
                         .max_regions = (uint32_t)cfg->max_regions,
                         .max_client_regions = (uint32_t)cfg->max_client_regions,
                         .lease_grace_ms = cfg->lease_grace * 1000,
+                        .sessions = {.max_sessions = (uint32_t)cfg->max_sessions,
+                                     .max_client_sessions = (uint32_t)cfg->max_client_sessions,
+                                     .max_heartbeat_ms = cfg->session_max_heartbeat * 1000},
                         .own_files = s->own,
                         .nown = s->nown};
   QDP_TRY(rc, job_pipeline_create(&jd, &s->jobs, reterr));

@@ -1,7 +1,10 @@
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "state/capability.h"
 
@@ -61,16 +64,36 @@ qdp_status capability_text_len(const char **text, size_t cap, const char *field,
   return QDP_OK;
 }
 
-bool capability_pid_gone(int pid, int64_t now, uint64_t grace_ms, int64_t *gone_since) {
-  if (pid == 0) {
+void client_process_init(struct client_process *p, int pid, int pidfd) {
+  *p = (struct client_process){.pid = pid > 0 ? pid : 0, .pidfd = -1};
+  if (pidfd > STDERR_FILENO) {
+    p->pidfd = fcntl(pidfd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  }
+}
+
+void client_process_end(struct client_process *p) {
+  if (p->pidfd >= 0) {
+    close(p->pidfd);
+    p->pidfd = -1;
+  }
+}
+
+/* Whether the process is gone now: a pidfd polls readable once its process exited. */
+static bool process_gone_now(const struct client_process *p) {
+  if (p->pidfd >= 0) {
+    struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
+  }
+  return p->pid != 0 && kill(p->pid, 0) != 0 && errno == ESRCH;
+}
+
+bool client_process_gone(struct client_process *p, int64_t now, uint64_t grace_ms) {
+  if (!process_gone_now(p)) {
+    p->gone_since_ms = 0;
     return false;
   }
-  if (kill(pid, 0) == 0 || errno != ESRCH) {
-    *gone_since = 0;
-    return false;
+  if (p->gone_since_ms == 0) {
+    p->gone_since_ms = now;
   }
-  if (*gone_since == 0) {
-    *gone_since = now;
-  }
-  return now - *gone_since >= (int64_t)grace_ms;
+  return now - p->gone_since_ms >= (int64_t)grace_ms;
 }

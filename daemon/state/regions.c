@@ -28,7 +28,7 @@ struct region {
   void (*payload_end)(void *);
   uint32_t pins;
   bool linked;
-  int64_t gone_since_ms;     /* when a sweep first found meta.pid gone; 0 while it exists */
+  struct client_process process; /* meta.pid's */
   struct region *swept_next; /* on a sweep's list, pinned by the sweep until it reports it */
 };
 
@@ -73,6 +73,7 @@ static void end_region(struct region *e) {
   if (e->payload_end) {
     e->payload_end(e->payload);
   }
+  client_process_end(&e->process);
   free(e);
 }
 
@@ -182,13 +183,15 @@ static struct region *find(struct region_registry *r, const char *handle) {
 }
 
 qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
-                                  uint64_t bytes, void *payload, void (*payload_end)(void *),
+                                  int pidfd, const char *session, uint64_t bytes, void *payload, void (*payload_end)(void *),
                                   char *ret_handle, char *ret_token, struct region_meta *ret_meta,
                                   struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct region *e = NULL;
   size_t olen = OWNER_MAX;
+  size_t slen = 0;
   QDP_TRY(rc, capability_text_len(&owner, OWNER_MAX, "owner", "owner name", &olen, reterr));
+  QDP_TRY(rc, capability_text_len(&session, SESSION_ID_LEN, "session", "session id", &slen, reterr));
   if (pid < 0) {
     rc = qdp_error_set(reterr, QDP_ERR_INVALID_ARGUMENT, "pid",
                        "a region's process id %d is negative: give the registering process's, "
@@ -211,6 +214,8 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
   memcpy(e->meta.owner, owner, olen + 1);
   e->meta.bytes = bytes;
   e->meta.pid = pid;
+  memcpy(e->meta.session, session, slen + 1);
+  client_process_init(&e->process, pid, pidfd);
   e->meta.created_unix_ms = clock_unix_ms();
   e->payload = payload;
   e->payload_end = payload_end;
@@ -237,10 +242,13 @@ qdp_status region_registry_commit(struct region_registry *r, const char *owner, 
     owner_release(r, owner);
   }
   pthread_mutex_unlock(&r->mu);
-  free(e);
+  if (e) {
+    client_process_end(&e->process);
+    free(e);
+  }
   return rc;
 out:
-  free(e);
+  free(e); /* its process not yet recorded */
   cancel_slot(r, olen < OWNER_MAX ? owner : NULL);
   return rc;
 }
@@ -375,15 +383,16 @@ qdp_status region_registry_remove(struct region_registry *r, const char *handle,
   return QDP_OK;
 }
 
-size_t region_registry_sweep(struct region_registry *r, int64_t now, uint64_t grace_ms,
-                             void (*swept)(const struct region_meta *meta, void *arg), void *arg) {
+/* Unlinks every linked region `ends` says ends, each pinned by the sweep so that its record lasts
+ * until swept() has it even if a job's last put lands meanwhile; then reports and unpins them. */
+static size_t end_where(struct region_registry *r, bool (*ends)(struct region *e, const void *arg),
+                        const void *ends_arg,
+                        void (*swept)(const struct region_meta *meta, void *arg), void *arg) {
   struct region *list = NULL;
   size_t n = 0;
   pthread_mutex_lock(&r->mu);
   for (struct region *e = r->head; e; e = e->next) {
-    if (e->linked && capability_pid_gone(e->meta.pid, now, grace_ms, &e->gone_since_ms)) {
-      /* Unlinked as Unregister would, and pinned by the sweep itself, so that its record lasts
-       * until it is reported even if a job's last put lands meanwhile. */
+    if (e->linked && ends(e, ends_arg)) {
       unlink_region(r, e);
       e->pins++;
       e->swept_next = list;
@@ -406,6 +415,35 @@ size_t region_registry_sweep(struct region_registry *r, int64_t now, uint64_t gr
     }
   }
   return n;
+}
+
+struct gone_test {
+  int64_t now;
+  uint64_t grace_ms;
+};
+
+static bool process_gone(struct region *e, const void *arg) {
+  const struct gone_test *t = arg;
+  return client_process_gone(&e->process, t->now, t->grace_ms);
+}
+
+size_t region_registry_sweep(struct region_registry *r, int64_t now, uint64_t grace_ms,
+                             void (*swept)(const struct region_meta *meta, void *arg), void *arg) {
+  struct gone_test t = {.now = now, .grace_ms = grace_ms};
+  return end_where(r, process_gone, &t, swept, arg);
+}
+
+static bool in_session(struct region *e, const void *session) {
+  return e->meta.session[0] && strcmp(e->meta.session, session) == 0;
+}
+
+size_t region_registry_end_session(struct region_registry *r, const char *session,
+                                   void (*swept)(const struct region_meta *meta, void *arg),
+                                   void *arg) {
+  if (!session || !session[0]) {
+    return 0;
+  }
+  return end_where(r, in_session, session, swept, arg);
 }
 
 void region_registry_usage(struct region_registry *r, uint32_t *ret_count, uint64_t *ret_bytes) {

@@ -17,11 +17,13 @@
  * is not enough; it lets others read the region), and the owner may also unregister it by handle
  * alone, so a lost token strands no region.
  *
- * A region records the process that registered it, as the kernel named it. A client that dies
- * without unregistering would otherwise keep its regions (and, on GPUs, their page-locked memory)
- * until the daemon stops: region_registry_sweep unregisters those whose process has been gone for
- * a grace period, as the state store ends such a client's leases. A region with pid 0 (no process
- * on this node, or none known) ends only when unregistered.
+ * A region records the process that registered it, as the kernel named it (its pidfd where the
+ * listener took one: capability.h), and the session it was made in, if any (sessions.h). A client
+ * that dies without unregistering would otherwise keep its regions (and, on GPUs, their
+ * page-locked memory) until the daemon stops: region_registry_sweep unregisters those whose
+ * process has been gone for a grace period, as the state store ends such a client's leases, and
+ * region_registry_end_session those of a session that ended. A region with no process known (a
+ * TCP caller) and no session ends only when unregistered.
  *
  * Thread-safe: one internal mutex; payload callbacks run outside it.
  */
@@ -32,6 +34,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "state/capability.h"
 
 #define REGION_HANDLE_LEN 24 /* "r" + 16 hex digits + NUL */
 #define REGION_TOKEN_LEN 33  /* 32 hex digits + NUL */
@@ -42,6 +45,7 @@ struct region_meta {
   uint64_t bytes;
   int64_t created_unix_ms;
   int pid; /* the registering process, in the daemon's pid namespace; 0: never swept */
+  char session[SESSION_ID_LEN]; /* the session it ends with; "": none */
 };
 
 struct region_registry;
@@ -59,13 +63,14 @@ qdp_status region_registry_reserve(struct region_registry *r, const char *owner,
 /* Gives back a slot that reserve took for owner and that was not committed. */
 void region_registry_cancel(struct region_registry *r, const char *owner);
 
-/* Turns owner's reserved slot (reserve's owner) into a region of process pid (0: never swept)
- * holding payload (ended through payload_end when the region goes). Consumes the slot in every
+/* Turns owner's reserved slot (reserve's owner) into a region of process pid (0: never swept),
+ * named by pidfd (borrowed, duplicated; -1: tested by pid), in session `session` (NULL or "":
+ * none; at most SESSION_ID_LEN - 1 B) holding payload (ended through payload_end when the region goes). Consumes the slot in every
  * case; on failure the payload is not taken. owner (NULL = "") at most 63 B, pid not negative
  * (INVALID_ARGUMENT); INTERNAL for a NULL payload; SYSTEM when getrandom(2) fails. ret_handle /
  * ret_token: REGION_HANDLE_LEN / REGION_TOKEN_LEN bytes; ret_meta may be NULL. */
 qdp_status region_registry_commit(struct region_registry *r, const char *owner, int pid,
-                                  uint64_t bytes, void *payload, void (*payload_end)(void *),
+                                  int pidfd, const char *session, uint64_t bytes, void *payload, void (*payload_end)(void *),
                                   char *ret_handle, char *ret_token, struct region_meta *ret_meta,
                                   struct qdp_error *reterr);
 
@@ -87,13 +92,19 @@ qdp_status region_registry_remove(struct region_registry *r, const char *handle,
                                   struct qdp_error *reterr);
 
 /* Unlinks every region whose process has been gone for grace_ms as of now_unix_ms
- * (capability_pid_gone: the first sweep that finds it gone starts its grace), as
+ * (client_process_gone: the first sweep that finds it gone starts its grace), as
  * region_registry_remove would: its slot and bytes are free at once, its payload ends with its
  * last pin, so a job still reading or writing it finishes first. swept (may be NULL) gets each
  * one's record, outside the lock and before its payload ends. Returns how many. Blocks while
  * payloads end (unpinning, unmapping): a worker's call. */
 size_t region_registry_sweep(struct region_registry *r, int64_t now_unix_ms, uint64_t grace_ms,
                              void (*swept)(const struct region_meta *meta, void *arg), void *arg);
+
+/* Unlinks every region of `session` as region_registry_sweep does (swept the same); returns how
+ * many. A worker's call. */
+size_t region_registry_end_session(struct region_registry *r, const char *session,
+                                   void (*swept)(const struct region_meta *meta, void *arg),
+                                   void *arg);
 
 /* Linked regions and their bytes together. */
 void region_registry_usage(struct region_registry *r, uint32_t *ret_count, uint64_t *ret_bytes);

@@ -172,6 +172,7 @@ void store_destroy_list(struct entry *dead) {
     while (dead->leases) { /* only at state_store_destroy: leases are closed one by one else */
       struct lease *l = dead->leases;
       dead->leases = l->next;
+      client_process_end(&l->process);
       free(l);
     }
     free(dead);

@@ -14,9 +14,9 @@
  * like any other (its handle answers NOT_FOUND from then on: no new pins, views or leases), but
  * the payload, and with it the device memory the client's views point to, is destroyed only when
  * the last pin is put and the last lease is closed (state_store_lease_close, by the lease id,
- * with the handle and token, which keep working for that) or swept: a lease whose client pid no
- * longer exists (kill(pid, 0) gives ESRCH) for lease_grace_ms ends at the next sweep. A lease
- * with pid 0 (a client that could not say its pid) ends only when closed. At most
+ * with the handle and token, which keep working for that) or swept: a lease whose client process
+ * has been gone for lease_grace_ms (capability.h: by its pidfd, else its pid) ends at the next
+ * sweep. A lease with no process known (a TCP client) ends only when closed. At most
  * STATE_LEASES_MAX leases per state.
  *
  * A write lease is exclusive: it opens only on a state with no other lease and no pin but the
@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "state/capability.h"
 
 #define STATE_HANDLE_LEN 24 /* "s" + hex digits, NUL included */
 #define STATE_TOKEN_LEN 33  /* 32 hex digits + NUL */
@@ -68,6 +69,7 @@ struct state_meta {
   uint64_t writer_lease;
   char writer[64];
   int writer_pid;
+  char session[SESSION_ID_LEN]; /* the session it ends with (sessions.h); "": none */
 };
 
 struct state_store;
@@ -86,6 +88,10 @@ void state_store_destroy(struct state_store *s);
 qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t bytes,
                              struct state_reservation **ret_res, struct qdp_error *reterr);
 void state_reservation_cancel(struct state_reservation *r); /* NULL-safe */
+/* The state r becomes ends with session `session` (NULL or "": none; longer than
+ * SESSION_ID_LEN - 1 B is INVALID_ARGUMENT): state_store_end_session releases it. */
+qdp_status state_reservation_join(struct state_reservation *r, const char *session,
+                                  struct qdp_error *reterr);
 
 /* Turns the reservation into a state holding `payload` (destroyed through payload_destroy when the
  * state goes). ttl_ms 0 = the default TTL; capped at max_ttl_ms (a state that would never expire
@@ -140,15 +146,20 @@ void state_store_foreach(struct state_store *s,
 /* Releases every state whose expiry is <= now_unix_ms; returns how many. */
 size_t state_store_expire(struct state_store *s, int64_t now_unix_ms);
 
+/* Releases every live state of `session` (NULL or "": none) as state_store_release would;
+ * returns how many, their bytes in *ret_bytes (may be NULL). */
+size_t state_store_end_session(struct state_store *s, const char *session, uint64_t *ret_bytes);
+
 /* Opens a lease on the live state whose payload the caller pinned (state_store_get_record) for
- * `client` (at most 63 B; NULL = "") in process `pid` (0 = unknown), a write lease when `write`.
+ * `client` (at most 63 B; NULL = "") in process `pid` (0 = unknown) named by `pidfd` (borrowed,
+ * duplicated; -1 = none: tested by pid), a write lease when `write`.
  * *ret_lease_id is never 0. NOT_FOUND when the state was released or expired meanwhile;
  * INVALID_ARGUMENT for a negative pid or a long client name; RESOURCE_EXHAUSTED past
  * STATE_LEASES_MAX; FAILED_PRECONDITION (field "handle") while a write lease is open, and for a
  * write lease while other leases are open or other calls hold pins (the numbers in the
  * message). */
 qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
-                                  bool write, uint64_t *ret_lease_id, struct qdp_error *reterr);
+                                  int pidfd, bool write, uint64_t *ret_lease_id, struct qdp_error *reterr);
 
 /* Closes lease `lease_id` of the state (handle, token), live or released. *ret_freed_bytes
  * (may be NULL) gets the state's bytes when this close destroyed its payload (it was released and
@@ -158,7 +169,7 @@ qdp_status state_store_lease_close(struct state_store *s, const char *handle, co
                                    uint64_t lease_id, uint64_t *ret_freed_bytes,
                                    struct qdp_error *reterr);
 
-/* Ends every lease whose client pid has not existed for lease_grace_ms as of now_unix_ms (the
+/* Ends every lease whose client process has been gone for lease_grace_ms as of now_unix_ms (the
  * first sweep that finds a pid gone starts its grace), destroying released states left with no
  * lease and no pin; returns how many leases ended. */
 size_t state_store_sweep_leases(struct state_store *s, int64_t now_unix_ms);

@@ -101,7 +101,7 @@ qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t 
   if (rc != QDP_OK) {
     return rc;
   }
-  struct state_reservation *r = malloc(sizeof *r);
+  struct state_reservation *r = calloc(1, sizeof *r);
   if (!r) {
     return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
                          "no host memory for a %zu B reservation record", sizeof *r);
@@ -124,6 +124,16 @@ qdp_status state_store_admit(struct state_store *s, const char *owner, uint64_t 
 out:
   pthread_mutex_unlock(&s->mu);
   free(r);
+  return rc;
+}
+
+qdp_status state_reservation_join(struct state_reservation *r, const char *session,
+                                  struct qdp_error *reterr) {
+  size_t n;
+  qdp_status rc = capability_text_len(&session, SESSION_ID_LEN, "session", "session id", &n, reterr);
+  if (rc == QDP_OK) {
+    memcpy(r->session, session, n + 1);
+  }
   return rc;
 }
 
@@ -160,6 +170,7 @@ static qdp_status new_entry(struct state_store *s, const struct state_reservatio
     return rc;
   }
   memcpy(e->meta.label, label, llen + 1);
+  memcpy(e->meta.session, r->session, sizeof e->meta.session);
   e->meta.bytes = r->bytes;
   e->meta.created_unix_ms = clock_unix_ms();
   uint64_t ttl = ttl_ms ? ttl_ms : s->lim.default_ttl_ms;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "state/capability.h"
 #include "state/store.h"
 
 #define OWNER_MAX (sizeof(((struct state_meta *)0)->owner))
@@ -44,9 +45,8 @@ struct lease {
   struct entry *entry;
   uint64_t id;
   char client[OWNER_MAX];
-  int pid; /* 0: unknown, never swept */
+  struct client_process process; /* the viewing process */
   int64_t opened_unix_ms;
-  int64_t gone_since_ms; /* when a sweep first found pid gone; 0 while it exists */
   bool write;
 };
 
@@ -68,6 +68,7 @@ struct state_reservation {
   struct state_store *store;
   struct owner *owner;
   uint64_t bytes;
+  char session[SESSION_ID_LEN]; /* what the state will end with; "": none */
 };
 
 struct state_store {

@@ -10,16 +10,20 @@
 #include "state/capability.h"
 #include "state/store_internal.h"
 
-size_t state_store_expire(struct state_store *s, int64_t now) {
+/* Unlinks every linked state `ends` says ends; returns how many (their bytes in *ret_bytes). */
+static size_t unlink_where(struct state_store *s, bool (*ends)(const struct entry *e, const void *arg),
+                           const void *arg, uint64_t *ret_bytes) {
   struct entry *dead = NULL;
   size_t count = 0;
+  uint64_t bytes = 0;
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < s->by_handle.nbuckets; i++) {
     struct hnode *n = s->by_handle.buckets[i];
     while (n) {
       struct hnode *next = n->next; /* n may leave the chain below */
       struct entry *e = CONTAINER(n, struct entry, by_handle);
-      if (e->meta.expires_unix_ms && e->meta.expires_unix_ms <= now) {
+      if (ends(e, arg)) {
+        bytes += e->meta.bytes;
         struct entry *d = store_unlink(s, e);
         if (d) {
           d->dead_next = dead;
@@ -32,7 +36,32 @@ size_t state_store_expire(struct state_store *s, int64_t now) {
   }
   pthread_mutex_unlock(&s->mu);
   store_destroy_list(dead);
+  if (ret_bytes) {
+    *ret_bytes = bytes;
+  }
   return count;
+}
+
+static bool expired(const struct entry *e, const void *now) {
+  return e->meta.expires_unix_ms && e->meta.expires_unix_ms <= *(const int64_t *)now;
+}
+
+size_t state_store_expire(struct state_store *s, int64_t now) {
+  return unlink_where(s, expired, &now, NULL);
+}
+
+static bool in_session(const struct entry *e, const void *session) {
+  return e->meta.session[0] && strcmp(e->meta.session, session) == 0;
+}
+
+size_t state_store_end_session(struct state_store *s, const char *session, uint64_t *ret_bytes) {
+  if (ret_bytes) {
+    *ret_bytes = 0;
+  }
+  if (!session || !session[0]) {
+    return 0;
+  }
+  return unlink_where(s, in_session, session, ret_bytes);
 }
 
 /* ---- leases ---------------------------------------------------------------------------------- */
@@ -71,7 +100,7 @@ static qdp_status check_exclusive(const struct entry *e, struct qdp_error *reter
 }
 
 qdp_status state_store_lease_open(struct state_store *s, void *payload, const char *client, int pid,
-                                  bool write, uint64_t *ret_lease_id, struct qdp_error *reterr) {
+                                  int pidfd, bool write, uint64_t *ret_lease_id, struct qdp_error *reterr) {
   size_t clen;
   qdp_status rc = capability_text_len(&client, OWNER_MAX, "client", "client name", &clen, reterr);
   if (rc != QDP_OK) {
@@ -110,7 +139,7 @@ qdp_status state_store_lease_open(struct state_store *s, void *payload, const ch
     goto out;
   }
   memcpy(l->client, client, clen + 1);
-  l->pid = pid;
+  client_process_init(&l->process, pid, pidfd);
   l->opened_unix_ms = clock_unix_ms();
   l->id = ++s->next_lease_id;
   l->write = write;
@@ -161,6 +190,7 @@ static struct entry *end_lease(struct state_store *s, struct lease *l) {
   }
   e->meta.leases--;
   s->leases--;
+  client_process_end(&l->process);
   free(l);
   if (e->linked || e->pins || e->leases) {
     return NULL;
@@ -204,7 +234,7 @@ size_t state_store_sweep_leases(struct state_store *s, int64_t now) {
       struct hnode *next = n->next; /* n may leave the chain below */
       struct lease *l = CONTAINER(n, struct lease, node);
       n = next;
-      if (capability_pid_gone(l->pid, now, s->lim.lease_grace_ms, &l->gone_since_ms)) {
+      if (client_process_gone(&l->process, now, s->lim.lease_grace_ms)) {
         struct entry *d = end_lease(s, l);
         if (d) {
           d->dead_next = dead;

@@ -69,7 +69,7 @@ static qdp_status op_store(void *arg, struct qdp_error *e) {
   payload = NULL; /* the store's now */
   struct state_meta meta;
   QDP_TRY(rc, state_store_get(s, handle, token, &got, &meta, e));
-  rc = state_store_lease_open(s, got, "uid:1000", 0, false, &lease, e);
+  rc = state_store_lease_open(s, got, "uid:1000", 0, -1, false, &lease, e);
   state_store_put(s, got);
   if (rc != QDP_OK) {
     goto out;

@@ -118,7 +118,8 @@ START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
   struct region_meta last;
   memset(&last, 0, sizeof last);
   struct job_expiry ex;
-  job_expire(fx.jp, clock_unix_ms(), count_swept, &last, &ex);
+  const struct job_expire_report report = {.region = count_swept, .arg = &last};
+  job_expire(fx.jp, clock_unix_ms(), &report, &ex);
   ck_assert_uint_eq(ex.regions, 1);
   ck_assert_uint_eq(ex.states, 0);
   ck_assert_uint_eq(ex.leases, 0);
@@ -130,7 +131,7 @@ START_TEST(test_expiry_unregisters_the_regions_of_exited_processes) {
   /* Gone as if unregistered: its handle is unknown. */
   ck_assert_int_eq(job_unregister_region(fx.jp, NULL, gone.meta.handle, gone.token, NULL, &e),
                    QDP_ERR_NOT_FOUND);
-  job_expire(fx.jp, clock_unix_ms() + 3600 * 1000, NULL, NULL, &ex);
+  job_expire(fx.jp, clock_unix_ms() + 3600 * 1000, NULL, &ex);
   ck_assert_uint_eq(ex.regions, 0);
   CK_OK(job_unregister_region(fx.jp, NULL, alive.meta.handle, alive.token, NULL, &e), e);
   CK_OK(job_unregister_region(fx.jp, NULL, tcp.meta.handle, tcp.token, NULL, &e), e);

@@ -41,7 +41,7 @@ static qdp_status try_lease(struct state_store *s, const char *handle, const cha
   void *got = NULL;
   *id = 0;
   ck_assert_int_eq(state_store_get_record(s, handle, token, &got, NULL, e), QDP_OK);
-  qdp_status rc = state_store_lease_open(s, got, "alice@host:1", pid, write, id, e);
+  qdp_status rc = state_store_lease_open(s, got, "alice@host:1", pid, -1, write, id, e);
   state_store_put(s, got);
   return rc;
 }
@@ -212,23 +212,23 @@ START_TEST(test_lease_open_refusals) {
   uint64_t id = 0;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(state_store_get(s, h, t, &got, NULL, NULL), QDP_OK);
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", -5, false, &id, &e),
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", -5, -1, false, &id, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.field, "client_pid");
   char longname[80];
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = '\0';
-  ck_assert_int_eq(state_store_lease_open(s, got, longname, 1, false, &id, &e),
+  ck_assert_int_eq(state_store_lease_open(s, got, longname, 1, -1, false, &id, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   for (int i = 0; i < STATE_LEASES_MAX; i++) {
-    ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e), QDP_OK);
+    ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, -1, false, &id, &e), QDP_OK);
   }
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e),
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, -1, false, &id, &e),
                    QDP_ERR_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(e.msg, "256 open view leases"), "%s", e.msg);
   /* Released between the pin and the lease: refused, nothing leased. */
   ck_assert_int_eq(state_store_release(s, h, t, NULL, NULL), QDP_OK);
-  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, false, &id, &e), QDP_ERR_NOT_FOUND);
+  ck_assert_int_eq(state_store_lease_open(s, got, "c", 0, -1, false, &id, &e), QDP_ERR_NOT_FOUND);
   state_store_put(s, got);
   ck_assert_int_eq(p.destroyed, 0); /* 256 leases still open */
   state_store_destroy(s);

@@ -31,7 +31,7 @@ static void add_of(struct region_registry *r, int pid, struct payload *p, uint64
                    char *handle, char *token) {
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(region_registry_reserve(r, "alice", &e), e);
-  CK_OK(region_registry_commit(r, "alice", pid, bytes, p, payload_end, handle, token, NULL, &e), e);
+  CK_OK(region_registry_commit(r, "alice", pid, -1, NULL, bytes, p, payload_end, handle, token, NULL, &e), e);
 }
 
 static void add(struct region_registry *r, struct payload *p, uint64_t bytes, char *handle,
@@ -46,7 +46,7 @@ START_TEST(test_commit_gives_a_handle_and_token_and_get_returns_the_payload) {
   struct region_meta m;
   struct qdp_error e = QDP_ERROR_INIT;
   ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
-  ck_assert_int_eq(region_registry_commit(r, "alice", 0, 4096, &p, payload_end, h, t, &m, &e),
+  ck_assert_int_eq(region_registry_commit(r, "alice", 0, -1, NULL, 4096, &p, payload_end, h, t, &m, &e),
                    QDP_OK);
   ck_assert_int_eq(h[0], 'r');
   ck_assert_uint_eq(strlen(h), 17);
@@ -130,7 +130,7 @@ START_TEST(test_max_regions_counts_reservations_and_frees_on_remove_and_cancel) 
   memset(longname, 'x', sizeof longname - 1);
   longname[sizeof longname - 1] = '\0';
   char h3[REGION_HANDLE_LEN], t3[REGION_TOKEN_LEN];
-  ck_assert_int_eq(region_registry_commit(r, longname, 0, 5, &p3, payload_end, h3, t3, NULL, &e),
+  ck_assert_int_eq(region_registry_commit(r, longname, 0, -1, NULL, 5, &p3, payload_end, h3, t3, NULL, &e),
                    QDP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(atomic_load(&p3.ended), 0);
   ck_assert_int_eq(region_registry_reserve(r, "alice", &e), QDP_OK);
@@ -320,7 +320,7 @@ START_TEST(test_a_negative_pid_is_refused_and_gives_the_slot_back) {
   char h[REGION_HANDLE_LEN], t[REGION_TOKEN_LEN];
   struct qdp_error e = QDP_ERROR_INIT;
   CK_OK(region_registry_reserve(r, "alice", &e), e);
-  CK_STATUS(region_registry_commit(r, "alice", -5, 8, &p, payload_end, h, t, NULL, &e),
+  CK_STATUS(region_registry_commit(r, "alice", -5, -1, NULL, 8, &p, payload_end, h, t, NULL, &e),
             QDP_ERR_INVALID_ARGUMENT, e);
   ck_assert_str_eq(e.field, "pid");
   ck_assert_ptr_nonnull(strstr(e.msg, "-5"));
@@ -337,7 +337,7 @@ static qdp_status add_owned(struct region_registry *r, const char *owner, struct
                             char *handle, char *token, struct qdp_error *e) {
   qdp_status rc = region_registry_reserve(r, owner, e);
   if (rc == QDP_OK) {
-    rc = region_registry_commit(r, owner, 0, 4096, p, payload_end, handle, token, NULL, e);
+    rc = region_registry_commit(r, owner, 0, -1, NULL, 4096, p, payload_end, handle, token, NULL, e);
   }
   return rc;
 }
@@ -366,7 +366,7 @@ START_TEST(test_max_client_regions_limits_each_identity_alone) {
   CK_OK(region_registry_reserve(r, "uid:1000", &e), e);
   /* ... and so does a commit that fails (a NULL payload), without taking anything. */
   ck_assert_int_eq(
-      region_registry_commit(r, "uid:1000", 0, 1, NULL, payload_end, h[3], t[3], NULL, &e),
+      region_registry_commit(r, "uid:1000", 0, -1, NULL, 1, NULL, payload_end, h[3], t[3], NULL, &e),
       QDP_ERR_INTERNAL);
   CK_OK(add_owned(r, "uid:1000", &p[3], h[3], t[3], &e), e);
   ck_assert_int_eq(region_registry_reserve(r, "uid:1000", &e), QDP_ERR_RESOURCE_EXHAUSTED);
