@@ -15,14 +15,17 @@ import collections
 import os
 import threading
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple, TypeVar
 
 from . import _native
 from ._grpc_env import import_grpc
 from ._handoff import READ, WRITE, hand_over
 from ._tls import Tls
 from ._wire import Wire
-from .errors import Error, FailedPrecondition, NotSupported, Unavailable, from_rpc_error
+from .errors import Error, FailedPrecondition, NotFound, NotSupported, Unavailable, \
+    from_rpc_error
+
+T = TypeVar("T")
 
 
 class Connection:
@@ -61,6 +64,8 @@ class Connection:
         self.wire = wire
         self._metadata = metadata
         self.unavailable_note: Optional[Callable[[], str]] = None
+        # The client's session (qdp._session.Session), which what it makes ends with; None: none.
+        self.session: Any = None
         self._lock = threading.Lock()
         # What close() ends, in order: the deferred calls (made while still open), then the
         # libqdp client and, once a call needed it, the grpcio channel.
@@ -180,13 +185,33 @@ class Connection:
         self._check_open()
         return hand_over(self.socket_path, fd, access)
 
+    def session_id(self) -> str:
+        """The id of the client's session, which a request names for what it makes ("" for
+        none); opens the session at the first call."""
+        return self.session.id() if self.session is not None else ""
+
+    def in_session(self, make: Callable[[str], T], session: bool = True) -> T:
+        """``make(id)`` of a call that makes something in the client's session (``id`` "" with
+        none, or with ``session`` False); made once more in a new session when the daemon no
+        longer knows the old one (it restarted: what the old one held is gone already)."""
+        sid = self.session_id() if session else ""
+        try:
+            return make(sid)
+        except NotFound as e:
+            if not sid or e.field != "session":
+                raise
+        return make(self.session.renew(sid))
+
     def register_region(self, fd: int, writable: bool) -> Tuple[str, str]:
-        """Hands a region's descriptor over and registers it (RegisterRegion), for the daemon
-        to read, or with ``writable`` to write (FetchInto); returns its handle and token."""
-        req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd,
-                                              writable=writable)
-        req.fd_ticket = self.hand_over(fd, WRITE if writable else READ)
-        info = self.call("RegisterRegion", req)
+        """Hands a region's descriptor over and registers it (RegisterRegion) in the client's
+        session, for the daemon to read, or with ``writable`` to write (FetchInto); returns its
+        handle and token."""
+        def register(sid: str) -> Any:
+            req = self.wire.RegisterRegionRequest(name="memfd:qdp-python", pid=os.getpid(), fd=fd,
+                                                  writable=writable, session=sid)
+            req.fd_ticket = self.hand_over(fd, WRITE if writable else READ)
+            return self.call("RegisterRegion", req)
+        info = self.in_session(register)
         return info.handle, info.token
 
     def later(self, job: Callable[[], None]) -> None:

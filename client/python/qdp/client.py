@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-from . import _ipc, _local, _region, _tls
+from . import _ipc, _local, _region, _session, _tls
 from ._connection import Connection
 from ._fetch import Fetcher
 from ._region import Region
@@ -197,6 +197,16 @@ class Client:
     tls_server_name : str, optional
         The name the daemon's certificate carries when it is not the target's host; default
         ``$QDP_TLS_SERVER_NAME``.
+    session : bool
+        Make states and regions in a session of this client (OpenSession), which the daemon
+        ends, releasing what is left in it, when the client closes or when its process dies,
+        even of SIGKILL: nothing it made outlives it by accident. A state made with
+        ``encode(..., outlive=True)`` is outside it. False: states end only by their release,
+        this client's close or their ttl, as from a daemon without sessions.
+    heartbeat : float, optional
+        Seconds without a call after which the daemon ends the session: over TCP, where the
+        daemon cannot see this process, a thread calls Heartbeat four times within it (default
+        60 s); on a Unix socket none by default (the session ends with the process).
 
     Attributes
     ----------
@@ -210,7 +220,8 @@ class Client:
     Raises
     ------
     InvalidArgument
-        A negative ``region_cache_bytes``; a ``QDP_AUTOSTART`` other than 0 or 1; TLS options
+        A negative ``region_cache_bytes``; a ``heartbeat`` that is not seconds > 0; a
+        ``QDP_AUTOSTART`` other than 0 or 1; TLS options
         for a ``unix:`` target, a certificate without its key, or a file that holds no PEM.
     Unavailable, DeadlineExceeded, NotFound, PermissionDenied
         Only when the private daemon is started: see :meth:`LocalDaemon.start` and
@@ -232,7 +243,9 @@ class Client:
                  wire: Optional[Wire] = None,
                  region_cache_bytes: int = REGION_CACHE_BYTES,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
-                 tls_key: Optional[str] = None, tls_server_name: Optional[str] = None) -> None:
+                 tls_key: Optional[str] = None, tls_server_name: Optional[str] = None,
+                 session: bool = True, heartbeat: Optional[float] = None) -> None:
+        heartbeat = _session.check_heartbeat(heartbeat)
         if (not isinstance(region_cache_bytes, (int, np.integer))
                 or isinstance(region_cache_bytes, bool) or region_cache_bytes < 0):
             raise InvalidArgument(f"region_cache_bytes must be a number of bytes >= 0 (0 keeps "
@@ -252,6 +265,8 @@ class Client:
             md.append(("authorization", "Bearer " + token))
         self._conn = Connection(self.target, tuple(md), timeout, wire or Wire(), tls)
         self.wire = self._conn.wire
+        self._session = _session.Session(self._conn, heartbeat, name) if session else None
+        self._conn.session = self._session
         self._fetcher = Fetcher(self._conn, int(region_cache_bytes))
         self._owner = Owner(self._conn, self._fetcher)
         self._states = self._owner.states  # those close() releases
@@ -274,6 +289,12 @@ class Client:
     def socket_path(self) -> Optional[str]:
         """The daemon's socket path when the target is a Unix socket, else None (TCP)."""
         return self._conn.socket_path
+
+    @property
+    def session(self) -> Optional[str]:
+        """The id of this client's session on the daemon (opened now if it was not yet), or
+        None: sessions off (``session=False``), or a daemon without them."""
+        return self._conn.session_id() or None
 
     @property
     def timeout(self) -> float:
@@ -331,9 +352,9 @@ class Client:
                 pass
 
     def close(self) -> None:
-        """Releases the states this client made that are still alive, unregisters its regions
-        (those kept for fetches too; arrays over them stay valid) and closes the channel.
-        Idempotent."""
+        """Releases the states this client made that are still alive (but those made to
+        outlive it), unregisters its regions (those kept for fetches too; arrays over them stay
+        valid), ends its session and closes the channel. Idempotent."""
         if not self._conn.open:
             return
         for s in list(self._states):
@@ -349,6 +370,8 @@ class Client:
         if pool is not None:
             pool.shutdown(wait=True)
         self._fetcher.close()  # while the channel is open: it unregisters the fetch regions
+        if self._session is not None:
+            self._session.close()
         self._conn.close()
 
     def __enter__(self) -> "Client":
@@ -489,16 +512,19 @@ class Client:
     @overload
     def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
                policy: str = "auto", devices: Optional[Sequence[str]] = None,
-               ttl: Optional[float] = None, label: str = "", out: None = None) -> State: ...
+               ttl: Optional[float] = None, label: str = "", out: None = None,
+               outlive: bool = False) -> State: ...
 
     @overload
     def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
                policy: str = "auto", devices: Optional[Sequence[str]] = None,
-               ttl: Optional[float] = None, label: str = "", out: Out) -> Out: ...
+               ttl: Optional[float] = None, label: str = "", out: Out,
+               outlive: bool = False) -> Out: ...
 
     def encode(self, data: Any, encoding: str, qubits: int, *, dtype: Optional[str] = None,
                policy: str = "auto", devices: Optional[Sequence[str]] = None,
-               ttl: Optional[float] = None, label: str = "", out: Any = None) -> Any:
+               ttl: Optional[float] = None, label: str = "", out: Any = None,
+               outlive: bool = False) -> Any:
         """Encodes classical data into a state the daemon keeps, or into ``out``.
 
         Parameters
@@ -543,7 +569,13 @@ class Client:
             shard: ``policy`` "auto" or "single", ``devices`` none or that GPU) and answers once
             they are in place; it keeps nothing. The work queued on the tensor's current stream
             is waited for first. Same-node daemons on GPUs only; after a failure the tensor
-            holds anything. ``ttl`` and ``label`` describe a kept state: not with ``out``.
+            holds anything. ``ttl``, ``label`` and ``outlive`` describe a kept state: not with
+            ``out``.
+        outlive : bool
+            Make the state outside the client's session: it is not released when the client
+            closes, is collected or its process dies, only by :meth:`State.release` (of this or
+            any holder of its handle and token) or its ttl. For a state another process picks up
+            by :meth:`Client.state`.
 
         Returns
         -------
@@ -603,15 +635,20 @@ class Client:
         circuit.
         """
         if out is not None:
-            self._kept_only(ttl, label)
+            self._kept_only(ttl, label, outlive)
         dst = self._output(out, dtype) if out is not None else None
         r = self._request(encoding, qubits, dst.dtype if dst else dtype or "complex128", policy,
                           devices, ttl, label)
         src = self._input(data, encoding)
-        reply = self._send(r, src, dst)
+
+        def send(sid: str) -> Any:
+            r.session = sid
+            return self._send(r, src, dst)
+        reply = self._conn.in_session(send, session=dst is None and not outlive)
         if dst is not None:
             return out  # dst held it until the reply; the amplitudes are in place
-        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl)
+        return self._owner.adopt(reply.state, src.batched or reply.state.batch > 1, ttl,
+                                 outlive=outlive)
 
     def _send(self, r: Any, src: EncodeInput, dst: Optional[_ipc.CudaOutput] = None) -> Any:
         """Sends EncodeRequest ``r`` with input ``src`` (inline, a region, staged, uploaded, a
@@ -668,9 +705,10 @@ class Client:
         return dst
 
     @staticmethod
-    def _kept_only(ttl: Optional[float], label: str) -> None:
+    def _kept_only(ttl: Optional[float], label: str, outlive: bool) -> None:
         """Refuses what only a kept state has, for encode with ``out``, which keeps nothing."""
-        for name, given in (("ttl", ttl is not None), ("label", label != "")):
+        for name, given in (("ttl", ttl is not None), ("label", label != ""),
+                            ("outlive", bool(outlive))):
             if given:
                 raise InvalidArgument(f"{name} describes a state the daemon keeps, but out= keeps "
                                       f"nothing: leave {name} out, or encode without out= and "

@@ -167,6 +167,9 @@ class StateInfo:
         amplitudes.
     writer : str
         Who holds that lease: the identity and the process's pid ("uid:1000 (pid 4242)"), or "".
+    session : str
+        The session it ends with (:attr:`qdp.Client.session`), or "" (it ends by its release
+        or its ttl).
     """
 
     handle: str
@@ -188,6 +191,7 @@ class StateInfo:
     written: bool = False
     writer_lease_id: int = 0
     writer: str = ""
+    session: str = ""
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -198,7 +202,8 @@ class StateInfo:
                    dtype_name(m.dtype), m.bytes, m.policy,
                    tuple(Shard.from_proto(s) for s in m.shards), m.label, m.owner,
                    m.expires_unix_ms, m.leases, m.collective, m.encode_ms,
-                   m.ttl_seconds, m.ttl_capped, m.written, m.writer_lease_id, writer, m)
+                   m.ttl_seconds, m.ttl_capped, m.written, m.writer_lease_id, writer,
+                   getattr(m, "session", ""), m)
 
 
 @dataclass(frozen=True)

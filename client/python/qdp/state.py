@@ -565,7 +565,11 @@ class State:
         conn = self._owner.conn
         req = conn.wire.GatherRequest(device=device, ttl_seconds=ttl_seconds(ttl), label=label)
         req.state.CopyFrom(self._ref())
-        reply = conn.call("Gather", req)
+
+        def gather(sid: str) -> Any:
+            req.session = sid
+            return conn.call("Gather", req)
+        reply = conn.in_session(gather)
         return self._owner.adopt(reply.state, len(self.shape) == 2, ttl)
 
     def release(self) -> None:
@@ -648,11 +652,14 @@ class Owner:
             return out
         return self.fetcher.computed("Kernel", req, shape, NUMPY_DTYPES[name])
 
-    def adopt(self, info: Any, batched: bool, ttl: Optional[float]) -> State:
-        """The State of a reply's new state, released with the client; warns (from the caller's
-        caller) when the daemon gave it a shorter lifetime than ``ttl``."""
-        st = State(self, info, batched=batched)
-        self.states.add(st)
+    def adopt(self, info: Any, batched: bool, ttl: Optional[float],
+              outlive: bool = False) -> State:
+        """The State of a reply's new state, released with the client (unless it was made to
+        ``outlive`` it: then only by its release or its ttl); warns (from the caller's caller)
+        when the daemon gave it a shorter lifetime than ``ttl``."""
+        st = State(self, info, batched=batched, owned=not outlive)
+        if not outlive:
+            self.states.add(st)
         if info.ttl_capped:
             try:
                 warnings.warn(TtlCappedWarning(

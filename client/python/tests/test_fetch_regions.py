@@ -422,7 +422,8 @@ def test_a_killed_clients_regions_are_unregistered(sweeping_daemon: Daemon) -> N
         assert c.status().regions == 1
         with c.encode(mine, "amplitude", 10) as s:  # read in place from the live region
             ref.assert_close(s.numpy(), ref.amplitude(np.ones(1 << 10), 10), "complex128")
-        c.state(handle, token).release()  # states are the client's until their TTL
+        with pytest.raises(qdp.NotFound):  # released with the killed client's session
+            c.state(handle, token).info
         del mine
         gc.collect()
     with qdp.Client(sweeping_daemon.target) as check:
