@@ -24,7 +24,8 @@ _MESSAGES = (
     "Input", "SharedMemory", "Placement", "RegisterRegionRequest", "RegionRef", "RegionInfo",
     "UnregisterRegionReply", "DescribeRequest", "CloseViewRequest", "CloseViewReply",
     "GatherRequest", "FetchIntoRequest", "FetchIntoReply", "CudaIpcInput", "KernelRequest",
-    "KernelReply", "MeasureRequest", "MeasureReply",
+    "KernelReply", "MeasureRequest", "MeasureReply", "OpenSessionRequest", "SessionRef",
+    "SessionInfo", "CloseSessionReply",
 )
 
 
@@ -61,6 +62,9 @@ _UNARY = {
     "FetchInto": ("FetchIntoRequest", "FetchIntoReply"),
     "Kernel": ("KernelRequest", "KernelReply"),
     "Measure": ("MeasureRequest", "MeasureReply"),
+    "OpenSession": ("OpenSessionRequest", "SessionInfo"),
+    "Heartbeat": ("SessionRef", "SessionInfo"),
+    "CloseSession": ("SessionRef", "CloseSessionReply"),
 }
 
 

@@ -122,7 +122,7 @@ class Abuse(unittest.TestCase):
         cls.daemon = subprocess.Popen(
             [QDPD, "--socket", cls.sock, "--socket-group", GROUP, "--devices", DEVICES,
              "--max-client-states", str(MAX_CLIENT_STATES), "--max-states", str(MAX_STATES),
-             "--max-client-regions", str(MAX_CLIENT_REGIONS),
+             "--max-client-regions", str(MAX_CLIENT_REGIONS), "--expire-interval", "1",
              "--max-upload-bytes", "1Gi", "--upload-budget", "1Gi",
              "--client-upload-budget", str(CLIENT_UPLOAD),
              "--upload-idle-timeout", str(IDLE_S), "--tcp", "127.0.0.1:0",
@@ -763,7 +763,49 @@ for info in infos:
         self.assertEqual(self.as_user(EVE, grab)[f"region {MAX_CLIENT_REGIONS - 1}"][0], "OK")
         self.assert_serving_and_empty()
 
-    # ---- 10. the smaller ones ----
+    # ---- 10. a session is its owner's, and ends with its process ----
+
+    def test_9_a_session_is_named_only_by_its_owner_and_ends_with_its_process(self):
+        x = np.array([0.1, 0.2])
+        sid = self.root.call("OpenSession", self.pb.OpenSessionRequest(label="root")).session
+        req = self.root.request("angle", 2, x)
+        req.session = sid
+        mine = self.root.call("Encode", req).state
+        try:
+            out = self.as_user(EVE, f"""
+ref = c.pb.SessionRef(session={sid!r})
+rpc("beat root's session", lambda: c.call("Heartbeat", ref))
+rpc("close root's session", lambda: c.call("CloseSession", ref))
+req = c.request("angle", 2, np.array([0.3, 0.4]))
+req.session = {sid!r}
+rpc("encode into root's session", lambda: c.call("Encode", req))
+# Eve's own session, with a state in it; the process then exits without closing either.
+own = c.call("OpenSession", c.pb.OpenSessionRequest()).session
+req.session = own
+st = rpc("encode into her own session", lambda: c.call("Encode", req))
+out["handle"] = [st.state.handle, own]
+""")
+            for case in ("beat root's session", "close root's session",
+                         "encode into root's session"):
+                self.assertEqual(out[case][0], "NOT_FOUND", out)
+            self.assertEqual(out["encode into her own session"][0], "OK", out)
+            # Root's session and its state are untouched; Eve's state went with her process
+            # (the daemon's sweep, every expire_interval).
+            self.assertEqual(self.root.call("Heartbeat", self.pb.SessionRef(session=sid)).session,
+                             sid)
+            self.root.call("Describe", self.root.ref(mine))
+            deadline = time.monotonic() + 20
+            while self.root.status().states > 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(self.root.status().states, 1, "Eve's session state outlived her")
+        finally:
+            self.root.call("CloseSession", self.pb.SessionRef(session=sid))
+        with self.assertRaises(grpc.RpcError) as cm:  # released with root's session
+            self.root.call("Describe", self.root.ref(mine))
+        self.assertEqual(cm.exception.code(), SC.NOT_FOUND)
+        self.assert_serving_and_empty()
+
+    # ---- 11. the smaller ones ----
 
     def test_9_tokens_are_compared_whole_and_refusals_are_not_failed_jobs(self):
         x = self.root.encode("angle", 2, np.array([0.1, 0.2]))
