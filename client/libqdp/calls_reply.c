@@ -107,6 +107,7 @@ void qdp_state_info_free(struct qdp_state_info *s) {
   free(s->label);
   free(s->owner);
   free(s->writer);
+  free(s->session);
   array_free(s->shards, s->nshards, shard_free);
   free(s);
 }
@@ -138,6 +139,7 @@ void *qdp__state_from_pb(const void *pb) {
   s->writer_lease_id = p->writer_lease_id;
   s->writer_pid = p->writer_pid;
   s->writer = dup0(p->writer);
+  s->session = dup0(p->session);
   s->handle = dup0(p->handle);
   s->token = dup0(p->token);
   s->policy = dup0(p->policy);
@@ -147,7 +149,7 @@ void *qdp__state_from_pb(const void *pb) {
   s->shards = array_from_pb(p->shards, p->n_shards, shard_from_pb, shard_free);
   s->nshards = s->shards ? p->n_shards : 0;
   if (!s->handle || !s->token || !s->policy || !s->collective || !s->label || !s->owner ||
-      !s->writer || (p->n_shards && !s->shards)) {
+      !s->writer || !s->session || (p->n_shards && !s->shards)) {
     qdp_state_info_free(s);
     return NULL;
   }

@@ -284,6 +284,8 @@ struct qdp_state_info {
   uint64_t writer_lease_id;
   char *writer;
   int writer_pid;
+  /* since 0.7: the session it ends with (proto OpenSession), or "" */
+  char *session;
 };
 
 struct qdp_device_need {

@@ -393,6 +393,7 @@ void state_json_fields(struct jw *w, const struct qdp_state_info *s) {
   jw_u(w, "writer_lease_id", s->writer_lease_id);
   jw_s(w, "writer", s->writer);
   jw_i(w, "writer_pid", s->writer_pid);
+  jw_s(w, "session", s->session ? s->session : "");
   jw_open(w, "shards", '[');
   for (size_t i = 0; i < s->nshards; i++) {
     shard_json(w, s->shards[i]);
@@ -456,6 +457,9 @@ void state_print(const struct global *g, const struct qdp_state_info *s, const c
   if (s->written) {
     printf("written    through a write lease: the amplitudes are no longer necessarily the "
            "encoding's\n");
+  }
+  if (s->session && s->session[0]) {
+    printf("session    %s: released when that session ends\n", s->session);
   }
   if (s->label[0]) {
     printf("label      %s\n", s->label);
