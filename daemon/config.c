@@ -80,6 +80,10 @@ static const struct config_option options[] = {
     OPT(host_collectives, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "reduce sharded norms on the host even where NCCL could, and keep a world's ranks out of "
         "one NCCL group (the fallback, for comparison)"),
+    OPT(legacy_ipc_views, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
+        "hand zero-copy views out as CUDA IPC handles (cudaMalloc'd states), as daemons before "
+        "descriptor views did, rather than as file descriptors over the socket; those do not "
+        "cross PID namespaces"),
     OPT(nccl_exchange, CONFIG_BOOL, "no", 0, 1, "bool", false, NULL,
         "swap iqp's global-bit stages over NCCL even between GPUs that can read each other "
         "directly (for comparison)"),

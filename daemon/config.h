@@ -78,6 +78,7 @@ struct config {
   uint64_t copy_threads;
   bool host_collectives;
   bool nccl_exchange;
+  bool legacy_ipc_views;
   uint64_t store_budget;
   uint64_t client_budget;
   uint64_t max_states;

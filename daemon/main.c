@@ -602,6 +602,7 @@ int main(int argc, char **argv) {
       .staging_bytes = d.cfg.staging_bytes,
       .copy_threads = (unsigned)d.cfg.copy_threads,
       .nccl_exchange = d.cfg.nccl_exchange,
+      .legacy_ipc_views = d.cfg.legacy_ipc_views,
   };
   if (world_rank(d.world) != 0) {
     return run_rank(&d, &mc); /* follow the coordinator */

@@ -445,7 +445,8 @@ qdp_status job_encode(struct job_pipeline *jp, const struct job_caller *caller,
   }
   /* Nobody would ever receive this state's token: its memory goes back now, not at its TTL. */
   QDP_TRY(rc, job_check_caller(caller, true, err));
-  rc = job_commit(jp, caller, res, st, req->ttl_seconds, req->label, req->views, req->client_pid,
+  unsigned views = req->views ? JOB_VIEWS_READ | (req->descriptors ? JOB_VIEWS_FDS : 0) : 0;
+  rc = job_commit(jp, caller, res, st, req->ttl_seconds, req->label, views, req->client_pid,
                   ret, err);
   res = NULL; /* consumed either way, and st with it */
   st = NULL;

@@ -63,10 +63,11 @@ void job_info_fill(struct job_state_info *info, const struct state_meta *meta,
  * write lease when `write`, and marks the state written then (runtime_state_mark_written). */
 qdp_status job_lease_state(struct job_pipeline *jp, const struct job_caller *caller, int pid,
                            bool write, struct job_state_info *info, struct qdp_error *reterr);
-/* Opens views of every shard of info's pinned state under one new lease (job_lease_state): the
- * IPC handles first, so that a refusal leaves no lease behind. */
+/* Opens views (enum job_views) of every shard of info's pinned state under one new lease
+ * (job_lease_state): the handles and descriptors first, so that a refusal leaves no lease
+ * behind. */
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
-                          bool write, struct job_state_info *info, struct qdp_error *reterr);
+                          unsigned views, struct job_state_info *info, struct qdp_error *reterr);
 
 /* Commits a new state (Encode, Gather) under the reservation and describes it into *ret, pinned
  * from the commit on (a Release or expiry meanwhile frees it only at job_state_info_end), with
@@ -74,7 +75,7 @@ qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *call
  * is released again when its views cannot be opened, since no one could receive its handle. */
 qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       struct state_reservation *res, struct runtime_state *st,
-                      uint64_t ttl_seconds, const char *label, bool views, int pid,
+                      uint64_t ttl_seconds, const char *label, unsigned views, int pid,
                       struct job_state_info *ret, struct qdp_error *reterr);
 
 /* ---- the kernel matrix from inputs (encode.c) ---- */

@@ -30,6 +30,7 @@
 #include "state/regions.h"
 #include "state/sessions.h"
 #include "state/store.h"
+#include "state/tickets.h"
 #include "world/world.h"
 
 struct job_pipeline;
@@ -152,7 +153,8 @@ struct job_encode_request {
   struct job_placement placement;
   uint64_t ttl_seconds;
   const char *label;
-  bool views;     /* open zero-copy views of the new state for the caller */
+  bool views;       /* open zero-copy views of the new state for the caller */
+  bool descriptors; /* ... and take them as descriptors (JOB_VIEWS_FDS) */
   int client_pid; /* the views' process; 0: the caller's own */
 };
 
@@ -171,7 +173,10 @@ struct job_state_info {
   /* A write lease was ever opened on it: its amplitudes are its holders', not necessarily the
    * encoding's. */
   bool overwritten;
-  struct runtime_ipc *ipc;     /* views: one per shard of plan */
+  struct runtime_ipc *ipc;     /* views: one per shard of plan; descriptors closed at the end */
+  /* The tickets that name the shards' descriptors once rpc/ handed them to the caller
+   * (state/tickets.h; "" for a shard with an IPC handle); NULL: none yet. */
+  char (*tickets)[FD_TICKET_LEN];
   /* private */
   void *pinned;
   bool fresh; /* committed by this job: released when its handle cannot be handed over */
@@ -230,12 +235,15 @@ void job_upload_usage(struct job_pipeline *jp, const char *owner, uint64_t *ret_
 
 /* What a Describe opens beside the record: nothing, views under a lease, or writable views under
  * the exclusive write lease (state/store.h says what it excludes). */
-enum job_views { JOB_VIEWS_NONE, JOB_VIEWS_READ, JOB_VIEWS_WRITE };
+/* The views a call asks for: none, read or write; with JOB_VIEWS_FDS the caller takes shards
+ * handed out as descriptors (runtime_ipc.fd), without it such shards refuse views
+ * (FAILED_PRECONDITION: the caller predates them). */
+enum job_views { JOB_VIEWS_NONE = 0, JOB_VIEWS_READ = 1, JOB_VIEWS_WRITE = 2, JOB_VIEWS_FDS = 4 };
 
 /* The state (handle, token), with views opened for process pid (0: the caller) when asked. The
  * record is described while a write lease is open; views then are FAILED_PRECONDITION. */
 qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller,
-                        const char *handle, const char *token, enum job_views views, int pid,
+                        const char *handle, const char *token, unsigned views, int pid,
                         struct job_state_info *ret, struct qdp_error *reterr);
 
 /* Calls fn for the caller's states (every identity's with all, for operators only), under the

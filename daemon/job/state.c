@@ -149,7 +149,7 @@ qdp_status job_lease_state(struct job_pipeline *jp, const struct job_caller *cal
 }
 
 qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *caller, int pid,
-                          bool write, struct job_state_info *info, struct qdp_error *err) {
+                          unsigned views, struct job_state_info *info, struct qdp_error *err) {
   size_t n = info->plan->nshards;
   info->ipc = calloc(n ? n : 1, sizeof *info->ipc);
   if (!info->ipc) {
@@ -157,12 +157,23 @@ qdp_status job_open_views(struct job_pipeline *jp, const struct job_caller *call
                          "no host memory to build the reply");
   }
   for (size_t i = 0; i < n; i++) {
+    info->ipc[i].fd = -1; /* job_state_info_end closes those set */
+  }
+  for (size_t i = 0; i < n; i++) {
     qdp_status rc = runtime_state_export_ipc(info->pinned, i, &info->ipc[i], err);
     if (rc != QDP_OK) {
       return rc;
     }
+    if (info->ipc[i].fd >= 0 && !(views & JOB_VIEWS_FDS)) {
+      return qdp_error_set(err, QDP_ERR_FAILED_PRECONDITION, "descriptors",
+                           "this daemon hands views out as file descriptors over its socket, "
+                           "which this client does not take (it leaves "
+                           "DescribeRequest.descriptors unset): update it (libqdp and the "
+                           "Python package 0.7 take them), or run the daemon with "
+                           "legacy_ipc_views = yes");
+    }
   }
-  return job_lease_state(jp, caller, pid, write, info, err);
+  return job_lease_state(jp, caller, pid, (views & JOB_VIEWS_WRITE) != 0, info, err);
 }
 
 static void destroy_state(void *payload) {
@@ -171,7 +182,7 @@ static void destroy_state(void *payload) {
 
 qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
                       struct state_reservation *res, struct runtime_state *st, uint64_t ttl_seconds,
-                      const char *label, bool views, int pid, struct job_state_info *ret,
+                      const char *label, unsigned views, int pid, struct job_state_info *ret,
                       struct qdp_error *err) {
   struct state_meta meta;
   memset(ret, 0, sizeof *ret);
@@ -207,7 +218,7 @@ qdp_status job_commit(struct job_pipeline *jp, const struct job_caller *caller,
     rc = qdp_error_set(err, QDP_ERR_NOT_FOUND, "ttl_seconds",
                        "state '%s' expired before its views could be opened", meta.handle);
   } else {
-    rc = job_open_views(jp, caller, pid, false, ret, err);
+    rc = job_open_views(jp, caller, pid, views, ret, err);
   }
   if (rc != QDP_OK) {
     job_state_info_end(jp, ret, false);
@@ -226,19 +237,26 @@ void job_state_info_end(struct job_pipeline *jp, struct job_state_info *info, bo
     /* The state exists but its handle could not be sent: released rather than leaked. */
     state_store_release(jp->store, info->meta.handle, info->token, NULL, NULL);
   }
+  for (size_t i = 0; info->ipc && i < info->plan->nshards; i++) {
+    if (info->ipc[i].fd >= 0) {
+      close(info->ipc[i].fd); /* never handed out */
+    }
+  }
   free(info->ipc);
+  free(info->tickets);
   runtime_state_destroy(info->written); /* the caller's memory stays as it is */
   memset(info, 0, sizeof *info);
 }
 
 qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller,
-                        const char *handle, const char *token, enum job_views views, int pid,
+                        const char *handle, const char *token, unsigned views, int pid,
                         struct job_state_info *ret, struct qdp_error *err) {
   memset(ret, 0, sizeof *ret);
   if (!handle || !handle[0]) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "handle", "handle is missing");
   }
-  qdp_status rc = views != JOB_VIEWS_NONE ? runtime_mesh_check_views(jp->mesh, err) : QDP_OK;
+  bool any = views & (JOB_VIEWS_READ | JOB_VIEWS_WRITE);
+  qdp_status rc = any ? runtime_mesh_check_views(jp->mesh, err) : QDP_OK;
   void *payload = NULL;
   struct state_meta meta;
   if (rc == QDP_OK) {
@@ -250,8 +268,8 @@ qdp_status job_describe(struct job_pipeline *jp, const struct job_caller *caller
   }
   job_info_fill(ret, &meta, payload);
   ret->pinned = payload;
-  if (views != JOB_VIEWS_NONE) {
-    rc = job_open_views(jp, caller, pid, views == JOB_VIEWS_WRITE, ret, err);
+  if (any) {
+    rc = job_open_views(jp, caller, pid, views, ret, err);
     if (rc != QDP_OK) {
       job_state_info_end(jp, ret, true);
     }

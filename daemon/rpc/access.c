@@ -203,6 +203,7 @@ qdp_status rpc_encode_request_of(const struct rpc_call *c, const Qdp__EncodeRequ
       .ttl_seconds = r->ttl_seconds,
       .label = r->label,
       .views = r->views,
+      .descriptors = r->descriptors,
       .client_pid = r->client_pid};
   if (r->reply_amplitudes && (r->out || r->views)) {
     return qdp_error_set(err, QDP_ERR_INVALID_ARGUMENT, "reply_amplitudes",

@@ -99,7 +99,7 @@ static void encode_and_answer(struct rpc_call *c, struct job_encode_request *req
   memcpy(state, st.meta.handle, sizeof state);
   rpc_call_ref(c);
   grpc_byte_buffer *reply =
-      amplitudes ? rpc_amplitudes_reply(s, &st, &err) : rpc_state_reply(s, &st, true, &err);
+      amplitudes ? rpc_amplitudes_reply(s, &st, &err) : rpc_state_reply(c, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
   if (reply && log_enabled(LOG_LEVEL_INFO, "rpc")) {
     char job[24], qubits[16], bytes[24], total[32], phase[5][32];
@@ -221,16 +221,18 @@ static void rpc_h_describe(struct rpc_job *j) {
                       "writable asks for writable views: set views too");
     return;
   }
-  enum job_views views =
-      r->writable ? JOB_VIEWS_WRITE : (r->views ? JOB_VIEWS_READ : JOB_VIEWS_NONE);
+  unsigned views = r->writable ? JOB_VIEWS_WRITE : (r->views ? JOB_VIEWS_READ : JOB_VIEWS_NONE);
+  if (views && r->descriptors) {
+    views |= JOB_VIEWS_FDS;
+  }
   qdp_status rc =
       job_describe(c->srv->jobs, &who, r->handle, r->token, views, r->client_pid, &st, &err);
   if (rc == QDP_OK) {
-    if (views == JOB_VIEWS_WRITE) {
+    if (views & JOB_VIEWS_WRITE) {
       log_info("rpc", "Describe from %s: %s leased for writing (lease %" PRIu64 ", pid %d)",
                c->client, r->handle, st.lease, st.meta.writer_pid);
     }
-    reply = rpc_state_reply(c->srv, &st, false, &err);
+    reply = rpc_state_reply(c, &st, false, &err);
   }
   rpc_finish(c, reply, reply ? NULL : &err);
 }
@@ -265,7 +267,7 @@ static void rpc_h_gather(struct rpc_job *j) {
   }
   log_info("rpc", "Gather from %s: %s -> %s on %s (%" PRIu64 " B)", c->client, ref->handle,
            st.meta.handle, r->device, st.plan->total_bytes);
-  grpc_byte_buffer *reply = rpc_state_reply(c->srv, &st, true, &err);
+  grpc_byte_buffer *reply = rpc_state_reply(c, &st, true, &err);
   rpc_finish(c, reply, reply ? NULL : &err);
 }
 

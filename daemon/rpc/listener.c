@@ -32,6 +32,8 @@
 
 #define HANDOFF_MAGIC "QDPFD/1\n"
 #define HANDOFF_BYTES 16
+#define HANDOFF_TAKE 3     /* the access of a request for a view's descriptor */
+#define HANDOFF_TICKET_MAX 64
 
 struct pending {
   struct pending *next;
@@ -53,6 +55,7 @@ struct rpc_listener {
   grpc_server *server;
   grpc_server_credentials *creds;
   struct fd_tickets *tickets;
+  struct fd_tickets *view_tickets;
   int fd;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   bool bound;
@@ -199,7 +202,8 @@ static qdp_status set_access(const struct rpc_listener_opts *opts, gid_t gid,
 
 qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *opts,
                                grpc_server *server, struct fd_tickets *tickets,
-                               struct rpc_listener **ret, struct qdp_error *reterr) {
+                               struct fd_tickets *view_tickets, struct rpc_listener **ret,
+                               struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   struct rpc_listener *l = calloc(1, sizeof *l);
   if (!l) {
@@ -209,6 +213,7 @@ qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *
   l->loop = loop;
   l->server = server;
   l->tickets = tickets;
+  l->view_tickets = view_tickets;
   l->fd = -1;
   pthread_mutex_init(&l->mu, NULL);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -410,8 +415,53 @@ static qdp_status check_handed(int fd, enum fd_access access, struct qdp_error *
   return QDP_OK;
 }
 
+/* Sends "OK\n" with fd attached; false when the client is gone or the socket refuses. */
+static bool send_fd(int sock, int fd) {
+  char ok[] = "OK\n";
+  struct iovec iov = {.iov_base = ok, .iov_len = sizeof ok - 1};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } cbuf;
+  memset(&cbuf, 0, sizeof cbuf);
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)iov.iov_len;
+}
+
+/* A take: the view descriptor of the ticket that follows the header, for the same identity. */
+static void take(struct rpc_listener *l, struct pending *p, const char *key,
+                 const unsigned char *ticket, size_t len) {
+  struct qdp_error err = QDP_ERROR_INIT;
+  char name[HANDOFF_TICKET_MAX + 1];
+  memcpy(name, ticket, len);
+  name[len] = '\0';
+  int fd = -1;
+  int64_t now = (int64_t)(clock_mono_ns() / CLOCK_NS_PER_MS);
+  if (fd_tickets_take(l->view_tickets, key, name, FD_ACCESS_READ, now, "view_ticket", &fd,
+                      &err) == QDP_OK) {
+    bool sent = send_fd(p->fd, fd);
+    close(fd); /* the client's copy is its own now; a lost one is the client's loss */
+    if (sent) {
+      log_debug("rpc", "%s (pid %ld) took a view's descriptor", key, (long)p->peer.pid);
+      return;
+    }
+    qdp_error_set(&err, QDP_ERR_UNAVAILABLE, NULL, "the descriptor could not be sent: %s",
+                  strerror(errno));
+  }
+  log_info("rpc", "a view descriptor take by %s (pid %ld) was refused: %s", key,
+           (long)p->peer.pid, err.msg);
+  const char *st = qdp_status_name(err.code);
+  answer(p->fd, "ERR %s %s", strncmp(st, "QDP_ERR_", 8) == 0 ? st + 8 : st, err.msg);
+}
+
 static void handoff(struct rpc_listener *l, struct pending *p) {
-  unsigned char hdr[HANDOFF_BYTES];
+  unsigned char hdr[HANDOFF_BYTES + HANDOFF_TICKET_MAX];
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -438,11 +488,21 @@ static void handoff(struct rpc_listener *l, struct pending *p) {
   }
   char key[64];
   rpc_peer_key(&p->peer, key, sizeof key);
+  if (n >= HANDOFF_BYTES && memcmp(hdr, HANDOFF_MAGIC, 8) == 0) {
+    memcpy(&access, hdr + 8, 4);
+    memcpy(&reserved, hdr + 12, 4);
+    if (access == HANDOFF_TAKE && nfds == 0 && reserved <= HANDOFF_TICKET_MAX &&
+        (size_t)n == HANDOFF_BYTES + reserved) {
+      take(l, p, key, hdr + HANDOFF_BYTES, reserved);
+      return;
+    }
+  }
   if (n != HANDOFF_BYTES || memcmp(hdr, HANDOFF_MAGIC, 8) != 0 || reserved != 0 ||
       (access != FD_ACCESS_READ && access != FD_ACCESS_WRITE)) {
     qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, NULL,
                   "a handoff is 16 bytes: \"QDPFD/1\\n\", a little-endian u32 access (1 read, "
-                  "2 write) and a u32 0, sent with one descriptor");
+                  "2 write) and a u32 0, sent with one descriptor; a take is the same with "
+                  "access 3 and the ticket's length, then the ticket, without a descriptor");
   } else if (nfds != 1 || (msg.msg_flags & MSG_CTRUNC)) {
     qdp_error_set(&err, QDP_ERR_INVALID_ARGUMENT, NULL,
                   "a handoff carries exactly one descriptor (SCM_RIGHTS); this one had %zu", nfds);
@@ -568,6 +628,11 @@ static void on_sweep(uv_timer_t *t) {
     }
   }
   uint32_t n = fd_tickets_expire(l->tickets, (int64_t)(now / CLOCK_NS_PER_MS));
+  uint32_t views = fd_tickets_expire(l->view_tickets, (int64_t)(now / CLOCK_NS_PER_MS));
+  if (views) {
+    log_info("rpc", "closed %" PRIu32 " view descriptor%s that no client took in time", views,
+             views == 1 ? "" : "s");
+  }
   if (n) {
     log_info("rpc", "closed %" PRIu32 " handed-over descriptor%s that no call named in time", n,
              n == 1 ? "" : "s");

@@ -18,6 +18,12 @@
  *                      u32 0 (little-endian), with exactly one descriptor attached
  *   daemon -> client   "OK <ticket>\n" or "ERR <STATUS_NAME> <message>\n"
  *
+ * and hands the descriptors of views back (rpc/reply.c files them under tickets of their caller):
+ *
+ *   client -> daemon   one sendmsg, no descriptor: "QDPFD/1\n", u32 3 (take), u32 length, then
+ *                      that many bytes of the ticket
+ *   daemon -> client   "OK\n" with the descriptor attached, or "ERR <STATUS_NAME> <message>\n"
+ *
  * Threads: create, start, stop and destroy on the loop thread, which also accepts; peer from any
  * thread.
  */
@@ -61,7 +67,8 @@ struct rpc_listener_opts {
  * for an unknown group or a path too long for a Unix socket. Loop thread. */
 qdp_status rpc_listener_create(uv_loop_t *loop, const struct rpc_listener_opts *opts,
                                grpc_server *server, struct fd_tickets *tickets,
-                               struct rpc_listener **ret, struct qdp_error *reterr);
+                               struct fd_tickets *view_tickets, struct rpc_listener **ret,
+                               struct qdp_error *reterr);
 
 /* Starts accepting (after grpc_server_start). Loop thread. */
 qdp_status rpc_listener_start(struct rpc_listener *l, struct qdp_error *reterr);

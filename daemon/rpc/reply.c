@@ -8,6 +8,7 @@
 #include "qdp_wire.h"
 #include "reply.h"
 #include "server_state.h"
+#include "state/tickets.h"
 
 /* ---- a reply's memory: everything a reply message points to, freed at once after packing ---- */
 
@@ -122,16 +123,51 @@ Qdp__StateInfo *rpc_state_info(struct rpc_server *s, struct rpc_arena *a,
     }
     info->shards[i]->ipc_offset = st->ipc[i].offset;
     info->shards[i]->lease_id = st->lease;
+    if (st->tickets && st->tickets[i][0]) {
+      info->shards[i]->view_ticket = rpc_arena_str(a, st->tickets[i]);
+      info->shards[i]->view_bytes = st->ipc[i].map_bytes;
+      info->shards[i]->ipc_handle = (ProtobufCBinaryData){0, NULL};
+    }
   }
   return info;
 }
 
+/* The views' descriptors go to the caller under tickets (st->tickets), which it takes on the
+ * socket (listener.h); each one is the table's from then on, whatever it answers. */
+static qdp_status hand_out_views(struct rpc_call *c, struct job_state_info *st,
+                                 struct qdp_error *err) {
+  size_t n = st->ipc ? st->plan->nshards : 0;
+  for (size_t i = 0; i < n; i++) {
+    int fd = st->ipc[i].fd;
+    if (fd < 0) {
+      continue;
+    }
+    if (!st->tickets && !(st->tickets = calloc(n, sizeof *st->tickets))) {
+      return qdp_error_set(err, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                           "no host memory for %zu view tickets", n);
+    }
+    st->ipc[i].fd = -1;
+    int64_t now = (int64_t)(clock_mono_ns() / CLOCK_NS_PER_MS);
+    qdp_status rc = fd_tickets_add(c->srv->view_tickets, c->owner, fd, FD_ACCESS_READ, now,
+                                   st->tickets[i], err);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  }
+  return QDP_OK;
+}
+
 /* Packs a state's info as a StateInfo (Describe) or inside an EncodeReply (Encode, Gather), then
  * ends the info: a new state whose reply could not be built is released. */
-grpc_byte_buffer *rpc_state_reply(struct rpc_server *s, struct job_state_info *st, bool encode,
+grpc_byte_buffer *rpc_state_reply(struct rpc_call *c, struct job_state_info *st, bool encode,
                                   struct qdp_error *err) {
+  struct rpc_server *s = c->srv;
   struct rpc_arena a = {0};
   grpc_byte_buffer *reply = NULL;
+  if (hand_out_views(c, st, err) != QDP_OK) {
+    job_state_info_end(s->jobs, st, false);
+    return NULL;
+  }
   Qdp__StateInfo *info = rpc_state_info(s, &a, st);
   if (rpc_arena_check(&a, err) == QDP_OK) {
     Qdp__EncodeReply er = QDP__ENCODE_REPLY__INIT;

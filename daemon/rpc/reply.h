@@ -16,6 +16,7 @@
 #include "job/job.h"
 #include "qdp.pb-c.h"
 
+struct rpc_call;
 struct rpc_server;
 
 /* A reply's memory: blocks freed together. A failed allocation sets `failed` (and gives NULL). */
@@ -32,10 +33,11 @@ qdp_status rpc_arena_check(const struct rpc_arena *a, struct qdp_error *reterr);
 /* A StateInfo of a live state, its token and views when the info has them; NULL without memory. */
 Qdp__StateInfo *rpc_state_info(struct rpc_server *s, struct rpc_arena *a,
                                const struct job_state_info *st);
-/* Packs a state's info as a StateInfo (Describe) or inside an EncodeReply (Encode, Gather), then
- * ends the info: a new state whose reply could not be built is released. NULL with *reterr set
- * when it could not be built. */
-grpc_byte_buffer *rpc_state_reply(struct rpc_server *s, struct job_state_info *st, bool encode,
+/* Packs a state's info as a StateInfo (Describe) or inside an EncodeReply (Encode, Gather) for
+ * call c, its views' descriptors filed under tickets of the caller (Shard.view_ticket), then ends
+ * the info: a new state whose reply could not be built is released. NULL with *reterr set when
+ * it could not be built. */
+grpc_byte_buffer *rpc_state_reply(struct rpc_call *c, struct job_state_info *st, bool encode,
                                   struct qdp_error *reterr);
 /* The most a reply of EncodeRequest.reply_amplitudes carries. */
 #define RPC_REPLY_AMPLITUDES_MAX (UINT64_C(64) << 20)

@@ -466,6 +466,8 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
   rpc_server_apply_config(s, cfg);
   QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
                                 &s->tickets, reterr));
+  QDP_TRY(rc, fd_tickets_create(RPC_TICKETS_MAX, RPC_TICKETS_PER_CALLER, RPC_TICKET_TTL_MS,
+                                &s->view_tickets, reterr));
   QDP_TRY(rc, rpc_tokens_load(cfg, &s->tokens, reterr));
   QDP_TRY(rc, io_folder_open(cfg->input_dir, "input_dir", &s->input_folder, reterr));
   QDP_TRY(rc, io_folder_open(cfg->export_dir, "export_dir", &s->export_folder, reterr));
@@ -477,7 +479,8 @@ qdp_status rpc_server_create(const struct rpc_server_deps *deps, const char *uni
     struct rpc_listener_opts lo = {
         .path = unix_path, .mode = (unsigned)cfg->socket_mode, .group = cfg->socket_group};
     QDP_TRY(rc,
-            rpc_listener_create(s->loop, &lo, s->calls.server, s->tickets, &s->listener, reterr));
+            rpc_listener_create(s->loop, &lo, s->calls.server, s->tickets, s->view_tickets,
+                                &s->listener, reterr));
   }
   int tcp_port = 0;
   if (cfg->tcp[0]) {
@@ -705,6 +708,7 @@ void rpc_server_destroy(struct rpc_server *s) {
   }
   rpc_listener_destroy(s->listener);
   fd_tickets_destroy(s->tickets);
+  fd_tickets_destroy(s->view_tickets);
   rpc_tokens_free(&s->tokens);
   io_folder_close(&s->input_folder);
   io_folder_close(&s->export_folder);

@@ -55,7 +55,8 @@ struct rpc_server {
 
   /* Fixed settings, set at create. */
   struct rpc_listener *listener; /* the Unix socket; NULL without one */
-  struct fd_tickets *tickets;    /* descriptors Unix callers handed over */
+  struct fd_tickets *tickets;      /* descriptors Unix callers handed over */
+  struct fd_tickets *view_tickets; /* views' descriptors waiting for their callers to take */
   struct rpc_tokens tokens;      /* TCP bearer tokens and their principals (identity.h) */
   struct rpc_tls *tls;           /* TLS on TCP (tls.h); NULL: no TCP, or clear text */
   struct io_folder input_folder, export_folder;

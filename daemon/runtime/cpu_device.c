@@ -160,12 +160,10 @@ static void cpu_work_done(struct runtime_device *d, struct runtime_shard_work *w
   (void)w;
 }
 
-static qdp_status cpu_export_ipc(struct runtime_device *d, const void *ptr,
-                                 unsigned char *ret_handle, uint64_t *ret_offset,
-                                 struct qdp_error *reterr) {
+static qdp_status cpu_export_view(struct runtime_device *d, const void *ptr,
+                                  struct runtime_ipc *ret, struct qdp_error *reterr) {
   (void)ptr;
-  (void)ret_handle;
-  (void)ret_offset;
+  (void)ret;
   return qdp_error_set_at(reterr, QDP_ERR_FAILED_PRECONDITION, d->info.ordinal, -1,
                           "%s is host memory, which has no CUDA IPC handle: zero-copy views "
                           "need GPUs",
@@ -247,7 +245,7 @@ static const struct runtime_device_ops cpu_ops = {
     .butterfly = cpu_butterfly,
     .combine_host = cpu_combine_host,
     .work_done = cpu_work_done,
-    .export_ipc = cpu_export_ipc,
+    .export_view = cpu_export_view,
     .copy_rows = cpu_copy_rows,
     .gram = cpu_gram,
     .real_rows = cpu_real_rows,

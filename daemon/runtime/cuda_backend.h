@@ -144,6 +144,9 @@ struct cuda_device {
   size_t nipc;
   pthread_mutex_t blas_lock; /* the cuBLAS handle (cuda_gram.c) */
   void *blas;                /* cublasHandle_t, made at the first kernel matrix; NULL: none */
+  /* State memory exportable as file descriptors (cuda_vmm.c); NULL: cudaMalloc, legacy IPC. */
+  struct cuda_vmm *vmm;
+  unsigned char accessed_by[QDP_DEVICES_MAX]; /* by ordinal: that device reaches this one's */
 };
 
 /* Amplitude's per-job device memory, between norm_load and work_done. */
@@ -263,14 +266,30 @@ qdp_status cuda_write(struct runtime_device *d, void *dst, const void *src, uint
                       struct qdp_error *reterr);
 
 /* CUDA IPC: shards exported for views, clients' allocations opened and kept (cuda_ipc.c) */
-qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,
-                           uint64_t *ret_offset, struct qdp_error *reterr);
+qdp_status cuda_export_view(struct runtime_device *d, const void *ptr, struct runtime_ipc *ret,
+                            struct qdp_error *reterr);
 qdp_status cuda_open_ipc(struct runtime_device *d, const unsigned char *handle, uint64_t offset,
                          uint64_t bytes, void **ret_base, uint64_t *ret_size,
                          struct qdp_error *reterr);
 void cuda_close_ipc(struct runtime_device *d, void *base);
 /* Closes the kept allocations no job uses now and none has for keep_ms (0: all unused ones). */
 void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
+
+/* Descriptor-exportable state memory (cuda_vmm.c). create: c->vmm when the device and driver
+ * support POSIX file descriptor handles (*ret_supported), else nothing (legacy allocations);
+ * errors only for a driver that lacks the calls. alloc: an allocation of at least `bytes`
+ * (rounded up to the granularity), mapped for this device and c->accessed_by. free: false when
+ * ptr is not one (a cudaMalloc'd buffer); else waits for the device and releases it (its memory
+ * lives on while a client maps it). exported: whether a descriptor of it was handed out (it is
+ * then never reused). export: a new descriptor of ptr's allocation into ret (fd, map_bytes). */
+qdp_status cuda_vmm_create(struct cuda_device *c, bool *ret_supported, struct qdp_error *reterr);
+void cuda_vmm_destroy(struct cuda_device *c);
+qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
+                          struct qdp_error *reterr);
+bool cuda_vmm_free(struct cuda_device *c, void *ptr);
+bool cuda_vmm_exported(struct cuda_device *c, const void *ptr);
+qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtime_ipc *ret,
+                           struct qdp_error *reterr);
 
 /* The kernel matrix (cuda_gram.c): the ops of runtime/device.h, and the handle's teardown. */
 qdp_status cuda_gram(struct runtime_device *d, const void *a, uint64_t lda, uint64_t rows,

@@ -32,10 +32,18 @@ out:
   return rc;
 }
 
-/* The handle names the whole cudaMalloc allocation, so the offset is taken from its base: a shard
- * need not start an allocation. */
-qdp_status cuda_export_ipc(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,
-                           uint64_t *ret_offset, struct qdp_error *reterr) {
+/* A descriptor where the device's state memory is exportable so (cuda_vmm.c); else the IPC handle,
+ * which names the whole cudaMalloc allocation, so the offset is taken from its base: a shard need
+ * not start an allocation. */
+qdp_status cuda_export_view(struct runtime_device *d, const void *ptr, struct runtime_ipc *ret,
+                            struct qdp_error *reterr) {
+  ret->fd = -1;
+  ret->map_bytes = 0;
+  if (cuda_of(d)->vmm) {
+    return cuda_vmm_export(cuda_of(d), ptr, ret, reterr);
+  }
+  unsigned char *ret_handle = ret->handle;
+  uint64_t *ret_offset = &ret->offset;
   qdp_status rc = QDP_OK;
   CUdeviceptr base = 0;
   size_t size = 0;

@@ -2,18 +2,18 @@
  * scratch (cuda_backend.h). */
 #include "runtime/cuda_backend.h"
 
+static void free_now(struct runtime_device *d, void *ptr);
+
 /* Frees every kept buffer and scratch description. */
 void cuda_cache_drop(struct cuda_device *c) {
   pthread_mutex_lock(&c->cache_lock);
   for (size_t i = 0; i < c->ncache; i++) {
-    if (cudaFree(c->cache[i].ptr) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
+    free_now(&c->base, c->cache[i].ptr);
   }
   c->ncache = 0;
   c->cache_bytes = 0;
-  if (c->big.ptr && cudaFree(c->big.ptr) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (c->big.ptr) {
+    free_now(&c->base, c->big.ptr);
   }
   c->big.ptr = NULL;
   c->big.bytes = 0;
@@ -85,8 +85,12 @@ static void cache_keep(struct cuda_device *c, void *ptr, uint64_t bytes, void **
   *ret_n = n;
 }
 
-/* cudaFree on d; errors are dropped, as nothing a caller freeing memory could do would help. */
+/* cudaFree on d (or the release of a descriptor-exportable allocation); errors are dropped, as
+ * nothing a caller freeing memory could do would help. */
 static void free_now(struct runtime_device *d, void *ptr) {
+  if (cuda_vmm_free(cuda_of(d), ptr)) {
+    return;
+  }
   /* Freed even when the device cannot be made current: with unified addressing cudaFree finds
    * the pointer's device itself. */
   if (cudaSetDevice(d->info.ordinal) != cudaSuccess) {
@@ -107,10 +111,11 @@ qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
   if (cache_take(c, bytes, ret_ptr)) {
     return QDP_OK;
   }
-  rc = cuda_dev_malloc(d, bytes, ret_ptr, reterr);
+  rc = c->vmm ? cuda_vmm_alloc(c, bytes, ret_ptr, reterr) : cuda_dev_malloc(d, bytes, ret_ptr, reterr);
   if (rc == QDP_ERR_RESOURCE_EXHAUSTED && (c->ncache > 0 || c->nspares > 0 || c->big.ptr)) {
     cuda_cache_drop(c);
-    rc = cuda_dev_malloc(d, bytes, ret_ptr, reterr);
+    rc = c->vmm ? cuda_vmm_alloc(c, bytes, ret_ptr, reterr)
+                : cuda_dev_malloc(d, bytes, ret_ptr, reterr);
   }
   return rc;
 }
@@ -118,6 +123,11 @@ qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
 void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   struct cuda_device *c = cuda_of(d);
   if (!ptr) {
+    return;
+  }
+  if (cuda_vmm_exported(c, ptr)) {
+    /* A client may still map it: released, never handed to another state. */
+    free_now(d, ptr);
     return;
   }
   void *evicted[CUDA_CACHE_SLOTS + 1];

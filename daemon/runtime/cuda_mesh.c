@@ -32,6 +32,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
     cuda_ipc_trim(c, 0);
     cuda_cache_drop(c);
   }
+  cuda_vmm_destroy(c);
   cuda_gram_destroy(c);
   for (int i = 0; i < 2; i++) {
     if (c->stage_free[i]) {
@@ -245,6 +246,7 @@ static void enable_peers(struct runtime_device **devs, size_t n) {
         (void)cudaGetLastError();
       }
       cuda_of(devs[i])->peer[oj] = (unsigned char)can;
+      cuda_of(devs[j])->accessed_by[oi] = (unsigned char)can;
     }
   }
 }
@@ -394,6 +396,10 @@ qdp_status runtime_cuda_mesh_create(const struct runtime_mesh_config *cfg, const
     devs[made] = &c->base;
   }
   enable_peers(devs, n);
+  for (size_t i = 0; i < n && !cfg->legacy_ipc_views; i++) {
+    bool supported = false;
+    QDP_TRY(rc, cuda_vmm_create(cuda_of(devs[i]), &supported, reterr));
+  }
   m->devs = devs;
   m->count = n;
   made = 0; /* the mesh owns the devices now */

@@ -138,11 +138,12 @@ struct runtime_device_ops {
   /* Frees what norm_load kept in w->scratch. NULL-safe on scratch. */
   void (*work_done)(struct runtime_device *d, struct runtime_shard_work *w);
 
-  /* Zero-copy views (views.c). The CUDA IPC handle (RUNTIME_IPC_HANDLE_BYTES) of the allocation
-   * that holds ptr, and ptr's byte offset from that allocation's base. The CPU backend has no
-   * such handle: FAILED_PRECONDITION. */
-  qdp_status (*export_ipc)(struct runtime_device *d, const void *ptr, unsigned char *ret_handle,
-                           uint64_t *ret_offset, struct qdp_error *reterr);
+  /* Zero-copy views (views.c): the allocation that holds ptr as a file descriptor of its own
+   * (ret->fd, the caller's to close) where the device's state memory is exportable so, else its
+   * CUDA IPC handle; and ptr's byte offset from that allocation's base. The CPU backend has
+   * neither: FAILED_PRECONDITION. */
+  qdp_status (*export_view)(struct runtime_device *d, const void *ptr, struct runtime_ipc *ret,
+                            struct qdp_error *reterr);
   /* Gather (views.c): `rows` rows of row_bytes each from src on device `src_dev` (rows src_pitch
    * bytes apart) to dst on device d (dst_pitch apart), device to device; returns when they are
    * done. Runs on the destination device's thread. */

@@ -72,6 +72,10 @@ struct runtime_mesh_config {
   /* Swap iqp's global-bit stages over NCCL (the mesh's device group, where it is given one) even
    * between GPUs with peer access. */
   bool nccl_exchange;
+  /* Hand views out as legacy CUDA IPC handles over cudaMalloc'd state memory, rather than as file
+   * descriptors of memory made exportable (CUDA virtual memory management), which GPUs and
+   * drivers without POSIX file descriptor handles get anyway. */
+  bool legacy_ipc_views;
   /* Threads per GPU that pack host input that is not page-locked (a .npy file, shared memory)
    * into the staging, the encoding thread among them (runtime/host_copy.h); 0: the CPUs this
    * process may run on, shared among the GPUs, at most 16. */
@@ -262,21 +266,27 @@ struct runtime_shard_layout {
 void runtime_state_shard_layout(const struct runtime_state *s, size_t i,
                                 struct runtime_shard_layout *ret);
 
-/* A zero-copy handle to one shard: the allocation's IPC handle and the shard's byte offset in it
- * (not always 0: allocations may hold more than one shard). */
+/* A zero-copy handle to one shard: its allocation as a file descriptor (CUDA virtual memory
+ * management, a POSIX file descriptor handle: fd >= 0, the holder's to close, and map_bytes, the
+ * allocation's size, which an importer maps whole), or else as a legacy CUDA IPC handle; and the
+ * shard's byte offset in it (not always 0: allocations may hold more than one shard). */
 struct runtime_ipc {
   unsigned char handle[RUNTIME_IPC_HANDLE_BYTES];
   uint64_t offset;
+  int fd;
+  uint64_t map_bytes;
 };
 
 /* QDP_OK when the mesh's devices can export zero-copy views (GPUs); else FAILED_PRECONDITION
  * saying so and naming the mesh. */
 qdp_status runtime_mesh_check_views(const struct runtime_mesh *m, struct qdp_error *reterr);
 
-/* The IPC handle of shard i. FAILED_PRECONDITION on the CPU backend (zero-copy views need GPUs;
- * the message names the mesh) and for a shard this rank does not hold; QDP_ERR_CUDA naming the
- * device when the driver refuses. The state must outlive every process that opened the handle:
- * that is what the store's leases are for. */
+/* The view of shard i (*ret: a descriptor the caller closes, or an IPC handle). FAILED_PRECONDITION
+ * on the CPU backend (zero-copy views need GPUs; the message names the mesh), for a shard this
+ * rank does not hold, and for another rank's shard held as descriptor-exportable memory (its
+ * descriptor is that process's); QDP_ERR_CUDA naming the device when the driver refuses. The
+ * state must outlive every process that opened an IPC handle: that is what the store's leases
+ * are for (a descriptor's memory outlives the state by itself: cuda_vmm.c). */
 qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct runtime_ipc *ret,
                                     struct qdp_error *reterr);
 

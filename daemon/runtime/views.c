@@ -47,9 +47,12 @@ qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct ru
   const struct runtime_mesh *m = s->mesh;
   if (i < s->plan.nshards && !s->bufs[i] && s->plan.shards[i].rank != m->rank && s->world_job &&
       m->world_ops && m->world_ops->export_ipc) {
-    /* Another rank's shard: its process exports it (a rank on this node shares its GPUs). */
-    return m->world_ops->export_ipc(m->world_ctx, s->plan.shards[i].rank, s->world_job, i, ret,
-                                    reterr);
+    /* Another rank's shard: its process exports it (a rank on this node shares its GPUs). A
+     * descriptor it made is a number in that process, meaningless here: it says so instead. */
+    qdp_status rc = m->world_ops->export_ipc(m->world_ctx, s->plan.shards[i].rank, s->world_job,
+                                             i, ret, reterr);
+    ret->fd = -1;
+    return rc;
   }
   qdp_status rc = runtime_mesh_check_views(m, reterr);
   if (rc != QDP_OK) {
@@ -61,7 +64,7 @@ qdp_status runtime_state_export_ipc(struct runtime_state *s, size_t i, struct ru
                          s->plan.nshards);
   }
   struct runtime_device *d = s->mesh->devs[s->plan.shards[i].device];
-  return d->ops->export_ipc(d, s->bufs[i], ret->handle, &ret->offset, reterr);
+  return d->ops->export_view(d, s->bufs[i], ret, reterr);
 }
 
 qdp_status runtime_mesh_find_device(struct runtime_mesh *m, const char *name, const char *field,

@@ -274,7 +274,17 @@ static void serve_ask(struct world *w, const struct msg_header *h) {
     r.status = qdp_error_set(&r.err, QDP_ERR_NOT_FOUND, NULL,
                              "rank %d holds no shard of job %" PRIu64, world_rank(w), h->job);
   } else if (view) {
-    r.status = runtime_state_export_ipc(held->st, (size_t)h->body.view.shard, data, &r.err);
+    struct runtime_ipc *v = data;
+    r.status = runtime_state_export_ipc(held->st, (size_t)h->body.view.shard, v, &r.err);
+    if (r.status == QDP_OK && v->fd >= 0) {
+      close(v->fd);
+      r.status = qdp_error_set(&r.err, QDP_ERR_FAILED_PRECONDITION, "views",
+                               "rank %d hands its shards out as file descriptors, which do not "
+                               "travel between its process and the coordinator's: start every "
+                               "rank with legacy_ipc_views = yes for views of shards on other "
+                               "ranks",
+                               world_rank(w));
+    }
   } else {
     r.status = runtime_state_read(held->st, h->body.read.offset, h->body.read.count, data, &r.err);
   }

@@ -1,0 +1,305 @@
+/* State memory that a client can be handed as a file descriptor (cuda_backend.h): CUDA virtual
+ * memory management. Each allocation is physical memory made with cuMemCreate, exportable as a
+ * POSIX file descriptor, mapped at an address range of its own and made accessible to this
+ * device and to the mesh's devices that reach it over a peer link. A client imports the
+ * descriptor (cuMemImportFromShareableHandle) whatever its PID namespace, which legacy CUDA IPC
+ * handles cannot cross. An allocation once exported is never reused: the daemon releases its
+ * handle when the state goes, and the driver frees the memory when the last importer has
+ * unmapped it, so no client ever maps memory that another state then takes over. */
+#include <inttypes.h>
+
+#include "qdp_size.h"
+#include "runtime/cuda_backend.h"
+
+/* The driver calls, taken through the runtime as cuda_ipc.c takes cuMemGetAddressRange: qdpd
+ * does not link libcuda. */
+struct cuda_vmm_driver {
+  CUresult (*create)(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p,
+                     unsigned long long flags);
+  CUresult (*release)(CUmemGenericAllocationHandle h);
+  CUresult (*reserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                      unsigned long long flags);
+  CUresult (*address_free)(CUdeviceptr ptr, size_t size);
+  CUresult (*map)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                  unsigned long long flags);
+  CUresult (*unmap)(CUdeviceptr ptr, size_t size);
+  CUresult (*set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t n);
+  CUresult (*granularity)(size_t *g, const CUmemAllocationProp *p,
+                          CUmemAllocationGranularity_flags option);
+  CUresult (*export_handle)(void *shareable, CUmemGenericAllocationHandle h,
+                            CUmemAllocationHandleType type, unsigned long long flags);
+  CUresult (*attribute)(int *v, CUdevice_attribute a, CUdevice dev);
+};
+
+struct cuda_vmm_block {
+  void *ptr;
+  size_t size; /* a multiple of the granularity */
+  CUmemGenericAllocationHandle handle;
+  bool exported;
+};
+
+struct cuda_vmm {
+  struct cuda_vmm_driver drv;
+  CUmemAllocationProp prop;
+  size_t granularity;
+  pthread_mutex_t lock; /* the blocks */
+  struct cuda_vmm_block *v;
+  size_t n, cap;
+};
+
+static qdp_status entry(struct runtime_device *d, const char *name, void **ret,
+                        struct qdp_error *reterr) {
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, ret, 12000, cudaEnableDefault, &found);
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || !*ret) {
+    (void)cudaGetLastError();
+    return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
+                            "%s: the driver has no %s (lookup result %d)", d->info.name, name,
+                            (int)found);
+  }
+  return QDP_OK;
+}
+
+static qdp_status driver_failed(struct runtime_device *d, CUresult cu, const char *call,
+                                struct qdp_error *reterr) {
+  return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)cu,
+                          "%s: %s failed with CUresult %d", d->info.name, call, (int)cu);
+}
+
+qdp_status cuda_vmm_create(struct cuda_device *c, bool *ret_supported, struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  *ret_supported = false;
+  struct cuda_vmm *v = calloc(1, sizeof *v);
+  if (!v) {
+    return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                         "no host memory for %s's allocation table", d->info.name);
+  }
+  qdp_status rc = QDP_OK;
+  struct {
+    const char *name;
+    void **fn;
+  } fns[] = {
+      {"cuMemCreate", (void **)&v->drv.create},
+      {"cuMemRelease", (void **)&v->drv.release},
+      {"cuMemAddressReserve", (void **)&v->drv.reserve},
+      {"cuMemAddressFree", (void **)&v->drv.address_free},
+      {"cuMemMap", (void **)&v->drv.map},
+      {"cuMemUnmap", (void **)&v->drv.unmap},
+      {"cuMemSetAccess", (void **)&v->drv.set_access},
+      {"cuMemGetAllocationGranularity", (void **)&v->drv.granularity},
+      {"cuMemExportToShareableHandle", (void **)&v->drv.export_handle},
+      {"cuDeviceGetAttribute", (void **)&v->drv.attribute},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    QDP_TRY(rc, entry(d, fns[i].name, fns[i].fn, reterr));
+  }
+  int vmm = 0, posix = 0;
+  if (v->drv.attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                       d->info.ordinal) != CUDA_SUCCESS ||
+      v->drv.attribute(&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                       d->info.ordinal) != CUDA_SUCCESS ||
+      !vmm || !posix) {
+    goto out; /* legacy allocations: not an error */
+  }
+  v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  v->prop.location.id = d->info.ordinal;
+  v->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUresult cu = v->drv.granularity(&v->granularity, &v->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (cu != CUDA_SUCCESS || v->granularity == 0) {
+    rc = driver_failed(d, cu, "cuMemGetAllocationGranularity", reterr);
+    goto out;
+  }
+  if (pthread_mutex_init(&v->lock, NULL) != 0) {
+    rc = qdp_error_set_at(reterr, QDP_ERR_SYSTEM, d->info.ordinal, errno,
+                          "%s: cannot create a mutex", d->info.name);
+    goto out;
+  }
+  c->vmm = v;
+  v = NULL;
+  *ret_supported = true;
+out:
+  free(v);
+  return rc;
+}
+
+/* Unmaps and releases block b (its range is no longer used by any work). */
+static void block_end(struct cuda_vmm *v, const struct cuda_vmm_block *b) {
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)b->ptr;
+  (void)v->drv.unmap(p, b->size);
+  (void)v->drv.address_free(p, b->size);
+  (void)v->drv.release(b->handle);
+}
+
+void cuda_vmm_destroy(struct cuda_device *c) {
+  struct cuda_vmm *v = c->vmm;
+  if (!v) {
+    return;
+  }
+  for (size_t i = 0; i < v->n; i++) {
+    block_end(v, &v->v[i]);
+  }
+  free(v->v);
+  pthread_mutex_destroy(&v->lock);
+  free(v);
+  c->vmm = NULL;
+}
+
+qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
+                          struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_vmm *v = c->vmm;
+  uint64_t ask = bytes ? bytes : 1;
+  if (ask > SIZE_MAX - v->granularity) {
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, 0,
+                            "%s cannot allocate %" PRIu64 " B", d->info.name, bytes);
+  }
+  size_t size = ((size_t)ask + v->granularity - 1) / v->granularity * v->granularity;
+  struct cuda_vmm_block b = {.size = size};
+  CUdeviceptr p = 0;
+  qdp_status rc = QDP_OK;
+  pthread_mutex_lock(&v->lock);
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    struct cuda_vmm_block *nv = realloc(v->v, cap * sizeof *nv);
+    if (!nv) {
+      pthread_mutex_unlock(&v->lock);
+      return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                           "no host memory for %s's allocation table", d->info.name);
+    }
+    v->v = nv;
+    v->cap = cap;
+  }
+  pthread_mutex_unlock(&v->lock);
+  CUresult cu = v->drv.create(&b.handle, size, &v->prop, 0);
+  if (cu == CUDA_ERROR_OUT_OF_MEMORY) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    if (reterr) {
+      reterr->need_bytes = size;
+      reterr->free_bytes = free_b;
+    }
+    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, (int)cu,
+                            "%s cannot allocate %s of device memory: cuMemCreate reports out of "
+                            "memory with %s free of %s",
+                            d->info.name, QDP_SIZE_STR(size), QDP_SIZE_STR(free_b),
+                            QDP_SIZE_STR(total_b));
+  }
+  if (cu != CUDA_SUCCESS) {
+    return driver_failed(d, cu, "cuMemCreate", reterr);
+  }
+  if ((cu = v->drv.reserve(&p, size, 0, 0, 0)) != CUDA_SUCCESS) {
+    rc = driver_failed(d, cu, "cuMemAddressReserve", reterr);
+    goto fail_reserve;
+  }
+  if ((cu = v->drv.map(p, size, 0, b.handle, 0)) != CUDA_SUCCESS) {
+    rc = driver_failed(d, cu, "cuMemMap", reterr);
+    goto fail_map;
+  }
+  /* This device, and every device of the mesh that reaches it over a peer link (peer kernels and
+   * copies between shards): mappings made this way are not covered by peer access. */
+  CUmemAccessDesc access[QDP_DEVICES_MAX];
+  size_t na = 0;
+  for (int o = 0; o < QDP_DEVICES_MAX; o++) {
+    if (o == d->info.ordinal || c->accessed_by[o]) {
+      access[na].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      access[na].location.id = o;
+      access[na].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      na++;
+    }
+  }
+  if ((cu = v->drv.set_access(p, size, access, na)) != CUDA_SUCCESS) {
+    rc = driver_failed(d, cu, "cuMemSetAccess", reterr);
+    goto fail_access;
+  }
+  b.ptr = (void *)(uintptr_t)p;
+  pthread_mutex_lock(&v->lock);
+  v->v[v->n++] = b; /* room was made above, and only this function adds */
+  pthread_mutex_unlock(&v->lock);
+  *ret_ptr = b.ptr;
+  return QDP_OK;
+fail_access:
+  (void)v->drv.unmap(p, size);
+fail_map:
+  (void)v->drv.address_free(p, size);
+fail_reserve:
+  (void)v->drv.release(b.handle);
+  return rc;
+}
+
+/* The index of the block at ptr, or n; under the lock. */
+static size_t find(const struct cuda_vmm *v, const void *ptr) {
+  size_t i = 0;
+  while (i < v->n && v->v[i].ptr != ptr) {
+    i++;
+  }
+  return i;
+}
+
+bool cuda_vmm_free(struct cuda_device *c, void *ptr) {
+  struct cuda_vmm *v = c->vmm;
+  if (!v) {
+    return false;
+  }
+  pthread_mutex_lock(&v->lock);
+  size_t i = find(v, ptr);
+  struct cuda_vmm_block b = {0};
+  bool found = i < v->n;
+  if (found) {
+    b = v->v[i];
+    v->v[i] = v->v[--v->n];
+  }
+  pthread_mutex_unlock(&v->lock);
+  if (found) {
+    /* Nothing of this device may still use it: the same promise cudaFree's implicit
+     * synchronization keeps. */
+    if (cudaSetDevice(c->base.info.ordinal) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    block_end(v, &b);
+  }
+  return found;
+}
+
+bool cuda_vmm_exported(struct cuda_device *c, const void *ptr) {
+  struct cuda_vmm *v = c->vmm;
+  if (!v) {
+    return false;
+  }
+  pthread_mutex_lock(&v->lock);
+  size_t i = find(v, ptr);
+  bool exported = i < v->n && v->v[i].exported;
+  pthread_mutex_unlock(&v->lock);
+  return exported;
+}
+
+qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtime_ipc *ret,
+                           struct qdp_error *reterr) {
+  struct runtime_device *d = &c->base;
+  struct cuda_vmm *v = c->vmm;
+  pthread_mutex_lock(&v->lock);
+  size_t i = find(v, ptr);
+  struct cuda_vmm_block b = {0};
+  if (i < v->n) {
+    v->v[i].exported = true; /* never reused from here on (cuda_free) */
+    b = v->v[i];
+  }
+  pthread_mutex_unlock(&v->lock);
+  if (!b.ptr) {
+    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                         "%s: a shard's memory is not one of the device's allocations",
+                         d->info.name);
+  }
+  int fd = -1;
+  CUresult cu = v->drv.export_handle(&fd, b.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (cu != CUDA_SUCCESS || fd < 0) {
+    return driver_failed(d, cu, "cuMemExportToShareableHandle", reterr);
+  }
+  memset(ret->handle, 0, sizeof ret->handle);
+  ret->fd = fd;
+  ret->offset = 0;
+  ret->map_bytes = b.size;
+  return QDP_OK;
+}
