@@ -61,6 +61,7 @@ static void shard_free(void *item) {
   free(s->device);
   free(s->uuid);
   free(s->host);
+  free(s->view_ticket);
   free(s);
 }
 
@@ -89,7 +90,9 @@ static void *shard_from_pb(const void *pb) {
   s->device = dup0(p->device);
   s->uuid = dup0(p->uuid);
   s->host = dup0(p->host);
-  if (!s->device || !s->uuid || !s->host) {
+  s->view_ticket = dup0(p->view_ticket);
+  s->view_bytes = p->view_bytes;
+  if (!s->device || !s->uuid || !s->host || !s->view_ticket) {
     shard_free(s);
     return NULL;
   }

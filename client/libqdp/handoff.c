@@ -68,14 +68,15 @@ static qdp_status read_answer(const qdp_client *c, int s, char *line, size_t len
   return QDP_OK;
 }
 
-qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field, char *ticket,
-                        size_t len) {
+/* A new connection to the daemon's socket for one handoff or take, in *ret_s. */
+static qdp_status connect_daemon(const qdp_client *c, const char *field, const char *what,
+                                 int *ret_s) {
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   if (!qdp__unix_path(c, path, sizeof path)) {
     return qdp__err_local(QDP_ERR_INVALID_ARGUMENT, -1, field,
                           "'%s' is not a Unix socket target; only a client on the daemon's node "
-                          "can hand it what it opened.",
-                          c->target);
+                          "can %s.",
+                          c->target, what);
   }
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -84,13 +85,127 @@ qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field, ch
     return qdp__err_local(QDP_ERR_SYSTEM, errno, NULL, "socket(AF_UNIX) failed: %s.",
                           strerror(errno));
   }
-  qdp_status rc = QDP_OK;
   if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int err = errno;
-    rc = qdp__err_local(err == EACCES ? QDP_ERR_PERMISSION_DENIED : QDP_ERR_UNAVAILABLE, err, NULL,
-                        "cannot reach qdpd at '%s' to hand it a descriptor: %s.", c->target,
+    close(s);
+    return qdp__err_local(err == EACCES ? QDP_ERR_PERMISSION_DENIED : QDP_ERR_UNAVAILABLE, err,
+                          NULL, "cannot reach qdpd at '%s' to %s: %s.", c->target, what,
+                          strerror(err));
+  }
+  *ret_s = s;
+  return QDP_OK;
+}
+
+/* The daemon's "ERR <STATUS> <message>" line as an error of field, or INTERNAL for anything else
+ * that is not the answer expected. */
+static qdp_status refused(const qdp_client *c, const char *line, const char *field,
+                          const char *what) {
+  if (strncmp(line, "ERR ", 4) != 0) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, NULL, "qdpd at '%s' answered %s with '%.64s'.",
+                          c->target, what, line);
+  }
+  char code[48] = "";
+  const char *msgp = line + 4 + strcspn(line + 4, " ");
+  snprintf(code, sizeof code, "%.*s", (int)strcspn(line + 4, " "), line + 4);
+  qdp_status rc = qdp__err_local(status_named(code), -1, field, "qdpd refused %s: %s", what,
+                                 *msgp ? msgp + 1 : code);
+  qdp__err()->remote = 1;
+  return rc;
+}
+
+qdp_status qdp__take_fd(qdp_client *c, const char *ticket, int *ret_fd) {
+  int s = -1;
+  *ret_fd = -1;
+  size_t len = strlen(ticket);
+  qdp_status rc = QDP_OK;
+  unsigned char req[16 + 64];
+  if (len > 64) {
+    return qdp__err_local(QDP_ERR_INTERNAL, -1, "view_ticket",
+                          "qdpd sent a view ticket of %zu B; at most 64 B expected.", len);
+  }
+  if ((rc = connect_daemon(c, "view_ticket", "take a view's descriptor", &s)) != QDP_OK) {
+    return rc;
+  }
+  uint32_t take = 3, n32 = (uint32_t)len;
+  memcpy(req, HANDOFF_MAGIC, 8);
+  memcpy(req + 8, &take, 4);
+  memcpy(req + 12, &n32, 4);
+  memcpy(req + 16, ticket, len);
+  ssize_t n;
+  do {
+    n = send(s, req, 16 + len, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)(16 + len)) {
+    int err = n < 0 ? errno : EIO;
+    rc = qdp__err_local(QDP_ERR_UNAVAILABLE, err, NULL,
+                        "asking qdpd at '%s' for a view's descriptor failed: %s.", c->target,
                         strerror(err));
     goto out;
+  }
+  /* The answer line, with the descriptor attached to its first bytes. */
+  struct timeval tv = {.tv_sec = c->timeout_ms > 0 ? c->timeout_ms / 1000 : 60,
+                       .tv_usec = c->timeout_ms > 0 ? (c->timeout_ms % 1000) * 1000 : 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char line[1200];
+  size_t got = 0;
+  while (got < sizeof line - 1 && !memchr(line, '\n', got)) {
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(4 * sizeof(int))];
+    } cbuf;
+    struct iovec iov = {.iov_base = line + got, .iov_len = sizeof line - 1 - got};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.buf, .msg_controllen = sizeof cbuf.buf};
+    n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; cm; cm = CMSG_NXTHDR(&msg, cm)) {
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+          int fd;
+          memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+          if (*ret_fd < 0) {
+            *ret_fd = fd;
+          } else {
+            close(fd); /* one is all a take gives */
+          }
+        }
+      }
+    }
+    if (n <= 0) {
+      int err = n < 0 ? errno : 0;
+      rc = qdp__err_local(err == EAGAIN ? QDP_ERR_DEADLINE_EXCEEDED : QDP_ERR_UNAVAILABLE, err,
+                          NULL, "qdpd at '%s' did not answer a view descriptor's take%s%s.",
+                          c->target, err ? ": " : "", err ? strerror(err) : "");
+      goto out;
+    }
+    got += (size_t)n;
+  }
+  line[got] = '\0';
+  line[strcspn(line, "\n")] = '\0';
+  if (strcmp(line, "OK") != 0 || *ret_fd < 0) {
+    rc = strcmp(line, "OK") == 0
+             ? qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
+                              "qdpd at '%s' answered a take without a descriptor.", c->target)
+             : refused(c, line, "view_ticket", "a view's descriptor");
+  }
+out:
+  if (rc != QDP_OK && *ret_fd >= 0) {
+    close(*ret_fd);
+    *ret_fd = -1;
+  }
+  close(s);
+  return rc;
+}
+
+qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field, char *ticket,
+                        size_t len) {
+  int s = -1;
+  qdp_status rc = connect_daemon(c, field, "hand it what it opened", &s);
+  if (rc != QDP_OK) {
+    return rc;
   }
   unsigned char hdr[16];
   uint32_t acc = (uint32_t)access, zero = 0;
@@ -128,16 +243,8 @@ qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field, ch
   }
   if (strncmp(line, "OK ", 3) == 0 && strlen(line + 3) < len) {
     snprintf(ticket, len, "%s", line + 3);
-  } else if (strncmp(line, "ERR ", 4) == 0) {
-    char code[48] = "";
-    const char *msgp = line + 4 + strcspn(line + 4, " ");
-    snprintf(code, sizeof code, "%.*s", (int)strcspn(line + 4, " "), line + 4);
-    rc = qdp__err_local(status_named(code), -1, field, "qdpd refused the descriptor: %s",
-                        *msgp ? msgp + 1 : code);
-    qdp__err()->remote = 1;
   } else {
-    rc = qdp__err_local(QDP_ERR_INTERNAL, -1, NULL,
-                        "qdpd answered a descriptor handoff with '%.64s'.", line);
+    rc = refused(c, line, field, "the descriptor");
   }
 out:
   close(s);

@@ -112,6 +112,10 @@ QDP__HIDDEN int qdp__unix_path(const qdp_client *c, char *buf, size_t len);
  * socket; the daemon's refusal keeps its status. */
 QDP__HIDDEN qdp_status qdp__handoff(qdp_client *c, int fd, int access, const char *field,
                                     char *ticket, size_t len);
+/* Takes the descriptor of a view the daemon filed under `ticket` (Shard.view_ticket) into
+ * *ret_fd, this process's to close; the daemon's refusal keeps its status (field
+ * "view_ticket"). */
+QDP__HIDDEN qdp_status qdp__take_fd(qdp_client *c, const char *ticket, int *ret_fd);
 /* Opens shared memory for reading with this process's rights: by name (shm_open), or as fd of
  * process pid (this process: a duplicate; another: /proc/<pid>/fd/<fd>, regular files only).
  * Returns the descriptor, or -1 with *rc set and recorded. */

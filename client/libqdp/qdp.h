@@ -168,7 +168,10 @@ struct qdp_encode_opts {
   size_t ndevices;
   uint64_t ttl_seconds; /* 0 = the daemon's default */
   const char *label;    /* free text kept with the state; NULL = none */
-  int ipc; /* also ask for views: CUDA IPC handles per shard, under a lease (see qdp_views_open) */
+  /* also ask for views under a lease (see qdp_views_open): each shard's view_ticket, which any
+   * process of this identity on the node may take (since 0.7), or a legacy daemon's CUDA IPC
+   * handle */
+  int ipc;
 };
 
 /* clang-format off */
@@ -251,6 +254,12 @@ struct qdp_shard {
   size_t ipc_handle_bytes;
   uint64_t ipc_offset; /* since 0.3: the shard's byte offset in the allocation ipc_handle names */
   uint64_t lease_id;   /* since 0.3: the lease the views of this reply hold; 0 without views */
+  /* since 0.7: a view handed out as a descriptor: the ticket to take it under on the daemon's
+   * socket (once, as the same identity, within 60 s; "" for an IPC-handle view or none) and the
+   * size of the allocation it maps (proto/qdp.proto, Shard.view_ticket); qdp_views_open does
+   * this itself */
+  char *view_ticket;
+  uint64_t view_bytes;
 };
 
 struct qdp_state_info {

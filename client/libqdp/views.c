@@ -1,5 +1,7 @@
-/* Zero-copy shard views (qdp.h, since 0.3): Describe with views gives one lease and a CUDA IPC
- * handle + offset per shard; each handle is opened on the GPU of this process whose UUID the
+/* Zero-copy shard views (qdp.h, since 0.3): Describe with views gives one lease and per shard a
+ * descriptor to take on the daemon's socket (since 0.7; the allocation, imported and mapped here
+ * with CUDA's virtual memory management, across PID namespaces) or a legacy daemon's CUDA IPC
+ * handle, with the shard's offset. Each is opened on the GPU of this process whose UUID the
  * daemon named (ordinals differ between processes under CUDA_VISIBLE_DEVICES), and the views are
  * kept per handle in the client until closed. Where libqdp is built without CUDA, opening views is
  * QDP_ERR_UNIMPLEMENTED; the DLPack wrapping needs no CUDA call and is built everywhere. */
@@ -14,8 +16,32 @@
 #include "qdp_dlpack.h"
 
 #if QDP_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
+
+/* The driver calls a descriptor view needs, taken through the runtime (libqdp links no
+ * libcuda). */
+struct vmm_calls {
+  CUresult (*import)(CUmemGenericAllocationHandle *h, void *shareable,
+                     CUmemAllocationHandleType type);
+  CUresult (*reserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                      unsigned long long flags);
+  CUresult (*map)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                  unsigned long long flags);
+  CUresult (*set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t n);
+  CUresult (*unmap)(CUdeviceptr ptr, size_t size);
+  CUresult (*address_free)(CUdeviceptr ptr, size_t size);
+  CUresult (*release)(CUmemGenericAllocationHandle h);
+};
 #endif
+
+/* One shard mapped from a descriptor: its allocation handle and address range (size 0: none). */
+struct vmm_map {
+  unsigned long long handle;
+  uintptr_t ptr;
+  size_t size;
+};
 
 /* The views of one handle, and what is needed to close them. */
 struct qdp__view_set {
@@ -23,6 +49,10 @@ struct qdp__view_set {
   struct qdp_views pub;
   struct qdp_view *views;
   void **bases; /* what cudaIpcOpenMemHandle returned, per shard (NULL: not open) */
+  struct vmm_map *maps; /* per shard: a descriptor view's mapping */
+#if QDP_HAVE_CUDA
+  struct vmm_calls cu;
+#endif
   struct qdp_state_info *state;
   char *token;
 };
@@ -33,6 +63,14 @@ static void set_free(struct qdp__view_set *v) {
     return;
   }
 #if QDP_HAVE_CUDA
+  for (size_t i = 0; v->maps && i < v->pub.count; i++) {
+    const struct vmm_map *m = &v->maps[i];
+    if (m->size) {
+      (void)v->cu.unmap((CUdeviceptr)m->ptr, m->size);
+      (void)v->cu.address_free((CUdeviceptr)m->ptr, m->size);
+      (void)v->cu.release((CUmemGenericAllocationHandle)m->handle);
+    }
+  }
   for (size_t i = 0; v->bases && i < v->pub.count; i++) {
     if (v->bases[i]) {
       /* The current device must be the handle's: cudaIpcCloseMemHandle acts on its context. */
@@ -44,6 +82,7 @@ static void set_free(struct qdp__view_set *v) {
   }
 #endif
   free(v->bases);
+  free(v->maps);
   free(v->views);
   qdp_state_info_free(v->state);
   free(v->token);
@@ -66,7 +105,7 @@ static struct qdp__view_set *set_take(qdp_client *c, const char *handle) {
  * streams, sees what this process wrote through them. */
 static qdp_status finish_writes(const struct qdp__view_set *v) {
 #if QDP_HAVE_CUDA
-  for (size_t i = 0; v->pub.writable && v->bases && i < v->pub.count; i++) {
+  for (size_t i = 0; v->pub.writable && v->views && i < v->pub.count; i++) {
     int d = v->views[i].device_id;
     bool seen = false;
     for (size_t j = 0; j < i; j++) {
@@ -148,10 +187,112 @@ static qdp_status find_gpu(const struct qdp_shard *sh, int *ret_ordinal) {
                         sh->device, sh->uuid, n);
 }
 
-/* Maps every shard of v->state; on failure the ones mapped stay in v->bases for set_free. */
-static qdp_status map_shards(struct qdp__view_set *v) {
+static qdp_status vmm_lookup(void **fn, const char *name) {
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &found);
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || !*fn) {
+    (void)cudaGetLastError();
+    return qdp__err_local(QDP_ERR_FAILED_PRECONDITION, (int)err, "views",
+                          "This process's CUDA driver has no %s, which a view handed out as a "
+                          "descriptor needs (a driver of CUDA 12 or later).",
+                          name);
+  }
+  return QDP_OK;
+}
+
+static qdp_status vmm_calls_get(struct vmm_calls *cu) {
+  struct {
+    const char *name;
+    void **fn;
+  } fns[] = {
+      {"cuMemImportFromShareableHandle", (void **)&cu->import},
+      {"cuMemAddressReserve", (void **)&cu->reserve},
+      {"cuMemMap", (void **)&cu->map},
+      {"cuMemSetAccess", (void **)&cu->set_access},
+      {"cuMemUnmap", (void **)&cu->unmap},
+      {"cuMemAddressFree", (void **)&cu->address_free},
+      {"cuMemRelease", (void **)&cu->release},
+  };
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    qdp_status rc = vmm_lookup(fns[i].fn, fns[i].name);
+    if (rc != QDP_OK) {
+      return rc;
+    }
+  }
+  return QDP_OK;
+}
+
+static qdp_status vmm_failed(CUresult cu, const char *call, size_t shard, const char *device) {
+  return qdp__err_local(QDP_ERR_CUDA, (int)cu, "views",
+                        "Mapping the view of shard %zu on %s failed: %s returned CUresult %d.",
+                        shard, device, call, (int)cu);
+}
+
+/* Takes shard i's descriptor and maps its allocation whole on this process's GPU dev
+ * (v->maps[i] records it for set_free); *ret_base is its start. */
+static qdp_status map_descriptor(qdp_client *c, struct qdp__view_set *v, size_t i, int dev,
+                                 char **ret_base) {
+  const struct qdp_shard *sh = v->state->shards[i];
+  int fd = -1;
+  qdp_status rc = qdp__take_fd(c, sh->view_ticket, &fd);
+  if (rc != QDP_OK) {
+    return rc;
+  }
+  CUmemGenericAllocationHandle h = 0;
+  CUresult cu = v->cu.import(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  close(fd); /* the handle holds the memory now */
+  if (cu != CUDA_SUCCESS) {
+    return vmm_failed(cu, "cuMemImportFromShareableHandle", i, sh->device);
+  }
+  size_t size = (size_t)sh->view_bytes;
+  CUdeviceptr p = 0;
+  if ((cu = v->cu.reserve(&p, size, 0, 0, 0)) != CUDA_SUCCESS) {
+    (void)v->cu.release(h);
+    return vmm_failed(cu, "cuMemAddressReserve", i, sh->device);
+  }
+  if ((cu = v->cu.map(p, size, 0, h, 0)) != CUDA_SUCCESS) {
+    (void)v->cu.address_free(p, size);
+    (void)v->cu.release(h);
+    return vmm_failed(cu, "cuMemMap", i, sh->device);
+  }
+  v->maps[i] = (struct vmm_map){.handle = h, .ptr = (uintptr_t)p, .size = size};
+  CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if ((cu = v->cu.set_access(p, size, &access, 1)) != CUDA_SUCCESS) {
+    return vmm_failed(cu, "cuMemSetAccess", i, sh->device);
+  }
+  *ret_base = (char *)(uintptr_t)p;
+  return QDP_OK;
+}
+
+/* Maps every shard of v->state; on failure the ones mapped stay in v->bases and v->maps for
+ * set_free. */
+static qdp_status map_shards(qdp_client *c, struct qdp__view_set *v) {
   for (size_t i = 0; i < v->pub.count; i++) {
     const struct qdp_shard *sh = v->state->shards[i];
+    if (sh->view_ticket && sh->view_ticket[0]) {
+      int dev = -1;
+      char *base = NULL;
+      qdp_status rc = find_gpu(sh, &dev);
+      if (rc == QDP_OK && cudaSetDevice(dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rc = qdp__err_local(QDP_ERR_CUDA, -1, "views", "cudaSetDevice(%d) failed.", dev);
+      }
+      if (rc == QDP_OK && !v->cu.import) {
+        rc = vmm_calls_get(&v->cu);
+      }
+      if (rc == QDP_OK) {
+        rc = map_descriptor(c, v, i, dev, &base);
+      }
+      if (rc != QDP_OK) {
+        return rc;
+      }
+      v->views[i] = (struct qdp_view){.struct_size = sizeof(struct qdp_view),
+                                      .data = base + sh->ipc_offset,
+                                      .device_id = dev,
+                                      .shard = sh};
+      continue;
+    }
     cudaIpcMemHandle_t h;
     if (!sh->ipc_handle || sh->ipc_handle_bytes != sizeof h) {
       return qdp__err_local(QDP_ERR_INTERNAL, -1, "views",
@@ -252,11 +393,12 @@ qdp_status qdp_views_open_mode(qdp_client *c, const char *handle, const char *to
   }
   v->views = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->views);
   v->bases = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->bases);
-  if (!v->views || !v->bases) {
+  v->maps = calloc(v->pub.count ? v->pub.count : 1, sizeof *v->maps);
+  if (!v->views || !v->bases || !v->maps) {
     rc = qdp__err_nomem("opening views");
     goto out;
   }
-  rc = map_shards(v);
+  rc = map_shards(c, v);
   if (rc != QDP_OK) {
     goto out;
   }

@@ -366,6 +366,8 @@ void shard_json(struct jw *w, const struct qdp_shard *s) {
   jw_b(w, "ipc", s->ipc_handle_bytes > 0);
   jw_u(w, "ipc_offset", s->ipc_offset);
   jw_u(w, "lease_id", s->lease_id);
+  jw_s(w, "view_ticket", s->view_ticket ? s->view_ticket : "");
+  jw_u(w, "view_bytes", s->view_bytes);
   jw_close(w, '}');
 }
 
@@ -501,10 +503,10 @@ int print_new_state(const struct global *g, const struct qdp_state_info *s) {
 /* The views of a state as this process mapped them. */
 void views_table(const struct qdp_views *v) {
   static const char *const head[] = {"SHARD", "DEVICE", "LOCAL_GPU",  "UUID", "ROWS",
-                                     "COUNT", "BYTES",  "IPC_OFFSET", "LEASE"};
-  static const int right[] = {1, 0, 1, 0, 1, 1, 1, 1, 1};
+                                     "COUNT", "BYTES",  "IPC_OFFSET", "LEASE", "VIA"};
+  static const int right[] = {1, 0, 1, 0, 1, 1, 1, 1, 1, 0};
   struct table t;
-  table_init(&t, 9, head, right);
+  table_init(&t, 10, head, right);
   for (size_t i = 0; i < v->count; i++) {
     const struct qdp_shard *s = v->views[i].shard;
     char idx[24], gpu[16], rows[24], count[24], bytes[24], off[24], lease[24];
@@ -518,7 +520,9 @@ void views_table(const struct qdp_views *v) {
     if (v->writable) {
       snprintf(lease, sizeof lease, "%" PRIu64 " (write)", v->lease_id);
     }
-    char *row[] = {idx, s->device, gpu, s->uuid, rows, count, bytes, off, lease};
+    /* How the shard came: a descriptor taken on the socket, or a legacy CUDA IPC handle. */
+    char *via = s->view_ticket && s->view_ticket[0] ? "fd" : "ipc";
+    char *row[] = {idx, s->device, gpu, s->uuid, rows, count, bytes, off, lease, via};
     table_row(&t, row);
   }
   table_print(&t, stdout);
