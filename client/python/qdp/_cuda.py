@@ -1,9 +1,10 @@
 """The CUDA runtime and driver, reached by ctypes: the few calls qdp's GPU paths make and the
 errors they raise, nothing more (no CUDA package is needed to import qdp).
 
-Loaded (and cuInit run) once per process, at the first :func:`runtime`: opening another
-process's allocation from its IPC handle, exporting one of this process's, the device of a UUID
-or of a pointer, a device's UUID, and synchronizing a stream. What the handles name and who
+Loaded (and cuInit run) once per process, at the first :func:`runtime`: mapping the daemon's
+allocation from a file descriptor it handed over (virtual memory management) or another
+process's from its IPC handle, exporting one of this process's, the device of a UUID or of a
+pointer, a device's UUID, and synchronizing a stream. What the handles name and who
 closes them is the callers' business (qdp._views, qdp._ipc).
 """
 
@@ -22,6 +23,15 @@ _LAZY_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 _POINTER_BUFFER_ID = 7  # CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 _EXPORTS_KEPT = 64
+_HANDLE_TYPE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+_LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
+_ACCESS_READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+
+
+class _AccessDesc(ctypes.Structure):
+    """CUmemAccessDesc: a location (type, id) and its access flags."""
+
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int), ("flags", ctypes.c_int)]
 
 
 class _IpcHandle(ctypes.Structure):
@@ -123,6 +133,45 @@ class _Cuda:
 
     def close_handle(self, ptr: int) -> None:
         self.rt.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+
+    def map_fd(self, ordinal: int, fd: int, size: int) -> Tuple[int, int]:
+        """Maps the allocation of POSIX file descriptor ``fd`` (``size`` bytes, whole) for
+        device ``ordinal``; returns its address and allocation handle, for :meth:`unmap_fd`.
+        The descriptor stays the caller's."""
+        d = self.drv
+        h, ptr = ctypes.c_ulonglong(), ctypes.c_uint64()
+        self.check(d.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd),
+                                                    _HANDLE_TYPE_POSIX_FD),
+                   "cuMemImportFromShareableHandle")
+        try:
+            self.check(d.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size),
+                                             ctypes.c_size_t(0), ctypes.c_uint64(0),
+                                             ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+        except FailedPrecondition:
+            d.cuMemRelease(h)
+            raise
+        try:
+            self.check(d.cuMemMap(ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), h,
+                                  ctypes.c_ulonglong(0)), "cuMemMap")
+        except FailedPrecondition:
+            d.cuMemAddressFree(ptr, ctypes.c_size_t(size))
+            d.cuMemRelease(h)
+            raise
+        try:
+            access = _AccessDesc(_LOCATION_DEVICE, ordinal, _ACCESS_READWRITE)
+            self.check(d.cuMemSetAccess(ptr, ctypes.c_size_t(size), ctypes.byref(access),
+                                        ctypes.c_size_t(1)), "cuMemSetAccess")
+        except FailedPrecondition:
+            self.unmap_fd(ptr.value, size, h.value)
+            raise
+        return ptr.value, h.value
+
+    def unmap_fd(self, ptr: int, size: int, handle: int) -> None:
+        """Undoes :meth:`map_fd`; the memory is freed once no process maps it."""
+        d = self.drv
+        d.cuMemUnmap(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
+        d.cuMemAddressFree(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
+        d.cuMemRelease(ctypes.c_ulonglong(handle))
 
     def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
         """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's

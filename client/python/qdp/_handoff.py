@@ -4,11 +4,15 @@ it a file or shared memory that the client opened with its own rights.
 One connection to the daemon's socket per descriptor: 16 bytes in one sendmsg ("QDPFD/1\\n", a
 little-endian u32 access, a u32 0) with the descriptor attached (SCM_RIGHTS); the daemon answers
 one line, "OK <ticket>" or "ERR <STATUS> <message>". The ticket is then named in the request.
+The other way, :func:`take` gets the descriptor of a view the daemon filed under a ticket
+(Shard.view_ticket): the header with access 3 and the ticket's length, then the ticket; the
+daemon answers "OK" with the descriptor attached.
 """
 
 from __future__ import annotations
 
 import array
+import os
 import socket
 import struct
 
@@ -16,6 +20,7 @@ from .errors import Error, error_for
 
 READ = 1
 WRITE = 2
+TAKE = 3
 MAGIC = b"QDPFD/1\n"
 
 
@@ -70,4 +75,43 @@ def hand_over(socket_path: str, fd: int, access: int = READ, timeout: float = 30
                     f"handoff ({text!r}); is it a qdpd socket?")
 
 
-__all__ = ["READ", "WRITE", "hand_over", "Error"]
+def take(socket_path: str, ticket: str, timeout: float = 30.0) -> int:
+    """The descriptor the daemon on ``socket_path`` holds under ``ticket`` (a view's memory):
+    this process's to close. Raises as :func:`hand_over` does (NotFound for a ticket that is
+    unknown, taken already, lapsed or another identity's)."""
+    raw = ticket.encode()
+    fds = array.array("i")
+    line = b""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as s:
+            s.settimeout(timeout)
+            s.connect(socket_path)
+            s.sendall(MAGIC + struct.pack("<II", TAKE, len(raw)) + raw)
+            while not line.endswith(b"\n") and len(line) < 65536:
+                part, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(4 * fds.itemsize))
+                for level, kind, data in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                if not part:
+                    break
+                line += part
+    except OSError as e:
+        for fd in fds:
+            os.close(fd)
+        raise error_for("UNAVAILABLE", f"cannot take a view's descriptor from qdpd at "
+                        f"{socket_path}: {e.strerror or e}") from None
+    text = line.decode("utf-8", "replace").rstrip("\n")
+    for fd in fds[1:]:
+        os.close(fd)  # one is all a take gives
+    if text == "OK" and fds:
+        return fds[0]
+    if fds:
+        os.close(fds[0])
+    if text.startswith("ERR "):
+        status, _, message = text[4:].partition(" ")
+        raise error_for(status, message, field="view_ticket")
+    raise error_for("UNAVAILABLE", f"qdpd at {socket_path} gave no descriptor for a view "
+                    f"({text!r})")
+
+
+__all__ = ["READ", "WRITE", "TAKE", "hand_over", "take", "Error"]

@@ -1,11 +1,13 @@
-"""Zero-copy views of a state on GPUs, and the leases that hold them (CUDA IPC).
+"""Zero-copy views of a state on GPUs, and the leases that hold them.
 
-Describe with views gives every shard's 64-byte IPC handle and byte offset under one lease;
-:func:`open_views` opens them here, and each :class:`ShardView` exposes
-``__cuda_array_interface__``. The lease ends, and its handles close, when the views are closed
-or the last of them (and every tensor over them) is collected: then CloseView, through the
-connection, which the lease keeps open until then. None of it runs on the CPU backend; it is
-exercised only on a GPU node.
+Describe with views (and descriptors) gives every shard under one lease, as a ticket for a file
+descriptor of its allocation, which :func:`open_views` takes on the daemon's socket and maps
+here (CUDA virtual memory management: this works across PID namespaces), or from a legacy
+daemon as a 64-byte CUDA IPC handle; and the shard's byte offset. Each :class:`ShardView`
+exposes ``__cuda_array_interface__``. The lease ends, and the mappings go, when the views are
+closed or the last of them (and every tensor over them) is collected: then CloseView, through
+the connection, which the lease keeps open until then. None of it runs on the CPU backend; it
+is exercised only on a GPU node.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import os
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _cuda
+from . import _cuda, _handoff
 from ._connection import Connection
 from .errors import FailedPrecondition, NotSupported
 from .records import NUMPY_DTYPES, Shard
 
 
 class ShardView:
-    """One shard of a state on a GPU, opened here through CUDA IPC.
+    """One shard of a state on a GPU, mapped here (a descriptor the daemon handed over, or a CUDA
+    IPC handle of a legacy daemon).
 
     Attributes
     ----------
@@ -74,11 +77,13 @@ class _Lease:
 
     def __init__(self, conn: Connection, handle: str, token: str, lease_id: int,
                  cuda: "_cuda._Cuda", writable: bool) -> None:
-        self.bases: List[int] = []
+        self.bases: List[int] = []  # IPC handles opened
+        self.maps: List[Tuple[int, int, int]] = []  # descriptors mapped: (address, size, handle)
         self.ordinals: List[int] = []  # writable: the devices synchronized before the end
         self.writable = writable
         req = conn.wire.CloseViewRequest(handle=handle, token=token, lease_id=lease_id)
-        self._end = functools.partial(_end_lease, cuda, self.bases, self.ordinals, conn, req)
+        self._end = functools.partial(_end_lease, cuda, self.bases, self.maps, self.ordinals,
+                                      conn, req)
         # Collected (the last tensor over a view gone): ended on the connection's own thread.
         self._fin = weakref.finalize(self, conn.later, self._end)
 
@@ -87,8 +92,8 @@ class _Lease:
             self._end()
 
 
-def _end_lease(cuda: "_cuda._Cuda", bases: List[int], ordinals: List[int], conn: Connection,
-               req: Any) -> None:
+def _end_lease(cuda: "_cuda._Cuda", bases: List[int], maps: List[Tuple[int, int, int]],
+               ordinals: List[int], conn: Connection, req: Any) -> None:
     for d in ordinals:
         try:
             cuda.synchronize_device(d)
@@ -97,6 +102,11 @@ def _end_lease(cuda: "_cuda._Cuda", bases: List[int], ordinals: List[int], conn:
     for b in bases:
         try:
             cuda.close_handle(b)
+        except BaseException:
+            pass
+    for ptr, size, h in maps:
+        try:
+            cuda.unmap_fd(ptr, size, h)
         except BaseException:
             pass
     try:
@@ -111,8 +121,10 @@ def open_views(conn: Connection, handle: str, token: str, dtype: str,
     state's write lease when ``writable``; see :meth:`qdp.State.shards`."""
     if conn.socket_path is None:
         raise NotSupported("GPU views need a daemon on this node (a unix: target)")
-    req = conn.wire.DescribeRequest(handle=handle, token=token, views=True,
-                                    client_pid=os.getpid(), writable=writable)
+    # client_pid 0: the daemon names this process by the connection's pidfd, which holds across
+    # PID namespaces, where this process's own pid means nothing to it.
+    req = conn.wire.DescribeRequest(handle=handle, token=token, views=True, writable=writable,
+                                    descriptors=True)
     try:
         info = conn.call("Describe", req)
     except FailedPrecondition as e:
@@ -120,7 +132,7 @@ def open_views(conn: Connection, handle: str, token: str, dtype: str,
             raise
         raise NotSupported(f"this daemon has no views of its states ({e.message}); use "
                            "State.numpy() or State.torch()") from None
-    if not info.shards or not info.shards[0].ipc_handle:
+    if not info.shards or not (info.shards[0].ipc_handle or info.shards[0].view_ticket):
         raise NotSupported("the daemon answered without views; use State.numpy()")
     cuda = _cuda.runtime()
     lease = _Lease(conn, handle, token, info.shards[0].lease_id, cuda, writable)
@@ -135,12 +147,23 @@ def open_views(conn: Connection, handle: str, token: str, dtype: str,
     try:
         for m in info.shards:
             ordinal = cuda.device_of_uuid(m.uuid)
+            if writable and ordinal not in lease.ordinals:
+                lease.ordinals.append(ordinal)
+            if m.view_ticket:
+                fd = _handoff.take(conn.socket_path, m.view_ticket)
+                try:
+                    with cuda.on_device(ordinal):
+                        ptr, h = cuda.map_fd(ordinal, fd, m.view_bytes)
+                finally:
+                    os.close(fd)  # the mapping holds the memory
+                lease.maps.append((ptr, m.view_bytes, h))
+                views.append(ShardView(Shard.from_proto(m), ordinal, ptr + m.ipc_offset, dtype,
+                                       lease))
+                continue
             key = (bytes(m.ipc_handle), ordinal)
             if key not in opened:  # one open per allocation: CUDA refuses a second
                 opened[key] = cuda.open_handle(ordinal, bytes(m.ipc_handle))
                 lease.bases.append(opened[key])
-            if writable and ordinal not in lease.ordinals:
-                lease.ordinals.append(ordinal)
             views.append(ShardView(Shard.from_proto(m), ordinal, opened[key] + m.ipc_offset,
                                    dtype, lease))
     except BaseException:

@@ -411,7 +411,9 @@ class State:
         return t if device is None or str(device) == "cpu" else t.to(device)
 
     def shards(self, writable: bool = False) -> List[_views.ShardView]:
-        """Zero-copy views of every shard of a state on GPUs (CUDA IPC, one lease for all).
+        """Zero-copy views of every shard of a state on GPUs, one lease for all: each shard's
+        memory as a descriptor the daemon hands over on its socket (across PID namespaces, so
+        from inside a container too), or a legacy daemon's CUDA IPC handle.
 
         Parameters
         ----------
@@ -477,7 +479,7 @@ class State:
         ``cupy.from_dlpack(state)`` and ``numpy.from_dlpack(state)`` work.
 
         On a GPU daemon (a state on one GPU) the capsule describes the state's memory in place,
-        opened here through CUDA IPC: it is built by torch from the view's
+        mapped here (:meth:`shards`): it is built by torch from the view's
         ``__cuda_array_interface__`` (by CuPy when torch is absent), and the capsule holds that
         tensor, hence the view and its lease, until the consumer frees it. ``stream`` (and any
         newer DLPack keyword: ``max_version``, ``dl_device``, ``copy``) goes to that producer.
