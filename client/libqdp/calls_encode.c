@@ -151,7 +151,7 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
   r->req.ttl_seconds = opts->ttl_seconds;
   r->req.views = opts->struct_size > offsetof(struct qdp_encode_opts, ipc) ? opts->ipc != 0 : 0;
   r->req.descriptors = r->req.views; /* qdp_shard.view_ticket: another process may take them */
-  r->req.client_pid = r->req.views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
+  r->req.client_pid = 0; /* this process (by its pidfd at the daemon): the lease ends with it */
   if (opts->label) {
     r->req.label = (char *)opts->label;
   }

@@ -40,7 +40,7 @@ qdp_status qdp__describe(qdp_client *c, const char *handle, const char *token, i
   req.views = views != 0;
   req.writable = views && writable;
   req.descriptors = views != 0; /* views_open takes them (views.c) */
-  req.client_pid = views ? (int32_t)getpid() : 0; /* the lease ends when we exit */
+  req.client_pid = 0; /* this process, which the daemon names by its pidfd: the lease ends with it */
   *ret = qdp__unary_copy(c, M_DESCRIBE, &req.base, &qdp__state_info__descriptor, qdp__state_from_pb,
                          "copying the describe reply", &rc);
   return rc;

@@ -314,9 +314,9 @@ time.sleep(600)
 
 
 def test_a_killed_client_leaves_nothing_behind(gpu, gpu_daemon) -> None:
-    """A client process killed while it holds tensors of a state: the daemon's lease sweep ends
-    its leases (the fixture's daemon: 1 s grace), and the state, released, gives its bytes
-    back."""
+    """A client process killed while it holds tensors of a state it made: its session ends with
+    it (the state released), the lease sweep ends its leases (the fixture's daemon: 1 s grace),
+    and only then do the state's bytes come back."""
     c, torch = gpu
     base = c.status().used_bytes
     p = subprocess.Popen([sys.executable, "-c", CHILD, gpu_daemon.target],
@@ -328,14 +328,13 @@ def test_a_killed_client_leaves_nothing_behind(gpu, gpu_daemon) -> None:
             raise AssertionError(f"the child printed {line}: {p.communicate()[1][-2000:]}")
         s = c.state(*line)
         assert s.info.leases == 2 and c.status().used_bytes > base
+        assert s.info.session, "the child's state is not in its session"
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()  # reaped: a zombie's pid still exists
     t0 = time.monotonic()
-    assert wait_leases(s, 0, 20) == 0, "the daemon kept the killed client's leases"
+    assert wait_used(c, base, 20) == base, "the killed client's state kept its bytes"
     print(f"bench op=lease-sweep s={time.monotonic() - t0:.2f}")
-    s.release()
-    assert wait_used(c, base) == base, "the state's bytes did not come back"
     assert s.handle not in {i.handle for i in c.states()}
 
 
