@@ -190,7 +190,13 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
   if (cu != CUDA_SUCCESS) {
     return driver_failed(d, cu, "cuMemCreate", reterr);
   }
-  if ((cu = v->drv.reserve(&p, size, 0, 0, 0)) != CUDA_SUCCESS) {
+  /* The address range aligned to the largest power of two within the size (up to 1 GiB), as
+   * cudaMalloc places large buffers, so that the driver may map it with its largest pages. */
+  size_t align = v->granularity;
+  while (align < (UINT64_C(1) << 30) && align * 2 <= size) {
+    align *= 2;
+  }
+  if ((cu = v->drv.reserve(&p, size, align, 0, 0)) != CUDA_SUCCESS) {
     rc = driver_failed(d, cu, "cuMemAddressReserve", reterr);
     goto fail_reserve;
   }

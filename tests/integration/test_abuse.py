@@ -89,6 +89,15 @@ class Abuse(unittest.TestCase):
         for f in os.listdir(libdir):
             if f.startswith("libqdp.so") and not os.path.isdir(os.path.join(libdir, f)):
                 shutil.copy(os.path.join(libdir, f), cls.tools, follow_symlinks=True)
+        # Runtime libraries that this machine carries rather than installs (the GPU machine's
+        # .gpu/lib), which the tools load as they do for root here.
+        for extra in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
+            if os.path.isdir(extra) and os.path.abspath(extra) != os.path.abspath(libdir):
+                for f in os.listdir(extra):
+                    src = os.path.join(extra, f)
+                    if ".so" in f and os.path.isfile(src) and \
+                            not os.path.exists(os.path.join(cls.tools, f)):
+                        shutil.copy(src, cls.tools, follow_symlinks=True)
         for f in os.listdir(cls.tools):
             os.chmod(os.path.join(cls.tools, f), 0o755)
         # The confinement folders a TCP caller is kept in, each with a neighbour outside it.
