@@ -190,8 +190,8 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
   if (cu != CUDA_SUCCESS) {
     return driver_failed(d, cu, "cuMemCreate", reterr);
   }
-  /* The address range aligned to the largest power of two within the size (up to 1 GiB), as
-   * cudaMalloc places large buffers, so that the driver may map it with its largest pages. */
+  /* The address range aligned to the largest power of two within the size (up to 1 GiB), which
+   * leaves the driver free to map it with the largest pages it has. */
   size_t align = v->granularity;
   while (align < (UINT64_C(1) << 30) && align * 2 <= size) {
     align *= 2;
