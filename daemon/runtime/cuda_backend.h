@@ -144,6 +144,10 @@ struct cuda_device {
   size_t nipc;
   pthread_mutex_t blas_lock; /* the cuBLAS handle (cuda_gram.c) */
   void *blas;                /* cublasHandle_t, made at the first kernel matrix; NULL: none */
+  /* Buffers whose legacy IPC handle was handed out (under cache_lock): freed, never kept for
+   * another state, since a client may still have them open (cuda_mark_exported). */
+  void **exported;
+  size_t nexported, exported_cap;
   /* State memory exportable as file descriptors (cuda_vmm.c); NULL: cudaMalloc, legacy IPC. */
   struct cuda_vmm *vmm;
   unsigned char accessed_by[QDP_DEVICES_MAX]; /* by ordinal: that device reaches this one's */
@@ -321,6 +325,9 @@ void cuda_trim(struct runtime_device *d);
 qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                       struct qdp_error *reterr);
 void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes);
+/* Records that base's legacy IPC handle went to a client: cuda_free then frees it rather than
+ * keeping it for the next state of its size, which the client could otherwise read. */
+void cuda_mark_exported(struct cuda_device *c, void *base);
 void cuda_scratch_free(struct cuda_scratch *s);
 qdp_status cuda_scratch_grow(struct cuda_device *c, void **buf, uint64_t *cap, uint64_t need,
                              struct qdp_error *reterr);

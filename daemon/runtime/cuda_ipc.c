@@ -52,6 +52,7 @@ qdp_status cuda_export_view(struct runtime_device *d, const void *ptr, struct ru
   QDP_TRY(rc, cuda_use_device(d, reterr));
   QDP_TRY(rc, address_range(d, ptr, &base, &size, reterr));
   CU_TRY(rc, reterr, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
+  cuda_mark_exported(cuda_of(d), (void *)(uintptr_t)base);
   memcpy(ret_handle, &h, sizeof h);
   *ret_offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)base);
 out:

@@ -120,12 +120,47 @@ qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
   return rc;
 }
 
+void cuda_mark_exported(struct cuda_device *c, void *base) {
+  pthread_mutex_lock(&c->cache_lock);
+  bool known = false;
+  for (size_t i = 0; i < c->nexported && !known; i++) {
+    known = c->exported[i] == base;
+  }
+  if (!known && c->nexported == c->exported_cap) {
+    size_t cap = c->exported_cap ? 2 * c->exported_cap : 16;
+    void **v = realloc(c->exported, cap * sizeof *v);
+    if (v) {
+      c->exported = v;
+      c->exported_cap = cap;
+    }
+  }
+  if (!known && c->nexported < c->exported_cap) {
+    c->exported[c->nexported++] = base;
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+}
+
+/* Whether ptr was marked exported; forgets it (it is being freed). */
+static bool take_exported(struct cuda_device *c, void *ptr) {
+  bool found = false;
+  pthread_mutex_lock(&c->cache_lock);
+  for (size_t i = 0; i < c->nexported; i++) {
+    if (c->exported[i] == ptr) {
+      c->exported[i] = c->exported[--c->nexported];
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->cache_lock);
+  return found;
+}
+
 void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   struct cuda_device *c = cuda_of(d);
   if (!ptr) {
     return;
   }
-  if (cuda_vmm_exported(c, ptr)) {
+  if (take_exported(c, ptr) || cuda_vmm_exported(c, ptr)) {
     /* A client may still map it: released, never handed to another state. */
     free_now(d, ptr);
     return;

@@ -33,6 +33,7 @@ static void cuda_device_destroy(struct runtime_device *d) {
     cuda_cache_drop(c);
   }
   cuda_vmm_destroy(c);
+  free(c->exported);
   cuda_gram_destroy(c);
   for (int i = 0; i < 2; i++) {
     if (c->stage_free[i]) {

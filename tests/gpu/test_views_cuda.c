@@ -5,7 +5,8 @@
  * allocation (cuda_vmm.c), which maps to the shard's amplitudes and keeps them after the state is
  * gone and its device memory asked for again (an exported allocation is never reused); a mesh
  * with legacy_ipc_views exports 64-byte IPC handles instead, with the shard's offset in its
- * allocation (0 for the one-allocation-per-shard backend). Opening IPC handles needs another
+ * allocation (0 for the one-allocation-per-shard backend), and never hands an exported buffer to
+ * another state. Opening IPC handles needs another
  * process: tests/gpu/views_client does that.
  *
  * Exits 77 without a GPU; Check's no-fork mode (a CUDA context does not survive fork).
@@ -103,7 +104,20 @@ START_TEST(test_a_legacy_mesh_exports_ipc_handles) {
            ok ? "ok  " : "FAIL", i, l.name, l.uuid, ipc.offset);
     ck_assert(ok);
   }
+  /* A buffer whose handle went out is given back to the driver, not kept for the next state of
+   * its size (16 MiB: one the cache would keep), which a client that keeps the handle open past
+   * its lease would read. Seen through the driver's free memory. */
+  uint64_t bytes = runtime_state_plan(s)->total_bytes;
+  size_t before = 0, after = 0, total = 0;
+  ck_assert_int_eq(cudaSetDevice(0), cudaSuccess);
+  ck_assert_int_eq(cudaMemGetInfo(&before, &total), cudaSuccess);
   runtime_state_destroy(s);
+  ck_assert_int_eq(cudaSetDevice(0), cudaSuccess);
+  ck_assert_int_eq(cudaMemGetInfo(&after, &total), cudaSuccess);
+  int freed = after >= before + bytes / (ngpu > 1 ? 2 : 1);
+  printf("%s the exported buffers went back to the driver (%zu B more free)\n",
+         freed ? "ok  " : "FAIL", after - before);
+  ck_assert(freed);
   runtime_mesh_destroy(m);
 }
 END_TEST
