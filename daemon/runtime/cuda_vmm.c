@@ -6,7 +6,9 @@
  * handles cannot cross. An allocation once exported is never reused: the daemon releases its
  * handle when the state goes, and the driver frees the memory when the last importer has
  * unmapped it, so no client ever maps memory that another state then takes over. */
+#include <fcntl.h>
 #include <inttypes.h>
+#include <unistd.h>
 
 #include "qdp_size.h"
 #include "runtime/cuda_backend.h"
@@ -36,6 +38,7 @@ struct cuda_vmm_block {
   size_t size; /* a multiple of the granularity */
   CUmemGenericAllocationHandle handle;
   bool exported;
+  int fd; /* its exported descriptor, kept for the next view (each gets a duplicate); -1: none */
 };
 
 struct cuda_vmm {
@@ -126,6 +129,9 @@ out:
 /* Unmaps and releases block b (its range is no longer used by any work). */
 static void block_end(struct cuda_vmm *v, const struct cuda_vmm_block *b) {
   CUdeviceptr p = (CUdeviceptr)(uintptr_t)b->ptr;
+  if (b->fd >= 0) {
+    close(b->fd);
+  }
   (void)v->drv.unmap(p, b->size);
   (void)v->drv.address_free(p, b->size);
   (void)v->drv.release(b->handle);
@@ -155,7 +161,7 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
                             "%s cannot allocate %" PRIu64 " B", d->info.name, bytes);
   }
   size_t size = ((size_t)ask + v->granularity - 1) / v->granularity * v->granularity;
-  struct cuda_vmm_block b = {.size = size};
+  struct cuda_vmm_block b = {.size = size, .fd = -1};
   CUdeviceptr p = 0;
   qdp_status rc = QDP_OK;
   pthread_mutex_lock(&v->lock);
@@ -285,27 +291,40 @@ qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtim
                            struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_vmm *v = c->vmm;
+  /* The first view exports the allocation (a driver call of a few hundred microseconds); every
+   * view gets a duplicate of that descriptor. */
+  qdp_status rc = QDP_OK;
+  int fd = -1;
   pthread_mutex_lock(&v->lock);
   size_t i = find(v, ptr);
-  struct cuda_vmm_block b = {0};
-  if (i < v->n) {
-    v->v[i].exported = true; /* never reused from here on (cuda_free) */
-    b = v->v[i];
+  struct cuda_vmm_block *b = i < v->n ? &v->v[i] : NULL;
+  if (!b) {
+    rc = qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
+                       "%s: a shard's memory is not one of the device's allocations",
+                       d->info.name);
+  } else {
+    b->exported = true; /* never reused from here on (cuda_free) */
+    CUresult cu = CUDA_SUCCESS;
+    if (b->fd < 0 &&
+        ((cu = v->drv.export_handle(&b->fd, b->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                    0)) != CUDA_SUCCESS ||
+         b->fd < 0)) {
+      b->fd = -1;
+      rc = driver_failed(d, cu, "cuMemExportToShareableHandle", reterr);
+    } else if ((fd = fcntl(b->fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+      rc = qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, errno,
+                            "%s: no descriptor left for a view: %s", d->info.name,
+                            strerror(errno));
+    }
   }
+  size_t size = b ? b->size : 0;
   pthread_mutex_unlock(&v->lock);
-  if (!b.ptr) {
-    return qdp_error_set(reterr, QDP_ERR_INTERNAL, NULL,
-                         "%s: a shard's memory is not one of the device's allocations",
-                         d->info.name);
-  }
-  int fd = -1;
-  CUresult cu = v->drv.export_handle(&fd, b.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (cu != CUDA_SUCCESS || fd < 0) {
-    return driver_failed(d, cu, "cuMemExportToShareableHandle", reterr);
+  if (rc != QDP_OK) {
+    return rc;
   }
   memset(ret->handle, 0, sizeof ret->handle);
   ret->fd = fd;
   ret->offset = 0;
-  ret->map_bytes = b.size;
+  ret->map_bytes = size;
   return QDP_OK;
 }

@@ -26,6 +26,7 @@ _EXPORTS_KEPT = 64
 _HANDLE_TYPE_POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _LOCATION_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
 _ACCESS_READWRITE = 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+_RANGES_KEPT = 16  # address ranges kept for the next views (cuMemAddressReserve: ~0.6 ms)
 
 
 class _AccessDesc(ctypes.Structure):
@@ -71,6 +72,10 @@ class _Cuda:
         # buffer id tells a new allocation at a freed one's address from the old one.
         self._exports: Dict[Tuple[int, int], bytes] = {}
         self._exports_lock = threading.Lock()
+        # Address ranges of unmapped views, by size, for the next view of that size: reserving
+        # one costs more than mapping into it.
+        self._ranges: Dict[int, List[int]] = {}
+        self._nranges = 0
 
     @staticmethod
     def _load(names: List[str], sonames: List[str]) -> ctypes.CDLL:
@@ -143,10 +148,16 @@ class _Cuda:
         self.check(d.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd),
                                                     _HANDLE_TYPE_POSIX_FD),
                    "cuMemImportFromShareableHandle")
+        with self._exports_lock:
+            kept = self._ranges.get(size)
+            if kept:
+                ptr.value = kept.pop()
+                self._nranges -= 1
         try:
-            self.check(d.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size),
-                                             ctypes.c_size_t(0), ctypes.c_uint64(0),
-                                             ctypes.c_ulonglong(0)), "cuMemAddressReserve")
+            if not ptr.value:
+                self.check(d.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size),
+                                                 ctypes.c_size_t(0), ctypes.c_uint64(0),
+                                                 ctypes.c_ulonglong(0)), "cuMemAddressReserve")
         except FailedPrecondition:
             d.cuMemRelease(h)
             raise
@@ -167,11 +178,18 @@ class _Cuda:
         return ptr.value, h.value
 
     def unmap_fd(self, ptr: int, size: int, handle: int) -> None:
-        """Undoes :meth:`map_fd`; the memory is freed once no process maps it."""
+        """Undoes :meth:`map_fd`; the memory is freed once no process maps it. The address range
+        is kept for the next view of its size (up to a few ranges)."""
         d = self.drv
-        d.cuMemUnmap(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
-        d.cuMemAddressFree(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
+        unmapped = d.cuMemUnmap(ctypes.c_uint64(ptr), ctypes.c_size_t(size)) == 0
         d.cuMemRelease(ctypes.c_ulonglong(handle))
+        with self._exports_lock:
+            keep = unmapped and self._nranges < _RANGES_KEPT
+            if keep:
+                self._ranges.setdefault(size, []).append(ptr)
+                self._nranges += 1
+        if not keep:
+            d.cuMemAddressFree(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
 
     def export(self, ordinal: int, ptr: int) -> Tuple[bytes, int]:
         """The IPC handle of the allocation holding ``ptr`` (on device ``ordinal``), and ptr's
