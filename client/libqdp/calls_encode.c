@@ -155,6 +155,9 @@ static qdp_status build_request(const struct qdp_encode_opts *opts, const struct
   if (opts->label) {
     r->req.label = (char *)opts->label;
   }
+  if (opts->struct_size > offsetof(struct qdp_encode_opts, session) && opts->session) {
+    r->req.session = (char *)opts->session;
+  }
   r->placement.policy = (Qdp__Policy)opts->policy;
   r->placement.n_devices = opts->ndevices;
   r->placement.devices = (char **)opts->devices;

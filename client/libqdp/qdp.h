@@ -172,12 +172,14 @@ struct qdp_encode_opts {
    * process of this identity on the node may take (since 0.7), or a legacy daemon's CUDA IPC
    * handle */
   int ipc;
+  /* since 0.7: the session (qdp_session_open) the new state ends with; NULL or "": none */
+  const char *session;
 };
 
 /* clang-format off */
 #define QDP_ENCODE_OPTS_INIT \
   {sizeof(struct qdp_encode_opts), QDP_ENCODING_UNSPECIFIED, 0, QDP_DTYPE_UNSPECIFIED, \
-   QDP_POLICY_AUTO, NULL, 0, 0, NULL, 0}
+   QDP_POLICY_AUTO, NULL, 0, 0, NULL, 0, NULL}
 /* clang-format on */
 
 typedef enum qdp_input_kind {
@@ -532,6 +534,25 @@ QDP_EXPORT qdp_status qdp_fetch_into(qdp_client *c, const char *handle, const ch
                                      const struct qdp_fetch_opts *opts, const char *region,
                                      const char *region_token, uint64_t region_offset,
                                      uint64_t *ret_bytes);
+
+/* ---- Sessions (since 0.7) -----------------------------------------------------------------------
+ * What a client makes naming a session (qdp_encode_opts.session) is released when the session
+ * ends: qdp_session_close, the exit of the process that opened it (the daemon watches it through
+ * the connection), or no call naming it for heartbeat_ms. Only this identity may name it. */
+
+#define QDP_SESSION_ID_LEN 34 /* "c" + 32 hex digits + NUL */
+
+/* Opens a session; its id into ret_id (QDP_SESSION_ID_LEN bytes). heartbeat_ms 0: none (it ends
+ * with this process; a TCP client has none on the daemon's node and must give one, calling
+ * qdp_session_heartbeat within it). label (NULL: none) names it in the daemon's log. */
+QDP_EXPORT qdp_status qdp_session_open(qdp_client *c, uint64_t heartbeat_ms, const char *label,
+                                       char *ret_id);
+/* Marks the session alive now; QDP_ERR_NOT_FOUND (field "session") once it has ended. */
+QDP_EXPORT qdp_status qdp_session_heartbeat(qdp_client *c, const char *id);
+/* Ends the session now, releasing the states and regions made in it: how many states and their
+ * bytes (either pointer may be NULL). QDP_ERR_NOT_FOUND as qdp_session_heartbeat. */
+QDP_EXPORT qdp_status qdp_session_close(qdp_client *c, const char *id, uint32_t *ret_states,
+                                        uint64_t *ret_freed_bytes);
 
 /* ---- Zero-copy shard views and gather (since 0.3) ------------------------------------------ */
 

@@ -1248,6 +1248,55 @@ START_TEST(test_calls_of_clients_made_after_others_ended_reach_their_method) {
 }
 END_TEST
 
+/* Sessions: a state made naming one carries it and goes with its close; the ended session's
+ * heartbeat and a request naming it are NOT_FOUND and keep nothing; a state made without it
+ * stays. */
+START_TEST(test_a_sessions_states_end_with_it) {
+  char id[QDP_SESSION_ID_LEN];
+  CK_QDP(qdp_session_open(cl, 0, "e2e", id));
+  ck_assert_int_eq(id[0], 'c');
+  ck_assert_uint_eq(strlen(id), QDP_SESSION_ID_LEN - 1);
+  double x[2] = {0.3, 0.4};
+  struct qdp_encode_opts eo = QDP_ENCODE_OPTS_INIT;
+  eo.encoding = QDP_ENCODING_ANGLE;
+  eo.qubits = 2;
+  eo.session = id;
+  struct qdp_input in = QDP_INPUT_INIT;
+  in.kind = QDP_INPUT_INLINE;
+  in.dtype = QDP_DTYPE_FLOAT64;
+  in.data = x;
+  in.data_bytes = sizeof x;
+  struct qdp_state_info *a = NULL, *kept = NULL, *d = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &a));
+  ck_assert_str_eq(a->session, id);
+  eo.session = NULL;
+  CK_QDP(qdp_encode(cl, &eo, &in, &kept));
+  ck_assert_str_eq(kept->session, "");
+  CK_QDP(qdp_session_heartbeat(cl, id));
+  uint32_t states = 0;
+  uint64_t freed = 0;
+  CK_QDP(qdp_session_close(cl, id, &states, &freed));
+  ck_assert_uint_eq(states, 1);
+  ck_assert_uint_eq(freed, a->bytes);
+  CK_QDP_STATUS(qdp_describe(cl, a->handle, a->token, &d), QDP_ERR_NOT_FOUND);
+  CK_QDP(qdp_describe(cl, kept->handle, kept->token, &d));
+  qdp_state_info_free(d);
+  CK_QDP_STATUS(qdp_session_heartbeat(cl, id), QDP_ERR_NOT_FOUND);
+  ck_assert_str_eq(qdp_last_error()->field, "session");
+  uint32_t before, regions;
+  counts(&before, &regions);
+  eo.session = id;
+  struct qdp_state_info *none = NULL;
+  CK_QDP_STATUS(qdp_encode(cl, &eo, &in, &none), QDP_ERR_NOT_FOUND);
+  ck_assert_str_eq(qdp_last_error()->field, "session");
+  counts(&states, &regions);
+  ck_assert_uint_eq(states, before);
+  CK_QDP(qdp_release(cl, kept->handle, kept->token, NULL));
+  qdp_state_info_free(a);
+  qdp_state_info_free(kept);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("libqdp-e2e");
   TCase *t = tcase_create("e2e");
@@ -1269,6 +1318,7 @@ int main(void) {
   tcase_add_test(t, test_plan_and_refusals_carry_the_numbers);
   tcase_add_test(t, test_32_threads_share_one_client);
   tcase_add_test(t, test_gather_and_views_on_four_cpu_devices);
+  tcase_add_test(t, test_a_sessions_states_end_with_it);
   suite_add_tcase(s, t);
   return qdpt_run_suite(s, CK_NOFORK);
 }
