@@ -45,7 +45,9 @@ qdp_status qdp_session_open(qdp_client *c, uint64_t heartbeat_ms, const char *la
   return rc;
 }
 
-qdp_status qdp_session_heartbeat(qdp_client *c, const char *id) {
+/* A call on session id (SessionRef) whose reply is of `desc`, into *ret_rep. */
+static qdp_status session_call(qdp_client *c, const char *method, const char *id,
+                               const ProtobufCMessageDescriptor *desc, ProtobufCMessage **ret_rep) {
   qdp__err_reset();
   qdp_status rc = check_id(c, id);
   if (rc != QDP_OK) {
@@ -53,9 +55,13 @@ qdp_status qdp_session_heartbeat(qdp_client *c, const char *id) {
   }
   Qdp__SessionRef req = QDP__SESSION_REF__INIT;
   req.session = (char *)id;
+  return qdp__unary(c, method, &req.base, desc, ret_rep);
+}
+
+qdp_status qdp_session_heartbeat(qdp_client *c, const char *id) {
   Qdp__SessionInfo *rep = NULL;
-  rc = qdp__unary(c, M_HEARTBEAT, &req.base, &qdp__session_info__descriptor,
-                  (ProtobufCMessage **)&rep);
+  qdp_status rc = session_call(c, M_HEARTBEAT, id, &qdp__session_info__descriptor,
+                               (ProtobufCMessage **)&rep);
   if (rep) {
     qdp__session_info__free_unpacked(rep, NULL);
   }
@@ -64,16 +70,9 @@ qdp_status qdp_session_heartbeat(qdp_client *c, const char *id) {
 
 qdp_status qdp_session_close(qdp_client *c, const char *id, uint32_t *ret_states,
                              uint64_t *ret_freed_bytes) {
-  qdp__err_reset();
-  qdp_status rc = check_id(c, id);
-  if (rc != QDP_OK) {
-    return rc;
-  }
-  Qdp__SessionRef req = QDP__SESSION_REF__INIT;
-  req.session = (char *)id;
   Qdp__CloseSessionReply *rep = NULL;
-  rc = qdp__unary(c, M_CLOSE_SESSION, &req.base, &qdp__close_session_reply__descriptor,
-                  (ProtobufCMessage **)&rep);
+  qdp_status rc = session_call(c, M_CLOSE_SESSION, id, &qdp__close_session_reply__descriptor,
+                               (ProtobufCMessage **)&rep);
   if (rc == QDP_OK) {
     if (ret_states) {
       *ret_states = rep->states;

@@ -244,6 +244,10 @@ qdp_status cuda_no_kernel(const struct runtime_device *d, const struct plan *p,
 qdp_status cuda_use_device(struct runtime_device *d, struct qdp_error *reterr);
 qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                            struct qdp_error *reterr);
+/* RESOURCE_EXHAUSTED for an allocation of `bytes` that `call` refused with `why` (code): the
+ * device's free and total memory in the message, need_bytes and free_bytes set. */
+qdp_status cuda_out_of_memory(struct runtime_device *d, uint64_t bytes, const char *call,
+                              const char *why, int code, struct qdp_error *reterr);
 void cuda_drain(struct cuda_device *c);
 qdp_status cuda_finish(struct cuda_device *c, struct qdp_error *reterr);
 

@@ -47,6 +47,11 @@ qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_
     return cuda_failed(d, err, "cudaMalloc", reterr);
   }
   (void)cudaGetLastError();
+  return cuda_out_of_memory(d, bytes, "cudaMalloc", cudaGetErrorName(err), (int)err, reterr);
+}
+
+qdp_status cuda_out_of_memory(struct runtime_device *d, uint64_t bytes, const char *call,
+                              const char *why, int code, struct qdp_error *reterr) {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -56,11 +61,11 @@ qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_
     reterr->need_bytes = bytes;
     reterr->free_bytes = free_b;
   }
-  return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, (int)err,
-                          "%s cannot allocate %s of device memory: cudaMalloc reports %s "
-                          "with %s free of %s",
-                          d->info.name, QDP_SIZE_STR(bytes), cudaGetErrorName(err),
-                          QDP_SIZE_STR(free_b), QDP_SIZE_STR(total_b));
+  return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, code,
+                          "%s cannot allocate %s of device memory: %s reports %s with %s free of "
+                          "%s",
+                          d->info.name, QDP_SIZE_STR(bytes), call, why, QDP_SIZE_STR(free_b),
+                          QDP_SIZE_STR(total_b));
 }
 
 /* Waits for everything queued on the device's streams; used on error paths so that no copy is

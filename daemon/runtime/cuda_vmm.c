@@ -10,7 +10,6 @@
 #include <inttypes.h>
 #include <unistd.h>
 
-#include "qdp_size.h"
 #include "runtime/cuda_backend.h"
 
 /* The driver calls, taken through the runtime as cuda_ipc.c takes cuMemGetAddressRange: qdpd
@@ -179,19 +178,7 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
   pthread_mutex_unlock(&v->lock);
   CUresult cu = v->drv.create(&b.handle, size, &v->prop, 0);
   if (cu == CUDA_ERROR_OUT_OF_MEMORY) {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    if (reterr) {
-      reterr->need_bytes = size;
-      reterr->free_bytes = free_b;
-    }
-    return qdp_error_set_at(reterr, QDP_ERR_RESOURCE_EXHAUSTED, d->info.ordinal, (int)cu,
-                            "%s cannot allocate %s of device memory: cuMemCreate reports out of "
-                            "memory with %s free of %s",
-                            d->info.name, QDP_SIZE_STR(size), QDP_SIZE_STR(free_b),
-                            QDP_SIZE_STR(total_b));
+    return cuda_out_of_memory(d, size, "cuMemCreate", "CUDA_ERROR_OUT_OF_MEMORY", (int)cu, reterr);
   }
   if (cu != CUDA_SUCCESS) {
     return driver_failed(d, cu, "cuMemCreate", reterr);

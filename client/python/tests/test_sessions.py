@@ -17,6 +17,7 @@ import pytest
 
 import qdp
 from conftest import TCP_TOKEN, Daemon, _start, client_of, free_port, qdpd_path
+from polling import wait_for
 from qdp.records import enum_number
 
 Q = 8
@@ -38,13 +39,8 @@ time.sleep(600)
 """
 
 
-def wait_until(what: Callable[[], Any], seconds: float = 20) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        got = what()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(0.1)
+def wait_until(what: Callable[[], Any], seconds: float = 20) -> bool:
+    return wait_for(lambda: bool(what()), True, seconds)
 
 
 def holder(target: str, **client_kwargs: Any) -> "tuple[subprocess.Popen, list]":
