@@ -465,8 +465,10 @@ def test_a_token_reaches_qdpd_off_its_command_line(here: User) -> None:
         # Each command line is read (it names its program's socket or script) and lacks it.
         for pid, names in ((d.pid, "local.sock"), (reaper, "_reaper.py")):
             assert token not in cmdline(pid) and names in cmdline(pid)
-        listening = [ln for ln in pathlib.Path(d.log_path).read_text().splitlines()
-                     if ln.startswith("listening on 127.0.0.1:")]
+        # qdpd says where it listens just after its socket accepts, which is what LocalDaemon
+        # waits for: the line may come a moment later.
+        listening = wait_for(lambda: [ln for ln in pathlib.Path(d.log_path).read_text()
+                                      .splitlines() if ln.startswith("listening on 127.0.0.1:")])
         assert len(listening) == 1, pathlib.Path(d.log_path).read_text()
         tcp = listening[0].removeprefix("listening on ")
         with qdp.Client(tcp, token=token) as c:
