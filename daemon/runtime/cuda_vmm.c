@@ -163,19 +163,6 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
   struct cuda_vmm_block b = {.size = size, .fd = -1};
   CUdeviceptr p = 0;
   qdp_status rc = QDP_OK;
-  pthread_mutex_lock(&v->lock);
-  if (v->n == v->cap) {
-    size_t cap = v->cap ? 2 * v->cap : 64;
-    struct cuda_vmm_block *nv = realloc(v->v, cap * sizeof *nv);
-    if (!nv) {
-      pthread_mutex_unlock(&v->lock);
-      return qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
-                           "no host memory for %s's allocation table", d->info.name);
-    }
-    v->v = nv;
-    v->cap = cap;
-  }
-  pthread_mutex_unlock(&v->lock);
   CUresult cu = v->drv.create(&b.handle, size, &v->prop, 0);
   if (cu == CUDA_ERROR_OUT_OF_MEMORY) {
     return cuda_out_of_memory(d, size, "cuMemCreate", "CUDA_ERROR_OUT_OF_MEMORY", (int)cu, reterr);
@@ -215,10 +202,25 @@ qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
   }
   b.ptr = (void *)(uintptr_t)p;
   pthread_mutex_lock(&v->lock);
-  v->v[v->n++] = b; /* room was made above, and only this function adds */
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    struct cuda_vmm_block *nv = realloc(v->v, cap * sizeof *nv);
+    if (nv) {
+      v->v = nv;
+      v->cap = cap;
+    }
+  }
+  bool kept = v->n < v->cap;
+  if (kept) {
+    v->v[v->n++] = b;
+  }
   pthread_mutex_unlock(&v->lock);
-  *ret_ptr = b.ptr;
-  return QDP_OK;
+  if (kept) {
+    *ret_ptr = b.ptr;
+    return QDP_OK;
+  }
+  rc = qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                     "no host memory for %s's allocation table", d->info.name);
 fail_access:
   (void)v->drv.unmap(p, size);
 fail_map:
