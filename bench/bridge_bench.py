@@ -252,7 +252,16 @@ class Run:
         try:
             dev = qml.device(name, wires=n, c_dtype=np.complex128)
         except Exception as e:
-            return self.skip("lightning", n, f"no {name}: {brief(e)}; {PIP['lightning']}")
+            if self.cpu:
+                return self.skip("lightning", n, f"no {name}: {brief(e)}; {PIP['lightning']}")
+            # no usable lightning.gpu here: measure the host path into lightning.qubit instead
+            self.skip("lightning.device", n, f"no {name}: {brief(e)}; {PIP['lightning']}")
+            name = "lightning.qubit"
+            try:
+                dev = qml.device(name, wires=n, c_dtype=np.complex128)
+            except Exception as e2:
+                return self.skip("lightning", n, f"no {name} either: {brief(e2)}")
+        self.versions["lightning_device"] = name
         for dist in ("pennylane_lightning", "pennylane_lightning_gpu"):
             try:
                 self.versions[dist] = importlib.metadata.version(dist)
@@ -264,12 +273,12 @@ class Run:
             z = float(lightning_run(dev, z0))
             return "ok" if abs(z - np.cos(2 * x[0])) < 1e-9 else f"<Z0> {z} != {np.cos(2 * x[0])}"
 
-        paths = [("host", self.a.host_runs)] if self.cpu else \
+        paths = [("host", self.a.host_runs)] if name != "lightning.gpu" else \
             [("device", self.a.runs), ("host", self.a.host_runs)]
         for path, runs in paths:
             try:
                 ms, _ = timed(lambda: lightning_state(dev, s, path=path), runs, self.sync)
-                self.record("lightning", path, n, ms, check=check())
+                self.record("lightning", path, n, ms, device=name, check=check())
             except qdp.NotSupported as e:
                 self.skip(f"lightning.{path}", n, str(e))
             except Exception as e:
@@ -292,10 +301,14 @@ class Run:
         from qdp.interop.qiskit import aer_circuit, aer_state
 
         self.versions["qiskit_aer"] = qiskit_aer.__version__
-        where = "CPU" if self.cpu else "GPU"
+        # AerSimulator(device="GPU").available_devices() answers ["GPU"] whatever this build
+        # has (its name ends in "_gpu"): ask a simulator made without a device instead
+        where = "CPU" if self.cpu or "GPU" not in AerSimulator().available_devices() else "GPU"
+        if where == "CPU" and not self.cpu:  # CPU-only qiskit-aer: Aer's CPU device, host path
+            self.skip("aer.gpu", n, f"this qiskit-aer has no GPU device (measuring its CPU "
+                                    f"device): {PIP['aer']}")
+        self.versions["aer_device"] = where
         sim = AerSimulator(method="statevector", device=where)
-        if where not in sim.available_devices():
-            return self.skip("aer", n, f"this qiskit-aer has no GPU device: {PIP['aer']}")
         ms_fetch, psi = timed(lambda: s.numpy(), self.a.host_runs, lambda: None)
         self.record("aer", "host_fetch", n, ms_fetch)
         def release(st: Any) -> None:  # Aer 0.18 closes an allocated state once moved out
