@@ -301,12 +301,12 @@ class Run:
         from qdp.interop.qiskit import aer_circuit, aer_state
 
         self.versions["qiskit_aer"] = qiskit_aer.__version__
-        # AerSimulator(device="GPU").available_devices() answers ["GPU"] whatever this build
-        # has (its name ends in "_gpu"): ask a simulator made without a device instead
-        where = "CPU" if self.cpu or "GPU" not in AerSimulator().available_devices() else "GPU"
-        if where == "CPU" and not self.cpu:  # CPU-only qiskit-aer: Aer's CPU device, host path
-            self.skip("aer.gpu", n, f"this qiskit-aer has no GPU device (measuring its CPU "
-                                    f"device): {PIP['aer']}")
+        where = "CPU" if self.cpu else "GPU"
+        if not self.cpu:
+            why = aer_gpu_missing(AerSimulator, QuantumCircuit)
+            if why:  # no usable GPU device: Aer's CPU device (the host path) instead
+                where = "CPU"
+                self.skip("aer.gpu", n, f"{why} (measuring Aer's CPU device): {PIP['aer']}")
         self.versions["aer_device"] = where
         sim = AerSimulator(method="statevector", device=where)
         ms_fetch, psi = timed(lambda: s.numpy(), self.a.host_runs, lambda: None)
@@ -358,6 +358,21 @@ class Run:
         self.record("aer", "total", n, ms_fetch + ms_run - ms_empty)
         del loaded
         self.free()
+
+
+def aer_gpu_missing(AerSimulator: Any, QuantumCircuit: Any) -> str:
+    """Why Aer's GPU device cannot run here, or "" when it can. AerSimulator(device="GPU")
+    .available_devices() answers ["GPU"] whatever the build has (its name ends in "_gpu"), and
+    a GPU build lists "GPU" even where its CUDA libraries fail: run one qubit on it."""
+    if "GPU" not in AerSimulator().available_devices():
+        return "this qiskit-aer has no GPU device"
+    qc = QuantumCircuit(1)
+    qc.save_statevector()
+    try:
+        r = AerSimulator(method="statevector", device="GPU").run(qc).result()
+        return "" if r.success else f"Aer's GPU device failed: {r.status}"
+    except Exception as e:
+        return f"Aer's GPU device failed: {brief(e)}"
 
 
 class client_state:
