@@ -481,21 +481,17 @@ static void handoff(struct rpc_listener *l, struct pending *p) {
     }
   }
   struct qdp_error err = QDP_ERROR_INIT;
-  uint32_t access = 0, reserved = 0;
-  if (n == HANDOFF_BYTES) {
+  uint32_t access = 0, reserved = 0; /* a take's ticket length */
+  if (n >= HANDOFF_BYTES) {
     memcpy(&access, hdr + 8, 4);
     memcpy(&reserved, hdr + 12, 4);
   }
   char key[64];
   rpc_peer_key(&p->peer, key, sizeof key);
-  if (n >= HANDOFF_BYTES && memcmp(hdr, HANDOFF_MAGIC, 8) == 0) {
-    memcpy(&access, hdr + 8, 4);
-    memcpy(&reserved, hdr + 12, 4);
-    if (access == HANDOFF_TAKE && nfds == 0 && reserved <= HANDOFF_TICKET_MAX &&
-        (size_t)n == HANDOFF_BYTES + reserved) {
-      take(l, p, key, hdr + HANDOFF_BYTES, reserved);
-      return;
-    }
+  if (n >= HANDOFF_BYTES && memcmp(hdr, HANDOFF_MAGIC, 8) == 0 && access == HANDOFF_TAKE &&
+      nfds == 0 && reserved <= HANDOFF_TICKET_MAX && (size_t)n == HANDOFF_BYTES + reserved) {
+    take(l, p, key, hdr + HANDOFF_BYTES, reserved);
+    return;
   }
   if (n != HANDOFF_BYTES || memcmp(hdr, HANDOFF_MAGIC, 8) != 0 || reserved != 0 ||
       (access != FD_ACCESS_READ && access != FD_ACCESS_WRITE)) {

@@ -116,17 +116,17 @@ Qdp__StateInfo *rpc_state_info(struct rpc_server *s, struct rpc_arena *a,
   info->writer_pid = st->meta.writer_pid;
   info->session = rpc_arena_str(a, st->meta.session);
   for (size_t i = 0; st->ipc && i < info->n_shards; i++) {
+    info->shards[i]->ipc_offset = st->ipc[i].offset;
+    info->shards[i]->lease_id = st->lease;
+    if (st->tickets && st->tickets[i][0]) { /* a descriptor handed out (hand_out_views) */
+      info->shards[i]->view_ticket = rpc_arena_str(a, st->tickets[i]);
+      info->shards[i]->view_bytes = st->ipc[i].map_bytes;
+      continue;
+    }
     uint8_t *h = rpc_arena_alloc(a, sizeof st->ipc[i].handle);
     if (h) {
       memcpy(h, st->ipc[i].handle, sizeof st->ipc[i].handle);
       info->shards[i]->ipc_handle = (ProtobufCBinaryData){sizeof st->ipc[i].handle, h};
-    }
-    info->shards[i]->ipc_offset = st->ipc[i].offset;
-    info->shards[i]->lease_id = st->lease;
-    if (st->tickets && st->tickets[i][0]) {
-      info->shards[i]->view_ticket = rpc_arena_str(a, st->tickets[i]);
-      info->shards[i]->view_bytes = st->ipc[i].map_bytes;
-      info->shards[i]->ipc_handle = (ProtobufCBinaryData){0, NULL};
     }
   }
   return info;

@@ -144,9 +144,9 @@ struct cuda_device {
   size_t nipc;
   pthread_mutex_t blas_lock; /* the cuBLAS handle (cuda_gram.c) */
   void *blas;                /* cublasHandle_t, made at the first kernel matrix; NULL: none */
-  /* Buffers whose legacy IPC handle was handed out (under cache_lock): freed, never kept for
-   * another state, since a client may still have them open (cuda_mark_exported). */
-  void **exported;
+  /* Buffers handed out to clients, by IPC handle or descriptor (under cache_lock): freed, never
+   * kept for another state, since a client may still have them open (cuda_mark_exported). */
+  const void **exported;
   size_t nexported, exported_cap;
   /* State memory exportable as file descriptors (cuda_vmm.c); NULL: cudaMalloc, legacy IPC. */
   struct cuda_vmm *vmm;
@@ -244,6 +244,11 @@ qdp_status cuda_no_kernel(const struct runtime_device *d, const struct plan *p,
 qdp_status cuda_use_device(struct runtime_device *d, struct qdp_error *reterr);
 qdp_status cuda_dev_malloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                            struct qdp_error *reterr);
+/* The driver call `name` at its CUDA 12 ABI, taken through the runtime so that qdpd does not link
+ * libcuda (absent where there is no driver); QDP_ERR_CUDA naming the call when the driver lacks
+ * it. */
+qdp_status cuda_driver_entry(struct runtime_device *d, const char *name, void **ret,
+                             struct qdp_error *reterr);
 /* RESOURCE_EXHAUSTED for an allocation of `bytes` that `call` refused with `why` (code): the
  * device's free and total memory in the message, need_bytes and free_bytes set. */
 qdp_status cuda_out_of_memory(struct runtime_device *d, uint64_t bytes, const char *call,
@@ -288,14 +293,13 @@ void cuda_ipc_trim(struct cuda_device *c, uint64_t keep_ms);
  * errors only for a driver that lacks the calls. alloc: an allocation of at least `bytes`
  * (rounded up to the granularity), mapped for this device and c->accessed_by. free: false when
  * ptr is not one (a cudaMalloc'd buffer); else waits for the device and releases it (its memory
- * lives on while a client maps it). exported: whether a descriptor of it was handed out (it is
- * then never reused). export: a new descriptor of ptr's allocation into ret (fd, map_bytes). */
+ * lives on while a client maps it). export: a new descriptor of ptr's allocation into ret (fd,
+ * map_bytes), the allocation marked exported (cuda_mark_exported). */
 qdp_status cuda_vmm_create(struct cuda_device *c, bool *ret_supported, struct qdp_error *reterr);
 void cuda_vmm_destroy(struct cuda_device *c);
 qdp_status cuda_vmm_alloc(struct cuda_device *c, uint64_t bytes, void **ret_ptr,
                           struct qdp_error *reterr);
 bool cuda_vmm_free(struct cuda_device *c, void *ptr);
-bool cuda_vmm_exported(struct cuda_device *c, const void *ptr);
 qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtime_ipc *ret,
                            struct qdp_error *reterr);
 
@@ -329,9 +333,10 @@ void cuda_trim(struct runtime_device *d);
 qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
                       struct qdp_error *reterr);
 void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes);
-/* Records that base's legacy IPC handle went to a client: cuda_free then frees it rather than
- * keeping it for the next state of its size, which the client could otherwise read. */
-void cuda_mark_exported(struct cuda_device *c, void *base);
+/* Records that base's allocation went to a client (an IPC handle or a descriptor): cuda_free then
+ * frees it rather than keeping it for the next state of its size, which the client could
+ * otherwise read. RESOURCE_EXHAUSTED when it cannot be recorded: the view is then refused. */
+qdp_status cuda_mark_exported(struct cuda_device *c, const void *base, struct qdp_error *reterr);
 void cuda_scratch_free(struct cuda_scratch *s);
 qdp_status cuda_scratch_grow(struct cuda_device *c, void **buf, uint64_t *cap, uint64_t need,
                              struct qdp_error *reterr);

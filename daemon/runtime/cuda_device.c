@@ -68,6 +68,20 @@ qdp_status cuda_out_of_memory(struct runtime_device *d, uint64_t bytes, const ch
                           QDP_SIZE_STR(total_b));
 }
 
+qdp_status cuda_driver_entry(struct runtime_device *d, const char *name, void **ret,
+                             struct qdp_error *reterr) {
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  /* 12000: each call's ABI as of CUDA 12 (cuMemGetAddressRange's _v2, say). */
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, ret, 12000, cudaEnableDefault, &found);
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || !*ret) {
+    (void)cudaGetLastError();
+    return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
+                            "%s: the driver has no %s (lookup result %d)", d->info.name, name,
+                            (int)found);
+  }
+  return QDP_OK;
+}
+
 /* Waits for everything queued on the device's streams; used on error paths so that no copy is
  * still reading a staging slot or a buffer about to be freed. Errors here are the ones already
  * being reported, so they are cleared, not returned. */

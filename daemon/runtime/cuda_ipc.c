@@ -2,8 +2,7 @@
  * (CUDA tensor input) opened here and kept open between the jobs that use them. */
 #include "runtime/cuda_backend.h"
 
-/* cuMemGetAddressRange, which the runtime API lacks, is taken from the driver through the
- * runtime, so that qdpd does not link libcuda (absent where there is no driver). */
+/* cuMemGetAddressRange, which the runtime API lacks (cuda_driver_entry). */
 typedef CUresult (*mem_range_fn)(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 
 /* The allocation holding ptr: its base and size (the device is current). */
@@ -11,17 +10,7 @@ static qdp_status address_range(struct runtime_device *d, const void *ptr, CUdev
                                 size_t *ret_size, struct qdp_error *reterr) {
   qdp_status rc = QDP_OK;
   void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  /* 12000: the cuMemGetAddressRange of CUDA 12 and later (the _v2 ABI). */
-  CU_TRY(rc, reterr, d, "cudaGetDriverEntryPointByVersion",
-         cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                          &found));
-  if (found != cudaDriverEntryPointSuccess || !fn) {
-    rc = qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
-                          "%s: the driver has no cuMemGetAddressRange (lookup result %d)",
-                          d->info.name, (int)found);
-    goto out;
-  }
+  QDP_TRY(rc, cuda_driver_entry(d, "cuMemGetAddressRange", &fn, reterr));
   CUresult cu = ((mem_range_fn)fn)(ret_base, ret_size, (CUdeviceptr)(uintptr_t)ptr);
   if (cu != CUDA_SUCCESS) {
     rc =
@@ -52,7 +41,7 @@ qdp_status cuda_export_view(struct runtime_device *d, const void *ptr, struct ru
   QDP_TRY(rc, cuda_use_device(d, reterr));
   QDP_TRY(rc, address_range(d, ptr, &base, &size, reterr));
   CU_TRY(rc, reterr, d, "cudaIpcGetMemHandle", cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base));
-  cuda_mark_exported(cuda_of(d), (void *)(uintptr_t)base);
+  QDP_TRY(rc, cuda_mark_exported(cuda_of(d), (void *)(uintptr_t)base, reterr));
   memcpy(ret_handle, &h, sizeof h);
   *ret_offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)base);
 out:

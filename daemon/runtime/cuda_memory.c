@@ -120,7 +120,7 @@ qdp_status cuda_alloc(struct runtime_device *d, uint64_t bytes, void **ret_ptr,
   return rc;
 }
 
-void cuda_mark_exported(struct cuda_device *c, void *base) {
+qdp_status cuda_mark_exported(struct cuda_device *c, const void *base, struct qdp_error *reterr) {
   pthread_mutex_lock(&c->cache_lock);
   bool known = false;
   for (size_t i = 0; i < c->nexported && !known; i++) {
@@ -128,16 +128,21 @@ void cuda_mark_exported(struct cuda_device *c, void *base) {
   }
   if (!known && c->nexported == c->exported_cap) {
     size_t cap = c->exported_cap ? 2 * c->exported_cap : 16;
-    void **v = realloc(c->exported, cap * sizeof *v);
+    const void **v = realloc(c->exported, cap * sizeof *v);
     if (v) {
       c->exported = v;
       c->exported_cap = cap;
     }
   }
-  if (!known && c->nexported < c->exported_cap) {
+  bool recorded = known || c->nexported < c->exported_cap;
+  if (!known && recorded) {
     c->exported[c->nexported++] = base;
   }
   pthread_mutex_unlock(&c->cache_lock);
+  return recorded ? QDP_OK
+                  : qdp_error_set(reterr, QDP_ERR_RESOURCE_EXHAUSTED, NULL,
+                                  "no host memory to record a view of %s's memory",
+                                  c->base.info.name);
 }
 
 /* Whether ptr was marked exported; forgets it (it is being freed). */
@@ -160,7 +165,7 @@ void cuda_free(struct runtime_device *d, void *ptr, uint64_t bytes) {
   if (!ptr) {
     return;
   }
-  if (take_exported(c, ptr) || cuda_vmm_exported(c, ptr)) {
+  if (take_exported(c, ptr)) {
     /* A client may still map it: released, never handed to another state. */
     free_now(d, ptr);
     return;

@@ -12,8 +12,7 @@
 
 #include "runtime/cuda_backend.h"
 
-/* The driver calls, taken through the runtime as cuda_ipc.c takes cuMemGetAddressRange: qdpd
- * does not link libcuda. */
+/* The driver calls (cuda_driver_entry). */
 struct cuda_vmm_driver {
   CUresult (*create)(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p,
                      unsigned long long flags);
@@ -36,7 +35,6 @@ struct cuda_vmm_block {
   void *ptr;
   size_t size; /* a multiple of the granularity */
   CUmemGenericAllocationHandle handle;
-  bool exported;
   int fd; /* its exported descriptor, kept for the next view (each gets a duplicate); -1: none */
 };
 
@@ -48,19 +46,6 @@ struct cuda_vmm {
   struct cuda_vmm_block *v;
   size_t n, cap;
 };
-
-static qdp_status entry(struct runtime_device *d, const char *name, void **ret,
-                        struct qdp_error *reterr) {
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t err = cudaGetDriverEntryPointByVersion(name, ret, 12000, cudaEnableDefault, &found);
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || !*ret) {
-    (void)cudaGetLastError();
-    return qdp_error_set_at(reterr, QDP_ERR_CUDA, d->info.ordinal, (int)found,
-                            "%s: the driver has no %s (lookup result %d)", d->info.name, name,
-                            (int)found);
-  }
-  return QDP_OK;
-}
 
 static qdp_status driver_failed(struct runtime_device *d, CUresult cu, const char *call,
                                 struct qdp_error *reterr) {
@@ -93,7 +78,7 @@ qdp_status cuda_vmm_create(struct cuda_device *c, bool *ret_supported, struct qd
       {"cuDeviceGetAttribute", (void **)&v->drv.attribute},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
-    QDP_TRY(rc, entry(d, fns[i].name, fns[i].fn, reterr));
+    QDP_TRY(rc, cuda_driver_entry(d, fns[i].name, fns[i].fn, reterr));
   }
   int vmm = 0, posix = 0;
   if (v->drv.attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
@@ -264,25 +249,16 @@ bool cuda_vmm_free(struct cuda_device *c, void *ptr) {
   return found;
 }
 
-bool cuda_vmm_exported(struct cuda_device *c, const void *ptr) {
-  struct cuda_vmm *v = c->vmm;
-  if (!v) {
-    return false;
-  }
-  pthread_mutex_lock(&v->lock);
-  size_t i = find(v, ptr);
-  bool exported = i < v->n && v->v[i].exported;
-  pthread_mutex_unlock(&v->lock);
-  return exported;
-}
-
 qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtime_ipc *ret,
                            struct qdp_error *reterr) {
   struct runtime_device *d = &c->base;
   struct cuda_vmm *v = c->vmm;
-  /* The first view exports the allocation (a driver call of a few hundred microseconds); every
-   * view gets a duplicate of that descriptor. */
-  qdp_status rc = QDP_OK;
+  /* Never reused from here on (cuda_free). The first view exports the allocation (a driver call
+   * of a few hundred microseconds); every view gets a duplicate of that descriptor. */
+  qdp_status rc = cuda_mark_exported(c, ptr, reterr);
+  if (rc != QDP_OK) {
+    return rc;
+  }
   int fd = -1;
   pthread_mutex_lock(&v->lock);
   size_t i = find(v, ptr);
@@ -292,7 +268,6 @@ qdp_status cuda_vmm_export(struct cuda_device *c, const void *ptr, struct runtim
                        "%s: a shard's memory is not one of the device's allocations",
                        d->info.name);
   } else {
-    b->exported = true; /* never reused from here on (cuda_free) */
     CUresult cu = CUDA_SUCCESS;
     if (b->fd < 0 &&
         ((cu = v->drv.export_handle(&b->fd, b->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
